@@ -1,0 +1,1 @@
+//! ai-load-balancer: LLM-aware endpoint picking for Higress / Envoy (Proxy-Wasm).
