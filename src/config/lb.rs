@@ -1,0 +1,285 @@
+//! One route's balancing config: `lb_type`, `lb_policy` and `lb_config` (Higress's keys plus
+//! the new ones documented in the README).
+
+use super::{fields, ConfigError};
+use serde_json::{Map, Value};
+use std::fmt;
+
+/// The balancing policy of a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    GlobalLeastRequest,
+}
+
+impl Policy {
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::GlobalLeastRequest => "global_least_request",
+        }
+    }
+
+    /// Short label used in metric names.
+    pub fn metric_label(self) -> &'static str {
+        match self {
+            Policy::GlobalLeastRequest => "glr",
+        }
+    }
+}
+
+/// What one request adds to its endpoint's load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CostMode {
+    /// 1 per request (Higress's behaviour).
+    Requests,
+    /// The request body's size in bytes.
+    Bytes,
+    /// An estimate of prompt tokens: body bytes / 4, at least 1.
+    Tokens,
+}
+
+/// What happens when the plugin cannot decide (Redis down, no healthy host, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureMode {
+    /// Let the cluster's own load balancer pick (fail open; Higress's behaviour).
+    Allow,
+    /// Answer 503.
+    Deny,
+}
+
+/// A secret that never prints.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_empty() { "\"\"" } else { "\"***\"" })
+    }
+}
+
+/// The Redis service, reached through an Envoy cluster named like Higress does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisTarget {
+    /// `outbound|<port>||<fqdn>`: the name `proxy_redis_call` takes.
+    pub cluster: String,
+    /// The cluster name plus init parameters (`?db=N`, flush settings) for `proxy_redis_init`.
+    pub init_cluster: String,
+    pub username: String,
+    pub password: Secret,
+    pub timeout_ms: u32,
+    pub database: u32,
+}
+
+/// A route's validated config.
+#[derive(Debug, Clone)]
+pub struct RouteConfig {
+    pub policy: Policy,
+    pub redis: RedisTarget,
+    /// `ailb` by default: keys are `<prefix>:{<route>|<cluster>}:<name>`.
+    pub key_prefix: String,
+    pub lease_ttl_ms: u64,
+    pub cost: CostMode,
+    /// `maxRequestCount`: cap on an endpoint's load (0 = none); 429 when every endpoint is at it.
+    pub max_load: u64,
+    pub failure_mode: FailureMode,
+    pub debug_header: Option<String>,
+    pub max_body_bytes: usize,
+    pub detail_log: bool,
+}
+
+const DEFAULT_TIMEOUT_MS: u64 = 3000;
+const DEFAULT_LEASE_TTL_S: u64 = 600;
+const DEFAULT_MAX_BODY_BYTES: u64 = 10 * 1024 * 1024;
+
+impl RouteConfig {
+    /// Reads `lb_type`, `lb_policy` and `lb_config` from one config object (global or rule).
+    pub fn parse(map: &Map<String, Value>) -> Result<RouteConfig, ConfigError> {
+        let mut f = fields(map);
+        let lb_type: Option<String> = f.get("lb_type")?;
+        match lb_type.as_deref() {
+            None | Some("endpoint") => {}
+            Some("cluster") => {
+                return Err(ConfigError::new(
+                    "lb_type",
+                    "`cluster` (cluster_metrics, cluster_hash) is not supported: this plugin balances endpoints",
+                ))
+            }
+            Some(other) => return Err(ConfigError::new("lb_type", format!("unknown value `{other}` (expected `endpoint`)"))),
+        }
+        let policy = match f.get::<String>("lb_policy")?.as_deref() {
+            Some("global_least_request") => Policy::GlobalLeastRequest,
+            Some(p @ ("prefix_cache" | "endpoint_metrics" | "metrics_based")) => {
+                return Err(ConfigError::new(
+                    "lb_policy",
+                    format!("`{p}` is not available in this build yet"),
+                ))
+            }
+            Some(other) => {
+                return Err(ConfigError::new(
+                    "lb_policy",
+                    format!("unknown policy `{other}`"),
+                ))
+            }
+            None => return Err(ConfigError::new("lb_policy", "missing")),
+        };
+        let empty = Map::new();
+        let lb_config = match f.raw("lb_config") {
+            None | Some(Value::Null) => &empty,
+            Some(Value::Object(m)) => m,
+            Some(_) => return Err(ConfigError::new("lb_config", "must be an object")),
+        };
+        f.finish()?;
+        parse_lb_config(policy, lb_config).map_err(|e| e.within("lb_config"))
+    }
+}
+
+fn parse_lb_config(policy: Policy, map: &Map<String, Value>) -> Result<RouteConfig, ConfigError> {
+    let mut f = fields(map);
+    let fqdn: String = f.get("serviceFQDN")?.ok_or_else(|| {
+        ConfigError::new(
+            "serviceFQDN",
+            "missing (the Redis service, e.g. redis.static)",
+        )
+    })?;
+    if fqdn.is_empty() || fqdn.contains(['|', '?', ' ']) {
+        return Err(ConfigError::new(
+            "serviceFQDN",
+            "must be a host name without '|', '?' or spaces",
+        ));
+    }
+    let port: u64 = f
+        .get("servicePort")?
+        .ok_or_else(|| ConfigError::new("servicePort", "missing (the Redis port, e.g. 6379)"))?;
+    if !(1..=65535).contains(&port) {
+        return Err(ConfigError::new(
+            "servicePort",
+            format!("{port} is not a port (1-65535)"),
+        ));
+    }
+    let username: String = f.get("username")?.unwrap_or_default();
+    let password: String = f.get("password")?.unwrap_or_default();
+    // Higress treats a missing or zero timeout as the default.
+    let timeout_ms = match f.get::<u64>("timeout")? {
+        None | Some(0) => DEFAULT_TIMEOUT_MS,
+        Some(t) if t <= 600_000 => t,
+        Some(t) => {
+            return Err(ConfigError::new(
+                "timeout",
+                format!("{t} ms is over the 600000 ms limit"),
+            ))
+        }
+    };
+    let database: u64 = f.get("database")?.unwrap_or(0);
+    if database > 65535 {
+        return Err(ConfigError::new(
+            "database",
+            format!("{database} is not a database index"),
+        ));
+    }
+    let max_load: u64 = f.get("maxRequestCount")?.unwrap_or(0);
+    // Accepted for compatibility: the membership sync (design §3) already drops endpoints that
+    // left the cluster, which is all Higress's periodic clean-up did.
+    let _clean_interval: Option<u64> = f.get("cleanInterval")?;
+    let detail_log: bool = f.get("enableDetailLog")?.unwrap_or(true);
+
+    let lease_ttl_s: u64 = f.get("leaseTTL")?.unwrap_or(DEFAULT_LEASE_TTL_S);
+    if !(1..=86_400).contains(&lease_ttl_s) {
+        return Err(ConfigError::new(
+            "leaseTTL",
+            format!("{lease_ttl_s} s is outside 1-86400"),
+        ));
+    }
+    let cost = match f.get::<String>("costMode")?.as_deref() {
+        None | Some("requests") => CostMode::Requests,
+        Some("bytes") => CostMode::Bytes,
+        Some("tokens") => CostMode::Tokens,
+        Some(other) => {
+            return Err(ConfigError::new(
+                "costMode",
+                format!("unknown value `{other}` (requests, bytes, tokens)"),
+            ))
+        }
+    };
+    let failure_mode = match f.get::<String>("failureMode")?.as_deref() {
+        None | Some("allow") => FailureMode::Allow,
+        Some("deny") => FailureMode::Deny,
+        Some(other) => {
+            return Err(ConfigError::new(
+                "failureMode",
+                format!("unknown value `{other}` (allow, deny)"),
+            ))
+        }
+    };
+    let debug_header: Option<String> = f.get("debugHeader")?;
+    if let Some(h) = &debug_header {
+        if h.is_empty()
+            || !h
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(ConfigError::new(
+                "debugHeader",
+                "must be a header name (letters, digits, '-', '_')",
+            ));
+        }
+    }
+    let max_body_bytes: u64 = f.get("maxBodyBytes")?.unwrap_or(DEFAULT_MAX_BODY_BYTES);
+    if max_body_bytes == 0 || max_body_bytes > 1 << 30 {
+        return Err(ConfigError::new(
+            "maxBodyBytes",
+            "must be between 1 and 1073741824",
+        ));
+    }
+    let key_prefix: String = f
+        .get("redisKeyPrefix")?
+        .unwrap_or_else(|| "ailb".to_string());
+    if key_prefix.is_empty()
+        || !key_prefix
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+    {
+        return Err(ConfigError::new(
+            "redisKeyPrefix",
+            "must be non-empty letters, digits, '-', '_' or '.'",
+        ));
+    }
+    f.finish()?;
+
+    let cluster = format!("outbound|{port}||{fqdn}");
+    Ok(RouteConfig {
+        policy,
+        redis: RedisTarget {
+            init_cluster: init_cluster(&cluster, database),
+            cluster,
+            username,
+            password: Secret(password),
+            timeout_ms: timeout_ms as u32,
+            database: database as u32,
+        },
+        key_prefix,
+        lease_ttl_ms: lease_ttl_s * 1000,
+        cost,
+        max_load,
+        failure_mode,
+        debug_header: debug_header.map(|h| h.to_ascii_lowercase()),
+        max_body_bytes: max_body_bytes as usize,
+        detail_log,
+    })
+}
+
+/// `?db=N` only when N ≠ 0 (as both Higress wrappers do), and immediate writes: by default the
+/// host holds small Redis requests up to 3 ms to batch them, which would be most of the
+/// routing latency. Hosts that do not know the flush parameters ignore them (abi spec §2.1).
+fn init_cluster(cluster: &str, database: u64) -> String {
+    let mut s = format!("{cluster}?");
+    if database != 0 {
+        s.push_str(&format!("db={database}&"));
+    }
+    s.push_str("buffer_flush_timeout=0&max_buffer_size_before_flush=0");
+    s
+}

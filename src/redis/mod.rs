@@ -1,0 +1,3 @@
+//! Redis: the RESP codec and the Lua scripts the policies run.
+
+pub mod resp;

@@ -1,0 +1,12 @@
+-- Release a lease: remove it and give its cost back, only if it was still there (idempotent).
+-- KEYS[1] load zset, KEYS[2] leases zset
+-- ARGV[1..] candidate lease members; the first one present is released. A caller that knows
+-- its lease sends one; after a lost reply it sends one per endpoint the pick could have chosen.
+-- Reply: 1 if a lease was released, 0 otherwise.
+for i = 1, #ARGV do
+  if redis.call('ZREM', KEYS[2], ARGV[i]) == 1 then
+    give_back(KEYS[1], ARGV[i])
+    return 1
+  end
+end
+return 0

@@ -1,0 +1,221 @@
+//! The upstream host list Higress hands the plugin (`proxy_get_upstream_hosts`): address →
+//! JSON `{"health_status": "...", "metrics": "..."}`.
+
+use crate::host::pairs;
+
+/// Envoy's coarse health of a host, as the Higress host reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Health {
+    Healthy,
+    Degraded,
+    Unhealthy,
+    /// Missing or unrecognised status: not selectable, like Higress's Go plugin.
+    Unknown,
+}
+
+/// One upstream host of the route's cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub address: String,
+    pub health: Health,
+}
+
+/// Decodes the pairs buffer into endpoints. Entries with an empty or non-UTF-8 address are
+/// dropped; a malformed buffer is an error (the caller falls back to the cluster's own LB).
+pub fn decode_hosts(buf: &[u8]) -> Result<Vec<Endpoint>, pairs::PairsError> {
+    let raw = pairs::decode(buf)?;
+    let mut out = Vec::with_capacity(raw.len());
+    for (addr, info) in raw {
+        let Ok(address) = std::str::from_utf8(addr) else {
+            continue;
+        };
+        if address.is_empty() {
+            continue;
+        }
+        out.push(Endpoint {
+            address: address.to_string(),
+            health: health_of(info),
+        });
+    }
+    Ok(out)
+}
+
+/// The addresses that may be chosen: only `Healthy` hosts, as Higress's plugin does. Sorted,
+/// so every gateway computes the same membership fingerprint for the same set.
+pub fn healthy_addresses(endpoints: &[Endpoint]) -> Vec<String> {
+    let mut v: Vec<String> = endpoints
+        .iter()
+        .filter(|e| e.health == Health::Healthy)
+        .map(|e| e.address.clone())
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// FNV-1a over the sorted addresses: identical on every gateway for the same healthy set.
+pub fn fingerprint(sorted: &[String]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for a in sorted {
+        for &b in a.as_bytes().iter().chain(std::iter::once(&b'\n')) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    format!("{h:016x}{:04x}", sorted.len() & 0xffff)
+}
+
+/// Reads `health_status` from the host's JSON without materialising the rest: the `metrics`
+/// value can be 64 KiB per host, and this runs for every host on every request. Top-level
+/// values other than the status are skipped; the scan stops at the status.
+fn health_of(json: &[u8]) -> Health {
+    let mut s = Scanner { b: json, i: 0 };
+    if !s.eat(b'{') {
+        return Health::Unknown;
+    }
+    loop {
+        let Some(key) = s.string() else {
+            return Health::Unknown;
+        };
+        if !s.eat(b':') {
+            return Health::Unknown;
+        }
+        if key == b"health_status" {
+            return match s.string() {
+                Some(b"Healthy") => Health::Healthy,
+                Some(b"Degraded") => Health::Degraded,
+                Some(b"Unhealthy") => Health::Unhealthy,
+                _ => Health::Unknown,
+            };
+        }
+        if !s.skip_value() || !s.eat(b',') {
+            return Health::Unknown;
+        }
+    }
+}
+
+/// A minimal JSON scanner for one flat object of strings/scalars.
+struct Scanner<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+impl<'a> Scanner<'a> {
+    fn ws(&mut self) {
+        while matches!(self.b.get(self.i), Some(b' ' | b'\n' | b'\r' | b'\t')) {
+            self.i += 1;
+        }
+    }
+
+    fn eat(&mut self, c: u8) -> bool {
+        self.ws();
+        if self.b.get(self.i) == Some(&c) {
+            self.i += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// A string's raw bytes (escapes left as they are: the values we compare have none).
+    fn string(&mut self) -> Option<&'a [u8]> {
+        if !self.eat(b'"') {
+            return None;
+        }
+        let start = self.i;
+        loop {
+            match self.b.get(self.i)? {
+                b'\\' => self.i += 2,
+                b'"' => {
+                    let s = self.b.get(start..self.i)?;
+                    self.i += 1;
+                    return Some(s);
+                }
+                _ => self.i += 1,
+            }
+        }
+    }
+
+    fn skip_value(&mut self) -> bool {
+        self.ws();
+        match self.b.get(self.i) {
+            Some(b'"') => self.string().is_some(),
+            Some(b'{' | b'[') => false, // nested values are not part of the host's format
+            Some(_) => {
+                while !matches!(self.b.get(self.i), None | Some(b',' | b'}')) {
+                    self.i += 1;
+                }
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hosts(list: &[(&str, &str)]) -> Vec<u8> {
+        pairs::encode(list)
+    }
+
+    #[test]
+    fn decodes_health_in_any_key_order() {
+        let buf = hosts(&[
+            ("10.0.0.1:80", r#"{"health_status":"Healthy","metrics":""}"#),
+            (
+                "10.0.0.2:80",
+                r#"{"metrics":"a \"quoted\" \\ text","health_status":"Degraded"}"#,
+            ),
+            ("10.0.0.3:80", r#"{ "health_status" : "Unhealthy" }"#),
+            ("10.0.0.4:80", r#"{"weight":3,"health_status":"Healthy"}"#),
+            ("10.0.0.5:80", r#"{"health_status":"Bogus"}"#),
+            ("10.0.0.6:80", "not json"),
+            ("", r#"{"health_status":"Healthy"}"#),
+        ]);
+        let eps = decode_hosts(&buf).unwrap();
+        let got: Vec<(&str, Health)> = eps.iter().map(|e| (e.address.as_str(), e.health)).collect();
+        assert_eq!(
+            got,
+            vec![
+                ("10.0.0.1:80", Health::Healthy),
+                ("10.0.0.2:80", Health::Degraded),
+                ("10.0.0.3:80", Health::Unhealthy),
+                ("10.0.0.4:80", Health::Healthy),
+                ("10.0.0.5:80", Health::Unknown),
+                ("10.0.0.6:80", Health::Unknown),
+            ]
+        );
+        assert_eq!(healthy_addresses(&eps), vec!["10.0.0.1:80", "10.0.0.4:80"]);
+    }
+
+    #[test]
+    fn fingerprint_depends_on_the_set_only() {
+        let a = vec!["a:1".to_string(), "b:2".to_string()];
+        let b = vec!["a:1".to_string()];
+        assert_ne!(fingerprint(&a), fingerprint(&b));
+        assert_eq!(fingerprint(&a), fingerprint(&a.clone()));
+        // Joining is unambiguous: ["ab"] differs from ["a","b"].
+        assert_ne!(
+            fingerprint(&["ab".into()]),
+            fingerprint(&["a".into(), "b".into()])
+        );
+    }
+
+    #[test]
+    fn garbage_health_json_never_panics() {
+        for s in [
+            "",
+            "{",
+            "{\"",
+            "{\"health_status\"",
+            "{\"a\":\"\\",
+            "{\"a\":1",
+            "{\"a\":[1]}",
+            "{,}",
+        ] {
+            assert_eq!(health_of(s.as_bytes()), Health::Unknown, "{s}");
+        }
+    }
+}
