@@ -8,3 +8,6 @@ pub mod config;
 pub mod host;
 pub mod redis;
 pub mod upstream;
+pub mod engine;
+pub mod request;
+pub mod stats;

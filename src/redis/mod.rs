@@ -1,3 +1,4 @@
 //! Redis: the RESP codec and the Lua scripts the policies run.
 
 pub mod resp;
+pub mod scripts;

@@ -1,0 +1,269 @@
+//! The Lua scripts, their SHA-1s, the Redis keys they touch, and the typed form of their
+//! arguments and replies. Every key a script touches is passed in KEYS and all of them share
+//! one hash tag, so each call stays in one slot (Redis Cluster proxies accept it).
+
+use super::resp::{self, Value};
+use sha1::{Digest, Sha1};
+
+/// A script text and its SHA-1 for EVALSHA.
+#[derive(Debug, Clone)]
+pub struct Script {
+    pub text: &'static str,
+    pub sha: String,
+}
+
+impl Script {
+    fn new(text: &'static str) -> Script {
+        Script {
+            text,
+            sha: hex::encode(Sha1::digest(text.as_bytes())),
+        }
+    }
+}
+
+pub const GLR_ACQUIRE: &str = concat!(include_str!("scripts/lease.lua"), include_str!("scripts/glr_acquire.lua"));
+pub const RELEASE: &str = concat!(include_str!("scripts/lease.lua"), include_str!("scripts/release.lua"));
+
+/// The scripts one VM uses, hashed once at start.
+#[derive(Debug, Clone)]
+pub struct Scripts {
+    pub acquire: Script,
+    pub release: Script,
+}
+
+impl Scripts {
+    pub fn new() -> Scripts {
+        Scripts {
+            acquire: Script::new(GLR_ACQUIRE),
+            release: Script::new(RELEASE),
+        }
+    }
+
+    pub fn all(&self) -> [&Script; 2] {
+        [&self.acquire, &self.release]
+    }
+}
+
+impl Default for Scripts {
+    fn default() -> Self {
+        Scripts::new()
+    }
+}
+
+/// The keys of one (route, cluster): `<prefix>:{<route>|<cluster>}:<name>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keys {
+    pub namespace: String,
+    pub load: String,
+    pub leases: String,
+    pub members: String,
+}
+
+impl Keys {
+    pub fn new(prefix: &str, route: &str, cluster: &str) -> Keys {
+        // Braces inside the names would end the hash tag early or start another one.
+        let clean = |s: &str| s.replace(['{', '}'], "_");
+        let namespace = format!("{prefix}:{{{}|{}}}", clean(route), clean(cluster));
+        Keys {
+            load: format!("{namespace}:load"),
+            leases: format!("{namespace}:leases"),
+            members: format!("{namespace}:members"),
+            namespace,
+        }
+    }
+}
+
+/// `EVALSHA sha n keys... args...`, or `EVAL text ...` after a NOSCRIPT.
+pub fn call(script: &Script, by_sha: bool, keys: &[&str], args: &[&[u8]]) -> Vec<u8> {
+    let numkeys = keys.len().to_string();
+    let mut parts: Vec<&[u8]> = Vec::with_capacity(3 + keys.len() + args.len());
+    if by_sha {
+        parts.push(b"EVALSHA");
+        parts.push(script.sha.as_bytes());
+    } else {
+        parts.push(b"EVAL");
+        parts.push(script.text.as_bytes());
+    }
+    parts.push(numkeys.as_bytes());
+    parts.extend(keys.iter().map(|k| k.as_bytes()));
+    parts.extend_from_slice(args);
+    resp::encode_command(&parts)
+}
+
+/// `SCRIPT LOAD text`.
+pub fn load(script: &Script) -> Vec<u8> {
+    resp::encode_command(&[b"SCRIPT".as_slice(), b"LOAD", script.text.as_bytes()])
+}
+
+/// Arguments of one acquire (see glr_acquire.lua for their order).
+#[derive(Debug, Clone)]
+pub struct AcquireArgs<'a> {
+    pub now_ms: u64,
+    pub lease_ttl_ms: u64,
+    pub request_id: &'a str,
+    pub cost: u64,
+    pub cap: u64,
+    pub random: u32,
+    pub fingerprint: &'a str,
+    pub reclaim: u32,
+    /// The full healthy set, sent only when Redis may not have it.
+    pub endpoints: Option<&'a [String]>,
+}
+
+pub fn acquire_call(scripts: &Scripts, by_sha: bool, keys: &Keys, a: &AcquireArgs) -> Vec<u8> {
+    let fixed = [
+        a.now_ms.to_string(),
+        a.lease_ttl_ms.to_string(),
+        a.request_id.to_string(),
+        a.cost.to_string(),
+        a.cap.to_string(),
+        a.random.to_string(),
+        a.fingerprint.to_string(),
+        a.reclaim.to_string(),
+    ];
+    let mut args: Vec<&[u8]> = fixed.iter().map(|s| s.as_bytes()).collect();
+    if let Some(eps) = a.endpoints {
+        args.extend(eps.iter().map(|e| e.as_bytes()));
+    }
+    call(&scripts.acquire, by_sha, &[&keys.load, &keys.leases, &keys.members], &args)
+}
+
+/// The lease member a successful acquire wrote: `<request id>|<endpoint>|<cost>`.
+pub fn lease_member(request_id: &str, endpoint: &str, cost: u64) -> String {
+    format!("{request_id}|{endpoint}|{cost}")
+}
+
+pub fn release_call(scripts: &Scripts, by_sha: bool, keys: &Keys, members: &[String]) -> Vec<u8> {
+    let args: Vec<&[u8]> = members.iter().map(|m| m.as_bytes()).collect();
+    call(&scripts.release, by_sha, &[&keys.load, &keys.leases], &args)
+}
+
+/// What an acquire answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AcquireReply {
+    Picked { endpoint: String },
+    /// Every endpoint is at the cap: nothing was incremented.
+    Full,
+    /// Redis does not have this caller's endpoint set: resend with the list.
+    Sync,
+    /// No endpoints at all in Redis.
+    Empty,
+}
+
+/// A reply that is not what the script returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplyError {
+    /// The script is not cached in Redis: resend with EVAL.
+    NoScript,
+    /// Redis answered an error (`-ERR`, `-NOAUTH`, `-MOVED`, ...).
+    Redis(String),
+    /// Not RESP, or not the shape the script returns.
+    Malformed(String),
+}
+
+impl std::fmt::Display for ReplyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReplyError::NoScript => write!(f, "NOSCRIPT"),
+            ReplyError::Redis(e) => write!(f, "redis error: {e}"),
+            ReplyError::Malformed(e) => write!(f, "malformed reply: {e}"),
+        }
+    }
+}
+
+fn decode(raw: &[u8]) -> Result<Value, ReplyError> {
+    match resp::decode_exact(raw) {
+        Ok(Value::Error(e)) if e.starts_with("NOSCRIPT") => Err(ReplyError::NoScript),
+        Ok(Value::Error(e)) => Err(ReplyError::Redis(e)),
+        Ok(v) => Ok(v),
+        Err(e) => Err(ReplyError::Malformed(e.to_string())),
+    }
+}
+
+pub fn parse_acquire(raw: &[u8]) -> Result<AcquireReply, ReplyError> {
+    let value = decode(raw)?;
+    let Value::Array(Some(items)) = &value else {
+        return Err(ReplyError::Malformed(format!("expected an array, got {value:?}")));
+    };
+    let tag = items.first().and_then(Value::as_str);
+    match (tag, items.get(1).and_then(Value::as_str)) {
+        (Some("OK"), Some(ep)) if !ep.is_empty() => Ok(AcquireReply::Picked { endpoint: ep.to_string() }),
+        (Some("FULL"), _) => Ok(AcquireReply::Full),
+        (Some("SYNC"), _) => Ok(AcquireReply::Sync),
+        (Some("EMPTY"), _) => Ok(AcquireReply::Empty),
+        _ => Err(ReplyError::Malformed(format!("unexpected acquire reply {items:?}"))),
+    }
+}
+
+/// Whether a lease was released.
+pub fn parse_release(raw: &[u8]) -> Result<bool, ReplyError> {
+    match decode(raw)? {
+        Value::Integer(n) => Ok(n == 1),
+        other => Err(ReplyError::Malformed(format!("unexpected release reply {other:?}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_one_hash_tag() {
+        let k = Keys::new("ailb", "default/chat", "outbound|8000||llm.static");
+        assert_eq!(k.load, "ailb:{default/chat|outbound|8000||llm.static}:load");
+        for key in [&k.load, &k.leases, &k.members] {
+            assert!(key.starts_with("ailb:{default/chat|outbound|8000||llm.static}:"));
+        }
+        let odd = Keys::new("ailb", "r{1}", "c}");
+        assert_eq!(odd.namespace, "ailb:{r_1_|c_}");
+    }
+
+    #[test]
+    fn sha_matches_redis_script_sha() {
+        // SHA-1 of "return 1", as SCRIPT LOAD reports it.
+        assert_eq!(Script::new("return 1").sha, "e0e1f9fabfc9d4800c877a703b823ac0578ff8db");
+    }
+
+    #[test]
+    fn acquire_call_layout() {
+        let s = Scripts::new();
+        let k = Keys::new("p", "r", "c");
+        let eps = vec!["a:1".to_string(), "b:2".to_string()];
+        let args = AcquireArgs {
+            now_ms: 5,
+            lease_ttl_ms: 6,
+            request_id: "rid",
+            cost: 1,
+            cap: 0,
+            random: 9,
+            fingerprint: "fp",
+            reclaim: 2,
+            endpoints: Some(&eps),
+        };
+        let q = acquire_call(&s, true, &k, &args);
+        let Value::Array(Some(items)) = resp::decode_exact(&q).unwrap() else { panic!() };
+        let words: Vec<&str> = items.iter().map(|v| v.as_str().unwrap()).collect();
+        assert_eq!(
+            words,
+            ["EVALSHA", s.acquire.sha.as_str(), "3", "p:{r|c}:load", "p:{r|c}:leases", "p:{r|c}:members",
+             "5", "6", "rid", "1", "0", "9", "fp", "2", "a:1", "b:2"]
+        );
+    }
+
+    #[test]
+    fn parses_replies() {
+        assert_eq!(
+            parse_acquire(b"*3\r\n$2\r\nOK\r\n$6\r\nh:8000\r\n$1\r\n0\r\n"),
+            Ok(AcquireReply::Picked { endpoint: "h:8000".into() })
+        );
+        assert_eq!(parse_acquire(b"*2\r\n$4\r\nFULL\r\n$1\r\n3\r\n"), Ok(AcquireReply::Full));
+        assert_eq!(parse_acquire(b"*1\r\n$4\r\nSYNC\r\n"), Ok(AcquireReply::Sync));
+        assert_eq!(parse_acquire(b"-NOSCRIPT No matching script\r\n"), Err(ReplyError::NoScript));
+        assert!(matches!(parse_acquire(b"-ERR x\r\n"), Err(ReplyError::Redis(_))));
+        assert!(matches!(parse_acquire(b":1\r\n"), Err(ReplyError::Malformed(_))));
+        assert!(matches!(parse_acquire(b"*1\r\n$2\r\nOK\r\n"), Err(ReplyError::Malformed(_))));
+        assert!(matches!(parse_acquire(b"garbage"), Err(ReplyError::Malformed(_))));
+        assert_eq!(parse_release(b":1\r\n"), Ok(true));
+        assert_eq!(parse_release(b":0\r\n"), Ok(false));
+    }
+}
