@@ -32,7 +32,9 @@ pub enum AtDone {
     /// Give this lease back now.
     Release(Lease),
     /// The pick's reply has not arrived: whoever handles it must release what it acquired.
-    Orphan { token: u32 },
+    Orphan {
+        token: u32,
+    },
 }
 
 impl Phase {
@@ -73,11 +75,20 @@ mod tests {
 
     #[test]
     fn only_routed_and_in_flight_requests_need_work_at_done() {
-        let routed = Phase::Routed { endpoint: "h:1".into(), lease: lease() };
+        let routed = Phase::Routed {
+            endpoint: "h:1".into(),
+            lease: lease(),
+        };
         assert_eq!(routed.at_done(), AtDone::Release(lease()));
-        assert_eq!(Phase::Picking { token: 7 }.at_done(), AtDone::Orphan { token: 7 });
+        assert_eq!(
+            Phase::Picking { token: 7 }.at_done(),
+            AtDone::Orphan { token: 7 }
+        );
         assert_eq!(Phase::AwaitingBody.at_done(), AtDone::Nothing);
-        assert_eq!(Phase::Settled { reason: "fallback" }.at_done(), AtDone::Nothing);
+        assert_eq!(
+            Phase::Settled { reason: "fallback" }.at_done(),
+            AtDone::Nothing
+        );
     }
 
     #[test]

@@ -99,7 +99,9 @@ impl Stats {
 
     pub fn inc(&self, host: &mut dyn Host, counter: Counter) {
         let index = match counter {
-            Counter::Fallback(c) => FIXED.len() + Cause::ALL.iter().position(|&x| x == c).unwrap_or(0),
+            Counter::Fallback(c) => {
+                FIXED.len() + Cause::ALL.iter().position(|&x| x == c).unwrap_or(0)
+            }
             other => FIXED.iter().position(|(c, _)| *c == other).unwrap_or(0),
         };
         if let Some(Some(id)) = self.ids.get(index) {
@@ -112,7 +114,11 @@ impl Stats {
         FIXED
             .iter()
             .map(|(_, n)| n.to_string())
-            .chain(Cause::ALL.iter().map(|c| format!("ai_lb.fallback.{}", c.name())))
+            .chain(
+                Cause::ALL
+                    .iter()
+                    .map(|c| format!("ai_lb.fallback.{}", c.name())),
+            )
             .collect()
     }
 }

@@ -12,13 +12,28 @@ impl Engine {
     /// normal while Envoy is still receiving clusters, so init is retried before later calls.
     pub(super) fn ensure_redis(&mut self, host: &mut dyn Host, config: &RouteConfig) -> bool {
         let r = &config.redis;
-        if self.redis_ready.get(&r.init_cluster).copied().unwrap_or(false) {
+        if self
+            .redis_ready
+            .get(&r.init_cluster)
+            .copied()
+            .unwrap_or(false)
+        {
             return true;
         }
-        let ok = match host.redis_init(&r.init_cluster, &r.username, r.password.expose(), r.timeout_ms) {
+        let ok = match host.redis_init(
+            &r.init_cluster,
+            &r.username,
+            r.password.expose(),
+            r.timeout_ms,
+        ) {
             Ok(()) => true,
             Err(e) => {
-                self.log(host, LogLevel::Warn, 0, format_args!("redis init of {}: {e}; will retry", r.cluster));
+                self.log(
+                    host,
+                    LogLevel::Warn,
+                    0,
+                    format_args!("redis init of {}: {e}; will retry", r.cluster),
+                );
                 false
             }
         };
@@ -26,7 +41,12 @@ impl Engine {
         ok
     }
 
-    pub(super) fn redis_call(&mut self, host: &mut dyn Host, config: &RouteConfig, query: &[u8]) -> Result<u32, Cause> {
+    pub(super) fn redis_call(
+        &mut self,
+        host: &mut dyn Host,
+        config: &RouteConfig,
+        query: &[u8],
+    ) -> Result<u32, Cause> {
         if !self.ensure_redis(host, config) {
             return Err(Cause::RedisUnavailable);
         }
@@ -34,7 +54,8 @@ impl Engine {
         host.redis_call(&config.redis.cluster, query).map_err(|e| {
             self.stats.inc(host, Counter::RedisErrors);
             if e.status == 2 {
-                self.redis_ready.insert(config.redis.init_cluster.clone(), false);
+                self.redis_ready
+                    .insert(config.redis.init_cluster.clone(), false);
             }
             self.log(host, LogLevel::Debug, 0, format_args!("{e}"));
             Cause::RedisUnavailable
@@ -43,7 +64,13 @@ impl Engine {
 
     /// Fire-and-forget release of the first present lease among `members`. If it cannot even
     /// be sent, the lease expires on its own (leaseTTL) and a later acquire reclaims it.
-    pub(super) fn release(&mut self, host: &mut dyn Host, config: &Rc<RouteConfig>, keys: Rc<Keys>, members: Vec<String>) {
+    pub(super) fn release(
+        &mut self,
+        host: &mut dyn Host,
+        config: &Rc<RouteConfig>,
+        keys: Rc<Keys>,
+        members: Vec<String>,
+    ) {
         let rel = Release {
             config: config.clone(),
             keys,
@@ -75,7 +102,12 @@ impl Engine {
         self.release(host, &pick.config, pick.keys.clone(), members);
     }
 
-    pub(super) fn on_release_reply(&mut self, host: &mut dyn Host, mut rel: Release, reply: Result<Vec<u8>, Cause>) {
+    pub(super) fn on_release_reply(
+        &mut self,
+        host: &mut dyn Host,
+        mut rel: Release,
+        reply: Result<Vec<u8>, Cause>,
+    ) {
         let parsed = reply.map(|bytes| scripts::parse_release(&bytes));
         match parsed {
             Ok(Ok(_)) => {}
@@ -86,7 +118,12 @@ impl Engine {
             }
             Ok(Err(e)) => {
                 self.stats.inc(host, Counter::ReleaseFailures);
-                self.log(host, LogLevel::Warn, 0, format_args!("release failed: {e}; the lease expires on its own"));
+                self.log(
+                    host,
+                    LogLevel::Warn,
+                    0,
+                    format_args!("release failed: {e}; the lease expires on its own"),
+                );
             }
             Err(_) => self.stats.inc(host, Counter::ReleaseFailures),
         }

@@ -83,7 +83,12 @@ pub struct Engine {
 impl Engine {
     /// Builds the engine for a validated config: defines metrics, initialises each Redis
     /// target once, and preloads the scripts (EVALSHA then hits; NOSCRIPT is still handled).
-    pub fn configure(host: &mut dyn Host, config: PluginConfig, seed: u64, log_level: LogLevel) -> Engine {
+    pub fn configure(
+        host: &mut dyn Host,
+        config: PluginConfig,
+        seed: u64,
+        log_level: LogLevel,
+    ) -> Engine {
         let mut e = Engine {
             stats: Stats::define(host),
             config,
@@ -112,7 +117,12 @@ impl Engine {
         e
     }
 
-    pub fn on_request_headers(&mut self, host: &mut dyn Host, ctx: u32, end_of_stream: bool) -> Verdict {
+    pub fn on_request_headers(
+        &mut self,
+        host: &mut dyn Host,
+        ctx: u32,
+        end_of_stream: bool,
+    ) -> Verdict {
         let route = text_property(host, "route_name");
         let cluster = text_property(host, "cluster_name");
         let authority = host.request_header(":authority").ok().flatten();
@@ -125,7 +135,9 @@ impl Engine {
             return Verdict::Continue; // no rule and no global config: the plugin is off here
         };
         let keys = match (&route, &cluster) {
-            (Some(r), Some(c)) if !r.is_empty() && !c.is_empty() => Some(Rc::new(Keys::new(&config.key_prefix, r, c))),
+            (Some(r), Some(c)) if !r.is_empty() && !c.is_empty() => {
+                Some(Rc::new(Keys::new(&config.key_prefix, r, c)))
+            }
             _ => None,
         };
         let missing_route = keys.is_none();
@@ -149,7 +161,13 @@ impl Engine {
         }
     }
 
-    pub fn on_request_body(&mut self, host: &mut dyn Host, ctx: u32, body_size: usize, end_of_stream: bool) -> Verdict {
+    pub fn on_request_body(
+        &mut self,
+        host: &mut dyn Host,
+        ctx: u32,
+        body_size: usize,
+        end_of_stream: bool,
+    ) -> Verdict {
         let Some(req) = self.requests.get_mut(&ctx) else {
             return Verdict::Continue;
         };
@@ -183,9 +201,16 @@ impl Engine {
             return;
         };
         match req.phase.at_done() {
-            AtDone::Release(lease) => self.release(host, &req.config, lease.keys, vec![lease.member]),
+            AtDone::Release(lease) => {
+                self.release(host, &req.config, lease.keys, vec![lease.member])
+            }
             // The pick's reply will find no request and release what it acquired.
-            AtDone::Orphan { token } => self.log(host, LogLevel::Debug, ctx, format_args!("stream ended before pick {token} returned")),
+            AtDone::Orphan { token } => self.log(
+                host,
+                LogLevel::Debug,
+                ctx,
+                format_args!("stream ended before pick {token} returned"),
+            ),
             AtDone::Nothing => {}
         }
     }
@@ -265,7 +290,11 @@ impl Engine {
             cap: pick.config.max_load,
             random: (self.random() >> 32) as u32,
             fingerprint: &pick.fingerprint,
-            reclaim: if self.acquires % RECLAIM_EVERY == 0 { RECLAIM_LIMIT } else { 0 },
+            reclaim: if self.acquires.is_multiple_of(RECLAIM_EVERY) {
+                RECLAIM_LIMIT
+            } else {
+                0
+            },
             endpoints: pick.sent_list.then_some(pick.candidates.as_slice()),
         };
         let query = scripts::acquire_call(&self.scripts, pick.by_sha, &pick.keys, &args);
@@ -274,7 +303,13 @@ impl Engine {
         Ok(token)
     }
 
-    fn on_pick_reply(&mut self, host: &mut dyn Host, token: u32, mut pick: Pick, reply: Result<Vec<u8>, Cause>) {
+    fn on_pick_reply(
+        &mut self,
+        host: &mut dyn Host,
+        token: u32,
+        mut pick: Pick,
+        reply: Result<Vec<u8>, Cause>,
+    ) {
         let outcome = match reply {
             Ok(bytes) => match scripts::parse_acquire(&bytes) {
                 Ok(r) => Outcome::Reply(r),
@@ -283,7 +318,10 @@ impl Engine {
             },
             Err(cause) => Outcome::Failed(cause),
         };
-        let alive = self.requests.get(&pick.ctx).is_some_and(|r| r.phase.awaits(token))
+        let alive = self
+            .requests
+            .get(&pick.ctx)
+            .is_some_and(|r| r.phase.awaits(token))
             && host.set_effective_context(pick.ctx).is_ok();
         if !alive {
             self.undo_orphan(host, &pick, &outcome);
@@ -306,7 +344,12 @@ impl Engine {
             }
             Outcome::Reply(AcquireReply::Full) => {
                 self.stats.inc(host, Counter::Rejected429);
-                self.set_phase(ctx, Phase::Settled { reason: "rejected_429" });
+                self.set_phase(
+                    ctx,
+                    Phase::Settled {
+                        reason: "rejected_429",
+                    },
+                );
                 let body = b"Exceeded maximum request limit from ai-load-balancer.";
                 let _ = host.send_local_response(429, "ai_lb_max_request_count", body);
             }
@@ -349,9 +392,19 @@ impl Engine {
             self.fail(host, ctx, Cause::OverrideFailed, true);
             return;
         }
-        self.synced.insert(pick.keys.namespace.clone(), pick.fingerprint.clone());
+        self.synced
+            .insert(pick.keys.namespace.clone(), pick.fingerprint.clone());
         if pick.config.detail_log && self.log_level as u32 <= LogLevel::Debug as u32 {
-            self.log(host, LogLevel::Debug, ctx, format_args!("routed to {endpoint} (cost {}, {} candidates)", pick.cost, pick.candidates.len()));
+            self.log(
+                host,
+                LogLevel::Debug,
+                ctx,
+                format_args!(
+                    "routed to {endpoint} (cost {}, {} candidates)",
+                    pick.cost,
+                    pick.candidates.len()
+                ),
+            );
         }
         self.set_phase(ctx, Phase::Routed { endpoint, lease });
         self.stats.inc(host, Counter::Routed);
@@ -396,13 +449,34 @@ impl Engine {
         } else {
             LogLevel::Debug
         };
-        let deny = self.requests.get(&ctx).is_some_and(|r| r.config.failure_mode == FailureMode::Deny);
-        let action = if deny { "503 (failureMode deny)" } else { "cluster load balancing" };
-        self.log(host, level, ctx, format_args!("fallback to {action}: {}", cause.name()));
-        self.set_phase(ctx, Phase::Settled { reason: cause.name() });
+        let deny = self
+            .requests
+            .get(&ctx)
+            .is_some_and(|r| r.config.failure_mode == FailureMode::Deny);
+        let action = if deny {
+            "503 (failureMode deny)"
+        } else {
+            "cluster load balancing"
+        };
+        self.log(
+            host,
+            level,
+            ctx,
+            format_args!("fallback to {action}: {}", cause.name()),
+        );
+        self.set_phase(
+            ctx,
+            Phase::Settled {
+                reason: cause.name(),
+            },
+        );
         if deny {
             self.stats.inc(host, Counter::Denied);
-            let _ = host.send_local_response(503, "ai_lb_failure", b"ai-load-balancer could not pick an endpoint");
+            let _ = host.send_local_response(
+                503,
+                "ai_lb_failure",
+                b"ai-load-balancer could not pick an endpoint",
+            );
             return Verdict::Pause;
         }
         if paused {

@@ -15,14 +15,21 @@ fn config(extra: &str) -> PluginConfig {
 }
 
 fn setup(extra: &str) -> (MockHost, Engine) {
-    let mut host = MockHost::new()
-        .with_route("chat", CLUSTER)
-        .with_hosts(&[("10.0.0.1:80", "Healthy"), ("10.0.0.2:80", "Healthy"), ("10.0.0.3:80", "Unhealthy")]);
+    let mut host = MockHost::new().with_route("chat", CLUSTER).with_hosts(&[
+        ("10.0.0.1:80", "Healthy"),
+        ("10.0.0.2:80", "Healthy"),
+        ("10.0.0.3:80", "Unhealthy"),
+    ]);
     let mut engine = Engine::configure(&mut host, config(extra), 42, LogLevel::Trace);
     // Answer the SCRIPT LOAD calls issued at configure, then forget them.
     assert_eq!(host.redis_calls.len(), 2);
     for token in [7, 11] {
-        deliver(&mut host, &mut engine, token, b"$40\r\n0123456789012345678901234567890123456789\r\n");
+        deliver(
+            &mut host,
+            &mut engine,
+            token,
+            b"$40\r\n0123456789012345678901234567890123456789\r\n",
+        );
     }
     assert_eq!(engine.tracked(), (0, 0));
     host.redis_calls.clear();
@@ -51,7 +58,11 @@ fn start(host: &mut MockHost, engine: &mut Engine, ctx: u32) -> u32 {
     assert_eq!(engine.on_request_body(host, ctx, 10, false), Verdict::Pause);
     let before = host.redis_calls.len();
     assert_eq!(engine.on_request_body(host, ctx, 20, true), Verdict::Pause);
-    assert_eq!(host.redis_calls.len(), before + 1, "one round trip per pick");
+    assert_eq!(
+        host.redis_calls.len(),
+        before + 1,
+        "one round trip per pick"
+    );
     host.next_token - 4
 }
 
@@ -66,11 +77,23 @@ fn routes_then_releases_exactly_once() {
     let token = start(&mut host, &mut e, 2);
     let args = host.last_query_args();
     assert_eq!(args[0], "EVALSHA");
-    assert_eq!(&args[3..6], ["ailb:{chat|outbound|8000||llm.static}:load", "ailb:{chat|outbound|8000||llm.static}:leases", "ailb:{chat|outbound|8000||llm.static}:members"]);
+    assert_eq!(
+        &args[3..6],
+        [
+            "ailb:{chat|outbound|8000||llm.static}:load",
+            "ailb:{chat|outbound|8000||llm.static}:leases",
+            "ailb:{chat|outbound|8000||llm.static}:members"
+        ]
+    );
     // First pick of this VM: the healthy set (sorted, unhealthy excluded) rides along.
     assert_eq!(&args[14..], ["10.0.0.1:80", "10.0.0.2:80"]);
     let rid = args[8].clone();
-    deliver(&mut host, &mut e, token, &bulk_array(&["OK", "10.0.0.2:80", "0"]));
+    deliver(
+        &mut host,
+        &mut e,
+        token,
+        &bulk_array(&["OK", "10.0.0.2:80", "0"]),
+    );
     assert_eq!(host.override_host.as_deref(), Some("10.0.0.2:80"));
     assert_eq!(host.effective_context, Some(2));
     assert_eq!(host.resumed, 1);
@@ -94,11 +117,25 @@ fn routes_then_releases_exactly_once() {
 fn steady_state_picks_skip_the_endpoint_list() {
     let (mut host, mut e) = setup("");
     let t = start(&mut host, &mut e, 2);
-    deliver(&mut host, &mut e, t, &bulk_array(&["OK", "10.0.0.1:80", "0"]));
+    deliver(
+        &mut host,
+        &mut e,
+        t,
+        &bulk_array(&["OK", "10.0.0.1:80", "0"]),
+    );
     start(&mut host, &mut e, 3);
-    assert_eq!(host.last_query_args().len(), 14, "no endpoint list once synced");
+    assert_eq!(
+        host.last_query_args().len(),
+        14,
+        "no endpoint list once synced"
+    );
     // The healthy set changes: the list is sent again.
-    host = MockHost { hosts: MockHost::new().with_hosts(&[("10.0.0.1:80", "Healthy")]).hosts, ..host };
+    host = MockHost {
+        hosts: MockHost::new()
+            .with_hosts(&[("10.0.0.1:80", "Healthy")])
+            .hosts,
+        ..host
+    };
     start(&mut host, &mut e, 4);
     assert_eq!(&host.last_query_args()[14..], ["10.0.0.1:80"]);
 }
@@ -118,10 +155,18 @@ fn abort_before_the_pick_returns_releases_on_arrival() {
     let rid = host.last_query_args()[8].clone();
     end(&mut host, &mut e, 2);
     assert_eq!(host.redis_calls.len(), 1, "nothing to release yet");
-    deliver(&mut host, &mut e, token, &bulk_array(&["OK", "10.0.0.1:80", "0"]));
+    deliver(
+        &mut host,
+        &mut e,
+        token,
+        &bulk_array(&["OK", "10.0.0.1:80", "0"]),
+    );
     assert_eq!(host.override_host, None, "a dead stream is not touched");
     assert_eq!(host.resumed, 0);
-    assert_eq!(host.last_query_args()[5..], [format!("{rid}|10.0.0.1:80|1")]);
+    assert_eq!(
+        host.last_query_args()[5..],
+        [format!("{rid}|10.0.0.1:80|1")]
+    );
     assert_eq!(host.metric("ai_lb.release.orphaned"), 1);
 }
 
@@ -136,7 +181,10 @@ fn lost_reply_falls_back_and_releases_every_possible_lease() {
     assert_eq!(host.metric("ai_lb.fallback.redis_timeout"), 1);
     assert_eq!(
         host.last_query_args()[5..],
-        [format!("{rid}|10.0.0.1:80|1"), format!("{rid}|10.0.0.2:80|1")]
+        [
+            format!("{rid}|10.0.0.1:80|1"),
+            format!("{rid}|10.0.0.2:80|1")
+        ]
     );
     let calls = host.redis_calls.len();
     end(&mut host, &mut e, 2);
@@ -147,12 +195,22 @@ fn lost_reply_falls_back_and_releases_every_possible_lease() {
 fn noscript_retries_with_eval() {
     let (mut host, mut e) = setup("");
     let token = start(&mut host, &mut e, 2);
-    deliver(&mut host, &mut e, token, b"-NOSCRIPT No matching script.\r\n");
+    deliver(
+        &mut host,
+        &mut e,
+        token,
+        b"-NOSCRIPT No matching script.\r\n",
+    );
     let args = host.last_query_args();
     assert_eq!(args[0], "EVAL");
     assert!(args[1].contains("ZRANGE"), "the script text itself");
     let last = host.next_token - 4;
-    deliver(&mut host, &mut e, last, &bulk_array(&["OK", "10.0.0.1:80", "0"]));
+    deliver(
+        &mut host,
+        &mut e,
+        last,
+        &bulk_array(&["OK", "10.0.0.1:80", "0"]),
+    );
     assert_eq!(host.override_host.as_deref(), Some("10.0.0.1:80"));
     assert_eq!(host.metric("ai_lb.redis.noscript"), 1);
 }
@@ -161,11 +219,20 @@ fn noscript_retries_with_eval() {
 fn sync_resends_the_list_once_then_gives_up() {
     let (mut host, mut e) = setup("");
     let t = start(&mut host, &mut e, 2);
-    deliver(&mut host, &mut e, t, &bulk_array(&["OK", "10.0.0.1:80", "0"]));
+    deliver(
+        &mut host,
+        &mut e,
+        t,
+        &bulk_array(&["OK", "10.0.0.1:80", "0"]),
+    );
     let t = start(&mut host, &mut e, 3);
     assert_eq!(host.last_query_args().len(), 14);
     deliver(&mut host, &mut e, t, &bulk_array(&["SYNC"]));
-    assert_eq!(host.last_query_args().len(), 16, "resent with the endpoint list");
+    assert_eq!(
+        host.last_query_args().len(),
+        16,
+        "resent with the endpoint list"
+    );
     let last = host.next_token - 4;
     deliver(&mut host, &mut e, last, &bulk_array(&["SYNC"]));
     assert_eq!(host.metric("ai_lb.fallback.bad_reply"), 1);
@@ -178,7 +245,10 @@ fn full_answers_429_and_releases_nothing() {
     let t = start(&mut host, &mut e, 2);
     assert_eq!(host.last_query_args()[10], "2", "cap sent to the script");
     deliver(&mut host, &mut e, t, &bulk_array(&["FULL", "2"]));
-    assert_eq!(host.local_responses, vec![(429, "ai_lb_max_request_count".to_string())]);
+    assert_eq!(
+        host.local_responses,
+        vec![(429, "ai_lb_max_request_count".to_string())]
+    );
     let calls = host.redis_calls.len();
     end(&mut host, &mut e, 2);
     assert_eq!(host.redis_calls.len(), calls);
@@ -201,7 +271,10 @@ fn deny_mode_answers_503() {
     let (mut host, mut e) = setup(r#","failureMode":"deny""#);
     let t = start(&mut host, &mut e, 2);
     fail_call(&mut host, &mut e, t);
-    assert_eq!(host.local_responses, vec![(503, "ai_lb_failure".to_string())]);
+    assert_eq!(
+        host.local_responses,
+        vec![(503, "ai_lb_failure".to_string())]
+    );
     assert_eq!(host.resumed, 0);
 }
 
@@ -213,7 +286,12 @@ fn missing_route_or_hosts_fall_back() {
     assert_eq!(host.metric("ai_lb.fallback.no_route"), 1);
 
     let (mut host, mut e) = setup("");
-    host = MockHost { hosts: MockHost::new().with_hosts(&[("10.0.0.1:80", "Unhealthy")]).hosts, ..host };
+    host = MockHost {
+        hosts: MockHost::new()
+            .with_hosts(&[("10.0.0.1:80", "Unhealthy")])
+            .hosts,
+        ..host
+    };
     assert_eq!(e.on_request_headers(&mut host, 2, true), Verdict::Continue);
     assert_eq!(host.metric("ai_lb.fallback.no_healthy_endpoint"), 1);
 
@@ -229,7 +307,12 @@ fn override_failure_releases_and_falls_back() {
     let (mut host, mut e) = setup("");
     let t = start(&mut host, &mut e, 2);
     host.override_status = 6;
-    deliver(&mut host, &mut e, t, &bulk_array(&["OK", "10.0.0.1:80", "0"]));
+    deliver(
+        &mut host,
+        &mut e,
+        t,
+        &bulk_array(&["OK", "10.0.0.1:80", "0"]),
+    );
     assert_eq!(host.last_query_args()[0], "EVALSHA");
     assert!(host.last_query_args()[5].ends_with("|10.0.0.1:80|1"));
     assert_eq!(host.metric("ai_lb.fallback.override_failed"), 1);
@@ -240,14 +323,24 @@ fn override_failure_releases_and_falls_back() {
 fn unknown_endpoint_in_reply_is_released() {
     let (mut host, mut e) = setup("");
     let t = start(&mut host, &mut e, 2);
-    deliver(&mut host, &mut e, t, &bulk_array(&["OK", "10.9.9.9:80", "0"]));
+    deliver(
+        &mut host,
+        &mut e,
+        t,
+        &bulk_array(&["OK", "10.9.9.9:80", "0"]),
+    );
     assert_eq!(host.override_host, None);
     assert!(host.last_query_args()[5].ends_with("|10.9.9.9:80|1"));
 }
 
 #[test]
 fn error_and_garbage_replies_fall_back() {
-    for reply in [&b"-ERR boom\r\n"[..], b"-NOAUTH Authentication required.\r\n", b"garbage", b":5\r\n"] {
+    for reply in [
+        &b"-ERR boom\r\n"[..],
+        b"-NOAUTH Authentication required.\r\n",
+        b"garbage",
+        b":5\r\n",
+    ] {
         let (mut host, mut e) = setup("");
         let t = start(&mut host, &mut e, 2);
         deliver(&mut host, &mut e, t, reply);
@@ -263,8 +356,14 @@ fn oversized_body_falls_back_without_redis() {
     let (mut host, mut e) = setup(r#","maxBodyBytes":100"#);
     host.live_contexts.push(2);
     e.on_request_headers(&mut host, 2, false);
-    assert_eq!(e.on_request_body(&mut host, 2, 101, false), Verdict::Continue);
-    assert_eq!(e.on_request_body(&mut host, 2, 300, true), Verdict::Continue);
+    assert_eq!(
+        e.on_request_body(&mut host, 2, 101, false),
+        Verdict::Continue
+    );
+    assert_eq!(
+        e.on_request_body(&mut host, 2, 300, true),
+        Verdict::Continue
+    );
     assert!(host.redis_calls.is_empty());
     assert_eq!(host.metric("ai_lb.fallback.body_too_large"), 1);
 }
@@ -283,17 +382,33 @@ fn cost_modes_weight_the_pick() {
 fn debug_header_names_endpoint_and_reason() {
     let (mut host, mut e) = setup(r#","debugHeader":"x-ai-lb-debug""#);
     let t = start(&mut host, &mut e, 2);
-    deliver(&mut host, &mut e, t, &bulk_array(&["OK", "10.0.0.1:80", "0"]));
+    deliver(
+        &mut host,
+        &mut e,
+        t,
+        &bulk_array(&["OK", "10.0.0.1:80", "0"]),
+    );
     e.on_response_headers(&mut host, 2);
-    assert_eq!(host.response_headers, vec![("x-ai-lb-debug".into(), "endpoint=10.0.0.1:80; reason=least_request".into())]);
+    assert_eq!(
+        host.response_headers,
+        vec![(
+            "x-ai-lb-debug".into(),
+            "endpoint=10.0.0.1:80; reason=least_request".into()
+        )]
+    );
 }
 
 #[test]
 fn redis_init_is_retried_until_the_cluster_exists() {
-    let mut host = MockHost::new().with_route("chat", CLUSTER).with_hosts(&[("10.0.0.1:80", "Healthy")]);
+    let mut host = MockHost::new()
+        .with_route("chat", CLUSTER)
+        .with_hosts(&[("10.0.0.1:80", "Healthy")]);
     host.redis_init_status = 2;
     let mut e = Engine::configure(&mut host, config(""), 1, LogLevel::Info);
-    assert!(host.redis_calls.is_empty(), "no calls before a successful init");
+    assert!(
+        host.redis_calls.is_empty(),
+        "no calls before a successful init"
+    );
     host.redis_init_status = 0;
     host.live_contexts.push(2);
     assert_eq!(e.on_request_headers(&mut host, 2, true), Verdict::Pause);

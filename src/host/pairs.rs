@@ -12,8 +12,11 @@ impl std::fmt::Display for PairsError {
     }
 }
 
+/// A borrowed (key, value) pair.
+pub type Pair<'a> = (&'a [u8], &'a [u8]);
+
 /// Decodes a pairs buffer into borrowed (key, value) byte slices.
-pub fn decode(buf: &[u8]) -> Result<Vec<(&[u8], &[u8])>, PairsError> {
+pub fn decode(buf: &[u8]) -> Result<Vec<Pair<'_>>, PairsError> {
     if buf.is_empty() {
         return Ok(Vec::new());
     }

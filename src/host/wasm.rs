@@ -342,3 +342,35 @@ fn unsupported(call: &'static str) -> HostError {
         status: super::UNSUPPORTED,
     }
 }
+
+#[link(wasm_import_module = "env")]
+extern "C" {
+    #[link_name = "proxy_get_log_level"]
+    fn proxy_get_log_level_raw(out: *mut u32) -> u32;
+}
+
+const PLUGIN_CONFIGURATION: u32 = 7;
+
+/// The plugin configuration buffer (root context, during on_configure).
+pub fn plugin_configuration() -> HostResult<Vec<u8>> {
+    // SAFETY: as in `fetch`.
+    Ok(fetch("get_plugin_configuration", |p, l| unsafe {
+        proxy_get_buffer_bytes(PLUGIN_CONFIGURATION, 0, usize::MAX, p, l)
+    })?
+    .unwrap_or_default())
+}
+
+/// The host's log level, so disabled levels cost no formatting.
+pub fn log_level() -> LogLevel {
+    let mut level = 2u32;
+    // SAFETY: `level` outlives the call.
+    unsafe { proxy_get_log_level_raw(&mut level) };
+    match level {
+        0 => LogLevel::Trace,
+        1 => LogLevel::Debug,
+        2 => LogLevel::Info,
+        3 => LogLevel::Warn,
+        4 => LogLevel::Error,
+        _ => LogLevel::Critical,
+    }
+}

@@ -21,8 +21,14 @@ impl Script {
     }
 }
 
-pub const GLR_ACQUIRE: &str = concat!(include_str!("scripts/lease.lua"), include_str!("scripts/glr_acquire.lua"));
-pub const RELEASE: &str = concat!(include_str!("scripts/lease.lua"), include_str!("scripts/release.lua"));
+pub const GLR_ACQUIRE: &str = concat!(
+    include_str!("scripts/lease.lua"),
+    include_str!("scripts/glr_acquire.lua")
+);
+pub const RELEASE: &str = concat!(
+    include_str!("scripts/lease.lua"),
+    include_str!("scripts/release.lua")
+);
 
 /// The scripts one VM uses, hashed once at start.
 #[derive(Debug, Clone)]
@@ -125,7 +131,12 @@ pub fn acquire_call(scripts: &Scripts, by_sha: bool, keys: &Keys, a: &AcquireArg
     if let Some(eps) = a.endpoints {
         args.extend(eps.iter().map(|e| e.as_bytes()));
     }
-    call(&scripts.acquire, by_sha, &[&keys.load, &keys.leases, &keys.members], &args)
+    call(
+        &scripts.acquire,
+        by_sha,
+        &[&keys.load, &keys.leases, &keys.members],
+        &args,
+    )
 }
 
 /// The lease member a successful acquire wrote: `<request id>|<endpoint>|<cost>`.
@@ -141,7 +152,9 @@ pub fn release_call(scripts: &Scripts, by_sha: bool, keys: &Keys, members: &[Str
 /// What an acquire answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AcquireReply {
-    Picked { endpoint: String },
+    Picked {
+        endpoint: String,
+    },
     /// Every endpoint is at the cap: nothing was incremented.
     Full,
     /// Redis does not have this caller's endpoint set: resend with the list.
@@ -183,15 +196,21 @@ fn decode(raw: &[u8]) -> Result<Value, ReplyError> {
 pub fn parse_acquire(raw: &[u8]) -> Result<AcquireReply, ReplyError> {
     let value = decode(raw)?;
     let Value::Array(Some(items)) = &value else {
-        return Err(ReplyError::Malformed(format!("expected an array, got {value:?}")));
+        return Err(ReplyError::Malformed(format!(
+            "expected an array, got {value:?}"
+        )));
     };
     let tag = items.first().and_then(Value::as_str);
     match (tag, items.get(1).and_then(Value::as_str)) {
-        (Some("OK"), Some(ep)) if !ep.is_empty() => Ok(AcquireReply::Picked { endpoint: ep.to_string() }),
+        (Some("OK"), Some(ep)) if !ep.is_empty() => Ok(AcquireReply::Picked {
+            endpoint: ep.to_string(),
+        }),
         (Some("FULL"), _) => Ok(AcquireReply::Full),
         (Some("SYNC"), _) => Ok(AcquireReply::Sync),
         (Some("EMPTY"), _) => Ok(AcquireReply::Empty),
-        _ => Err(ReplyError::Malformed(format!("unexpected acquire reply {items:?}"))),
+        _ => Err(ReplyError::Malformed(format!(
+            "unexpected acquire reply {items:?}"
+        ))),
     }
 }
 
@@ -199,7 +218,9 @@ pub fn parse_acquire(raw: &[u8]) -> Result<AcquireReply, ReplyError> {
 pub fn parse_release(raw: &[u8]) -> Result<bool, ReplyError> {
     match decode(raw)? {
         Value::Integer(n) => Ok(n == 1),
-        other => Err(ReplyError::Malformed(format!("unexpected release reply {other:?}"))),
+        other => Err(ReplyError::Malformed(format!(
+            "unexpected release reply {other:?}"
+        ))),
     }
 }
 
@@ -221,7 +242,10 @@ mod tests {
     #[test]
     fn sha_matches_redis_script_sha() {
         // SHA-1 of "return 1", as SCRIPT LOAD reports it.
-        assert_eq!(Script::new("return 1").sha, "e0e1f9fabfc9d4800c877a703b823ac0578ff8db");
+        assert_eq!(
+            Script::new("return 1").sha,
+            "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"
+        );
     }
 
     #[test]
@@ -241,12 +265,30 @@ mod tests {
             endpoints: Some(&eps),
         };
         let q = acquire_call(&s, true, &k, &args);
-        let Value::Array(Some(items)) = resp::decode_exact(&q).unwrap() else { panic!() };
+        let Value::Array(Some(items)) = resp::decode_exact(&q).unwrap() else {
+            panic!()
+        };
         let words: Vec<&str> = items.iter().map(|v| v.as_str().unwrap()).collect();
         assert_eq!(
             words,
-            ["EVALSHA", s.acquire.sha.as_str(), "3", "p:{r|c}:load", "p:{r|c}:leases", "p:{r|c}:members",
-             "5", "6", "rid", "1", "0", "9", "fp", "2", "a:1", "b:2"]
+            [
+                "EVALSHA",
+                s.acquire.sha.as_str(),
+                "3",
+                "p:{r|c}:load",
+                "p:{r|c}:leases",
+                "p:{r|c}:members",
+                "5",
+                "6",
+                "rid",
+                "1",
+                "0",
+                "9",
+                "fp",
+                "2",
+                "a:1",
+                "b:2"
+            ]
         );
     }
 
@@ -254,15 +296,38 @@ mod tests {
     fn parses_replies() {
         assert_eq!(
             parse_acquire(b"*3\r\n$2\r\nOK\r\n$6\r\nh:8000\r\n$1\r\n0\r\n"),
-            Ok(AcquireReply::Picked { endpoint: "h:8000".into() })
+            Ok(AcquireReply::Picked {
+                endpoint: "h:8000".into()
+            })
         );
-        assert_eq!(parse_acquire(b"*2\r\n$4\r\nFULL\r\n$1\r\n3\r\n"), Ok(AcquireReply::Full));
-        assert_eq!(parse_acquire(b"*1\r\n$4\r\nSYNC\r\n"), Ok(AcquireReply::Sync));
-        assert_eq!(parse_acquire(b"-NOSCRIPT No matching script\r\n"), Err(ReplyError::NoScript));
-        assert!(matches!(parse_acquire(b"-ERR x\r\n"), Err(ReplyError::Redis(_))));
-        assert!(matches!(parse_acquire(b":1\r\n"), Err(ReplyError::Malformed(_))));
-        assert!(matches!(parse_acquire(b"*1\r\n$2\r\nOK\r\n"), Err(ReplyError::Malformed(_))));
-        assert!(matches!(parse_acquire(b"garbage"), Err(ReplyError::Malformed(_))));
+        assert_eq!(
+            parse_acquire(b"*2\r\n$4\r\nFULL\r\n$1\r\n3\r\n"),
+            Ok(AcquireReply::Full)
+        );
+        assert_eq!(
+            parse_acquire(b"*1\r\n$4\r\nSYNC\r\n"),
+            Ok(AcquireReply::Sync)
+        );
+        assert_eq!(
+            parse_acquire(b"-NOSCRIPT No matching script\r\n"),
+            Err(ReplyError::NoScript)
+        );
+        assert!(matches!(
+            parse_acquire(b"-ERR x\r\n"),
+            Err(ReplyError::Redis(_))
+        ));
+        assert!(matches!(
+            parse_acquire(b":1\r\n"),
+            Err(ReplyError::Malformed(_))
+        ));
+        assert!(matches!(
+            parse_acquire(b"*1\r\n$2\r\nOK\r\n"),
+            Err(ReplyError::Malformed(_))
+        ));
+        assert!(matches!(
+            parse_acquire(b"garbage"),
+            Err(ReplyError::Malformed(_))
+        ));
         assert_eq!(parse_release(b":1\r\n"), Ok(true));
         assert_eq!(parse_release(b":0\r\n"), Ok(false));
     }

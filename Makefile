@@ -1,0 +1,65 @@
+# ai-load-balancer — build, check, test, benchmark, package.
+# `make test` is what CI runs (.ci/run); `make run` starts a local gateway (see README).
+
+CARGO        ?= cargo
+WASM_TARGET  := wasm32-wasip1
+DIST         := dist
+RAW_WASM     := target/$(WASM_TARGET)/release/ai_load_balancer.wasm
+ENVOY_RAW    := target/envoy/$(WASM_TARGET)/release/ai_load_balancer.wasm
+WASM_ABI     := tools/wasm-abi/target/release/wasm-abi
+HIGRESS_WASM := $(DIST)/ai-load-balancer.wasm
+ABI021_WASM  := $(DIST)/testdata/ai-load-balancer-abi021-only.wasm
+
+.PHONY: all build check-abi test unit-test lint fmt bench package clean tools
+
+all: build
+
+tools:
+	$(CARGO) build --release --quiet --manifest-path tools/wasm-abi/Cargo.toml
+
+# The Higress artifact: release, LTO, size-optimised, panic=abort (Cargo.toml), then the SDK's
+# proxy_abi_version_0_2_1 export removed so Higress selects 0_2_100 (design §1).
+build: tools
+	$(CARGO) build --release --target $(WASM_TARGET) --lib
+	mkdir -p $(DIST)/testdata
+	$(WASM_ABI) strip $(RAW_WASM) $(HIGRESS_WASM) proxy_abi_version_0_2_1
+	# Test fixture: the same module exporting only 0_2_1, to show the body starvation it causes.
+	$(WASM_ABI) strip $(RAW_WASM) $(ABI021_WASM) proxy_abi_version_0_2_100
+	@ls -l $(HIGRESS_WASM)
+
+check-abi: build
+	$(WASM_ABI) check $(HIGRESS_WASM) --host higress
+
+unit-test:
+	$(CARGO) test --quiet
+	$(CARGO) test --quiet --manifest-path tools/wasm-abi/Cargo.toml
+
+lint:
+	$(CARGO) fmt --check
+	$(CARGO) clippy --quiet --all-targets -- -D warnings
+	$(CARGO) clippy --quiet --target $(WASM_TARGET) --lib -- -D warnings
+	$(CARGO) clippy --quiet --manifest-path tools/wasm-abi/Cargo.toml -- -D warnings
+
+# Everything CI checks. Redis tests start their own redis-server on a free port.
+test: lint unit-test check-abi package
+	@echo "make test: all checks passed"
+
+bench: build
+	$(CARGO) run --release --quiet --example bench_redis
+
+# Higress plugin-market layout: plugin.tar.gz (holding plugin.wasm) beside spec.yaml and README.
+package: build
+	rm -rf $(DIST)/oci && mkdir -p $(DIST)/oci/layer
+	cp $(HIGRESS_WASM) $(DIST)/oci/layer/plugin.wasm
+	tar -C $(DIST)/oci/layer -czf $(DIST)/oci/plugin.tar.gz plugin.wasm
+	cp plugin-config/spec.yaml $(DIST)/oci/spec.yaml
+	cp README.md $(DIST)/oci/README.md
+	rm -rf $(DIST)/oci/layer
+	@tar -tzf $(DIST)/oci/plugin.tar.gz | grep -qx plugin.wasm && ls -l $(DIST)/oci
+
+fmt:
+	$(CARGO) fmt
+
+clean:
+	$(CARGO) clean
+	rm -rf $(DIST)

@@ -1,0 +1,224 @@
+//! Redis CPU per pick and per release (`INFO commandstats` usec_per_call), measured under load:
+//! 8 connections issuing pipelined EVALSHA batches in steady state (about 2 requests in flight
+//! per endpoint). Acquire and release batches alternate behind a barrier so each is measured
+//! on its own, at a constant load. A trivial script (`return 1`) measured the same way in the
+//! same run gives the floor; the ratio to it is what holds on a noisy machine.
+//!
+//! Run: `cargo run --release --example bench_redis` (needs redis-server on PATH).
+
+// A benchmark driver, not plugin code: failing loudly on a broken setup is the point.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "../tests/support/redis.rs"]
+mod redis_support;
+
+use ai_load_balancer::redis::resp::Value;
+use ai_load_balancer::redis::scripts::{self, AcquireArgs, Keys, Scripts};
+use ai_load_balancer::upstream::fingerprint;
+use redis_support::{command_stats, Conn, RedisServer};
+use std::collections::VecDeque;
+use std::sync::{Arc, Barrier};
+
+const CONNECTIONS: usize = 8;
+const BATCH: usize = 32;
+const ROUNDS: usize = 60;
+
+struct Measured {
+    pick_us: f64,
+    release_us: f64,
+}
+
+fn endpoints(n: usize) -> Vec<String> {
+    let mut v: Vec<String> = (0..n)
+        .map(|i| format!("10.{}.{}.{}:8000", i / 65536, i / 256 % 256, i % 256))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Alternating measured phases; returns usec per acquire and per release.
+fn measure_glr(redis: &RedisServer, hosts: usize) -> Measured {
+    let keys = Arc::new(Keys::new(
+        "ailb",
+        "bench",
+        &format!("outbound|8000||llm{hosts}.static"),
+    ));
+    let scripts = Arc::new(Scripts::new());
+    let eps = Arc::new(endpoints(hosts));
+    let fp: Arc<str> = fingerprint(&eps).into();
+    let mut c = redis.conn();
+    for s in scripts.all() {
+        c.cmd(&[b"SCRIPT".as_slice(), b"LOAD", s.text.as_bytes()]);
+    }
+    // Sync the membership once, as the first pick of a gateway does.
+    let args = AcquireArgs {
+        now_ms: 1,
+        lease_ttl_ms: 600_000,
+        request_id: "sync",
+        cost: 1,
+        cap: 0,
+        random: 0,
+        fingerprint: &fp,
+        reclaim: 0,
+        endpoints: Some(&eps),
+    };
+    c.cmd_raw(&scripts::acquire_call(&scripts, true, &keys, &args));
+
+    let in_flight_per_conn = (2 * hosts).div_ceil(CONNECTIONS).max(BATCH);
+    let barrier = Arc::new(Barrier::new(CONNECTIONS + 1));
+    let workers: Vec<_> = (0..CONNECTIONS)
+        .map(|t| {
+            let (keys, scripts, eps, fp, barrier) = (
+                keys.clone(),
+                scripts.clone(),
+                eps.clone(),
+                fp.clone(),
+                barrier.clone(),
+            );
+            let port = redis.port;
+            std::thread::spawn(move || {
+                let mut conn = Conn::try_connect(port).unwrap();
+                let mut held: VecDeque<String> = VecDeque::new();
+                let mut seq: u64 = 0;
+                let mut rng: u64 = 0x2545_f491_4f6c_dd1d ^ t as u64;
+                let mut acquire_batch = |conn: &mut Conn, held: &mut VecDeque<String>, n: usize| {
+                    let mut rids = Vec::with_capacity(n);
+                    let queries: Vec<Vec<u8>> = (0..n)
+                        .map(|_| {
+                            seq += 1;
+                            rng ^= rng << 13;
+                            rng ^= rng >> 7;
+                            rng ^= rng << 17;
+                            let rid = format!("b{t:02}{seq:x}");
+                            let q = scripts::acquire_call(
+                                &scripts,
+                                true,
+                                &keys,
+                                &AcquireArgs {
+                                    now_ms: 1_000_000 + seq,
+                                    lease_ttl_ms: 600_000,
+                                    request_id: &rid,
+                                    cost: 1,
+                                    cap: 0,
+                                    random: (rng >> 32) as u32,
+                                    fingerprint: &fp,
+                                    reclaim: if seq.is_multiple_of(16) { 4 } else { 0 },
+                                    endpoints: None,
+                                },
+                            );
+                            rids.push(rid);
+                            q
+                        })
+                        .collect();
+                    for (rid, reply) in rids.iter().zip(conn.pipeline(&queries)) {
+                        let Value::Array(Some(items)) = reply else {
+                            panic!("acquire failed: {reply:?}")
+                        };
+                        let ep = items[1].as_str().unwrap().to_string();
+                        held.push_back(scripts::lease_member(rid, &ep, 1));
+                    }
+                };
+                // Warm up to the steady-state number of leases (not measured).
+                while held.len() < in_flight_per_conn {
+                    acquire_batch(&mut conn, &mut held, BATCH);
+                }
+                let _ = &eps;
+                for _ in 0..ROUNDS {
+                    barrier.wait(); // measured: acquires
+                    acquire_batch(&mut conn, &mut held, BATCH);
+                    barrier.wait();
+                    barrier.wait(); // measured: releases of the oldest leases
+                    let queries: Vec<Vec<u8>> = held
+                        .drain(..BATCH)
+                        .map(|m| scripts::release_call(&scripts, true, &keys, &[m]))
+                        .collect();
+                    for r in conn.pipeline(&queries) {
+                        assert_eq!(r, Value::Integer(1), "release must find its lease");
+                    }
+                    barrier.wait();
+                }
+            })
+        })
+        .collect();
+    let (mut pick, mut release) = ((0u64, 0u64), (0u64, 0u64));
+    for _ in 0..ROUNDS {
+        c.cmd(&["CONFIG", "RESETSTAT"]);
+        barrier.wait();
+        barrier.wait();
+        let (calls, usec) = command_stats(&mut c, "evalsha");
+        pick = (pick.0 + calls, pick.1 + usec);
+        c.cmd(&["CONFIG", "RESETSTAT"]);
+        barrier.wait();
+        barrier.wait();
+        let (calls, usec) = command_stats(&mut c, "evalsha");
+        release = (release.0 + calls, release.1 + usec);
+    }
+    for w in workers {
+        w.join().unwrap();
+    }
+    Measured {
+        pick_us: pick.1 as f64 / pick.0 as f64,
+        release_us: release.1 as f64 / release.0 as f64,
+    }
+}
+
+/// `return 1` under the same load shape.
+fn measure_floor(redis: &RedisServer) -> f64 {
+    let mut c = redis.conn();
+    let sha = c
+        .cmd(&["SCRIPT", "LOAD", "return 1"])
+        .as_str()
+        .unwrap()
+        .to_string();
+    let query = ai_load_balancer::redis::resp::encode_command(&["EVALSHA", sha.as_str(), "0"]);
+    c.cmd(&["CONFIG", "RESETSTAT"]);
+    let workers: Vec<_> = (0..CONNECTIONS)
+        .map(|_| {
+            let (port, q) = (redis.port, query.clone());
+            std::thread::spawn(move || {
+                let mut conn = Conn::try_connect(port).unwrap();
+                let batch: Vec<Vec<u8>> = vec![q; BATCH];
+                for _ in 0..ROUNDS * 2 {
+                    conn.pipeline(&batch);
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let (calls, usec) = command_stats(&mut c, "evalsha");
+    usec as f64 / calls as f64
+}
+
+fn main() {
+    let redis = RedisServer::start();
+    let floor_before = measure_floor(&redis);
+    let mut picks = Vec::new();
+    let mut release = 0.0;
+    for hosts in [4, 64, 256, 4096] {
+        let m = measure_glr(&redis, hosts);
+        picks.push((hosts, m.pick_us));
+        if hosts == 256 {
+            release = m.release_us;
+        }
+    }
+    // Floor measured before and after; the mean is the reference for the ratio.
+    let floor = (floor_before + measure_floor(&redis)) / 2.0;
+    for (hosts, us) in &picks {
+        println!("BENCH redis_us_per_pick_glr_hosts{hosts} {us:.2} us");
+    }
+    println!("BENCH redis_us_per_release_glr {release:.2} us");
+    println!("BENCH redis_us_trivial_script_floor {floor:.2} us");
+    let at256 = picks.iter().find(|(h, _)| *h == 256).map_or(0.0, |p| p.1);
+    println!(
+        "BENCH redis_pick_over_floor_glr_hosts256 {:.1} ratio",
+        at256 / floor
+    );
+    match std::fs::metadata("dist/ai-load-balancer.wasm") {
+        Ok(m) => println!("BENCH wasm_module_bytes {} bytes", m.len()),
+        Err(_) => {
+            eprintln!("dist/ai-load-balancer.wasm not built (make build): module size not reported")
+        }
+    }
+}
