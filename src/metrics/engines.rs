@@ -1,0 +1,498 @@
+//! Model-server engines: detection from the metric names present, and mapping of their families
+//! to one normalised [`EndpointMetrics`] snapshot per endpoint.
+//!
+//! Names are from shared/spec/model-server-metrics-and-scheduling.md §1 (vLLM §1.1, SGLang §1.2,
+//! TRT-LLM/TGI §1.3, GIE protocol §1.4). Matching is always on exact series names.
+//!
+//! Aggregation across series of one family (data-parallel and multi-model pods):
+//! * series are grouped by (`model_name`, `model`, `engine`|`dp_rank`); series inside one group
+//!   that differ only by other labels (SGLang `tp_rank`/`pp_rank`, `priority`, extra labels) are
+//!   replicas of one scheduler's state, so the group takes their **max**;
+//! * queue and running counts are **summed** over groups (a DP pod behind one API server takes
+//!   the whole pod's load; GIE instead reads the first series only — spec §1.4 "Gotcha");
+//! * KV usage is the **mean** over groups: the API server's own DP balancer spreads requests over
+//!   ranks, so the pod's headroom is the aggregate free cache; max would shed a whole pod for one
+//!   hot rank.
+//!
+//! Non-finite values are ignored; negative counts clamp to 0; KV usage clamps to 0..=1.
+
+use super::prom::{self, Exposition, ParseStats, Sample};
+
+/// Inference engine behind an endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    /// vLLM V0 and V1 (`vllm:` prefix).
+    Vllm,
+    /// SGLang (`sglang:` prefix).
+    Sglang,
+    /// Triton Inference Server with the TensorRT-LLM backend (`nv_trt_llm_*`).
+    TritonTrtLlm,
+    /// TensorRT-LLM's OpenAI server `trtllm-serve` (`trtllm_*`).
+    TrtllmServe,
+    /// Hugging Face TGI (`tgi_*`); no KV signal.
+    Tgi,
+}
+
+/// LoRA state from `vllm:lora_requests_info` (series with the largest value = latest update).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoraInfo {
+    /// Adapters with requests in the batch. Current V1 also lists adapters that only have queued
+    /// requests here (spec §1.1, llm-d-router#2605).
+    pub running: Vec<String>,
+    pub waiting: Vec<String>,
+    pub max_lora: u32,
+}
+
+impl LoraInfo {
+    pub fn is_running(&self, adapter: &str) -> bool {
+        self.running.iter().any(|a| a == adapter)
+    }
+
+    pub fn is_waiting(&self, adapter: &str) -> bool {
+        self.waiting.iter().any(|a| a == adapter)
+    }
+
+    /// A new adapter can be loaded without evicting one.
+    pub fn has_free_slot(&self) -> bool {
+        self.running.len() < self.max_lora as usize
+    }
+}
+
+/// How the series of a configured extra metric combine into one value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Aggregation {
+    /// Max within a DP group, summed over groups (right for counts).
+    #[default]
+    Sum,
+    /// Max within a DP group, mean over groups (right for ratios).
+    Mean,
+    /// Max over all series.
+    Max,
+}
+
+/// A raw Prometheus series name to carry along (`target_metric` of `least`/`most`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExtraMetric {
+    pub name: String,
+    pub aggregation: Aggregation,
+}
+
+/// Normalised per-endpoint snapshot, produced once per scrape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndpointMetrics {
+    pub engine: Engine,
+    /// Queued requests (GIE TotalQueuedRequests). 0 if the engine exposes only running.
+    pub waiting: f64,
+    /// Requests in the running batch (GIE TotalRunningRequests). 0 if not exposed.
+    pub running: f64,
+    /// KV-cache utilisation, 0..=1.
+    pub kv_usage: Option<f64>,
+    /// `None` when the pod exposes no LoRA info (LoRA disabled): never disables the endpoint.
+    pub lora: Option<LoraInfo>,
+    /// Prefix-cache hit rate 0..=1. vLLM V1 has only counters, so this is hits/queries since
+    /// start; [`Self::prefix_cache_counters`] lets a caller diff two scrapes instead.
+    pub prefix_hit_rate: Option<f64>,
+    /// (hits, queries) counters when the engine has them (vLLM V1).
+    pub prefix_cache_counters: Option<(f64, f64)>,
+    /// KV block size in tokens (vLLM `cache_config_info.block_size`, SGLang `page_size`, TRT-LLM
+    /// `tokens_per`), for prefix-scorer autotune.
+    pub block_size: Option<u32>,
+    /// Number of GPU KV blocks (`num_gpu_blocks`, `num_pages`, TRT-LLM `max`).
+    pub num_gpu_blocks: Option<u64>,
+    /// Data-parallel groups seen in the queue family (1 for a plain pod).
+    pub dp_groups: u32,
+    /// Value of the configured [`ExtraMetric`], if present.
+    pub extra: Option<f64>,
+    /// The extra metric is this engine's waiting or running count, so in-flight correction
+    /// applies to it.
+    pub extra_counts_requests: bool,
+}
+
+/// Why no snapshot could be made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MapError {
+    /// No known engine family present.
+    UnknownEngine,
+    /// Engine recognised (e.g. only `vllm:cache_config_info`) but neither queue nor running.
+    NoLoadMetrics(Engine),
+}
+
+/// Selects series of `name` whose label `key` equals `value` (if given).
+#[derive(Clone, Copy)]
+struct Sel {
+    name: &'static str,
+    label: Option<(&'static str, &'static str)>,
+}
+
+const fn s(name: &'static str) -> Sel {
+    Sel { name, label: None }
+}
+
+const fn sl(name: &'static str, key: &'static str, value: &'static str) -> Sel {
+    Sel {
+        name,
+        label: Some((key, value)),
+    }
+}
+
+/// Where each signal lives for one engine; in every list the first selector present wins.
+struct Spec {
+    engine: Engine,
+    waiting: &'static [Sel],
+    running: &'static [Sel],
+    kv: &'static [Sel],
+    /// Gauge already 0..1; negative means "no queries yet" (vLLM V0 emits -1.0).
+    hit_rate: &'static [Sel],
+    /// (hits, queries) counter pairs.
+    hit_counters: &'static [(&'static str, &'static str)],
+    /// (family, block-size label, block-count label) of an info-style gauge.
+    cache_info: Option<(&'static str, &'static str, &'static str)>,
+    block_size: &'static [Sel],
+    num_blocks: &'static [Sel],
+}
+
+const TRITON_REQ: &str = "nv_trt_llm_request_metrics";
+const TRITON_KV: &str = "nv_trt_llm_kv_cache_block_metrics";
+const VLLM_LORA: &str = "vllm:lora_requests_info";
+
+/// Detection order matters only for a page exposing several engines (not seen in practice).
+const SPECS: &[Spec] = &[
+    Spec {
+        engine: Engine::Vllm,
+        waiting: &[s("vllm:num_requests_waiting")],
+        running: &[s("vllm:num_requests_running")],
+        // 0.9.2 renamed gpu_cache_usage_perc → kv_cache_usage_perc (vllm#18354); 0.9.2–0.10 emit
+        // both, 0.11 hides the old one, V0 has only the old one. Prefer the new name.
+        kv: &[
+            s("vllm:kv_cache_usage_perc"),
+            s("vllm:gpu_cache_usage_perc"),
+        ],
+        hit_rate: &[s("vllm:gpu_prefix_cache_hit_rate")],
+        hit_counters: &[
+            (
+                "vllm:prefix_cache_hits_total",
+                "vllm:prefix_cache_queries_total",
+            ),
+            (
+                "vllm:gpu_prefix_cache_hits_total",
+                "vllm:gpu_prefix_cache_queries_total",
+            ),
+        ],
+        cache_info: Some(("vllm:cache_config_info", "block_size", "num_gpu_blocks")),
+        block_size: &[],
+        num_blocks: &[],
+    },
+    Spec {
+        engine: Engine::Sglang,
+        waiting: &[s("sglang:num_queue_reqs")],
+        running: &[s("sglang:num_running_reqs")],
+        kv: &[s("sglang:token_usage")],
+        hit_rate: &[s("sglang:cache_hit_rate")],
+        hit_counters: &[],
+        cache_info: Some(("sglang:cache_config_info", "page_size", "num_pages")),
+        block_size: &[],
+        num_blocks: &[],
+    },
+    Spec {
+        engine: Engine::TritonTrtLlm,
+        // `waiting` only since tensorrtllm_backend 15cb989 (2025-04); older pods report 0 here.
+        waiting: &[sl(TRITON_REQ, "request_type", "waiting")],
+        running: &[
+            sl(TRITON_REQ, "request_type", "scheduled"),
+            sl(TRITON_REQ, "request_type", "active"),
+        ],
+        // `fraction` is recent too; used/max is derived in `triton_kv_fallback`.
+        kv: &[sl(TRITON_KV, "kv_cache_block_type", "fraction")],
+        hit_rate: &[],
+        hit_counters: &[],
+        cache_info: None,
+        block_size: &[sl(TRITON_KV, "kv_cache_block_type", "tokens_per")],
+        num_blocks: &[sl(TRITON_KV, "kv_cache_block_type", "max")],
+    },
+    Spec {
+        engine: Engine::TrtllmServe,
+        waiting: &[s("trtllm_num_requests_waiting")],
+        running: &[s("trtllm_num_requests_running")],
+        kv: &[s("trtllm_kv_cache_utilization")],
+        hit_rate: &[],
+        hit_counters: &[],
+        cache_info: None,
+        block_size: &[s("trtllm_kv_cache_tokens_per_block")],
+        num_blocks: &[s("trtllm_kv_cache_max_blocks")],
+    },
+    Spec {
+        engine: Engine::Tgi,
+        waiting: &[s("tgi_queue_size")],
+        running: &[s("tgi_batch_current_size")],
+        kv: &[],
+        hit_rate: &[],
+        hit_counters: &[],
+        cache_info: None,
+        block_size: &[],
+        num_blocks: &[],
+    },
+];
+
+/// Filter for [`prom::parse_filtered`]: true for every series name some engine mapping reads,
+/// plus `extra` (a configured `target_metric`).
+pub fn is_wanted(name: &str, extra: Option<&str>) -> bool {
+    if extra == Some(name) {
+        return true;
+    }
+    // Cheap prefix gate first: most lines of a vLLM page are histogram buckets we never read.
+    let known_prefix = ["vllm:", "sglang:", "nv_trt_llm_", "trtllm_", "tgi_"]
+        .iter()
+        .any(|p| name.starts_with(p));
+    known_prefix
+        && (name == VLLM_LORA
+            || SPECS.iter().any(|sp| {
+                let sels = [
+                    sp.waiting,
+                    sp.running,
+                    sp.kv,
+                    sp.hit_rate,
+                    sp.block_size,
+                    sp.num_blocks,
+                ];
+                sels.iter().any(|l| l.iter().any(|x| x.name == name))
+                    || sp
+                        .hit_counters
+                        .iter()
+                        .any(|(h, q)| *h == name || *q == name)
+                    || sp.cache_info.is_some_and(|(f, _, _)| f == name)
+            }))
+}
+
+/// Engine whose queue or running family is present; else the engine any mapped family belongs
+/// to (so a page with only `vllm:cache_config_info` reports `NoLoadMetrics(Vllm)`).
+pub fn detect_engine(expo: &Exposition) -> Option<Engine> {
+    let by_load = SPECS.iter().find(|sp| {
+        sp.waiting
+            .iter()
+            .chain(sp.running)
+            .any(|x| expo.has(x.name))
+    });
+    let by_any = || {
+        expo.samples.iter().find_map(|smp| {
+            SPECS
+                .iter()
+                .find(|sp| is_wanted(&smp.name, None) && smp.name.starts_with(prefix(sp.engine)))
+        })
+    };
+    by_load.or_else(by_any).map(|sp| sp.engine)
+}
+
+fn prefix(e: Engine) -> &'static str {
+    match e {
+        Engine::Vllm => "vllm:",
+        Engine::Sglang => "sglang:",
+        Engine::TritonTrtLlm => "nv_trt_llm_",
+        Engine::TrtllmServe => "trtllm_",
+        Engine::Tgi => "tgi_",
+    }
+}
+
+/// Maps a parsed page to a snapshot. Optional families (KV, LoRA, prefix, cache config) only
+/// ever become `None`.
+pub fn map_exposition(
+    expo: &Exposition,
+    extra: Option<&ExtraMetric>,
+) -> Result<EndpointMetrics, MapError> {
+    let engine = detect_engine(expo).ok_or(MapError::UnknownEngine)?;
+    let spec = SPECS
+        .iter()
+        .find(|sp| sp.engine == engine)
+        .ok_or(MapError::UnknownEngine)?;
+    let waiting = first_agg(expo, spec.waiting, Aggregation::Sum);
+    let running = first_agg(expo, spec.running, Aggregation::Sum);
+    if waiting.is_none() && running.is_none() {
+        return Err(MapError::NoLoadMetrics(engine));
+    }
+    let kv_usage = first_agg(expo, spec.kv, Aggregation::Mean)
+        .map(|a| a.value)
+        .or_else(|| {
+            (engine == Engine::TritonTrtLlm)
+                .then(|| triton_kv_fallback(expo))
+                .flatten()
+        })
+        .map(|v| v.clamp(0.0, 1.0));
+    let prefix_cache_counters = spec.hit_counters.iter().find_map(|(h, q)| {
+        let hits = agg(expo, &s(h), Aggregation::Sum)?.value;
+        let queries = agg(expo, &s(q), Aggregation::Sum)?.value;
+        Some((hits, queries))
+    });
+    let prefix_hit_rate = first_agg(expo, spec.hit_rate, Aggregation::Mean)
+        .map(|a| a.value)
+        .filter(|v| *v >= 0.0)
+        .or_else(|| prefix_cache_counters.and_then(|(h, q)| (q > 0.0).then_some(h / q)))
+        .map(|v| v.clamp(0.0, 1.0));
+    let (mut block_size, mut num_gpu_blocks) = match spec.cache_info {
+        Some((family, bs, nb)) => cache_info(expo, family, bs, nb),
+        None => (None, None),
+    };
+    block_size = block_size.or_else(|| {
+        first_agg(expo, spec.block_size, Aggregation::Max).and_then(|a| to_u32(a.value))
+    });
+    num_gpu_blocks = num_gpu_blocks.or_else(|| {
+        first_agg(expo, spec.num_blocks, Aggregation::Sum).and_then(|a| to_u64(a.value))
+    });
+    let extra_value =
+        extra.and_then(|x| agg_named(expo, &x.name, None, x.aggregation).map(|a| a.value));
+    let extra_counts_requests = extra.is_some_and(|x| {
+        spec.waiting
+            .iter()
+            .chain(spec.running)
+            .any(|sel| sel.label.is_none() && sel.name == x.name)
+    });
+    Ok(EndpointMetrics {
+        engine,
+        waiting: waiting.map_or(0.0, |a| a.value.max(0.0)),
+        running: running.map_or(0.0, |a| a.value.max(0.0)),
+        kv_usage,
+        lora: (engine == Engine::Vllm).then(|| lora_info(expo)).flatten(),
+        prefix_hit_rate,
+        prefix_cache_counters,
+        block_size,
+        num_gpu_blocks,
+        dp_groups: waiting.or(running).map_or(0, |a| a.groups),
+        extra: extra_value,
+        extra_counts_requests,
+    })
+}
+
+/// Parse-and-map for one scrape body, reading only the families the mappings need.
+pub fn scrape(
+    body: &[u8],
+    extra: Option<&ExtraMetric>,
+) -> (Result<EndpointMetrics, MapError>, ParseStats) {
+    let extra_name = extra.map(|x| x.name.as_str());
+    let expo = prom::parse_filtered(body, |n| is_wanted(n, extra_name));
+    (map_exposition(&expo, extra), expo.stats)
+}
+
+/// Picks the `vllm:lora_requests_info` series with the largest value: the value is the update
+/// time and every label combination seen stays exported (spec §1.1; GIE `getLatestMetric`).
+pub fn lora_info(expo: &Exposition) -> Option<LoraInfo> {
+    let latest = expo
+        .series(VLLM_LORA)
+        .filter(|x| !x.value.is_nan())
+        .reduce(|best, x| if x.value > best.value { x } else { best })?;
+    Some(LoraInfo {
+        running: split_list(latest.label("running_lora_adapters")),
+        waiting: split_list(latest.label("waiting_lora_adapters")),
+        max_lora: latest
+            .label("max_lora")
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0),
+    })
+}
+
+/// Adapter names beyond this are dropped; keeps per-pod state bounded.
+const MAX_ADAPTERS: usize = 256;
+
+fn split_list(v: Option<&str>) -> Vec<String> {
+    v.unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .take(MAX_ADAPTERS)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `used / max` blocks for Triton builds without the `fraction` series.
+fn triton_kv_fallback(expo: &Exposition) -> Option<f64> {
+    let used = agg(
+        expo,
+        &sl(TRITON_KV, "kv_cache_block_type", "used"),
+        Aggregation::Sum,
+    )?
+    .value;
+    let max = agg(
+        expo,
+        &sl(TRITON_KV, "kv_cache_block_type", "max"),
+        Aggregation::Sum,
+    )?
+    .value;
+    (max > 0.0).then_some(used / max)
+}
+
+/// Block size and count from the labels of an info gauge (vLLM: one series per DP engine, same
+/// config; the first series wins).
+fn cache_info(expo: &Exposition, family: &str, bs: &str, nb: &str) -> (Option<u32>, Option<u64>) {
+    let Some(first) = expo.series(family).next() else {
+        return (None, None);
+    };
+    let num = |k: &str| first.label(k).and_then(|v| v.trim().parse::<u64>().ok());
+    (num(bs).and_then(|v| u32::try_from(v).ok()), num(nb))
+}
+
+fn to_u32(v: f64) -> Option<u32> {
+    (0.0..=f64::from(u32::MAX)).contains(&v).then_some(v as u32)
+}
+
+fn to_u64(v: f64) -> Option<u64> {
+    (0.0..1.8e19).contains(&v).then_some(v as u64)
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Agg {
+    value: f64,
+    groups: u32,
+}
+
+fn first_agg(expo: &Exposition, sels: &[Sel], how: Aggregation) -> Option<Agg> {
+    sels.iter().find_map(|sel| agg(expo, sel, how))
+}
+
+fn agg(expo: &Exposition, sel: &Sel, how: Aggregation) -> Option<Agg> {
+    agg_named(expo, sel.name, sel.label, how)
+}
+
+/// Aggregates the finite series of `name` whose label matches `label` (see the module doc).
+fn agg_named(
+    expo: &Exposition,
+    name: &str,
+    label: Option<(&str, &str)>,
+    how: Aggregation,
+) -> Option<Agg> {
+    // (group key, max value in group); pods have a handful of groups, so a Vec beats a map.
+    let mut groups: Vec<([Option<&str>; 3], f64)> = Vec::new();
+    for smp in expo.series(name).filter(|x| x.value.is_finite()) {
+        if let Some((k, v)) = label {
+            if smp.label(k) != Some(v) {
+                continue;
+            }
+        }
+        let key = group_key(smp);
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, best)) => *best = best.max(smp.value),
+            None => groups.push((key, smp.value)),
+        }
+    }
+    let n = groups.len();
+    if n == 0 {
+        return None;
+    }
+    let sum: f64 = groups.iter().map(|(_, v)| v).sum();
+    let value = match how {
+        Aggregation::Sum => sum,
+        Aggregation::Mean => sum / n as f64,
+        Aggregation::Max => groups
+            .iter()
+            .map(|(_, v)| *v)
+            .fold(f64::NEG_INFINITY, f64::max),
+    };
+    Some(Agg {
+        value,
+        groups: u32::try_from(n).unwrap_or(u32::MAX),
+    })
+}
+
+fn group_key(smp: &Sample) -> [Option<&str>; 3] {
+    [
+        smp.label("model_name"),
+        smp.label("model"),
+        smp.label("engine").or_else(|| smp.label("dp_rank")),
+    ]
+}

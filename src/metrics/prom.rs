@@ -1,0 +1,469 @@
+//! Prometheus text exposition parser (format 0.0.4, as emitted by `prometheus_client` and the Go
+//! client), tolerant of what model servers really emit.
+//!
+//! Never fails as a whole and never panics: a malformed line is skipped and counted in
+//! [`ParseStats`]; work is bounded by the `MAX_*` constants (over-limit input is cut and flagged in
+//! [`ParseStats::truncated`]). Output memory is bounded by the input size, itself capped at
+//! [`MAX_INPUT_BYTES`].
+
+use std::fmt;
+
+/// Bytes of input looked at; the rest is dropped (cut at the last complete line).
+/// Higress stored only 64 KiB of the probe body (anchors §1.5 item 13d), which cut real vLLM
+/// expositions with many histograms; 4 MiB is ~40x the biggest vLLM page we have seen.
+pub const MAX_INPUT_BYTES: usize = 4 * 1024 * 1024;
+/// Lines looked at (comments and blank lines included).
+pub const MAX_LINES: usize = 200_000;
+/// Samples kept in one [`Exposition`].
+pub const MAX_SERIES: usize = 50_000;
+/// `# TYPE` entries kept.
+pub const MAX_TYPES: usize = 10_000;
+/// Labels per sample; a line with more is malformed.
+pub const MAX_LABELS: usize = 64;
+/// Length of a metric or label name.
+pub const MAX_NAME_LEN: usize = 512;
+/// Length of one (unescaped) label value. LoRA adapter lists live in label values, so keep room.
+pub const MAX_LABEL_VALUE_LEN: usize = 16 * 1024;
+
+/// Type declared by a `# TYPE` line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricType {
+    Counter,
+    Gauge,
+    Histogram,
+    Summary,
+    Untyped,
+    /// Anything else (e.g. OpenMetrics `info`, `stateset`); kept rather than rejected.
+    Other,
+}
+
+/// One series value: `name{labels} value [timestamp]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    /// Full series name, e.g. `vllm:e2e_request_latency_seconds_bucket`.
+    pub name: String,
+    /// Labels in exposition order, unescaped.
+    pub labels: Vec<(String, String)>,
+    /// May be NaN or ±Inf; consumers decide what that means.
+    pub value: f64,
+    /// Milliseconds since the epoch, if the line had one.
+    pub timestamp_ms: Option<i64>,
+}
+
+impl Sample {
+    /// Value of label `key` (first occurrence).
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Why a line was skipped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LineError {
+    InvalidUtf8,
+    BadMetricName,
+    NameTooLong,
+    BadLabelName,
+    MissingEquals,
+    MissingQuote,
+    UnterminatedLabelValue,
+    BadEscape,
+    LabelValueTooLong,
+    TooManyLabels,
+    UnterminatedLabels,
+    MissingValue,
+    BadValue,
+    BadTimestamp,
+    TrailingGarbage,
+}
+
+impl fmt::Display for LineError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// Which limit cut the input short.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Truncation {
+    InputBytes,
+    Lines,
+    Series,
+}
+
+/// What the parser did; cheap to copy into counters and logs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ParseStats {
+    /// Lines looked at.
+    pub lines: usize,
+    /// Samples kept.
+    pub samples: usize,
+    /// Sample lines whose name the filter rejected (their rest is not validated).
+    pub filtered_out: usize,
+    /// Lines skipped as malformed.
+    pub malformed: usize,
+    /// 1-based line number and cause of the first malformed line.
+    pub first_error: Option<(usize, LineError)>,
+    pub truncated: Option<Truncation>,
+}
+
+/// Result of a parse: the kept samples, the `# TYPE` declarations, and statistics.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Exposition {
+    pub samples: Vec<Sample>,
+    pub types: Vec<(String, MetricType)>,
+    pub stats: ParseStats,
+}
+
+impl Exposition {
+    /// All samples with exactly this series name (never a prefix match: `vllm:x_hits` must not
+    /// pick up `vllm:x_hits_created`).
+    pub fn series<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Sample> + 'a {
+        self.samples.iter().filter(move |s| s.name == name)
+    }
+
+    /// Whether any sample has this exact series name.
+    pub fn has(&self, name: &str) -> bool {
+        self.samples.iter().any(|s| s.name == name)
+    }
+
+    /// Type declared for a family name (`# TYPE` lines), if any.
+    pub fn metric_type(&self, family: &str) -> Option<MetricType> {
+        self.types
+            .iter()
+            .find(|(n, _)| n == family)
+            .map(|(_, t)| *t)
+    }
+}
+
+/// Parses a whole exposition, keeping every sample.
+pub fn parse(input: &[u8]) -> Exposition {
+    parse_filtered(input, |_| true)
+}
+
+/// Parses an exposition, materialising only samples (and `# TYPE` entries) whose series name
+/// `wanted` accepts. Rejected lines cost a name scan, no allocation. `wanted` sees the full
+/// series name (`…_bucket`, `…_total`), not the family name.
+pub fn parse_filtered<F: FnMut(&str) -> bool>(input: &[u8], mut wanted: F) -> Exposition {
+    let mut out = Exposition::default();
+    let body = match input.get(..MAX_INPUT_BYTES) {
+        Some(head) if input.len() > MAX_INPUT_BYTES => {
+            out.stats.truncated = Some(Truncation::InputBytes);
+            // Drop the partial last line so a cut value ("0.12" of "0.125") is never read.
+            match head.iter().rposition(|&b| b == b'\n') {
+                Some(nl) => head.get(..nl).unwrap_or_default(),
+                None => &[],
+            }
+        }
+        _ => input,
+    };
+    for raw in body.split(|&b| b == b'\n') {
+        if out.stats.lines >= MAX_LINES {
+            out.stats.truncated = Some(Truncation::Lines);
+            break;
+        }
+        out.stats.lines += 1;
+        let line = raw.strip_suffix(b"\r").unwrap_or(raw);
+        match parse_line(line, &mut wanted) {
+            Ok(Line::Skip) => {}
+            Ok(Line::Filtered) => out.stats.filtered_out += 1,
+            Ok(Line::Type(name, ty)) => {
+                if out.types.len() < MAX_TYPES {
+                    out.types.push((name, ty));
+                }
+            }
+            Ok(Line::Sample(s)) => {
+                if out.samples.len() >= MAX_SERIES {
+                    out.stats.truncated = Some(Truncation::Series);
+                    break;
+                }
+                out.samples.push(s);
+            }
+            Err(e) => {
+                out.stats.malformed += 1;
+                if out.stats.first_error.is_none() {
+                    out.stats.first_error = Some((out.stats.lines, e));
+                }
+            }
+        }
+    }
+    out.stats.samples = out.samples.len();
+    out
+}
+
+enum Line {
+    Skip,
+    Filtered,
+    Type(String, MetricType),
+    Sample(Sample),
+}
+
+fn parse_line<F: FnMut(&str) -> bool>(line: &[u8], wanted: &mut F) -> Result<Line, LineError> {
+    let mut c = Cursor { s: line, i: 0 };
+    c.skip_ws();
+    match c.peek() {
+        None => Ok(Line::Skip),
+        Some(b'#') => Ok(parse_comment(&mut c, wanted)),
+        Some(_) => parse_sample(&mut c, wanted),
+    }
+}
+
+/// `# TYPE name type` is kept; `# HELP` and any other comment is skipped. A malformed TYPE line
+/// is only a comment, never an error: the samples carry the data.
+fn parse_comment<F: FnMut(&str) -> bool>(c: &mut Cursor<'_>, wanted: &mut F) -> Line {
+    c.i += 1;
+    c.skip_ws();
+    if !c.eat_word(b"TYPE") {
+        return Line::Skip;
+    }
+    c.skip_ws();
+    let Ok(name) = c.metric_name() else {
+        return Line::Skip;
+    };
+    if !wanted(name) {
+        return Line::Skip;
+    }
+    c.skip_ws();
+    let ty = match c.rest_trimmed() {
+        b"counter" => MetricType::Counter,
+        b"gauge" => MetricType::Gauge,
+        b"histogram" => MetricType::Histogram,
+        b"summary" => MetricType::Summary,
+        b"untyped" => MetricType::Untyped,
+        _ => MetricType::Other,
+    };
+    Line::Type(name.to_owned(), ty)
+}
+
+fn parse_sample<F: FnMut(&str) -> bool>(
+    c: &mut Cursor<'_>,
+    wanted: &mut F,
+) -> Result<Line, LineError> {
+    let name = c.metric_name()?;
+    if !wanted(name) {
+        return Ok(Line::Filtered);
+    }
+    c.skip_ws();
+    let mut labels = Vec::new();
+    let braces = c.peek() == Some(b'{');
+    if braces {
+        c.i += 1;
+        parse_labels(c, &mut labels)?;
+    }
+    // `name{…}0.5` is accepted like the Python client does; `name.5` is not a name plus a value.
+    let had_ws = c.skip_ws();
+    let value_tok = c.token();
+    if value_tok.is_empty() || !(had_ws || braces) {
+        return Err(LineError::MissingValue);
+    }
+    let value = parse_f64(value_tok).ok_or(LineError::BadValue)?;
+    c.skip_ws();
+    let ts_tok = c.token();
+    let timestamp_ms = if ts_tok.is_empty() {
+        None
+    } else {
+        Some(parse_timestamp(ts_tok).ok_or(LineError::BadTimestamp)?)
+    };
+    c.skip_ws();
+    if c.peek().is_some() {
+        return Err(LineError::TrailingGarbage);
+    }
+    Ok(Line::Sample(Sample {
+        name: name.to_owned(),
+        labels,
+        value,
+        timestamp_ms,
+    }))
+}
+
+/// Parses `name="value",…}` after the `{`. Accepts a trailing comma and spaces around tokens.
+fn parse_labels(c: &mut Cursor<'_>, out: &mut Vec<(String, String)>) -> Result<(), LineError> {
+    loop {
+        c.skip_ws();
+        match c.peek() {
+            None => return Err(LineError::UnterminatedLabels),
+            Some(b'}') => {
+                c.i += 1;
+                return Ok(());
+            }
+            Some(_) => {}
+        }
+        if out.len() >= MAX_LABELS {
+            return Err(LineError::TooManyLabels);
+        }
+        let key = c.label_name()?;
+        c.skip_ws();
+        if !c.eat(b'=') {
+            return Err(LineError::MissingEquals);
+        }
+        c.skip_ws();
+        if !c.eat(b'"') {
+            return Err(LineError::MissingQuote);
+        }
+        let value = c.label_value()?;
+        out.push((key.to_owned(), value));
+        c.skip_ws();
+        match c.peek() {
+            Some(b',') => c.i += 1,
+            Some(b'}') => {}
+            None => return Err(LineError::UnterminatedLabels),
+            Some(_) => return Err(LineError::UnterminatedLabels),
+        }
+    }
+}
+
+/// Go-client spellings (`NaN`, `+Inf`, `-Inf`) plus anything Rust's float parser takes
+/// (exponents, `inf`, `nan`).
+fn parse_f64(tok: &[u8]) -> Option<f64> {
+    std::str::from_utf8(tok).ok()?.parse::<f64>().ok()
+}
+
+/// Integer milliseconds; a float is accepted (some exporters emit `1.7e12`) if finite and in range.
+fn parse_timestamp(tok: &[u8]) -> Option<i64> {
+    let s = std::str::from_utf8(tok).ok()?;
+    if let Ok(v) = s.parse::<i64>() {
+        return Some(v);
+    }
+    let f = s.parse::<f64>().ok()?;
+    // i64::MAX as f64 rounds up to 2^63, so use a strict bound.
+    if f.is_finite() && f > -9.2e18 && f < 9.2e18 {
+        Some(f as i64)
+    } else {
+        None
+    }
+}
+
+struct Cursor<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.s.get(self.i).copied()
+    }
+
+    fn eat(&mut self, b: u8) -> bool {
+        if self.peek() == Some(b) {
+            self.i += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Eats `word` only if followed by whitespace or end of line.
+    fn eat_word(&mut self, word: &[u8]) -> bool {
+        let end = self.i.saturating_add(word.len());
+        if self.s.get(self.i..end) == Some(word)
+            && matches!(self.s.get(end), None | Some(b' ' | b'\t'))
+        {
+            self.i = end;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Returns whether anything was skipped.
+    fn skip_ws(&mut self) -> bool {
+        let start = self.i;
+        while matches!(self.peek(), Some(b' ' | b'\t')) {
+            self.i += 1;
+        }
+        self.i > start
+    }
+
+    fn token(&mut self) -> &'a [u8] {
+        let start = self.i;
+        while matches!(self.peek(), Some(b) if b != b' ' && b != b'\t') {
+            self.i += 1;
+        }
+        self.s.get(start..self.i).unwrap_or_default()
+    }
+
+    fn rest_trimmed(&self) -> &'a [u8] {
+        self.s.get(self.i..).unwrap_or_default().trim_ascii_end()
+    }
+
+    /// `[a-zA-Z_:][a-zA-Z0-9_:]*`
+    fn metric_name(&mut self) -> Result<&'a str, LineError> {
+        self.ident(|b| b.is_ascii_alphabetic() || b == b'_' || b == b':')
+            .ok_or(LineError::BadMetricName)
+            .and_then(check_len)
+    }
+
+    /// `[a-zA-Z_][a-zA-Z0-9_]*`
+    fn label_name(&mut self) -> Result<&'a str, LineError> {
+        self.ident(|b| b.is_ascii_alphabetic() || b == b'_')
+            .ok_or(LineError::BadLabelName)
+            .and_then(check_len)
+    }
+
+    fn ident(&mut self, first: impl Fn(u8) -> bool) -> Option<&'a str> {
+        let start = self.i;
+        if !first(self.peek()?) {
+            return None;
+        }
+        self.i += 1;
+        // Metric names may contain ':' after the first byte, label names may not.
+        let colon_ok = first(b':');
+        while matches!(self.peek(), Some(b) if b.is_ascii_alphanumeric() || b == b'_' || (colon_ok && b == b':'))
+        {
+            self.i += 1;
+        }
+        // Only ASCII bytes were accepted, so this cannot fail.
+        std::str::from_utf8(self.s.get(start..self.i)?).ok()
+    }
+
+    /// Reads an escaped label value after the opening quote, through the closing quote.
+    fn label_value(&mut self) -> Result<String, LineError> {
+        let rest = self.s.get(self.i..).unwrap_or_default();
+        // Fast path: no escapes before the closing quote (the usual case).
+        if let Some(end) = rest.iter().position(|&b| b == b'"' || b == b'\\') {
+            if rest.get(end) == Some(&b'"') {
+                let raw = rest.get(..end).unwrap_or_default();
+                if raw.len() > MAX_LABEL_VALUE_LEN {
+                    return Err(LineError::LabelValueTooLong);
+                }
+                self.i += end + 1;
+                return String::from_utf8(raw.to_vec()).map_err(|_| LineError::InvalidUtf8);
+            }
+        }
+        let mut buf = Vec::new();
+        loop {
+            let b = self.peek().ok_or(LineError::UnterminatedLabelValue)?;
+            self.i += 1;
+            match b {
+                b'"' => break,
+                b'\\' => {
+                    let e = self.peek().ok_or(LineError::UnterminatedLabelValue)?;
+                    self.i += 1;
+                    buf.push(match e {
+                        b'\\' => b'\\',
+                        b'"' => b'"',
+                        b'n' => b'\n',
+                        // The Go reference parser rejects other escapes; so do we.
+                        _ => return Err(LineError::BadEscape),
+                    });
+                }
+                _ => buf.push(b),
+            }
+            if buf.len() > MAX_LABEL_VALUE_LEN {
+                return Err(LineError::LabelValueTooLong);
+            }
+        }
+        String::from_utf8(buf).map_err(|_| LineError::InvalidUtf8)
+    }
+}
+
+fn check_len(name: &str) -> Result<&str, LineError> {
+    if name.len() > MAX_NAME_LEN {
+        Err(LineError::NameTooLong)
+    } else {
+        Ok(name)
+    }
+}
