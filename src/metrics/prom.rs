@@ -246,15 +246,15 @@ fn parse_sample<F: FnMut(&str) -> bool>(
     if !wanted(name) {
         return Ok(Line::Filtered);
     }
-    c.skip_ws();
+    let mut had_ws = c.skip_ws();
     let mut labels = Vec::new();
     let braces = c.peek() == Some(b'{');
     if braces {
         c.i += 1;
         parse_labels(c, &mut labels)?;
+        had_ws = c.skip_ws();
     }
     // `name{…}0.5` is accepted like the Python client does; `name.5` is not a name plus a value.
-    let had_ws = c.skip_ws();
     let value_tok = c.token();
     if value_tok.is_empty() || !(had_ws || braces) {
         return Err(LineError::MissingValue);
@@ -465,5 +465,154 @@ fn check_len(name: &str) -> Result<&str, LineError> {
         Err(LineError::NameTooLong)
     } else {
         Ok(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(line: &str) -> Sample {
+        let e = parse(line.as_bytes());
+        assert_eq!(e.stats.malformed, 0, "{line}: {:?}", e.stats.first_error);
+        assert_eq!(e.samples.len(), 1, "{line}");
+        e.samples.into_iter().next().unwrap()
+    }
+
+    fn err(line: &str) -> LineError {
+        let e = parse(line.as_bytes());
+        assert!(e.samples.is_empty(), "{line}");
+        e.stats.first_error.unwrap().1
+    }
+
+    #[test]
+    fn sample_lines() {
+        let s = one("vllm:num_requests_waiting{model_name=\"m\",engine=\"0\"} 3");
+        assert_eq!(s.name, "vllm:num_requests_waiting");
+        assert_eq!(s.label("engine"), Some("0"));
+        assert_eq!(s.value, 3.0);
+        assert_eq!(s.timestamp_ms, None);
+
+        let cases: &[(&str, f64)] = &[
+            ("a 1.7382173358407154e+09", 1.7382173358407154e9),
+            ("a -1.0", -1.0),
+            ("a +Inf", f64::INFINITY),
+            ("a -Inf", f64::NEG_INFINITY),
+            ("a 1E-3", 0.001),
+            ("a{} 2", 2.0),
+            ("a{b=\"c\",} 4", 4.0),
+            ("a { b = \"c\" , } 5", 5.0),
+            ("a{b=\"c\"}6", 6.0),
+            ("  a\t7  ", 7.0),
+            ("_x:y_total 8", 8.0),
+        ];
+        for (line, want) in cases {
+            assert_eq!(one(line).value, *want, "{line}");
+        }
+        assert!(one("a NaN").value.is_nan());
+        assert_eq!(one("a 1 1700000000000").timestamp_ms, Some(1_700_000_000_000));
+        assert_eq!(one("a 1 -5").timestamp_ms, Some(-5));
+        assert_eq!(one("a 1 1.7e12").timestamp_ms, Some(1_700_000_000_000));
+    }
+
+    #[test]
+    fn label_escapes() {
+        let s = one(r#"a{p="C:\\dir",q="say \"hi\"",r="l1\nl2",u="ü ✓"} 1"#);
+        assert_eq!(s.label("p"), Some(r"C:\dir"));
+        assert_eq!(s.label("q"), Some("say \"hi\""));
+        assert_eq!(s.label("r"), Some("l1\nl2"));
+        assert_eq!(s.label("u"), Some("ü ✓"));
+    }
+
+    #[test]
+    fn malformed_lines_are_typed() {
+        let cases: &[(&str, LineError)] = &[
+            ("9abc 1", LineError::BadMetricName),
+            ("a{9=\"x\"} 1", LineError::BadLabelName),
+            ("a{b\"x\"} 1", LineError::MissingEquals),
+            ("a{b=x} 1", LineError::MissingQuote),
+            ("a{b=\"x", LineError::UnterminatedLabelValue),
+            ("a{b=\"x\\", LineError::UnterminatedLabelValue),
+            ("a{b=\"\\t\"} 1", LineError::BadEscape),
+            ("a{b=\"x\"", LineError::UnterminatedLabels),
+            ("a{b=\"x\" c=\"y\"} 1", LineError::UnterminatedLabels),
+            ("a", LineError::MissingValue),
+            ("a{b=\"x\"}", LineError::MissingValue),
+            ("a.5", LineError::MissingValue),
+            ("a one", LineError::BadValue),
+            ("a 0x10", LineError::BadValue),
+            ("a 1 soon", LineError::BadTimestamp),
+            ("a 1 2 3", LineError::TrailingGarbage),
+        ];
+        for (line, want) in cases {
+            assert_eq!(err(line), *want, "{line}");
+        }
+        let mut bad = b"a{b=\"".to_vec();
+        bad.extend_from_slice(&[0xff, 0xfe]);
+        bad.extend_from_slice(b"\"} 1");
+        assert_eq!(parse(&bad).stats.first_error, Some((1, LineError::InvalidUtf8)));
+    }
+
+    #[test]
+    fn comments_types_blank_lines_and_crlf() {
+        let text = "# HELP a Help with \\ and \"quotes\"\r\n# TYPE a gauge\r\n\r\n# random comment\r\n#\r\n\
+                    # TYPE h histogram\r\n# TYPE w weird\r\n# TYPE\r\na 1\r\nh_bucket{le=\"+Inf\"} 2\r\n\
+                    h_sum 3.5\r\nh_count 2\r\nc_total 4\r\nc_created 1.7e9\r\n";
+        let e = parse(text.as_bytes());
+        assert_eq!(e.stats.malformed, 0, "{:?}", e.stats.first_error);
+        assert_eq!(e.samples.len(), 6);
+        assert_eq!(e.metric_type("a"), Some(MetricType::Gauge));
+        assert_eq!(e.metric_type("h"), Some(MetricType::Histogram));
+        assert_eq!(e.metric_type("w"), Some(MetricType::Other));
+        assert_eq!(e.series("h_bucket").next().unwrap().label("le"), Some("+Inf"));
+        assert_eq!(e.series("c_total").count(), 1, "exact names, no prefix match");
+        assert_eq!(e.stats.lines, 15);
+    }
+
+    #[test]
+    fn garbage_is_skipped_and_counted() {
+        let e = parse(b"a 1\n}}}{{{\nb 2\n=\n\"x\" 1\nc 3\n");
+        assert_eq!(e.samples.len(), 3);
+        assert_eq!(e.stats.malformed, 3);
+        assert_eq!(e.stats.first_error, Some((2, LineError::BadMetricName)));
+    }
+
+    #[test]
+    fn filtered_parse_skips_unwanted() {
+        let text = "# TYPE a gauge\n# TYPE b gauge\na 1\nb{x=\"y\"} 2\nb{broken 3\n";
+        let e = parse_filtered(text.as_bytes(), |n| n == "a");
+        assert_eq!(e.samples.len(), 1);
+        assert_eq!(e.types, vec![("a".to_owned(), MetricType::Gauge)]);
+        assert_eq!(e.stats.filtered_out, 2);
+        assert_eq!(e.stats.malformed, 0, "unwanted lines are not validated");
+    }
+
+    #[test]
+    fn limits_truncate_with_a_flag() {
+        let many_labels: String = (0..=MAX_LABELS).map(|i| format!("l{i}=\"v\",")).collect();
+        assert_eq!(err(&format!("a{{{many_labels}}} 1")), LineError::TooManyLabels);
+        let long = "x".repeat(MAX_LABEL_VALUE_LEN + 1);
+        assert_eq!(err(&format!("a{{b=\"{long}\"}} 1")), LineError::LabelValueTooLong);
+        let long_esc = "\\n".repeat(MAX_LABEL_VALUE_LEN + 1);
+        assert_eq!(err(&format!("a{{b=\"{long_esc}\"}} 1")), LineError::LabelValueTooLong);
+        assert_eq!(err(&format!("{} 1", "n".repeat(MAX_NAME_LEN + 1))), LineError::NameTooLong);
+
+        let series = "a 1\n".repeat(MAX_SERIES + 5);
+        let e = parse(series.as_bytes());
+        assert_eq!(e.samples.len(), MAX_SERIES);
+        assert_eq!(e.stats.truncated, Some(Truncation::Series));
+
+        let lines = "\n".repeat(MAX_LINES + 5);
+        let e = parse(lines.as_bytes());
+        assert_eq!(e.stats.lines, MAX_LINES);
+        assert_eq!(e.stats.truncated, Some(Truncation::Lines));
+
+        // The cut lands inside "a 123456…"; the partial line must not be read as a value.
+        let mut big = "#".repeat(MAX_INPUT_BYTES - 5).into_bytes();
+        big.push(b'\n');
+        big.extend_from_slice(b"a 1234567\n");
+        let e = parse(&big);
+        assert_eq!(e.stats.truncated, Some(Truncation::InputBytes));
+        assert!(e.samples.is_empty());
     }
 }
