@@ -14,7 +14,7 @@
 //!   ranks, so the pod's headroom is the aggregate free cache; max would shed a whole pod for one
 //!   hot rank.
 //!
-//! Non-finite values are ignored; negative counts clamp to 0; KV usage clamps to 0..=1.
+//! Non-finite and negative series are ignored; KV usage clamps to 0..=1.
 
 use super::prom::{self, Exposition, ParseStats, Sample};
 
@@ -337,7 +337,7 @@ pub fn map_exposition(
         first_agg(expo, spec.num_blocks, Aggregation::Sum).and_then(|a| to_u64(a.value))
     });
     let extra_value =
-        extra.and_then(|x| agg_named(expo, &x.name, None, x.aggregation).map(|a| a.value));
+        extra.and_then(|x| agg_named(expo, &x.name, None, x.aggregation, false).map(|a| a.value));
     let extra_counts_requests = extra.is_some_and(|x| {
         spec.waiting
             .iter()
@@ -445,8 +445,10 @@ fn first_agg(expo: &Exposition, sels: &[Sel], how: Aggregation) -> Option<Agg> {
     sels.iter().find_map(|sel| agg(expo, sel, how))
 }
 
+/// Engine families are counts and ratios, so a negative series is garbage (vLLM's -1 "no
+/// queries" hit rate included) and is skipped like NaN.
 fn agg(expo: &Exposition, sel: &Sel, how: Aggregation) -> Option<Agg> {
-    agg_named(expo, sel.name, sel.label, how)
+    agg_named(expo, sel.name, sel.label, how, true)
 }
 
 /// Aggregates the finite series of `name` whose label matches `label` (see the module doc).
@@ -455,10 +457,12 @@ fn agg_named(
     name: &str,
     label: Option<(&str, &str)>,
     how: Aggregation,
+    skip_negative: bool,
 ) -> Option<Agg> {
     // (group key, max value in group); pods have a handful of groups, so a Vec beats a map.
     let mut groups: Vec<([Option<&str>; 3], f64)> = Vec::new();
-    for smp in expo.series(name).filter(|x| x.value.is_finite()) {
+    let usable = |x: &&Sample| x.value.is_finite() && !(skip_negative && x.value < 0.0);
+    for smp in expo.series(name).filter(usable) {
         if let Some((k, v)) = label {
             if smp.label(k) != Some(v) {
                 continue;
@@ -495,4 +499,182 @@ fn group_key(smp: &Sample) -> [Option<&str>; 3] {
         smp.label("model"),
         smp.label("engine").or_else(|| smp.label("dp_rank")),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(text: &str) -> Result<EndpointMetrics, MapError> {
+        scrape(text.as_bytes(), None).0
+    }
+
+    fn approx(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-9
+    }
+
+    /// vLLM V1 with two data-parallel engines (labels sorted as prometheus_client does).
+    const VLLM_V1_DP: &str = r#"# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="llama"} 3.0
+vllm:num_requests_running{engine="1",model_name="llama"} 5.0
+vllm:num_requests_waiting{engine="0",model_name="llama"} 2.0
+vllm:num_requests_waiting{engine="1",model_name="llama"} 7.0
+vllm:kv_cache_usage_perc{engine="0",model_name="llama"} 0.2
+vllm:kv_cache_usage_perc{engine="1",model_name="llama"} 0.6
+vllm:gpu_cache_usage_perc{engine="0",model_name="llama"} 0.99
+vllm:prefix_cache_queries_total{engine="0",model_name="llama"} 1000.0
+vllm:prefix_cache_queries_created{engine="0",model_name="llama"} 1.75e+09
+vllm:prefix_cache_hits_total{engine="0",model_name="llama"} 250.0
+vllm:prefix_cache_hits_created{engine="0",model_name="llama"} 1.75e+09
+vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="33676"} 1.0
+vllm:cache_config_info{block_size="16",engine="1",num_gpu_blocks="33676"} 1.0
+"#;
+
+    #[test]
+    fn vllm_v1_data_parallel_sums_queues_and_averages_kv() {
+        let m = map(VLLM_V1_DP).unwrap();
+        assert_eq!(m.engine, Engine::Vllm);
+        assert_eq!(m.waiting, 9.0);
+        assert_eq!(m.running, 8.0);
+        assert_eq!(m.dp_groups, 2);
+        assert!(approx(m.kv_usage.unwrap(), 0.4), "new name wins over deprecated");
+        assert!(approx(m.prefix_hit_rate.unwrap(), 0.25), "_created ignored");
+        assert_eq!(m.prefix_cache_counters, Some((250.0, 1000.0)));
+        assert_eq!((m.block_size, m.num_gpu_blocks), (Some(16), Some(33676)));
+        assert_eq!(m.lora, None, "no LoRA family: None, endpoint still usable");
+    }
+
+    #[test]
+    fn vllm_multi_model_and_replica_labels() {
+        let text = r#"vllm:num_requests_waiting{model_name="a"} 1
+vllm:num_requests_waiting{model_name="b"} 2
+vllm:num_requests_running{model_name="a",tp_rank="0"} 4
+vllm:num_requests_running{model_name="a",tp_rank="1"} 4
+vllm:num_requests_running{model_name="b"} NaN
+vllm:num_requests_running{model_name="c"} -3
+"#;
+        let m = map(text).unwrap();
+        assert_eq!(m.waiting, 3.0, "model_name series summed");
+        assert_eq!(m.running, 4.0, "replicas max'ed, NaN ignored, negative series skipped");
+        assert_eq!(m.kv_usage, None);
+    }
+
+    #[test]
+    fn vllm_old_kv_name_and_lora_latest_series() {
+        let text = r#"vllm:num_requests_waiting{model_name="m"} 0
+vllm:gpu_cache_usage_perc{model_name="m"} 1.7
+vllm:gpu_prefix_cache_hit_rate{model_name="m"} -1.0
+vllm:lora_requests_info{max_lora="4",running_lora_adapters="a, b,",waiting_lora_adapters="c"} 20
+vllm:lora_requests_info{max_lora="4",running_lora_adapters="old",waiting_lora_adapters=""} 10
+vllm:lora_requests_info{max_lora="4",running_lora_adapters="nan",waiting_lora_adapters=""} NaN
+"#;
+        let m = map(text).unwrap();
+        assert_eq!(m.kv_usage, Some(1.0), "clamped");
+        assert_eq!(m.prefix_hit_rate, None, "-1 = no queries yet");
+        let l = m.lora.unwrap();
+        assert_eq!(l.running, vec!["a", "b"]);
+        assert_eq!(l.waiting, vec!["c"]);
+        assert_eq!(l.max_lora, 4);
+        assert!(l.has_free_slot() && l.is_running("b") && !l.is_running("c") && l.is_waiting("c"));
+    }
+
+    #[test]
+    fn sglang() {
+        let text = r#"# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{dp_rank="0",engine_type="unified",model_name="q",pp_rank="0",tp_rank="0"} 6.0
+sglang:num_running_reqs{dp_rank="1",engine_type="unified",model_name="q",pp_rank="0",tp_rank="0"} 2.0
+sglang:num_queue_reqs{dp_rank="0",engine_type="unified",model_name="q",pp_rank="0",tp_rank="0"} 1.0
+sglang:num_queue_reqs{dp_rank="1",engine_type="unified",model_name="q",pp_rank="0",tp_rank="0"} 0.0
+sglang:token_usage{dp_rank="0",engine_type="unified",model_name="q",pp_rank="0",tp_rank="0"} 0.28
+sglang:token_usage{dp_rank="1",engine_type="unified",model_name="q",pp_rank="0",tp_rank="0"} 0.12
+sglang:cache_hit_rate{dp_rank="0",model_name="q"} 0.5
+sglang:cache_config_info{num_pages="1000",page_size="1"} 1.0
+sglang:gen_throughput{model_name="q"} 88.0
+"#;
+        let m = map(text).unwrap();
+        assert_eq!(m.engine, Engine::Sglang);
+        assert_eq!((m.waiting, m.running, m.dp_groups), (1.0, 8.0, 2));
+        assert!(approx(m.kv_usage.unwrap(), 0.2));
+        assert_eq!(m.prefix_hit_rate, Some(0.5));
+        assert_eq!((m.block_size, m.num_gpu_blocks), (Some(1), Some(1000)));
+    }
+
+    #[test]
+    fn triton_trt_llm_with_and_without_fraction() {
+        let base = r#"nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="context",version="1"} 1
+nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="scheduled",version="1"} 3
+nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="max",version="1"} 512
+nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="active",version="1"} 4
+nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="waiting",version="1"} 2
+nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="tokens_per",model="tensorrt_llm",version="1"} 64
+nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="max",model="tensorrt_llm",version="1"} 1000
+nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="used",model="tensorrt_llm",version="1"} 250
+"#;
+        let m = map(base).unwrap();
+        assert_eq!(m.engine, Engine::TritonTrtLlm);
+        assert_eq!((m.waiting, m.running), (2.0, 3.0));
+        assert_eq!(m.kv_usage, Some(0.25), "used/max fallback");
+        assert_eq!((m.block_size, m.num_gpu_blocks), (Some(64), Some(1000)));
+        let with_fraction = format!(
+            "{base}nv_trt_llm_kv_cache_block_metrics{{kv_cache_block_type=\"fraction\",model=\"tensorrt_llm\",version=\"1\"}} 0.5\n"
+        );
+        assert_eq!(map(&with_fraction).unwrap().kv_usage, Some(0.5));
+        // Pre-2025-04 builds: no `waiting`, no `scheduled`.
+        let old = "nv_trt_llm_request_metrics{model=\"tensorrt_llm\",request_type=\"active\",version=\"1\"} 4\n";
+        let m = map(old).unwrap();
+        assert_eq!((m.waiting, m.running, m.kv_usage), (0.0, 4.0, None));
+    }
+
+    #[test]
+    fn trtllm_serve_and_tgi() {
+        let text = "trtllm_num_requests_waiting 5\ntrtllm_num_requests_running 9\n\
+                    trtllm_kv_cache_utilization 0.75\ntrtllm_kv_cache_tokens_per_block 32\n\
+                    trtllm_kv_cache_max_blocks 4096\n";
+        let m = map(text).unwrap();
+        assert_eq!(m.engine, Engine::TrtllmServe);
+        assert_eq!((m.waiting, m.running, m.kv_usage), (5.0, 9.0, Some(0.75)));
+        assert_eq!((m.block_size, m.num_gpu_blocks), (Some(32), Some(4096)));
+
+        let m = map("# TYPE tgi_queue_size gauge\ntgi_queue_size 3\ntgi_batch_current_size 12\n").unwrap();
+        assert_eq!((m.engine, m.waiting, m.running, m.kv_usage), (Engine::Tgi, 3.0, 12.0, None));
+    }
+
+    #[test]
+    fn unknown_and_load_less_pages() {
+        assert_eq!(map(""), Err(MapError::UnknownEngine));
+        assert_eq!(map("process_cpu_seconds_total 12\nfoo 1\n"), Err(MapError::UnknownEngine));
+        assert_eq!(
+            map("vllm:cache_config_info{block_size=\"16\"} 1\n"),
+            Err(MapError::NoLoadMetrics(Engine::Vllm))
+        );
+    }
+
+    #[test]
+    fn extra_metric_for_least_most() {
+        let x = |name: &str, aggregation| ExtraMetric { name: name.to_owned(), aggregation };
+        let (m, _) = scrape(VLLM_V1_DP.as_bytes(), Some(&x("vllm:num_requests_waiting", Aggregation::Sum)));
+        let m = m.unwrap();
+        assert_eq!(m.extra, Some(9.0));
+        assert!(m.extra_counts_requests);
+        let (m, _) = scrape(VLLM_V1_DP.as_bytes(), Some(&x("vllm:kv_cache_usage_perc", Aggregation::Max)));
+        let m = m.unwrap();
+        assert_eq!(m.extra, Some(0.6));
+        assert!(!m.extra_counts_requests);
+        let text = format!("{VLLM_V1_DP}custom_load{{pod=\"a\"}} 2\ncustom_load{{pod=\"a\"}} 4\n");
+        let (m, _) = scrape(text.as_bytes(), Some(&x("custom_load", Aggregation::Mean)));
+        assert_eq!(m.unwrap().extra, Some(4.0), "same group → max");
+        let (m, _) = scrape(VLLM_V1_DP.as_bytes(), Some(&x("absent", Aggregation::Sum)));
+        assert_eq!(m.unwrap().extra, None);
+    }
+
+    #[test]
+    fn wanted_filter_is_exact() {
+        assert!(is_wanted("vllm:num_requests_waiting", None));
+        assert!(is_wanted("vllm:lora_requests_info", None));
+        assert!(is_wanted("vllm:prefix_cache_hits_total", None));
+        assert!(!is_wanted("vllm:prefix_cache_hits_created", None));
+        assert!(!is_wanted("vllm:e2e_request_latency_seconds_bucket", None));
+        assert!(!is_wanted("my_metric", None));
+        assert!(is_wanted("my_metric", Some("my_metric")));
+    }
 }
