@@ -537,7 +537,10 @@ vllm:cache_config_info{block_size="16",engine="1",num_gpu_blocks="33676"} 1.0
         assert_eq!(m.waiting, 9.0);
         assert_eq!(m.running, 8.0);
         assert_eq!(m.dp_groups, 2);
-        assert!(approx(m.kv_usage.unwrap(), 0.4), "new name wins over deprecated");
+        assert!(
+            approx(m.kv_usage.unwrap(), 0.4),
+            "new name wins over deprecated"
+        );
         assert!(approx(m.prefix_hit_rate.unwrap(), 0.25), "_created ignored");
         assert_eq!(m.prefix_cache_counters, Some((250.0, 1000.0)));
         assert_eq!((m.block_size, m.num_gpu_blocks), (Some(16), Some(33676)));
@@ -555,7 +558,10 @@ vllm:num_requests_running{model_name="c"} -3
 "#;
         let m = map(text).unwrap();
         assert_eq!(m.waiting, 3.0, "model_name series summed");
-        assert_eq!(m.running, 4.0, "replicas max'ed, NaN ignored, negative series skipped");
+        assert_eq!(
+            m.running, 4.0,
+            "replicas max'ed, NaN ignored, negative series skipped"
+        );
         assert_eq!(m.kv_usage, None);
     }
 
@@ -635,14 +641,21 @@ nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="used",model="tensorrt_llm
         assert_eq!((m.waiting, m.running, m.kv_usage), (5.0, 9.0, Some(0.75)));
         assert_eq!((m.block_size, m.num_gpu_blocks), (Some(32), Some(4096)));
 
-        let m = map("# TYPE tgi_queue_size gauge\ntgi_queue_size 3\ntgi_batch_current_size 12\n").unwrap();
-        assert_eq!((m.engine, m.waiting, m.running, m.kv_usage), (Engine::Tgi, 3.0, 12.0, None));
+        let m = map("# TYPE tgi_queue_size gauge\ntgi_queue_size 3\ntgi_batch_current_size 12\n")
+            .unwrap();
+        assert_eq!(
+            (m.engine, m.waiting, m.running, m.kv_usage),
+            (Engine::Tgi, 3.0, 12.0, None)
+        );
     }
 
     #[test]
     fn unknown_and_load_less_pages() {
         assert_eq!(map(""), Err(MapError::UnknownEngine));
-        assert_eq!(map("process_cpu_seconds_total 12\nfoo 1\n"), Err(MapError::UnknownEngine));
+        assert_eq!(
+            map("process_cpu_seconds_total 12\nfoo 1\n"),
+            Err(MapError::UnknownEngine)
+        );
         assert_eq!(
             map("vllm:cache_config_info{block_size=\"16\"} 1\n"),
             Err(MapError::NoLoadMetrics(Engine::Vllm))
@@ -651,12 +664,21 @@ nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="used",model="tensorrt_llm
 
     #[test]
     fn extra_metric_for_least_most() {
-        let x = |name: &str, aggregation| ExtraMetric { name: name.to_owned(), aggregation };
-        let (m, _) = scrape(VLLM_V1_DP.as_bytes(), Some(&x("vllm:num_requests_waiting", Aggregation::Sum)));
+        let x = |name: &str, aggregation| ExtraMetric {
+            name: name.to_owned(),
+            aggregation,
+        };
+        let (m, _) = scrape(
+            VLLM_V1_DP.as_bytes(),
+            Some(&x("vllm:num_requests_waiting", Aggregation::Sum)),
+        );
         let m = m.unwrap();
         assert_eq!(m.extra, Some(9.0));
         assert!(m.extra_counts_requests);
-        let (m, _) = scrape(VLLM_V1_DP.as_bytes(), Some(&x("vllm:kv_cache_usage_perc", Aggregation::Max)));
+        let (m, _) = scrape(
+            VLLM_V1_DP.as_bytes(),
+            Some(&x("vllm:kv_cache_usage_perc", Aggregation::Max)),
+        );
         let m = m.unwrap();
         assert_eq!(m.extra, Some(0.6));
         assert!(!m.extra_counts_requests);

@@ -510,7 +510,10 @@ mod tests {
             assert_eq!(one(line).value, *want, "{line}");
         }
         assert!(one("a NaN").value.is_nan());
-        assert_eq!(one("a 1 1700000000000").timestamp_ms, Some(1_700_000_000_000));
+        assert_eq!(
+            one("a 1 1700000000000").timestamp_ms,
+            Some(1_700_000_000_000)
+        );
         assert_eq!(one("a 1 -5").timestamp_ms, Some(-5));
         assert_eq!(one("a 1 1.7e12").timestamp_ms, Some(1_700_000_000_000));
     }
@@ -550,7 +553,10 @@ mod tests {
         let mut bad = b"a{b=\"".to_vec();
         bad.extend_from_slice(&[0xff, 0xfe]);
         bad.extend_from_slice(b"\"} 1");
-        assert_eq!(parse(&bad).stats.first_error, Some((1, LineError::InvalidUtf8)));
+        assert_eq!(
+            parse(&bad).stats.first_error,
+            Some((1, LineError::InvalidUtf8))
+        );
     }
 
     #[test]
@@ -564,8 +570,15 @@ mod tests {
         assert_eq!(e.metric_type("a"), Some(MetricType::Gauge));
         assert_eq!(e.metric_type("h"), Some(MetricType::Histogram));
         assert_eq!(e.metric_type("w"), Some(MetricType::Other));
-        assert_eq!(e.series("h_bucket").next().unwrap().label("le"), Some("+Inf"));
-        assert_eq!(e.series("c_total").count(), 1, "exact names, no prefix match");
+        assert_eq!(
+            e.series("h_bucket").next().unwrap().label("le"),
+            Some("+Inf")
+        );
+        assert_eq!(
+            e.series("c_total").count(),
+            1,
+            "exact names, no prefix match"
+        );
         assert_eq!(e.stats.lines, 15);
     }
 
@@ -590,12 +603,24 @@ mod tests {
     #[test]
     fn limits_truncate_with_a_flag() {
         let many_labels: String = (0..=MAX_LABELS).map(|i| format!("l{i}=\"v\",")).collect();
-        assert_eq!(err(&format!("a{{{many_labels}}} 1")), LineError::TooManyLabels);
+        assert_eq!(
+            err(&format!("a{{{many_labels}}} 1")),
+            LineError::TooManyLabels
+        );
         let long = "x".repeat(MAX_LABEL_VALUE_LEN + 1);
-        assert_eq!(err(&format!("a{{b=\"{long}\"}} 1")), LineError::LabelValueTooLong);
+        assert_eq!(
+            err(&format!("a{{b=\"{long}\"}} 1")),
+            LineError::LabelValueTooLong
+        );
         let long_esc = "\\n".repeat(MAX_LABEL_VALUE_LEN + 1);
-        assert_eq!(err(&format!("a{{b=\"{long_esc}\"}} 1")), LineError::LabelValueTooLong);
-        assert_eq!(err(&format!("{} 1", "n".repeat(MAX_NAME_LEN + 1))), LineError::NameTooLong);
+        assert_eq!(
+            err(&format!("a{{b=\"{long_esc}\"}} 1")),
+            LineError::LabelValueTooLong
+        );
+        assert_eq!(
+            err(&format!("{} 1", "n".repeat(MAX_NAME_LEN + 1))),
+            LineError::NameTooLong
+        );
 
         let series = "a 1\n".repeat(MAX_SERIES + 5);
         let e = parse(series.as_bytes());
