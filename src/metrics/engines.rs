@@ -233,34 +233,40 @@ const SPECS: &[Spec] = &[
     },
 ];
 
+/// Every series name some mapping reads, sorted for binary search (a test checks it against
+/// [`SPECS`], so the two cannot drift).
+const WANTED: &[&str] = &[
+    "nv_trt_llm_kv_cache_block_metrics",
+    "nv_trt_llm_request_metrics",
+    "sglang:cache_config_info",
+    "sglang:cache_hit_rate",
+    "sglang:num_queue_reqs",
+    "sglang:num_running_reqs",
+    "sglang:token_usage",
+    "tgi_batch_current_size",
+    "tgi_queue_size",
+    "trtllm_kv_cache_max_blocks",
+    "trtllm_kv_cache_tokens_per_block",
+    "trtllm_kv_cache_utilization",
+    "trtllm_num_requests_running",
+    "trtllm_num_requests_waiting",
+    "vllm:cache_config_info",
+    "vllm:gpu_cache_usage_perc",
+    "vllm:gpu_prefix_cache_hit_rate",
+    "vllm:gpu_prefix_cache_hits_total",
+    "vllm:gpu_prefix_cache_queries_total",
+    "vllm:kv_cache_usage_perc",
+    "vllm:lora_requests_info",
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:prefix_cache_hits_total",
+    "vllm:prefix_cache_queries_total",
+];
+
 /// Filter for [`prom::parse_filtered`]: true for every series name some engine mapping reads,
-/// plus `extra` (a configured `target_metric`).
+/// plus `extra` (a configured `target_metric`). Called once per line, so it is a binary search.
 pub fn is_wanted(name: &str, extra: Option<&str>) -> bool {
-    if extra == Some(name) {
-        return true;
-    }
-    // Cheap prefix gate first: most lines of a vLLM page are histogram buckets we never read.
-    let known_prefix = ["vllm:", "sglang:", "nv_trt_llm_", "trtllm_", "tgi_"]
-        .iter()
-        .any(|p| name.starts_with(p));
-    known_prefix
-        && (name == VLLM_LORA
-            || SPECS.iter().any(|sp| {
-                let sels = [
-                    sp.waiting,
-                    sp.running,
-                    sp.kv,
-                    sp.hit_rate,
-                    sp.block_size,
-                    sp.num_blocks,
-                ];
-                sels.iter().any(|l| l.iter().any(|x| x.name == name))
-                    || sp
-                        .hit_counters
-                        .iter()
-                        .any(|(h, q)| *h == name || *q == name)
-                    || sp.cache_info.is_some_and(|(f, _, _)| f == name)
-            }))
+    extra == Some(name) || WANTED.binary_search(&name).is_ok()
 }
 
 /// Engine whose queue or running family is present; else the engine any mapped family belongs
@@ -687,6 +693,28 @@ nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="used",model="tensorrt_llm
         assert_eq!(m.unwrap().extra, Some(4.0), "same group → max");
         let (m, _) = scrape(VLLM_V1_DP.as_bytes(), Some(&x("absent", Aggregation::Sum)));
         assert_eq!(m.unwrap().extra, None);
+    }
+
+    #[test]
+    fn wanted_list_matches_specs() {
+        let mut names: Vec<&str> = vec![VLLM_LORA];
+        for sp in SPECS {
+            for l in [
+                sp.waiting,
+                sp.running,
+                sp.kv,
+                sp.hit_rate,
+                sp.block_size,
+                sp.num_blocks,
+            ] {
+                names.extend(l.iter().map(|x| x.name));
+            }
+            names.extend(sp.hit_counters.iter().flat_map(|(h, q)| [*h, *q]));
+            names.extend(sp.cache_info.map(|(f, _, _)| f));
+        }
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names, WANTED);
     }
 
     #[test]
