@@ -145,7 +145,7 @@ fn main() {
         black_box(prom::parse(black_box(body)));
     });
     let filtered = time_per_100kb(body.len(), iters, || {
-        black_box(engines::scrape(black_box(body), None));
+        let _ = black_box(engines::scrape(black_box(body), None));
     });
     println!("BENCH parse_us_per_100kb_metrics {general:.1} us");
     println!("BENCH scrape_filtered_us_per_100kb_metrics {filtered:.1} us");
