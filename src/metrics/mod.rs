@@ -6,8 +6,10 @@
 //! `scheduler::select(&candidates, &req, &cfg, Some(&mut window), &mut rng)`.
 
 pub mod engines;
+mod names;
 pub mod prom;
 pub mod rate_limit;
+mod scan;
 pub mod scheduler;
 
 #[cfg(test)]

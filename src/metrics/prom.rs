@@ -8,6 +8,8 @@
 
 use std::fmt;
 
+use super::scan::{Cursor, Lines};
+
 /// Bytes of input looked at; the rest is dropped (cut at the last complete line).
 /// Higress stored only 64 KiB of the probe body (anchors §1.5 item 13d), which cut real vLLM
 /// expositions with many histograms; 4 MiB is ~40x the biggest vLLM page we have seen.
@@ -160,7 +162,7 @@ pub fn parse_filtered<F: FnMut(&str) -> bool>(input: &[u8], mut wanted: F) -> Ex
         }
         _ => input,
     };
-    for raw in (Lines { rest: Some(body) }) {
+    for raw in Lines::new(body) {
         if out.stats.lines >= MAX_LINES {
             out.stats.truncated = Some(Truncation::Lines);
             break;
@@ -333,189 +335,6 @@ fn parse_timestamp(tok: &[u8]) -> Option<i64> {
         Some(f as i64)
     } else {
         None
-    }
-}
-
-struct Cursor<'a> {
-    s: &'a [u8],
-    i: usize,
-}
-
-impl<'a> Cursor<'a> {
-    fn peek(&self) -> Option<u8> {
-        self.s.get(self.i).copied()
-    }
-
-    fn eat(&mut self, b: u8) -> bool {
-        if self.peek() == Some(b) {
-            self.i += 1;
-            true
-        } else {
-            false
-        }
-    }
-
-    /// Eats `word` only if followed by whitespace or end of line.
-    fn eat_word(&mut self, word: &[u8]) -> bool {
-        let end = self.i.saturating_add(word.len());
-        if self.s.get(self.i..end) == Some(word)
-            && matches!(self.s.get(end), None | Some(b' ' | b'\t'))
-        {
-            self.i = end;
-            true
-        } else {
-            false
-        }
-    }
-
-    /// Returns whether anything was skipped.
-    fn skip_ws(&mut self) -> bool {
-        let start = self.i;
-        while matches!(self.peek(), Some(b' ' | b'\t')) {
-            self.i += 1;
-        }
-        self.i > start
-    }
-
-    fn token(&mut self) -> &'a [u8] {
-        let start = self.i;
-        while matches!(self.peek(), Some(b) if b != b' ' && b != b'\t') {
-            self.i += 1;
-        }
-        self.s.get(start..self.i).unwrap_or_default()
-    }
-
-    fn rest_trimmed(&self) -> &'a [u8] {
-        self.s.get(self.i..).unwrap_or_default().trim_ascii_end()
-    }
-
-    /// `[a-zA-Z_:][a-zA-Z0-9_:]*`
-    fn metric_name(&mut self) -> Result<&'a str, LineError> {
-        self.ident(|b| b.is_ascii_alphabetic() || b == b'_' || b == b':')
-            .ok_or(LineError::BadMetricName)
-            .and_then(check_len)
-    }
-
-    /// `[a-zA-Z_][a-zA-Z0-9_]*`
-    fn label_name(&mut self) -> Result<&'a str, LineError> {
-        self.ident(|b| b.is_ascii_alphabetic() || b == b'_')
-            .ok_or(LineError::BadLabelName)
-            .and_then(check_len)
-    }
-
-    fn ident(&mut self, first: impl Fn(u8) -> bool) -> Option<&'a str> {
-        let start = self.i;
-        if !first(self.peek()?) {
-            return None;
-        }
-        self.i += 1;
-        // Metric names may contain ':' after the first byte, label names may not.
-        let colon_ok = first(b':');
-        while matches!(self.peek(), Some(b) if b.is_ascii_alphanumeric() || b == b'_' || (colon_ok && b == b':'))
-        {
-            self.i += 1;
-        }
-        // Only ASCII bytes were accepted, so this cannot fail.
-        std::str::from_utf8(self.s.get(start..self.i)?).ok()
-    }
-
-    /// Reads an escaped label value after the opening quote, through the closing quote.
-    fn label_value(&mut self) -> Result<String, LineError> {
-        let rest = self.s.get(self.i..).unwrap_or_default();
-        // Fast path: no escapes before the closing quote (the usual case).
-        if let Some(end) = find2(rest, b'"', b'\\') {
-            if rest.get(end) == Some(&b'"') {
-                let raw = rest.get(..end).unwrap_or_default();
-                if raw.len() > MAX_LABEL_VALUE_LEN {
-                    return Err(LineError::LabelValueTooLong);
-                }
-                self.i += end + 1;
-                return String::from_utf8(raw.to_vec()).map_err(|_| LineError::InvalidUtf8);
-            }
-        }
-        let mut buf = Vec::new();
-        loop {
-            let b = self.peek().ok_or(LineError::UnterminatedLabelValue)?;
-            self.i += 1;
-            match b {
-                b'"' => break,
-                b'\\' => {
-                    let e = self.peek().ok_or(LineError::UnterminatedLabelValue)?;
-                    self.i += 1;
-                    buf.push(match e {
-                        b'\\' => b'\\',
-                        b'"' => b'"',
-                        b'n' => b'\n',
-                        // The Go reference parser rejects other escapes; so do we.
-                        _ => return Err(LineError::BadEscape),
-                    });
-                }
-                _ => buf.push(b),
-            }
-            if buf.len() > MAX_LABEL_VALUE_LEN {
-                return Err(LineError::LabelValueTooLong);
-            }
-        }
-        String::from_utf8(buf).map_err(|_| LineError::InvalidUtf8)
-    }
-}
-
-/// Splits on `\n` like `slice::split`, but finds newlines 8 bytes at a time: a byte-at-a-time
-/// scan was the largest cost of a filtered parse (most lines are skipped after their name).
-struct Lines<'a> {
-    rest: Option<&'a [u8]>,
-}
-
-impl<'a> Iterator for Lines<'a> {
-    type Item = &'a [u8];
-
-    fn next(&mut self) -> Option<&'a [u8]> {
-        let rest = self.rest?;
-        match find2(rest, b'\n', b'\n') {
-            Some(i) => {
-                // Input ending in '\n' yields a final empty line, as `split` does.
-                self.rest = rest.get(i + 1..);
-                rest.get(..i)
-            }
-            None => {
-                self.rest = None;
-                Some(rest)
-            }
-        }
-    }
-}
-
-/// Index of the first `a` or `b` in `hay` (SWAR: whole `u64` words, then the tail).
-fn find2(hay: &[u8], a: u8, b: u8) -> Option<usize> {
-    const LO: u64 = 0x0101_0101_0101_0101;
-    const HI: u64 = 0x8080_8080_8080_8080;
-    let (ra, rb) = (LO * u64::from(a), LO * u64::from(b));
-    let zero_bytes = |v: u64| v.wrapping_sub(LO) & !v & HI;
-    let mut chunks = hay.chunks_exact(8);
-    let mut base = 0usize;
-    for chunk in &mut chunks {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(chunk);
-        let x = u64::from_le_bytes(word);
-        let hits = zero_bytes(x ^ ra) | zero_bytes(x ^ rb);
-        if hits != 0 {
-            // Exact for the lowest flagged byte: false positives only sit above a true match.
-            return Some(base + (hits.trailing_zeros() / 8) as usize);
-        }
-        base += 8;
-    }
-    chunks
-        .remainder()
-        .iter()
-        .position(|&c| c == a || c == b)
-        .map(|i| base + i)
-}
-
-fn check_len(name: &str) -> Result<&str, LineError> {
-    if name.len() > MAX_NAME_LEN {
-        Err(LineError::NameTooLong)
-    } else {
-        Ok(name)
     }
 }
 
