@@ -1,0 +1,513 @@
+//! Prometheus text exposition parser (format 0.0.4, as emitted by `prometheus_client` and the Go
+//! client), tolerant of what model servers really emit.
+//!
+//! Never fails as a whole and never panics: a malformed line is skipped and counted in
+//! [`ParseStats`]; work is bounded by the `MAX_*` constants (over-limit input is cut and flagged in
+//! [`ParseStats::truncated`]). Output memory is bounded by the input size, itself capped at
+//! [`MAX_INPUT_BYTES`].
+
+use std::fmt;
+
+use super::scan::{Cursor, Lines};
+
+/// Bytes of input looked at; the rest is dropped (cut at the last complete line).
+/// Higress stored only 64 KiB of the probe body (anchors §1.5 item 13d), which cut real vLLM
+/// expositions with many histograms; 4 MiB is ~40x the biggest vLLM page we have seen.
+pub const MAX_INPUT_BYTES: usize = 4 * 1024 * 1024;
+/// Lines looked at (comments and blank lines included).
+pub const MAX_LINES: usize = 200_000;
+/// Samples kept in one [`Exposition`].
+pub const MAX_SERIES: usize = 50_000;
+/// `# TYPE` entries kept.
+pub const MAX_TYPES: usize = 10_000;
+/// Labels per sample; a line with more is malformed.
+pub const MAX_LABELS: usize = 64;
+/// Length of a metric or label name.
+pub const MAX_NAME_LEN: usize = 512;
+/// Length of one (unescaped) label value. LoRA adapter lists live in label values, so keep room.
+pub const MAX_LABEL_VALUE_LEN: usize = 16 * 1024;
+
+/// Type declared by a `# TYPE` line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricType {
+    Counter,
+    Gauge,
+    Histogram,
+    Summary,
+    Untyped,
+    /// Anything else (e.g. OpenMetrics `info`, `stateset`); kept rather than rejected.
+    Other,
+}
+
+/// One series value: `name{labels} value [timestamp]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    /// Full series name, e.g. `vllm:e2e_request_latency_seconds_bucket`.
+    pub name: String,
+    /// Labels in exposition order, unescaped.
+    pub labels: Vec<(String, String)>,
+    /// May be NaN or ±Inf; consumers decide what that means.
+    pub value: f64,
+    /// Milliseconds since the epoch, if the line had one.
+    pub timestamp_ms: Option<i64>,
+}
+
+impl Sample {
+    /// Value of label `key` (first occurrence).
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Why a line was skipped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LineError {
+    InvalidUtf8,
+    BadMetricName,
+    NameTooLong,
+    BadLabelName,
+    MissingEquals,
+    MissingQuote,
+    UnterminatedLabelValue,
+    BadEscape,
+    LabelValueTooLong,
+    TooManyLabels,
+    UnterminatedLabels,
+    MissingValue,
+    BadValue,
+    BadTimestamp,
+    TrailingGarbage,
+}
+
+impl fmt::Display for LineError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// Which limit cut the input short.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Truncation {
+    InputBytes,
+    Lines,
+    Series,
+}
+
+/// What the parser did; cheap to copy into counters and logs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ParseStats {
+    /// Lines looked at.
+    pub lines: usize,
+    /// Samples kept.
+    pub samples: usize,
+    /// Sample lines whose name the filter rejected (their rest is not validated).
+    pub filtered_out: usize,
+    /// Lines skipped as malformed.
+    pub malformed: usize,
+    /// 1-based line number and cause of the first malformed line.
+    pub first_error: Option<(usize, LineError)>,
+    pub truncated: Option<Truncation>,
+}
+
+/// Result of a parse: the kept samples, the `# TYPE` declarations, and statistics.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Exposition {
+    pub samples: Vec<Sample>,
+    pub types: Vec<(String, MetricType)>,
+    pub stats: ParseStats,
+}
+
+impl Exposition {
+    /// All samples with exactly this series name (never a prefix match: `vllm:x_hits` must not
+    /// pick up `vllm:x_hits_created`).
+    pub fn series<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Sample> + 'a {
+        self.samples.iter().filter(move |s| s.name == name)
+    }
+
+    /// Whether any sample has this exact series name.
+    pub fn has(&self, name: &str) -> bool {
+        self.samples.iter().any(|s| s.name == name)
+    }
+
+    /// Type declared for a family name (`# TYPE` lines), if any.
+    pub fn metric_type(&self, family: &str) -> Option<MetricType> {
+        self.types
+            .iter()
+            .find(|(n, _)| n == family)
+            .map(|(_, t)| *t)
+    }
+}
+
+/// Parses a whole exposition, keeping every sample.
+pub fn parse(input: &[u8]) -> Exposition {
+    parse_filtered(input, |_| true)
+}
+
+/// Parses an exposition, materialising only samples (and `# TYPE` entries) whose series name
+/// `wanted` accepts. Rejected lines cost a name scan, no allocation. `wanted` sees the full
+/// series name (`…_bucket`, `…_total`), not the family name.
+pub fn parse_filtered<F: FnMut(&str) -> bool>(input: &[u8], mut wanted: F) -> Exposition {
+    let mut out = Exposition::default();
+    let body = match input.get(..MAX_INPUT_BYTES) {
+        Some(head) if input.len() > MAX_INPUT_BYTES => {
+            out.stats.truncated = Some(Truncation::InputBytes);
+            // Drop the partial last line so a cut value ("0.12" of "0.125") is never read.
+            match head.iter().rposition(|&b| b == b'\n') {
+                Some(nl) => head.get(..nl).unwrap_or_default(),
+                None => &[],
+            }
+        }
+        _ => input,
+    };
+    for raw in Lines::new(body) {
+        if out.stats.lines >= MAX_LINES {
+            out.stats.truncated = Some(Truncation::Lines);
+            break;
+        }
+        out.stats.lines += 1;
+        let line = raw.strip_suffix(b"\r").unwrap_or(raw);
+        match parse_line(line, &mut wanted) {
+            Ok(Line::Skip) => {}
+            Ok(Line::Filtered) => out.stats.filtered_out += 1,
+            Ok(Line::Type(name, ty)) => {
+                if out.types.len() < MAX_TYPES {
+                    out.types.push((name, ty));
+                }
+            }
+            Ok(Line::Sample(s)) => {
+                if out.samples.len() >= MAX_SERIES {
+                    out.stats.truncated = Some(Truncation::Series);
+                    break;
+                }
+                out.samples.push(s);
+            }
+            Err(e) => {
+                out.stats.malformed += 1;
+                if out.stats.first_error.is_none() {
+                    out.stats.first_error = Some((out.stats.lines, e));
+                }
+            }
+        }
+    }
+    out.stats.samples = out.samples.len();
+    out
+}
+
+enum Line {
+    Skip,
+    Filtered,
+    Type(String, MetricType),
+    Sample(Sample),
+}
+
+fn parse_line<F: FnMut(&str) -> bool>(line: &[u8], wanted: &mut F) -> Result<Line, LineError> {
+    let mut c = Cursor { s: line, i: 0 };
+    c.skip_ws();
+    match c.peek() {
+        None => Ok(Line::Skip),
+        Some(b'#') => Ok(parse_comment(&mut c, wanted)),
+        Some(_) => parse_sample(&mut c, wanted),
+    }
+}
+
+/// `# TYPE name type` is kept; `# HELP` and any other comment is skipped. A malformed TYPE line
+/// is only a comment, never an error: the samples carry the data.
+fn parse_comment<F: FnMut(&str) -> bool>(c: &mut Cursor<'_>, wanted: &mut F) -> Line {
+    c.i += 1;
+    c.skip_ws();
+    if !c.eat_word(b"TYPE") {
+        return Line::Skip;
+    }
+    c.skip_ws();
+    let Ok(name) = c.metric_name() else {
+        return Line::Skip;
+    };
+    if !wanted(name) {
+        return Line::Skip;
+    }
+    c.skip_ws();
+    let ty = match c.rest_trimmed() {
+        b"counter" => MetricType::Counter,
+        b"gauge" => MetricType::Gauge,
+        b"histogram" => MetricType::Histogram,
+        b"summary" => MetricType::Summary,
+        b"untyped" => MetricType::Untyped,
+        _ => MetricType::Other,
+    };
+    Line::Type(name.to_owned(), ty)
+}
+
+fn parse_sample<F: FnMut(&str) -> bool>(
+    c: &mut Cursor<'_>,
+    wanted: &mut F,
+) -> Result<Line, LineError> {
+    let name = c.metric_name()?;
+    if !wanted(name) {
+        return Ok(Line::Filtered);
+    }
+    let mut had_ws = c.skip_ws();
+    let mut labels = Vec::new();
+    let braces = c.peek() == Some(b'{');
+    if braces {
+        c.i += 1;
+        parse_labels(c, &mut labels)?;
+        had_ws = c.skip_ws();
+    }
+    // `name{…}0.5` is accepted like the Python client does; `name.5` is not a name plus a value.
+    let value_tok = c.token();
+    if value_tok.is_empty() || !(had_ws || braces) {
+        return Err(LineError::MissingValue);
+    }
+    let value = parse_f64(value_tok).ok_or(LineError::BadValue)?;
+    c.skip_ws();
+    let ts_tok = c.token();
+    let timestamp_ms = if ts_tok.is_empty() {
+        None
+    } else {
+        Some(parse_timestamp(ts_tok).ok_or(LineError::BadTimestamp)?)
+    };
+    c.skip_ws();
+    if c.peek().is_some() {
+        return Err(LineError::TrailingGarbage);
+    }
+    Ok(Line::Sample(Sample {
+        name: name.to_owned(),
+        labels,
+        value,
+        timestamp_ms,
+    }))
+}
+
+/// Parses `name="value",…}` after the `{`. Accepts a trailing comma and spaces around tokens.
+fn parse_labels(c: &mut Cursor<'_>, out: &mut Vec<(String, String)>) -> Result<(), LineError> {
+    loop {
+        c.skip_ws();
+        match c.peek() {
+            None => return Err(LineError::UnterminatedLabels),
+            Some(b'}') => {
+                c.i += 1;
+                return Ok(());
+            }
+            Some(_) => {}
+        }
+        if out.len() >= MAX_LABELS {
+            return Err(LineError::TooManyLabels);
+        }
+        let key = c.label_name()?;
+        c.skip_ws();
+        if !c.eat(b'=') {
+            return Err(LineError::MissingEquals);
+        }
+        c.skip_ws();
+        if !c.eat(b'"') {
+            return Err(LineError::MissingQuote);
+        }
+        let value = c.label_value()?;
+        out.push((key.to_owned(), value));
+        c.skip_ws();
+        match c.peek() {
+            Some(b',') => c.i += 1,
+            Some(b'}') => {}
+            None => return Err(LineError::UnterminatedLabels),
+            Some(_) => return Err(LineError::UnterminatedLabels),
+        }
+    }
+}
+
+/// Go-client spellings (`NaN`, `+Inf`, `-Inf`) plus anything Rust's float parser takes
+/// (exponents, `inf`, `nan`).
+fn parse_f64(tok: &[u8]) -> Option<f64> {
+    std::str::from_utf8(tok).ok()?.parse::<f64>().ok()
+}
+
+/// Integer milliseconds; a float is accepted (some exporters emit `1.7e12`) if finite and in range.
+fn parse_timestamp(tok: &[u8]) -> Option<i64> {
+    let s = std::str::from_utf8(tok).ok()?;
+    if let Ok(v) = s.parse::<i64>() {
+        return Some(v);
+    }
+    let f = s.parse::<f64>().ok()?;
+    // i64::MAX as f64 rounds up to 2^63, so use a strict bound.
+    if f.is_finite() && f > -9.2e18 && f < 9.2e18 {
+        Some(f as i64)
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(line: &str) -> Sample {
+        let e = parse(line.as_bytes());
+        assert_eq!(e.stats.malformed, 0, "{line}: {:?}", e.stats.first_error);
+        assert_eq!(e.samples.len(), 1, "{line}");
+        e.samples.into_iter().next().unwrap()
+    }
+
+    fn err(line: &str) -> LineError {
+        let e = parse(line.as_bytes());
+        assert!(e.samples.is_empty(), "{line}");
+        e.stats.first_error.unwrap().1
+    }
+
+    #[test]
+    fn sample_lines() {
+        let s = one("vllm:num_requests_waiting{model_name=\"m\",engine=\"0\"} 3");
+        assert_eq!(s.name, "vllm:num_requests_waiting");
+        assert_eq!(s.label("engine"), Some("0"));
+        assert_eq!(s.value, 3.0);
+        assert_eq!(s.timestamp_ms, None);
+
+        let cases: &[(&str, f64)] = &[
+            ("a 1.7382173358407154e+09", 1.7382173358407154e9),
+            ("a -1.0", -1.0),
+            ("a +Inf", f64::INFINITY),
+            ("a -Inf", f64::NEG_INFINITY),
+            ("a 1E-3", 0.001),
+            ("a{} 2", 2.0),
+            ("a{b=\"c\",} 4", 4.0),
+            ("a { b = \"c\" , } 5", 5.0),
+            ("a{b=\"c\"}6", 6.0),
+            ("  a\t7  ", 7.0),
+            ("_x:y_total 8", 8.0),
+        ];
+        for (line, want) in cases {
+            assert_eq!(one(line).value, *want, "{line}");
+        }
+        assert!(one("a NaN").value.is_nan());
+        assert_eq!(
+            one("a 1 1700000000000").timestamp_ms,
+            Some(1_700_000_000_000)
+        );
+        assert_eq!(one("a 1 -5").timestamp_ms, Some(-5));
+        assert_eq!(one("a 1 1.7e12").timestamp_ms, Some(1_700_000_000_000));
+    }
+
+    #[test]
+    fn label_escapes() {
+        let s = one(r#"a{p="C:\\dir",q="say \"hi\"",r="l1\nl2",u="ü ✓"} 1"#);
+        assert_eq!(s.label("p"), Some(r"C:\dir"));
+        assert_eq!(s.label("q"), Some("say \"hi\""));
+        assert_eq!(s.label("r"), Some("l1\nl2"));
+        assert_eq!(s.label("u"), Some("ü ✓"));
+    }
+
+    #[test]
+    fn malformed_lines_are_typed() {
+        let cases: &[(&str, LineError)] = &[
+            ("9abc 1", LineError::BadMetricName),
+            ("a{9=\"x\"} 1", LineError::BadLabelName),
+            ("a{b\"x\"} 1", LineError::MissingEquals),
+            ("a{b=x} 1", LineError::MissingQuote),
+            ("a{b=\"x", LineError::UnterminatedLabelValue),
+            ("a{b=\"x\\", LineError::UnterminatedLabelValue),
+            ("a{b=\"\\t\"} 1", LineError::BadEscape),
+            ("a{b=\"x\"", LineError::UnterminatedLabels),
+            ("a{b=\"x\" c=\"y\"} 1", LineError::UnterminatedLabels),
+            ("a", LineError::MissingValue),
+            ("a{b=\"x\"}", LineError::MissingValue),
+            ("a.5", LineError::MissingValue),
+            ("a one", LineError::BadValue),
+            ("a 0x10", LineError::BadValue),
+            ("a 1 soon", LineError::BadTimestamp),
+            ("a 1 2 3", LineError::TrailingGarbage),
+        ];
+        for (line, want) in cases {
+            assert_eq!(err(line), *want, "{line}");
+        }
+        let mut bad = b"a{b=\"".to_vec();
+        bad.extend_from_slice(&[0xff, 0xfe]);
+        bad.extend_from_slice(b"\"} 1");
+        assert_eq!(
+            parse(&bad).stats.first_error,
+            Some((1, LineError::InvalidUtf8))
+        );
+    }
+
+    #[test]
+    fn comments_types_blank_lines_and_crlf() {
+        let text = "# HELP a Help with \\ and \"quotes\"\r\n# TYPE a gauge\r\n\r\n# random comment\r\n#\r\n\
+                    # TYPE h histogram\r\n# TYPE w weird\r\n# TYPE\r\na 1\r\nh_bucket{le=\"+Inf\"} 2\r\n\
+                    h_sum 3.5\r\nh_count 2\r\nc_total 4\r\nc_created 1.7e9\r\n";
+        let e = parse(text.as_bytes());
+        assert_eq!(e.stats.malformed, 0, "{:?}", e.stats.first_error);
+        assert_eq!(e.samples.len(), 6);
+        assert_eq!(e.metric_type("a"), Some(MetricType::Gauge));
+        assert_eq!(e.metric_type("h"), Some(MetricType::Histogram));
+        assert_eq!(e.metric_type("w"), Some(MetricType::Other));
+        assert_eq!(
+            e.series("h_bucket").next().unwrap().label("le"),
+            Some("+Inf")
+        );
+        assert_eq!(
+            e.series("c_total").count(),
+            1,
+            "exact names, no prefix match"
+        );
+        assert_eq!(e.stats.lines, 15);
+    }
+
+    #[test]
+    fn garbage_is_skipped_and_counted() {
+        let e = parse(b"a 1\n}}}{{{\nb 2\n=\n\"x\" 1\nc 3\n");
+        assert_eq!(e.samples.len(), 3);
+        assert_eq!(e.stats.malformed, 3);
+        assert_eq!(e.stats.first_error, Some((2, LineError::BadMetricName)));
+    }
+
+    #[test]
+    fn filtered_parse_skips_unwanted() {
+        let text = "# TYPE a gauge\n# TYPE b gauge\na 1\nb{x=\"y\"} 2\nb{broken 3\n";
+        let e = parse_filtered(text.as_bytes(), |n| n == "a");
+        assert_eq!(e.samples.len(), 1);
+        assert_eq!(e.types, vec![("a".to_owned(), MetricType::Gauge)]);
+        assert_eq!(e.stats.filtered_out, 2);
+        assert_eq!(e.stats.malformed, 0, "unwanted lines are not validated");
+    }
+
+    #[test]
+    fn limits_truncate_with_a_flag() {
+        let many_labels: String = (0..=MAX_LABELS).map(|i| format!("l{i}=\"v\",")).collect();
+        assert_eq!(
+            err(&format!("a{{{many_labels}}} 1")),
+            LineError::TooManyLabels
+        );
+        let long = "x".repeat(MAX_LABEL_VALUE_LEN + 1);
+        assert_eq!(
+            err(&format!("a{{b=\"{long}\"}} 1")),
+            LineError::LabelValueTooLong
+        );
+        let long_esc = "\\n".repeat(MAX_LABEL_VALUE_LEN + 1);
+        assert_eq!(
+            err(&format!("a{{b=\"{long_esc}\"}} 1")),
+            LineError::LabelValueTooLong
+        );
+        assert_eq!(
+            err(&format!("{} 1", "n".repeat(MAX_NAME_LEN + 1))),
+            LineError::NameTooLong
+        );
+
+        let series = "a 1\n".repeat(MAX_SERIES + 5);
+        let e = parse(series.as_bytes());
+        assert_eq!(e.samples.len(), MAX_SERIES);
+        assert_eq!(e.stats.truncated, Some(Truncation::Series));
+
+        let lines = "\n".repeat(MAX_LINES + 5);
+        let e = parse(lines.as_bytes());
+        assert_eq!(e.stats.lines, MAX_LINES);
+        assert_eq!(e.stats.truncated, Some(Truncation::Lines));
+
+        // The cut lands inside "a 123456…"; the partial line must not be read as a value.
+        let mut big = "#".repeat(MAX_INPUT_BYTES - 5).into_bytes();
+        big.push(b'\n');
+        big.extend_from_slice(b"a 1234567\n");
+        let e = parse(&big);
+        assert_eq!(e.stats.truncated, Some(Truncation::InputBytes));
+        assert!(e.samples.is_empty());
+    }
+}
