@@ -117,22 +117,38 @@ impl Canonical {
 /// Why a body could not be canonicalised.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CanonError {
-    TooLarge { len: usize, max: usize },
+    TooLarge {
+        len: usize,
+        max: usize,
+    },
     /// Syntax error, invalid UTF-8, nesting over 128, trailing data (serde_json's message).
     NotJson(String),
-    NotObject { found: &'static str },
+    NotObject {
+        found: &'static str,
+    },
     NoPrompt,
     /// `field` is an empty array.
-    Empty { field: &'static str },
-    WrongType { path: String, expected: &'static str, found: &'static str },
-    MissingField { path: String },
+    Empty {
+        field: &'static str,
+    },
+    WrongType {
+        path: String,
+        expected: &'static str,
+        found: &'static str,
+    },
+    MissingField {
+        path: String,
+    },
 }
 
 impl fmt::Display for CanonError {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         match self {
             CanonError::TooLarge { len, max } => {
-                write!(f, "request body of {len} bytes exceeds the limit of {max} bytes")
+                write!(
+                    f,
+                    "request body of {len} bytes exceeds the limit of {max} bytes"
+                )
             }
             CanonError::NotJson(e) => write!(f, "request body is not valid JSON: {e}"),
             CanonError::NotObject { found } => {
@@ -142,7 +158,11 @@ impl fmt::Display for CanonError {
                 "request body has no prompt field (messages, input, instructions or prompt)",
             ),
             CanonError::Empty { field } => write!(f, "`{field}` must not be empty"),
-            CanonError::WrongType { path, expected, found } => {
+            CanonError::WrongType {
+                path,
+                expected,
+                found,
+            } => {
                 write!(f, "`{path}` must be {expected}, found {found}")
             }
             CanonError::MissingField { path } => write!(f, "`{path}` is missing"),
@@ -161,7 +181,11 @@ impl CanonError {
             Some(_) => format!("{outer}.{path}"),
         };
         match self {
-            CanonError::WrongType { path, expected, found } => CanonError::WrongType {
+            CanonError::WrongType {
+                path,
+                expected,
+                found,
+            } => CanonError::WrongType {
                 path: join(path),
                 expected,
                 found,
@@ -173,18 +197,29 @@ impl CanonError {
 }
 
 fn wrong(path: &str, expected: &'static str, found: &J) -> CanonError {
-    CanonError::WrongType { path: path.to_owned(), expected, found: found.kind() }
+    CanonError::WrongType {
+        path: path.to_owned(),
+        expected,
+        found: found.kind(),
+    }
 }
 
 /// Canonicalises an LLM request body into prefix blocks (see the module docs).
 pub fn canonicalize(body: &[u8], cfg: &CanonConfig) -> Result<Canonical, CanonError> {
     if cfg.max_body_bytes != 0 && body.len() > cfg.max_body_bytes {
-        return Err(CanonError::TooLarge { len: body.len(), max: cfg.max_body_bytes });
+        return Err(CanonError::TooLarge {
+            len: body.len(),
+            max: cfg.max_body_bytes,
+        });
     }
     let not_json = |e: serde_json::Error| CanonError::NotJson(e.to_string());
     let mut de = serde_json::Deserializer::from_slice(body);
     // Every message yields at least one block, so more than `max_blocks` are never needed.
-    let top = TopSeed { limit: cfg.max_blocks }.deserialize(&mut de).map_err(not_json)?;
+    let top = TopSeed {
+        limit: cfg.max_blocks,
+    }
+    .deserialize(&mut de)
+    .map_err(not_json)?;
     de.end().map_err(not_json)?;
     if let Some(found) = top.not_object {
         return Err(CanonError::NotObject { found });
@@ -205,7 +240,13 @@ pub fn canonicalize(body: &[u8], cfg: &CanonConfig) -> Result<Canonical, CanonEr
     } else {
         return Err(CanonError::NoPrompt);
     };
-    Ok(Canonical { model, api, capped: out.capped, buf: out.buf, ends: out.ends })
+    Ok(Canonical {
+        model,
+        api,
+        capped: out.capped,
+        buf: out.buf,
+        ends: out.ends,
+    })
 }
 
 fn chat_or_anthropic(out: &mut Out, top: &Top, messages: &List) -> Result<Api, CanonError> {
@@ -229,12 +270,19 @@ fn chat_or_anthropic(out: &mut Out, top: &Top, messages: &List) -> Result<Api, C
         message(out, m, &mut anthropic).map_err(|e| e.within(&format!("messages[{i}]")))?;
     }
     out.capped |= total > items.len();
-    Ok(if anthropic { Api::AnthropicMessages } else { Api::ChatCompletions })
+    Ok(if anthropic {
+        Api::AnthropicMessages
+    } else {
+        Api::ChatCompletions
+    })
 }
 
 fn responses(out: &mut Out, top: &Top) -> Result<Api, CanonError> {
     let instructions = top.instructions.as_ref().filter(|v| !matches!(v, J::Null));
-    let input = top.input.as_ref().filter(|v| !matches!(v, List::Other("null")));
+    let input = top
+        .input
+        .as_ref()
+        .filter(|v| !matches!(v, List::Other("null")));
     if instructions.is_none() && input.is_none() {
         return Err(CanonError::NoPrompt);
     }
@@ -339,7 +387,11 @@ fn completions(out: &mut Out, prompt: &J) -> Result<(), CanonError> {
                 prompt_tokens(out, tokens).map_err(|e| e.within(&format!("prompt[{i}]")))?
             }
             other => {
-                return Err(wrong(&format!("prompt[{i}]"), "a string or a token array", other))
+                return Err(wrong(
+                    &format!("prompt[{i}]"),
+                    "a string or a token array",
+                    other,
+                ))
             }
         }
     }
@@ -532,7 +584,9 @@ fn part(out: &mut Out, p: &J, anthropic: &mut bool) -> Result<(), CanonError> {
 fn req_str<'j>(v: &'j J, key: &str) -> Result<&'j str, CanonError> {
     match v.get(key) {
         Some(J::Str(s)) => Ok(s.as_ref()),
-        None => Err(CanonError::MissingField { path: key.to_owned() }),
+        None => Err(CanonError::MissingField {
+            path: key.to_owned(),
+        }),
         Some(other) => Err(wrong(key, "a string", other)),
     }
 }
@@ -610,7 +664,15 @@ impl Out {
     }
 
     fn end_block(&mut self) {
-        let Out { buf, ends, scratch, kind, chunk, max_blocks, capped } = self;
+        let Out {
+            buf,
+            ends,
+            scratch,
+            kind,
+            chunk,
+            max_blocks,
+            capped,
+        } = self;
         let piece_len = if *chunk == 0 || scratch.len() <= *chunk {
             // One piece; `max(1)` because `chunks(0)` would panic (scratch is never empty).
             scratch.len().max(1)
@@ -679,24 +741,45 @@ impl<'de> Visitor<'de> for TopSeed {
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Top<'de>, A::Error> {
         while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(Top { not_object: Some("array"), ..Top::default() })
+        Ok(Top {
+            not_object: Some("array"),
+            ..Top::default()
+        })
     }
     fn visit_str<E: de::Error>(self, _: &str) -> Result<Top<'de>, E> {
-        Ok(Top { not_object: Some("string"), ..Top::default() })
+        Ok(Top {
+            not_object: Some("string"),
+            ..Top::default()
+        })
     }
     fn visit_bool<E: de::Error>(self, _: bool) -> Result<Top<'de>, E> {
-        Ok(Top { not_object: Some("boolean"), ..Top::default() })
+        Ok(Top {
+            not_object: Some("boolean"),
+            ..Top::default()
+        })
     }
     fn visit_i64<E: de::Error>(self, _: i64) -> Result<Top<'de>, E> {
-        Ok(Top { not_object: Some("number"), ..Top::default() })
+        Ok(Top {
+            not_object: Some("number"),
+            ..Top::default()
+        })
     }
     fn visit_u64<E: de::Error>(self, _: u64) -> Result<Top<'de>, E> {
-        Ok(Top { not_object: Some("number"), ..Top::default() })
+        Ok(Top {
+            not_object: Some("number"),
+            ..Top::default()
+        })
     }
     fn visit_f64<E: de::Error>(self, _: f64) -> Result<Top<'de>, E> {
-        Ok(Top { not_object: Some("number"), ..Top::default() })
+        Ok(Top {
+            not_object: Some("number"),
+            ..Top::default()
+        })
     }
     fn visit_unit<E: de::Error>(self) -> Result<Top<'de>, E> {
-        Ok(Top { not_object: Some("null"), ..Top::default() })
+        Ok(Top {
+            not_object: Some("null"),
+            ..Top::default()
+        })
     }
 }

@@ -155,7 +155,10 @@ impl<'de> Visitor<'de> for KeyVisitor {
 #[derive(Debug)]
 pub(crate) enum List<'a> {
     /// The first `limit` items, and how many items the array really had.
-    Arr { items: Vec<J<'a>>, total: usize },
+    Arr {
+        items: Vec<J<'a>>,
+        total: usize,
+    },
     Str(Cow<'a, str>),
     /// Any other JSON type (its name), value consumed and dropped.
     Other(&'static str),
@@ -184,7 +187,12 @@ impl<'de> Visitor<'de> for ListSeed {
         while items.len() < self.limit {
             match seq.next_element::<J<'de>>()? {
                 Some(item) => items.push(item),
-                None => return Ok(List::Arr { total: items.len(), items }),
+                None => {
+                    return Ok(List::Arr {
+                        total: items.len(),
+                        items,
+                    })
+                }
             }
         }
         total += items.len();
@@ -325,7 +333,10 @@ mod tests {
     #[test]
     fn canonical_json_escapes_controls_and_unescapes_the_rest() {
         // "\u00e9" and "é" are the same string; a NUL becomes \u0000 (no raw 0x00 ever).
-        assert_eq!(canon(r#"["\u00e9", "é", "a\"b\\c\u0000\n/\/"]"#), r#"["é","é","a\"b\\c\u0000\u000a//"]"#);
+        assert_eq!(
+            canon(r#"["\u00e9", "é", "a\"b\\c\u0000\n/\/"]"#),
+            r#"["é","é","a\"b\\c\u0000\u000a//"]"#
+        );
     }
 
     #[test]
