@@ -609,6 +609,11 @@ fn list_items<'l, 'a>(list: &'l List<'a>, field: &str) -> Result<(&'l [J<'a>], u
 
 /// Appends `bytes` with each 0x00 written as `00 FF`.
 fn escape_into(dst: &mut Vec<u8>, bytes: &[u8]) {
+    // Fast path: `contains` on bytes is memchr-accelerated; NULs in prompts are rare.
+    if !bytes.contains(&0) {
+        dst.extend_from_slice(bytes);
+        return;
+    }
     for (i, run) in bytes.split(|&b| b == 0).enumerate() {
         if i > 0 {
             dst.extend_from_slice(&ESCAPED_ZERO);
