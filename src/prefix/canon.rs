@@ -33,20 +33,12 @@
 //! Tool call ids (`tool_calls[].id`, Anthropic `tool_use.id`, Responses `function_call.call_id`)
 //! are not hashed; result-side ids (`tool_call_id`, `tool_use_id`, output `call_id`) are.
 
-use super::json::{write_canonical, List, ListSeed, J};
+use super::block::{escape_into, Out, FIELD_END, KIND_MESSAGE, KIND_PROMPT};
+use super::error::{wrong, CanonError};
+use super::json::{KeySeed, List, ListSeed, J};
+use super::message::{content, message, response_item, tools_block};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use std::fmt;
-
-/// Block kind bytes (first byte of every block).
-pub const KIND_TOOLS: u8 = b'T';
-pub const KIND_MESSAGE: u8 = b'M';
-pub const KIND_PROMPT: u8 = b'P';
-pub const KIND_CONTINUATION: u8 = b'+';
-
-const FIELD_END: [u8; 2] = [0, 0];
-const ESCAPED_ZERO: [u8; 2] = [0, 0xff];
-/// Keys never hashed in opaque parts/tools: Anthropic moves its cache breakpoint every turn.
-const SKIP_PART_KEYS: &[&str] = &["cache_control"];
 
 /// Canonicalisation limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,96 +103,6 @@ impl Canonical {
     /// Chain keys of these blocks, salted with [`Canonical::model`].
     pub fn chain_keys(&self) -> Vec<super::PrefixKey> {
         super::chain_keys(&self.model, self.blocks())
-    }
-}
-
-/// Why a body could not be canonicalised.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CanonError {
-    TooLarge {
-        len: usize,
-        max: usize,
-    },
-    /// Syntax error, invalid UTF-8, nesting over 128, trailing data (serde_json's message).
-    NotJson(String),
-    NotObject {
-        found: &'static str,
-    },
-    NoPrompt,
-    /// `field` is an empty array.
-    Empty {
-        field: &'static str,
-    },
-    WrongType {
-        path: String,
-        expected: &'static str,
-        found: &'static str,
-    },
-    MissingField {
-        path: String,
-    },
-}
-
-impl fmt::Display for CanonError {
-    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        match self {
-            CanonError::TooLarge { len, max } => {
-                write!(
-                    f,
-                    "request body of {len} bytes exceeds the limit of {max} bytes"
-                )
-            }
-            CanonError::NotJson(e) => write!(f, "request body is not valid JSON: {e}"),
-            CanonError::NotObject { found } => {
-                write!(f, "request body must be a JSON object, found {found}")
-            }
-            CanonError::NoPrompt => f.write_str(
-                "request body has no prompt field (messages, input, instructions or prompt)",
-            ),
-            CanonError::Empty { field } => write!(f, "`{field}` must not be empty"),
-            CanonError::WrongType {
-                path,
-                expected,
-                found,
-            } => {
-                write!(f, "`{path}` must be {expected}, found {found}")
-            }
-            CanonError::MissingField { path } => write!(f, "`{path}` is missing"),
-        }
-    }
-}
-
-impl std::error::Error for CanonError {}
-
-impl CanonError {
-    /// Prefixes the path of a field error with the enclosing location.
-    fn within(self, outer: &str) -> Self {
-        let join = |path: String| match path.as_bytes().first() {
-            None => outer.to_owned(),
-            Some(b'[') => format!("{outer}{path}"),
-            Some(_) => format!("{outer}.{path}"),
-        };
-        match self {
-            CanonError::WrongType {
-                path,
-                expected,
-                found,
-            } => CanonError::WrongType {
-                path: join(path),
-                expected,
-                found,
-            },
-            CanonError::MissingField { path } => CanonError::MissingField { path: join(path) },
-            other => other,
-        }
-    }
-}
-
-fn wrong(path: &str, expected: &'static str, found: &J) -> CanonError {
-    CanonError::WrongType {
-        path: path.to_owned(),
-        expected,
-        found: found.kind(),
     }
 }
 
@@ -325,42 +227,6 @@ fn responses(out: &mut Out, top: &Top) -> Result<Api, CanonError> {
     Ok(Api::Responses)
 }
 
-fn response_item(out: &mut Out, item: &J, anthropic: &mut bool) -> Result<(), CanonError> {
-    let typ = match item {
-        J::Str(text) => {
-            user_text(out, text);
-            return Ok(());
-        }
-        J::Obj(_) => item.get("type").and_then(J::as_str),
-        other => return Err(wrong("", "an object or a string", other)),
-    };
-    match typ {
-        None | Some("message") => message(out, item, anthropic),
-        Some("function_call") => {
-            out.begin(KIND_MESSAGE);
-            out.field(b'r', b"assistant");
-            out.field(b'c', req_str(item, "name")?.as_bytes());
-            arguments(out, item.get("arguments"));
-            out.end_block();
-            Ok(())
-        }
-        Some("function_call_output") => {
-            out.begin(KIND_MESSAGE);
-            out.field(b'r', b"tool");
-            out.field(b'i', req_str(item, "call_id")?.as_bytes());
-            content(out, item.get("output"), anthropic).map_err(|e| e.within("output"))?;
-            out.end_block();
-            Ok(())
-        }
-        Some(_) => {
-            out.begin(KIND_MESSAGE);
-            out.field_json(b'j', item, SKIP_PART_KEYS);
-            out.end_block();
-            Ok(())
-        }
-    }
-}
-
 fn completions(out: &mut Out, prompt: &J) -> Result<(), CanonError> {
     let items = match prompt {
         J::Str(text) => {
@@ -422,173 +288,11 @@ fn prompt_tokens(out: &mut Out, tokens: &[J]) -> Result<(), CanonError> {
     Ok(())
 }
 
-fn user_text(out: &mut Out, text: &str) {
+pub(super) fn user_text(out: &mut Out, text: &str) {
     out.begin(KIND_MESSAGE);
     out.field(b'r', b"user");
     out.field(b't', text.as_bytes());
     out.end_block();
-}
-
-fn tools_block(out: &mut Out, tools: Option<&J>) -> Result<(), CanonError> {
-    let tools = match tools {
-        None | Some(J::Null) => return Ok(()),
-        Some(J::Arr(tools)) if tools.is_empty() => return Ok(()),
-        Some(J::Arr(tools)) => tools,
-        Some(other) => return Err(wrong("tools", "an array", other)),
-    };
-    out.begin(KIND_TOOLS);
-    for (i, tool) in tools.iter().enumerate() {
-        if !matches!(tool, J::Obj(_)) {
-            return Err(wrong(&format!("tools[{i}]"), "an object", tool));
-        }
-        out.field_json(b'j', tool, SKIP_PART_KEYS);
-    }
-    out.end_block();
-    Ok(())
-}
-
-/// One chat / Anthropic message or Responses message item → one block (or its pieces).
-fn message(out: &mut Out, m: &J, anthropic: &mut bool) -> Result<(), CanonError> {
-    if !matches!(m, J::Obj(_)) {
-        return Err(wrong("", "an object", m));
-    }
-    let role = req_str(m, "role")?;
-    out.begin(KIND_MESSAGE);
-    out.field(b'r', role.as_bytes());
-    for (key, tag) in [("name", b'n'), ("tool_call_id", b'i')] {
-        match m.get_present(key) {
-            None => {}
-            Some(J::Str(s)) => out.field(tag, s.as_bytes()),
-            Some(other) => return Err(wrong(key, "a string", other)),
-        }
-    }
-    content(out, m.get("content"), anthropic).map_err(|e| e.within("content"))?;
-    match m.get_present("tool_calls") {
-        None => {}
-        Some(J::Arr(calls)) => {
-            for (i, call) in calls.iter().enumerate() {
-                tool_call(out, call).map_err(|e| e.within(&format!("tool_calls[{i}]")))?;
-            }
-        }
-        Some(other) => return Err(wrong("tool_calls", "an array", other)),
-    }
-    // Legacy (pre-tools) assistant `function_call`.
-    if let Some(f) = m.get_present("function_call") {
-        function(out, f).map_err(|e| e.within("function_call"))?;
-    }
-    out.end_block();
-    Ok(())
-}
-
-fn tool_call(out: &mut Out, call: &J) -> Result<(), CanonError> {
-    if !matches!(call, J::Obj(_)) {
-        return Err(wrong("", "an object", call));
-    }
-    match call.get_present("function") {
-        Some(f) => function(out, f).map_err(|e| e.within("function")),
-        None => {
-            out.field_json(b'u', call, &["id"]);
-            Ok(())
-        }
-    }
-}
-
-fn function(out: &mut Out, f: &J) -> Result<(), CanonError> {
-    if !matches!(f, J::Obj(_)) {
-        return Err(wrong("", "an object", f));
-    }
-    out.field(b'c', req_str(f, "name")?.as_bytes());
-    arguments(out, f.get("arguments"));
-    Ok(())
-}
-
-/// Tool-call arguments: a JSON string is re-encoded canonically when it parses (so key order
-/// and whitespace inside it do not matter), else hashed verbatim; a JSON value is encoded
-/// canonically. Canonical JSON and unparsable text never coincide, so this stays injective.
-fn arguments(out: &mut Out, args: Option<&J>) {
-    match args {
-        None | Some(J::Null) => out.field(b'a', b""),
-        Some(J::Str(s)) => match serde_json::from_str::<J>(s) {
-            Ok(parsed) => out.field_json(b'a', &parsed, &[]),
-            Err(_) => out.field(b'a', s.as_bytes()),
-        },
-        Some(value) => out.field_json(b'a', value, &[]),
-    }
-}
-
-/// `content`: absent/null → nothing, string → one text part, array → its parts.
-fn content(out: &mut Out, c: Option<&J>, anthropic: &mut bool) -> Result<(), CanonError> {
-    match c {
-        None | Some(J::Null) => Ok(()),
-        Some(J::Str(s)) => {
-            out.field(b't', s.as_bytes());
-            Ok(())
-        }
-        Some(J::Arr(parts)) => {
-            for (i, p) in parts.iter().enumerate() {
-                part(out, p, anthropic).map_err(|e| e.within(&format!("[{i}]")))?;
-            }
-            Ok(())
-        }
-        Some(other) => Err(wrong("", "a string, an array or null", other)),
-    }
-}
-
-fn part(out: &mut Out, p: &J, anthropic: &mut bool) -> Result<(), CanonError> {
-    let typ = match p {
-        J::Str(s) => {
-            out.field(b't', s.as_bytes());
-            return Ok(());
-        }
-        J::Obj(_) => p.get("type").and_then(J::as_str),
-        other => return Err(wrong("", "an object or a string", other)),
-    };
-    match typ {
-        Some("text" | "input_text" | "output_text") => {
-            out.field(b't', req_str(p, "text")?.as_bytes());
-        }
-        Some("tool_use") => {
-            *anthropic = true;
-            out.field(b'c', req_str(p, "name")?.as_bytes());
-            match p.get("input") {
-                None => out.field(b'a', b"{}"),
-                Some(input) => out.field_json(b'a', input, &[]),
-            }
-        }
-        Some("tool_result") => {
-            *anthropic = true;
-            match p.get_present("tool_use_id") {
-                None => out.field(b'R', b""),
-                Some(J::Str(id)) => out.field(b'R', id.as_bytes()),
-                Some(other) => return Err(wrong("tool_use_id", "a string", other)),
-            }
-            if matches!(p.get("is_error"), Some(J::Bool(true))) {
-                out.field(b'e', b"");
-            }
-            content(out, p.get("content"), anthropic).map_err(|e| e.within("content"))?;
-            out.field(b'E', b"");
-        }
-        Some(t) => {
-            if matches!(t, "thinking" | "redacted_thinking" | "document")
-                || (t == "image" && p.get("source").is_some())
-            {
-                *anthropic = true;
-            }
-            out.field_json(b'j', p, SKIP_PART_KEYS);
-        }
-        None => out.field_json(b'j', p, SKIP_PART_KEYS),
-    }
-    Ok(())
-}
-
-fn req_str<'j>(v: &'j J, key: &str) -> Result<&'j str, CanonError> {
-    match v.get(key) {
-        Some(J::Str(s)) => Ok(s.as_ref()),
-        None => Err(CanonError::MissingField {
-            path: key.to_owned(),
-        }),
-        Some(other) => Err(wrong(key, "a string", other)),
-    }
 }
 
 fn list_items<'l, 'a>(list: &'l List<'a>, field: &str) -> Result<(&'l [J<'a>], usize), CanonError> {
@@ -604,95 +308,6 @@ fn list_items<'l, 'a>(list: &'l List<'a>, field: &str) -> Result<(&'l [J<'a>], u
             expected: "an array",
             found,
         }),
-    }
-}
-
-/// Appends `bytes` with each 0x00 written as `00 FF`.
-fn escape_into(dst: &mut Vec<u8>, bytes: &[u8]) {
-    // Fast path: `contains` on bytes is memchr-accelerated; NULs in prompts are rare.
-    if !bytes.contains(&0) {
-        dst.extend_from_slice(bytes);
-        return;
-    }
-    for (i, run) in bytes.split(|&b| b == 0).enumerate() {
-        if i > 0 {
-            dst.extend_from_slice(&ESCAPED_ZERO);
-        }
-        dst.extend_from_slice(run);
-    }
-}
-
-/// Block writer: fields go to `scratch`; `end_block` cuts it into blocks in `buf`.
-struct Out {
-    buf: Vec<u8>,
-    ends: Vec<usize>,
-    scratch: Vec<u8>,
-    kind: u8,
-    chunk: usize,
-    max_blocks: usize,
-    capped: bool,
-}
-
-impl Out {
-    fn new(cfg: &CanonConfig) -> Self {
-        Self {
-            buf: Vec::new(),
-            ends: Vec::new(),
-            scratch: Vec::new(),
-            kind: KIND_MESSAGE,
-            chunk: cfg.chunk_bytes,
-            max_blocks: cfg.max_blocks,
-            capped: false,
-        }
-    }
-
-    fn full(&self) -> bool {
-        self.ends.len() >= self.max_blocks
-    }
-
-    fn begin(&mut self, kind: u8) {
-        self.kind = kind;
-        self.scratch.clear();
-    }
-
-    fn field(&mut self, tag: u8, value: &[u8]) {
-        self.scratch.push(tag);
-        escape_into(&mut self.scratch, value);
-        self.scratch.extend_from_slice(&FIELD_END);
-    }
-
-    /// Canonical JSON contains no 0x00, so it needs no escaping.
-    fn field_json(&mut self, tag: u8, value: &J, skip_top: &[&str]) {
-        self.scratch.push(tag);
-        write_canonical(&mut self.scratch, value, skip_top);
-        self.scratch.extend_from_slice(&FIELD_END);
-    }
-
-    fn end_block(&mut self) {
-        let Out {
-            buf,
-            ends,
-            scratch,
-            kind,
-            chunk,
-            max_blocks,
-            capped,
-        } = self;
-        let piece_len = if *chunk == 0 || scratch.len() <= *chunk {
-            // One piece; `max(1)` because `chunks(0)` would panic (scratch is never empty).
-            scratch.len().max(1)
-        } else {
-            *chunk
-        };
-        for (i, piece) in scratch.chunks(piece_len).enumerate() {
-            if ends.len() >= *max_blocks {
-                *capped = true;
-                return;
-            }
-            buf.push(if i == 0 { *kind } else { KIND_CONTINUATION });
-            buf.extend_from_slice(piece);
-            ends.push(buf.len());
-        }
     }
 }
 
@@ -728,7 +343,7 @@ impl<'de> Visitor<'de> for TopSeed {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Top<'de>, A::Error> {
         let mut top = Top::default();
         let list = || ListSeed { limit: self.limit };
-        while let Some(key) = map.next_key_seed(super::json::KeySeed)? {
+        while let Some(key) = map.next_key_seed(KeySeed)? {
             match key.as_ref() {
                 "model" => top.model = Some(map.next_value()?),
                 "messages" => top.messages = Some(map.next_value_seed(list())?),
