@@ -242,6 +242,20 @@ fn extension_property_every_fixture_shape() {
         assert_eq!(long.len(), short.len() + 2, "{field}");
         assert_eq!(&long[..short.len()], short.as_slice(), "{field}");
     }
+    // also when every message is cut into many small pieces
+    let tiny = CanonConfig {
+        chunk_bytes: 8,
+        ..CanonConfig::default()
+    };
+    let mut msgs = vec![
+        ("system", "You are terse and precise."),
+        ("user", "First question, fairly long"),
+    ];
+    let short = canon_with(&chat("m", &msgs), &tiny).chain_keys();
+    msgs.extend([("assistant", "An answer of some length"), ("user", "Next")]);
+    let long = canon_with(&chat("m", &msgs), &tiny).chain_keys();
+    assert!(short.len() > 6 && long.len() > short.len());
+    assert_eq!(&long[..short.len()], short.as_slice());
 }
 
 #[test]
