@@ -1,0 +1,21 @@
+//! `prefix_cache` policy core: request body → canonical blocks → chained prefix keys.
+//!
+//! Pure functions, no host calls. [`canonicalize`] turns an OpenAI Chat / Completions /
+//! Responses or Anthropic Messages body into blocks (one per tool list, system prompt and
+//! message; long ones cut into fixed-size pieces); [`chain_keys`] salts them with the model
+//! and chains them into 8-byte keys; [`prefix_key`] names the Redis key of each.
+
+mod block;
+mod canon;
+mod chain;
+mod error;
+mod json;
+mod message;
+
+pub use block::{KIND_CONTINUATION, KIND_MESSAGE, KIND_PROMPT, KIND_TOOLS};
+pub use canon::{canonicalize, Api, CanonConfig, Canonical};
+pub use chain::{block_hash, chain_keys, key_hex, prefix_key, PrefixKey};
+pub use error::CanonError;
+
+#[cfg(test)]
+mod tests;
