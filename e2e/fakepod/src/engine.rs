@@ -79,21 +79,18 @@ pub struct Running {
     pub hit_tokens: u64,
 }
 
-/// Undoes the `waiting` bookkeeping if a queued request is cancelled (client went away).
+/// Leaves the waiting queue: on admission, or when a queued request is cancelled.
 struct WaitGuard<'a> {
     engine: &'a Engine,
     lora: Option<&'a str>,
-    armed: bool,
 }
 
 impl Drop for WaitGuard<'_> {
     fn drop(&mut self) {
-        if self.armed {
-            let mut st = self.engine.lock();
-            st.waiting -= 1;
-            if let Some(l) = self.lora {
-                dec(&mut st.lora_waiting, l);
-            }
+        let mut st = self.engine.lock();
+        st.waiting -= 1;
+        if let Some(l) = self.lora {
+            dec(&mut st.lora_waiting, l);
         }
     }
 }
@@ -147,31 +144,16 @@ impl Engine {
     /// scheduler does when it schedules a waiting request) and takes its KV tokens.
     pub async fn admit(self: &Arc<Self>, job: &Job) -> Running {
         let queued_at = Instant::now();
-        {
-            let mut st = self.lock();
-            st.waiting += 1;
-            st.peak_waiting = st.peak_waiting.max(st.waiting);
-            if let Some(l) = &job.lora {
-                *st.lora_waiting.entry(l.clone()).or_default() += 1;
-            }
-        }
-        let mut guard = WaitGuard {
-            engine: self,
-            lora: job.lora.as_deref(),
-            armed: true,
-        };
-        // tokio's semaphore is fair (FIFO), which is the vLLM waiting-queue order. It is never
-        // closed, so acquisition cannot fail; the fallback only keeps this panic-free.
-        let permit = match self.slots.clone().acquire_owned().await {
+        // A free slot is taken at once (tokio hands released permits to queued waiters first,
+        // so this cannot jump the queue); only requests that really wait show in the gauge.
+        let permit = match self.slots.clone().try_acquire_owned() {
             Ok(p) => p,
-            Err(_) => std::future::pending().await,
+            Err(_) => self.wait_for_slot(job.lora.as_deref()).await,
         };
         let hits_blocks = self.lock_cache().leading_hits(&job.block_hashes) as u64;
         let hit_tokens = (hits_blocks * self.cfg.block_tokens as u64).min(job.prompt_tokens);
         {
             let mut st = self.lock();
-            guard.armed = false;
-            st.waiting -= 1;
             st.running += 1;
             st.peak_running = st.peak_running.max(st.running);
             st.prefix_queries_tokens += job.prompt_tokens;
@@ -179,7 +161,6 @@ impl Engine {
             st.prompt_tokens_total += job.prompt_tokens;
             st.kv_tokens += job.prompt_tokens;
             if let Some(l) = &job.lora {
-                dec(&mut st.lora_waiting, l);
                 *st.lora_running.entry(l.clone()).or_default() += 1;
             }
         }
@@ -190,6 +171,26 @@ impl Engine {
             kv_held: job.prompt_tokens,
             queue_wait: queued_at.elapsed(),
             hit_tokens,
+        }
+    }
+
+    /// Queues FIFO for a slot, visible in `waiting` (and the adapter's waiting set) meanwhile.
+    async fn wait_for_slot(self: &Arc<Self>, lora: Option<&str>) -> OwnedSemaphorePermit {
+        {
+            let mut st = self.lock();
+            st.waiting += 1;
+            st.peak_waiting = st.peak_waiting.max(st.waiting);
+            if let Some(l) = lora {
+                *st.lora_waiting.entry(l.to_string()).or_default() += 1;
+            }
+        }
+        // Dropped (undoing the gauges) when the slot is granted or the request is cancelled.
+        let _guard = WaitGuard { engine: self, lora };
+        // tokio's semaphore is fair (FIFO), which is the vLLM waiting-queue order. It is never
+        // closed, so acquisition cannot fail; the fallback only keeps this panic-free.
+        match self.slots.clone().acquire_owned().await {
+            Ok(p) => p,
+            Err(_) => std::future::pending().await,
         }
     }
 

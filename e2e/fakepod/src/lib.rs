@@ -9,8 +9,10 @@ pub mod body;
 pub mod cache;
 pub mod config;
 pub mod engine;
+pub mod load;
 pub mod metrics;
 pub mod openai;
+pub mod rng;
 pub mod server;
 pub mod tokenize;
 
