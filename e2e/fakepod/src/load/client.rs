@@ -58,16 +58,9 @@ pub async fn send(
         latency: Duration::ZERO,
     };
     let deadline = start + limit;
-    // Before-first-byte aborts simply race the whole exchange against the timer.
-    let abort_at = match &r.abort {
-        Some(a) if a.phase == AbortPhase::BeforeFirstByte => Some(start + a.after),
-        _ => None,
-    };
-    let work = exchange(client, base, path, r, start, &mut out);
-    let res = tokio::select! {
-        res = timeout(limit, work) => res.unwrap_or(Err("timeout")),
-        _ = sleep_opt(abort_at) => Err("aborted"),
-    };
+    let res = timeout(limit, exchange(client, base, path, r, start, &mut out))
+        .await
+        .unwrap_or(Err("timeout"));
     if let Err(kind) = res {
         out.error = Some(kind.to_string());
     }
@@ -98,7 +91,15 @@ async fn exchange(
     let req = req
         .body(Full::new(Bytes::from(r.body.clone())))
         .map_err(|_| "other")?;
-    let resp: Response<Incoming> = client.request(req).await.map_err(|e| classify(&e))?;
+    // A before-first-byte abort is armed from the send until the first body byte arrives.
+    let mut abort_at = match &r.abort {
+        Some(a) if a.phase == AbortPhase::BeforeFirstByte => Some(start + a.after),
+        _ => None,
+    };
+    let resp: Response<Incoming> = tokio::select! {
+        resp = client.request(req) => resp.map_err(|e| classify(&e))?,
+        _ = sleep_opt(abort_at) => return Err("aborted"),
+    };
     out.status = Some(resp.status().as_u16());
     out.pod = resp
         .headers()
@@ -108,7 +109,6 @@ async fn exchange(
     let ok_status = resp.status().is_success();
     let mut body = resp.into_body();
     let mut tail = Vec::new();
-    let mut abort_at: Option<Instant> = None;
     loop {
         let frame = tokio::select! {
             f = body.frame() => f,
@@ -124,6 +124,7 @@ async fn exchange(
                 }
                 if out.ttft.is_none() {
                     out.ttft = Some(start.elapsed());
+                    abort_at = None;
                     if let Some(a) = r
                         .abort
                         .as_ref()

@@ -156,7 +156,7 @@ pub struct HeaderRule {
 /// When a client-side abort drops the connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AbortPhase {
-    /// `after` from sending, unless the first body byte came first (then the request completes).
+    /// `after` from sending, unless the first body byte arrived earlier (then it runs to the end).
     BeforeFirstByte,
     /// `after` from the first body byte.
     AfterFirstByte,
