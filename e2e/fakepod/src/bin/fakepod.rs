@@ -6,6 +6,10 @@ use std::io::Write;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    if std::env::args().any(|a| a == "--help" || a == "-h") {
+        print!("{}", ailb_fakepod::config::USAGE);
+        return Ok(());
+    }
     let cli = match Cli::parse(std::env::args().skip(1).collect()) {
         Ok(c) => c,
         Err(e) => {

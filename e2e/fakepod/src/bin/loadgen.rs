@@ -5,6 +5,10 @@ use serde_json::json;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    if std::env::args().any(|a| a == "--help" || a == "-h") {
+        print!("{}", ailb_fakepod::load::cli::USAGE);
+        return Ok(());
+    }
     let cli = match LoadCli::parse(std::env::args().skip(1).collect()) {
         Ok(c) => c,
         Err(e) => {
