@@ -1,0 +1,44 @@
+//! Response body types: a boxed body for all responses and a channel-fed body for streaming.
+
+use bytes::Bytes;
+use http_body_util::{combinators::BoxBody, BodyExt, Full};
+use hyper::body::{Body, Frame};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use tokio::sync::mpsc;
+
+/// Every response body of the fake pod.
+pub type RespBody = BoxBody<Bytes, std::io::Error>;
+
+/// A complete body from bytes.
+pub fn full(b: impl Into<Bytes>) -> RespBody {
+    Full::new(b.into()).map_err(|never| match never {}).boxed()
+}
+
+/// Body fed by a channel: each `Ok` item is one frame (one SSE event), an `Err` makes hyper
+/// abort the connection mid-body (used by `reset-after-headers`), and closing the sender ends it.
+pub struct ChannelBody {
+    rx: mpsc::Receiver<Result<Bytes, std::io::Error>>,
+}
+
+impl ChannelBody {
+    /// A body and the sender that feeds it.
+    pub fn pair(capacity: usize) -> (mpsc::Sender<Result<Bytes, std::io::Error>>, RespBody) {
+        let (tx, rx) = mpsc::channel(capacity);
+        (tx, ChannelBody { rx }.boxed())
+    }
+}
+
+impl Body for ChannelBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        self.rx
+            .poll_recv(cx)
+            .map(|item| item.map(|r| r.map(Frame::data)))
+    }
+}

@@ -1,0 +1,218 @@
+//! Fake pod configuration: defaults, and the `ailb-fakepod` command line.
+
+use crate::args::Args;
+use anyhow::{bail, Result};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Which model server's `/metrics` dialect to render.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineKind {
+    /// vLLM V1 names (`vllm:kv_cache_usage_perc`, prefix-cache counters, `engine` label).
+    VllmV1,
+    /// vLLM V0 names (`vllm:gpu_cache_usage_perc`, `vllm:gpu_prefix_cache_hit_rate`).
+    VllmV0,
+    /// SGLang names (`sglang:num_running_reqs`, `sglang:token_usage`, ...).
+    Sglang,
+}
+
+/// Where `/metrics` comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MetricsSource {
+    /// Rendered from the live engine state.
+    Live,
+    /// A file served verbatim (read on every scrape so tests can rewrite it).
+    File(PathBuf),
+    /// Unparseable junk, for scraper fault tests.
+    Garbage,
+}
+
+/// Everything one fake pod needs. Times are microseconds so tests can run fast.
+#[derive(Clone, Debug)]
+pub struct PodConfig {
+    pub name: String,
+    pub listen: SocketAddr,
+    /// `model_name` label and default `model` in responses (vLLM `--served-model-name`).
+    pub served_model_name: String,
+    pub engine: EngineKind,
+    /// Concurrently running requests (vLLM `max_num_seqs`); the rest wait in FIFO order.
+    pub max_running: usize,
+    /// Tokens per KV block (vLLM `block_size`, SGLang `page_size`).
+    pub block_tokens: usize,
+    /// Prefix cache capacity in blocks (0 disables the cache).
+    pub cache_blocks: usize,
+    pub prefill_us_per_token: u64,
+    pub decode_us_per_token: u64,
+    /// Each extra running request slows a decode step by this fraction (batching cost).
+    pub decode_batch_penalty: f64,
+    /// Denominator of the KV usage gauge.
+    pub kv_capacity_tokens: u64,
+    /// Output tokens when the request gives no `max_tokens`/`max_completion_tokens`.
+    pub default_max_tokens: u64,
+    /// Cap on output tokens per request.
+    pub max_output_tokens: u64,
+    pub lora_adapters: Vec<String>,
+    /// `max_lora` label; defaults to the number of adapters.
+    pub max_lora: Option<usize>,
+    pub metrics: MetricsSource,
+}
+
+impl Default for PodConfig {
+    fn default() -> Self {
+        Self {
+            name: "pod-a".into(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            served_model_name: "fake-model".into(),
+            engine: EngineKind::VllmV1,
+            max_running: 8,
+            block_tokens: 16,
+            cache_blocks: 4096,
+            prefill_us_per_token: 100,
+            decode_us_per_token: 10_000,
+            decode_batch_penalty: 0.02,
+            kv_capacity_tokens: 65_536,
+            default_max_tokens: 16,
+            max_output_tokens: 4096,
+            lora_adapters: Vec::new(),
+            max_lora: None,
+            metrics: MetricsSource::Live,
+        }
+    }
+}
+
+/// Parsed `ailb-fakepod` command line: one config template plus multi-pod options.
+#[derive(Clone, Debug)]
+pub struct Cli {
+    pub pod: PodConfig,
+    /// Run this many pods in one process (ports `listen`, `listen+1`, ... or all ephemeral).
+    pub pods: usize,
+    /// Multi-pod names are `<base>-<i>`; `None` means one pod named by `--name`.
+    pub base_name: Option<String>,
+}
+
+pub const USAGE: &str = "\
+ailb-fakepod: OpenAI-compatible fake model server
+
+  --listen ADDR               127.0.0.1:0 (port 0 = ephemeral)
+  --name NAME                 pod-a (sent as `x-pod` on every response)
+  --pods N --base-name B      run N pods named B-0..B-(N-1) on N ports
+  --model NAME                fake-model (served model name / model_name label)
+  --engine vllm|vllm-v0|sglang  metrics dialect (vllm = V1 names)
+  --max-running N             8     concurrent requests; the rest queue FIFO
+  --block-tokens N            16    tokens per KV block
+  --cache-blocks N            4096  prefix-cache LRU capacity in blocks (0 = off)
+  --prefill-us-per-token US   100   per uncached prompt token
+  --decode-us-per-token US    10000 per output token
+  --decode-batch-penalty F    0.02  decode slows by F per extra running request
+  --kv-capacity-tokens N      65536 KV usage gauge denominator
+  --default-max-tokens N      16
+  --max-output-tokens N       4096
+  --lora-adapters a,b         adapters served (model=a counts as LoRA a)
+  --max-lora N                max_lora label (default: number of adapters)
+  --metrics-file PATH         serve PATH verbatim as /metrics
+  --metrics-garbage           serve junk as /metrics
+";
+
+impl Cli {
+    /// Parses the arguments after the program name.
+    pub fn parse(items: Vec<String>) -> Result<Self> {
+        let mut a = Args::new(items);
+        let mut c = PodConfig::default();
+        let mut pods = 1usize;
+        let mut base_name = None;
+        while let Some(flag) = a.next_flag()? {
+            match flag.as_str() {
+                "--listen" => c.listen = a.parse(&flag)?,
+                "--name" => c.name = a.value(&flag)?,
+                "--pods" => pods = a.parse(&flag)?,
+                "--base-name" => base_name = Some(a.value(&flag)?),
+                "--model" | "--served-model-name" => c.served_model_name = a.value(&flag)?,
+                "--engine" => {
+                    c.engine = match a.value(&flag)?.as_str() {
+                        "vllm" | "vllm-v1" => EngineKind::VllmV1,
+                        "vllm-v0" => EngineKind::VllmV0,
+                        "sglang" => EngineKind::Sglang,
+                        other => bail!("unknown engine {other:?}"),
+                    }
+                }
+                "--max-running" => c.max_running = a.parse(&flag)?,
+                "--block-tokens" => c.block_tokens = a.parse(&flag)?,
+                "--cache-blocks" => c.cache_blocks = a.parse(&flag)?,
+                "--prefill-us-per-token" => c.prefill_us_per_token = a.parse(&flag)?,
+                "--decode-us-per-token" => c.decode_us_per_token = a.parse(&flag)?,
+                "--decode-batch-penalty" => c.decode_batch_penalty = a.parse(&flag)?,
+                "--kv-capacity-tokens" => c.kv_capacity_tokens = a.parse(&flag)?,
+                "--default-max-tokens" => c.default_max_tokens = a.parse(&flag)?,
+                "--max-output-tokens" => c.max_output_tokens = a.parse(&flag)?,
+                "--lora-adapters" => {
+                    c.lora_adapters = a
+                        .value(&flag)?
+                        .split(',')
+                        .map(str::trim)
+                        .filter(|s| !s.is_empty())
+                        .map(String::from)
+                        .collect()
+                }
+                "--max-lora" => c.max_lora = Some(a.parse(&flag)?),
+                "--metrics-file" => c.metrics = MetricsSource::File(a.value(&flag)?.into()),
+                "--metrics-garbage" => c.metrics = MetricsSource::Garbage,
+                "--help" | "-h" => bail!("{USAGE}"),
+                other => bail!("unknown flag {other}\n\n{USAGE}"),
+            }
+        }
+        if c.max_running == 0 || c.block_tokens == 0 || pods == 0 {
+            bail!("--max-running, --block-tokens and --pods must be positive");
+        }
+        Ok(Self {
+            base_name: match base_name {
+                None if pods > 1 => Some("pod".into()),
+                other => other,
+            },
+            pod: c,
+            pods,
+        })
+    }
+
+    /// One config per pod to start.
+    pub fn pod_configs(&self) -> Vec<PodConfig> {
+        let Some(base) = &self.base_name else {
+            return vec![self.pod.clone()];
+        };
+        (0..self.pods)
+            .map(|i| {
+                let mut c = self.pod.clone();
+                c.name = format!("{base}-{i}");
+                if c.listen.port() != 0 {
+                    c.listen.set_port(c.listen.port() + i as u16);
+                }
+                c
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<Cli> {
+        Cli::parse(s.split_whitespace().map(String::from).collect())
+    }
+
+    #[test]
+    fn flags_and_multi_pod() {
+        let c = parse(
+            "--listen 127.0.0.1:9000 --pods 3 --base-name p --engine=sglang --lora-adapters a,b",
+        )
+        .unwrap();
+        let pods = c.pod_configs();
+        assert_eq!(pods.len(), 3);
+        assert_eq!(pods[2].name, "p-2");
+        assert_eq!(pods[2].listen.port(), 9002);
+        assert_eq!(pods[0].engine, EngineKind::Sglang);
+        assert_eq!(pods[0].lora_adapters, vec!["a", "b"]);
+        assert!(parse("--bogus 1").is_err());
+        assert!(parse("--max-running 0").is_err());
+        assert_eq!(parse("--name x").unwrap().pod_configs()[0].name, "x");
+    }
+}

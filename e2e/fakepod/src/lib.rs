@@ -1,0 +1,21 @@
+//! Fake OpenAI-compatible model servers and a load generator for measuring ai-load-balancer
+//! routing quality (TTFT, prefix hit rate, tail latency, queue imbalance) on one machine.
+//!
+//! * [`server::spawn_pod`] starts a pod in-process; `ailb-fakepod` is the CLI around it.
+//! * [`load::run`] drives a seeded workload against gateway URLs; `ailb-loadgen` is its CLI.
+
+pub mod args;
+pub mod body;
+pub mod cache;
+pub mod config;
+pub mod engine;
+pub mod load;
+pub mod metrics;
+pub mod openai;
+pub mod rng;
+pub mod server;
+pub mod tokenize;
+
+pub use config::{EngineKind, MetricsSource, PodConfig};
+pub use engine::Snapshot;
+pub use server::{spawn_pod, PodHandle};

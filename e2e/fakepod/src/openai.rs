@@ -1,0 +1,182 @@
+//! OpenAI request parsing and response shapes (chat and legacy completions).
+
+use crate::tokenize::{canonical_prompt, ApiKind};
+use serde_json::{json, Value};
+
+/// The parts of a generation request the fake engine uses.
+#[derive(Debug, Clone)]
+pub struct GenRequest {
+    pub kind: ApiKind,
+    /// `model` from the body (echoed back; may name a LoRA adapter).
+    pub model: Option<String>,
+    pub stream: bool,
+    /// `stream_options.include_usage`: send a final usage chunk.
+    pub include_usage: bool,
+    /// Requested output tokens, before the pod's cap.
+    pub max_tokens: Option<u64>,
+    pub prompt: String,
+}
+
+/// Parses a body; `Err` carries the message for a 400.
+pub fn parse_request(kind: ApiKind, bytes: &[u8]) -> Result<GenRequest, String> {
+    let body: Value =
+        serde_json::from_slice(bytes).map_err(|e| format!("invalid JSON body: {e}"))?;
+    if !body.is_object() {
+        return Err("request body must be a JSON object".into());
+    }
+    let prompt = canonical_prompt(kind, &body)?;
+    let max_tokens = ["max_completion_tokens", "max_tokens"]
+        .iter()
+        .find_map(|k| body.get(*k).and_then(Value::as_u64));
+    Ok(GenRequest {
+        kind,
+        model: body.get("model").and_then(Value::as_str).map(String::from),
+        stream: body.get("stream").and_then(Value::as_bool).unwrap_or(false),
+        include_usage: body
+            .pointer("/stream_options/include_usage")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+        max_tokens,
+        prompt,
+    })
+}
+
+/// OpenAI-style error body.
+pub fn error_body(status: u16, message: &str) -> String {
+    let kind = match status {
+        400 | 422 => "invalid_request_error",
+        404 => "not_found_error",
+        429 => "rate_limit_error",
+        _ => "server_error",
+    };
+    json!({"error": {"message": message, "type": kind, "param": null, "code": status}}).to_string()
+}
+
+// Four-byte pieces, so generated text re-tokenizes to about one token per piece.
+const WORDS: [&str; 16] = [
+    " the", " cat", " sat", " on", " a", " mat", " and", " dog", " ran", " far", " to", " see",
+    " sky", " sun", " big", " red",
+];
+
+/// Text of output token `i` (deterministic in the prompt, independent of the pod).
+pub fn token_text(seed: u64, i: u64) -> &'static str {
+    let h = seed
+        .wrapping_add(i.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+        .rotate_left(17);
+    WORDS[(h % WORDS.len() as u64) as usize]
+}
+
+/// Token usage of a finished request.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Usage {
+    pub prompt: u64,
+    pub completion: u64,
+    pub cached: u64,
+}
+
+impl Usage {
+    fn json(&self) -> Value {
+        json!({
+            "prompt_tokens": self.prompt,
+            "completion_tokens": self.completion,
+            "total_tokens": self.prompt + self.completion,
+            "prompt_tokens_details": {"cached_tokens": self.cached},
+        })
+    }
+}
+
+/// Identity fields shared by every chunk of one response.
+#[derive(Debug, Clone)]
+pub struct RespMeta {
+    pub id: String,
+    pub created: u64,
+    pub model: String,
+    pub kind: ApiKind,
+}
+
+impl RespMeta {
+    /// One streamed token as an SSE event (`data: {...}\n\n`).
+    pub fn chunk(&self, text: &str, first: bool, finish: Option<&str>) -> String {
+        let choice = match self.kind {
+            ApiKind::Chat => {
+                let delta = if first {
+                    json!({"role": "assistant", "content": text})
+                } else {
+                    json!({"content": text})
+                };
+                json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish})
+            }
+            ApiKind::Completions => {
+                json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish})
+            }
+        };
+        self.sse(json!({
+            "id": self.id, "object": self.chunk_object(), "created": self.created,
+            "model": self.model, "choices": [choice],
+        }))
+    }
+
+    /// Final usage-only chunk (`stream_options.include_usage`).
+    pub fn usage_chunk(&self, usage: Usage) -> String {
+        self.sse(json!({
+            "id": self.id, "object": self.chunk_object(), "created": self.created,
+            "model": self.model, "choices": [], "usage": usage.json(),
+        }))
+    }
+
+    fn chunk_object(&self) -> &'static str {
+        match self.kind {
+            ApiKind::Chat => "chat.completion.chunk",
+            ApiKind::Completions => "text_completion",
+        }
+    }
+
+    fn sse(&self, v: Value) -> String {
+        format!("data: {v}\n\n")
+    }
+
+    /// Complete non-streaming response.
+    pub fn full(&self, text: &str, usage: Usage) -> String {
+        let (object, choice) = match self.kind {
+            ApiKind::Chat => (
+                "chat.completion",
+                json!({"index": 0, "message": {"role": "assistant", "content": text},
+                       "logprobs": null, "finish_reason": "length"}),
+            ),
+            ApiKind::Completions => (
+                "text_completion",
+                json!({"index": 0, "text": text, "logprobs": null, "finish_reason": "length"}),
+            ),
+        };
+        json!({
+            "id": self.id, "object": object, "created": self.created, "model": self.model,
+            "choices": [choice], "usage": usage.json(),
+        })
+        .to_string()
+    }
+}
+
+/// The stream terminator.
+pub const DONE: &str = "data: [DONE]\n\n";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_chat_and_limits() {
+        let r = parse_request(
+            ApiKind::Chat,
+            br#"{"model":"m","stream":true,"max_completion_tokens":5,"max_tokens":9,
+                "stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}"#,
+        )
+        .unwrap();
+        assert!(r.stream && r.include_usage);
+        assert_eq!(r.max_tokens, Some(5));
+        assert_eq!(r.prompt, "user\nhi\n");
+        assert!(parse_request(ApiKind::Chat, b"{not json").is_err());
+        assert!(parse_request(ApiKind::Completions, b"[1]").is_err());
+        let e: Value = serde_json::from_str(&error_body(400, "bad")).unwrap();
+        assert_eq!(e["error"]["type"], "invalid_request_error");
+    }
+}
