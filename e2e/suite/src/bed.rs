@@ -1,0 +1,101 @@
+//! A test bed: one Redis, N fake pods (in-process), gateways started on demand.
+
+use crate::gateway::{http, Gateway, GatewaySpec, CLUSTER, ROUTE};
+use crate::redis::{Counts, Redis};
+use ailb_fakepod::{spawn_pod, PodConfig, PodHandle};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+pub struct Bed {
+    pub rt: tokio::runtime::Runtime,
+    pub redis: Redis,
+    pub pods: Vec<PodHandle>,
+}
+
+impl Bed {
+    /// `pods` fake pods configured by `tune` (timings in microseconds).
+    pub fn new(pods: usize, tune: impl Fn(&mut PodConfig)) -> Bed {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        let handles = (0..pods)
+            .map(|i| {
+                let mut cfg = PodConfig {
+                    name: format!("pod-{i}"),
+                    ..PodConfig::default()
+                };
+                tune(&mut cfg);
+                rt.block_on(spawn_pod(cfg)).expect("fake pod")
+            })
+            .collect();
+        Bed {
+            rt,
+            redis: Redis::start(),
+            pods: handles,
+        }
+    }
+
+    pub fn pod_addrs(&self) -> Vec<String> {
+        self.pods.iter().map(|p| p.addr.to_string()).collect()
+    }
+
+    /// A gateway spec for this bed with the plugin config `plugin` (None = no plugin).
+    pub fn spec(&self, id: &str, plugin: Option<Value>) -> GatewaySpec {
+        GatewaySpec::new(id, self.redis.port, &self.pod_addrs(), plugin)
+    }
+
+    pub fn gateway(&self, spec: &GatewaySpec) -> Gateway {
+        Gateway::start(spec).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    pub fn counts(&self) -> Counts {
+        self.redis.counts(ROUTE, CLUSTER)
+    }
+
+    pub fn reset_pods(&self) {
+        for p in &self.pods {
+            p.engine().reset(true);
+        }
+    }
+
+    /// Peak concurrently running requests per pod since the last reset.
+    pub fn peaks(&self) -> Vec<usize> {
+        self.pods.iter().map(|p| p.state().peak_running).collect()
+    }
+}
+
+/// A chat request body producing `max_tokens` output tokens.
+pub fn chat_body(text: &str, max_tokens: u64) -> Vec<u8> {
+    json!({"model": "fake-model", "messages": [{"role": "user", "content": text}], "max_tokens": max_tokens})
+        .to_string()
+        .into_bytes()
+}
+
+/// POSTs a chat request; returns (status, `x-pod` header).
+pub fn chat(gateway: &str, text: &str, max_tokens: u64) -> (u16, String) {
+    match http(
+        gateway,
+        "POST",
+        "/v1/chat/completions",
+        &[("content-type", "application/json")],
+        &chat_body(text, max_tokens),
+    ) {
+        Ok((status, headers, _)) => {
+            let pod = headers.iter().find(|(k, _)| k == "x-pod").map(|(_, v)| v.clone()).unwrap_or_default();
+            (status, pod)
+        }
+        Err(_) => (0, String::new()),
+    }
+}
+
+/// Polls Redis until every count is back to zero.
+pub fn wait_for_zero(bed: &Bed, timeout: Duration) -> Counts {
+    let mut last = bed.counts();
+    crate::gateway::wait_until(timeout, || {
+        last = bed.counts();
+        last.is_zero()
+    });
+    last
+}

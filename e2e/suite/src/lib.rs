@@ -1,0 +1,47 @@
+//! Harness for the end-to-end suite: a real redis-server, emulator gateway processes running
+//! the built `dist/ai-load-balancer.wasm`, fake pods in-process, and Redis inspection through
+//! the plugin's own RESP codec and key names.
+
+pub mod bed;
+pub mod gateway;
+pub mod redis;
+
+use std::path::PathBuf;
+
+/// The repository root (two levels above this crate).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The Higress artifact, built by `make build`.
+pub fn plugin_wasm() -> PathBuf {
+    let p = repo_root().join("dist/ai-load-balancer.wasm");
+    assert!(p.exists(), "{} is missing: run `make build` first", p.display());
+    p
+}
+
+/// The same module exporting only ABI 0_2_1 (built by `make build` as a test fixture).
+pub fn plugin_wasm_abi021() -> PathBuf {
+    repo_root().join("dist/testdata/ai-load-balancer-abi021-only.wasm")
+}
+
+/// A binary of the e2e workspace (`ailb-gateway`), built by `make e2e-build`.
+pub fn e2e_bin(name: &str) -> PathBuf {
+    if let Ok(dir) = std::env::var("AILB_E2E_BIN_DIR") {
+        return PathBuf::from(dir).join(name);
+    }
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    let p = target.join("release").join(name);
+    assert!(p.exists(), "{} is missing: run `make e2e-build` first", p.display());
+    p
+}
+
+/// A free loopback port (bound then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(0)
+}
