@@ -10,7 +10,10 @@ WASM_ABI     := tools/wasm-abi/target/release/wasm-abi
 HIGRESS_WASM := $(DIST)/ai-load-balancer.wasm
 ABI021_WASM  := $(DIST)/testdata/ai-load-balancer-abi021-only.wasm
 
-.PHONY: all build check-abi test unit-test lint fmt bench package clean tools
+.PHONY: all build check-abi test unit-test wasm-unit-test lint fmt bench package clean tools e2e-build e2e-test run
+
+E2E_BIN      := e2e/target/release
+E2E_CARGO    := cd e2e && $(CARGO)
 
 all: build
 
@@ -34,18 +37,38 @@ unit-test:
 	$(CARGO) test --quiet
 	$(CARGO) test --quiet --manifest-path tools/wasm-abi/Cargo.toml
 
+# The plugin's unit tests compiled for wasm32-wasip1 and run in the emulator's wasmtime
+# (catches 32-bit and WASI differences).
+wasm-unit-test: e2e-build
+	CARGO_TARGET_WASM32_WASIP1_RUNNER="$(CURDIR)/$(E2E_BIN)/wasi-run" $(CARGO) test --quiet --target $(WASM_TARGET) --lib
+
+e2e-build:
+	$(E2E_CARGO) build --release --quiet --bins
+
+# Emulator host rules, fake pods, and the plugin end to end (real redis-server, several
+# gateway processes, fake pods). Needs `make build` for dist/ai-load-balancer.wasm.
+e2e-test: build e2e-build
+	$(E2E_CARGO) test --release --quiet
+
+# README's first command: Redis + 3 fake pods + one gateway with the example config.
+run: build e2e-build
+	$(E2E_BIN)/ailb-run $(ARGS)
+
 lint:
 	$(CARGO) fmt --check
+	$(E2E_CARGO) fmt --check
+	$(E2E_CARGO) clippy --quiet --release --all-targets -- -D warnings
 	$(CARGO) clippy --quiet --all-targets -- -D warnings
 	$(CARGO) clippy --quiet --target $(WASM_TARGET) --lib -- -D warnings
 	$(CARGO) clippy --quiet --manifest-path tools/wasm-abi/Cargo.toml -- -D warnings
 
 # Everything CI checks. Redis tests start their own redis-server on a free port.
-test: lint unit-test check-abi package
+test: lint unit-test check-abi package wasm-unit-test e2e-test
 	@echo "make test: all checks passed"
 
-bench: build
+bench: build e2e-build
 	$(CARGO) run --release --quiet --example bench_redis
+	$(E2E_BIN)/ailb-bench
 
 # Higress plugin-market layout: plugin.tar.gz (holding plugin.wasm) beside spec.yaml and README.
 package: build
