@@ -240,7 +240,7 @@ pub struct Plugin {
 impl Plugin {
     pub fn load(wasm: &[u8]) -> Result<Plugin> {
         let engine = Engine::default();
-        let module = Module::new(&engine, wasm).context("compiling plugin wasm")?;
+        let module = Module::new(&engine, wasm).map_err(anyhow::Error::from).context("compiling plugin wasm")?;
         let abi = AbiVersion::detect(module.exports().map(|e| e.name()))
             .ok_or_else(|| anyhow!("module exports no proxy_abi_version_* function"))?;
         Ok(Plugin { engine, module, abi })
@@ -257,6 +257,7 @@ impl Vm {
         let mut store = Store::new(&plugin.engine, host);
         let instance: Instance = linker
             .instantiate(&mut store, &plugin.module)
+            .map_err(anyhow::Error::from)
             .context("instantiating plugin (missing host function?)")?;
         let memory = instance.get_memory(&mut store, "memory");
         let alloc = instance
@@ -286,7 +287,7 @@ impl Vm {
             on_redis_call_response: get!("proxy_on_redis_call_response"),
         };
         if let Ok(init) = instance.get_typed_func::<(), ()>(&mut store, "_initialize") {
-            init.call(&mut store, ()).context("_initialize trapped")?;
+            init.call(&mut store, ()).map_err(anyhow::Error::from).context("_initialize trapped")?;
         }
         Ok(Vm { store, ex, failed: false })
     }
@@ -328,7 +329,7 @@ impl Vm {
         self.enter(ctx);
         let r = f.call(&mut self.store, args);
         self.leave();
-        r.map_err(|e| self.trap(what, e))
+        r.map_err(|e| self.trap(what, e.into()))
     }
 
     /// `_initialize` done; run vm_start, root context create and configure.

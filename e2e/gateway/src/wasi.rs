@@ -107,9 +107,9 @@ pub fn add_to_linker(l: &mut Linker<HostState>, module: &Module) -> Result<()> {
             let v = c.data().wasi_args.clone();
             strings_write(&mut c, v, ptrs, buf)
         })?;
-        l.func_wrap(m, "proc_exit", |mut c: C, code: i32| -> Result<()> {
+        l.func_wrap(m, "proc_exit", |mut c: C, code: i32| -> wasmtime::Result<()> {
             c.data_mut().exit_code = Some(code);
-            anyhow::bail!("proc_exit({code})")
+            Err(wasmtime::Error::msg(format!("proc_exit({code})")))
         })?;
         l.func_wrap(m, "sched_yield", |_: C| -> i32 { ERRNO_SUCCESS })?;
         l.func_wrap(m, "fd_prestat_get", |_: C, _: i32, _: i32| -> i32 { ERRNO_BADF })?;
