@@ -43,15 +43,18 @@ fn lower(k: &[u8]) -> Vec<u8> {
 pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
     l.func_wrap("env", "proxy_log", |mut c: C, level: i32, p: i32, n: i32| -> i32 {
         let msg = tryst!(read_mem(&mut c, p, n));
-        let h = c.data();
+        let h = c.data_mut();
+        let line = format!(
+            "[gw {}][worker {}][{}] {}",
+            h.shared.cfg.gateway_id,
+            h.worker,
+            level_name(level),
+            String::from_utf8_lossy(&msg)
+        );
         if level >= h.shared.log_level {
-            eprintln!(
-                "[gw {}][worker {}][{}] {}",
-                h.shared.cfg.gateway_id,
-                h.worker,
-                level_name(level),
-                String::from_utf8_lossy(&msg)
-            );
+            eprintln!("{line}");
+        } else if let Some(buf) = h.startup_log.as_mut() {
+            buf.push(line);
         }
         status::OK
     })?;

@@ -183,7 +183,8 @@ pub async fn handle(w: Rc<Worker>, req: Request<Incoming>) -> Result<Response<Ou
                     }
                 }
             }
-        } else if (held || data_paused) && pending.len() > limit {
+        }
+        if (held || data_paused) && pending.len() > limit {
             return Ok(local_reply(&w, Some(guard), 413, b"Payload Too Large".to_vec(), vec![]));
         }
 

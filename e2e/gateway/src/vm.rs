@@ -151,6 +151,9 @@ pub struct HostState {
     pub wasi_args: Vec<String>,
     pub wasi_env: Vec<String>,
     pub exit_code: Option<i32>,
+    /// During startup, log lines below the threshold are kept so a rejected configuration
+    /// can show everything the plugin said.
+    pub startup_log: Option<Vec<String>>,
 }
 
 impl HostState {
@@ -179,6 +182,7 @@ impl HostState {
             wasi_args: vec!["plugin".into()],
             wasi_env: Vec::new(),
             exit_code: None,
+            startup_log: Some(Vec::new()),
         }
     }
 

@@ -59,7 +59,11 @@ impl Worker {
         if w.vm.is_some() {
             let len = shared.plugin_config.len();
             let ok = w.with_vm(|vm| vm.start(len)).unwrap_or(Ok(false))?;
+            let held = w.vm.as_ref().and_then(|c| c.borrow_mut().store.data_mut().startup_log.take());
             if !ok {
+                for line in held.unwrap_or_default() {
+                    eprintln!("{line}");
+                }
                 anyhow::bail!("plugin rejected its configuration (proxy_on_configure returned false)");
             }
         }
