@@ -150,7 +150,11 @@ mod tests {
 
     #[test]
     fn first_abi_export_wins() {
-        let e = ["memory", "proxy_abi_version_0_2_1", "proxy_abi_version_0_2_100"];
+        let e = [
+            "memory",
+            "proxy_abi_version_0_2_1",
+            "proxy_abi_version_0_2_100",
+        ];
         assert_eq!(AbiVersion::detect(e), Some(AbiVersion::V0_2_1));
         let e = ["proxy_abi_version_0_2_100", "proxy_abi_version_0_2_1"];
         assert_eq!(AbiVersion::detect(e), Some(AbiVersion::V0_2_100));
@@ -161,7 +165,10 @@ mod tests {
     fn header_status_conversion() {
         use HeaderStatus::*;
         assert_eq!(request_header_status(AbiVersion::V0_2_1, 1), StopAll);
-        assert_eq!(request_header_status(AbiVersion::V0_2_100, 1), StopIteration);
+        assert_eq!(
+            request_header_status(AbiVersion::V0_2_100, 1),
+            StopIteration
+        );
         assert_eq!(request_header_status(AbiVersion::V0_2_100, 7), StopAll);
         assert_eq!(response_header_status(1), StopAll);
         assert_eq!(request_header_status(AbiVersion::V0_2_100, 0), Continue);
@@ -169,7 +176,10 @@ mod tests {
 
     #[test]
     fn pairs_round_trip() {
-        let p = vec![("a".as_bytes().to_vec(), b"1".to_vec()), (b"bb".to_vec(), b"".to_vec())];
+        let p = vec![
+            ("a".as_bytes().to_vec(), b"1".to_vec()),
+            (b"bb".to_vec(), b"".to_vec()),
+        ];
         let enc = encode_pairs(&p);
         assert_eq!(&enc[..4], &2u32.to_le_bytes());
         assert_eq!(decode_pairs(&enc).unwrap(), p);

@@ -19,24 +19,34 @@ use std::time::Duration;
 const METRICS_CAP: usize = 64 * 1024;
 
 pub fn spawn(shared: Arc<Shared>, listener: std::net::TcpListener) -> Result<()> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    std::thread::Builder::new().name("admin".into()).spawn(move || {
-        rt.block_on(async move {
-            start_health_checks(&shared);
-            let Ok(listener) = tokio::net::TcpListener::from_std(listener) else { return };
-            loop {
-                let Ok((sock, _)) = listener.accept().await else { continue };
-                let shared = shared.clone();
-                tokio::spawn(async move {
-                    let svc = service_fn(move |req| {
-                        let shared = shared.clone();
-                        async move { Ok::<_, hyper::Error>(route(&shared, req)) }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new()
+        .name("admin".into())
+        .spawn(move || {
+            rt.block_on(async move {
+                start_health_checks(&shared);
+                let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+                    return;
+                };
+                loop {
+                    let Ok((sock, _)) = listener.accept().await else {
+                        continue;
+                    };
+                    let shared = shared.clone();
+                    tokio::spawn(async move {
+                        let svc = service_fn(move |req| {
+                            let shared = shared.clone();
+                            async move { Ok::<_, hyper::Error>(route(&shared, req)) }
+                        });
+                        let _ = http1::Builder::new()
+                            .serve_connection(TokioIo::new(sock), svc)
+                            .await;
                     });
-                    let _ = http1::Builder::new().serve_connection(TokioIo::new(sock), svc).await;
-                });
-            }
-        })
-    })?;
+                }
+            })
+        })?;
     Ok(())
 }
 
@@ -60,7 +70,7 @@ fn percent_decode(s: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() + 0 && i + 2 <= b.len() - 1 {
+        if b[i] == b'%' && i + 2 < b.len() {
             if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
                 out.push(v);
                 i += 3;
@@ -88,12 +98,16 @@ fn route(shared: &Shared, req: Request<hyper::body::Incoming>) -> Response<Full<
             reply(200, "text/plain", "OK\n".into())
         }
         ("POST", "/admin/health") => {
-            let (Some(c), Some(a), Some(s)) =
-                (query_param(&q, "cluster"), query_param(&q, "address"), query_param(&q, "status"))
-            else {
+            let (Some(c), Some(a), Some(s)) = (
+                query_param(&q, "cluster"),
+                query_param(&q, "address"),
+                query_param(&q, "status"),
+            ) else {
                 return reply(400, "text/plain", "need cluster, address, status\n".into());
             };
-            let Ok(h) = Health::parse(&s) else { return reply(400, "text/plain", "bad status\n".into()) };
+            let Ok(h) = Health::parse(&s) else {
+                return reply(400, "text/plain", "bad status\n".into());
+            };
             match shared.clusters.get(&c).and_then(|cl| cl.find(&a)) {
                 Some(e) => {
                     e.set_health(h);
@@ -113,7 +127,10 @@ fn stats(shared: &Shared) -> String {
     for (k, v) in [
         ("requests_total", c.requests.load(Relaxed)),
         ("local_replies", c.local_replies.load(Relaxed)),
-        ("upstream_connect_failures", c.upstream_5xx_local.load(Relaxed)),
+        (
+            "upstream_connect_failures",
+            c.upstream_5xx_local.load(Relaxed),
+        ),
         ("client_aborts", c.client_aborts.load(Relaxed)),
         ("streams_destroyed", c.streams_destroyed.load(Relaxed)),
         ("redis_calls", c.redis_calls.load(Relaxed)),
@@ -123,7 +140,12 @@ fn stats(shared: &Shared) -> String {
         out.push_str(&format!("gateway.{k} {v}\n"));
     }
     out.push_str(&format!("gateway.id {id}\n"));
-    for m in shared.metrics.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+    for m in shared
+        .metrics
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+    {
         match m.kind {
             MetricKind::Histogram => {
                 out.push_str(&format!("{}.count {}\n", m.name, m.count.load(Relaxed)));
@@ -141,7 +163,13 @@ fn upstreams_json(shared: &Shared) -> String {
     names.sort();
     for n in names {
         let c = &shared.clusters[n];
-        let dynamic: Vec<_> = c.dynamic.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
+        let dynamic: Vec<_> = c
+            .dynamic
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
         for e in c.endpoints.iter().chain(dynamic.iter()) {
             list.push(serde_json::json!({
                 "gateway_id": shared.cfg.gateway_id,
@@ -158,9 +186,12 @@ fn upstreams_json(shared: &Shared) -> String {
 }
 
 fn start_health_checks(shared: &Arc<Shared>) {
-    let client: Client<HttpConnector, ChanBody> = Client::builder(TokioExecutor::new()).build_http();
+    let client: Client<HttpConnector, ChanBody> =
+        Client::builder(TokioExecutor::new()).build_http();
     for c in shared.clusters.values() {
-        let Some(hc) = c.cfg.health_check.clone() else { continue };
+        let Some(hc) = c.cfg.health_check.clone() else {
+            continue;
+        };
         for e in c.endpoints.clone() {
             let (client, hc) = (client.clone(), hc.clone());
             tokio::spawn(async move {
@@ -169,14 +200,17 @@ fn start_health_checks(shared: &Arc<Shared>) {
                 loop {
                     iv.tick().await;
                     let uri = format!("http://{}{}", e.address, hc.path);
-                    let Ok(req) = Request::get(uri).body(ChanBody::full(Bytes::new())) else { return };
+                    let Ok(req) = Request::get(uri).body(ChanBody::full(Bytes::new())) else {
+                        return;
+                    };
                     let probe = async {
                         let r = client.request(req).await.ok()?;
                         let good = r.status().is_success();
                         let body = r.into_body().collect().await.ok()?.to_bytes();
                         Some((good, body))
                     };
-                    let res = tokio::time::timeout(Duration::from_millis(hc.timeout_ms), probe).await;
+                    let res =
+                        tokio::time::timeout(Duration::from_millis(hc.timeout_ms), probe).await;
                     match res.ok().flatten() {
                         Some((true, body)) => {
                             fail_run = 0;

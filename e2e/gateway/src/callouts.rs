@@ -37,7 +37,9 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
             let hdrs = tryst!(read_mem(&mut c, hp, hn));
             let body = tryst!(read_mem(&mut c, bp, bn));
             tryst!(read_mem(&mut c, tp, tn));
-            let Some(headers) = abi::decode_pairs(&hdrs) else { return status::BAD_ARGUMENT };
+            let Some(headers) = abi::decode_pairs(&hdrs) else {
+                return status::BAD_ARGUMENT;
+            };
             if !c.data().shared.clusters.contains_key(&cluster) {
                 return status::BAD_ARGUMENT;
             }
@@ -66,9 +68,20 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
     l.func_wrap(
         "env",
         "proxy_grpc_call",
-        |_: C, _: i32, _: i32, _: i32, _: i32, _: i32, _: i32, _: i32, _: i32, _: i32, _: i32, _: i32, _: i32| -> i32 {
-            status::UNIMPLEMENTED
-        },
+        |_: C,
+         _: i32,
+         _: i32,
+         _: i32,
+         _: i32,
+         _: i32,
+         _: i32,
+         _: i32,
+         _: i32,
+         _: i32,
+         _: i32,
+         _: i32,
+         _: i32|
+         -> i32 { status::UNIMPLEMENTED },
     )?;
     l.func_wrap(
         "env",
@@ -77,10 +90,16 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
             status::UNIMPLEMENTED
         },
     )?;
-    l.func_wrap("env", "proxy_grpc_send", |_: C, _: i32, _: i32, _: i32, _: i32| -> i32 {
+    l.func_wrap(
+        "env",
+        "proxy_grpc_send",
+        |_: C, _: i32, _: i32, _: i32, _: i32| -> i32 { status::UNIMPLEMENTED },
+    )?;
+    l.func_wrap("env", "proxy_grpc_cancel", |_: C, _: i32| -> i32 {
         status::UNIMPLEMENTED
     })?;
-    l.func_wrap("env", "proxy_grpc_cancel", |_: C, _: i32| -> i32 { status::UNIMPLEMENTED })?;
-    l.func_wrap("env", "proxy_grpc_close", |_: C, _: i32| -> i32 { status::UNIMPLEMENTED })?;
+    l.func_wrap("env", "proxy_grpc_close", |_: C, _: i32| -> i32 {
+        status::UNIMPLEMENTED
+    })?;
     Ok(())
 }

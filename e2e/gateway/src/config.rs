@@ -296,7 +296,11 @@ mod tests {
         let y = "listen: 127.0.0.1:1\nclusters:\n  - name: c\n    endpoints:\n      - { address: '127.0.0.1:9' }\nroutes:\n  - { name: r, match: { prefix: / }, cluster: c }\n";
         let c = Config::from_yaml(
             y,
-            &["listen=127.0.0.1:0".into(), "clusters.0.timeout_ms=5".into(), "workers=3".into()],
+            &[
+                "listen=127.0.0.1:0".into(),
+                "clusters.0.timeout_ms=5".into(),
+                "workers=3".into(),
+            ],
             PathBuf::from("."),
         )
         .unwrap();

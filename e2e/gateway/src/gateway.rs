@@ -32,12 +32,14 @@ pub fn start(cfg: Config) -> Result<Gateway> {
     let plugin = match &cfg.plugin {
         Some(p) => {
             let path = cfg.resolve(&p.wasm);
-            let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+            let bytes =
+                std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
             Some(Arc::new(Plugin::load(&bytes)?))
         }
         None => None,
     };
-    let listener = TcpListener::bind(&cfg.listen).with_context(|| format!("bind {}", cfg.listen))?;
+    let listener =
+        TcpListener::bind(&cfg.listen).with_context(|| format!("bind {}", cfg.listen))?;
     listener.set_nonblocking(true)?;
     let admin = TcpListener::bind(&cfg.admin).with_context(|| format!("bind {}", cfg.admin))?;
     admin.set_nonblocking(true)?;
@@ -56,14 +58,20 @@ pub fn start(cfg: Config) -> Result<Gateway> {
     for _ in 0..shared.cfg.workers {
         match ready_rx.recv() {
             Ok(Ok(())) => {}
-            Ok(Err(e)) if e.contains("proxy_on_configure") => return Err(anyhow!(ConfigRejected(e))),
+            Ok(Err(e)) if e.contains("proxy_on_configure") => {
+                return Err(anyhow!(ConfigRejected(e)))
+            }
             Ok(Err(e)) => return Err(anyhow!(e)),
             Err(_) => return Err(anyhow!("worker thread died during start")),
         }
     }
     let admin_addr = admin.local_addr()?;
     crate::admin::spawn(shared.clone(), admin)?;
-    Ok(Gateway { listen: listener.local_addr()?, admin: admin_addr, shared })
+    Ok(Gateway {
+        listen: listener.local_addr()?,
+        admin: admin_addr,
+        shared,
+    })
 }
 
 fn run_worker(
@@ -73,7 +81,10 @@ fn run_worker(
     listener: TcpListener,
     ready: mpsc::Sender<Result<(), String>>,
 ) {
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             let _ = ready.send(Err(e.to_string()));
@@ -98,7 +109,9 @@ fn run_worker(
         };
         let _ = ready.send(Ok(()));
         loop {
-            let Ok((sock, _)) = listener.accept().await else { continue };
+            let Ok((sock, _)) = listener.accept().await else {
+                continue;
+            };
             let _ = sock.set_nodelay(true);
             let w = worker.clone();
             tokio::task::spawn_local(async move {

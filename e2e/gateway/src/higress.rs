@@ -89,48 +89,63 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
             }
             let token = h.next_redis_token;
             h.next_redis_token = h.next_redis_token.wrapping_add(4);
-            h.redis_out.push(RedisOut { cluster: name.to_string(), token, query });
-            h.shared.counters.redis_calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            h.redis_out.push(RedisOut {
+                cluster: name.to_string(),
+                token,
+                query,
+            });
+            h.shared
+                .counters
+                .redis_calls
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             tryst!(write_u32(&mut c, tokp, token));
             status::OK
         },
     )?;
-    l.func_wrap("env", "proxy_get_upstream_hosts", |mut c: C, pp: i32, sp: i32| -> i32 {
-        let h = c.data_mut();
-        let cluster = h.stream().and_then(|s| s.cluster_name.clone());
-        let pairs: Vec<(String, String)> = cluster
-            .and_then(|name| h.shared.clusters.get(&name).cloned())
-            .map(|cl| {
-                cl.endpoints
-                    .iter()
-                    .map(|e| {
-                        let v = serde_json::json!({
-                            "health_status": e.health().as_str(),
-                            "metrics": e.metrics_text(),
-                        });
-                        (e.address.clone(), v.to_string())
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        if pairs.is_empty() {
-            tryst!(write_u32(&mut c, pp, 0));
-            tryst!(write_u32(&mut c, sp, 0));
-            return status::OK;
-        }
-        let enc = abi::encode_pairs(&pairs);
-        return_bytes(&mut c, &enc, pp, sp)
-    })?;
-    l.func_wrap("env", "proxy_set_upstream_override_host", |mut c: C, p: i32, n: i32| -> i32 {
-        let addr = String::from_utf8_lossy(&tryst!(read_mem(&mut c, p, n))).into_owned();
-        // Always 0: cpp-host ignores the implementation's result. After release it has no effect.
-        if let Some(s) = c.data_mut().stream() {
-            if !s.headers_released {
-                s.override_host = Some(addr);
+    l.func_wrap(
+        "env",
+        "proxy_get_upstream_hosts",
+        |mut c: C, pp: i32, sp: i32| -> i32 {
+            let h = c.data_mut();
+            let cluster = h.stream().and_then(|s| s.cluster_name.clone());
+            let pairs: Vec<(String, String)> = cluster
+                .and_then(|name| h.shared.clusters.get(&name).cloned())
+                .map(|cl| {
+                    cl.endpoints
+                        .iter()
+                        .map(|e| {
+                            let v = serde_json::json!({
+                                "health_status": e.health().as_str(),
+                                "metrics": e.metrics_text(),
+                            });
+                            (e.address.clone(), v.to_string())
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            if pairs.is_empty() {
+                tryst!(write_u32(&mut c, pp, 0));
+                tryst!(write_u32(&mut c, sp, 0));
+                return status::OK;
             }
-        }
-        status::OK
-    })?;
+            let enc = abi::encode_pairs(&pairs);
+            return_bytes(&mut c, &enc, pp, sp)
+        },
+    )?;
+    l.func_wrap(
+        "env",
+        "proxy_set_upstream_override_host",
+        |mut c: C, p: i32, n: i32| -> i32 {
+            let addr = String::from_utf8_lossy(&tryst!(read_mem(&mut c, p, n))).into_owned();
+            // Always 0: cpp-host ignores the implementation's result. After release it has no effect.
+            if let Some(s) = c.data_mut().stream() {
+                if !s.headers_released {
+                    s.override_host = Some(addr);
+                }
+            }
+            status::OK
+        },
+    )?;
     l.func_wrap(
         "env",
         "proxy_inject_encoded_data_to_filter_chain",

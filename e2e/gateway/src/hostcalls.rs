@@ -41,40 +41,52 @@ fn lower(k: &[u8]) -> Vec<u8> {
 }
 
 pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
-    l.func_wrap("env", "proxy_log", |mut c: C, level: i32, p: i32, n: i32| -> i32 {
-        let msg = tryst!(read_mem(&mut c, p, n));
-        let h = c.data_mut();
-        let line = format!(
-            "[gw {}][worker {}][{}] {}",
-            h.shared.cfg.gateway_id,
-            h.worker,
-            level_name(level),
-            String::from_utf8_lossy(&msg)
-        );
-        if level >= h.shared.log_level {
-            eprintln!("{line}");
-        } else if let Some(buf) = h.startup_log.as_mut() {
-            buf.push(line);
-        }
-        status::OK
-    })?;
+    l.func_wrap(
+        "env",
+        "proxy_log",
+        |mut c: C, level: i32, p: i32, n: i32| -> i32 {
+            let msg = tryst!(read_mem(&mut c, p, n));
+            let h = c.data_mut();
+            let line = format!(
+                "[gw {}][worker {}][{}] {}",
+                h.shared.cfg.gateway_id,
+                h.worker,
+                level_name(level),
+                String::from_utf8_lossy(&msg)
+            );
+            if level >= h.shared.log_level {
+                eprintln!("{line}");
+            } else if let Some(buf) = h.startup_log.as_mut() {
+                buf.push(line);
+            }
+            status::OK
+        },
+    )?;
     l.func_wrap("env", "proxy_get_log_level", |mut c: C, out: i32| -> i32 {
         let lvl = c.data().shared.log_level as u32;
         tryst!(write_u32(&mut c, out, lvl));
         status::OK
     })?;
-    l.func_wrap("env", "proxy_get_current_time_nanoseconds", |mut c: C, out: i32| -> i32 {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-        tryst!(write_mem(&mut c, out, &now.to_le_bytes()));
-        status::OK
-    })?;
-    l.func_wrap("env", "proxy_set_tick_period_milliseconds", |mut c: C, ms: i32| -> i32 {
-        c.data_mut().tick_period_ms = Some(ms as u32);
-        status::OK
-    })?;
+    l.func_wrap(
+        "env",
+        "proxy_get_current_time_nanoseconds",
+        |mut c: C, out: i32| -> i32 {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0);
+            tryst!(write_mem(&mut c, out, &now.to_le_bytes()));
+            status::OK
+        },
+    )?;
+    l.func_wrap(
+        "env",
+        "proxy_set_tick_period_milliseconds",
+        |mut c: C, ms: i32| -> i32 {
+            c.data_mut().tick_period_ms = Some(ms as u32);
+            status::OK
+        },
+    )?;
     l.func_wrap(
         "env",
         "proxy_get_buffer_bytes",
@@ -104,7 +116,11 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
             };
             let (start, max) = (start as u32 as usize, max as u32 as usize);
             let end = start.saturating_add(max).min(data.len());
-            let slice = if start < end { &data[start..end] } else { &[][..] };
+            let slice = if start < end {
+                &data[start..end]
+            } else {
+                &[][..]
+            };
             return_bytes(&mut c, slice, pp, sp)
         },
     )?;
@@ -114,7 +130,9 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
         |mut c: C, t: i32, start: i32, size: i32, p: i32, n: i32| -> i32 {
             let data = tryst!(read_mem(&mut c, p, n));
             let h = c.data_mut();
-            let Some(s) = h.stream() else { return status::NOT_FOUND };
+            let Some(s) = h.stream() else {
+                return status::NOT_FOUND;
+            };
             let buf = match t {
                 buffer::HTTP_REQUEST_BODY => &mut s.req_body,
                 buffer::HTTP_RESPONSE_BODY => &mut s.resp_body,
@@ -137,25 +155,45 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
             status::OK
         },
     )?;
-    l.func_wrap("env", "proxy_get_header_map_pairs", |mut c: C, t: i32, pp: i32, sp: i32| -> i32 {
-        let Some(m) = header_map(c.data_mut(), t) else { return status::NOT_FOUND };
-        let enc = abi::encode_pairs(m);
-        return_bytes(&mut c, &enc, pp, sp)
-    })?;
-    l.func_wrap("env", "proxy_set_header_map_pairs", |mut c: C, t: i32, p: i32, n: i32| -> i32 {
-        let data = tryst!(read_mem(&mut c, p, n));
-        let Some(pairs) = abi::decode_pairs(&data) else { return status::BAD_ARGUMENT };
-        let Some(m) = header_map(c.data_mut(), t) else { return status::NOT_FOUND };
-        *m = pairs.into_iter().map(|(k, v)| (lower(&k), v)).collect();
-        status::OK
-    })?;
+    l.func_wrap(
+        "env",
+        "proxy_get_header_map_pairs",
+        |mut c: C, t: i32, pp: i32, sp: i32| -> i32 {
+            let Some(m) = header_map(c.data_mut(), t) else {
+                return status::NOT_FOUND;
+            };
+            let enc = abi::encode_pairs(m);
+            return_bytes(&mut c, &enc, pp, sp)
+        },
+    )?;
+    l.func_wrap(
+        "env",
+        "proxy_set_header_map_pairs",
+        |mut c: C, t: i32, p: i32, n: i32| -> i32 {
+            let data = tryst!(read_mem(&mut c, p, n));
+            let Some(pairs) = abi::decode_pairs(&data) else {
+                return status::BAD_ARGUMENT;
+            };
+            let Some(m) = header_map(c.data_mut(), t) else {
+                return status::NOT_FOUND;
+            };
+            *m = pairs.into_iter().map(|(k, v)| (lower(&k), v)).collect();
+            status::OK
+        },
+    )?;
     l.func_wrap(
         "env",
         "proxy_get_header_map_value",
         |mut c: C, t: i32, kp: i32, kn: i32, pp: i32, sp: i32| -> i32 {
             let key = lower(&tryst!(read_mem(&mut c, kp, kn)));
-            let Some(m) = header_map(c.data_mut(), t) else { return status::NOT_FOUND };
-            let vals: Vec<&[u8]> = m.iter().filter(|(k, _)| *k == key).map(|(_, v)| &v[..]).collect();
+            let Some(m) = header_map(c.data_mut(), t) else {
+                return status::NOT_FOUND;
+            };
+            let vals: Vec<&[u8]> = m
+                .iter()
+                .filter(|(k, _)| *k == key)
+                .map(|(_, v)| &v[..])
+                .collect();
             if vals.is_empty() {
                 return status::NOT_FOUND;
             }
@@ -170,7 +208,9 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
         |mut c: C, t: i32, kp: i32, kn: i32, vp: i32, vn: i32| -> i32 {
             let key = lower(&tryst!(read_mem(&mut c, kp, kn)));
             let val = tryst!(read_mem(&mut c, vp, vn));
-            let Some(m) = header_map(c.data_mut(), t) else { return status::NOT_FOUND };
+            let Some(m) = header_map(c.data_mut(), t) else {
+                return status::NOT_FOUND;
+            };
             match m.iter().position(|(k, _)| *k == key) {
                 Some(i) => {
                     m[i].1 = val;
@@ -185,54 +225,76 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
             status::OK
         },
     )?;
-    l.func_wrap("env", "proxy_remove_header_map_value", |mut c: C, t: i32, kp: i32, kn: i32| -> i32 {
-        let key = lower(&tryst!(read_mem(&mut c, kp, kn)));
-        let Some(m) = header_map(c.data_mut(), t) else { return status::NOT_FOUND };
-        m.retain(|(k, _)| *k != key);
-        status::OK
-    })?;
+    l.func_wrap(
+        "env",
+        "proxy_remove_header_map_value",
+        |mut c: C, t: i32, kp: i32, kn: i32| -> i32 {
+            let key = lower(&tryst!(read_mem(&mut c, kp, kn)));
+            let Some(m) = header_map(c.data_mut(), t) else {
+                return status::NOT_FOUND;
+            };
+            m.retain(|(k, _)| *k != key);
+            status::OK
+        },
+    )?;
     l.func_wrap(
         "env",
         "proxy_add_header_map_value",
         |mut c: C, t: i32, kp: i32, kn: i32, vp: i32, vn: i32| -> i32 {
             let key = lower(&tryst!(read_mem(&mut c, kp, kn)));
             let val = tryst!(read_mem(&mut c, vp, vn));
-            let Some(m) = header_map(c.data_mut(), t) else { return status::NOT_FOUND };
+            let Some(m) = header_map(c.data_mut(), t) else {
+                return status::NOT_FOUND;
+            };
             m.push((key, val));
             status::OK
         },
     )?;
-    l.func_wrap("env", "proxy_get_property", |mut c: C, p: i32, n: i32, pp: i32, sp: i32| -> i32 {
-        let path = tryst!(read_mem(&mut c, p, n));
-        let parts: Vec<&[u8]> = path.split(|b| *b == 0).collect();
-        let h = c.data_mut();
-        let val: Option<Vec<u8>> = match parts.as_slice() {
-            [b"route_name"] => h.stream().and_then(|s| s.route_name.clone()).map(String::into_bytes),
-            [b"cluster_name"] => {
-                h.stream().and_then(|s| s.cluster_name.clone()).map(String::into_bytes)
+    l.func_wrap(
+        "env",
+        "proxy_get_property",
+        |mut c: C, p: i32, n: i32, pp: i32, sp: i32| -> i32 {
+            let path = tryst!(read_mem(&mut c, p, n));
+            let parts: Vec<&[u8]> = path.split(|b| *b == 0).collect();
+            let h = c.data_mut();
+            let val: Option<Vec<u8>> = match parts.as_slice() {
+                [b"route_name"] => h
+                    .stream()
+                    .and_then(|s| s.route_name.clone())
+                    .map(String::into_bytes),
+                [b"cluster_name"] => h
+                    .stream()
+                    .and_then(|s| s.cluster_name.clone())
+                    .map(String::into_bytes),
+                [b"plugin_root_id"] => Some(h.root_name.clone().into_bytes()),
+                [b"plugin_name"] => Some(b"ai-load-balancer".to_vec()),
+                [b"node", b"id"] => Some(h.shared.cfg.gateway_id.clone().into_bytes()),
+                _ => None,
+            };
+            match val {
+                Some(v) => return_bytes(&mut c, &v, pp, sp),
+                None => status::NOT_FOUND,
             }
-            [b"plugin_root_id"] => Some(h.root_name.clone().into_bytes()),
-            [b"plugin_name"] => Some(b"ai-load-balancer".to_vec()),
-            [b"node", b"id"] => Some(h.shared.cfg.gateway_id.clone().into_bytes()),
-            _ => None,
-        };
-        match val {
-            Some(v) => return_bytes(&mut c, &v, pp, sp),
-            None => status::NOT_FOUND,
-        }
-    })?;
-    l.func_wrap("env", "proxy_set_property", |mut c: C, p: i32, n: i32, vp: i32, vn: i32| -> i32 {
-        tryst!(read_mem(&mut c, p, n));
-        tryst!(read_mem(&mut c, vp, vn));
-        // clear_route_cache and buffer limits are accepted; routes here depend on :path only.
-        status::OK
-    })?;
+        },
+    )?;
+    l.func_wrap(
+        "env",
+        "proxy_set_property",
+        |mut c: C, p: i32, n: i32, vp: i32, vn: i32| -> i32 {
+            tryst!(read_mem(&mut c, p, n));
+            tryst!(read_mem(&mut c, vp, vn));
+            // clear_route_cache and buffer limits are accepted; routes here depend on :path only.
+            status::OK
+        },
+    )?;
     l.func_wrap(
         "env",
         "proxy_get_shared_data",
         |mut c: C, kp: i32, kn: i32, pp: i32, sp: i32, casp: i32| -> i32 {
             let key = tryst!(read_mem(&mut c, kp, kn));
-            let Some((v, cas)) = c.data().shared.get_shared(&key) else { return status::NOT_FOUND };
+            let Some((v, cas)) = c.data().shared.get_shared(&key) else {
+                return status::NOT_FOUND;
+            };
             let s = return_bytes(&mut c, &v, pp, sp);
             if s != status::OK {
                 return s;
@@ -250,22 +312,30 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
             c.data().shared.set_shared(&key, &val, cas as u32)
         },
     )?;
-    l.func_wrap("env", "proxy_register_shared_queue", |_: C, _: i32, _: i32, _: i32| -> i32 {
-        status::UNIMPLEMENTED
-    })?;
+    l.func_wrap(
+        "env",
+        "proxy_register_shared_queue",
+        |_: C, _: i32, _: i32, _: i32| -> i32 { status::UNIMPLEMENTED },
+    )?;
     l.func_wrap(
         "env",
         "proxy_resolve_shared_queue",
         |_: C, _: i32, _: i32, _: i32, _: i32, _: i32| -> i32 { status::UNIMPLEMENTED },
     )?;
-    l.func_wrap("env", "proxy_dequeue_shared_queue", |_: C, _: i32, _: i32, _: i32| -> i32 {
-        status::UNIMPLEMENTED
-    })?;
-    l.func_wrap("env", "proxy_enqueue_shared_queue", |_: C, _: i32, _: i32, _: i32| -> i32 {
-        status::UNIMPLEMENTED
-    })?;
+    l.func_wrap(
+        "env",
+        "proxy_dequeue_shared_queue",
+        |_: C, _: i32, _: i32, _: i32| -> i32 { status::UNIMPLEMENTED },
+    )?;
+    l.func_wrap(
+        "env",
+        "proxy_enqueue_shared_queue",
+        |_: C, _: i32, _: i32, _: i32| -> i32 { status::UNIMPLEMENTED },
+    )?;
     l.func_wrap("env", "proxy_continue_stream", |mut c: C, t: i32| -> i32 {
-        let Some(s) = c.data_mut().stream() else { return status::BAD_ARGUMENT };
+        let Some(s) = c.data_mut().stream() else {
+            return status::BAD_ARGUMENT;
+        };
         let mut f = s.signals.flags.borrow_mut();
         match t {
             stream_type::HTTP_REQUEST => f.resume_request = true,
@@ -277,7 +347,9 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
         status::OK
     })?;
     l.func_wrap("env", "proxy_close_stream", |mut c: C, t: i32| -> i32 {
-        let Some(s) = c.data_mut().stream() else { return status::BAD_ARGUMENT };
+        let Some(s) = c.data_mut().stream() else {
+            return status::BAD_ARGUMENT;
+        };
         if t != stream_type::HTTP_REQUEST && t != stream_type::HTTP_RESPONSE {
             return status::BAD_ARGUMENT;
         }
@@ -288,12 +360,25 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
     l.func_wrap(
         "env",
         "proxy_send_local_response",
-        |mut c: C, code: i32, dp: i32, dn: i32, bp: i32, bn: i32, hp: i32, hn: i32, _grpc: i32| -> i32 {
+        |mut c: C,
+         code: i32,
+         dp: i32,
+         dn: i32,
+         bp: i32,
+         bn: i32,
+         hp: i32,
+         hn: i32,
+         _grpc: i32|
+         -> i32 {
             let details = tryst!(read_mem(&mut c, dp, dn));
             let body = tryst!(read_mem(&mut c, bp, bn));
             let hdrs = tryst!(read_mem(&mut c, hp, hn));
-            let Some(headers) = abi::decode_pairs(&hdrs) else { return status::BAD_ARGUMENT };
-            let Some(s) = c.data_mut().stream() else { return status::BAD_ARGUMENT };
+            let Some(headers) = abi::decode_pairs(&hdrs) else {
+                return status::BAD_ARGUMENT;
+            };
+            let Some(s) = c.data_mut().stream() else {
+                return status::BAD_ARGUMENT;
+            };
             let reply = LocalReply {
                 status: code as u16,
                 details: String::from_utf8_lossy(&details).into_owned(),
@@ -305,19 +390,27 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
             status::OK
         },
     )?;
-    l.func_wrap("env", "proxy_get_status", |mut c: C, codep: i32, pp: i32, sp: i32| -> i32 {
-        let (code, msg) = c.data().status.clone();
-        tryst!(write_u32(&mut c, codep, code));
-        return_bytes(&mut c, &msg, pp, sp)
-    })?;
-    l.func_wrap("env", "proxy_set_effective_context", |mut c: C, id: i32| -> i32 {
-        let h = c.data_mut();
-        if !h.is_live_context(id as u32) {
-            return status::BAD_ARGUMENT;
-        }
-        h.effective = Some(id as u32);
-        status::OK
-    })?;
+    l.func_wrap(
+        "env",
+        "proxy_get_status",
+        |mut c: C, codep: i32, pp: i32, sp: i32| -> i32 {
+            let (code, msg) = c.data().status.clone();
+            tryst!(write_u32(&mut c, codep, code));
+            return_bytes(&mut c, &msg, pp, sp)
+        },
+    )?;
+    l.func_wrap(
+        "env",
+        "proxy_set_effective_context",
+        |mut c: C, id: i32| -> i32 {
+            let h = c.data_mut();
+            if !h.is_live_context(id as u32) {
+                return status::BAD_ARGUMENT;
+            }
+            h.effective = Some(id as u32);
+            status::OK
+        },
+    )?;
     l.func_wrap(
         "env",
         "proxy_call_foreign_function",
@@ -333,43 +426,68 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
         },
     )?;
     l.func_wrap("env", "proxy_done", |_: C| -> i32 { status::OK })?;
-    l.func_wrap("env", "proxy_define_metric", |mut c: C, t: i32, np: i32, nn: i32, idp: i32| -> i32 {
-        let name = tryst!(read_mem(&mut c, np, nn));
-        let kind = match t {
-            0 => MetricKind::Counter,
-            1 => MetricKind::Gauge,
-            2 => MetricKind::Histogram,
-            _ => return status::BAD_ARGUMENT,
-        };
-        let id = c.data().shared.define_metric(kind, &String::from_utf8_lossy(&name));
-        tryst!(write_u32(&mut c, idp, id));
-        status::OK
-    })?;
-    l.func_wrap("env", "proxy_increment_metric", |c: C, id: i32, off: i64| -> i32 {
-        let Some(m) = c.data().shared.metric(id as u32) else { return status::NOT_FOUND };
-        if m.kind == MetricKind::Histogram {
-            return status::BAD_ARGUMENT;
-        }
-        m.value.fetch_add(off, std::sync::atomic::Ordering::Relaxed);
-        status::OK
-    })?;
-    l.func_wrap("env", "proxy_record_metric", |c: C, id: i32, v: i64| -> i32 {
-        let Some(m) = c.data().shared.metric(id as u32) else { return status::NOT_FOUND };
-        match m.kind {
-            MetricKind::Histogram => {
-                m.value.fetch_add(v, std::sync::atomic::Ordering::Relaxed);
-                m.count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    l.func_wrap(
+        "env",
+        "proxy_define_metric",
+        |mut c: C, t: i32, np: i32, nn: i32, idp: i32| -> i32 {
+            let name = tryst!(read_mem(&mut c, np, nn));
+            let kind = match t {
+                0 => MetricKind::Counter,
+                1 => MetricKind::Gauge,
+                2 => MetricKind::Histogram,
+                _ => return status::BAD_ARGUMENT,
+            };
+            let id = c
+                .data()
+                .shared
+                .define_metric(kind, &String::from_utf8_lossy(&name));
+            tryst!(write_u32(&mut c, idp, id));
+            status::OK
+        },
+    )?;
+    l.func_wrap(
+        "env",
+        "proxy_increment_metric",
+        |c: C, id: i32, off: i64| -> i32 {
+            let Some(m) = c.data().shared.metric(id as u32) else {
+                return status::NOT_FOUND;
+            };
+            if m.kind == MetricKind::Histogram {
+                return status::BAD_ARGUMENT;
             }
-            _ => m.value.store(v, std::sync::atomic::Ordering::Relaxed),
-        }
-        status::OK
-    })?;
-    l.func_wrap("env", "proxy_get_metric", |mut c: C, id: i32, out: i32| -> i32 {
-        let Some(m) = c.data().shared.metric(id as u32) else { return status::NOT_FOUND };
-        let v = m.value.load(std::sync::atomic::Ordering::Relaxed) as u64;
-        tryst!(write_mem(&mut c, out, &v.to_le_bytes()));
-        status::OK
-    })?;
+            m.value.fetch_add(off, std::sync::atomic::Ordering::Relaxed);
+            status::OK
+        },
+    )?;
+    l.func_wrap(
+        "env",
+        "proxy_record_metric",
+        |c: C, id: i32, v: i64| -> i32 {
+            let Some(m) = c.data().shared.metric(id as u32) else {
+                return status::NOT_FOUND;
+            };
+            match m.kind {
+                MetricKind::Histogram => {
+                    m.value.fetch_add(v, std::sync::atomic::Ordering::Relaxed);
+                    m.count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                _ => m.value.store(v, std::sync::atomic::Ordering::Relaxed),
+            }
+            status::OK
+        },
+    )?;
+    l.func_wrap(
+        "env",
+        "proxy_get_metric",
+        |mut c: C, id: i32, out: i32| -> i32 {
+            let Some(m) = c.data().shared.metric(id as u32) else {
+                return status::NOT_FOUND;
+            };
+            let v = m.value.load(std::sync::atomic::Ordering::Relaxed) as u64;
+            tryst!(write_mem(&mut c, out, &v.to_le_bytes()));
+            status::OK
+        },
+    )?;
     crate::callouts::add_to_linker(l)?;
     Ok(())
 }

@@ -18,23 +18,37 @@ use tokio::time::{sleep_until, Instant};
 pub type Deliver = Rc<dyn Fn(u32, Option<Vec<u8>>)>;
 pub type RedisTx = mpsc::UnboundedSender<(u32, Vec<u8>)>;
 
+/// The bytes are not RESP2.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ProtocolError;
+
 /// Length of the first complete RESP2 frame; `Ok(None)` if incomplete, `Err` if the bytes
 /// are not RESP2 (Envoy then fails the whole connection).
-pub fn frame_len(buf: &[u8]) -> Result<Option<usize>, ()> {
+pub fn frame_len(buf: &[u8]) -> Result<Option<usize>, ProtocolError> {
     frame_at(buf, 0)
 }
 
 fn line_end(buf: &[u8], from: usize) -> Option<usize> {
-    buf.get(from..)?.windows(2).position(|w| w == b"\r\n").map(|p| from + p)
+    buf.get(from..)?
+        .windows(2)
+        .position(|w| w == b"\r\n")
+        .map(|p| from + p)
 }
 
-fn frame_at(buf: &[u8], at: usize) -> Result<Option<usize>, ()> {
-    let Some(&kind) = buf.get(at) else { return Ok(None) };
-    let Some(end) = line_end(buf, at + 1) else { return Ok(None) };
+fn frame_at(buf: &[u8], at: usize) -> Result<Option<usize>, ProtocolError> {
+    let Some(&kind) = buf.get(at) else {
+        return Ok(None);
+    };
+    let Some(end) = line_end(buf, at + 1) else {
+        return Ok(None);
+    };
     let line = &buf[at + 1..end];
     let after = end + 2;
-    let num = || -> Result<i64, ()> {
-        std::str::from_utf8(line).map_err(|_| ())?.parse::<i64>().map_err(|_| ())
+    let num = || -> Result<i64, ProtocolError> {
+        std::str::from_utf8(line)
+            .map_err(|_| ProtocolError)?
+            .parse::<i64>()
+            .map_err(|_| ProtocolError)
     };
     match kind {
         b'+' | b'-' | b':' => Ok(Some(after - at)),
@@ -48,7 +62,7 @@ fn frame_at(buf: &[u8], at: usize) -> Result<Option<usize>, ()> {
                 return Ok(None);
             }
             if &buf[total - 2..total] != b"\r\n" {
-                return Err(());
+                return Err(ProtocolError);
             }
             Ok(Some(total - at))
         }
@@ -63,7 +77,7 @@ fn frame_at(buf: &[u8], at: usize) -> Result<Option<usize>, ()> {
             }
             Ok(Some(pos - at))
         }
-        _ => Err(()),
+        _ => Err(ProtocolError),
     }
 }
 
@@ -143,7 +157,7 @@ async fn run(
                             op_deadline = if pending.is_empty() { None } else { Some(Instant::now() + op_timeout) };
                         }
                         Ok(None) => break,
-                        Err(()) => return fail_all(&mut rx, &mut pending, &deliver),
+                        Err(ProtocolError) => return fail_all(&mut rx, &mut pending, &deliver),
                     }
                 }
             }
@@ -209,6 +223,6 @@ mod tests {
         assert_eq!(frame_len(b"*2\r\n:1\r\n"), Ok(None));
         assert_eq!(frame_len(b"*1\r\n*1\r\n:5\r\n"), Ok(Some(12)));
         assert_eq!(frame_len(b"*-1\r\n"), Ok(Some(5)));
-        assert_eq!(frame_len(b"%1\r\n"), Err(()));
+        assert_eq!(frame_len(b"%1\r\n"), Err(super::ProtocolError));
     }
 }

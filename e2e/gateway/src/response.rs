@@ -49,7 +49,9 @@ fn builder_from_pairs(pairs: &Pairs, default_status: u16) -> hyper::http::respon
         .unwrap_or(default_status);
     let mut b = Response::builder().status(status);
     for (k, v) in pairs {
-        if !k.starts_with(b":") && !matches!(&k[..], b"connection" | b"transfer-encoding" | b"keep-alive") {
+        if !k.starts_with(b":")
+            && !matches!(&k[..], b"connection" | b"transfer-encoding" | b"keep-alive")
+        {
             b = b.header(&k[..], &v[..]);
         }
     }
@@ -64,14 +66,27 @@ pub fn local_reply(
     headers: Pairs,
 ) -> Response<OutBody> {
     w.shared.counters.local_replies.fetch_add(1, Relaxed);
-    let headers: Pairs = headers.into_iter().filter(|(k, _)| !is_hop_header(k)).collect();
+    let headers: Pairs = headers
+        .into_iter()
+        .filter(|(k, _)| !is_hop_header(k))
+        .collect();
     let mut b = builder_from_pairs(&headers, status).status(status);
-    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(b"content-type")) {
+    if !headers
+        .iter()
+        .any(|(k, _)| k.eq_ignore_ascii_case(b"content-type"))
+    {
         b = b.header("content-type", "text/plain");
     }
     let inner = ChanBody::full(Bytes::from(body));
-    b.body(OutBody { inner, _guard: guard }).unwrap_or_else(|_| {
-        Response::new(OutBody { inner: ChanBody::full(Bytes::new()), _guard: None })
+    b.body(OutBody {
+        inner,
+        _guard: guard,
+    })
+    .unwrap_or_else(|_| {
+        Response::new(OutBody {
+            inner: ChanBody::full(Bytes::new()),
+            _guard: None,
+        })
     })
 }
 
@@ -83,7 +98,13 @@ pub async fn proxy_response(
 ) -> Result<Response<OutBody>, Reset> {
     let resp = match res {
         Err(_) => {
-            return Ok(local_reply(w, Some(guard), 504, b"upstream request timeout".to_vec(), vec![]))
+            return Ok(local_reply(
+                w,
+                Some(guard),
+                504,
+                b"upstream request timeout".to_vec(),
+                vec![],
+            ))
         }
         Ok(Err(_)) => {
             w.shared.counters.upstream_5xx_local.fetch_add(1, Relaxed);
@@ -94,7 +115,10 @@ pub async fn proxy_response(
     };
     let ctx = guard.ctx;
     let (parts, rbody) = resp.into_parts();
-    let mut pairs: Pairs = vec![(b":status".to_vec(), parts.status.as_str().as_bytes().to_vec())];
+    let mut pairs: Pairs = vec![(
+        b":status".to_vec(),
+        parts.status.as_str().as_bytes().to_vec(),
+    )];
     for (k, v) in parts.headers.iter() {
         pairs.push((k.as_str().as_bytes().to_vec(), v.as_bytes().to_vec()));
     }
@@ -105,7 +129,15 @@ pub async fn proxy_response(
         let eos = rbody.is_end_stream();
         let st = match w.with_vm(|vm| vm.on_response_headers(ctx, n, eos)) {
             Some(Ok(ret)) => response_header_status(ret),
-            _ => return Ok(local_reply(w, Some(guard), 503, b"wasm vm failed".to_vec(), vec![])),
+            _ => {
+                return Ok(local_reply(
+                    w,
+                    Some(guard),
+                    503,
+                    b"wasm vm failed".to_vec(),
+                    vec![],
+                ))
+            }
         };
         let signals = w.with_stream(ctx, |s| s.signals.clone());
         loop {
@@ -118,8 +150,10 @@ pub async fn proxy_response(
             if sig.close {
                 return Err(Reset("closed by plugin"));
             }
-            if matches!(st, HeaderStatus::Continue | HeaderStatus::ContinueAndEndStream)
-                || sig.resume_response
+            if matches!(
+                st,
+                HeaderStatus::Continue | HeaderStatus::ContinueAndEndStream
+            ) || sig.resume_response
             {
                 break;
             }
@@ -128,11 +162,16 @@ pub async fn proxy_response(
                 None => break,
             }
         }
-        pairs = w.with_stream(ctx, |s| s.resp_headers.clone()).unwrap_or(pairs);
+        pairs = w
+            .with_stream(ctx, |s| s.resp_headers.clone())
+            .unwrap_or(pairs);
     }
     let (tx, inner) = ChanBody::channel();
     let out = builder_from_pairs(&pairs, 200)
-        .body(OutBody { inner, _guard: Some(guard) })
+        .body(OutBody {
+            inner,
+            _guard: Some(guard),
+        })
         .map_err(|_| Reset("bad response headers from plugin"))?;
     tokio::task::spawn_local(pump(w.clone(), ctx, plugin, rbody, tx, guards));
     Ok(out)
@@ -195,13 +234,19 @@ async fn pump(
                     if !wait_resume(&w, ctx, &tx).await {
                         return;
                     }
-                    buf = w.with_stream(ctx, |s| std::mem::take(&mut s.resp_body)).unwrap_or_default();
+                    buf = w
+                        .with_stream(ctx, |s| std::mem::take(&mut s.resp_body))
+                        .unwrap_or_default();
                 }
                 Some(false) => {}
                 None => return,
             }
         }
-        if !buf.is_empty() && tx.send(Ok(Frame::data(Bytes::from(std::mem::take(&mut buf))))).is_err() {
+        if !buf.is_empty()
+            && tx
+                .send(Ok(Frame::data(Bytes::from(std::mem::take(&mut buf)))))
+                .is_err()
+        {
             return;
         }
         if eos {
@@ -215,9 +260,13 @@ async fn pump(
 
 /// Body held at end of stream: wait for continue_stream(Response) or the client leaving.
 async fn wait_resume(w: &Worker, ctx: u32, tx: &Tx) -> bool {
-    let Some(signals) = w.with_stream(ctx, |s| s.signals.clone()) else { return false };
+    let Some(signals) = w.with_stream(ctx, |s| s.signals.clone()) else {
+        return false;
+    };
     loop {
-        let resumed = w.with_stream(ctx, |s| std::mem::take(&mut s.signals.flags.borrow_mut().resume_response));
+        let resumed = w.with_stream(ctx, |s| {
+            std::mem::take(&mut s.signals.flags.borrow_mut().resume_response)
+        });
         match resumed {
             Some(true) => return true,
             None => return false,

@@ -70,7 +70,12 @@ impl Endpoint {
         self.health.store(h as u8, Relaxed)
     }
     pub fn metrics_text(&self) -> String {
-        if let Some(m) = self.hc_metrics.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        if let Some(m) = self
+            .hc_metrics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
             return m.clone();
         }
         self.static_metrics.clone()
@@ -137,10 +142,13 @@ pub struct Counters {
     pub vm_traps: AtomicU64,
 }
 
+/// key → (value, CAS).
+pub type SharedData = HashMap<Vec<u8>, (Vec<u8>, u32)>;
+
 pub struct Shared {
     pub cfg: Config,
     pub clusters: HashMap<String, Arc<Cluster>>,
-    pub shared_data: Mutex<HashMap<Vec<u8>, (Vec<u8>, u32)>>,
+    pub shared_data: Mutex<SharedData>,
     pub metrics: Mutex<Vec<Arc<Metric>>>,
     pub counters: Counters,
     pub log_level: i32,
@@ -159,7 +167,11 @@ impl Shared {
                     &e.metrics,
                 )));
             }
-            let cl = Cluster { cfg: c.clone(), endpoints: eps, dynamic: Mutex::new(HashMap::new()) };
+            let cl = Cluster {
+                cfg: c.clone(),
+                endpoints: eps,
+                dynamic: Mutex::new(HashMap::new()),
+            };
             clusters.insert(c.name.clone(), Arc::new(cl));
         }
         let log_level = parse_log_level(&cfg.log_level)?;

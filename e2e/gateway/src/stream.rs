@@ -29,7 +29,10 @@ impl std::fmt::Display for Reset {
 }
 impl std::error::Error for Reset {}
 
-pub type UpstreamResult = Result<Result<Response<Incoming>, hyper_util::client::legacy::Error>, tokio::time::error::Elapsed>;
+pub type UpstreamResult = Result<
+    Result<Response<Incoming>, hyper_util::client::legacy::Error>,
+    tokio::time::error::Elapsed,
+>;
 type UpstreamFut = Pin<Box<dyn Future<Output = UpstreamResult>>>;
 
 pub struct Upstream {
@@ -43,13 +46,25 @@ fn request_pairs(parts: &hyper::http::request::Parts) -> Pairs {
         .headers
         .get("host")
         .map(|v| v.as_bytes().to_vec())
-        .or_else(|| parts.uri.authority().map(|a| a.as_str().as_bytes().to_vec()))
+        .or_else(|| {
+            parts
+                .uri
+                .authority()
+                .map(|a| a.as_str().as_bytes().to_vec())
+        })
         .unwrap_or_default();
-    let path = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    let path = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str())
+        .unwrap_or("/");
     let mut out: Pairs = vec![
         (b":authority".to_vec(), authority),
         (b":path".to_vec(), path.as_bytes().to_vec()),
-        (b":method".to_vec(), parts.method.as_str().as_bytes().to_vec()),
+        (
+            b":method".to_vec(),
+            parts.method.as_str().as_bytes().to_vec(),
+        ),
         (b":scheme".to_vec(), b"http".to_vec()),
     ];
     for (k, v) in parts.headers.iter() {
@@ -66,7 +81,8 @@ fn header<'a>(h: &'a Pairs, name: &[u8]) -> Option<&'a [u8]> {
 
 /// Take the plugin's pending actions for this stream.
 fn take_signals(w: &Worker, ctx: u32) -> crate::vm::Signals {
-    w.with_stream(ctx, |s| std::mem::take(&mut *s.signals.flags.borrow_mut())).unwrap_or_default()
+    w.with_stream(ctx, |s| std::mem::take(&mut *s.signals.flags.borrow_mut()))
+        .unwrap_or_default()
 }
 
 pub async fn handle(w: Rc<Worker>, req: Request<Incoming>) -> Result<Response<OutBody>, Reset> {
@@ -75,14 +91,31 @@ pub async fn handle(w: Rc<Worker>, req: Request<Incoming>) -> Result<Response<Ou
     let headers = request_pairs(&parts);
     let route = match_route(&w.shared.cfg.routes, parts.uri.path());
     if w.vm_failed() {
-        return Ok(local_reply(&w, None, 503, b"wasm vm failed".to_vec(), vec![]));
+        return Ok(local_reply(
+            &w,
+            None,
+            503,
+            b"wasm vm failed".to_vec(),
+            vec![],
+        ));
     }
     let plugin = w.has_plugin();
     let ctx = match w.new_stream(headers.clone(), route) {
         Ok(c) => c,
-        Err(_) => return Ok(local_reply(&w, None, 503, b"wasm vm failed".to_vec(), vec![])),
+        Err(_) => {
+            return Ok(local_reply(
+                &w,
+                None,
+                503,
+                b"wasm vm failed".to_vec(),
+                vec![],
+            ))
+        }
     };
-    let guard = StreamGuard { worker: w.clone(), ctx };
+    let guard = StreamGuard {
+        worker: w.clone(),
+        ctx,
+    };
     let signals = w.with_stream(ctx, |s| s.signals.clone());
     let limit = w.shared.cfg.buffer_limit_bytes;
 
@@ -107,7 +140,15 @@ pub async fn handle(w: Rc<Worker>, req: Request<Incoming>) -> Result<Response<Ou
                     plugin_sees_data = false;
                 }
             },
-            _ => return Ok(local_reply(&w, Some(guard), 503, b"wasm vm failed".to_vec(), vec![])),
+            _ => {
+                return Ok(local_reply(
+                    &w,
+                    Some(guard),
+                    503,
+                    b"wasm vm failed".to_vec(),
+                    vec![],
+                ))
+            }
         }
     }
     let mut upstream: Option<Upstream> = None;
@@ -118,7 +159,9 @@ pub async fn handle(w: Rc<Worker>, req: Request<Incoming>) -> Result<Response<Ou
         let len = buf.len();
         w.with_stream(ctx, |s| s.req_body = buf);
         let r = w.with_vm(|vm| vm.on_request_body(ctx, len, eos));
-        *pending = w.with_stream(ctx, |s| std::mem::take(&mut s.req_body)).unwrap_or_default();
+        *pending = w
+            .with_stream(ctx, |s| std::mem::take(&mut s.req_body))
+            .unwrap_or_default();
         match r {
             Some(Ok(ret)) => {
                 *data_paused = ret != 0;
@@ -150,7 +193,13 @@ pub async fn handle(w: Rc<Worker>, req: Request<Incoming>) -> Result<Response<Ou
             if deliver_buffered {
                 deliver_buffered = false;
                 if !call_body(&mut pending, body_done, &mut data_paused) {
-                    return Ok(local_reply(&w, Some(guard), 503, b"wasm vm failed".to_vec(), vec![]));
+                    return Ok(local_reply(
+                        &w,
+                        Some(guard),
+                        503,
+                        b"wasm vm failed".to_vec(),
+                        vec![],
+                    ));
                 }
                 continue;
             }
@@ -185,7 +234,13 @@ pub async fn handle(w: Rc<Worker>, req: Request<Incoming>) -> Result<Response<Ou
             }
         }
         if (held || data_paused) && pending.len() > limit {
-            return Ok(local_reply(&w, Some(guard), 413, b"Payload Too Large".to_vec(), vec![]));
+            return Ok(local_reply(
+                &w,
+                Some(guard),
+                413,
+                b"Payload Too Large".to_vec(),
+                vec![],
+            ));
         }
 
         let notified = async {
@@ -251,9 +306,13 @@ fn start_upstream(
     let Some((_, cluster_name)) = match_route(&w.shared.cfg.routes, &path) else {
         return Err((404, "route not found".into()));
     };
-    let cluster = w.upstreams.cluster(&cluster_name).ok_or((503, "no cluster".to_string()))?;
+    let cluster = w
+        .upstreams
+        .cluster(&cluster_name)
+        .ok_or((503, "no cluster".to_string()))?;
     let ovr = w.with_stream(ctx, |s| s.override_host.clone()).flatten();
-    let odst = header(headers, b"x-envoy-original-dst-host").map(|v| String::from_utf8_lossy(v).into_owned());
+    let odst = header(headers, b"x-envoy-original-dst-host")
+        .map(|v| String::from_utf8_lossy(v).into_owned());
     let ep = w
         .upstreams
         .pick(&cluster, ovr.as_deref(), odst.as_deref())
@@ -278,8 +337,14 @@ fn start_upstream(
             (body, Some(tx))
         }
     };
-    let req = b.body(body).map_err(|e| (400, format!("bad request: {e}")))?;
-    let client = w.upstreams.client(&cluster_name).ok_or((503, "no cluster".to_string()))?.clone();
+    let req = b
+        .body(body)
+        .map_err(|e| (400, format!("bad request: {e}")))?;
+    let client = w
+        .upstreams
+        .client(&cluster_name)
+        .ok_or((503, "no cluster".to_string()))?
+        .clone();
     let timeout = Duration::from_millis(cluster.cfg.timeout_ms);
     let guards = (ep.begin_request(), w.upstreams.local_active(&ep.address));
     Ok(Upstream {

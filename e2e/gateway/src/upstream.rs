@@ -28,11 +28,25 @@ pub struct ChanBody {
 impl ChanBody {
     pub fn full(b: Bytes) -> ChanBody {
         let len = Some(b.len() as u64);
-        ChanBody { first: if b.is_empty() { None } else { Some(b) }, rx: None, len }
+        ChanBody {
+            first: if b.is_empty() { None } else { Some(b) },
+            rx: None,
+            len,
+        }
     }
-    pub fn channel() -> (mpsc::UnboundedSender<Result<Frame<Bytes>, BodyError>>, ChanBody) {
+    pub fn channel() -> (
+        mpsc::UnboundedSender<Result<Frame<Bytes>, BodyError>>,
+        ChanBody,
+    ) {
         let (tx, rx) = mpsc::unbounded_channel();
-        (tx, ChanBody { first: None, rx: Some(rx), len: None })
+        (
+            tx,
+            ChanBody {
+                first: None,
+                rx: Some(rx),
+                len: None,
+            },
+        )
     }
 }
 
@@ -110,7 +124,11 @@ impl Upstreams {
     }
 
     pub fn local_active(&self, addr: &str) -> LocalActive {
-        *self.active.borrow_mut().entry(addr.to_string()).or_insert(0) += 1;
+        *self
+            .active
+            .borrow_mut()
+            .entry(addr.to_string())
+            .or_insert(0) += 1;
         LocalActive(self.active.clone(), addr.to_string())
     }
 
@@ -133,11 +151,17 @@ impl Upstreams {
                 }
             }
         }
-        let healthy: Vec<&Arc<Endpoint>> =
-            cluster.endpoints.iter().filter(|e| e.health() != Health::Unhealthy).collect();
+        let healthy: Vec<&Arc<Endpoint>> = cluster
+            .endpoints
+            .iter()
+            .filter(|e| e.health() != Health::Unhealthy)
+            .collect();
         // Envoy's panic mode: with no healthy host, balance over all hosts.
-        let cands: Vec<&Arc<Endpoint>> =
-            if healthy.is_empty() { cluster.endpoints.iter().collect() } else { healthy };
+        let cands: Vec<&Arc<Endpoint>> = if healthy.is_empty() {
+            cluster.endpoints.iter().collect()
+        } else {
+            healthy
+        };
         if cands.is_empty() {
             return None;
         }

@@ -244,10 +244,16 @@ pub struct Plugin {
 impl Plugin {
     pub fn load(wasm: &[u8]) -> Result<Plugin> {
         let engine = Engine::default();
-        let module = Module::new(&engine, wasm).map_err(anyhow::Error::from).context("compiling plugin wasm")?;
+        let module = Module::new(&engine, wasm)
+            .map_err(anyhow::Error::from)
+            .context("compiling plugin wasm")?;
         let abi = AbiVersion::detect(module.exports().map(|e| e.name()))
             .ok_or_else(|| anyhow!("module exports no proxy_abi_version_* function"))?;
-        Ok(Plugin { engine, module, abi })
+        Ok(Plugin {
+            engine,
+            module,
+            abi,
+        })
     }
 }
 
@@ -266,7 +272,9 @@ impl Vm {
         let memory = instance.get_memory(&mut store, "memory");
         let alloc = instance
             .get_typed_func::<i32, i32>(&mut store, "malloc")
-            .or_else(|_| instance.get_typed_func::<i32, i32>(&mut store, "proxy_on_memory_allocate"))
+            .or_else(|_| {
+                instance.get_typed_func::<i32, i32>(&mut store, "proxy_on_memory_allocate")
+            })
             .ok();
         store.data_mut().memory = memory;
         store.data_mut().alloc = alloc;
@@ -291,9 +299,15 @@ impl Vm {
             on_redis_call_response: get!("proxy_on_redis_call_response"),
         };
         if let Ok(init) = instance.get_typed_func::<(), ()>(&mut store, "_initialize") {
-            init.call(&mut store, ()).map_err(anyhow::Error::from).context("_initialize trapped")?;
+            init.call(&mut store, ())
+                .map_err(anyhow::Error::from)
+                .context("_initialize trapped")?;
         }
-        Ok(Vm { store, ex, failed: false })
+        Ok(Vm {
+            store,
+            ex,
+            failed: false,
+        })
     }
 
     fn enter(&mut self, ctx: u32) {
@@ -311,7 +325,10 @@ impl Vm {
     fn trap(&mut self, what: &str, e: anyhow::Error) -> anyhow::Error {
         self.failed = true;
         let h = self.store.data();
-        h.shared.counters.vm_traps.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        h.shared
+            .counters
+            .vm_traps
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         eprintln!(
             "[gw {}][worker {}][critical] wasm VM trapped in {what}: {e:?}",
             h.shared.cfg.gateway_id, h.worker
@@ -340,14 +357,29 @@ impl Vm {
     pub fn start(&mut self, plugin_config_len: usize) -> Result<bool> {
         let root = self.store.data().root_id as i32;
         let vm_len = self.store.data().vm_config.len() as i32;
-        let ok = self.call(0, "proxy_on_vm_start", self.ex.on_vm_start.clone(), (root, vm_len))?;
+        let ok = self.call(
+            0,
+            "proxy_on_vm_start",
+            self.ex.on_vm_start.clone(),
+            (root, vm_len),
+        )?;
         if self.ex.on_vm_start.is_some() && ok == 0 {
             return Ok(false);
         }
-        self.call(0, "proxy_on_context_create", self.ex.on_context_create.clone(), (root, 0))?;
+        self.call(
+            0,
+            "proxy_on_context_create",
+            self.ex.on_context_create.clone(),
+            (root, 0),
+        )?;
         let f = self.ex.on_configure.clone();
         let has = f.is_some();
-        let ok = self.call(root as u32, "proxy_on_configure", f, (root, plugin_config_len as i32))?;
+        let ok = self.call(
+            root as u32,
+            "proxy_on_configure",
+            f,
+            (root, plugin_config_len as i32),
+        )?;
         Ok(!has || ok != 0)
     }
 
@@ -360,25 +392,29 @@ impl Vm {
     pub fn on_request_headers(&mut self, ctx: u32, n: usize, eos: bool) -> Result<u32> {
         let f = self.ex.on_request_headers.clone();
         let args = (ctx as i32, n as i32, eos as i32);
-        self.call(ctx, "proxy_on_request_headers", f, args).map(|r| r as u32)
+        self.call(ctx, "proxy_on_request_headers", f, args)
+            .map(|r| r as u32)
     }
 
     pub fn on_request_body(&mut self, ctx: u32, len: usize, eos: bool) -> Result<u32> {
         let f = self.ex.on_request_body.clone();
         let args = (ctx as i32, len as i32, eos as i32);
-        self.call(ctx, "proxy_on_request_body", f, args).map(|r| r as u32)
+        self.call(ctx, "proxy_on_request_body", f, args)
+            .map(|r| r as u32)
     }
 
     pub fn on_response_headers(&mut self, ctx: u32, n: usize, eos: bool) -> Result<u32> {
         let f = self.ex.on_response_headers.clone();
         let args = (ctx as i32, n as i32, eos as i32);
-        self.call(ctx, "proxy_on_response_headers", f, args).map(|r| r as u32)
+        self.call(ctx, "proxy_on_response_headers", f, args)
+            .map(|r| r as u32)
     }
 
     pub fn on_response_body(&mut self, ctx: u32, len: usize, eos: bool) -> Result<u32> {
         let f = self.ex.on_response_body.clone();
         let args = (ctx as i32, len as i32, eos as i32);
-        self.call(ctx, "proxy_on_response_body", f, args).map(|r| r as u32)
+        self.call(ctx, "proxy_on_response_body", f, args)
+            .map(|r| r as u32)
     }
 
     /// on_done → on_log → on_delete, then forget the stream. Runs even on a failed VM's
@@ -408,7 +444,11 @@ impl Vm {
         };
         {
             let h = self.store.data_mut();
-            h.status = if reply.is_some() { (0, Vec::new()) } else { (11, b"reset".to_vec()) };
+            h.status = if reply.is_some() {
+                (0, Vec::new())
+            } else {
+                (11, b"reset".to_vec())
+            };
             h.redis_buf = Some(reply.unwrap_or_default());
         }
         let f = self.ex.on_redis_call_response.clone();
@@ -436,7 +476,11 @@ impl Vm {
         };
         {
             let h = self.store.data_mut();
-            h.status = if resp.is_some() { (0, Vec::new()) } else { (11, b"reset".to_vec()) };
+            h.status = if resp.is_some() {
+                (0, Vec::new())
+            } else {
+                (11, b"reset".to_vec())
+            };
             h.http_resp = Some(resp.unwrap_or_default());
         }
         let f = self.ex.on_http_call_response.clone();
@@ -450,8 +494,15 @@ impl Vm {
 }
 
 /// Copy guest memory `[ptr, ptr+len)`.
-pub fn read_mem(caller: &mut wasmtime::Caller<'_, HostState>, ptr: i32, len: i32) -> Result<Vec<u8>, i32> {
-    let mem = caller.data().memory.ok_or(abi::status::INVALID_MEMORY_ACCESS)?;
+pub fn read_mem(
+    caller: &mut wasmtime::Caller<'_, HostState>,
+    ptr: i32,
+    len: i32,
+) -> Result<Vec<u8>, i32> {
+    let mem = caller
+        .data()
+        .memory
+        .ok_or(abi::status::INVALID_MEMORY_ACCESS)?;
     let (p, l) = (ptr as u32 as usize, len as u32 as usize);
     mem.data(&*caller)
         .get(p..p.checked_add(l).ok_or(abi::status::INVALID_MEMORY_ACCESS)?)
@@ -459,13 +510,24 @@ pub fn read_mem(caller: &mut wasmtime::Caller<'_, HostState>, ptr: i32, len: i32
         .ok_or(abi::status::INVALID_MEMORY_ACCESS)
 }
 
-pub fn write_mem(caller: &mut wasmtime::Caller<'_, HostState>, ptr: i32, data: &[u8]) -> Result<(), i32> {
-    let mem = caller.data().memory.ok_or(abi::status::INVALID_MEMORY_ACCESS)?;
+pub fn write_mem(
+    caller: &mut wasmtime::Caller<'_, HostState>,
+    ptr: i32,
+    data: &[u8],
+) -> Result<(), i32> {
+    let mem = caller
+        .data()
+        .memory
+        .ok_or(abi::status::INVALID_MEMORY_ACCESS)?;
     mem.write(&mut *caller, ptr as u32 as usize, data)
         .map_err(|_| abi::status::INVALID_MEMORY_ACCESS)
 }
 
-pub fn write_u32(caller: &mut wasmtime::Caller<'_, HostState>, ptr: i32, v: u32) -> Result<(), i32> {
+pub fn write_u32(
+    caller: &mut wasmtime::Caller<'_, HostState>,
+    ptr: i32,
+    v: u32,
+) -> Result<(), i32> {
     write_mem(caller, ptr, &v.to_le_bytes())
 }
 
@@ -491,7 +553,9 @@ pub fn return_bytes(
             return s;
         }
     }
-    match write_u32(caller, ptr_ptr, addr).and_then(|_| write_u32(caller, size_ptr, data.len() as u32)) {
+    match write_u32(caller, ptr_ptr, addr)
+        .and_then(|_| write_u32(caller, size_ptr, data.len() as u32))
+    {
         Ok(()) => abi::status::OK,
         Err(s) => s,
     }

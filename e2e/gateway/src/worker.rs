@@ -59,12 +59,16 @@ impl Worker {
         if w.vm.is_some() {
             let len = shared.plugin_config.len();
             let ok = w.with_vm(|vm| vm.start(len)).unwrap_or(Ok(false))?;
-            let held = w.vm.as_ref().and_then(|c| c.borrow_mut().store.data_mut().startup_log.take());
+            let held =
+                w.vm.as_ref()
+                    .and_then(|c| c.borrow_mut().store.data_mut().startup_log.take());
             if !ok {
                 for line in held.unwrap_or_default() {
                     eprintln!("{line}");
                 }
-                anyhow::bail!("plugin rejected its configuration (proxy_on_configure returned false)");
+                anyhow::bail!(
+                    "plugin rejected its configuration (proxy_on_configure returned false)"
+                );
             }
         }
         Ok(w)
@@ -119,8 +123,13 @@ impl Worker {
         let ctx = self.next_ctx.get();
         self.next_ctx.set(ctx + 1);
         if let Some(cell) = &self.vm {
-            cell.borrow_mut().store.data_mut().streams.insert(ctx, StreamData::new(headers, route));
-            self.with_vm(|vm| vm.on_context_create(ctx)).unwrap_or(Ok(()))?;
+            cell.borrow_mut()
+                .store
+                .data_mut()
+                .streams
+                .insert(ctx, StreamData::new(headers, route));
+            self.with_vm(|vm| vm.on_context_create(ctx))
+                .unwrap_or(Ok(()))?;
         }
         Ok(ctx)
     }
@@ -156,7 +165,13 @@ impl Worker {
                 Err(e) => msg = e.0,
             }
         }
-        let Some(rc) = self.shared.cfg.redis_clusters.iter().find(|r| r.name == cluster) else {
+        let Some(rc) = self
+            .shared
+            .cfg
+            .redis_clusters
+            .iter()
+            .find(|r| r.name == cluster)
+        else {
             return;
         };
         let init = self
@@ -224,10 +239,16 @@ impl Worker {
                 .find(|(n, _)| n == k)
                 .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
         };
-        let ep = self.upstreams.pick(&cluster, None, get(b"x-envoy-original-dst-host").as_deref())?;
+        let ep =
+            self.upstreams
+                .pick(&cluster, None, get(b"x-envoy-original-dst-host").as_deref())?;
         let mut b = hyper::Request::builder()
             .method(get(b":method").unwrap_or_else(|| "GET".into()).as_str())
-            .uri(format!("http://{}{}", ep.address, get(b":path").unwrap_or_else(|| "/".into())))
+            .uri(format!(
+                "http://{}{}",
+                ep.address,
+                get(b":path").unwrap_or_else(|| "/".into())
+            ))
             .header("host", get(b":authority").unwrap_or_default());
         for (k, v) in &out.headers {
             if !k.starts_with(b":") && !crate::upstream::is_hop_header(k) && k != b"host" {
@@ -242,14 +263,25 @@ impl Worker {
             let (parts, body) = resp.into_parts();
             let collected = body.collect().await.ok()?;
             let trailers = collected.trailers().cloned();
-            let mut headers: Pairs = vec![(b":status".to_vec(), parts.status.as_str().as_bytes().to_vec())];
+            let mut headers: Pairs = vec![(
+                b":status".to_vec(),
+                parts.status.as_str().as_bytes().to_vec(),
+            )];
             for (k, v) in parts.headers.iter() {
                 headers.push((k.as_str().as_bytes().to_vec(), v.as_bytes().to_vec()));
             }
             let trailers = trailers
-                .map(|t| t.iter().map(|(k, v)| (k.as_str().as_bytes().to_vec(), v.as_bytes().to_vec())).collect())
+                .map(|t| {
+                    t.iter()
+                        .map(|(k, v)| (k.as_str().as_bytes().to_vec(), v.as_bytes().to_vec()))
+                        .collect()
+                })
                 .unwrap_or_default();
-            Some(HttpCallResp { headers, body: collected.to_bytes().to_vec(), trailers })
+            Some(HttpCallResp {
+                headers,
+                body: collected.to_bytes().to_vec(),
+                trailers,
+            })
         };
         tokio::time::timeout(timeout, fut).await.ok().flatten()
     }

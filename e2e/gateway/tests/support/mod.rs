@@ -32,7 +32,11 @@ pub fn test_plugins() -> &'static (PathBuf, PathBuf) {
             }
             assert!(c.status().unwrap().success(), "building test plugin");
             let dst = out.join(name);
-            std::fs::copy(target.join("wasm32-wasip1/release/ailb_testplugin.wasm"), &dst).unwrap();
+            std::fs::copy(
+                target.join("wasm32-wasip1/release/ailb_testplugin.wasm"),
+                &dst,
+            )
+            .unwrap();
             paths.push(dst);
         }
         (paths[0].clone(), paths[1].clone())
@@ -40,7 +44,11 @@ pub fn test_plugins() -> &'static (PathBuf, PathBuf) {
 }
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 pub struct Redis {
@@ -57,17 +65,27 @@ impl Drop for Redis {
 pub fn redis() -> Redis {
     let port = free_port();
     let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
         .stdout(Stdio::null())
         .spawn()
         .expect("redis-server");
+    let r = Redis { port, child };
     let deadline = Instant::now() + Duration::from_secs(5);
     while Instant::now() < deadline {
         if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
             let _ = s.write_all(b"PING\r\n");
             let mut b = [0u8; 7];
             if s.read_exact(&mut b).is_ok() && &b == b"+PONG\r\n" {
-                return Redis { port, child };
+                return r;
             }
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -105,7 +123,9 @@ pub fn echo_upstream() -> SocketAddr {
 
 fn serve_echo(mut s: TcpStream, addr: SocketAddr) {
     loop {
-        let Some((head, body)) = read_request(&mut s) else { return };
+        let Some((head, body)) = read_request(&mut s) else {
+            return;
+        };
         if head.lines().next().unwrap_or("").contains("/slow") {
             std::thread::sleep(Duration::from_secs(3));
         }
@@ -115,7 +135,11 @@ fn serve_echo(mut s: TcpStream, addr: SocketAddr) {
             out.push('\n');
         }
         out.push_str(&format!("body-len: {}\n", body.len()));
-        let resp = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{}", out.len(), out);
+        let resp = format!(
+            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{}",
+            out.len(),
+            out
+        );
         if s.write_all(resp.as_bytes()).is_err() {
             return;
         }
@@ -138,7 +162,10 @@ fn read_request(s: &mut TcpStream) -> Option<(String, Vec<u8>)> {
     let head = String::from_utf8_lossy(&buf[..end]).into_owned();
     let mut body = buf[end + 4..].to_vec();
     let lower = head.to_ascii_lowercase();
-    if let Some(cl) = lower.lines().find_map(|l| l.strip_prefix("content-length: ")) {
+    if let Some(cl) = lower
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length: "))
+    {
         let n: usize = cl.trim().parse().ok()?;
         while body.len() < n {
             let k = s.read(&mut b).ok()?;
@@ -171,23 +198,44 @@ pub struct Resp {
 impl Resp {
     pub fn header(&self, name: &str) -> Option<String> {
         let pre = format!("{}: ", name.to_ascii_lowercase());
-        self.head.lines().find_map(|l| l.to_ascii_lowercase().starts_with(&pre).then(|| l[pre.len()..].to_string()))
+        self.head.lines().find_map(|l| {
+            l.to_ascii_lowercase()
+                .starts_with(&pre)
+                .then(|| l[pre.len()..].to_string())
+        })
     }
     /// A line `name: value` from the echo upstream's body.
     pub fn echoed(&self, name: &str) -> Option<String> {
         let pre = format!("{name}: ");
-        self.body.lines().find_map(|l| l.strip_prefix(&pre).map(str::to_string))
+        self.body
+            .lines()
+            .find_map(|l| l.strip_prefix(&pre).map(str::to_string))
     }
     pub fn upstream(&self) -> String {
-        self.body.lines().next().unwrap_or("").trim_start_matches("addr=").to_string()
+        self.body
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim_start_matches("addr=")
+            .to_string()
     }
 }
 
 /// One request on a fresh connection; `None` on timeout or reset.
-pub fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8], timeout: Duration) -> Option<Resp> {
+pub fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    timeout: Duration,
+) -> Option<Resp> {
     let mut s = TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(timeout)).ok()?;
-    let mut req = format!("{method} {path} HTTP/1.1\r\nhost: test\r\nconnection: close\r\ncontent-length: {}\r\n", body.len());
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nhost: test\r\nconnection: close\r\ncontent-length: {}\r\n",
+        body.len()
+    );
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -199,7 +247,11 @@ pub fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]
     let text = String::from_utf8_lossy(&out).into_owned();
     let (head, body) = text.split_once("\r\n\r\n")?;
     let status = head.split(' ').nth(1)?.parse().ok()?;
-    Some(Resp { status, head: head.to_string(), body: body.to_string() })
+    Some(Resp {
+        status,
+        head: head.to_string(),
+        body: body.to_string(),
+    })
 }
 
 pub fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Resp {
@@ -211,7 +263,10 @@ pub fn stat(gw: &Gateway, name: &str) -> i64 {
     let r = get(gw.admin, "/stats", &[]);
     r.body
         .lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")).and_then(|v| v.parse().ok()))
+        .find_map(|l| {
+            l.strip_prefix(&format!("{name} "))
+                .and_then(|v| v.parse().ok())
+        })
         .unwrap_or(0)
 }
 
