@@ -330,7 +330,7 @@ impl Vm {
             .vm_traps
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         eprintln!(
-            "[gw {}][worker {}][critical] wasm VM trapped in {what}: {e:?}",
+            "[gw {}][worker {}][critical] wasm VM trapped in {what}: {e:#}",
             h.shared.cfg.gateway_id, h.worker
         );
         e.context(format!("VM trapped in {what}"))
@@ -353,25 +353,18 @@ impl Vm {
         r.map_err(|e| self.trap(what, e.into()))
     }
 
-    /// `_initialize` done; run vm_start, root context create and configure.
+    /// `_initialize` done; create the root context, then vm_start and configure.
     pub fn start(&mut self, plugin_config_len: usize) -> Result<bool> {
         let root = self.store.data().root_id as i32;
         let vm_len = self.store.data().vm_config.len() as i32;
-        let ok = self.call(
-            0,
-            "proxy_on_vm_start",
-            self.ex.on_vm_start.clone(),
-            (root, vm_len),
-        )?;
+        // cpp-host creates the root context before vm_start (the SDK panics otherwise).
+        let create = self.ex.on_context_create.clone();
+        self.call(0, "proxy_on_context_create", create, (root, 0))?;
+        let f = self.ex.on_vm_start.clone();
+        let ok = self.call(root as u32, "proxy_on_vm_start", f, (root, vm_len))?;
         if self.ex.on_vm_start.is_some() && ok == 0 {
             return Ok(false);
         }
-        self.call(
-            0,
-            "proxy_on_context_create",
-            self.ex.on_context_create.clone(),
-            (root, 0),
-        )?;
         let f = self.ex.on_configure.clone();
         let has = f.is_some();
         let ok = self.call(
