@@ -2,129 +2,17 @@
 //! calls read and write. Every host→guest entry goes through `Vm::enter`, which sets the
 //! current context and resets the effective context (cpp-host `SaveRestoreContext`).
 
-use crate::abi::{self, AbiVersion};
+use crate::abi::AbiVersion;
 use crate::shared::Shared;
 use anyhow::{anyhow, bail, Context as _, Result};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
-use tokio::sync::Notify;
 use wasmtime::{Engine, Instance, Linker, Memory, Module, Store, TypedFunc};
 
-pub type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
-
-/// A local reply requested by `proxy_send_local_response`.
-#[derive(Clone, Debug)]
-pub struct LocalReply {
-    pub status: u16,
-    pub details: String,
-    pub body: Vec<u8>,
-    pub headers: Pairs,
-}
-
-/// What the plugin asked for on a stream. Host calls only set these flags; the stream task
-/// acts on them after the VM call returns, which gives Envoy's "after VM call action" order.
-#[derive(Default, Debug)]
-pub struct Signals {
-    pub resume_request: bool,
-    pub resume_response: bool,
-    pub local_reply: Option<LocalReply>,
-    pub close: bool,
-}
-
-#[derive(Default)]
-pub struct StreamSignals {
-    pub flags: RefCell<Signals>,
-    pub notify: Notify,
-}
-
-/// Host-side data of one HTTP stream context.
-pub struct StreamData {
-    pub req_headers: Pairs,
-    pub req_trailers: Pairs,
-    pub resp_headers: Pairs,
-    pub resp_trailers: Pairs,
-    pub req_body: Vec<u8>,
-    pub resp_body: Vec<u8>,
-    pub override_host: Option<String>,
-    /// Set once the request headers went to the router; a later override is ignored.
-    pub headers_released: bool,
-    pub route_name: Option<String>,
-    pub cluster_name: Option<String>,
-    pub signals: Rc<StreamSignals>,
-}
-
-impl StreamData {
-    pub fn new(req_headers: Pairs, route: Option<(String, String)>) -> StreamData {
-        let (route_name, cluster_name) = match route {
-            Some((r, c)) => (Some(r), Some(c)),
-            None => (None, None),
-        };
-        StreamData {
-            req_headers,
-            req_trailers: Vec::new(),
-            resp_headers: Vec::new(),
-            resp_trailers: Vec::new(),
-            req_body: Vec::new(),
-            resp_body: Vec::new(),
-            override_host: None,
-            headers_released: false,
-            route_name,
-            cluster_name,
-            signals: Rc::new(StreamSignals::default()),
-        }
-    }
-}
-
-/// A Redis command queued by `proxy_redis_call`, sent by the worker after the VM call.
-pub struct RedisOut {
-    pub cluster: String,
-    pub token: u32,
-    pub query: Vec<u8>,
-}
-
-/// Per-cluster settings from `proxy_redis_init` (last init wins, as with Envoy's shared client).
-#[derive(Clone, Debug, PartialEq)]
-pub struct RedisInit {
-    pub username: String,
-    pub password: String,
-    pub timeout_ms: u64,
-    pub db: Option<u32>,
-    pub flush_timeout_ms: u64,
-    pub flush_size: usize,
-}
-
-impl Default for RedisInit {
-    fn default() -> Self {
-        RedisInit {
-            username: String::new(),
-            password: String::new(),
-            timeout_ms: 1000,
-            db: None,
-            flush_timeout_ms: 3,
-            flush_size: 1024,
-        }
-    }
-}
-
-/// An HTTP callout queued by `proxy_http_call`.
-pub struct HttpOut {
-    pub context_id: u32,
-    pub token: u32,
-    pub cluster: String,
-    pub headers: Pairs,
-    pub body: Vec<u8>,
-    pub timeout_ms: u64,
-}
-
-/// Response of an HTTP callout, readable during `proxy_on_http_call_response`.
-#[derive(Default)]
-pub struct HttpCallResp {
-    pub headers: Pairs,
-    pub body: Vec<u8>,
-    pub trailers: Pairs,
-}
+pub use crate::mem::{read_mem, return_bytes, write_mem, write_u32};
+pub use crate::stream_data::*;
 
 pub struct HostState {
     pub shared: Arc<Shared>,
@@ -483,74 +371,6 @@ impl Vm {
         h.http_resp = None;
         h.status = (0, Vec::new());
         r
-    }
-}
-
-/// Copy guest memory `[ptr, ptr+len)`.
-pub fn read_mem(
-    caller: &mut wasmtime::Caller<'_, HostState>,
-    ptr: i32,
-    len: i32,
-) -> Result<Vec<u8>, i32> {
-    let mem = caller
-        .data()
-        .memory
-        .ok_or(abi::status::INVALID_MEMORY_ACCESS)?;
-    let (p, l) = (ptr as u32 as usize, len as u32 as usize);
-    mem.data(&*caller)
-        .get(p..p.checked_add(l).ok_or(abi::status::INVALID_MEMORY_ACCESS)?)
-        .map(|s| s.to_vec())
-        .ok_or(abi::status::INVALID_MEMORY_ACCESS)
-}
-
-pub fn write_mem(
-    caller: &mut wasmtime::Caller<'_, HostState>,
-    ptr: i32,
-    data: &[u8],
-) -> Result<(), i32> {
-    let mem = caller
-        .data()
-        .memory
-        .ok_or(abi::status::INVALID_MEMORY_ACCESS)?;
-    mem.write(&mut *caller, ptr as u32 as usize, data)
-        .map_err(|_| abi::status::INVALID_MEMORY_ACCESS)
-}
-
-pub fn write_u32(
-    caller: &mut wasmtime::Caller<'_, HostState>,
-    ptr: i32,
-    v: u32,
-) -> Result<(), i32> {
-    write_mem(caller, ptr, &v.to_le_bytes())
-}
-
-/// Allocate `data` in guest memory (guest `malloc`, else `proxy_on_memory_allocate`) and
-/// write pointer and size to the out-pointers. Empty data gives pointer 0, size 0, like
-/// cpp-host `copyToPointerSize`.
-pub fn return_bytes(
-    caller: &mut wasmtime::Caller<'_, HostState>,
-    data: &[u8],
-    ptr_ptr: i32,
-    size_ptr: i32,
-) -> i32 {
-    let mut addr = 0u32;
-    if !data.is_empty() {
-        let Some(alloc) = caller.data().alloc.clone() else {
-            return abi::status::INVALID_MEMORY_ACCESS;
-        };
-        match alloc.call(&mut *caller, data.len() as i32) {
-            Ok(p) if p != 0 => addr = p as u32,
-            _ => return abi::status::INVALID_MEMORY_ACCESS,
-        }
-        if let Err(s) = write_mem(caller, addr as i32, data) {
-            return s;
-        }
-    }
-    match write_u32(caller, ptr_ptr, addr)
-        .and_then(|_| write_u32(caller, size_ptr, data.len() as u32))
-    {
-        Ok(()) => abi::status::OK,
-        Err(s) => s,
     }
 }
 
