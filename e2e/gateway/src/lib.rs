@@ -1,0 +1,22 @@
+//! Higress host emulator: loads a Proxy-Wasm plugin unchanged and runs it the way Higress's
+//! Envoy host does (ABI detection, Higress Redis/upstream extensions, stream lifecycle), in
+//! front of real HTTP upstreams and a real Redis. See README.md.
+
+pub mod abi;
+pub mod admin;
+pub mod callouts;
+pub mod config;
+pub mod gateway;
+pub mod higress;
+pub mod hostcalls;
+pub mod hostcalls_data;
+pub mod mem;
+pub mod redis;
+pub mod response;
+pub mod shared;
+pub mod stream;
+pub mod stream_data;
+pub mod upstream;
+pub mod vm;
+pub mod wasi;
+pub mod worker;

@@ -1,0 +1,280 @@
+//! Response path: local replies, upstream errors (503/504), the response-header phase and
+//! a pump task that streams the upstream body through `on_response_body` to the client
+//! (chunked/SSE stays streamed). The stream guard rides in the client body, so the plugin
+//! context is destroyed when hyper finishes or drops the response.
+
+use crate::abi::{response_header_status, HeaderStatus};
+use crate::stream::{Reset, UpstreamResult};
+use crate::upstream::{is_hop_header, BodyError, ChanBody, LocalActive};
+use crate::vm::Pairs;
+use crate::worker::{StreamGuard, Worker};
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::Response;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::task::{Context, Poll};
+use tokio::sync::mpsc::UnboundedSender;
+
+pub struct OutBody {
+    inner: ChanBody,
+    _guard: Option<StreamGuard>,
+}
+
+impl Body for OutBody {
+    type Data = Bytes;
+    type Error = BodyError;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+fn builder_from_pairs(pairs: &Pairs, default_status: u16) -> hyper::http::response::Builder {
+    let status = pairs
+        .iter()
+        .find(|(k, _)| k == b":status")
+        .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse::<u16>().ok())
+        .unwrap_or(default_status);
+    let mut b = Response::builder().status(status);
+    for (k, v) in pairs {
+        if !k.starts_with(b":")
+            && !matches!(&k[..], b"connection" | b"transfer-encoding" | b"keep-alive")
+        {
+            b = b.header(&k[..], &v[..]);
+        }
+    }
+    b
+}
+
+pub fn local_reply(
+    w: &Rc<Worker>,
+    guard: Option<StreamGuard>,
+    status: u16,
+    body: Vec<u8>,
+    headers: Pairs,
+) -> Response<OutBody> {
+    w.shared.counters.local_replies.fetch_add(1, Relaxed);
+    let headers: Pairs = headers
+        .into_iter()
+        .filter(|(k, _)| !is_hop_header(k))
+        .collect();
+    let mut b = builder_from_pairs(&headers, status).status(status);
+    if !headers
+        .iter()
+        .any(|(k, _)| k.eq_ignore_ascii_case(b"content-type"))
+    {
+        b = b.header("content-type", "text/plain");
+    }
+    let inner = ChanBody::full(Bytes::from(body));
+    b.body(OutBody {
+        inner,
+        _guard: guard,
+    })
+    .unwrap_or_else(|_| {
+        Response::new(OutBody {
+            inner: ChanBody::full(Bytes::new()),
+            _guard: None,
+        })
+    })
+}
+
+pub async fn proxy_response(
+    w: &Rc<Worker>,
+    guard: StreamGuard,
+    res: UpstreamResult,
+    guards: (crate::shared::ActiveGuard, LocalActive),
+) -> Result<Response<OutBody>, Reset> {
+    let resp = match res {
+        Err(_) => {
+            return Ok(local_reply(
+                w,
+                Some(guard),
+                504,
+                b"upstream request timeout".to_vec(),
+                vec![],
+            ))
+        }
+        Ok(Err(_)) => {
+            w.shared.counters.upstream_5xx_local.fetch_add(1, Relaxed);
+            let msg = b"upstream connect error or disconnect/reset before headers".to_vec();
+            return Ok(local_reply(w, Some(guard), 503, msg, vec![]));
+        }
+        Ok(Ok(r)) => r,
+    };
+    let ctx = guard.ctx;
+    let (parts, rbody) = resp.into_parts();
+    let mut pairs: Pairs = vec![(
+        b":status".to_vec(),
+        parts.status.as_str().as_bytes().to_vec(),
+    )];
+    for (k, v) in parts.headers.iter() {
+        pairs.push((k.as_str().as_bytes().to_vec(), v.as_bytes().to_vec()));
+    }
+    let plugin = w.has_plugin();
+    if plugin {
+        let n = pairs.len();
+        w.with_stream(ctx, |s| s.resp_headers = pairs.clone());
+        let eos = rbody.is_end_stream();
+        let st = match w.with_vm(|vm| vm.on_response_headers(ctx, n, eos)) {
+            Some(Ok(ret)) => response_header_status(ret),
+            _ => {
+                return Ok(local_reply(
+                    w,
+                    Some(guard),
+                    503,
+                    b"wasm vm failed".to_vec(),
+                    vec![],
+                ))
+            }
+        };
+        let signals = w.with_stream(ctx, |s| s.signals.clone());
+        loop {
+            let sig = w
+                .with_stream(ctx, |s| std::mem::take(&mut *s.signals.flags.borrow_mut()))
+                .unwrap_or_default();
+            if let Some(lr) = sig.local_reply {
+                return Ok(local_reply(w, Some(guard), lr.status, lr.body, lr.headers));
+            }
+            if sig.close {
+                return Err(Reset("closed by plugin"));
+            }
+            if matches!(
+                st,
+                HeaderStatus::Continue | HeaderStatus::ContinueAndEndStream
+            ) || sig.resume_response
+            {
+                break;
+            }
+            match &signals {
+                Some(s) => s.notify.notified().await,
+                None => break,
+            }
+        }
+        pairs = w
+            .with_stream(ctx, |s| s.resp_headers.clone())
+            .unwrap_or(pairs);
+    }
+    let (tx, inner) = ChanBody::channel();
+    let out = builder_from_pairs(&pairs, 200)
+        .body(OutBody {
+            inner,
+            _guard: Some(guard),
+        })
+        .map_err(|_| Reset("bad response headers from plugin"))?;
+    tokio::task::spawn_local(pump(w.clone(), ctx, plugin, rbody, tx, guards));
+    Ok(out)
+}
+
+type Tx = UnboundedSender<Result<Frame<Bytes>, BodyError>>;
+
+/// Run on_response_body for what is buffered; `None` if the stream is gone or the VM trapped.
+fn body_call(w: &Worker, ctx: u32, buf: &mut Vec<u8>, eos: bool) -> Option<bool> {
+    let data = std::mem::take(buf);
+    let len = data.len();
+    w.with_stream(ctx, |s| s.resp_body = data)?;
+    let r = w.with_vm(|vm| vm.on_response_body(ctx, len, eos));
+    *buf = w.with_stream(ctx, |s| std::mem::take(&mut s.resp_body))?;
+    match r {
+        Some(Ok(ret)) => Some(ret != 0),
+        _ => None,
+    }
+}
+
+async fn pump(
+    w: Rc<Worker>,
+    ctx: u32,
+    plugin: bool,
+    mut rbody: Incoming,
+    tx: Tx,
+    _guards: (crate::shared::ActiveGuard, LocalActive),
+) {
+    let mut buf: Vec<u8> = Vec::new();
+    let mut eos = rbody.is_end_stream();
+    let mut trailers = None;
+    loop {
+        if !eos {
+            let frame = tokio::select! {
+                f = rbody.frame() => f,
+                _ = tx.closed() => return,
+            };
+            match frame {
+                None => eos = true,
+                Some(Err(_)) => {
+                    let _ = tx.send(Err(Box::new(Reset("upstream reset after headers"))));
+                    return;
+                }
+                Some(Ok(f)) => match f.into_data() {
+                    Ok(d) => buf.extend_from_slice(&d),
+                    Err(f) => trailers = f.into_trailers().ok(),
+                },
+            }
+            eos = eos || rbody.is_end_stream();
+            if !eos && buf.is_empty() {
+                continue;
+            }
+        }
+        if plugin {
+            match body_call(&w, ctx, &mut buf, eos) {
+                Some(true) if !eos => continue,
+                Some(true) => {
+                    // Held at end of stream: the plugin must continue_stream(Response).
+                    w.with_stream(ctx, |s| s.resp_body = std::mem::take(&mut buf));
+                    if !wait_resume(&w, ctx, &tx).await {
+                        return;
+                    }
+                    buf = w
+                        .with_stream(ctx, |s| std::mem::take(&mut s.resp_body))
+                        .unwrap_or_default();
+                }
+                Some(false) => {}
+                None => return,
+            }
+        }
+        if !buf.is_empty()
+            && tx
+                .send(Ok(Frame::data(Bytes::from(std::mem::take(&mut buf)))))
+                .is_err()
+        {
+            return;
+        }
+        if eos {
+            if let Some(t) = trailers {
+                let _ = tx.send(Ok(Frame::trailers(t)));
+            }
+            return;
+        }
+    }
+}
+
+/// Body held at end of stream: wait for continue_stream(Response) or the client leaving.
+async fn wait_resume(w: &Worker, ctx: u32, tx: &Tx) -> bool {
+    let Some(signals) = w.with_stream(ctx, |s| s.signals.clone()) else {
+        return false;
+    };
+    loop {
+        let resumed = w.with_stream(ctx, |s| {
+            std::mem::take(&mut s.signals.flags.borrow_mut().resume_response)
+        });
+        match resumed {
+            Some(true) => return true,
+            None => return false,
+            Some(false) => {}
+        }
+        tokio::select! {
+            _ = signals.notify.notified() => {}
+            _ = tx.closed() => return false,
+        }
+    }
+}

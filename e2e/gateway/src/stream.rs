@@ -1,0 +1,355 @@
+//! Request path of one HTTP stream: request headers and body through the plugin (holding
+//! and buffering as the header/data statuses say), upstream selection when the headers are
+//! released, then the response phases in `response.rs`.
+
+use crate::abi::{request_header_status, HeaderStatus};
+use crate::response::{local_reply, proxy_response, OutBody};
+use crate::upstream::{is_hop_header, match_route, BodyError, ChanBody};
+use crate::vm::{LocalReply, Pairs};
+use crate::worker::{StreamGuard, Worker};
+use bytes::Bytes;
+use http_body::{Body as _, Frame};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+use tokio::sync::mpsc::UnboundedSender;
+
+/// Returning this makes hyper drop the connection (a stream reset from the client's view).
+#[derive(Debug)]
+pub struct Reset(pub &'static str);
+impl std::fmt::Display for Reset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+}
+impl std::error::Error for Reset {}
+
+pub type UpstreamResult = Result<
+    Result<Response<Incoming>, hyper_util::client::legacy::Error>,
+    tokio::time::error::Elapsed,
+>;
+type UpstreamFut = Pin<Box<dyn Future<Output = UpstreamResult>>>;
+
+pub struct Upstream {
+    pub fut: UpstreamFut,
+    pub body_tx: Option<UnboundedSender<Result<Frame<Bytes>, BodyError>>>,
+    pub guards: (crate::shared::ActiveGuard, crate::upstream::LocalActive),
+}
+
+fn request_pairs(parts: &hyper::http::request::Parts) -> Pairs {
+    let authority = parts
+        .headers
+        .get("host")
+        .map(|v| v.as_bytes().to_vec())
+        .or_else(|| {
+            parts
+                .uri
+                .authority()
+                .map(|a| a.as_str().as_bytes().to_vec())
+        })
+        .unwrap_or_default();
+    let path = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str())
+        .unwrap_or("/");
+    let mut out: Pairs = vec![
+        (b":authority".to_vec(), authority),
+        (b":path".to_vec(), path.as_bytes().to_vec()),
+        (
+            b":method".to_vec(),
+            parts.method.as_str().as_bytes().to_vec(),
+        ),
+        (b":scheme".to_vec(), b"http".to_vec()),
+    ];
+    for (k, v) in parts.headers.iter() {
+        if k != "host" {
+            out.push((k.as_str().as_bytes().to_vec(), v.as_bytes().to_vec()));
+        }
+    }
+    out
+}
+
+fn header<'a>(h: &'a Pairs, name: &[u8]) -> Option<&'a [u8]> {
+    h.iter().find(|(k, _)| k == name).map(|(_, v)| &v[..])
+}
+
+/// Take the plugin's pending actions for this stream.
+fn take_signals(w: &Worker, ctx: u32) -> crate::vm::Signals {
+    w.with_stream(ctx, |s| std::mem::take(&mut *s.signals.flags.borrow_mut()))
+        .unwrap_or_default()
+}
+
+pub async fn handle(w: Rc<Worker>, req: Request<Incoming>) -> Result<Response<OutBody>, Reset> {
+    w.shared.counters.requests.fetch_add(1, Relaxed);
+    let (parts, mut body) = req.into_parts();
+    let headers = request_pairs(&parts);
+    let route = match_route(&w.shared.cfg.routes, parts.uri.path());
+    if w.vm_failed() {
+        return Ok(local_reply(
+            &w,
+            None,
+            503,
+            b"wasm vm failed".to_vec(),
+            vec![],
+        ));
+    }
+    let plugin = w.has_plugin();
+    let ctx = match w.new_stream(headers.clone(), route) {
+        Ok(c) => c,
+        Err(_) => {
+            return Ok(local_reply(
+                &w,
+                None,
+                503,
+                b"wasm vm failed".to_vec(),
+                vec![],
+            ))
+        }
+    };
+    let guard = StreamGuard {
+        worker: w.clone(),
+        ctx,
+    };
+    let signals = w.with_stream(ctx, |s| s.signals.clone());
+    let limit = w.shared.cfg.buffer_limit_bytes;
+
+    let mut body_done = body.is_end_stream();
+    let mut held = false;
+    let mut plugin_sees_data = true;
+    let mut deliver_buffered = false;
+    let mut data_paused = false;
+    let mut pending: Vec<u8> = Vec::new();
+    let mut local_headers = headers;
+    if plugin {
+        let n = local_headers.len();
+        let r = w.with_vm(|vm| vm.on_request_headers(ctx, n, body_done));
+        match r {
+            Some(Ok(ret)) => match request_header_status(w.abi, ret) {
+                HeaderStatus::Continue | HeaderStatus::ContinueAndEndStream => {
+                    w.with_stream(ctx, |s| s.signals.flags.borrow_mut().resume_request = false);
+                }
+                HeaderStatus::StopIteration => held = true,
+                HeaderStatus::StopAll => {
+                    held = true;
+                    plugin_sees_data = false;
+                }
+            },
+            _ => {
+                return Ok(local_reply(
+                    &w,
+                    Some(guard),
+                    503,
+                    b"wasm vm failed".to_vec(),
+                    vec![],
+                ))
+            }
+        }
+    }
+    let mut upstream: Option<Upstream> = None;
+
+    // Call on_request_body with what is buffered; false if the VM trapped.
+    let call_body = |pending: &mut Vec<u8>, eos: bool, data_paused: &mut bool| -> bool {
+        let buf = std::mem::take(pending);
+        let len = buf.len();
+        w.with_stream(ctx, |s| s.req_body = buf);
+        let r = w.with_vm(|vm| vm.on_request_body(ctx, len, eos));
+        *pending = w
+            .with_stream(ctx, |s| std::mem::take(&mut s.req_body))
+            .unwrap_or_default();
+        match r {
+            Some(Ok(ret)) => {
+                *data_paused = ret != 0;
+                true
+            }
+            _ => false,
+        }
+    };
+
+    loop {
+        if plugin {
+            let sig = take_signals(&w, ctx);
+            if let Some(lr) = sig.local_reply {
+                return Ok(plugin_local_reply(&w, guard, lr));
+            }
+            if sig.close {
+                return Err(Reset("closed by plugin"));
+            }
+            if sig.resume_request {
+                if held {
+                    held = false;
+                    if !plugin_sees_data {
+                        plugin_sees_data = true;
+                        deliver_buffered = !pending.is_empty() || body_done;
+                    }
+                }
+                data_paused = false;
+            }
+            if deliver_buffered {
+                deliver_buffered = false;
+                if !call_body(&mut pending, body_done, &mut data_paused) {
+                    return Ok(local_reply(
+                        &w,
+                        Some(guard),
+                        503,
+                        b"wasm vm failed".to_vec(),
+                        vec![],
+                    ));
+                }
+                continue;
+            }
+        }
+        if !held && upstream.is_none() {
+            if plugin {
+                local_headers = w
+                    .with_stream(ctx, |s| {
+                        s.headers_released = true;
+                        s.req_headers.clone()
+                    })
+                    .unwrap_or(local_headers);
+            }
+            let full = (body_done && !data_paused).then(|| std::mem::take(&mut pending));
+            match start_upstream(&w, ctx, &local_headers, full) {
+                Ok(u) => upstream = Some(u),
+                Err((code, msg)) => {
+                    return Ok(local_reply(&w, Some(guard), code, msg.into_bytes(), vec![]));
+                }
+            }
+        }
+        if let Some(u) = upstream.as_mut() {
+            if !data_paused {
+                if let Some(tx) = &u.body_tx {
+                    if !pending.is_empty() {
+                        let _ = tx.send(Ok(Frame::data(Bytes::from(std::mem::take(&mut pending)))));
+                    }
+                    if body_done {
+                        u.body_tx = None;
+                    }
+                }
+            }
+        }
+        if (held || data_paused) && pending.len() > limit {
+            return Ok(local_reply(
+                &w,
+                Some(guard),
+                413,
+                b"Payload Too Large".to_vec(),
+                vec![],
+            ));
+        }
+
+        let notified = async {
+            match &signals {
+                Some(s) => s.notify.notified().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            frame = body.frame(), if !body_done => {
+                match frame {
+                    None => body_done = true,
+                    Some(Err(_)) => {
+                        w.shared.counters.client_aborts.fetch_add(1, Relaxed);
+                        return Err(Reset("client body error"));
+                    }
+                    Some(Ok(f)) => {
+                        if let Ok(d) = f.into_data() {
+                            pending.extend_from_slice(&d);
+                        }
+                        body_done = body.is_end_stream();
+                    }
+                }
+                if body_done || !pending.is_empty() {
+                    if plugin && plugin_sees_data && !(upstream.is_some() && data_paused && pending.is_empty()) {
+                        if !call_body(&mut pending, body_done, &mut data_paused) {
+                            return Ok(local_reply(&w, Some(guard), 503, b"wasm vm failed".to_vec(), vec![]));
+                        }
+                        // Data Continue while headers are held continues the headers too.
+                        if held && !data_paused {
+                            held = false;
+                        }
+                    } else if plugin && !plugin_sees_data {
+                        // StopAll: buffered by the host, not shown to the plugin.
+                    }
+                }
+            }
+            _ = notified => {}
+            res = async { upstream.as_mut().map(|u| u.fut.as_mut()).unwrap().await }, if upstream.is_some() => {
+                let u = upstream.take().map(|u| u.guards);
+                return match u {
+                    Some(g) => proxy_response(&w, guard, res, g).await,
+                    None => Err(Reset("no upstream")),
+                };
+            }
+        }
+    }
+}
+
+fn plugin_local_reply(w: &Rc<Worker>, guard: StreamGuard, lr: LocalReply) -> Response<OutBody> {
+    local_reply(w, Some(guard), lr.status, lr.body, lr.headers)
+}
+
+/// Headers released to the router: pick the host now (override or LB) and send.
+fn start_upstream(
+    w: &Rc<Worker>,
+    ctx: u32,
+    headers: &Pairs,
+    full_body: Option<Vec<u8>>,
+) -> Result<Upstream, (u16, String)> {
+    let path = header(headers, b":path").map(|p| String::from_utf8_lossy(p).into_owned());
+    let path = path.unwrap_or_else(|| "/".into());
+    let Some((_, cluster_name)) = match_route(&w.shared.cfg.routes, &path) else {
+        return Err((404, "route not found".into()));
+    };
+    let cluster = w
+        .upstreams
+        .cluster(&cluster_name)
+        .ok_or((503, "no cluster".to_string()))?;
+    let ovr = w.with_stream(ctx, |s| s.override_host.clone()).flatten();
+    let odst = header(headers, b"x-envoy-original-dst-host")
+        .map(|v| String::from_utf8_lossy(v).into_owned());
+    let ep = w
+        .upstreams
+        .pick(&cluster, ovr.as_deref(), odst.as_deref())
+        .ok_or((503, "no healthy upstream".to_string()))?;
+    let method = header(headers, b":method").unwrap_or(b"GET");
+    let mut b = hyper::Request::builder()
+        .method(hyper::Method::from_bytes(method).map_err(|_| (400, "bad method".to_string()))?)
+        .uri(format!("http://{}{}", ep.address, path));
+    if let Some(a) = header(headers, b":authority") {
+        b = b.header("host", a);
+    }
+    for (k, v) in headers {
+        if !k.starts_with(b":") && !is_hop_header(k) && k != b"host" {
+            b = b.header(&k[..], &v[..]);
+        }
+    }
+    // A complete body is attached whole so it goes out with Content-Length.
+    let (body, tx) = match full_body {
+        Some(b) => (ChanBody::full(Bytes::from(b)), None),
+        None => {
+            let (tx, body) = ChanBody::channel();
+            (body, Some(tx))
+        }
+    };
+    let req = b
+        .body(body)
+        .map_err(|e| (400, format!("bad request: {e}")))?;
+    let client = w
+        .upstreams
+        .client(&cluster_name)
+        .ok_or((503, "no cluster".to_string()))?
+        .clone();
+    let timeout = Duration::from_millis(cluster.cfg.timeout_ms);
+    let guards = (ep.begin_request(), w.upstreams.local_active(&ep.address));
+    Ok(Upstream {
+        fut: Box::pin(tokio::time::timeout(timeout, client.request(req))),
+        body_tx: tx,
+        guards,
+    })
+}

@@ -1,0 +1,120 @@
+//! Host-side records the host calls read and write: per-stream data, plugin signals,
+//! queued Redis/HTTP callouts and their results.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use tokio::sync::Notify;
+
+pub type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// A local reply requested by `proxy_send_local_response`.
+#[derive(Clone, Debug)]
+pub struct LocalReply {
+    pub status: u16,
+    pub details: String,
+    pub body: Vec<u8>,
+    pub headers: Pairs,
+}
+
+/// What the plugin asked for on a stream. Host calls only set these flags; the stream task
+/// acts on them after the VM call returns, which gives Envoy's "after VM call action" order.
+#[derive(Default, Debug)]
+pub struct Signals {
+    pub resume_request: bool,
+    pub resume_response: bool,
+    pub local_reply: Option<LocalReply>,
+    pub close: bool,
+}
+
+#[derive(Default)]
+pub struct StreamSignals {
+    pub flags: RefCell<Signals>,
+    pub notify: Notify,
+}
+
+/// Host-side data of one HTTP stream context.
+pub struct StreamData {
+    pub req_headers: Pairs,
+    pub req_trailers: Pairs,
+    pub resp_headers: Pairs,
+    pub resp_trailers: Pairs,
+    pub req_body: Vec<u8>,
+    pub resp_body: Vec<u8>,
+    pub override_host: Option<String>,
+    /// Set once the request headers went to the router; a later override is ignored.
+    pub headers_released: bool,
+    pub route_name: Option<String>,
+    pub cluster_name: Option<String>,
+    pub signals: Rc<StreamSignals>,
+}
+
+impl StreamData {
+    pub fn new(req_headers: Pairs, route: Option<(String, String)>) -> StreamData {
+        let (route_name, cluster_name) = match route {
+            Some((r, c)) => (Some(r), Some(c)),
+            None => (None, None),
+        };
+        StreamData {
+            req_headers,
+            req_trailers: Vec::new(),
+            resp_headers: Vec::new(),
+            resp_trailers: Vec::new(),
+            req_body: Vec::new(),
+            resp_body: Vec::new(),
+            override_host: None,
+            headers_released: false,
+            route_name,
+            cluster_name,
+            signals: Rc::new(StreamSignals::default()),
+        }
+    }
+}
+
+/// A Redis command queued by `proxy_redis_call`, sent by the worker after the VM call.
+pub struct RedisOut {
+    pub cluster: String,
+    pub token: u32,
+    pub query: Vec<u8>,
+}
+
+/// Per-cluster settings from `proxy_redis_init` (last init wins, as with Envoy's shared client).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RedisInit {
+    pub username: String,
+    pub password: String,
+    pub timeout_ms: u64,
+    pub db: Option<u32>,
+    pub flush_timeout_ms: u64,
+    pub flush_size: usize,
+}
+
+impl Default for RedisInit {
+    fn default() -> Self {
+        RedisInit {
+            username: String::new(),
+            password: String::new(),
+            timeout_ms: 1000,
+            db: None,
+            flush_timeout_ms: 3,
+            flush_size: 1024,
+        }
+    }
+}
+
+/// An HTTP callout queued by `proxy_http_call`.
+pub struct HttpOut {
+    pub context_id: u32,
+    pub token: u32,
+    pub cluster: String,
+    pub headers: Pairs,
+    pub body: Vec<u8>,
+    pub timeout_ms: u64,
+}
+
+/// Response of an HTTP callout, readable during `proxy_on_http_call_response`.
+#[derive(Default)]
+pub struct HttpCallResp {
+    pub headers: Pairs,
+    pub body: Vec<u8>,
+    pub trailers: Pairs,
+}

@@ -1,0 +1,379 @@
+//! One plugin VM (wasmtime Store + Instance) per worker, with the host-side state its host
+//! calls read and write. Every host→guest entry goes through `Vm::enter`, which sets the
+//! current context and resets the effective context (cpp-host `SaveRestoreContext`).
+
+use crate::abi::AbiVersion;
+use crate::shared::Shared;
+use anyhow::{anyhow, bail, Context as _, Result};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use wasmtime::{Engine, Instance, Linker, Memory, Module, Store, TypedFunc};
+
+pub use crate::mem::{read_mem, return_bytes, write_mem, write_u32};
+pub use crate::stream_data::*;
+
+pub struct HostState {
+    pub shared: Arc<Shared>,
+    pub worker: usize,
+    pub abi: AbiVersion,
+    pub memory: Option<Memory>,
+    pub alloc: Option<TypedFunc<i32, i32>>,
+    pub root_id: u32,
+    pub root_name: String,
+    pub vm_config: Vec<u8>,
+    /// Context of the current host→guest entry (0 = none).
+    pub current: u32,
+    pub effective: Option<u32>,
+    pub streams: HashMap<u32, StreamData>,
+    pub redis_buf: Option<Vec<u8>>,
+    pub http_resp: Option<HttpCallResp>,
+    pub status: (u32, Vec<u8>),
+    pub next_redis_token: u32,
+    pub next_http_token: u32,
+    pub redis_init: HashMap<String, RedisInit>,
+    pub redis_out: Vec<RedisOut>,
+    pub http_out: Vec<HttpOut>,
+    pub tick_period_ms: Option<u32>,
+    pub wasi_args: Vec<String>,
+    pub wasi_env: Vec<String>,
+    pub exit_code: Option<i32>,
+    /// During startup, log lines below the threshold are kept so a rejected configuration
+    /// can show everything the plugin said.
+    pub startup_log: Option<Vec<String>>,
+}
+
+impl HostState {
+    pub fn new(shared: Arc<Shared>, worker: usize, abi: AbiVersion) -> HostState {
+        HostState {
+            shared,
+            worker,
+            abi,
+            memory: None,
+            alloc: None,
+            root_id: 1,
+            root_name: String::new(),
+            vm_config: Vec::new(),
+            current: 0,
+            effective: None,
+            streams: HashMap::new(),
+            redis_buf: None,
+            http_resp: None,
+            status: (0, Vec::new()),
+            next_redis_token: 7,
+            next_http_token: 4,
+            redis_init: HashMap::new(),
+            redis_out: Vec::new(),
+            http_out: Vec::new(),
+            tick_period_ms: None,
+            wasi_args: vec!["plugin".into()],
+            wasi_env: Vec::new(),
+            exit_code: None,
+            startup_log: Some(Vec::new()),
+        }
+    }
+
+    /// The context stream host calls act on: the effective one if set, else the current one.
+    pub fn target(&self) -> u32 {
+        self.effective.unwrap_or(self.current)
+    }
+
+    /// The stream the current host call acts on; `None` on the root context.
+    pub fn stream(&mut self) -> Option<&mut StreamData> {
+        let id = self.target();
+        self.streams.get_mut(&id)
+    }
+
+    pub fn is_live_context(&self, id: u32) -> bool {
+        id == self.root_id || self.streams.contains_key(&id)
+    }
+}
+
+type F1 = TypedFunc<i32, ()>;
+type F1R = TypedFunc<i32, i32>;
+type F2 = TypedFunc<(i32, i32), ()>;
+type F2R = TypedFunc<(i32, i32), i32>;
+type F3R = TypedFunc<(i32, i32, i32), i32>;
+type F4 = TypedFunc<(i32, i32, i32, i32), ()>;
+type F5 = TypedFunc<(i32, i32, i32, i32, i32), ()>;
+
+/// Exports the host calls; missing optional callbacks are `None` and treated as Continue.
+struct Exports {
+    on_vm_start: Option<F2R>,
+    on_configure: Option<F2R>,
+    on_context_create: Option<F2>,
+    on_request_headers: Option<F3R>,
+    on_request_body: Option<F3R>,
+    on_response_headers: Option<F3R>,
+    on_response_body: Option<F3R>,
+    on_done: Option<F1R>,
+    on_log: Option<F1>,
+    on_delete: Option<F1>,
+    on_tick: Option<F1>,
+    on_http_call_response: Option<F5>,
+    on_redis_call_response: Option<F4>,
+}
+
+pub struct Vm {
+    pub store: Store<HostState>,
+    ex: Exports,
+    /// Set after a trap; Envoy treats the VM as dead from then on.
+    pub failed: bool,
+}
+
+/// The compiled plugin, shared by every worker (one compilation per process).
+pub struct Plugin {
+    pub engine: Engine,
+    pub module: Module,
+    pub abi: AbiVersion,
+}
+
+impl Plugin {
+    pub fn load(wasm: &[u8]) -> Result<Plugin> {
+        let engine = Engine::default();
+        let module = Module::new(&engine, wasm)
+            .map_err(anyhow::Error::from)
+            .context("compiling plugin wasm")?;
+        let abi = AbiVersion::detect(module.exports().map(|e| e.name()))
+            .ok_or_else(|| anyhow!("module exports no proxy_abi_version_* function"))?;
+        Ok(Plugin {
+            engine,
+            module,
+            abi,
+        })
+    }
+}
+
+impl Vm {
+    /// Instantiate and run `_initialize`. Unknown `env` imports fail here with their name.
+    pub fn instantiate(plugin: &Plugin, host: HostState) -> Result<Vm> {
+        let mut linker: Linker<HostState> = Linker::new(&plugin.engine);
+        crate::hostcalls::add_to_linker(&mut linker)?;
+        crate::higress::add_to_linker(&mut linker)?;
+        crate::wasi::add_to_linker(&mut linker, &plugin.module)?;
+        let mut store = Store::new(&plugin.engine, host);
+        let instance: Instance = linker
+            .instantiate(&mut store, &plugin.module)
+            .map_err(anyhow::Error::from)
+            .context("instantiating plugin (missing host function?)")?;
+        let memory = instance.get_memory(&mut store, "memory");
+        let alloc = instance
+            .get_typed_func::<i32, i32>(&mut store, "malloc")
+            .or_else(|_| {
+                instance.get_typed_func::<i32, i32>(&mut store, "proxy_on_memory_allocate")
+            })
+            .ok();
+        store.data_mut().memory = memory;
+        store.data_mut().alloc = alloc;
+        macro_rules! get {
+            ($name:literal) => {
+                instance.get_typed_func(&mut store, $name).ok()
+            };
+        }
+        let ex = Exports {
+            on_vm_start: get!("proxy_on_vm_start"),
+            on_configure: get!("proxy_on_configure"),
+            on_context_create: get!("proxy_on_context_create"),
+            on_request_headers: get!("proxy_on_request_headers"),
+            on_request_body: get!("proxy_on_request_body"),
+            on_response_headers: get!("proxy_on_response_headers"),
+            on_response_body: get!("proxy_on_response_body"),
+            on_done: get!("proxy_on_done"),
+            on_log: get!("proxy_on_log"),
+            on_delete: get!("proxy_on_delete"),
+            on_tick: get!("proxy_on_tick"),
+            on_http_call_response: get!("proxy_on_http_call_response"),
+            on_redis_call_response: get!("proxy_on_redis_call_response"),
+        };
+        if let Ok(init) = instance.get_typed_func::<(), ()>(&mut store, "_initialize") {
+            init.call(&mut store, ())
+                .map_err(anyhow::Error::from)
+                .context("_initialize trapped")?;
+        }
+        Ok(Vm {
+            store,
+            ex,
+            failed: false,
+        })
+    }
+
+    fn enter(&mut self, ctx: u32) {
+        let h = self.store.data_mut();
+        h.current = ctx;
+        h.effective = None;
+    }
+
+    fn leave(&mut self) {
+        let h = self.store.data_mut();
+        h.current = 0;
+        h.effective = None;
+    }
+
+    fn trap(&mut self, what: &str, e: anyhow::Error) -> anyhow::Error {
+        self.failed = true;
+        let h = self.store.data();
+        h.shared
+            .counters
+            .vm_traps
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        eprintln!(
+            "[gw {}][worker {}][critical] wasm VM trapped in {what}: {e:#}",
+            h.shared.cfg.gateway_id, h.worker
+        );
+        e.context(format!("VM trapped in {what}"))
+    }
+
+    fn call<P: wasmtime::WasmParams, R: wasmtime::WasmResults + Default>(
+        &mut self,
+        ctx: u32,
+        what: &str,
+        f: Option<TypedFunc<P, R>>,
+        args: P,
+    ) -> Result<R> {
+        if self.failed {
+            bail!("VM failed earlier");
+        }
+        let Some(f) = f else { return Ok(R::default()) };
+        self.enter(ctx);
+        let r = f.call(&mut self.store, args);
+        self.leave();
+        r.map_err(|e| self.trap(what, e.into()))
+    }
+
+    /// `_initialize` done; create the root context, then vm_start and configure.
+    pub fn start(&mut self, plugin_config_len: usize) -> Result<bool> {
+        let root = self.store.data().root_id as i32;
+        let vm_len = self.store.data().vm_config.len() as i32;
+        // cpp-host creates the root context before vm_start (the SDK panics otherwise).
+        let create = self.ex.on_context_create.clone();
+        self.call(0, "proxy_on_context_create", create, (root, 0))?;
+        let f = self.ex.on_vm_start.clone();
+        let ok = self.call(root as u32, "proxy_on_vm_start", f, (root, vm_len))?;
+        if self.ex.on_vm_start.is_some() && ok == 0 {
+            return Ok(false);
+        }
+        let f = self.ex.on_configure.clone();
+        let has = f.is_some();
+        let ok = self.call(
+            root as u32,
+            "proxy_on_configure",
+            f,
+            (root, plugin_config_len as i32),
+        )?;
+        Ok(!has || ok != 0)
+    }
+
+    pub fn on_context_create(&mut self, ctx: u32) -> Result<()> {
+        let root = self.store.data().root_id as i32;
+        let f = self.ex.on_context_create.clone();
+        self.call(ctx, "proxy_on_context_create", f, (ctx as i32, root))
+    }
+
+    pub fn on_request_headers(&mut self, ctx: u32, n: usize, eos: bool) -> Result<u32> {
+        let f = self.ex.on_request_headers.clone();
+        let args = (ctx as i32, n as i32, eos as i32);
+        self.call(ctx, "proxy_on_request_headers", f, args)
+            .map(|r| r as u32)
+    }
+
+    pub fn on_request_body(&mut self, ctx: u32, len: usize, eos: bool) -> Result<u32> {
+        let f = self.ex.on_request_body.clone();
+        let args = (ctx as i32, len as i32, eos as i32);
+        self.call(ctx, "proxy_on_request_body", f, args)
+            .map(|r| r as u32)
+    }
+
+    pub fn on_response_headers(&mut self, ctx: u32, n: usize, eos: bool) -> Result<u32> {
+        let f = self.ex.on_response_headers.clone();
+        let args = (ctx as i32, n as i32, eos as i32);
+        self.call(ctx, "proxy_on_response_headers", f, args)
+            .map(|r| r as u32)
+    }
+
+    pub fn on_response_body(&mut self, ctx: u32, len: usize, eos: bool) -> Result<u32> {
+        let f = self.ex.on_response_body.clone();
+        let args = (ctx as i32, len as i32, eos as i32);
+        self.call(ctx, "proxy_on_response_body", f, args)
+            .map(|r| r as u32)
+    }
+
+    /// on_done → on_log → on_delete, then forget the stream. Runs even on a failed VM's
+    /// bookkeeping (the host data is dropped either way).
+    pub fn destroy_stream(&mut self, ctx: u32) {
+        if !self.store.data().streams.contains_key(&ctx) {
+            return;
+        }
+        let c = ctx as i32;
+        let _ = self.call(ctx, "proxy_on_done", self.ex.on_done.clone(), c);
+        let _ = self.call(ctx, "proxy_on_log", self.ex.on_log.clone(), c);
+        let _ = self.call(ctx, "proxy_on_delete", self.ex.on_delete.clone(), c);
+        self.store.data_mut().streams.remove(&ctx);
+    }
+
+    pub fn on_tick(&mut self) -> Result<()> {
+        let root = self.store.data().root_id;
+        self.call(root, "proxy_on_tick", self.ex.on_tick.clone(), root as i32)
+    }
+
+    /// Redis reply for `token`: buffer 9 (or the failure status) exists only during the call.
+    pub fn on_redis_call_response(&mut self, token: u32, reply: Option<Vec<u8>>) -> Result<()> {
+        let root = self.store.data().root_id;
+        let (status, size) = match &reply {
+            Some(r) => (0, r.len()),
+            None => (1, 0),
+        };
+        {
+            let h = self.store.data_mut();
+            h.status = if reply.is_some() {
+                (0, Vec::new())
+            } else {
+                (11, b"reset".to_vec())
+            };
+            h.redis_buf = Some(reply.unwrap_or_default());
+        }
+        let f = self.ex.on_redis_call_response.clone();
+        let args = (root as i32, token as i32, status, size as i32);
+        let r = self.call(root, "proxy_on_redis_call_response", f, args);
+        let h = self.store.data_mut();
+        h.redis_buf = None;
+        h.status = (0, Vec::new());
+        r
+    }
+
+    /// HTTP callout result, delivered to the context that dispatched it.
+    pub fn on_http_call_response(
+        &mut self,
+        ctx: u32,
+        token: u32,
+        resp: Option<HttpCallResp>,
+    ) -> Result<()> {
+        if !self.store.data().is_live_context(ctx) {
+            return Ok(());
+        }
+        let (nh, nb, nt) = match &resp {
+            Some(r) => (r.headers.len(), r.body.len(), r.trailers.len()),
+            None => (0, 0, 0),
+        };
+        {
+            let h = self.store.data_mut();
+            h.status = if resp.is_some() {
+                (0, Vec::new())
+            } else {
+                (11, b"reset".to_vec())
+            };
+            h.http_resp = Some(resp.unwrap_or_default());
+        }
+        let f = self.ex.on_http_call_response.clone();
+        let args = (ctx as i32, token as i32, nh as i32, nb as i32, nt as i32);
+        let r = self.call(ctx, "proxy_on_http_call_response", f, args);
+        let h = self.store.data_mut();
+        h.http_resp = None;
+        h.status = (0, Vec::new());
+        r
+    }
+}
+
+/// Worker-side handle: the VM behind a RefCell so host→guest calls are never re-entrant
+/// (a nested borrow would panic instead of silently re-entering).
+pub type VmCell = Rc<RefCell<Vm>>;

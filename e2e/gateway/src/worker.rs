@@ -1,0 +1,301 @@
+//! A worker: one thread, one single-threaded event loop, one plugin VM (like an Envoy
+//! worker). All host→guest calls go through `with_vm`, which afterwards runs the queued
+//! side effects (Redis writes, HTTP callouts, tick timer) so callbacks only ever come from
+//! the event loop, never from inside a host call.
+
+use crate::abi::AbiVersion;
+use crate::redis::{spawn_connection, RedisTx};
+use crate::shared::Shared;
+use crate::upstream::{ChanBody, Upstreams};
+use crate::vm::{HostState, HttpCallResp, HttpOut, Pairs, Plugin, StreamData, Vm};
+use anyhow::Result;
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::{Rc, Weak};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub struct Worker {
+    pub idx: usize,
+    pub shared: Arc<Shared>,
+    pub abi: AbiVersion,
+    vm: Option<RefCell<Vm>>,
+    redis: RefCell<HashMap<String, RedisTx>>,
+    next_ctx: Cell<u32>,
+    tick_gen: Cell<u64>,
+    pub upstreams: Upstreams,
+    me: Weak<Worker>,
+}
+
+impl Worker {
+    /// Build the worker's VM and run vm_start/configure. `Ok(None)`-like failure of
+    /// on_configure is reported as an error mentioning "on_configure".
+    pub fn new(idx: usize, shared: Arc<Shared>, plugin: Option<Arc<Plugin>>) -> Result<Rc<Worker>> {
+        let (vm, abi) = match &plugin {
+            Some(p) => {
+                let mut host = HostState::new(shared.clone(), idx, p.abi);
+                if let Some(pc) = &shared.cfg.plugin {
+                    host.vm_config = pc.vm_config.clone().into_bytes();
+                    host.root_name = pc.root_id.clone();
+                }
+                (Some(RefCell::new(Vm::instantiate(p, host)?)), p.abi)
+            }
+            None => (None, AbiVersion::V0_2_100),
+        };
+        let w = Rc::new_cyclic(|me| Worker {
+            idx,
+            shared: shared.clone(),
+            abi,
+            vm,
+            redis: RefCell::new(HashMap::new()),
+            next_ctx: Cell::new(2),
+            tick_gen: Cell::new(0),
+            upstreams: Upstreams::new(shared.clone()),
+            me: me.clone(),
+        });
+        if w.vm.is_some() {
+            let len = shared.plugin_config.len();
+            let ok = w.with_vm(|vm| vm.start(len)).unwrap_or(Ok(false))?;
+            let held =
+                w.vm.as_ref()
+                    .and_then(|c| c.borrow_mut().store.data_mut().startup_log.take());
+            if !ok {
+                for line in held.unwrap_or_default() {
+                    eprintln!("{line}");
+                }
+                anyhow::bail!(
+                    "plugin rejected its configuration (proxy_on_configure returned false)"
+                );
+            }
+        }
+        Ok(w)
+    }
+
+    pub fn has_plugin(&self) -> bool {
+        self.vm.is_some()
+    }
+
+    pub fn vm_failed(&self) -> bool {
+        self.vm.as_ref().map(|v| v.borrow().failed).unwrap_or(false)
+    }
+
+    /// Run `f` on the VM, then flush what the plugin queued. `None` without a plugin.
+    pub fn with_vm<R>(&self, f: impl FnOnce(&mut Vm) -> R) -> Option<R> {
+        let cell = self.vm.as_ref()?;
+        let r = f(&mut cell.borrow_mut());
+        self.after_vm_call();
+        Some(r)
+    }
+
+    /// Access host-side stream data without entering the VM.
+    pub fn with_stream<R>(&self, ctx: u32, f: impl FnOnce(&mut StreamData) -> R) -> Option<R> {
+        let cell = self.vm.as_ref()?;
+        let mut vm = cell.borrow_mut();
+        vm.store.data_mut().streams.get_mut(&ctx).map(f)
+    }
+
+    fn after_vm_call(&self) {
+        let Some(cell) = &self.vm else { return };
+        let (redis, http, tick) = {
+            let mut vm = cell.borrow_mut();
+            let h = vm.store.data_mut();
+            (
+                std::mem::take(&mut h.redis_out),
+                std::mem::take(&mut h.http_out),
+                h.tick_period_ms.take(),
+            )
+        };
+        for r in redis {
+            self.redis_send(&r.cluster, r.token, r.query);
+        }
+        for h in http {
+            self.spawn_http_call(h);
+        }
+        if let Some(ms) = tick {
+            self.start_ticker(ms);
+        }
+    }
+
+    pub fn new_stream(&self, headers: Pairs, route: Option<(String, String)>) -> Result<u32> {
+        let ctx = self.next_ctx.get();
+        self.next_ctx.set(ctx + 1);
+        if let Some(cell) = &self.vm {
+            cell.borrow_mut()
+                .store
+                .data_mut()
+                .streams
+                .insert(ctx, StreamData::new(headers, route));
+            self.with_vm(|vm| vm.on_context_create(ctx))
+                .unwrap_or(Ok(()))?;
+        }
+        Ok(ctx)
+    }
+
+    /// on_done/on_log/on_delete for a finished stream (idempotent).
+    pub fn destroy_stream(&self, ctx: u32) {
+        let Some(cell) = &self.vm else { return };
+        match cell.try_borrow_mut() {
+            Ok(mut vm) => {
+                vm.destroy_stream(ctx);
+                drop(vm);
+                self.shared.counters.streams_destroyed.fetch_add(1, Relaxed);
+                self.after_vm_call();
+            }
+            Err(_) => {
+                // Only reachable if a drop happened inside a VM call; defer to the loop.
+                let w = self.me.upgrade();
+                tokio::task::spawn_local(async move {
+                    if let Some(w) = w {
+                        w.destroy_stream(ctx);
+                    }
+                });
+            }
+        }
+    }
+
+    fn redis_send(&self, cluster: &str, token: u32, query: Vec<u8>) {
+        let mut map = self.redis.borrow_mut();
+        let mut msg = (token, query);
+        if let Some(tx) = map.get(cluster) {
+            match tx.send(msg) {
+                Ok(()) => return,
+                Err(e) => msg = e.0,
+            }
+        }
+        let Some(rc) = self
+            .shared
+            .cfg
+            .redis_clusters
+            .iter()
+            .find(|r| r.name == cluster)
+        else {
+            return;
+        };
+        let init = self
+            .vm
+            .as_ref()
+            .and_then(|c| c.borrow().store.data().redis_init.get(cluster).cloned())
+            .unwrap_or_default();
+        let me = self.me.clone();
+        let shared = self.shared.clone();
+        let deliver = Rc::new(move |token: u32, reply: Option<Vec<u8>>| {
+            if reply.is_none() {
+                shared.counters.redis_failures.fetch_add(1, Relaxed);
+            }
+            if let Some(w) = me.upgrade() {
+                w.with_vm(|vm| {
+                    let _ = vm.on_redis_call_response(token, reply);
+                });
+            }
+        });
+        let timeout = Duration::from_millis(rc.connect_timeout_ms);
+        let tx = spawn_connection(rc.address.clone(), timeout, init, deliver);
+        let _ = tx.send(msg);
+        map.insert(cluster.to_string(), tx);
+    }
+
+    fn start_ticker(&self, ms: u32) {
+        let gen = self.tick_gen.get() + 1;
+        self.tick_gen.set(gen);
+        if ms == 0 {
+            return;
+        }
+        let me = self.me.clone();
+        tokio::task::spawn_local(async move {
+            let mut iv = tokio::time::interval(Duration::from_millis(ms as u64));
+            iv.tick().await;
+            loop {
+                iv.tick().await;
+                let Some(w) = me.upgrade() else { return };
+                if w.tick_gen.get() != gen {
+                    return;
+                }
+                w.with_vm(|vm| {
+                    let _ = vm.on_tick();
+                });
+            }
+        });
+    }
+
+    fn spawn_http_call(&self, out: HttpOut) {
+        let me = self.me.clone();
+        tokio::task::spawn_local(async move {
+            let Some(w) = me.upgrade() else { return };
+            let resp = w.do_http_call(&out).await;
+            w.with_vm(|vm| {
+                let _ = vm.on_http_call_response(out.context_id, out.token, resp);
+            });
+        });
+    }
+
+    async fn do_http_call(&self, out: &HttpOut) -> Option<HttpCallResp> {
+        let cluster = self.upstreams.cluster(&out.cluster)?;
+        let get = |k: &[u8]| {
+            out.headers
+                .iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+        };
+        let ep =
+            self.upstreams
+                .pick(&cluster, None, get(b"x-envoy-original-dst-host").as_deref())?;
+        let mut b = hyper::Request::builder()
+            .method(get(b":method").unwrap_or_else(|| "GET".into()).as_str())
+            .uri(format!(
+                "http://{}{}",
+                ep.address,
+                get(b":path").unwrap_or_else(|| "/".into())
+            ))
+            .header("host", get(b":authority").unwrap_or_default());
+        for (k, v) in &out.headers {
+            if !k.starts_with(b":") && !crate::upstream::is_hop_header(k) && k != b"host" {
+                b = b.header(&k[..], &v[..]);
+            }
+        }
+        let req = b.body(ChanBody::full(Bytes::from(out.body.clone()))).ok()?;
+        let client = self.upstreams.client(&out.cluster)?.clone();
+        let timeout = Duration::from_millis(out.timeout_ms.max(1));
+        let fut = async move {
+            let resp = client.request(req).await.ok()?;
+            let (parts, body) = resp.into_parts();
+            let collected = body.collect().await.ok()?;
+            let trailers = collected.trailers().cloned();
+            let mut headers: Pairs = vec![(
+                b":status".to_vec(),
+                parts.status.as_str().as_bytes().to_vec(),
+            )];
+            for (k, v) in parts.headers.iter() {
+                headers.push((k.as_str().as_bytes().to_vec(), v.as_bytes().to_vec()));
+            }
+            let trailers = trailers
+                .map(|t| {
+                    t.iter()
+                        .map(|(k, v)| (k.as_str().as_bytes().to_vec(), v.as_bytes().to_vec()))
+                        .collect()
+                })
+                .unwrap_or_default();
+            Some(HttpCallResp {
+                headers,
+                body: collected.to_bytes().to_vec(),
+                trailers,
+            })
+        };
+        tokio::time::timeout(timeout, fut).await.ok().flatten()
+    }
+}
+
+/// Destroys the stream's plugin context when dropped: on response completion, client
+/// abort (hyper drops the handler future or the response body), errors and local replies.
+pub struct StreamGuard {
+    pub worker: Rc<Worker>,
+    pub ctx: u32,
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        self.worker.destroy_stream(self.ctx);
+    }
+}
