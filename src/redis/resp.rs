@@ -129,8 +129,12 @@ fn decode_at(input: &[u8], pos: &mut usize, depth: usize) -> Result<Value, RespE
             if len < 0 {
                 return Ok(Value::Bulk(None));
             }
-            let len = usize::try_from(len).map_err(|_| RespError::BadNumber)?;
-            let end = pos.checked_add(len).ok_or(RespError::BadNumber)?;
+            // A length past the end of the input is a truncated reply on every platform; only
+            // then is it converted (on wasm32 a huge length would not fit a usize).
+            if len > remaining(input, *pos) {
+                return Err(RespError::Incomplete);
+            }
+            let end = *pos + usize::try_from(len).map_err(|_| RespError::BadNumber)?;
             let body = input.get(*pos..end).ok_or(RespError::Incomplete)?;
             match input.get(end..end + 2) {
                 Some(b"\r\n") => {}
@@ -148,12 +152,12 @@ fn decode_at(input: &[u8], pos: &mut usize, depth: usize) -> Result<Value, RespE
             if depth >= MAX_DEPTH {
                 return Err(RespError::TooDeep);
             }
-            let len = usize::try_from(len).map_err(|_| RespError::BadNumber)?;
             // Each element takes at least 3 bytes; a count the input cannot hold is refused
             // before allocating for it.
-            if len > input.len().saturating_sub(*pos) / 3 + 1 {
+            if len > remaining(input, *pos) / 3 + 1 {
                 return Err(RespError::Incomplete);
             }
+            let len = usize::try_from(len).map_err(|_| RespError::BadNumber)?;
             let mut items = Vec::with_capacity(len);
             for _ in 0..len {
                 items.push(decode_at(input, pos, depth + 1)?);
@@ -162,6 +166,11 @@ fn decode_at(input: &[u8], pos: &mut usize, depth: usize) -> Result<Value, RespE
         }
         other => Err(RespError::BadType(other)),
     }
+}
+
+/// Bytes left after `pos`, as a RESP length.
+fn remaining(input: &[u8], pos: usize) -> i64 {
+    i64::try_from(input.len().saturating_sub(pos)).unwrap_or(i64::MAX)
 }
 
 fn read_line<'a>(input: &'a [u8], pos: &mut usize) -> Result<&'a [u8], RespError> {

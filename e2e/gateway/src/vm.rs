@@ -236,7 +236,15 @@ impl Vm {
         }
         let Some(f) = f else { return Ok(R::default()) };
         self.enter(ctx);
+        let started = std::time::Instant::now();
         let r = f.call(&mut self.store, args);
+        let ns = started.elapsed().as_nanos() as u64;
+        self.store
+            .data()
+            .shared
+            .counters
+            .vm_call_ns
+            .fetch_add(ns, std::sync::atomic::Ordering::Relaxed);
         self.leave();
         r.map_err(|e| self.trap(what, e.into()))
     }

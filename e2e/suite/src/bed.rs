@@ -83,7 +83,11 @@ pub fn chat(gateway: &str, text: &str, max_tokens: u64) -> (u16, String) {
         &chat_body(text, max_tokens),
     ) {
         Ok((status, headers, _)) => {
-            let pod = headers.iter().find(|(k, _)| k == "x-pod").map(|(_, v)| v.clone()).unwrap_or_default();
+            let pod = headers
+                .iter()
+                .find(|(k, _)| k == "x-pod")
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default();
             (status, pod)
         }
         Err(_) => (0, String::new()),

@@ -59,7 +59,11 @@ impl GatewaySpec {
     }
 
     pub fn config(&self) -> Value {
-        let endpoints: Vec<Value> = self.pods.iter().map(|a| json!({"address": a, "health": "Healthy"})).collect();
+        let endpoints: Vec<Value> = self
+            .pods
+            .iter()
+            .map(|a| json!({"address": a, "health": "Healthy"}))
+            .collect();
         let mut cfg = json!({
             "listen": "127.0.0.1:0",
             "admin": "127.0.0.1:0",
@@ -100,7 +104,12 @@ impl Gateway {
     /// Starts the process and waits for its READY line. A rejected plugin config makes the
     /// emulator exit; the error carries its log.
     pub fn start(spec: &GatewaySpec) -> anyhow::Result<Gateway> {
-        let path = std::env::temp_dir().join(format!("ailb-gw-{}-{}-{}.yaml", spec.id, std::process::id(), crate::free_port()));
+        let path = std::env::temp_dir().join(format!(
+            "ailb-gw-{}-{}-{}.yaml",
+            spec.id,
+            std::process::id(),
+            crate::free_port()
+        ));
         std::fs::write(&path, serde_json::to_string_pretty(&spec.config())?)?;
         let mut child = Command::new(crate::e2e_bin("ailb-gateway"))
             .arg("--config")
@@ -123,7 +132,10 @@ impl Gateway {
                 }
             });
         }
-        let stdout = child.stdout.take().ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut lines = BufReader::new(stdout).lines();
@@ -134,7 +146,9 @@ impl Gateway {
         });
         let ready = rx.recv_timeout(Duration::from_secs(30));
         let field = |line: &str, key: &str| {
-            line.split_whitespace().find_map(|w| w.strip_prefix(key)).map(str::to_string)
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(key))
+                .map(str::to_string)
         };
         match ready {
             Ok(line) if line.starts_with("READY") => {
@@ -154,7 +168,10 @@ impl Gateway {
                 let status = child.wait().ok();
                 std::thread::sleep(Duration::from_millis(100));
                 let log = logs.lock().map(|l| l.join("\n")).unwrap_or_default();
-                anyhow::bail!("gateway {} did not start ({other:?}, exit {status:?}):\n{log}", spec.id)
+                anyhow::bail!(
+                    "gateway {} did not start ({other:?}, exit {status:?}):\n{log}",
+                    spec.id
+                )
             }
         }
     }
@@ -176,7 +193,10 @@ impl Gateway {
             .lines()
             .filter_map(|l| {
                 let (k, v) = l.rsplit_once(|c: char| c == ' ' || c == ':')?;
-                Some((k.trim().trim_end_matches(':').to_string(), v.trim().parse().ok()?))
+                Some((
+                    k.trim().trim_end_matches(':').to_string(),
+                    v.trim().parse().ok()?,
+                ))
             })
             .collect()
     }
@@ -197,11 +217,20 @@ impl Drop for Gateway {
 }
 
 /// One HTTP/1.1 request with `Connection: close`; returns (status, headers, body).
-pub fn http(base: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> anyhow::Result<(u16, Vec<(String, String)>, Vec<u8>)> {
+pub fn http(
+    base: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> anyhow::Result<(u16, Vec<(String, String)>, Vec<u8>)> {
     let host = base.trim_start_matches("http://");
     let mut s = TcpStream::connect(host)?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let mut req = format!("{method} {path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\ncontent-length: {}\r\n", body.len());
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\ncontent-length: {}\r\n",
+        body.len()
+    );
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -210,15 +239,28 @@ pub fn http(base: &str, method: &str, path: &str, headers: &[(&str, &str)], body
     s.write_all(body)?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw)?;
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").ok_or_else(|| anyhow::anyhow!("no response head"))?;
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| anyhow::anyhow!("no response head"))?;
     let head = String::from_utf8_lossy(&raw[..split]).to_string();
     let mut lines = head.lines();
-    let status = lines.next().and_then(|l| l.split_whitespace().nth(1)).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
     let hdrs: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':').map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string())))
+        .filter_map(|l| {
+            l.split_once(':')
+                .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        })
         .collect();
     let mut body = raw[split + 4..].to_vec();
-    if hdrs.iter().any(|(k, v)| k == "transfer-encoding" && v.contains("chunked")) {
+    if hdrs
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"))
+    {
         body = dechunk(&body);
     }
     Ok((status, hdrs, body))
@@ -227,7 +269,8 @@ pub fn http(base: &str, method: &str, path: &str, headers: &[(&str, &str)], body
 fn dechunk(mut b: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     while let Some(eol) = b.windows(2).position(|w| w == b"\r\n") {
-        let size = usize::from_str_radix(String::from_utf8_lossy(&b[..eol]).trim(), 16).unwrap_or(0);
+        let size =
+            usize::from_str_radix(String::from_utf8_lossy(&b[..eol]).trim(), 16).unwrap_or(0);
         if size == 0 || b.len() < eol + 2 + size {
             break;
         }

@@ -16,7 +16,11 @@ pub fn repo_root() -> PathBuf {
 /// The Higress artifact, built by `make build`.
 pub fn plugin_wasm() -> PathBuf {
     let p = repo_root().join("dist/ai-load-balancer.wasm");
-    assert!(p.exists(), "{} is missing: run `make build` first", p.display());
+    assert!(
+        p.exists(),
+        "{} is missing: run `make build` first",
+        p.display()
+    );
     p
 }
 
@@ -34,7 +38,11 @@ pub fn e2e_bin(name: &str) -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
     let p = target.join("release").join(name);
-    assert!(p.exists(), "{} is missing: run `make e2e-build` first", p.display());
+    assert!(
+        p.exists(),
+        "{} is missing: run `make e2e-build` first",
+        p.display()
+    );
     p
 }
 

@@ -16,14 +16,26 @@ pub struct Redis {
 
 impl Redis {
     pub fn start() -> Redis {
-        let mut r = Redis { port: crate::free_port(), child: None };
+        let mut r = Redis {
+            port: crate::free_port(),
+            child: None,
+        };
         r.spawn();
         r
     }
 
     fn spawn(&mut self) {
         let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -93,12 +105,17 @@ impl Redis {
     fn counts_of(&self, route: &str, cluster: &str) -> Option<Counts> {
         let keys = Keys::new("ailb", route, cluster);
         let mut load = BTreeMap::new();
-        let Value::Array(Some(items)) = self.try_cmd(&["ZRANGE", &keys.load, "0", "-1", "WITHSCORES"])? else {
+        let Value::Array(Some(items)) =
+            self.try_cmd(&["ZRANGE", &keys.load, "0", "-1", "WITHSCORES"])?
+        else {
             return None;
         };
         for pair in items.chunks(2) {
             if let [m, s] = pair {
-                load.insert(m.as_str().unwrap_or_default().to_string(), s.as_f64().unwrap_or(f64::NAN));
+                load.insert(
+                    m.as_str().unwrap_or_default().to_string(),
+                    s.as_f64().unwrap_or(f64::NAN),
+                );
             }
         }
         let leases = self.try_cmd(&["ZCARD", &keys.leases])?.as_i64()?;

@@ -3,7 +3,9 @@
 
 use ailb_e2e::bed::{chat, chat_body, wait_for_zero, Bed};
 use ailb_e2e::gateway::{glr_config, http, wait_until, Gateway};
-use ailb_fakepod::load::{self, AbortPhase, AbortRule, Arrivals, HeaderRule, LoadConfig, SkewedSpec, Workload};
+use ailb_fakepod::load::{
+    self, AbortPhase, AbortRule, Arrivals, HeaderRule, LoadConfig, SkewedSpec, Workload,
+};
 use serde_json::json;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -27,7 +29,9 @@ fn skewed_burst(bed: &Bed, gateways: &[&Gateway]) -> Vec<usize> {
     for i in 0..36usize {
         let url = gateways[i % gateways.len()].url.clone();
         let long = (i / gateways.len()) % 3 == 0;
-        threads.push(std::thread::spawn(move || chat(&url, &format!("req {i}"), if long { 150 } else { 5 })));
+        threads.push(std::thread::spawn(move || {
+            chat(&url, &format!("req {i}"), if long { 150 } else { 5 })
+        }));
         std::thread::sleep(Duration::from_millis(30));
     }
     for t in threads {
@@ -61,7 +65,10 @@ fn it_spreads_long_requests_evenly_across_gateways() {
     let rr = skewed_burst(&bed, &[&ra, &rb]);
     eprintln!("peak in-flight per pod: least-request {glr:?}, round-robin {rr:?}");
     assert!(spread(&glr) <= 2, "least-request left pods uneven: {glr:?}");
-    assert!(spread(&rr) > spread(&glr), "round-robin {rr:?} should be worse than least-request {glr:?}");
+    assert!(
+        spread(&rr) > spread(&glr),
+        "round-robin {rr:?} should be worse than least-request {glr:?}"
+    );
 }
 
 #[test]
@@ -71,7 +78,10 @@ fn it_leaks_nothing_after_a_fault_storm() {
         c.decode_us_per_token = 2_000;
         c.prefill_us_per_token = 5;
     });
-    let cfg = glr_config(bed.redis.port, json!({"maxRequestCount": 6, "leaseTTL": 20}));
+    let cfg = glr_config(
+        bed.redis.port,
+        json!({"maxRequestCount": 6, "leaseTTL": 20}),
+    );
     let mut spec = bed.spec("gw-a", Some(cfg));
     spec.upstream_timeout_ms = 1_000; // `hang` faults end in 504
     let a = bed.gateway(&spec);
@@ -96,7 +106,10 @@ fn it_leaks_nothing_after_a_fault_storm() {
             negative
         })
     };
-    let mut lc = LoadConfig::new(vec![a.url.clone(), b.url.clone()], Workload::Skewed(skewed(500, 6.0)));
+    let mut lc = LoadConfig::new(
+        vec![a.url.clone(), b.url.clone()],
+        Workload::Skewed(skewed(500, 6.0)),
+    );
     lc.seed = 7;
     lc.timeout = Duration::from_secs(10);
     lc.headers = vec![
@@ -106,7 +119,11 @@ fn it_leaks_nothing_after_a_fault_storm() {
         rule("x-fake-fault", "status:503", 0.04),
     ];
     // Aborts 40 ms after sending: after the pick normally, before it while Redis is stalled.
-    lc.abort = Some(AbortRule { probability: 0.08, after: Duration::from_millis(40), phase: AbortPhase::BeforeFirstByte });
+    lc.abort = Some(AbortRule {
+        probability: 0.08,
+        after: Duration::from_millis(40),
+        phase: AbortPhase::BeforeFirstByte,
+    });
     let run = bed.rt.spawn(async move { load::run(&lc).await });
     // Stall Redis twice (picks wait, client aborts land before they return), then restart it.
     std::thread::sleep(Duration::from_millis(800));
@@ -121,7 +138,11 @@ fn it_leaks_nothing_after_a_fault_storm() {
     eprintln!("fault storm: {}", summary.line());
     assert!(negative.is_empty(), "negative counts seen: {negative:?}");
     assert!(summary.count >= 500);
-    assert!(summary.ok > summary.count / 2, "most requests are served: {}", summary.line());
+    assert!(
+        summary.ok > summary.count / 2,
+        "most requests are served: {}",
+        summary.line()
+    );
     let rejected = a.stat("ai_lb.glr.rejected_429") + b.stat("ai_lb.glr.rejected_429");
     let orphaned = a.stat("ai_lb.release.orphaned") + b.stat("ai_lb.release.orphaned");
     eprintln!("429s {rejected}, orphaned picks {orphaned}");
@@ -131,12 +152,19 @@ fn it_leaks_nothing_after_a_fault_storm() {
 }
 
 fn rule(name: &str, value: &str, p: f64) -> HeaderRule {
-    HeaderRule { name: name.into(), value: value.into(), probability: p }
+    HeaderRule {
+        name: name.into(),
+        value: value.into(),
+        probability: p,
+    }
 }
 
 fn skewed(count: usize, seconds: f64) -> SkewedSpec {
     let mut s = SkewedSpec {
-        arrivals: Arrivals::Count { count, duration: Duration::from_secs_f64(seconds) },
+        arrivals: Arrivals::Count {
+            count,
+            duration: Duration::from_secs_f64(seconds),
+        },
         ..SkewedSpec::default()
     };
     s.prompt_tokens.max = 2000;
@@ -156,12 +184,20 @@ fn it_heals_the_counts_of_a_killed_gateway() {
             std::thread::spawn(move || chat(&url, &format!("long {i}"), 1000))
         })
         .collect();
-    assert!(wait_until(Duration::from_secs(5), || bed.counts().leases == 6), "{:?}", bed.counts());
+    assert!(
+        wait_until(Duration::from_secs(5), || bed.counts().leases == 6),
+        "{:?}",
+        bed.counts()
+    );
     a.kill(); // SIGKILL mid-request: no on_done, no release
     for t in held {
         let _ = t.join();
     }
-    assert_eq!(bed.counts().total(), 6.0, "the crash left its counts behind");
+    assert_eq!(
+        bed.counts().total(),
+        6.0,
+        "the crash left its counts behind"
+    );
     let b = bed.gateway(&bed.spec("gw-b", Some(cfg)));
     let started = Instant::now();
     let healed = wait_until(Duration::from_secs(15), || {
@@ -170,7 +206,10 @@ fn it_heals_the_counts_of_a_killed_gateway() {
         bed.counts().is_zero()
     });
     assert!(healed, "counts did not heal: {:?}", bed.counts());
-    eprintln!("healed {:.1} s after the kill (lease TTL 2 s)", started.elapsed().as_secs_f64());
+    eprintln!(
+        "healed {:.1} s after the kill (lease TTL 2 s)",
+        started.elapsed().as_secs_f64()
+    );
 }
 
 #[test]
@@ -180,7 +219,11 @@ fn it_serves_every_request_while_redis_is_down() {
     assert_eq!(chat(&a.url, "warm", 1).0, 200);
     bed.redis.stop();
     for i in 0..30 {
-        assert_eq!(chat(&a.url, &format!("down {i}"), 1).0, 200, "fallback must serve");
+        assert_eq!(
+            chat(&a.url, &format!("down {i}"), 1).0,
+            200,
+            "fallback must serve"
+        );
     }
     let fallbacks = a.stat("ai_lb.glr.fallback");
     assert!(fallbacks >= 30, "fallbacks {fallbacks}");
@@ -189,8 +232,15 @@ fn it_serves_every_request_while_redis_is_down() {
     for i in 0..20 {
         assert_eq!(chat(&a.url, &format!("up {i}"), 1).0, 200);
     }
-    assert!(a.stat("ai_lb.glr.routed") >= routed_before + 15, "balancing resumes once Redis is back");
-    assert_eq!(bed.counts().load.len(), 3, "membership resynced into the new Redis");
+    assert!(
+        a.stat("ai_lb.glr.routed") >= routed_before + 15,
+        "balancing resumes once Redis is back"
+    );
+    assert_eq!(
+        bed.counts().load.len(),
+        3,
+        "membership resynced into the new Redis"
+    );
 }
 
 #[test]
@@ -208,8 +258,14 @@ fn it_starves_the_body_under_abi_0_2_1_only() {
     // Under 0_2_1 the headers Pause is stop-all: the plugin never sees the body it waits for.
     let t = Instant::now();
     let (status, _) = chat(&starved.url, "hello", 1);
-    assert_ne!(status, 200, "a 0_2_1 module must not get the body while headers are held");
-    assert!(t.elapsed() >= Duration::from_millis(1_500), "it hangs until a timeout ends it");
+    assert_ne!(
+        status, 200,
+        "a 0_2_1 module must not get the body while headers are held"
+    );
+    assert!(
+        t.elapsed() >= Duration::from_millis(1_500),
+        "it hangs until a timeout ends it"
+    );
 }
 
 #[test]
@@ -219,17 +275,61 @@ fn it_handles_bad_requests_cleanly() {
     let mut spec = bed.spec("gw-a", Some(cfg));
     spec.buffer_limit_bytes = 64 * 1024;
     let a = bed.gateway(&spec);
-    let post = |body: &[u8], ctype: &str| http(&a.url, "POST", "/v1/chat/completions", &[("content-type", ctype)], body).unwrap().0;
-    assert_eq!(post(b"{not json", "application/json"), 400, "the pod rejects it; the plugin routed it");
+    let post = |body: &[u8], ctype: &str| {
+        http(
+            &a.url,
+            "POST",
+            "/v1/chat/completions",
+            &[("content-type", ctype)],
+            body,
+        )
+        .unwrap()
+        .0
+    };
+    assert_eq!(
+        post(b"{not json", "application/json"),
+        400,
+        "the pod rejects it; the plugin routed it"
+    );
     assert_eq!(post(&chat_body("plain", 1), "text/plain"), 200);
     let big = chat_body(&"x".repeat(10_000), 1);
-    assert_eq!(post(&big, "application/json"), 200, "over maxBodyBytes: served by cluster LB");
+    assert_eq!(
+        post(&big, "application/json"),
+        200,
+        "over maxBodyBytes: served by cluster LB"
+    );
     assert!(a.stat("ai_lb.fallback.body_too_large") >= 1);
+    // Past maxBodyBytes the plugin stops holding the body, so the gateway's own buffer limit
+    // is never reached...
     let huge = chat_body(&"y".repeat(100_000), 1);
-    assert_eq!(post(&huge, "application/json"), 413, "over the gateway's buffer limit");
+    assert_eq!(
+        post(&huge, "application/json"),
+        200,
+        "streamed once the plugin let go"
+    );
+    // ...but with a plugin limit above the gateway's, holding the body hits the gateway limit.
+    let mut spec = bed.spec("gw-b", Some(glr_config(bed.redis.port, json!({}))));
+    spec.buffer_limit_bytes = 64 * 1024;
+    let b = bed.gateway(&spec);
+    let (status, _, _) = http(
+        &b.url,
+        "POST",
+        "/v1/chat/completions",
+        &[("content-type", "application/json")],
+        &huge,
+    )
+    .unwrap();
+    assert_eq!(
+        status, 413,
+        "over the gateway's buffer limit while the plugin holds the body"
+    );
     let (status, _, _) = http(&a.url, "GET", "/v1/models", &[], b"").unwrap();
     assert_eq!(status, 200, "no body: decided at request headers");
-    assert!(wait_for_zero(&bed, Duration::from_secs(5)).is_zero(), "{:?}", bed.counts());
+    assert!(
+        wait_for_zero(&bed, Duration::from_secs(5)).is_zero(),
+        "{:?}",
+        bed.counts()
+    );
 }
 
 #[test]
@@ -240,10 +340,18 @@ fn it_refuses_to_start_with_an_invalid_config() {
         Ok(_) => panic!("an invalid plugin config must be rejected"),
         Err(e) => e.to_string(),
     };
-    assert!(err.contains("lb_config.servicePort: 70000 is not a port"), "{err}");
+    assert!(
+        err.contains("lb_config.servicePort: 70000 is not a port"),
+        "{err}"
+    );
     let secret = json!({"lb_policy": "global_least_request", "lb_config": {"serviceFQDN": "redis.static", "servicePort": 6379, "password": "hunter2-secret", "timeout": "x"}});
-    let err = Gateway::start(&bed.spec("gw-bad2", Some(secret))).err().map(|e| e.to_string()).unwrap_or_default();
+    let err = Gateway::start(&bed.spec("gw-bad2", Some(secret)))
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
     assert!(err.contains("lb_config.timeout"), "{err}");
-    assert!(!err.contains("hunter2-secret"), "the password leaked into the log: {err}");
+    assert!(
+        !err.contains("hunter2-secret"),
+        "the password leaked into the log: {err}"
+    );
 }
-

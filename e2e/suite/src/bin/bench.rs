@@ -3,7 +3,9 @@
 
 use ailb_e2e::bed::{wait_for_zero, Bed};
 use ailb_e2e::gateway::{glr_config, http, Gateway};
-use ailb_fakepod::load::{self, AbortPhase, AbortRule, Arrivals, HeaderRule, LoadConfig, SkewedSpec, Workload};
+use ailb_fakepod::load::{
+    self, AbortPhase, AbortRule, Arrivals, HeaderRule, LoadConfig, SkewedSpec, Workload,
+};
 use ailb_fakepod::rng::Dist;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -17,12 +19,15 @@ fn main() -> anyhow::Result<()> {
 
 /// A 10-turn chat of about 8 KB.
 fn chat10() -> Vec<u8> {
-    let mut messages = vec![json!({"role": "system", "content": "You are a helpful assistant. ".repeat(12)})];
+    let mut messages =
+        vec![json!({"role": "system", "content": "You are a helpful assistant. ".repeat(12)})];
     for i in 0..10 {
         messages.push(json!({"role": "user", "content": format!("question {i}: {}", "lorem ipsum dolor sit amet ".repeat(10))}));
         messages.push(json!({"role": "assistant", "content": format!("answer {i}: {}", "consectetur adipiscing elit ".repeat(12))}));
     }
-    json!({"model": "fake-model", "messages": messages, "max_tokens": 1}).to_string().into_bytes()
+    json!({"model": "fake-model", "messages": messages, "max_tokens": 1})
+        .to_string()
+        .into_bytes()
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -47,27 +52,51 @@ fn plugin_cpu_and_added_latency() -> anyhow::Result<()> {
     assert!(body.len() > 7000, "chat10 body is {} bytes", body.len());
     let post = |base: &str| -> anyhow::Result<Duration> {
         let t = Instant::now();
-        let (status, _, _) = http(base, "POST", "/v1/chat/completions", &[("content-type", "application/json")], &body)?;
+        let (status, _, _) = http(
+            base,
+            "POST",
+            "/v1/chat/completions",
+            &[("content-type", "application/json")],
+            &body,
+        )?;
         anyhow::ensure!(status == 200, "status {status}");
         Ok(t.elapsed())
     };
     for _ in 0..200 {
         post(&gw.url)?; // warm-up: connections, JIT'd code paths, Redis script cache
     }
-    let (ns0, n0) = (gw.stat("vm.call_ns_total"), gw.stat("vm.streams_total"));
+    let (ns0, n0) = (
+        gw.stat("gateway.vm_call_ns"),
+        gw.stat("gateway.streams_destroyed"),
+    );
     let direct_url = bed.pods[0].url();
     let (mut via, mut direct) = (Vec::new(), Vec::new());
     for _ in 0..2000 {
         via.push(post(&gw.url)?.as_secs_f64() * 1e3);
         direct.push(post(&direct_url)?.as_secs_f64() * 1e3);
     }
-    let (ns1, n1) = (gw.stat("vm.call_ns_total"), gw.stat("vm.streams_total"));
-    anyhow::ensure!(n1 > n0, "the emulator reports no VM time (vm.call_ns_total)");
-    println!("BENCH plugin_us_per_request_chat10 {:.1} us", (ns1 - ns0) as f64 / (n1 - n0) as f64 / 1e3);
+    let (ns1, n1) = (
+        gw.stat("gateway.vm_call_ns"),
+        gw.stat("gateway.streams_destroyed"),
+    );
+    anyhow::ensure!(
+        n1 > n0,
+        "the emulator reports no VM time (gateway.vm_call_ns)"
+    );
+    println!(
+        "BENCH plugin_us_per_request_chat10 {:.1} us",
+        (ns1 - ns0) as f64 / (n1 - n0) as f64 / 1e3
+    );
     via.sort_by(f64::total_cmp);
     direct.sort_by(f64::total_cmp);
-    println!("BENCH gateway_added_ms_p50 {:.3} ms", percentile(&via, 0.5) - percentile(&direct, 0.5));
-    println!("BENCH gateway_added_ms_p99 {:.3} ms", percentile(&via, 0.99) - percentile(&direct, 0.99));
+    println!(
+        "BENCH gateway_added_ms_p50 {:.3} ms",
+        percentile(&via, 0.5) - percentile(&direct, 0.5)
+    );
+    println!(
+        "BENCH gateway_added_ms_p99 {:.3} ms",
+        percentile(&via, 0.99) - percentile(&direct, 0.99)
+    );
     Ok(())
 }
 
@@ -78,21 +107,43 @@ fn leak_check() -> anyhow::Result<()> {
         c.decode_us_per_token = 2_000;
         c.prefill_us_per_token = 5;
     });
-    let cfg = glr_config(bed.redis.port, json!({"maxRequestCount": 6, "leaseTTL": 15}));
+    let cfg = glr_config(
+        bed.redis.port,
+        json!({"maxRequestCount": 6, "leaseTTL": 15}),
+    );
     let mut spec = bed.spec("leak-a", Some(cfg));
     spec.upstream_timeout_ms = 1_000;
     let a = Gateway::start(&spec)?;
     spec.id = "leak-b".into();
     let b = Gateway::start(&spec)?;
-    let rule = |v: &str, p: f64| HeaderRule { name: "x-fake-fault".into(), value: v.into(), probability: p };
-    let mut lc = LoadConfig::new(vec![a.url.clone(), b.url.clone()], Workload::Skewed(SkewedSpec {
-        arrivals: Arrivals::Count { count: 2000, duration: Duration::from_secs(15) },
-        ..SkewedSpec::default()
-    }));
+    let rule = |v: &str, p: f64| HeaderRule {
+        name: "x-fake-fault".into(),
+        value: v.into(),
+        probability: p,
+    };
+    let mut lc = LoadConfig::new(
+        vec![a.url.clone(), b.url.clone()],
+        Workload::Skewed(SkewedSpec {
+            arrivals: Arrivals::Count {
+                count: 2000,
+                duration: Duration::from_secs(15),
+            },
+            ..SkewedSpec::default()
+        }),
+    );
     lc.seed = 11;
     lc.timeout = Duration::from_secs(10);
-    lc.headers = vec![rule("reset", 0.04), rule("reset-after-headers", 0.04), rule("hang", 0.02), rule("status:503", 0.04)];
-    lc.abort = Some(AbortRule { probability: 0.08, after: Duration::from_millis(40), phase: AbortPhase::BeforeFirstByte });
+    lc.headers = vec![
+        rule("reset", 0.04),
+        rule("reset-after-headers", 0.04),
+        rule("hang", 0.02),
+        rule("status:503", 0.04),
+    ];
+    lc.abort = Some(AbortRule {
+        probability: 0.08,
+        after: Duration::from_millis(40),
+        phase: AbortPhase::BeforeFirstByte,
+    });
     let run = bed.rt.spawn(async move { load::run(&lc).await });
     for _ in 0..3 {
         std::thread::sleep(Duration::from_millis(2500));
@@ -104,7 +155,10 @@ fn leak_check() -> anyhow::Result<()> {
     let left = wait_for_zero(&bed, Duration::from_secs(20));
     eprintln!("leak check: {}", summary.line());
     println!("BENCH leak_check_requests {} requests", summary.count);
-    println!("BENCH leaked_counts {} counts", left.total() as i64 + left.leases.max(0));
+    println!(
+        "BENCH leaked_counts {} counts",
+        left.total() as i64 + left.leases.max(0)
+    );
     drop((a, b));
     Ok(())
 }
@@ -121,34 +175,50 @@ fn p99_vs_local_least_request() -> anyhow::Result<()> {
     });
     let workload = || {
         let mut s = SkewedSpec {
-            arrivals: Arrivals::Count { count: 600, duration: Duration::from_secs(20) },
+            arrivals: Arrivals::Count {
+                count: 600,
+                duration: Duration::from_secs(20),
+            },
             ..SkewedSpec::default()
         };
-        s.max_tokens.dist = Dist::LogNormal { median: 60.0, sigma: 0.9 };
+        s.max_tokens.dist = Dist::LogNormal {
+            median: 60.0,
+            sigma: 0.9,
+        };
         s.max_tokens.max = 600;
         s.prompt_tokens.max = 1000;
         s
     };
-    let run_with = |plugin: Option<Value>, tag: &str| -> anyhow::Result<ailb_fakepod::load::Summary> {
-        let gws: Vec<Gateway> = (0..4)
-            .map(|i| {
-                let mut spec = bed.spec(&format!("{tag}-{i}"), plugin.clone());
-                spec.cluster_lb = "least_request".into();
-                Gateway::start(&spec)
-            })
-            .collect::<anyhow::Result<_>>()?;
-        let mut lc = LoadConfig::new(gws.iter().map(|g| g.url.clone()).collect(), Workload::Skewed(workload()));
-        lc.seed = 3;
-        lc.timeout = Duration::from_secs(60);
-        lc.admin_urls = bed.pods.iter().map(|p| p.url()).collect();
-        lc.reset_pods = true;
-        let s = bed.rt.block_on(load::run(&lc))?;
-        eprintln!("{tag}: {}", s.line());
-        Ok(s)
-    };
+    let run_with =
+        |plugin: Option<Value>, tag: &str| -> anyhow::Result<ailb_fakepod::load::Summary> {
+            let gws: Vec<Gateway> = (0..4)
+                .map(|i| {
+                    let mut spec = bed.spec(&format!("{tag}-{i}"), plugin.clone());
+                    spec.cluster_lb = "least_request".into();
+                    Gateway::start(&spec)
+                })
+                .collect::<anyhow::Result<_>>()?;
+            let mut lc = LoadConfig::new(
+                gws.iter().map(|g| g.url.clone()).collect(),
+                Workload::Skewed(workload()),
+            );
+            lc.seed = 3;
+            lc.timeout = Duration::from_secs(60);
+            lc.admin_urls = bed.pods.iter().map(|p| p.url()).collect();
+            lc.reset_pods = true;
+            let s = bed.rt.block_on(load::run(&lc))?;
+            eprintln!("{tag}: {}", s.line());
+            Ok(s)
+        };
     let glr = run_with(Some(glr_config(bed.redis.port, json!({}))), "glr")?;
     let local = run_with(None, "local")?;
-    anyhow::ensure!(glr.sequence == local.sequence, "both runs must replay the same arrivals");
-    println!("BENCH p99_ratio_glr_vs_local_least_request {:.2} ratio", glr.latency_ms.p99 / local.latency_ms.p99);
+    anyhow::ensure!(
+        glr.sequence == local.sequence,
+        "both runs must replay the same arrivals"
+    );
+    println!(
+        "BENCH p99_ratio_glr_vs_local_least_request {:.2} ratio",
+        glr.latency_ms.p99 / local.latency_ms.p99
+    );
     Ok(())
 }

@@ -31,7 +31,14 @@ fn main() -> anyhow::Result<()> {
     println!("try: curl -si {}/v1/chat/completions -d '{{\"model\":\"fake-model\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}'\n", gw.url);
 
     // A short mixed workload: long concurrent requests, then skewed open-loop traffic.
-    let hold = LoadConfig::new(vec![gw.url.clone()], Workload::Hold(HoldSpec { concurrency: 12, max_tokens: 100, ..HoldSpec::default() }));
+    let hold = LoadConfig::new(
+        vec![gw.url.clone()],
+        Workload::Hold(HoldSpec {
+            concurrency: 12,
+            max_tokens: 100,
+            ..HoldSpec::default()
+        }),
+    );
     let run = bed.rt.spawn(async move { load::run(&hold).await });
     // Sample Redis while the long requests are in flight.
     std::thread::sleep(Duration::from_millis(300));
@@ -39,14 +46,20 @@ fn main() -> anyhow::Result<()> {
     let hold_summary = bed.rt.block_on(run)??;
     let mut skewed = LoadConfig::new(vec![gw.url.clone()], Workload::Skewed(Default::default()));
     if let Workload::Skewed(s) = &mut skewed.workload {
-        s.arrivals = load::Arrivals::Count { count: 60, duration: Duration::from_secs(2) };
+        s.arrivals = load::Arrivals::Count {
+            count: 60,
+            duration: Duration::from_secs(2),
+        };
     }
     let skewed_summary = bed.rt.block_on(load::run(&skewed))?;
     println!("hold    : {}", hold_summary.line());
     println!("skewed  : {}", skewed_summary.line());
 
     let after = bed.redis.counts(ROUTE, CLUSTER);
-    println!("\n{:<8} {:<22} {:>9} {:>12} {:>16} {:>14}", "pod", "address", "requests", "peak running", "redis in-flight", "redis after");
+    println!(
+        "\n{:<8} {:<22} {:>9} {:>12} {:>16} {:>14}",
+        "pod", "address", "requests", "peak running", "redis in-flight", "redis after"
+    );
     for p in &bed.pods {
         let s = p.state();
         let addr = p.addr.to_string();
