@@ -192,7 +192,7 @@ impl Gateway {
         String::from_utf8_lossy(&body)
             .lines()
             .filter_map(|l| {
-                let (k, v) = l.rsplit_once(|c: char| c == ' ' || c == ':')?;
+                let (k, v) = l.rsplit_once([' ', ':'])?;
                 Some((
                     k.trim().trim_end_matches(':').to_string(),
                     v.trim().parse().ok()?,
@@ -216,14 +216,17 @@ impl Drop for Gateway {
     }
 }
 
-/// One HTTP/1.1 request with `Connection: close`; returns (status, headers, body).
+/// Status, lower-cased headers and body of a response.
+pub type Response = (u16, Vec<(String, String)>, Vec<u8>);
+
+/// One HTTP/1.1 request with `Connection: close`.
 pub fn http(
     base: &str,
     method: &str,
     path: &str,
     headers: &[(&str, &str)],
     body: &[u8],
-) -> anyhow::Result<(u16, Vec<(String, String)>, Vec<u8>)> {
+) -> anyhow::Result<Response> {
     let host = base.trim_start_matches("http://");
     let mut s = TcpStream::connect(host)?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;

@@ -5,6 +5,7 @@
 pub mod bed;
 pub mod gateway;
 pub mod redis;
+pub mod storm;
 
 use std::path::PathBuf;
 

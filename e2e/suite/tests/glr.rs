@@ -3,9 +3,7 @@
 
 use ailb_e2e::bed::{chat, chat_body, wait_for_zero, Bed};
 use ailb_e2e::gateway::{glr_config, http, wait_until, Gateway};
-use ailb_fakepod::load::{
-    self, AbortPhase, AbortRule, Arrivals, HeaderRule, LoadConfig, SkewedSpec, Workload,
-};
+use ailb_e2e::storm;
 use serde_json::json;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -28,7 +26,7 @@ fn skewed_burst(bed: &Bed, gateways: &[&Gateway]) -> Vec<usize> {
     let mut threads = Vec::new();
     for i in 0..36usize {
         let url = gateways[i % gateways.len()].url.clone();
-        let long = (i / gateways.len()) % 3 == 0;
+        let long = (i / gateways.len()).is_multiple_of(3);
         threads.push(std::thread::spawn(move || {
             chat(&url, &format!("req {i}"), if long { 150 } else { 5 })
         }));
@@ -73,21 +71,8 @@ fn it_spreads_long_requests_evenly_across_gateways() {
 
 #[test]
 fn it_leaks_nothing_after_a_fault_storm() {
-    let mut bed = Bed::new(3, |c| {
-        c.max_running = 16;
-        c.decode_us_per_token = 2_000;
-        c.prefill_us_per_token = 5;
-    });
-    let cfg = glr_config(
-        bed.redis.port,
-        json!({"maxRequestCount": 6, "leaseTTL": 20}),
-    );
-    let mut spec = bed.spec("gw-a", Some(cfg));
-    spec.upstream_timeout_ms = 1_000; // `hang` faults end in 504
-    let a = bed.gateway(&spec);
-    spec.id = "gw-b".into();
-    let b = bed.gateway(&spec);
-
+    let mut bed = storm::bed();
+    let (a, b) = storm::gateways(&bed, 20).unwrap();
     // Watch Redis during the run: a negative count is a bug whenever it shows.
     let stop = Arc::new(AtomicBool::new(false));
     let watcher = {
@@ -106,33 +91,13 @@ fn it_leaks_nothing_after_a_fault_storm() {
             negative
         })
     };
-    let mut lc = LoadConfig::new(
+    let lc = storm::load(
         vec![a.url.clone(), b.url.clone()],
-        Workload::Skewed(skewed(500, 6.0)),
+        500,
+        Duration::from_secs(6),
+        7,
     );
-    lc.seed = 7;
-    lc.timeout = Duration::from_secs(10);
-    lc.headers = vec![
-        rule("x-fake-fault", "reset", 0.04),
-        rule("x-fake-fault", "reset-after-headers", 0.04),
-        rule("x-fake-fault", "hang", 0.02),
-        rule("x-fake-fault", "status:503", 0.04),
-    ];
-    // Aborts 40 ms after sending: after the pick normally, before it while Redis is stalled.
-    lc.abort = Some(AbortRule {
-        probability: 0.08,
-        after: Duration::from_millis(40),
-        phase: AbortPhase::BeforeFirstByte,
-    });
-    let run = bed.rt.spawn(async move { load::run(&lc).await });
-    // Stall Redis twice (picks wait, client aborts land before they return), then restart it.
-    std::thread::sleep(Duration::from_millis(800));
-    bed.redis.try_cmd(&["DEBUG", "SLEEP", "0.3"]);
-    std::thread::sleep(Duration::from_millis(800));
-    bed.redis.try_cmd(&["DEBUG", "SLEEP", "0.3"]);
-    std::thread::sleep(Duration::from_millis(1000));
-    bed.redis.restart();
-    let summary = bed.rt.block_on(run).unwrap().unwrap();
+    let summary = storm::run_with_chaos(&mut bed, lc, 2, Duration::from_millis(900)).unwrap();
     stop.store(true, Ordering::Relaxed);
     let negative = watcher.join().unwrap();
     eprintln!("fault storm: {}", summary.line());
@@ -146,30 +111,10 @@ fn it_leaks_nothing_after_a_fault_storm() {
     let rejected = a.stat("ai_lb.glr.rejected_429") + b.stat("ai_lb.glr.rejected_429");
     let orphaned = a.stat("ai_lb.release.orphaned") + b.stat("ai_lb.release.orphaned");
     eprintln!("429s {rejected}, orphaned picks {orphaned}");
+    assert!(rejected > 0, "the storm must exercise maxRequestCount");
     // Everything released; what a lost reply left behind is reclaimed within the lease TTL.
     let left = wait_for_zero(&bed, Duration::from_secs(25));
     assert!(left.is_zero() && !left.any_negative(), "leaked: {left:?}");
-}
-
-fn rule(name: &str, value: &str, p: f64) -> HeaderRule {
-    HeaderRule {
-        name: name.into(),
-        value: value.into(),
-        probability: p,
-    }
-}
-
-fn skewed(count: usize, seconds: f64) -> SkewedSpec {
-    let mut s = SkewedSpec {
-        arrivals: Arrivals::Count {
-            count,
-            duration: Duration::from_secs_f64(seconds),
-        },
-        ..SkewedSpec::default()
-    };
-    s.prompt_tokens.max = 2000;
-    s.max_tokens.max = 64;
-    s
 }
 
 #[test]

@@ -3,9 +3,8 @@
 
 use ailb_e2e::bed::{wait_for_zero, Bed};
 use ailb_e2e::gateway::{glr_config, http, Gateway};
-use ailb_fakepod::load::{
-    self, AbortPhase, AbortRule, Arrivals, HeaderRule, LoadConfig, SkewedSpec, Workload,
-};
+use ailb_e2e::storm;
+use ailb_fakepod::load::{self, Arrivals, LoadConfig, SkewedSpec, Workload};
 use ailb_fakepod::rng::Dist;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -111,56 +110,15 @@ fn plugin_cpu_and_added_latency() -> anyhow::Result<()> {
 
 /// The fault storm of the e2e suite, sized for the benchmark: every count must come back to 0.
 fn leak_check() -> anyhow::Result<()> {
-    let mut bed = Bed::new(3, |c| {
-        c.max_running = 16;
-        c.decode_us_per_token = 2_000;
-        c.prefill_us_per_token = 5;
-    });
-    let cfg = glr_config(
-        bed.redis.port,
-        json!({"maxRequestCount": 6, "leaseTTL": 15}),
-    );
-    let mut spec = bed.spec("leak-a", Some(cfg));
-    spec.upstream_timeout_ms = 1_000;
-    let a = Gateway::start(&spec)?;
-    spec.id = "leak-b".into();
-    let b = Gateway::start(&spec)?;
-    let rule = |v: &str, p: f64| HeaderRule {
-        name: "x-fake-fault".into(),
-        value: v.into(),
-        probability: p,
-    };
-    let mut lc = LoadConfig::new(
+    let mut bed = storm::bed();
+    let (a, b) = storm::gateways(&bed, 15)?;
+    let lc = storm::load(
         vec![a.url.clone(), b.url.clone()],
-        Workload::Skewed(SkewedSpec {
-            arrivals: Arrivals::Count {
-                count: 2000,
-                duration: Duration::from_secs(15),
-            },
-            ..SkewedSpec::default()
-        }),
+        2000,
+        Duration::from_secs(15),
+        11,
     );
-    lc.seed = 11;
-    lc.timeout = Duration::from_secs(10);
-    lc.headers = vec![
-        rule("reset", 0.04),
-        rule("reset-after-headers", 0.04),
-        rule("hang", 0.02),
-        rule("status:503", 0.04),
-    ];
-    lc.abort = Some(AbortRule {
-        probability: 0.08,
-        after: Duration::from_millis(40),
-        phase: AbortPhase::BeforeFirstByte,
-    });
-    let run = bed.rt.spawn(async move { load::run(&lc).await });
-    for _ in 0..3 {
-        std::thread::sleep(Duration::from_millis(2500));
-        bed.redis.try_cmd(&["DEBUG", "SLEEP", "0.3"]);
-    }
-    std::thread::sleep(Duration::from_millis(1500));
-    bed.redis.restart();
-    let summary = bed.rt.block_on(run)??;
+    let summary = storm::run_with_chaos(&mut bed, lc, 3, Duration::from_millis(2500))?;
     let left = wait_for_zero(&bed, Duration::from_secs(20));
     eprintln!("leak check: {}", summary.line());
     println!("BENCH leak_check_requests {} requests", summary.count);
@@ -168,7 +126,6 @@ fn leak_check() -> anyhow::Result<()> {
         "BENCH leaked_counts {} counts",
         left.total() as i64 + left.leases.max(0)
     );
-    drop((a, b));
     Ok(())
 }
 
