@@ -1,6 +1,7 @@
 //! Plugin counters, defined once per VM under the stable prefix `ai_lb.` (README "Metrics").
 //! A counter whose definition failed is a no-op rather than an error on the request path.
 
+use crate::config::Policy;
 use crate::host::{Host, MetricType};
 
 /// Why a request went to the cluster's own load balancer (or got 503 under `failureMode: deny`).
@@ -15,10 +16,14 @@ pub enum Cause {
     RedisError,
     BadReply,
     OverrideFailed,
+    /// The request could not be read as a prompt (prefix_cache).
+    BadRequest,
+    /// No endpoint has usable metrics (endpoint_metrics).
+    NoMetrics,
 }
 
 impl Cause {
-    pub const ALL: [Cause; 9] = [
+    pub const ALL: [Cause; 11] = [
         Cause::NoRoute,
         Cause::NoHealthyEndpoint,
         Cause::HostListUnavailable,
@@ -28,6 +33,8 @@ impl Cause {
         Cause::RedisError,
         Cause::BadReply,
         Cause::OverrideFailed,
+        Cause::BadRequest,
+        Cause::NoMetrics,
     ];
 
     pub fn name(self) -> &'static str {
@@ -41,17 +48,43 @@ impl Cause {
             Cause::RedisError => "redis_error",
             Cause::BadReply => "bad_reply",
             Cause::OverrideFailed => "override_failed",
+            Cause::BadRequest => "bad_request",
+            Cause::NoMetrics => "no_metrics",
         }
     }
 }
 
-/// Everything counted. `Fallback(c)` counts per cause; `Decision` per policy and outcome.
+/// How a policy's decision for one request ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Counter {
+pub enum Outcome {
     Routed,
     FellBack,
     Denied,
     Rejected429,
+}
+
+impl Outcome {
+    pub const ALL: [Outcome; 4] = [
+        Outcome::Routed,
+        Outcome::FellBack,
+        Outcome::Denied,
+        Outcome::Rejected429,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Outcome::Routed => "routed",
+            Outcome::FellBack => "fallback",
+            Outcome::Denied => "denied_503",
+            Outcome::Rejected429 => "rejected_429",
+        }
+    }
+}
+
+/// Everything counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counter {
+    Decision(Policy, Outcome),
     Fallback(Cause),
     RedisCalls,
     RedisErrors,
@@ -61,13 +94,13 @@ pub enum Counter {
     Releases,
     ReleasesOrphaned,
     ReleaseFailures,
+    /// prefix_cache: a known prefix was found.
+    PrefixHit,
+    /// prefix_cache: the matched endpoint was too loaded; the request spilled.
+    PrefixSpill,
 }
 
-const FIXED: [(Counter, &str); 12] = [
-    (Counter::Routed, "ai_lb.glr.routed"),
-    (Counter::FellBack, "ai_lb.glr.fallback"),
-    (Counter::Denied, "ai_lb.glr.denied_503"),
-    (Counter::Rejected429, "ai_lb.glr.rejected_429"),
+const FIXED: [(Counter, &str); 10] = [
     (Counter::RedisCalls, "ai_lb.redis.calls"),
     (Counter::RedisErrors, "ai_lb.redis.errors"),
     (Counter::RedisTimeouts, "ai_lb.redis.timeouts"),
@@ -76,9 +109,11 @@ const FIXED: [(Counter, &str); 12] = [
     (Counter::Releases, "ai_lb.release.sent"),
     (Counter::ReleasesOrphaned, "ai_lb.release.orphaned"),
     (Counter::ReleaseFailures, "ai_lb.release.failed"),
+    (Counter::PrefixHit, "ai_lb.prefix.hit"),
+    (Counter::PrefixSpill, "ai_lb.prefix.spill"),
 ];
 
-/// Metric ids, in the order of `FIXED` then `Cause::ALL`.
+/// Metric ids in the order of [`Stats::names`].
 #[derive(Debug, Default)]
 pub struct Stats {
     ids: Vec<Option<u32>>,
@@ -86,39 +121,81 @@ pub struct Stats {
 
 impl Stats {
     pub fn define(host: &mut dyn Host) -> Stats {
-        let mut ids = Vec::with_capacity(FIXED.len() + Cause::ALL.len());
-        for (_, name) in FIXED {
-            ids.push(host.define_metric(MetricType::Counter, name).ok());
-        }
-        for cause in Cause::ALL {
-            let name = format!("ai_lb.fallback.{}", cause.name());
-            ids.push(host.define_metric(MetricType::Counter, &name).ok());
-        }
+        let ids = Self::names()
+            .iter()
+            .map(|name| host.define_metric(MetricType::Counter, name).ok())
+            .collect();
         Stats { ids }
     }
 
     pub fn inc(&self, host: &mut dyn Host, counter: Counter) {
-        let index = match counter {
-            Counter::Fallback(c) => {
-                FIXED.len() + Cause::ALL.iter().position(|&x| x == c).unwrap_or(0)
-            }
-            other => FIXED.iter().position(|(c, _)| *c == other).unwrap_or(0),
-        };
-        if let Some(Some(id)) = self.ids.get(index) {
+        if let Some(Some(id)) = self.ids.get(Self::index(counter)) {
             let _ = host.increment_metric(*id, 1);
         }
     }
 
-    /// Every metric name, for the README table test.
+    fn index(counter: Counter) -> usize {
+        let decisions = Policy::ALL.len() * Outcome::ALL.len();
+        match counter {
+            Counter::Decision(p, o) => {
+                let pi = Policy::ALL.iter().position(|&x| x == p).unwrap_or(0);
+                let oi = Outcome::ALL.iter().position(|&x| x == o).unwrap_or(0);
+                pi * Outcome::ALL.len() + oi
+            }
+            Counter::Fallback(c) => {
+                decisions + FIXED.len() + Cause::ALL.iter().position(|&x| x == c).unwrap_or(0)
+            }
+            other => decisions + FIXED.iter().position(|(c, _)| *c == other).unwrap_or(0),
+        }
+    }
+
+    /// Every metric name, in definition order (also checked against the README table).
     pub fn names() -> Vec<String> {
-        FIXED
-            .iter()
-            .map(|(_, n)| n.to_string())
+        let decisions = Policy::ALL.iter().flat_map(|p| {
+            Outcome::ALL
+                .iter()
+                .map(move |o| format!("ai_lb.{}.{}", p.metric_label(), o.name()))
+        });
+        decisions
+            .chain(FIXED.iter().map(|(_, n)| n.to_string()))
             .chain(
                 Cause::ALL
                     .iter()
                     .map(|c| format!("ai_lb.fallback.{}", c.name())),
             )
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_counter_has_its_own_name() {
+        let names = Stats::names();
+        let mut counters: Vec<Counter> = Vec::new();
+        for p in Policy::ALL {
+            for o in Outcome::ALL {
+                counters.push(Counter::Decision(p, o));
+            }
+        }
+        counters.extend(FIXED.iter().map(|(c, _)| *c));
+        counters.extend(Cause::ALL.iter().map(|&c| Counter::Fallback(c)));
+        let mut seen = std::collections::HashSet::new();
+        for c in counters {
+            let i = Stats::index(c);
+            assert!(seen.insert(i), "{c:?} shares index {i}");
+            assert!(i < names.len());
+        }
+        assert_eq!(seen.len(), names.len());
+        assert_eq!(
+            names[Stats::index(Counter::Decision(Policy::PrefixCache, Outcome::Routed))],
+            "ai_lb.prefix.routed"
+        );
+        assert_eq!(
+            names[Stats::index(Counter::Fallback(Cause::NoMetrics))],
+            "ai_lb.fallback.no_metrics"
+        );
     }
 }

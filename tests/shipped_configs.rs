@@ -104,7 +104,15 @@ fn it_parses_the_wasmplugin_resource_as_the_controller_sends_it() {
         route: Some("default/chat"),
         ..Default::default()
     };
-    assert_eq!(cfg.select(&route).unwrap().redis.timeout_ms, 500);
+    assert_eq!(
+        cfg.select(&route)
+            .unwrap()
+            .redis
+            .as_ref()
+            .unwrap()
+            .timeout_ms,
+        500
+    );
     let service = RequestKeys {
         cluster: Some("outbound|8000||llm-batch.default.svc.cluster.local"),
         ..Default::default()

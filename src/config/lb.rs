@@ -9,12 +9,22 @@ use std::fmt;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Policy {
     GlobalLeastRequest,
+    PrefixCache,
+    EndpointMetrics,
 }
 
 impl Policy {
+    pub const ALL: [Policy; 3] = [
+        Policy::GlobalLeastRequest,
+        Policy::PrefixCache,
+        Policy::EndpointMetrics,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Policy::GlobalLeastRequest => "global_least_request",
+            Policy::PrefixCache => "prefix_cache",
+            Policy::EndpointMetrics => "endpoint_metrics",
         }
     }
 
@@ -22,7 +32,14 @@ impl Policy {
     pub fn metric_label(self) -> &'static str {
         match self {
             Policy::GlobalLeastRequest => "glr",
+            Policy::PrefixCache => "prefix",
+            Policy::EndpointMetrics => "metrics",
         }
+    }
+
+    /// Whether the policy keeps its state in Redis (and so needs the Redis keys).
+    pub fn uses_redis(self) -> bool {
+        matches!(self, Policy::GlobalLeastRequest | Policy::PrefixCache)
     }
 }
 
@@ -79,7 +96,8 @@ pub struct RedisTarget {
 #[derive(Debug, Clone)]
 pub struct RouteConfig {
     pub policy: Policy,
-    pub redis: RedisTarget,
+    /// Present for the policies that use Redis.
+    pub redis: Option<RedisTarget>,
     /// `ailb` by default: keys are `<prefix>:{<route>|<cluster>}:<name>`.
     pub key_prefix: String,
     pub lease_ttl_ms: u64,
@@ -140,47 +158,7 @@ impl RouteConfig {
 
 fn parse_lb_config(policy: Policy, map: &Map<String, Value>) -> Result<RouteConfig, ConfigError> {
     let mut f = fields(map);
-    let fqdn: String = f.get("serviceFQDN")?.ok_or_else(|| {
-        ConfigError::new(
-            "serviceFQDN",
-            "missing (the Redis service, e.g. redis.static)",
-        )
-    })?;
-    if fqdn.is_empty() || fqdn.contains(['|', '?', ' ']) {
-        return Err(ConfigError::new(
-            "serviceFQDN",
-            "must be a host name without '|', '?' or spaces",
-        ));
-    }
-    let port: u64 = f
-        .get("servicePort")?
-        .ok_or_else(|| ConfigError::new("servicePort", "missing (the Redis port, e.g. 6379)"))?;
-    if !(1..=65535).contains(&port) {
-        return Err(ConfigError::new(
-            "servicePort",
-            format!("{port} is not a port (1-65535)"),
-        ));
-    }
-    let username: String = f.get("username")?.unwrap_or_default();
-    let password: String = f.get("password")?.unwrap_or_default();
-    // Higress treats a missing or zero timeout as the default.
-    let timeout_ms = match f.get::<u64>("timeout")? {
-        None | Some(0) => DEFAULT_TIMEOUT_MS,
-        Some(t) if t <= 600_000 => t,
-        Some(t) => {
-            return Err(ConfigError::new(
-                "timeout",
-                format!("{t} ms is over the 600000 ms limit"),
-            ))
-        }
-    };
-    let database: u64 = f.get("database")?.unwrap_or(0);
-    if database > 65535 {
-        return Err(ConfigError::new(
-            "database",
-            format!("{database} is not a database index"),
-        ));
-    }
+    let redis = parse_redis(&mut f, policy)?;
     let max_load: u64 = f.get("maxRequestCount")?.unwrap_or(0);
     // Accepted for compatibility: the membership sync (design §3) already drops endpoints that
     // left the cluster, which is all Higress's periodic clean-up did.
@@ -250,17 +228,9 @@ fn parse_lb_config(policy: Policy, map: &Map<String, Value>) -> Result<RouteConf
     }
     f.finish()?;
 
-    let cluster = format!("outbound|{port}||{fqdn}");
     Ok(RouteConfig {
         policy,
-        redis: RedisTarget {
-            init_cluster: init_cluster(&cluster, database),
-            cluster,
-            username,
-            password: Secret(password),
-            timeout_ms: timeout_ms as u32,
-            database: database as u32,
-        },
+        redis,
         key_prefix,
         lease_ttl_ms: lease_ttl_s * 1000,
         cost,
@@ -270,6 +240,74 @@ fn parse_lb_config(policy: Policy, map: &Map<String, Value>) -> Result<RouteConf
         max_body_bytes: max_body_bytes as usize,
         detail_log,
     })
+}
+
+/// Higress's Redis keys. Required by the policies that keep state in Redis; the others accept
+/// none of them (a config naming a Redis it does not use is probably a mistake).
+fn parse_redis<'a>(
+    f: &mut super::fields::Fields<'a>,
+    policy: Policy,
+) -> Result<Option<RedisTarget>, ConfigError> {
+    let fqdn: Option<String> = f.get("serviceFQDN")?;
+    if !policy.uses_redis() {
+        return match fqdn {
+            None => Ok(None),
+            Some(_) => Err(ConfigError::new(
+                "serviceFQDN",
+                format!("policy {} does not use Redis", policy.name()),
+            )),
+        };
+    }
+    let fqdn = fqdn.ok_or_else(|| {
+        ConfigError::new(
+            "serviceFQDN",
+            "missing (the Redis service, e.g. redis.static)",
+        )
+    })?;
+    if fqdn.is_empty() || fqdn.contains(['|', '?', ' ']) {
+        return Err(ConfigError::new(
+            "serviceFQDN",
+            "must be a host name without '|', '?' or spaces",
+        ));
+    }
+    let port: u64 = f
+        .get("servicePort")?
+        .ok_or_else(|| ConfigError::new("servicePort", "missing (the Redis port, e.g. 6379)"))?;
+    if !(1..=65535).contains(&port) {
+        return Err(ConfigError::new(
+            "servicePort",
+            format!("{port} is not a port (1-65535)"),
+        ));
+    }
+    let username: String = f.get("username")?.unwrap_or_default();
+    let password: String = f.get("password")?.unwrap_or_default();
+    // Higress treats a missing or zero timeout as the default.
+    let timeout_ms = match f.get::<u64>("timeout")? {
+        None | Some(0) => DEFAULT_TIMEOUT_MS,
+        Some(t) if t <= 600_000 => t,
+        Some(t) => {
+            return Err(ConfigError::new(
+                "timeout",
+                format!("{t} ms is over the 600000 ms limit"),
+            ))
+        }
+    };
+    let database: u64 = f.get("database")?.unwrap_or(0);
+    if database > 65535 {
+        return Err(ConfigError::new(
+            "database",
+            format!("{database} is not a database index"),
+        ));
+    }
+    let cluster = format!("outbound|{port}||{fqdn}");
+    Ok(Some(RedisTarget {
+        init_cluster: init_cluster(&cluster, database),
+        cluster,
+        username,
+        password: Secret(password),
+        timeout_ms: timeout_ms as u32,
+        database: database as u32,
+    }))
 }
 
 /// `?db=N` only when N ≠ 0 (as both Higress wrappers do), and immediate writes: by default the

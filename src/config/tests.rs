@@ -18,13 +18,16 @@ fn minimal_config_gets_higress_defaults() {
     let cfg = PluginConfig::parse(&fixture("minimal.json")).unwrap();
     let g = cfg.global.as_ref().unwrap();
     assert_eq!(g.policy, Policy::GlobalLeastRequest);
-    assert_eq!(g.redis.cluster, "outbound|6379||redis.static");
     assert_eq!(
-        g.redis.init_cluster,
+        g.redis.as_ref().unwrap().cluster,
+        "outbound|6379||redis.static"
+    );
+    assert_eq!(
+        g.redis.as_ref().unwrap().init_cluster,
         "outbound|6379||redis.static?buffer_flush_timeout=0&max_buffer_size_before_flush=0"
     );
-    assert_eq!(g.redis.timeout_ms, 3000);
-    assert_eq!(g.redis.database, 0);
+    assert_eq!(g.redis.as_ref().unwrap().timeout_ms, 3000);
+    assert_eq!(g.redis.as_ref().unwrap().database, 0);
     assert_eq!(g.max_load, 0);
     assert_eq!(g.lease_ttl_ms, 600_000);
     assert_eq!(g.cost, CostMode::Requests);
@@ -38,10 +41,13 @@ fn minimal_config_gets_higress_defaults() {
 fn full_config_reads_every_key() {
     let cfg = PluginConfig::parse(&fixture("full.json")).unwrap();
     let g = cfg.global.as_ref().unwrap();
-    assert_eq!(g.redis.username, "default");
-    assert_eq!(g.redis.password.expose(), "s3cret-password");
-    assert_eq!(g.redis.timeout_ms, 500);
-    assert!(g.redis.init_cluster.contains("?db=2&"));
+    assert_eq!(g.redis.as_ref().unwrap().username, "default");
+    assert_eq!(
+        g.redis.as_ref().unwrap().password.expose(),
+        "s3cret-password"
+    );
+    assert_eq!(g.redis.as_ref().unwrap().timeout_ms, 500);
+    assert!(g.redis.as_ref().unwrap().init_cluster.contains("?db=2&"));
     assert_eq!(g.max_load, 64);
     assert_eq!(g.lease_ttl_ms, 300_000);
     assert_eq!(g.debug_header.as_deref(), Some("x-ai-lb-debug"));

@@ -11,7 +11,9 @@ impl Engine {
     /// Initialises the config's Redis cluster once per VM. An unknown cluster (status 2) is
     /// normal while Envoy is still receiving clusters, so init is retried before later calls.
     pub(super) fn ensure_redis(&mut self, host: &mut dyn Host, config: &RouteConfig) -> bool {
-        let r = &config.redis;
+        let Some(r) = &config.redis else {
+            return false;
+        };
         if self
             .redis_ready
             .get(&r.init_cluster)
@@ -50,12 +52,14 @@ impl Engine {
         if !self.ensure_redis(host, config) {
             return Err(Cause::RedisUnavailable);
         }
+        let Some(redis) = &config.redis else {
+            return Err(Cause::RedisUnavailable);
+        };
         self.stats.inc(host, Counter::RedisCalls);
-        host.redis_call(&config.redis.cluster, query).map_err(|e| {
+        host.redis_call(&redis.cluster, query).map_err(|e| {
             self.stats.inc(host, Counter::RedisErrors);
             if e.status == 2 {
-                self.redis_ready
-                    .insert(config.redis.init_cluster.clone(), false);
+                self.redis_ready.insert(redis.init_cluster.clone(), false);
             }
             self.log(host, LogLevel::Debug, 0, format_args!("{e}"));
             Cause::RedisUnavailable

@@ -3,17 +3,17 @@
 //! context and must find their request — or, when the stream is already gone, still give
 //! back what the pick acquired.
 
-use crate::config::{FailureMode, PluginConfig, RequestKeys, RouteConfig};
+use crate::config::{FailureMode, PluginConfig, Policy, RequestKeys, RouteConfig};
 use crate::host::{Host, LogLevel};
 use crate::redis::scripts::{self, AcquireArgs, AcquireReply, Keys, ReplyError, Scripts};
 use crate::request::{AtDone, Lease, Phase};
-use crate::stats::{Cause, Counter, Stats};
-use crate::upstream;
+use crate::stats::{Cause, Counter, Outcome, Stats};
 use std::collections::HashMap;
 use std::fmt;
 use std::rc::Rc;
 
 mod calls;
+mod glr;
 
 /// What a phase callback answers the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,9 +106,10 @@ impl Engine {
         };
         let targets: Vec<Rc<RouteConfig>> = e.config.all().cloned().collect();
         for cfg in targets {
+            let Some(redis) = &cfg.redis else { continue };
             if e.ensure_redis(host, &cfg) {
                 for script in e.scripts.all() {
-                    if let Ok(token) = host.redis_call(&cfg.redis.cluster, &scripts::load(script)) {
+                    if let Ok(token) = host.redis_call(&redis.cluster, &scripts::load(script)) {
                         e.pending.insert(token, Pending::ScriptLoad);
                     }
                 }
@@ -241,42 +242,17 @@ impl Engine {
         (self.requests.len(), self.pending.len())
     }
 
+    /// The end of the request is here (body complete, or no body): let the route's policy pick.
     fn decide(&mut self, host: &mut dyn Host, ctx: u32) -> Verdict {
-        let Some(req) = self.requests.get(&ctx) else {
+        let Some(policy) = self.requests.get(&ctx).map(|r| r.config.policy) else {
             return Verdict::Continue;
         };
-        let (config, body_bytes) = (req.config.clone(), req.body_bytes);
-        let Some(keys) = req.keys.clone() else {
-            return self.fail(host, ctx, Cause::NoRoute, false);
-        };
-        let endpoints = match host.upstream_hosts().map(|b| upstream::decode_hosts(&b)) {
-            Ok(Ok(list)) => list,
-            _ => return self.fail(host, ctx, Cause::HostListUnavailable, false),
-        };
-        let healthy = upstream::healthy_addresses(&endpoints);
-        if healthy.is_empty() {
-            return self.fail(host, ctx, Cause::NoHealthyEndpoint, false);
-        }
-        let fingerprint: Rc<str> = upstream::fingerprint(&healthy).into();
-        let sent_list = self.synced.get(&keys.namespace) != Some(&fingerprint);
-        self.next_id += 1;
-        let pick = Pick {
-            ctx,
-            request_id: format!("{:08x}{:x}", self.vm_nonce, self.next_id),
-            cost: cost_of(&config, body_bytes),
-            config,
-            keys,
-            candidates: Rc::new(healthy),
-            fingerprint,
-            sent_list,
-            by_sha: true,
-        };
-        match self.dispatch_pick(host, pick) {
-            Ok(token) => {
-                self.set_phase(ctx, Phase::Picking { token });
-                Verdict::Pause
+        match policy {
+            Policy::GlobalLeastRequest => self.decide_least_request(host, ctx),
+            // Rejected at configure time until their issues land (config/lb.rs).
+            Policy::PrefixCache | Policy::EndpointMetrics => {
+                self.fail(host, ctx, Cause::NoRoute, false)
             }
-            Err(cause) => self.fail(host, ctx, cause, false),
         }
     }
 
@@ -312,11 +288,11 @@ impl Engine {
     ) {
         let outcome = match reply {
             Ok(bytes) => match scripts::parse_acquire(&bytes) {
-                Ok(r) => Outcome::Reply(r),
-                Err(ReplyError::NoScript) => Outcome::NoScript,
-                Err(e) => Outcome::Failed(self.reply_cause(host, pick.ctx, &e)),
+                Ok(r) => PickOutcome::Reply(r),
+                Err(ReplyError::NoScript) => PickOutcome::NoScript,
+                Err(e) => PickOutcome::Failed(self.reply_cause(host, pick.ctx, &e)),
             },
-            Err(cause) => Outcome::Failed(cause),
+            Err(cause) => PickOutcome::Failed(cause),
         };
         let alive = self
             .requests
@@ -329,8 +305,10 @@ impl Engine {
         }
         let ctx = pick.ctx;
         match outcome {
-            Outcome::Reply(AcquireReply::Picked { endpoint }) => self.route(host, pick, endpoint),
-            Outcome::Reply(AcquireReply::Sync | AcquireReply::Empty) if !pick.sent_list => {
+            PickOutcome::Reply(AcquireReply::Picked { endpoint }) => {
+                self.route(host, pick, endpoint)
+            }
+            PickOutcome::Reply(AcquireReply::Sync | AcquireReply::Empty) if !pick.sent_list => {
                 // Redis lost or never had our endpoint set (restart, another gateway's view):
                 // resend the pick with the full list, once.
                 self.stats.inc(host, Counter::RedisResync);
@@ -338,12 +316,12 @@ impl Engine {
                 pick.sent_list = true;
                 self.redispatch(host, pick);
             }
-            Outcome::Reply(AcquireReply::Sync | AcquireReply::Empty) => {
+            PickOutcome::Reply(AcquireReply::Sync | AcquireReply::Empty) => {
                 self.synced.remove(&pick.keys.namespace);
                 self.fail(host, ctx, Cause::BadReply, true);
             }
-            Outcome::Reply(AcquireReply::Full) => {
-                self.stats.inc(host, Counter::Rejected429);
+            PickOutcome::Reply(AcquireReply::Full) => {
+                self.count(host, pick.config.policy, Outcome::Rejected429);
                 self.set_phase(
                     ctx,
                     Phase::Settled {
@@ -353,16 +331,16 @@ impl Engine {
                 let body = b"Exceeded maximum request limit from ai-load-balancer.";
                 let _ = host.send_local_response(429, "ai_lb_max_request_count", body);
             }
-            Outcome::NoScript if pick.by_sha => {
+            PickOutcome::NoScript if pick.by_sha => {
                 // Redis restarted or flushed its script cache: EVAL reloads it.
                 self.stats.inc(host, Counter::RedisNoScript);
                 pick.by_sha = false;
                 self.redispatch(host, pick);
             }
-            Outcome::NoScript => {
+            PickOutcome::NoScript => {
                 self.fail(host, ctx, Cause::RedisError, true);
             }
-            Outcome::Failed(cause) => {
+            PickOutcome::Failed(cause) => {
                 if cause == Cause::RedisTimeout {
                     // The script may have run before the reply was lost.
                     self.release_any(host, &pick);
@@ -407,7 +385,7 @@ impl Engine {
             );
         }
         self.set_phase(ctx, Phase::Routed { endpoint, lease });
-        self.stats.inc(host, Counter::Routed);
+        self.count(host, pick.config.policy, Outcome::Routed);
         if let Err(e) = host.resume_request() {
             self.log(host, LogLevel::Warn, ctx, format_args!("{e}"));
         }
@@ -424,14 +402,14 @@ impl Engine {
     }
 
     /// The stream ended while its pick was in flight: give back whatever the pick acquired.
-    fn undo_orphan(&mut self, host: &mut dyn Host, pick: &Pick, outcome: &Outcome) {
+    fn undo_orphan(&mut self, host: &mut dyn Host, pick: &Pick, outcome: &PickOutcome) {
         self.stats.inc(host, Counter::ReleasesOrphaned);
         match outcome {
-            Outcome::Reply(AcquireReply::Picked { endpoint }) => {
+            PickOutcome::Reply(AcquireReply::Picked { endpoint }) => {
                 let member = scripts::lease_member(&pick.request_id, endpoint, pick.cost);
                 self.release(host, &pick.config, pick.keys.clone(), vec![member]);
             }
-            Outcome::Failed(Cause::RedisTimeout) => self.release_any(host, pick),
+            PickOutcome::Failed(Cause::RedisTimeout) => self.release_any(host, pick),
             _ => {}
         }
     }
@@ -439,7 +417,10 @@ impl Engine {
     /// Fallback (or 503 under `failureMode: deny`). `paused`: we are in a callback and the
     /// request is held, so it must be resumed; otherwise the phase callback returns Continue.
     fn fail(&mut self, host: &mut dyn Host, ctx: u32, cause: Cause, paused: bool) -> Verdict {
-        self.stats.inc(host, Counter::FellBack);
+        let policy = self.requests.get(&ctx).map(|r| r.config.policy);
+        if let Some(p) = policy {
+            self.count(host, p, Outcome::FellBack);
+        }
         self.stats.inc(host, Counter::Fallback(cause));
         let now = host.now_ms();
         let last = self.last_warn.get(cause.name()).copied();
@@ -471,7 +452,9 @@ impl Engine {
             },
         );
         if deny {
-            self.stats.inc(host, Counter::Denied);
+            if let Some(p) = policy {
+                self.count(host, p, Outcome::Denied);
+            }
             let _ = host.send_local_response(
                 503,
                 "ai_lb_failure",
@@ -485,6 +468,10 @@ impl Engine {
             }
         }
         Verdict::Continue
+    }
+
+    fn count(&self, host: &mut dyn Host, policy: Policy, outcome: Outcome) {
+        self.stats.inc(host, Counter::Decision(policy, outcome));
     }
 
     fn set_phase(&mut self, ctx: u32, phase: Phase) {
@@ -510,13 +497,13 @@ impl Engine {
 }
 
 /// What a pick's reply turned out to be.
-enum Outcome {
+enum PickOutcome {
     Reply(AcquireReply),
     NoScript,
     Failed(Cause),
 }
 
-fn cost_of(config: &RouteConfig, body_bytes: usize) -> u64 {
+pub(super) fn cost_of(config: &RouteConfig, body_bytes: usize) -> u64 {
     match config.cost {
         crate::config::CostMode::Requests => 1,
         crate::config::CostMode::Bytes => (body_bytes as u64).max(1),

@@ -1,0 +1,50 @@
+//! global_least_request: the healthy endpoint set, then one Redis acquire.
+
+use super::{cost_of, Engine, Pick, Verdict};
+use crate::host::Host;
+use crate::request::Phase;
+use crate::stats::Cause;
+use crate::upstream;
+use std::rc::Rc;
+
+impl Engine {
+    /// global_least_request: one acquire script call picks and counts the endpoint.
+    pub(super) fn decide_least_request(&mut self, host: &mut dyn Host, ctx: u32) -> Verdict {
+        let Some(req) = self.requests.get(&ctx) else {
+            return Verdict::Continue;
+        };
+        let (config, body_bytes) = (req.config.clone(), req.body_bytes);
+        let Some(keys) = req.keys.clone() else {
+            return self.fail(host, ctx, Cause::NoRoute, false);
+        };
+        let endpoints = match host.upstream_hosts().map(|b| upstream::decode_hosts(&b)) {
+            Ok(Ok(list)) => list,
+            _ => return self.fail(host, ctx, Cause::HostListUnavailable, false),
+        };
+        let healthy = upstream::healthy_addresses(&endpoints);
+        if healthy.is_empty() {
+            return self.fail(host, ctx, Cause::NoHealthyEndpoint, false);
+        }
+        let fingerprint: Rc<str> = upstream::fingerprint(&healthy).into();
+        let sent_list = self.synced.get(&keys.namespace) != Some(&fingerprint);
+        self.next_id += 1;
+        let pick = Pick {
+            ctx,
+            request_id: format!("{:08x}{:x}", self.vm_nonce, self.next_id),
+            cost: cost_of(&config, body_bytes),
+            config,
+            keys,
+            candidates: Rc::new(healthy),
+            fingerprint,
+            sent_list,
+            by_sha: true,
+        };
+        match self.dispatch_pick(host, pick) {
+            Ok(token) => {
+                self.set_phase(ctx, Phase::Picking { token });
+                Verdict::Pause
+            }
+            Err(cause) => self.fail(host, ctx, cause, false),
+        }
+    }
+}
