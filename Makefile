@@ -8,6 +8,7 @@ RAW_WASM     := target/$(WASM_TARGET)/release/ai_load_balancer.wasm
 ENVOY_RAW    := target/envoy/$(WASM_TARGET)/release/ai_load_balancer.wasm
 WASM_ABI     := tools/wasm-abi/target/release/wasm-abi
 HIGRESS_WASM := $(DIST)/ai-load-balancer.wasm
+ENVOY_WASM   := $(DIST)/ai-load-balancer-envoy.wasm
 ABI021_WASM  := $(DIST)/testdata/ai-load-balancer-abi021-only.wasm
 
 .PHONY: all build check-abi test unit-test wasm-unit-test lint fmt bench package clean tools e2e-build e2e-test run
@@ -28,10 +29,14 @@ build: tools
 	$(WASM_ABI) strip $(RAW_WASM) $(HIGRESS_WASM) proxy_abi_version_0_2_1
 	# Test fixture: the same module exporting only 0_2_1, to show the body starvation it causes.
 	$(WASM_ABI) strip $(RAW_WASM) $(ABI021_WASM) proxy_abi_version_0_2_100
-	@ls -l $(HIGRESS_WASM)
+	# The plain-Envoy artifact: standard proxy-wasm 0.2.1 imports only (design §1).
+	$(CARGO) build --release --target $(WASM_TARGET) --lib --features envoy --target-dir target/envoy
+	cp $(ENVOY_RAW) $(ENVOY_WASM)
+	@ls -l $(HIGRESS_WASM) $(ENVOY_WASM)
 
 check-abi: build
 	$(WASM_ABI) check $(HIGRESS_WASM) --host higress
+	$(WASM_ABI) check $(ENVOY_WASM) --host envoy
 
 unit-test:
 	$(CARGO) test --quiet

@@ -44,7 +44,18 @@ impl Root {
     }
 }
 
-impl Context for Root {}
+impl Context for Root {
+    /// A scrape callout answered (the SDK routes it here: the root context dispatched it).
+    fn on_http_call_response(
+        &mut self,
+        token_id: u32,
+        _num_headers: usize,
+        body_size: usize,
+        _num_trailers: usize,
+    ) {
+        with_engine(self.id, |e, h| e.on_http_response(h, token_id, body_size));
+    }
+}
 
 impl RootContext for Root {
     fn on_configure(&mut self, _size: usize) -> bool {
@@ -73,6 +84,10 @@ impl RootContext for Root {
                 false
             }
         }
+    }
+
+    fn on_tick(&mut self) {
+        with_engine(self.id, |e, h| e.on_tick(h));
     }
 
     fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {

@@ -12,6 +12,13 @@ pub struct Lease {
     pub member: String,
 }
 
+/// A per-proxy load count in shared data (plain-Envoy global_least_request).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalLease {
+    pub key: Rc<str>,
+    pub endpoint: String,
+}
+
 /// Where a request is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Phase {
@@ -21,6 +28,13 @@ pub enum Phase {
     Picking { token: u32 },
     /// The override is set; the lease is released at stream end.
     Routed { endpoint: String, lease: Lease },
+    /// Decided in this proxy (endpoint_metrics, plain-Envoy least request); `local` is given
+    /// back at stream end.
+    Picked {
+        endpoint: String,
+        reason: &'static str,
+        local: Option<LocalLease>,
+    },
     /// Decided without a lease (fallback, 429, 503): nothing to release.
     Settled { reason: &'static str },
 }
@@ -31,6 +45,8 @@ pub enum AtDone {
     Nothing,
     /// Give this lease back now.
     Release(Lease),
+    /// Give this per-proxy count back now.
+    ReleaseLocal(LocalLease),
     /// The pick's reply has not arrived: whoever handles it must release what it acquired.
     Orphan {
         token: u32,
@@ -41,6 +57,8 @@ impl Phase {
     pub fn at_done(self) -> AtDone {
         match self {
             Phase::Routed { lease, .. } => AtDone::Release(lease),
+            Phase::Picked { local: Some(l), .. } => AtDone::ReleaseLocal(l),
+            Phase::Picked { .. } => AtDone::Nothing,
             Phase::Picking { token } => AtDone::Orphan { token },
             Phase::AwaitingBody | Phase::Settled { .. } => AtDone::Nothing,
         }
@@ -55,6 +73,9 @@ impl Phase {
     pub fn describe(&self) -> (Option<&str>, &'static str) {
         match self {
             Phase::Routed { endpoint, .. } => (Some(endpoint), "least_request"),
+            Phase::Picked {
+                endpoint, reason, ..
+            } => (Some(endpoint), reason),
             Phase::Settled { reason } => (None, reason),
             Phase::Picking { .. } => (None, "pending"),
             Phase::AwaitingBody => (None, "awaiting_body"),

@@ -20,10 +20,12 @@ pub enum Cause {
     BadRequest,
     /// No endpoint has usable metrics (endpoint_metrics).
     NoMetrics,
+    /// The per-proxy shared data could not be updated (plain-Envoy least request).
+    SharedData,
 }
 
 impl Cause {
-    pub const ALL: [Cause; 11] = [
+    pub const ALL: [Cause; 12] = [
         Cause::NoRoute,
         Cause::NoHealthyEndpoint,
         Cause::HostListUnavailable,
@@ -35,6 +37,7 @@ impl Cause {
         Cause::OverrideFailed,
         Cause::BadRequest,
         Cause::NoMetrics,
+        Cause::SharedData,
     ];
 
     pub fn name(self) -> &'static str {
@@ -50,6 +53,7 @@ impl Cause {
             Cause::OverrideFailed => "override_failed",
             Cause::BadRequest => "bad_request",
             Cause::NoMetrics => "no_metrics",
+            Cause::SharedData => "shared_data",
         }
     }
 }
@@ -98,9 +102,17 @@ pub enum Counter {
     PrefixHit,
     /// prefix_cache: the matched endpoint was too loaded; the request spilled.
     PrefixSpill,
+    /// endpoint_metrics: a metrics text was parsed (per scrape or host-text change, never per request).
+    MetricsParsed,
+    /// endpoint_metrics: `rate_limit` moved a pick to another endpoint.
+    MetricsRateLimited,
+    /// endpoint_metrics: a scrape answered with usable metrics.
+    ScrapeOk,
+    /// endpoint_metrics: a scrape failed (dispatch, status, timeout, garbage).
+    ScrapeFailed,
 }
 
-const FIXED: [(Counter, &str); 10] = [
+const FIXED: [(Counter, &str); 14] = [
     (Counter::RedisCalls, "ai_lb.redis.calls"),
     (Counter::RedisErrors, "ai_lb.redis.errors"),
     (Counter::RedisTimeouts, "ai_lb.redis.timeouts"),
@@ -111,6 +123,10 @@ const FIXED: [(Counter, &str); 10] = [
     (Counter::ReleaseFailures, "ai_lb.release.failed"),
     (Counter::PrefixHit, "ai_lb.prefix.hit"),
     (Counter::PrefixSpill, "ai_lb.prefix.spill"),
+    (Counter::MetricsParsed, "ai_lb.metrics.parsed"),
+    (Counter::MetricsRateLimited, "ai_lb.metrics.rate_limited"),
+    (Counter::ScrapeOk, "ai_lb.metrics.scrape_ok"),
+    (Counter::ScrapeFailed, "ai_lb.metrics.scrape_failed"),
 ];
 
 /// Metric ids in the order of [`Stats::names`].

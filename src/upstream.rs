@@ -65,6 +65,102 @@ pub fn fingerprint(sorted: &[String]) -> String {
     format!("{h:016x}{:04x}", sorted.len() & 0xffff)
 }
 
+/// One host with its raw (still JSON-escaped) `metrics` string, for endpoint_metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostMetrics<'a> {
+    pub address: &'a str,
+    pub health: Health,
+    /// The `metrics` value as it sits in the JSON (escapes intact); empty when absent.
+    pub raw_metrics: &'a [u8],
+}
+
+/// Like [`decode_hosts`], borrowing, with each host's raw metrics text. Nothing is unescaped
+/// or parsed here: the caller fingerprints the raw bytes and parses only when they change.
+pub fn decode_hosts_with_metrics(buf: &[u8]) -> Result<Vec<HostMetrics<'_>>, pairs::PairsError> {
+    let raw = pairs::decode(buf)?;
+    let mut out = Vec::with_capacity(raw.len());
+    for (addr, info) in raw {
+        let Ok(address) = std::str::from_utf8(addr) else {
+            continue;
+        };
+        if address.is_empty() {
+            continue;
+        }
+        let (health, raw_metrics) = health_and_metrics(info);
+        out.push(HostMetrics {
+            address,
+            health,
+            raw_metrics,
+        });
+    }
+    Ok(out)
+}
+
+/// The text of a raw JSON string body (no quotes): escapes resolved. `None` if malformed.
+pub fn unescape_json_string(raw: &[u8]) -> Option<String> {
+    if !raw.contains(&b'\\') {
+        return String::from_utf8(raw.to_vec()).ok();
+    }
+    let mut quoted = Vec::with_capacity(raw.len() + 2);
+    quoted.push(b'"');
+    quoted.extend_from_slice(raw);
+    quoted.push(b'"');
+    serde_json::from_slice(&quoted).ok()
+}
+
+/// A fast, non-cryptographic fingerprint of a byte string (8 bytes per step): detects that a
+/// host's metrics text changed without parsing it.
+pub fn quick_hash(b: &[u8]) -> u64 {
+    const K: u64 = 0x517c_c1b7_2722_0a95;
+    let mut h = b.len() as u64;
+    let mut chunks = b.chunks_exact(8);
+    for c in &mut chunks {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        h = (h.rotate_left(5) ^ u64::from_le_bytes(w)).wrapping_mul(K);
+    }
+    for &x in chunks.remainder() {
+        h = (h.rotate_left(5) ^ u64::from(x)).wrapping_mul(K);
+    }
+    h
+}
+
+/// Health and the raw `metrics` string, in one pass over the top-level keys.
+fn health_and_metrics(json: &[u8]) -> (Health, &[u8]) {
+    let mut s = Scanner { b: json, i: 0 };
+    let mut health = Health::Unknown;
+    let mut metrics: &[u8] = &[];
+    if !s.eat(b'{') {
+        return (health, metrics);
+    }
+    loop {
+        let Some(key) = s.string() else {
+            return (health, metrics);
+        };
+        if !s.eat(b':') {
+            return (health, metrics);
+        }
+        if key == b"health_status" {
+            health = match s.string() {
+                Some(b"Healthy") => Health::Healthy,
+                Some(b"Degraded") => Health::Degraded,
+                Some(b"Unhealthy") => Health::Unhealthy,
+                _ => return (Health::Unknown, metrics),
+            };
+        } else if key == b"metrics" {
+            match s.string() {
+                Some(m) => metrics = m,
+                None => return (health, metrics),
+            }
+        } else if !s.skip_value() {
+            return (health, metrics);
+        }
+        if !s.eat(b',') {
+            return (health, metrics);
+        }
+    }
+}
+
 /// Reads `health_status` from the host's JSON without materialising the rest: the `metrics`
 /// value can be 64 KiB per host, and this runs for every host on every request. Top-level
 /// values other than the status are skipped; the scan stops at the status.
@@ -201,6 +297,36 @@ mod tests {
             fingerprint(&["ab".into()]),
             fingerprint(&["a".into(), "b".into()])
         );
+    }
+
+    #[test]
+    fn metrics_field_is_borrowed_raw_and_unescaped_on_demand() {
+        let buf = hosts(&[
+            (
+                "10.0.0.1:80",
+                r#"{"health_status":"Healthy","metrics":"a 1\nb{x=\"y\"} 2\n"}"#,
+            ),
+            (
+                "10.0.0.2:80",
+                r#"{"metrics":"plain 3","health_status":"Degraded"}"#,
+            ),
+            ("10.0.0.3:80", r#"{"health_status":"Healthy"}"#),
+            ("10.0.0.4:80", r#"{"health_status":"Healthy","metrics":"#),
+        ]);
+        let h = decode_hosts_with_metrics(&buf).unwrap();
+        assert_eq!(h[0].health, Health::Healthy);
+        assert_eq!(
+            unescape_json_string(h[0].raw_metrics).unwrap(),
+            "a 1\nb{x=\"y\"} 2\n"
+        );
+        assert_eq!(h[1].health, Health::Degraded);
+        assert_eq!(h[1].raw_metrics, b"plain 3");
+        assert_eq!(h[2].raw_metrics, b"");
+        assert_eq!(h[3].health, Health::Healthy);
+        assert_eq!(h[3].raw_metrics, b"");
+        assert_eq!(unescape_json_string(b"bad \\x"), None);
+        assert_ne!(quick_hash(b"abcdefgh1"), quick_hash(b"abcdefgh2"));
+        assert_ne!(quick_hash(b""), quick_hash(b"\0"));
     }
 
     #[test]

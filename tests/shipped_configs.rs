@@ -1,7 +1,7 @@
 //! Every configuration example we ship is parsed by the plugin's own parser.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use ai_load_balancer::config::{PluginConfig, RequestKeys};
+use ai_load_balancer::config::{Build, PluginConfig, RequestKeys};
 use serde_json::{json, Map, Value};
 use std::path::Path;
 
@@ -43,15 +43,29 @@ fn it_accepts_every_schema_key_with_its_default() {
             .unwrap_or_else(|| match p["type"].as_str() {
                 Some("integer") => json!(6379),
                 Some("boolean") => json!(true),
+                Some("array") => json!(["10.0.0.1:8000"]),
                 _ => json!("x-ai-lb-debug"),
             });
-        let mut lb = Map::new();
-        lb.insert("serviceFQDN".into(), json!("redis.static"));
-        lb.insert("servicePort".into(), json!(6379));
-        lb.insert(key.clone(), value);
-        let cfg = json!({"lb_policy": "global_least_request", "lb_config": lb});
-        PluginConfig::parse(cfg.to_string().as_bytes())
-            .unwrap_or_else(|e| panic!("schema key {key}: {e}"));
+        let policies: Vec<&str> = p["x-policies"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_else(|| vec!["global_least_request"]);
+        let envoy = p["x-build"].as_str() == Some("envoy");
+        for policy in policies {
+            let mut lb = Map::new();
+            if policy == "global_least_request" && !envoy {
+                lb.insert("serviceFQDN".into(), json!("redis.static"));
+                lb.insert("servicePort".into(), json!(6379));
+            }
+            if envoy {
+                lb.insert("endpoints".into(), json!(["10.0.0.1:8000"]));
+            }
+            lb.insert(key.clone(), value.clone());
+            let cfg = json!({"lb_policy": policy, "lb_config": lb});
+            let build = if envoy { Build::Envoy } else { Build::Higress };
+            PluginConfig::parse_for(cfg.to_string().as_bytes(), build)
+                .unwrap_or_else(|e| panic!("schema key {key} ({policy}): {e}"));
+        }
     }
 }
 

@@ -1,9 +1,11 @@
 //! One route's balancing config: `lb_type`, `lb_policy` and `lb_config` (Higress's keys plus
 //! the new ones documented in the README).
 
-use super::{fields, ConfigError};
+use super::metrics::MetricsConfig;
+use super::{fields, Build, ConfigError};
 use serde_json::{Map, Value};
 use std::fmt;
+use std::rc::Rc;
 
 /// The balancing policy of a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,9 +39,14 @@ impl Policy {
         }
     }
 
-    /// Whether the policy keeps its state in Redis (and so needs the Redis keys).
-    pub fn uses_redis(self) -> bool {
-        matches!(self, Policy::GlobalLeastRequest | Policy::PrefixCache)
+    /// Whether the policy keeps its state in Redis (and so needs the Redis keys). In the
+    /// plain-Envoy build, global_least_request keeps it per proxy in shared data instead.
+    pub fn uses_redis(self, build: Build) -> bool {
+        match self {
+            Policy::GlobalLeastRequest => build == Build::Higress,
+            Policy::PrefixCache => true,
+            Policy::EndpointMetrics => false,
+        }
     }
 }
 
@@ -92,6 +99,16 @@ pub struct RedisTarget {
     pub database: u32,
 }
 
+/// How the choice reaches the router.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Publish {
+    /// Higress: `proxy_set_upstream_override_host`.
+    OverrideHost,
+    /// Plain Envoy: an `ip:port[,ip:port]` request header for the `override_host` LB policy,
+    /// with up to `fallbacks` further endpoints after the choice.
+    Header { name: String, fallbacks: usize },
+}
+
 /// A route's validated config.
 #[derive(Debug, Clone)]
 pub struct RouteConfig {
@@ -108,6 +125,13 @@ pub struct RouteConfig {
     pub debug_header: Option<String>,
     pub max_body_bytes: usize,
     pub detail_log: bool,
+    /// endpoint_metrics settings (that policy only).
+    pub metrics: Option<Rc<MetricsConfig>>,
+    /// Plain-Envoy build: the endpoints to choose from (`ip:port`, sorted, deduplicated).
+    pub endpoints: Rc<Vec<String>>,
+    pub publish: Publish,
+    /// Decide in the request-headers phase (plain Envoy: the body comes after routing).
+    pub decide_at_headers: bool,
 }
 
 const DEFAULT_TIMEOUT_MS: u64 = 3000;
@@ -116,7 +140,7 @@ const DEFAULT_MAX_BODY_BYTES: u64 = 10 * 1024 * 1024;
 
 impl RouteConfig {
     /// Reads `lb_type`, `lb_policy` and `lb_config` from one config object (global or rule).
-    pub fn parse(map: &Map<String, Value>) -> Result<RouteConfig, ConfigError> {
+    pub fn parse(map: &Map<String, Value>, build: Build) -> Result<RouteConfig, ConfigError> {
         let mut f = fields(map);
         let lb_type: Option<String> = f.get("lb_type")?;
         match lb_type.as_deref() {
@@ -131,7 +155,8 @@ impl RouteConfig {
         }
         let policy = match f.get::<String>("lb_policy")?.as_deref() {
             Some("global_least_request") => Policy::GlobalLeastRequest,
-            Some(p @ ("prefix_cache" | "endpoint_metrics" | "metrics_based")) => {
+            Some("endpoint_metrics" | "metrics_based") => Policy::EndpointMetrics,
+            Some(p @ "prefix_cache") => {
                 return Err(ConfigError::new(
                     "lb_policy",
                     format!("`{p}` is not available in this build yet"),
@@ -152,13 +177,30 @@ impl RouteConfig {
             Some(_) => return Err(ConfigError::new("lb_config", "must be an object")),
         };
         f.finish()?;
-        parse_lb_config(policy, lb_config).map_err(|e| e.within("lb_config"))
+        parse_lb_config(policy, lb_config, build).map_err(|e| e.within("lb_config"))
     }
 }
 
-fn parse_lb_config(policy: Policy, map: &Map<String, Value>) -> Result<RouteConfig, ConfigError> {
+/// Letters, digits, '-' and '_': what a header name config key accepts.
+pub(super) fn is_header_name(h: &str) -> bool {
+    !h.is_empty()
+        && h.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+fn parse_lb_config(
+    policy: Policy,
+    map: &Map<String, Value>,
+    build: Build,
+) -> Result<RouteConfig, ConfigError> {
     let mut f = fields(map);
-    let redis = parse_redis(&mut f, policy)?;
+    let redis = parse_redis(&mut f, policy, build)?;
+    let metrics = if policy == Policy::EndpointMetrics {
+        Some(Rc::new(super::metrics::parse(&mut f, build)?))
+    } else {
+        None
+    };
+    let (endpoints, publish) = parse_envoy(&mut f, policy, build)?;
     let max_load: u64 = f.get("maxRequestCount")?.unwrap_or(0);
     // Accepted for compatibility: the membership sync (design §3) already drops endpoints that
     // left the cluster, which is all Higress's periodic clean-up did.
@@ -195,11 +237,7 @@ fn parse_lb_config(policy: Policy, map: &Map<String, Value>) -> Result<RouteConf
     };
     let debug_header: Option<String> = f.get("debugHeader")?;
     if let Some(h) = &debug_header {
-        if h.is_empty()
-            || !h
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        {
+        if !is_header_name(h) {
             return Err(ConfigError::new(
                 "debugHeader",
                 "must be a header name (letters, digits, '-', '_')",
@@ -239,7 +277,89 @@ fn parse_lb_config(policy: Policy, map: &Map<String, Value>) -> Result<RouteConf
         debug_header: debug_header.map(|h| h.to_ascii_lowercase()),
         max_body_bytes: max_body_bytes as usize,
         detail_log,
+        metrics,
+        endpoints: Rc::new(endpoints),
+        publish,
+        decide_at_headers: build == Build::Envoy,
     })
+}
+
+/// The plain-Envoy keys: `endpoints` (required there) and `destinationHeader`/`fallbackCount`.
+/// The Higress build takes its endpoints from the host and rejects them.
+fn parse_envoy(
+    f: &mut super::fields::Fields<'_>,
+    policy: Policy,
+    build: Build,
+) -> Result<(Vec<String>, Publish), ConfigError> {
+    let endpoints: Option<Vec<String>> = f.get("endpoints")?;
+    let header: Option<String> = f.get("destinationHeader")?;
+    let fallbacks: Option<u64> = f.get("fallbackCount")?;
+    if build == Build::Higress {
+        for (key, set) in [
+            ("endpoints", endpoints.is_some()),
+            ("destinationHeader", header.is_some()),
+            ("fallbackCount", fallbacks.is_some()),
+        ] {
+            if set {
+                return Err(ConfigError::new(
+                    key,
+                    "only in the plain-Envoy build (Higress gives the endpoints and the override call)",
+                ));
+            }
+        }
+        return Ok((Vec::new(), Publish::OverrideHost));
+    }
+    let mut endpoints = endpoints.unwrap_or_default();
+    if endpoints.is_empty() && policy != Policy::PrefixCache {
+        return Err(ConfigError::new(
+            "endpoints",
+            "missing: the plain-Envoy build needs the pods as [\"ip:port\", ...]",
+        ));
+    }
+    for (i, e) in endpoints.iter().enumerate() {
+        if !is_endpoint(e) {
+            return Err(ConfigError::new(
+                format!("endpoints[{i}]"),
+                format!("`{e}` is not ip:port"),
+            ));
+        }
+    }
+    endpoints.sort_unstable();
+    endpoints.dedup();
+    let name = header.unwrap_or_else(|| DEFAULT_DESTINATION_HEADER.to_string());
+    if !is_header_name(&name) {
+        return Err(ConfigError::new(
+            "destinationHeader",
+            "must be a header name (letters, digits, '-', '_')",
+        ));
+    }
+    let fallbacks = fallbacks.unwrap_or(2);
+    if fallbacks > 16 {
+        return Err(ConfigError::new("fallbackCount", "at most 16"));
+    }
+    Ok((
+        endpoints,
+        Publish::Header {
+            name: name.to_ascii_lowercase(),
+            fallbacks: fallbacks as usize,
+        },
+    ))
+}
+
+pub const DEFAULT_DESTINATION_HEADER: &str = "x-gateway-destination-endpoint";
+
+/// `a.b.c.d:port` or `[v6]:port`.
+fn is_endpoint(e: &str) -> bool {
+    let Some((host, port)) = e.rsplit_once(':') else {
+        return false;
+    };
+    let port_ok = port.parse::<u16>().is_ok_and(|p| p != 0);
+    let host_ok = if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        v6.parse::<std::net::Ipv6Addr>().is_ok()
+    } else {
+        host.parse::<std::net::Ipv4Addr>().is_ok()
+    };
+    port_ok && host_ok
 }
 
 /// Higress's Redis keys. Required by the policies that keep state in Redis; the others accept
@@ -247,15 +367,18 @@ fn parse_lb_config(policy: Policy, map: &Map<String, Value>) -> Result<RouteConf
 fn parse_redis<'a>(
     f: &mut super::fields::Fields<'a>,
     policy: Policy,
+    build: Build,
 ) -> Result<Option<RedisTarget>, ConfigError> {
     let fqdn: Option<String> = f.get("serviceFQDN")?;
-    if !policy.uses_redis() {
+    if !policy.uses_redis(build) {
+        let why = if build == Build::Envoy {
+            "the plain-Envoy build has no Redis (state is kept per proxy)".to_string()
+        } else {
+            format!("policy {} does not use Redis", policy.name())
+        };
         return match fqdn {
             None => Ok(None),
-            Some(_) => Err(ConfigError::new(
-                "serviceFQDN",
-                format!("policy {} does not use Redis", policy.name()),
-            )),
+            Some(_) => Err(ConfigError::new("serviceFQDN", why)),
         };
     }
     let fqdn = fqdn.ok_or_else(|| {

@@ -5,10 +5,28 @@
 mod error;
 mod fields;
 mod lb;
+mod metrics;
 mod rules;
 
 pub use error::ConfigError;
-pub use lb::{CostMode, FailureMode, Policy, RedisTarget, RouteConfig};
+pub use lb::{CostMode, FailureMode, Policy, Publish, RedisTarget, RouteConfig};
+pub use metrics::{MetricsConfig, MetricsSource, ScrapeConfig};
+
+/// Which artifact the config is for: the keys and defaults differ slightly (README).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Build {
+    Higress,
+    Envoy,
+}
+
+impl Build {
+    /// The build this code was compiled as.
+    pub const CURRENT: Build = if cfg!(feature = "envoy") {
+        Build::Envoy
+    } else {
+        Build::Higress
+    };
+}
 pub use rules::{Matcher, RequestKeys};
 
 use fields::Fields;
@@ -25,6 +43,11 @@ pub struct PluginConfig {
 impl PluginConfig {
     /// Parses and validates the plugin configuration JSON (Higress envelope included).
     pub fn parse(json: &[u8]) -> Result<PluginConfig, ConfigError> {
+        Self::parse_for(json, Build::CURRENT)
+    }
+
+    /// [`Self::parse`] for a given build (tests exercise both from one binary).
+    pub fn parse_for(json: &[u8], build: Build) -> Result<PluginConfig, ConfigError> {
         let value: Value = serde_json::from_slice(json)
             .map_err(|e| ConfigError::new("", format!("not valid JSON: {e}")))?;
         let Value::Object(top) = value else {
@@ -35,7 +58,7 @@ impl PluginConfig {
         };
         let rules = match top.get("_rules_") {
             None | Some(Value::Null) => Vec::new(),
-            Some(Value::Array(items)) => parse_rules(items)?,
+            Some(Value::Array(items)) => parse_rules(items, build)?,
             Some(_) => {
                 return Err(ConfigError::new(
                     "_rules_",
@@ -46,7 +69,7 @@ impl PluginConfig {
         // Higress sends the global keys beside `_rules_`; a config that is only rules has none.
         let has_global = top.keys().any(|k| !k.starts_with('_'));
         let global = if has_global {
-            Some(Rc::new(RouteConfig::parse(&top)?))
+            Some(Rc::new(RouteConfig::parse(&top, build)?))
         } else {
             None
         };
@@ -85,7 +108,10 @@ impl PluginConfig {
     }
 }
 
-fn parse_rules(items: &[Value]) -> Result<Vec<(Matcher, Rc<RouteConfig>)>, ConfigError> {
+fn parse_rules(
+    items: &[Value],
+    build: Build,
+) -> Result<Vec<(Matcher, Rc<RouteConfig>)>, ConfigError> {
     let mut out = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
         let at = format!("_rules_[{i}]");
@@ -93,7 +119,7 @@ fn parse_rules(items: &[Value]) -> Result<Vec<(Matcher, Rc<RouteConfig>)>, Confi
             return Err(ConfigError::new(at, "must be an object"));
         };
         let matcher = Matcher::parse(map).map_err(|e| e.within(&at))?;
-        let config = RouteConfig::parse(map).map_err(|e| e.within(&at))?;
+        let config = RouteConfig::parse(map, build).map_err(|e| e.within(&at))?;
         out.push((matcher, Rc::new(config)));
     }
     Ok(out)

@@ -14,6 +14,10 @@ use std::rc::Rc;
 
 mod calls;
 mod glr;
+mod local;
+mod metrics;
+mod scrape;
+mod shared;
 
 /// What a phase callback answers the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,6 +82,7 @@ pub struct Engine {
     acquires: u64,
     log_level: LogLevel,
     last_warn: HashMap<&'static str, u64>,
+    metrics: metrics::MetricsState,
 }
 
 impl Engine {
@@ -89,7 +94,9 @@ impl Engine {
         seed: u64,
         log_level: LogLevel,
     ) -> Engine {
+        let metrics = metrics::MetricsState::new(&config, seed);
         let mut e = Engine {
+            metrics,
             stats: Stats::define(host),
             config,
             scripts: Scripts::new(),
@@ -115,6 +122,7 @@ impl Engine {
                 }
             }
         }
+        e.start_scraper(host);
         e
     }
 
@@ -132,6 +140,8 @@ impl Engine {
             cluster: cluster.as_deref(),
             authority: authority.as_deref(),
         };
+        // Plain Envoy: a client must never steer override_host (no-op for Higress configs).
+        self.strip_destination_headers(host);
         let Some(config) = self.config.select(&keys).cloned() else {
             return Verdict::Continue; // no rule and no global config: the plugin is off here
         };
@@ -141,7 +151,9 @@ impl Engine {
             }
             _ => None,
         };
-        let missing_route = keys.is_none();
+        // Only the Redis keys need the route and cluster names.
+        let missing_route = keys.is_none() && config.redis.is_some();
+        let decide_now = end_of_stream || config.decide_at_headers;
         self.requests.insert(
             ctx,
             Request {
@@ -154,7 +166,7 @@ impl Engine {
         if missing_route {
             return self.fail(host, ctx, Cause::NoRoute, false);
         }
-        if end_of_stream {
+        if decide_now {
             self.decide(host, ctx)
         } else {
             // Under ABI 0_2_100 this is StopIteration: headers held, body still delivered.
@@ -205,6 +217,7 @@ impl Engine {
             AtDone::Release(lease) => {
                 self.release(host, &req.config, lease.keys, vec![lease.member])
             }
+            AtDone::ReleaseLocal(lease) => self.release_local(host, lease),
             // The pick's reply will find no request and release what it acquired.
             AtDone::Orphan { token } => self.log(
                 host,
@@ -244,15 +257,20 @@ impl Engine {
 
     /// The end of the request is here (body complete, or no body): let the route's policy pick.
     fn decide(&mut self, host: &mut dyn Host, ctx: u32) -> Verdict {
-        let Some(policy) = self.requests.get(&ctx).map(|r| r.config.policy) else {
+        let Some((policy, redis)) = self
+            .requests
+            .get(&ctx)
+            .map(|r| (r.config.policy, r.config.redis.is_some()))
+        else {
             return Verdict::Continue;
         };
         match policy {
-            Policy::GlobalLeastRequest => self.decide_least_request(host, ctx),
-            // Rejected at configure time until their issues land (config/lb.rs).
-            Policy::PrefixCache | Policy::EndpointMetrics => {
-                self.fail(host, ctx, Cause::NoRoute, false)
-            }
+            Policy::GlobalLeastRequest if redis => self.decide_least_request(host, ctx),
+            // Plain Envoy: per-proxy counts in shared data.
+            Policy::GlobalLeastRequest => self.decide_local_least_request(host, ctx),
+            Policy::EndpointMetrics => self.decide_metrics(host, ctx),
+            // Rejected at configure time until its issue lands (config/lb.rs).
+            Policy::PrefixCache => self.fail(host, ctx, Cause::NoRoute, false),
         }
     }
 

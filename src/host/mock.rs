@@ -32,6 +32,14 @@ pub struct MockHost {
     pub live_contexts: Vec<u32>,
     pub metrics: Vec<(String, i64)>,
     pub logs: RefCell<Vec<(LogLevel, String)>>,
+    /// Shared data: key → (value, cas). Shared between "VMs" by cloning the Rc.
+    pub shared: std::rc::Rc<RefCell<HashMap<String, (Vec<u8>, u32)>>>,
+    pub tick_ms: Option<u32>,
+    /// (cluster, headers) of every HTTP callout, in order.
+    pub http_calls: Vec<(String, Vec<(String, String)>)>,
+    pub http_call_fails: bool,
+    /// The callout response readable during `on_http_call_response`.
+    pub http_response: Option<(Option<u16>, Vec<u8>)>,
 }
 
 impl MockHost {
@@ -163,6 +171,70 @@ impl Host for MockHost {
         })?;
         m.1 += delta;
         Ok(())
+    }
+
+    fn shared_get(&self, key: &str) -> HostResult<Option<(Vec<u8>, u32)>> {
+        Ok(self.shared.borrow().get(key).cloned())
+    }
+
+    fn shared_set(&mut self, key: &str, value: &[u8], cas: u32) -> HostResult<()> {
+        let mut m = self.shared.borrow_mut();
+        match m.get_mut(key) {
+            Some(e) if cas != 0 && cas != e.1 => Err(HostError {
+                call: "set_shared_data",
+                status: 8,
+            }),
+            Some(e) => {
+                e.0 = value.to_vec();
+                e.1 += 1;
+                Ok(())
+            }
+            None => {
+                m.insert(key.to_string(), (value.to_vec(), 1));
+                Ok(())
+            }
+        }
+    }
+
+    fn set_tick_period(&mut self, ms: u32) -> HostResult<()> {
+        self.tick_ms = Some(ms);
+        Ok(())
+    }
+
+    fn http_call(
+        &mut self,
+        cluster: &str,
+        headers: &[(&str, &str)],
+        _timeout_ms: u32,
+    ) -> HostResult<u32> {
+        if self.http_call_fails {
+            return Err(HostError {
+                call: "http_call",
+                status: 2,
+            });
+        }
+        self.http_calls.push((
+            cluster.into(),
+            headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        ));
+        let token = self.next_token;
+        self.next_token += 4;
+        Ok(token)
+    }
+
+    fn http_call_status(&self) -> HostResult<Option<u16>> {
+        Ok(self.http_response.as_ref().and_then(|r| r.0))
+    }
+
+    fn http_call_body(&self, size: usize) -> HostResult<Vec<u8>> {
+        Ok(self
+            .http_response
+            .as_ref()
+            .map(|r| r.1.iter().take(size).copied().collect())
+            .unwrap_or_default())
     }
 
     fn upstream_hosts(&self) -> HostResult<Vec<u8>> {

@@ -60,6 +60,25 @@ pub trait Host {
     fn define_metric(&mut self, kind: MetricType, name: &str) -> HostResult<u32>;
     fn increment_metric(&mut self, id: u32, delta: i64) -> HostResult<()>;
 
+    // Standard ABI, used by endpoint_metrics (scraping, per-proxy state) and the Envoy build.
+    /// Process-wide shared data: value and CAS, `None` when the key does not exist.
+    fn shared_get(&self, key: &str) -> HostResult<Option<(Vec<u8>, u32)>>;
+    /// Writes `value`; `cas` 0 = unconditionally, else it must match (status 8 otherwise).
+    fn shared_set(&mut self, key: &str, value: &[u8], cas: u32) -> HostResult<()>;
+    /// Root context only: calls `on_tick` every `ms` milliseconds (0 = off).
+    fn set_tick_period(&mut self, ms: u32) -> HostResult<()>;
+    /// An HTTP callout from the root context; the token comes back in `on_http_call_response`.
+    fn http_call(
+        &mut self,
+        cluster: &str,
+        headers: &[(&str, &str)],
+        timeout_ms: u32,
+    ) -> HostResult<u32>;
+    /// During `on_http_call_response`: the `:status` of the response, if any.
+    fn http_call_status(&self) -> HostResult<Option<u16>>;
+    /// During `on_http_call_response`: up to `max` bytes of the response body.
+    fn http_call_body(&self, size: usize) -> HostResult<Vec<u8>>;
+
     // Higress extensions (design §1). The Envoy build answers `UNSUPPORTED`.
     fn upstream_hosts(&self) -> HostResult<Vec<u8>>;
     fn set_upstream_override_host(&mut self, address: &str) -> HostResult<()>;

@@ -59,6 +59,21 @@ extern "C" {
     fn proxy_set_effective_context(context_id: u32) -> u32;
     fn proxy_define_metric(kind: u32, name: *const u8, name_len: usize, out: *mut u32) -> u32;
     fn proxy_increment_metric(id: u32, delta: i64) -> u32;
+    fn proxy_get_shared_data(
+        key: *const u8,
+        key_len: usize,
+        out: *mut *mut u8,
+        out_len: *mut usize,
+        cas: *mut u32,
+    ) -> u32;
+    fn proxy_set_shared_data(
+        key: *const u8,
+        key_len: usize,
+        value: *const u8,
+        value_len: usize,
+        cas: u32,
+    ) -> u32;
+    fn proxy_set_tick_period_milliseconds(ms: u32) -> u32;
 }
 
 #[cfg(not(feature = "envoy"))]
@@ -87,7 +102,10 @@ extern "C" {
 const REQUEST_HEADERS: u32 = 0;
 const RESPONSE_HEADERS: u32 = 2;
 const REQUEST_BODY: u32 = 0;
+#[cfg(not(feature = "envoy"))]
 const REDIS_CALL_RESPONSE: u32 = 9;
+const HTTP_CALL_RESPONSE_HEADERS: u32 = 6;
+const HTTP_CALL_RESPONSE_BODY: u32 = 4;
 const STREAM_REQUEST: u32 = 0;
 
 fn check(call: &'static str, status: u32) -> HostResult<()> {
@@ -243,6 +261,68 @@ impl Host for WasmHost {
         check("increment_metric", unsafe {
             proxy_increment_metric(id, delta)
         })
+    }
+
+    fn shared_get(&self, key: &str) -> HostResult<Option<(Vec<u8>, u32)>> {
+        let mut cas = 0u32;
+        // SAFETY: out-pointers are valid for the call; see `owned`.
+        let v = fetch("get_shared_data", |p, l| unsafe {
+            proxy_get_shared_data(key.as_ptr(), key.len(), p, l, &mut cas)
+        })?;
+        Ok(v.map(|v| (v, cas)))
+    }
+
+    fn shared_set(&mut self, key: &str, value: &[u8], cas: u32) -> HostResult<()> {
+        // SAFETY: pointers/lengths of live buffers.
+        check("set_shared_data", unsafe {
+            proxy_set_shared_data(key.as_ptr(), key.len(), value.as_ptr(), value.len(), cas)
+        })
+    }
+
+    fn set_tick_period(&mut self, ms: u32) -> HostResult<()> {
+        // SAFETY: no pointers.
+        check("set_tick_period", unsafe {
+            proxy_set_tick_period_milliseconds(ms)
+        })
+    }
+
+    fn http_call(
+        &mut self,
+        cluster: &str,
+        headers: &[(&str, &str)],
+        timeout_ms: u32,
+    ) -> HostResult<u32> {
+        // Through the SDK so its dispatcher routes the response to the root context (it panics
+        // on tokens it does not know). It panics itself only on statuses other than Ok,
+        // BadArgument and InternalFailure, which no host returns for this call.
+        proxy_wasm::hostcalls::dispatch_http_call(
+            cluster,
+            headers.to_vec(),
+            None,
+            Vec::new(),
+            std::time::Duration::from_millis(u64::from(timeout_ms)),
+        )
+        .map_err(|s| HostError {
+            call: "http_call",
+            status: s as u32,
+        })
+    }
+
+    fn http_call_status(&self) -> HostResult<Option<u16>> {
+        let name = ":status";
+        // SAFETY: as in `fetch`.
+        let raw = fetch("get_http_call_header", |p, l| unsafe {
+            proxy_get_header_map_value(HTTP_CALL_RESPONSE_HEADERS, name.as_ptr(), name.len(), p, l)
+        })?;
+        Ok(raw.and_then(|v| std::str::from_utf8(&v).ok()?.trim().parse().ok()))
+    }
+
+    fn http_call_body(&self, size: usize) -> HostResult<Vec<u8>> {
+        // SAFETY: as in `fetch`.
+        Ok(fetch("get_http_call_body", |p, l| unsafe {
+            proxy_get_buffer_bytes(HTTP_CALL_RESPONSE_BODY, 0, size, p, l)
+        })?
+        .unwrap_or_default())
     }
 
     #[cfg(not(feature = "envoy"))]

@@ -53,6 +53,19 @@ impl RateLimitWindow {
         self.recent.push_back(addr_hash(addr));
     }
 
+    /// The remembered decisions (oldest first), to keep the window in shared data.
+    pub fn hashes(&self) -> Vec<u64> {
+        self.recent.iter().copied().collect()
+    }
+
+    /// A window restored from [`Self::hashes`] (the newest [`WINDOW`] kept).
+    pub fn from_hashes(h: &[u64]) -> Self {
+        let skip = h.len().saturating_sub(WINDOW);
+        Self {
+            recent: h.iter().skip(skip).copied().collect(),
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.recent.len()
     }
