@@ -402,3 +402,6 @@ fn fallback_order(candidates: &[Candidate], chosen: usize) -> Vec<&str> {
 fn clamp_u32(x: u64) -> u32 {
     u32::try_from(x).unwrap_or(u32::MAX)
 }
+
+#[cfg(test)]
+mod tests;

@@ -6,6 +6,9 @@ use super::{pairs, Host, HostError, HostResult, LogLevel, MetricType};
 use std::cell::RefCell;
 use std::collections::HashMap;
 
+/// Shared data: key → (value, CAS).
+pub type SharedData = std::rc::Rc<RefCell<HashMap<String, (Vec<u8>, u32)>>>;
+
 #[derive(Default)]
 pub struct MockHost {
     pub now_ms: u64,
@@ -33,7 +36,7 @@ pub struct MockHost {
     pub metrics: Vec<(String, i64)>,
     pub logs: RefCell<Vec<(LogLevel, String)>>,
     /// Shared data: key → (value, cas). Shared between "VMs" by cloning the Rc.
-    pub shared: std::rc::Rc<RefCell<HashMap<String, (Vec<u8>, u32)>>>,
+    pub shared: SharedData,
     pub tick_ms: Option<u32>,
     /// (cluster, headers) of every HTTP callout, in order.
     pub http_calls: Vec<(String, Vec<(String, String)>)>,
