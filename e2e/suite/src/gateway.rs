@@ -40,6 +40,10 @@ pub struct GatewaySpec {
     pub upstream_timeout_ms: u64,
     pub buffer_limit_bytes: usize,
     pub log_level: String,
+    /// Active health check of the pods' cluster (e.g. `store_metrics: true` for endpoint_metrics).
+    pub health_check: Option<Value>,
+    /// Further clusters (e.g. an `original_dst` scrape cluster).
+    pub extra_clusters: Vec<Value>,
 }
 
 impl GatewaySpec {
@@ -55,6 +59,8 @@ impl GatewaySpec {
             upstream_timeout_ms: 30_000,
             buffer_limit_bytes: 10 * 1024 * 1024,
             log_level: "warn".into(),
+            health_check: None,
+            extra_clusters: Vec::new(),
         }
     }
 
@@ -75,6 +81,12 @@ impl GatewaySpec {
             "clusters": [{"name": CLUSTER, "lb_policy": self.cluster_lb, "timeout_ms": self.upstream_timeout_ms, "endpoints": endpoints}],
             "routes": [{"name": ROUTE, "match": {"prefix": "/"}, "cluster": CLUSTER}],
         });
+        if let Some(clusters) = cfg["clusters"].as_array_mut() {
+            if let (Some(hc), Some(first)) = (&self.health_check, clusters.first_mut()) {
+                first["health_check"] = hc.clone();
+            }
+            clusters.extend(self.extra_clusters.iter().cloned());
+        }
         if let (Some((wasm, config)), Some(obj)) = (&self.plugin, cfg.as_object_mut()) {
             obj.insert("plugin".into(), json!({"wasm": wasm, "config": config}));
         }

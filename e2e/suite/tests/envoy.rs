@@ -1,0 +1,133 @@
+//! The plain-Envoy artifact in real Envoy 1.40: shipped configs validate; traffic follows the
+//! scraped metrics through `override_host`; a client-sent destination header never steers;
+//! garbage metrics and failed scrapes fall back to the cluster's policy; the per-proxy
+//! least request spreads long requests.
+
+use ailb_e2e::bed::{chat, Bed};
+use ailb_e2e::envoy::{validate, Envoy, SCRAPE_CLUSTER};
+use ailb_e2e::gateway::wait_until;
+use ailb_e2e::metrics::{busy_bed, land, preload};
+use ailb_fakepod::MetricsSource;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+fn metrics_plugin(pods: &[String], extra: Value) -> Value {
+    let mut lb = json!({"endpoints": pods, "scrapeCluster": SCRAPE_CLUSTER,
+        "scrapeIntervalMs": 100, "scrapeTimeoutMs": 300});
+    if let (Some(lb), Some(extra)) = (lb.as_object_mut(), extra.as_object()) {
+        lb.extend(extra.clone());
+    }
+    json!({"lb_policy": "endpoint_metrics", "lb_config": lb})
+}
+
+#[test]
+fn shipped_envoy_configs_validate() {
+    let dir = ailb_e2e::repo_root().join("envoy");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            validate(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            n += 1;
+        }
+    }
+    assert!(n >= 1);
+}
+
+#[test]
+fn envoy_routes_by_scraped_metrics_and_ignores_client_headers() {
+    let bed = busy_bed();
+    let pods = bed.pod_addrs();
+    let envoy = Envoy::start(&pods, &metrics_plugin(&pods, json!({})));
+    preload(&bed, 0, 6, 300);
+    assert!(
+        wait_until(Duration::from_secs(10), || envoy
+            .stat("ai_lb.metrics.scrape_ok")
+            >= 6),
+        "no scrapes: {}",
+        envoy.logs()
+    );
+    std::thread::sleep(Duration::from_millis(250));
+    let (landed, statuses) = land(&envoy.url, 10, &[]);
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    assert_eq!(landed.get("pod-0"), None, "landed: {landed:?}");
+    // A client naming the busy pod does not get it.
+    let busy = pods[0].clone();
+    let (landed, statuses) = land(
+        &envoy.url,
+        6,
+        &[("x-gateway-destination-endpoint", busy.as_str())],
+    );
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    assert_eq!(
+        landed.get("pod-0"),
+        None,
+        "client header steered: {landed:?}"
+    );
+    assert!(envoy.stat("ai_lb.metrics.routed") >= 16, "{}", envoy.logs());
+    // The scraper runs once per proxy, not once per worker VM.
+    assert_eq!(
+        envoy.stat("ai_lb.metrics.parsed"),
+        envoy.stat("ai_lb.metrics.scrape_ok") + envoy.stat("ai_lb.metrics.scrape_failed")
+    );
+}
+
+#[test]
+fn envoy_falls_back_on_garbage_metrics_and_failed_scrapes() {
+    let bed = Bed::new(3, |c| c.metrics = MetricsSource::Garbage);
+    let pods = bed.pod_addrs();
+    let envoy = Envoy::start(&pods, &metrics_plugin(&pods, json!({})));
+    assert!(wait_until(Duration::from_secs(10), || envoy
+        .stat("ai_lb.metrics.scrape_failed")
+        >= 3));
+    let (landed, statuses) = land(
+        &envoy.url,
+        9,
+        &[("x-gateway-destination-endpoint", "127.0.0.1:1")],
+    );
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    assert_eq!(landed.len(), 3, "fallback policy spreads: {landed:?}");
+    assert!(envoy.stat("ai_lb.fallback.no_metrics") >= 9);
+    drop(envoy);
+
+    // Nothing listens on the metrics port: every scrape fails, requests still flow.
+    let bed = Bed::new(2, |_| {});
+    let pods = bed.pod_addrs();
+    let envoy = Envoy::start(
+        &pods,
+        &metrics_plugin(&pods, json!({"scrapePort": ailb_e2e::free_port()})),
+    );
+    assert!(wait_until(Duration::from_secs(10), || envoy
+        .stat("ai_lb.metrics.scrape_failed")
+        >= 2));
+    let (_, statuses) = land(&envoy.url, 4, &[]);
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    assert_eq!(envoy.stat("ai_lb.metrics.scrape_ok"), 0);
+}
+
+#[test]
+fn envoy_least_request_spreads_long_requests_per_proxy() {
+    let bed = Bed::new(3, |c| {
+        c.max_running = 64;
+        c.decode_us_per_token = 10_000;
+        c.decode_batch_penalty = 0.0;
+        c.prefill_us_per_token = 1;
+    });
+    let pods = bed.pod_addrs();
+    let plugin = json!({"lb_policy": "global_least_request", "lb_config": {"endpoints": pods}});
+    let envoy = Envoy::start(&pods, &plugin);
+    let mut threads = Vec::new();
+    for i in 0..9 {
+        let url = envoy.url.clone();
+        threads.push(std::thread::spawn(move || {
+            chat(&url, &format!("long {i}"), 100)
+        }));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for t in threads {
+        assert_eq!(t.join().unwrap().0, 200);
+    }
+    let peaks = bed.peaks();
+    assert_eq!(peaks, vec![3, 3, 3], "{}", envoy.logs());
+    assert_eq!(envoy.stat("ai_lb.glr.routed"), 9);
+}
