@@ -73,6 +73,7 @@ test: lint unit-test check-abi package wasm-unit-test e2e-test
 
 bench: build e2e-build
 	$(CARGO) run --release --quiet --example bench_redis
+	$(CARGO) run --release --quiet --example bench_parse
 	$(E2E_BIN)/ailb-bench
 
 # Higress plugin-market layout: plugin.tar.gz (holding plugin.wasm) beside spec.yaml and README.

@@ -116,13 +116,18 @@ impl Gateway {
     /// Starts the process and waits for its READY line. A rejected plugin config makes the
     /// emulator exit; the error carries its log.
     pub fn start(spec: &GatewaySpec) -> anyhow::Result<Gateway> {
+        Self::start_config(&spec.config(), &spec.id)
+    }
+
+    /// Starts a gateway from a full emulator config (e.g. a spec's config, edited).
+    pub fn start_config(config: &Value, id: &str) -> anyhow::Result<Gateway> {
         let path = std::env::temp_dir().join(format!(
             "ailb-gw-{}-{}-{}.yaml",
-            spec.id,
+            id,
             std::process::id(),
             crate::free_port()
         ));
-        std::fs::write(&path, serde_json::to_string_pretty(&spec.config())?)?;
+        std::fs::write(&path, serde_json::to_string_pretty(config)?)?;
         let mut child = Command::new(crate::e2e_bin("ailb-gateway"))
             .arg("--config")
             .arg(&path)
@@ -167,7 +172,7 @@ impl Gateway {
                 let listen = field(&line, "listen=").unwrap_or_default();
                 let admin = field(&line, "admin=").unwrap_or_default();
                 Ok(Gateway {
-                    id: spec.id.clone(),
+                    id: id.to_string(),
                     url: format!("http://{listen}"),
                     admin: format!("http://{admin}"),
                     child,
@@ -180,10 +185,7 @@ impl Gateway {
                 let status = child.wait().ok();
                 std::thread::sleep(Duration::from_millis(100));
                 let log = logs.lock().map(|l| l.join("\n")).unwrap_or_default();
-                anyhow::bail!(
-                    "gateway {} did not start ({other:?}, exit {status:?}):\n{log}",
-                    spec.id
-                )
+                anyhow::bail!("gateway {id} did not start ({other:?}, exit {status:?}):\n{log}")
             }
         }
     }
