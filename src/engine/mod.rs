@@ -305,7 +305,7 @@ impl Engine {
         }
         let ctx = pick.ctx;
         match outcome {
-            PickOutcome::Reply(AcquireReply::Picked { endpoint }) => {
+            PickOutcome::Reply(AcquireReply::Picked { endpoint, .. }) => {
                 self.route(host, pick, endpoint)
             }
             PickOutcome::Reply(AcquireReply::Sync | AcquireReply::Empty) if !pick.sent_list => {
@@ -405,7 +405,7 @@ impl Engine {
     fn undo_orphan(&mut self, host: &mut dyn Host, pick: &Pick, outcome: &PickOutcome) {
         self.stats.inc(host, Counter::ReleasesOrphaned);
         match outcome {
-            PickOutcome::Reply(AcquireReply::Picked { endpoint }) => {
+            PickOutcome::Reply(AcquireReply::Picked { endpoint, .. }) => {
                 let member = scripts::lease_member(&pick.request_id, endpoint, pick.cost);
                 self.release(host, &pick.config, pick.keys.clone(), vec![member]);
             }

@@ -3,6 +3,7 @@
 use super::*;
 use crate::host::mock::MockHost;
 use crate::redis::resp::encode_command;
+use crate::redis::scripts::Scripts;
 
 const CLUSTER: &str = "outbound|8000||llm.static";
 const REDIS: &str = "outbound|6379||redis.static";
@@ -21,15 +22,12 @@ fn setup(extra: &str) -> (MockHost, Engine) {
         ("10.0.0.3:80", "Unhealthy"),
     ]);
     let mut engine = Engine::configure(&mut host, config(extra), 42, LogLevel::Trace);
-    // Answer the SCRIPT LOAD calls issued at configure, then forget them.
-    assert_eq!(host.redis_calls.len(), 2);
-    for token in [7, 11] {
-        deliver(
-            &mut host,
-            &mut engine,
-            token,
-            b"$40\r\n0123456789012345678901234567890123456789\r\n",
-        );
+    // Answer the SCRIPT LOAD calls issued at configure (one per script), then forget them.
+    let loads = host.redis_calls.len();
+    assert_eq!(loads, Scripts::new().all().len());
+    for n in 0..loads as u32 {
+        let sha = b"$40\r\n0123456789012345678901234567890123456789\r\n";
+        deliver(&mut host, &mut engine, 7 + 4 * n, sha);
     }
     assert_eq!(engine.tracked(), (0, 0));
     host.redis_calls.clear();
