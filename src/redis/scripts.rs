@@ -181,11 +181,6 @@ pub fn pick_call(
     call(script, by_sha, &all_keys, &args)
 }
 
-/// The Redis key of one prefix-chain key: `<namespace>:px:<16 hex>`.
-pub fn prefix_key(keys: &Keys, chain_key: &[u8; 8]) -> String {
-    format!("{}:px:{}", keys.namespace, hex::encode(chain_key))
-}
-
 /// The lease member a successful acquire wrote: `<request id>|<endpoint>|<cost>`.
 pub fn lease_member(request_id: &str, endpoint: &str, cost: u64) -> String {
     format!("{request_id}|{endpoint}|{cost}")
