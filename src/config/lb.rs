@@ -98,6 +98,8 @@ pub struct RouteConfig {
     pub policy: Policy,
     /// Present for the policies that use Redis.
     pub redis: Option<RedisTarget>,
+    /// Present for `prefix_cache`.
+    pub prefix: Option<super::prefix::PrefixSettings>,
     /// `ailb` by default: keys are `<prefix>:{<route>|<cluster>}:<name>`.
     pub key_prefix: String,
     pub lease_ttl_ms: u64,
@@ -131,7 +133,8 @@ impl RouteConfig {
         }
         let policy = match f.get::<String>("lb_policy")?.as_deref() {
             Some("global_least_request") => Policy::GlobalLeastRequest,
-            Some(p @ ("prefix_cache" | "endpoint_metrics" | "metrics_based")) => {
+            Some("prefix_cache") => Policy::PrefixCache,
+            Some(p @ ("endpoint_metrics" | "metrics_based")) => {
                 return Err(ConfigError::new(
                     "lb_policy",
                     format!("`{p}` is not available in this build yet"),
@@ -226,11 +229,16 @@ fn parse_lb_config(policy: Policy, map: &Map<String, Value>) -> Result<RouteConf
             "must be non-empty letters, digits, '-', '_' or '.'",
         ));
     }
+    let prefix = match policy {
+        Policy::PrefixCache => Some(super::prefix::parse(&mut f, max_body_bytes as usize)?),
+        _ => None,
+    };
     f.finish()?;
 
     Ok(RouteConfig {
         policy,
         redis,
+        prefix,
         key_prefix,
         lease_ttl_ms: lease_ttl_s * 1000,
         cost,

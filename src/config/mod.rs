@@ -5,10 +5,12 @@
 mod error;
 mod fields;
 mod lb;
+mod prefix;
 mod rules;
 
 pub use error::ConfigError;
 pub use lb::{CostMode, FailureMode, Policy, RedisTarget, RouteConfig};
+pub use prefix::PrefixSettings;
 pub use rules::{Matcher, RequestKeys};
 
 use fields::Fields;

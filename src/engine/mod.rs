@@ -5,7 +5,9 @@
 
 use crate::config::{FailureMode, PluginConfig, Policy, RequestKeys, RouteConfig};
 use crate::host::{Host, LogLevel};
-use crate::redis::scripts::{self, AcquireArgs, AcquireReply, Keys, ReplyError, Scripts};
+use crate::redis::scripts::{
+    self, AcquireArgs, AcquireReply, Keys, PrefixArgs, ReplyError, Scripts,
+};
 use crate::request::{AtDone, Lease, Phase};
 use crate::stats::{Cause, Counter, Outcome, Stats};
 use std::collections::HashMap;
@@ -14,6 +16,7 @@ use std::rc::Rc;
 
 mod calls;
 mod glr;
+mod prefix;
 
 /// What a phase callback answers the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +50,8 @@ struct Pick {
     fingerprint: Rc<str>,
     sent_list: bool,
     by_sha: bool,
+    /// prefix_cache: the prompt's prefix-chain keys (possibly empty); None = least-request.
+    chain: Option<Rc<Vec<String>>>,
 }
 
 struct Release {
@@ -177,7 +182,9 @@ impl Engine {
         }
         req.body_bytes = body_size;
         if body_size > req.config.max_body_bytes {
-            return self.fail(host, ctx, Cause::BodyTooLarge, false);
+            // Do not hold a huge body: balance by load alone, right now.
+            self.stats.inc(host, Counter::Fallback(Cause::BodyTooLarge));
+            return self.start_pick(host, ctx, None);
         }
         if !end_of_stream {
             return Verdict::Pause; // keep buffering until the whole body is here
@@ -249,10 +256,9 @@ impl Engine {
         };
         match policy {
             Policy::GlobalLeastRequest => self.decide_least_request(host, ctx),
-            // Rejected at configure time until their issues land (config/lb.rs).
-            Policy::PrefixCache | Policy::EndpointMetrics => {
-                self.fail(host, ctx, Cause::NoRoute, false)
-            }
+            Policy::PrefixCache => self.decide_prefix(host, ctx),
+            // Rejected at configure time until its issue lands (config/lb.rs).
+            Policy::EndpointMetrics => self.fail(host, ctx, Cause::NoRoute, false),
         }
     }
 
@@ -273,7 +279,23 @@ impl Engine {
             },
             endpoints: pick.sent_list.then_some(pick.candidates.as_slice()),
         };
-        let query = scripts::acquire_call(&self.scripts, pick.by_sha, &pick.keys, &args);
+        let settings = pick.config.prefix.as_ref();
+        let prefix = match (&pick.chain, settings) {
+            (Some(chain), Some(p)) => Some(PrefixArgs {
+                chain,
+                ttl_s: p.ttl_s,
+                max_imbalance: p.max_imbalance,
+                max_imbalance_ratio: p.max_imbalance_ratio,
+            }),
+            _ => None,
+        };
+        let query = scripts::pick_call(
+            &self.scripts,
+            pick.by_sha,
+            &pick.keys,
+            &args,
+            prefix.as_ref(),
+        );
         let token = self.redis_call(host, &pick.config, &query)?;
         self.pending.insert(token, Pending::Pick(pick));
         Ok(token)
@@ -305,8 +327,18 @@ impl Engine {
         }
         let ctx = pick.ctx;
         match outcome {
-            PickOutcome::Reply(AcquireReply::Picked { endpoint, .. }) => {
-                self.route(host, pick, endpoint)
+            PickOutcome::Reply(AcquireReply::Picked {
+                endpoint,
+                depth,
+                spilled,
+            }) => {
+                let reason = match (&pick.chain, depth, spilled) {
+                    (None, _, _) => "least_request",
+                    (Some(_), _, true) => "prefix_spill",
+                    (Some(_), 0, _) => "prefix_miss",
+                    (Some(_), _, false) => "prefix_hit",
+                };
+                self.route(host, pick, endpoint, reason)
             }
             PickOutcome::Reply(AcquireReply::Sync | AcquireReply::Empty) if !pick.sent_list => {
                 // Redis lost or never had our endpoint set (restart, another gateway's view):
@@ -351,7 +383,7 @@ impl Engine {
     }
 
     /// The pick succeeded: point the router at the endpoint and let the request go.
-    fn route(&mut self, host: &mut dyn Host, pick: Pick, endpoint: String) {
+    fn route(&mut self, host: &mut dyn Host, pick: Pick, endpoint: String, reason: &'static str) {
         let ctx = pick.ctx;
         let lease = Lease {
             keys: pick.keys.clone(),
@@ -378,13 +410,25 @@ impl Engine {
                 LogLevel::Debug,
                 ctx,
                 format_args!(
-                    "routed to {endpoint} (cost {}, {} candidates)",
+                    "routed to {endpoint} ({reason}, cost {}, {} candidates)",
                     pick.cost,
                     pick.candidates.len()
                 ),
             );
         }
-        self.set_phase(ctx, Phase::Routed { endpoint, lease });
+        match reason {
+            "prefix_hit" => self.stats.inc(host, Counter::PrefixHit),
+            "prefix_spill" => self.stats.inc(host, Counter::PrefixSpill),
+            _ => {}
+        }
+        self.set_phase(
+            ctx,
+            Phase::Routed {
+                endpoint,
+                lease,
+                reason,
+            },
+        );
         self.count(host, pick.config.policy, Outcome::Routed);
         if let Err(e) = host.resume_request() {
             self.log(host, LogLevel::Warn, ctx, format_args!("{e}"));
