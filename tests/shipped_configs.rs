@@ -49,9 +49,16 @@ fn it_accepts_every_schema_key_with_its_default() {
         lb.insert("serviceFQDN".into(), json!("redis.static"));
         lb.insert("servicePort".into(), json!(6379));
         lb.insert(key.clone(), value);
-        let cfg = json!({"lb_policy": "global_least_request", "lb_config": lb});
-        PluginConfig::parse(cfg.to_string().as_bytes())
-            .unwrap_or_else(|e| panic!("schema key {key}: {e}"));
+        // Policy-specific keys name their policies; the rest apply to every Redis policy.
+        let policies: Vec<String> = match p.get("x-policies") {
+            Some(Value::Array(v)) => v.iter().map(|x| x.as_str().unwrap().to_string()).collect(),
+            _ => vec!["global_least_request".into(), "prefix_cache".into()],
+        };
+        for policy in policies {
+            let cfg = json!({"lb_policy": policy, "lb_config": lb});
+            PluginConfig::parse(cfg.to_string().as_bytes())
+                .unwrap_or_else(|e| panic!("schema key {key} ({policy}): {e}"));
+        }
     }
 }
 
