@@ -24,17 +24,26 @@ local function reclaim(load, leases, now, limit)
   end
 end
 
--- The least-loaded endpoint, uniformly at random among ties (they are ranks 0..ties-1).
--- Returns endpoint, its load (string), or nil when the set is empty.
-local function least_loaded(load, random)
+-- The lowest-scored endpoint and its load (string), or nil when the set is empty.
+local function lowest(load)
   local first = redis.call('ZRANGE', load, 0, 0, 'WITHSCORES')
-  if #first == 0 then return nil end
-  local pick, min = first[1], first[2]
+  return first[1], first[2]
+end
+
+-- Uniform choice among the endpoints tied at the minimum `min` (they are ranks 0..ties-1).
+local function tie_break(load, first, min, random)
   local ties = redis.call('ZCOUNT', load, min, min)
   if ties > 1 then
-    pick = redis.call('ZRANGE', load, random % ties, random % ties)[1]
+    return redis.call('ZRANGE', load, random % ties, random % ties)[1]
   end
-  return pick, min
+  return first
+end
+
+-- The least-loaded endpoint, uniformly at random among ties; its load; nil when empty.
+local function least_loaded(load, random)
+  local first, min = lowest(load)
+  if not first then return nil end
+  return tie_break(load, first, min, random), min
 end
 
 -- Count the request on `ep` and write its lease.

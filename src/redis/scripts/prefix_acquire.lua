@@ -18,38 +18,46 @@ reclaim(load, leases, now, tonumber(ARGV[8]))
 
 -- The deepest known prefix whose endpoint is still a member (healthy). A key pointing at an
 -- endpoint that left is skipped, not followed: the chain itself never depends on Redis.
+-- Deepest first, in two reads: a conversation's next turn matches all but its newest blocks,
+-- so the last few keys usually answer; the rest are read only when they do not.
 local n = #KEYS - 3
 local depth, matched, matched_load = 0, nil, nil
-if n > 0 then
-  local owners = redis.call('MGET', unpack(KEYS, 4))
-  for i = n, 1, -1 do
-    local ep = owners[i]
+local function scan(lo, hi)
+  if hi < lo then return false end
+  local owners = redis.call('MGET', unpack(KEYS, 3 + lo, 3 + hi))
+  for i = hi, lo, -1 do
+    local ep = owners[i - lo + 1]
     if ep then
       local score = redis.call('ZSCORE', load, ep)
       if score then
         depth, matched, matched_load = i, ep, tonumber(score)
-        break
+        return true
       end
     end
   end
+  return false
 end
+local tail_from = math.max(1, n - 3)
+if not scan(tail_from, n) then scan(1, tail_from - 1) end
 
 local cost, cap = tonumber(ARGV[4]), tonumber(ARGV[5])
-local least, min = least_loaded(load, tonumber(ARGV[6]))
-if not least then return {'EMPTY'} end
-min = tonumber(min)
-local pick, spilled = least, 0
+local first, min_s = lowest(load)
+if not first then return {'EMPTY'} end
+local min = tonumber(min_s)
+local pick, spilled = matched, 0
 if matched then
-  pick = matched
   -- Load guard: leave the cached endpoint only if it is busier than the least-loaded one by
   -- more than both thresholds (absolute and relative), or at the cap.
   local over_cap = cap > 0 and matched_load + cost > cap
   if over_cap or (matched_load - min > tonumber(ARGV[10]) and matched_load > min * tonumber(ARGV[11])) then
-    pick, spilled = least, 1
+    pick, spilled = nil, 1
   end
 end
-if cap > 0 and pick == least and min > 0 and min + cost > cap then
-  return {'FULL', tostring(min)}
+if not pick then
+  if cap > 0 and min > 0 and min + cost > cap then
+    return {'FULL', min_s}
+  end
+  pick = tie_break(load, first, min_s, tonumber(ARGV[6]))
 end
 
 local ttl = tonumber(ARGV[9])
