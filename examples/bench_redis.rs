@@ -13,7 +13,7 @@
 mod redis_support;
 
 use ai_load_balancer::redis::resp::Value;
-use ai_load_balancer::redis::scripts::{self, AcquireArgs, Keys, Scripts};
+use ai_load_balancer::redis::scripts::{self, AcquireArgs, Keys, PrefixArgs, Scripts};
 use ai_load_balancer::upstream::fingerprint;
 use redis_support::{command_stats, Conn, RedisServer};
 use std::collections::VecDeque;
@@ -38,6 +38,13 @@ fn endpoints(n: usize) -> Vec<String> {
 
 /// Alternating measured phases; returns usec per acquire and per release.
 fn measure_glr(redis: &RedisServer, hosts: usize) -> Measured {
+    measure(redis, hosts, 0)
+}
+
+/// Like `measure_glr`, but each pick is a prefix_cache pick of a prompt of `blocks` blocks whose
+/// first `blocks - 2` are known (the previous turn of its conversation) and whose last two are
+/// new (the answer and the next question): the steady state of a multi-turn chat.
+fn measure(redis: &RedisServer, hosts: usize, blocks: usize) -> Measured {
     let keys = Arc::new(Keys::new(
         "ailb",
         "bench",
@@ -64,6 +71,34 @@ fn measure_glr(redis: &RedisServer, hosts: usize) -> Measured {
     };
     c.cmd_raw(&scripts::acquire_call(&scripts, true, &keys, &args));
 
+    // Conversations and their known prefixes (previous turns), pointing at some endpoint.
+    const SESSIONS: usize = 64;
+    let known = blocks.saturating_sub(2);
+    let sessions: Arc<Vec<Vec<String>>> = Arc::new(
+        (0..SESSIONS)
+            .map(|s| {
+                (0..known)
+                    .map(|b| format!("{}:px:{s:08x}{b:08x}", keys.namespace))
+                    .collect()
+            })
+            .collect(),
+    );
+    for (s, chain) in sessions.iter().enumerate() {
+        let owner = &eps[s % eps.len()];
+        let sets: Vec<Vec<u8>> = chain
+            .iter()
+            .map(|k| {
+                ai_load_balancer::redis::resp::encode_command(&[
+                    "SET",
+                    k.as_str(),
+                    owner.as_str(),
+                    "EX",
+                    "3600",
+                ])
+            })
+            .collect();
+        c.pipeline(&sets);
+    }
     let in_flight_per_conn = (2 * hosts).div_ceil(CONNECTIONS).max(BATCH);
     let barrier = Arc::new(Barrier::new(CONNECTIONS + 1));
     let workers: Vec<_> = (0..CONNECTIONS)
@@ -75,6 +110,7 @@ fn measure_glr(redis: &RedisServer, hosts: usize) -> Measured {
                 fp.clone(),
                 barrier.clone(),
             );
+            let sessions = sessions.clone();
             let port = redis.port;
             std::thread::spawn(move || {
                 let mut conn = Conn::try_connect(port).unwrap();
@@ -90,21 +126,35 @@ fn measure_glr(redis: &RedisServer, hosts: usize) -> Measured {
                             rng ^= rng >> 7;
                             rng ^= rng << 17;
                             let rid = format!("b{t:02}{seq:x}");
-                            let q = scripts::acquire_call(
+                            let args = AcquireArgs {
+                                now_ms: 1_000_000 + seq,
+                                lease_ttl_ms: 600_000,
+                                request_id: &rid,
+                                cost: 1,
+                                cap: 0,
+                                random: (rng >> 32) as u32,
+                                fingerprint: &fp,
+                                reclaim: if seq.is_multiple_of(16) { 4 } else { 0 },
+                                endpoints: None,
+                            };
+                            // The conversation's known prefix plus this turn's two new blocks.
+                            let mut chain = sessions[(rng as usize) % sessions.len()].clone();
+                            if blocks > 0 {
+                                chain.push(format!("{}:px:a{t:02}{seq:013x}", keys.namespace));
+                                chain.push(format!("{}:px:b{t:02}{seq:013x}", keys.namespace));
+                            }
+                            let prefix = PrefixArgs {
+                                chain: &chain,
+                                ttl_s: 1800,
+                                max_imbalance: 8,
+                                max_imbalance_ratio: 1.5,
+                            };
+                            let q = scripts::pick_call(
                                 &scripts,
                                 true,
                                 &keys,
-                                &AcquireArgs {
-                                    now_ms: 1_000_000 + seq,
-                                    lease_ttl_ms: 600_000,
-                                    request_id: &rid,
-                                    cost: 1,
-                                    cap: 0,
-                                    random: (rng >> 32) as u32,
-                                    fingerprint: &fp,
-                                    reclaim: if seq.is_multiple_of(16) { 4 } else { 0 },
-                                    endpoints: None,
-                                },
+                                &args,
+                                (blocks > 0).then_some(&prefix),
                             );
                             rids.push(rid);
                             q
@@ -203,17 +253,38 @@ fn main() {
             release = m.release_us;
         }
     }
+    // prefix_cache: a chat of T turns has 2T blocks (system, then user/assistant pairs).
+    let mut prefix = Vec::new();
+    for (name, blocks) in [
+        ("turns1", 2),
+        ("turns5", 10),
+        ("turns20", 40),
+        ("blocks100", 100),
+    ] {
+        prefix.push((name, measure(&redis, 64, blocks).pick_us));
+    }
     // Floor measured before and after; the mean is the reference for the ratio.
     let floor = (floor_before + measure_floor(&redis)) / 2.0;
     for (hosts, us) in &picks {
         println!("BENCH redis_us_per_pick_glr_hosts{hosts} {us:.2} us");
     }
     println!("BENCH redis_us_per_release_glr {release:.2} us");
+    for (name, us) in &prefix {
+        println!("BENCH redis_us_per_pick_prefix_{name} {us:.2} us");
+    }
     println!("BENCH redis_us_trivial_script_floor {floor:.2} us");
     let at256 = picks.iter().find(|(h, _)| *h == 256).map_or(0.0, |p| p.1);
     println!(
         "BENCH redis_pick_over_floor_glr_hosts256 {:.1} ratio",
         at256 / floor
+    );
+    let turns20 = prefix
+        .iter()
+        .find(|(n, _)| *n == "turns20")
+        .map_or(0.0, |p| p.1);
+    println!(
+        "BENCH redis_pick_over_floor_prefix_turns20 {:.1} ratio",
+        turns20 / floor
     );
     match std::fs::metadata("dist/ai-load-balancer.wasm") {
         Ok(m) => println!("BENCH wasm_module_bytes {} bytes", m.len()),

@@ -26,8 +26,13 @@ pub enum Phase {
     AwaitingBody,
     /// A pick is in flight in Redis under this token.
     Picking { token: u32 },
-    /// The override is set; the lease is released at stream end.
-    Routed { endpoint: String, lease: Lease },
+    /// The override is set; the lease is released at stream end. `reason` names how the
+    /// endpoint was chosen (`least_request`, `prefix_hit`, `prefix_miss`, `prefix_spill`).
+    Routed {
+        endpoint: String,
+        lease: Lease,
+        reason: &'static str,
+    },
     /// Decided in this proxy (endpoint_metrics, plain-Envoy least request); `local` is given
     /// back at stream end.
     Picked {
@@ -72,8 +77,10 @@ impl Phase {
     /// For the debug header: the endpoint and why.
     pub fn describe(&self) -> (Option<&str>, &'static str) {
         match self {
-            Phase::Routed { endpoint, .. } => (Some(endpoint), "least_request"),
-            Phase::Picked {
+            Phase::Routed {
+                endpoint, reason, ..
+            }
+            | Phase::Picked {
                 endpoint, reason, ..
             } => (Some(endpoint), reason),
             Phase::Settled { reason } => (None, reason),
@@ -99,6 +106,7 @@ mod tests {
         let routed = Phase::Routed {
             endpoint: "h:1".into(),
             lease: lease(),
+            reason: "least_request",
         };
         assert_eq!(routed.at_done(), AtDone::Release(lease()));
         assert_eq!(

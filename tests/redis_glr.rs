@@ -67,7 +67,7 @@ impl Glr {
             )
             .unwrap()
         {
-            AcquireReply::Picked { endpoint } => endpoint,
+            AcquireReply::Picked { endpoint, .. } => endpoint,
             other => panic!("expected a pick, got {other:?}"),
         }
     }
@@ -85,7 +85,7 @@ impl Glr {
             )
             .unwrap()
         {
-            AcquireReply::Picked { endpoint } => endpoint,
+            AcquireReply::Picked { endpoint, .. } => endpoint,
             other => panic!("{other:?}"),
         };
         assert!(self.release(c, &[scripts::lease_member("sync", &ep, 1)]));
@@ -215,7 +215,7 @@ fn it_reclaims_expired_leases() {
         ..Acq::default()
     };
     let ep = match g.acquire(&mut c, Acq { rid: "x", ..later }).unwrap() {
-        AcquireReply::Picked { endpoint } => endpoint,
+        AcquireReply::Picked { endpoint, .. } => endpoint,
         other => panic!("{other:?}"),
     };
     assert_eq!(g.lease_count(&mut c), 2, "4 reclaimed, 1 left, 1 new");
@@ -329,7 +329,7 @@ fn it_weights_by_cost() {
         )
         .unwrap()
     {
-        AcquireReply::Picked { endpoint } => endpoint,
+        AcquireReply::Picked { endpoint, .. } => endpoint,
         other => panic!("{other:?}"),
     };
     // Ten small requests all go to the other endpoint.

@@ -46,14 +46,16 @@ fn it_accepts_every_schema_key_with_its_default() {
                 Some("array") => json!(["10.0.0.1:8000"]),
                 _ => json!("x-ai-lb-debug"),
             });
+        // Policy-specific keys name their policies; the rest apply to every Redis policy.
         let policies: Vec<&str> = p["x-policies"]
             .as_array()
             .map(|a| a.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_else(|| vec!["global_least_request"]);
+            .unwrap_or_else(|| vec!["global_least_request", "prefix_cache"]);
         let envoy = p["x-build"].as_str() == Some("envoy");
         for policy in policies {
             let mut lb = Map::new();
-            if policy == "global_least_request" && !envoy {
+            let redis = policy != "endpoint_metrics" && !envoy;
+            if redis {
                 lb.insert("serviceFQDN".into(), json!("redis.static"));
                 lb.insert("servicePort".into(), json!(6379));
             }

@@ -115,6 +115,8 @@ pub struct RouteConfig {
     pub policy: Policy,
     /// Present for the policies that use Redis.
     pub redis: Option<RedisTarget>,
+    /// Present for `prefix_cache`.
+    pub prefix: Option<super::prefix::PrefixSettings>,
     /// `ailb` by default: keys are `<prefix>:{<route>|<cluster>}:<name>`.
     pub key_prefix: String,
     pub lease_ttl_ms: u64,
@@ -155,13 +157,8 @@ impl RouteConfig {
         }
         let policy = match f.get::<String>("lb_policy")?.as_deref() {
             Some("global_least_request") => Policy::GlobalLeastRequest,
+            Some("prefix_cache") => Policy::PrefixCache,
             Some("endpoint_metrics" | "metrics_based") => Policy::EndpointMetrics,
-            Some(p @ "prefix_cache") => {
-                return Err(ConfigError::new(
-                    "lb_policy",
-                    format!("`{p}` is not available in this build yet"),
-                ))
-            }
             Some(other) => {
                 return Err(ConfigError::new(
                     "lb_policy",
@@ -170,6 +167,12 @@ impl RouteConfig {
             }
             None => return Err(ConfigError::new("lb_policy", "missing")),
         };
+        if build == Build::Envoy && policy == Policy::PrefixCache {
+            return Err(ConfigError::new(
+                "lb_policy",
+                "prefix_cache needs the request body before routing: Higress build only",
+            ));
+        }
         let empty = Map::new();
         let lb_config = match f.raw("lb_config") {
             None | Some(Value::Null) => &empty,
@@ -264,11 +267,16 @@ fn parse_lb_config(
             "must be non-empty letters, digits, '-', '_' or '.'",
         ));
     }
+    let prefix = match policy {
+        Policy::PrefixCache => Some(super::prefix::parse(&mut f, max_body_bytes as usize)?),
+        _ => None,
+    };
     f.finish()?;
 
     Ok(RouteConfig {
         policy,
         redis,
+        prefix,
         key_prefix,
         lease_ttl_ms: lease_ttl_s * 1000,
         cost,

@@ -43,6 +43,9 @@ pub struct MetricsConfig {
     pub criticality_header: String,
     /// Requests for these models (Higress build: `model` of the body) are sheddable.
     pub sheddable_models: Vec<String>,
+    /// Higress host source: the host list (and its metrics) is re-read at most this often per
+    /// worker; 0 = on every request.
+    pub host_list_cache_ms: u64,
 }
 
 impl MetricsConfig {
@@ -182,6 +185,13 @@ pub(super) fn parse(f: &mut Fields<'_>, build: Build) -> Result<MetricsConfig, C
         ));
     }
     let sheddable_models: Vec<String> = f.get("sheddableModels")?.unwrap_or_default();
+    let host_list_cache_ms: u64 = f.get("hostListCacheMs")?.unwrap_or(100);
+    if host_list_cache_ms > 10_000 {
+        return Err(ConfigError::new(
+            "hostListCacheMs",
+            format!("{host_list_cache_ms} ms is over 10000"),
+        ));
+    }
     Ok(MetricsConfig {
         scheduler: SchedulerConfig {
             policy,
@@ -198,6 +208,7 @@ pub(super) fn parse(f: &mut Fields<'_>, build: Build) -> Result<MetricsConfig, C
         scrape,
         criticality_header: criticality_header.to_ascii_lowercase(),
         sheddable_models,
+        host_list_cache_ms,
     })
 }
 

@@ -6,11 +6,13 @@ mod error;
 mod fields;
 mod lb;
 mod metrics;
+mod prefix;
 mod rules;
 
 pub use error::ConfigError;
 pub use lb::{CostMode, FailureMode, Policy, Publish, RedisTarget, RouteConfig};
 pub use metrics::{MetricsConfig, MetricsSource, ScrapeConfig};
+pub use prefix::PrefixSettings;
 
 /// Which artifact the config is for: the keys and defaults differ slightly (README).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,4 +1,5 @@
-//! global_least_request: the healthy endpoint set, then one Redis acquire.
+//! Starting a pick: the healthy endpoint set, then one Redis acquire — plain least-request
+//! (global_least_request, and prefix_cache when there is no usable prompt) or with a prefix chain.
 
 use super::{cost_of, Engine, Pick, Verdict};
 use crate::host::Host;
@@ -10,6 +11,17 @@ use std::rc::Rc;
 impl Engine {
     /// global_least_request: one acquire script call picks and counts the endpoint.
     pub(super) fn decide_least_request(&mut self, host: &mut dyn Host, ctx: u32) -> Verdict {
+        self.start_pick(host, ctx, None)
+    }
+
+    /// Dispatches the acquire for `ctx` (with `chain`, the prefix_cache script) and pauses the
+    /// request until it returns; a failure to even send it falls back now.
+    pub(super) fn start_pick(
+        &mut self,
+        host: &mut dyn Host,
+        ctx: u32,
+        chain: Option<Rc<Vec<String>>>,
+    ) -> Verdict {
         let Some(req) = self.requests.get(&ctx) else {
             return Verdict::Continue;
         };
@@ -38,6 +50,7 @@ impl Engine {
             fingerprint,
             sent_list,
             by_sha: true,
+            chain,
         };
         match self.dispatch_pick(host, pick) {
             Ok(token) => {

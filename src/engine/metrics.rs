@@ -30,6 +30,8 @@ struct HostEntry {
 /// Per-VM state of the policy.
 pub(super) struct MetricsState {
     hosts: HashMap<String, HostEntry>,
+    /// Healthy hosts per cluster and when the host list was last read (`hostListCacheMs`).
+    host_lists: HashMap<String, (u64, Rc<Vec<String>>)>,
     /// Decoded scrape snapshots by namespace, with the shared-data CAS they were read at.
     snapshots: HashMap<String, (u32, Rc<HashMap<String, SnapEntry>>)>,
     /// Fingerprint of the target list this VM last published, per namespace (Higress scrape).
@@ -41,6 +43,7 @@ impl MetricsState {
     pub(super) fn new(config: &PluginConfig, seed: u64) -> MetricsState {
         MetricsState {
             hosts: HashMap::new(),
+            host_lists: HashMap::new(),
             snapshots: HashMap::new(),
             targets: HashMap::new(),
             scrape: ScrapeState::new(config, seed),
@@ -175,6 +178,49 @@ impl Engine {
         mc: &MetricsConfig,
         sent: &HashMap<String, u64>,
     ) -> Result<Vec<Candidate>, Cause> {
+        let cluster = super::text_property(host, "cluster_name").unwrap_or_default();
+        let now = host.now_ms();
+        let ttl = mc.host_list_cache_ms;
+        let cached = self
+            .metrics
+            .host_lists
+            .get(&cluster)
+            .filter(|(at, _)| ttl > 0 && now.saturating_sub(*at) < ttl)
+            .map(|(_, l)| l.clone());
+        let list = match cached {
+            Some(l) => l,
+            None => {
+                let l = Rc::new(self.read_host_list(host, mc, sent)?);
+                if self.metrics.host_lists.len() > 64 {
+                    self.metrics.host_lists.clear();
+                }
+                self.metrics.host_lists.insert(cluster, (now, l.clone()));
+                l
+            }
+        };
+        let mut out = Vec::with_capacity(list.len());
+        for addr in list.iter() {
+            let Some(e) = self.metrics.hosts.get(addr) else {
+                continue;
+            };
+            let now_sent = sent.get(addr).copied().unwrap_or(0);
+            out.push(Candidate {
+                addr: addr.clone(),
+                metrics: e.metrics.as_deref().cloned(),
+                in_flight_since_scrape: clamp_u32(now_sent.saturating_sub(e.sent_base)),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Reads Higress's host list: the healthy addresses (sorted), each host's text parsed only
+    /// when its fingerprint changed.
+    fn read_host_list(
+        &mut self,
+        host: &mut dyn Host,
+        mc: &MetricsConfig,
+        sent: &HashMap<String, u64>,
+    ) -> Result<Vec<String>, Cause> {
         let buf = host
             .upstream_hosts()
             .map_err(|_| Cause::HostListUnavailable)?;
@@ -214,17 +260,10 @@ impl Engine {
                     },
                 );
             }
-            let Some(e) = self.metrics.hosts.get(h.address) else {
-                continue;
-            };
-            out.push(Candidate {
-                addr: h.address.to_string(),
-                metrics: e.metrics.as_deref().cloned(),
-                in_flight_since_scrape: clamp_u32(now_sent.saturating_sub(e.sent_base)),
-            });
+            out.push(h.address.to_string());
         }
-        out.sort_by(|a, b| a.addr.cmp(&b.addr));
-        out.dedup_by(|a, b| a.addr == b.addr);
+        out.sort_unstable();
+        out.dedup();
         Ok(out)
     }
 

@@ -5,7 +5,9 @@
 
 use crate::config::{FailureMode, PluginConfig, Policy, RequestKeys, RouteConfig};
 use crate::host::{Host, LogLevel};
-use crate::redis::scripts::{self, AcquireArgs, AcquireReply, Keys, ReplyError, Scripts};
+use crate::redis::scripts::{
+    self, AcquireArgs, AcquireReply, Keys, PrefixArgs, ReplyError, Scripts,
+};
 use crate::request::{AtDone, Lease, Phase};
 use crate::stats::{Cause, Counter, Outcome, Stats};
 use std::collections::HashMap;
@@ -16,6 +18,7 @@ mod calls;
 mod glr;
 mod local;
 mod metrics;
+mod prefix;
 mod scrape;
 mod shared;
 
@@ -51,6 +54,8 @@ struct Pick {
     fingerprint: Rc<str>,
     sent_list: bool,
     by_sha: bool,
+    /// prefix_cache: the prompt's prefix-chain keys (possibly empty); None = least-request.
+    chain: Option<Rc<Vec<String>>>,
 }
 
 struct Release {
@@ -189,7 +194,9 @@ impl Engine {
         }
         req.body_bytes = body_size;
         if body_size > req.config.max_body_bytes {
-            return self.fail(host, ctx, Cause::BodyTooLarge, false);
+            // Do not hold a huge body: balance by load alone, right now.
+            self.stats.inc(host, Counter::Fallback(Cause::BodyTooLarge));
+            return self.start_pick(host, ctx, None);
         }
         if !end_of_stream {
             return Verdict::Pause; // keep buffering until the whole body is here
@@ -268,9 +275,8 @@ impl Engine {
             Policy::GlobalLeastRequest if redis => self.decide_least_request(host, ctx),
             // Plain Envoy: per-proxy counts in shared data.
             Policy::GlobalLeastRequest => self.decide_local_least_request(host, ctx),
+            Policy::PrefixCache => self.decide_prefix(host, ctx),
             Policy::EndpointMetrics => self.decide_metrics(host, ctx),
-            // Rejected at configure time until its issue lands (config/lb.rs).
-            Policy::PrefixCache => self.fail(host, ctx, Cause::NoRoute, false),
         }
     }
 
@@ -291,7 +297,23 @@ impl Engine {
             },
             endpoints: pick.sent_list.then_some(pick.candidates.as_slice()),
         };
-        let query = scripts::acquire_call(&self.scripts, pick.by_sha, &pick.keys, &args);
+        let settings = pick.config.prefix.as_ref();
+        let prefix = match (&pick.chain, settings) {
+            (Some(chain), Some(p)) => Some(PrefixArgs {
+                chain,
+                ttl_s: p.ttl_s,
+                max_imbalance: p.max_imbalance,
+                max_imbalance_ratio: p.max_imbalance_ratio,
+            }),
+            _ => None,
+        };
+        let query = scripts::pick_call(
+            &self.scripts,
+            pick.by_sha,
+            &pick.keys,
+            &args,
+            prefix.as_ref(),
+        );
         let token = self.redis_call(host, &pick.config, &query)?;
         self.pending.insert(token, Pending::Pick(pick));
         Ok(token)
@@ -323,8 +345,18 @@ impl Engine {
         }
         let ctx = pick.ctx;
         match outcome {
-            PickOutcome::Reply(AcquireReply::Picked { endpoint }) => {
-                self.route(host, pick, endpoint)
+            PickOutcome::Reply(AcquireReply::Picked {
+                endpoint,
+                depth,
+                spilled,
+            }) => {
+                let reason = match (&pick.chain, depth, spilled) {
+                    (None, _, _) => "least_request",
+                    (Some(_), _, true) => "prefix_spill",
+                    (Some(_), 0, _) => "prefix_miss",
+                    (Some(_), _, false) => "prefix_hit",
+                };
+                self.route(host, pick, endpoint, reason)
             }
             PickOutcome::Reply(AcquireReply::Sync | AcquireReply::Empty) if !pick.sent_list => {
                 // Redis lost or never had our endpoint set (restart, another gateway's view):
@@ -369,7 +401,7 @@ impl Engine {
     }
 
     /// The pick succeeded: point the router at the endpoint and let the request go.
-    fn route(&mut self, host: &mut dyn Host, pick: Pick, endpoint: String) {
+    fn route(&mut self, host: &mut dyn Host, pick: Pick, endpoint: String, reason: &'static str) {
         let ctx = pick.ctx;
         let lease = Lease {
             keys: pick.keys.clone(),
@@ -396,13 +428,25 @@ impl Engine {
                 LogLevel::Debug,
                 ctx,
                 format_args!(
-                    "routed to {endpoint} (cost {}, {} candidates)",
+                    "routed to {endpoint} ({reason}, cost {}, {} candidates)",
                     pick.cost,
                     pick.candidates.len()
                 ),
             );
         }
-        self.set_phase(ctx, Phase::Routed { endpoint, lease });
+        match reason {
+            "prefix_hit" => self.stats.inc(host, Counter::PrefixHit),
+            "prefix_spill" => self.stats.inc(host, Counter::PrefixSpill),
+            _ => {}
+        }
+        self.set_phase(
+            ctx,
+            Phase::Routed {
+                endpoint,
+                lease,
+                reason,
+            },
+        );
         self.count(host, pick.config.policy, Outcome::Routed);
         if let Err(e) = host.resume_request() {
             self.log(host, LogLevel::Warn, ctx, format_args!("{e}"));
@@ -423,7 +467,7 @@ impl Engine {
     fn undo_orphan(&mut self, host: &mut dyn Host, pick: &Pick, outcome: &PickOutcome) {
         self.stats.inc(host, Counter::ReleasesOrphaned);
         match outcome {
-            PickOutcome::Reply(AcquireReply::Picked { endpoint }) => {
+            PickOutcome::Reply(AcquireReply::Picked { endpoint, .. }) => {
                 let member = scripts::lease_member(&pick.request_id, endpoint, pick.cost);
                 self.release(host, &pick.config, pick.keys.clone(), vec![member]);
             }

@@ -3,6 +3,7 @@
 use super::*;
 use crate::host::mock::MockHost;
 use crate::redis::resp::encode_command;
+use crate::redis::scripts::Scripts;
 
 const CLUSTER: &str = "outbound|8000||llm.static";
 const REDIS: &str = "outbound|6379||redis.static";
@@ -21,15 +22,12 @@ fn setup(extra: &str) -> (MockHost, Engine) {
         ("10.0.0.3:80", "Unhealthy"),
     ]);
     let mut engine = Engine::configure(&mut host, config(extra), 42, LogLevel::Trace);
-    // Answer the SCRIPT LOAD calls issued at configure, then forget them.
-    assert_eq!(host.redis_calls.len(), 2);
-    for token in [7, 11] {
-        deliver(
-            &mut host,
-            &mut engine,
-            token,
-            b"$40\r\n0123456789012345678901234567890123456789\r\n",
-        );
+    // Answer the SCRIPT LOAD calls issued at configure (one per script), then forget them.
+    let loads = host.redis_calls.len();
+    assert_eq!(loads, Scripts::new().all().len());
+    for n in 0..loads as u32 {
+        let sha = b"$40\r\n0123456789012345678901234567890123456789\r\n";
+        deliver(&mut host, &mut engine, 7 + 4 * n, sha);
     }
     assert_eq!(engine.tracked(), (0, 0));
     host.redis_calls.clear();
@@ -352,20 +350,26 @@ fn error_and_garbage_replies_fall_back() {
 }
 
 #[test]
-fn oversized_body_falls_back_without_redis() {
+fn oversized_body_is_balanced_by_load_without_holding_it() {
     let (mut host, mut e) = setup(r#","maxBodyBytes":100"#);
     host.live_contexts.push(2);
     e.on_request_headers(&mut host, 2, false);
-    assert_eq!(
-        e.on_request_body(&mut host, 2, 101, false),
-        Verdict::Continue
+    assert_eq!(e.on_request_body(&mut host, 2, 101, false), Verdict::Pause);
+    assert_eq!(host.redis_calls.len(), 1, "a least-request pick right away");
+    assert_eq!(host.metric("ai_lb.fallback.body_too_large"), 1);
+    deliver(
+        &mut host,
+        &mut e,
+        7 + 4 * 3,
+        &bulk_array(&["OK", "10.0.0.1:80", "0"]),
     );
+    assert_eq!(host.override_host.as_deref(), Some("10.0.0.1:80"));
+    // Later chunks pass straight through.
     assert_eq!(
         e.on_request_body(&mut host, 2, 300, true),
         Verdict::Continue
     );
-    assert!(host.redis_calls.is_empty());
-    assert_eq!(host.metric("ai_lb.fallback.body_too_large"), 1);
+    assert_eq!(host.redis_calls.len(), 1);
 }
 
 #[test]
@@ -435,4 +439,126 @@ fn logs_never_contain_the_password() {
     let logs = host.logs.borrow();
     assert!(!logs.is_empty());
     assert!(logs.iter().all(|(_, m)| !m.contains("s3cret-pw")));
+}
+
+fn prefix_setup() -> (MockHost, Engine) {
+    let (mut host, e) = setup("");
+    let json = br#"{"lb_policy":"prefix_cache","lb_config":{"serviceFQDN":"redis.static","servicePort":6379,"debugHeader":"x-dbg"}}"#;
+    let mut e2 = Engine::configure(
+        &mut host,
+        PluginConfig::parse(json).unwrap(),
+        7,
+        LogLevel::Trace,
+    );
+    let n = Scripts::new().all().len() as u32;
+    for k in 0..n {
+        let token = host.next_token - 4 * (n - k);
+        deliver(&mut host, &mut e2, token, b"$1\r\nx\r\n");
+    }
+    host.redis_calls.clear();
+    drop(e);
+    (host, e2)
+}
+
+fn start_with_body(host: &mut MockHost, e: &mut Engine, ctx: u32, body: &[u8]) -> u32 {
+    host.live_contexts.push(ctx);
+    host.body = body.to_vec();
+    assert_eq!(e.on_request_headers(host, ctx, false), Verdict::Pause);
+    assert_eq!(
+        e.on_request_body(host, ctx, body.len(), true),
+        Verdict::Pause
+    );
+    host.next_token - 4
+}
+
+#[test]
+fn prefix_sends_the_chain_as_keys() {
+    let (mut host, mut e) = prefix_setup();
+    let body = br#"{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"q"}]}"#;
+    let t = start_with_body(&mut host, &mut e, 2, body);
+    let args = host.last_query_args();
+    assert_eq!(args[1], Scripts::new().prefix_acquire.sha);
+    assert_eq!(args[2], "5", "load, leases, members + one key per message");
+    for key in &args[6..8] {
+        assert!(
+            key.starts_with("ailb:{chat|outbound|8000||llm.static}:px:"),
+            "{key}"
+        );
+        assert_eq!(
+            key.len(),
+            "ailb:{chat|outbound|8000||llm.static}:px:".len() + 16
+        );
+    }
+    assert_eq!(
+        args[16..19],
+        ["1800", "8", "1.5"],
+        "ttl and imbalance thresholds"
+    );
+    deliver(
+        &mut host,
+        &mut e,
+        t,
+        &bulk_array(&["OK", "10.0.0.2:80", "2", "0"]),
+    );
+    assert_eq!(host.override_host.as_deref(), Some("10.0.0.2:80"));
+    assert_eq!(host.metric("ai_lb.prefix.hit"), 1);
+    assert_eq!(host.metric("ai_lb.prefix.routed"), 1);
+    e.on_response_headers(&mut host, 2);
+    assert_eq!(
+        host.response_headers[0].1,
+        "endpoint=10.0.0.2:80; reason=prefix_hit"
+    );
+    end(&mut host, &mut e, 2);
+    assert!(
+        host.last_query_args()[5].ends_with("|10.0.0.2:80|1"),
+        "released like least-request"
+    );
+}
+
+#[test]
+fn prefix_counts_spills() {
+    let (mut host, mut e) = prefix_setup();
+    let body = br#"{"model":"m","prompt":"hello"}"#;
+    let t = start_with_body(&mut host, &mut e, 2, body);
+    deliver(
+        &mut host,
+        &mut e,
+        t,
+        &bulk_array(&["OK", "10.0.0.1:80", "1", "1"]),
+    );
+    assert_eq!(host.metric("ai_lb.prefix.spill"), 1);
+    assert_eq!(host.metric("ai_lb.prefix.hit"), 0);
+}
+
+#[test]
+fn prefix_falls_back_to_least_request_on_bad_bodies() {
+    for body in [
+        &b"not json"[..],
+        b"{\"model\":\"m\"}",
+        b"{\"messages\":[]}",
+        b"{\"messages\":\"x\"}",
+    ] {
+        let (mut host, mut e) = prefix_setup();
+        let t = start_with_body(&mut host, &mut e, 2, body);
+        let args = host.last_query_args();
+        assert_eq!(
+            args[1],
+            Scripts::new().acquire.sha,
+            "least-request script for {body:?}"
+        );
+        assert_eq!(host.metric("ai_lb.fallback.bad_request"), 1);
+        deliver(
+            &mut host,
+            &mut e,
+            t,
+            &bulk_array(&["OK", "10.0.0.1:80", "0"]),
+        );
+        assert_eq!(
+            host.override_host.as_deref(),
+            Some("10.0.0.1:80"),
+            "still balanced"
+        );
+        end(&mut host, &mut e, 2);
+        assert_eq!(e.tracked().0, 0);
+    }
 }

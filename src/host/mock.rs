@@ -163,6 +163,10 @@ impl Host for MockHost {
     }
 
     fn define_metric(&mut self, _kind: MetricType, name: &str) -> HostResult<u32> {
+        // As in Envoy, defining a name again reaches the same counter.
+        if let Some(i) = self.metrics.iter().position(|(n, _)| n == name) {
+            return Ok(i as u32);
+        }
         self.metrics.push((name.to_string(), 0));
         Ok(self.metrics.len() as u32 - 1)
     }

@@ -23,7 +23,13 @@ impl Script {
 
 pub const GLR_ACQUIRE: &str = concat!(
     include_str!("scripts/lease.lua"),
+    include_str!("scripts/pick.lua"),
     include_str!("scripts/glr_acquire.lua")
+);
+pub const PREFIX_ACQUIRE: &str = concat!(
+    include_str!("scripts/lease.lua"),
+    include_str!("scripts/pick.lua"),
+    include_str!("scripts/prefix_acquire.lua")
 );
 pub const RELEASE: &str = concat!(
     include_str!("scripts/lease.lua"),
@@ -34,6 +40,7 @@ pub const RELEASE: &str = concat!(
 #[derive(Debug, Clone)]
 pub struct Scripts {
     pub acquire: Script,
+    pub prefix_acquire: Script,
     pub release: Script,
 }
 
@@ -41,12 +48,13 @@ impl Scripts {
     pub fn new() -> Scripts {
         Scripts {
             acquire: Script::new(GLR_ACQUIRE),
+            prefix_acquire: Script::new(PREFIX_ACQUIRE),
             release: Script::new(RELEASE),
         }
     }
 
-    pub fn all(&self) -> [&Script; 2] {
-        [&self.acquire, &self.release]
+    pub fn all(&self) -> [&Script; 3] {
+        [&self.acquire, &self.prefix_acquire, &self.release]
     }
 }
 
@@ -116,7 +124,28 @@ pub struct AcquireArgs<'a> {
     pub endpoints: Option<&'a [String]>,
 }
 
+/// What a prefix_cache pick adds to an acquire.
+#[derive(Debug, Clone)]
+pub struct PrefixArgs<'a> {
+    /// Full Redis keys of the prompt's prefix chain, shortest first.
+    pub chain: &'a [String],
+    pub ttl_s: u64,
+    pub max_imbalance: u64,
+    pub max_imbalance_ratio: f64,
+}
+
 pub fn acquire_call(scripts: &Scripts, by_sha: bool, keys: &Keys, a: &AcquireArgs) -> Vec<u8> {
+    pick_call(scripts, by_sha, keys, a, None)
+}
+
+/// An acquire: least-request (`prefix` None) or prefix_cache.
+pub fn pick_call(
+    scripts: &Scripts,
+    by_sha: bool,
+    keys: &Keys,
+    a: &AcquireArgs,
+    prefix: Option<&PrefixArgs>,
+) -> Vec<u8> {
     let fixed = [
         a.now_ms.to_string(),
         a.lease_ttl_ms.to_string(),
@@ -128,15 +157,28 @@ pub fn acquire_call(scripts: &Scripts, by_sha: bool, keys: &Keys, a: &AcquireArg
         a.reclaim.to_string(),
     ];
     let mut args: Vec<&[u8]> = fixed.iter().map(|s| s.as_bytes()).collect();
+    let prefix_args = prefix.map(|p| {
+        [
+            p.ttl_s.to_string(),
+            p.max_imbalance.to_string(),
+            p.max_imbalance_ratio.to_string(),
+        ]
+    });
+    if let Some(pa) = &prefix_args {
+        args.extend(pa.iter().map(|s| s.as_bytes()));
+    }
     if let Some(eps) = a.endpoints {
         args.extend(eps.iter().map(|e| e.as_bytes()));
     }
-    call(
-        &scripts.acquire,
-        by_sha,
-        &[&keys.load, &keys.leases, &keys.members],
-        &args,
-    )
+    let mut all_keys: Vec<&str> = vec![&keys.load, &keys.leases, &keys.members];
+    let script = match prefix {
+        None => &scripts.acquire,
+        Some(p) => {
+            all_keys.extend(p.chain.iter().map(String::as_str));
+            &scripts.prefix_acquire
+        }
+    };
+    call(script, by_sha, &all_keys, &args)
 }
 
 /// The lease member a successful acquire wrote: `<request id>|<endpoint>|<cost>`.
@@ -152,8 +194,11 @@ pub fn release_call(scripts: &Scripts, by_sha: bool, keys: &Keys, members: &[Str
 /// What an acquire answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AcquireReply {
+    /// `depth`: prefix blocks matched (0 = none); `spilled`: the match was too loaded.
     Picked {
         endpoint: String,
+        depth: u32,
+        spilled: bool,
     },
     /// Every endpoint is at the cap: nothing was incremented.
     Full,
@@ -202,9 +247,16 @@ pub fn parse_acquire(raw: &[u8]) -> Result<AcquireReply, ReplyError> {
     };
     let tag = items.first().and_then(Value::as_str);
     match (tag, items.get(1).and_then(Value::as_str)) {
-        (Some("OK"), Some(ep)) if !ep.is_empty() => Ok(AcquireReply::Picked {
-            endpoint: ep.to_string(),
-        }),
+        (Some("OK"), Some(ep)) if !ep.is_empty() => {
+            // Only prefix replies have 4 items; a least-request reply's third is the load.
+            let prefix = items.len() == 4;
+            let depth = items.get(2).and_then(Value::as_i64).filter(|_| prefix);
+            Ok(AcquireReply::Picked {
+                endpoint: ep.to_string(),
+                depth: depth.unwrap_or(0).clamp(0, i64::from(u32::MAX)) as u32,
+                spilled: prefix && items.get(3).and_then(Value::as_i64) == Some(1),
+            })
+        }
         (Some("FULL"), _) => Ok(AcquireReply::Full),
         (Some("SYNC"), _) => Ok(AcquireReply::Sync),
         (Some("EMPTY"), _) => Ok(AcquireReply::Empty),
@@ -297,7 +349,17 @@ mod tests {
         assert_eq!(
             parse_acquire(b"*3\r\n$2\r\nOK\r\n$6\r\nh:8000\r\n$1\r\n0\r\n"),
             Ok(AcquireReply::Picked {
-                endpoint: "h:8000".into()
+                endpoint: "h:8000".into(),
+                depth: 0,
+                spilled: false
+            })
+        );
+        assert_eq!(
+            parse_acquire(b"*4\r\n$2\r\nOK\r\n$6\r\nh:8000\r\n:3\r\n:1\r\n"),
+            Ok(AcquireReply::Picked {
+                endpoint: "h:8000".into(),
+                depth: 3,
+                spilled: true
             })
         );
         assert_eq!(

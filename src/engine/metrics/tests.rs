@@ -32,7 +32,11 @@ fn hosts_with_metrics(list: &[(&str, &str, &str)]) -> Vec<u8> {
     pairs::encode(&refs)
 }
 
-fn higress(lb: serde_json::Value) -> (MockHost, Engine) {
+/// Higress build; the host list is read on every request unless the test sets the cache.
+fn higress(mut lb: serde_json::Value) -> (MockHost, Engine) {
+    if lb.get("hostListCacheMs").is_none() {
+        lb["hostListCacheMs"] = json!(0);
+    }
     let cfg = json!({"lb_policy": "endpoint_metrics", "lb_config": lb});
     let cfg = PluginConfig::parse_for(cfg.to_string().as_bytes(), Build::Higress).unwrap();
     let mut host = MockHost::new().with_route("chat", CLUSTER);
@@ -107,6 +111,30 @@ fn host_metrics_pick_the_short_queue_and_parse_once_per_change() {
     }
     assert_eq!(host.metric("ai_lb.metrics.parsed"), 4);
     assert_eq!(engine.tracked().1, 0);
+}
+
+#[test]
+fn host_list_is_reread_at_most_every_host_list_cache_ms() {
+    let (mut host, mut engine) = higress(json!({"hostListCacheMs": 100}));
+    host.hosts = hosts_with_metrics(&[("10.0.0.1:80", "Healthy", &vllm(0, 0, 0.1))]);
+    request(&mut host, &mut engine, 1);
+    assert_eq!(host.override_host.as_deref(), Some("10.0.0.1:80"));
+    host.hosts = hosts_with_metrics(&[("10.0.0.2:80", "Healthy", &vllm(0, 0, 0.1))]);
+    host.now_ms += 50;
+    request(&mut host, &mut engine, 2);
+    assert_eq!(
+        host.override_host.as_deref(),
+        Some("10.0.0.1:80"),
+        "cached list"
+    );
+    host.now_ms += 50;
+    request(&mut host, &mut engine, 3);
+    assert_eq!(
+        host.override_host.as_deref(),
+        Some("10.0.0.2:80"),
+        "re-read"
+    );
+    assert_eq!(host.metric("ai_lb.metrics.parsed"), 2);
 }
 
 #[test]

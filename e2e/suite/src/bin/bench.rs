@@ -9,7 +9,7 @@ use ailb_fakepod::rng::Dist;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
-/// `ailb-bench [cpu] [leak] [p99] [metrics]`: the named sections only (all by default).
+/// `ailb-bench [cpu] [leak] [p99] [prefix] [metrics]`: the named sections only (all by default).
 fn main() -> anyhow::Result<()> {
     let only: Vec<String> = std::env::args().skip(1).collect();
     let run = |name: &str| only.is_empty() || only.iter().any(|a| a == name);
@@ -21,6 +21,10 @@ fn main() -> anyhow::Result<()> {
     }
     if run("p99") {
         p99_vs_local_least_request()?;
+    }
+    if run("prefix") {
+        prefix_cpu()?;
+        prefix_vs_round_robin()?;
     }
     if run("metrics") {
         metrics_plugin_cpu()?;
@@ -69,27 +73,44 @@ fn metrics_plugin_cpu() -> anyhow::Result<()> {
             .map(|p| json!({"address": p.addr.to_string(), "health": "Healthy", "metrics": vllm_text(0, bytes)}))
             .collect();
         for i in 0..62 {
-            endpoints.push(json!({"address": format!("127.0.0.2:{}", 20000 + i), "health": "Healthy",
-                "metrics": vllm_text(1_000_000, bytes)}));
+            endpoints.push(
+                json!({"address": format!("127.0.0.2:{}", 20000 + i), "health": "Healthy",
+                "metrics": vllm_text(1_000_000, bytes)}),
+            );
         }
         cfg["clusters"][0]["endpoints"] = Value::Array(endpoints);
         let gw = Gateway::start_config(&cfg, "bench-m")?;
         let body = chat10();
         let post = || -> anyhow::Result<()> {
-            let (status, _, _) = http(&gw.url, "POST", "/v1/chat/completions", &[("content-type", "application/json")], &body)?;
+            let (status, _, _) = http(
+                &gw.url,
+                "POST",
+                "/v1/chat/completions",
+                &[("content-type", "application/json")],
+                &body,
+            )?;
             anyhow::ensure!(status == 200, "status {status}");
             Ok(())
         };
         for _ in 0..100 {
             post()?;
         }
-        let (ns0, n0) = (gw.stat("gateway.vm_call_ns"), gw.stat("gateway.streams_destroyed"));
+        let (ns0, n0) = (
+            gw.stat("gateway.vm_call_ns"),
+            gw.stat("gateway.streams_destroyed"),
+        );
         for _ in 0..1000 {
             post()?;
         }
-        let (ns1, n1) = (gw.stat("gateway.vm_call_ns"), gw.stat("gateway.streams_destroyed"));
+        let (ns1, n1) = (
+            gw.stat("gateway.vm_call_ns"),
+            gw.stat("gateway.streams_destroyed"),
+        );
         anyhow::ensure!(n1 > n0, "the emulator reports no VM time");
-        anyhow::ensure!(gw.stat("ai_lb.metrics.routed") >= 1100, "requests were not routed by metrics");
+        anyhow::ensure!(
+            gw.stat("ai_lb.metrics.routed") >= 1100,
+            "requests were not routed by metrics"
+        );
         println!(
             "BENCH plugin_us_per_request_metrics_{name} {:.1} us",
             (ns1 - ns0) as f64 / (n1 - n0) as f64 / 1e3
@@ -126,47 +147,56 @@ fn metrics_vs_round_robin() -> anyhow::Result<()> {
         s
     };
     let engines: Vec<_> = bed.pods.iter().map(|p| p.engine().clone()).collect();
-    let run_with = |plugin: Option<Value>, tag: &str| -> anyhow::Result<(ailb_fakepod::load::Summary, f64)> {
-        let mut spec = bed.spec(tag, plugin.clone());
-        spec.cluster_lb = "round_robin".into();
-        if plugin.is_some() {
-            spec.extra_clusters = vec![json!({"name": "ailb-scrape", "type": "original_dst",
+    let run_with =
+        |plugin: Option<Value>, tag: &str| -> anyhow::Result<(ailb_fakepod::load::Summary, f64)> {
+            let mut spec = bed.spec(tag, plugin.clone());
+            spec.cluster_lb = "round_robin".into();
+            if plugin.is_some() {
+                spec.extra_clusters = vec![json!({"name": "ailb-scrape", "type": "original_dst",
                 "lb_policy": "round_robin", "timeout_ms": 1000, "connect_timeout_ms": 300})];
-        }
-        let gw = Gateway::start(&spec)?;
-        let mut lc = LoadConfig::new(vec![gw.url.clone()], Workload::Skewed(workload()));
-        lc.seed = 5;
-        lc.timeout = Duration::from_secs(120);
-        lc.admin_urls = bed.pods.iter().map(|p| p.url()).collect();
-        lc.reset_pods = true;
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let sampler = {
-            let stop = stop.clone();
-            let engines = engines.clone();
-            std::thread::spawn(move || {
-                let (mut sum, mut n) = (0.0, 0u64);
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let w: Vec<usize> = engines.iter().map(|e| e.snapshot().waiting).collect();
-                    let (max, min) = (w.iter().max().copied().unwrap_or(0), w.iter().min().copied().unwrap_or(0));
-                    sum += (max - min) as f64;
-                    n += 1;
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                sum / n.max(1) as f64
-            })
+            }
+            let gw = Gateway::start(&spec)?;
+            let mut lc = LoadConfig::new(vec![gw.url.clone()], Workload::Skewed(workload()));
+            lc.seed = 5;
+            lc.timeout = Duration::from_secs(120);
+            lc.admin_urls = bed.pods.iter().map(|p| p.url()).collect();
+            lc.reset_pods = true;
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let sampler = {
+                let stop = stop.clone();
+                let engines = engines.clone();
+                std::thread::spawn(move || {
+                    let (mut sum, mut n) = (0.0, 0u64);
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let w: Vec<usize> = engines.iter().map(|e| e.snapshot().waiting).collect();
+                        let (max, min) = (
+                            w.iter().max().copied().unwrap_or(0),
+                            w.iter().min().copied().unwrap_or(0),
+                        );
+                        sum += (max - min) as f64;
+                        n += 1;
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    sum / n.max(1) as f64
+                })
+            };
+            let s = bed.rt.block_on(load::run(&lc));
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            let imbalance = sampler
+                .join()
+                .map_err(|_| anyhow::anyhow!("sampler panicked"))?;
+            let s = s?;
+            eprintln!("{tag}: {} (imbalance {imbalance:.2})", s.line());
+            Ok((s, imbalance))
         };
-        let s = bed.rt.block_on(load::run(&lc));
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        let imbalance = sampler.join().map_err(|_| anyhow::anyhow!("sampler panicked"))?;
-        let s = s?;
-        eprintln!("{tag}: {} (imbalance {imbalance:.2})", s.line());
-        Ok((s, imbalance))
-    };
     let plugin = json!({"lb_policy": "endpoint_metrics", "lb_config": {"metricsSource": "scrape",
         "scrapeCluster": "ailb-scrape", "scrapeIntervalMs": 100, "scrapeTimeoutMs": 200}});
     let (m, m_imb) = run_with(Some(plugin), "metrics")?;
     let (rr, rr_imb) = run_with(None, "round-robin")?;
-    anyhow::ensure!(m.sequence == rr.sequence, "both runs must replay the same arrivals");
+    anyhow::ensure!(
+        m.sequence == rr.sequence,
+        "both runs must replay the same arrivals"
+    );
     println!(
         "BENCH p99_ratio_metrics_vs_round_robin {:.2} ratio",
         m.latency_ms.p99 / rr.latency_ms.p99
@@ -339,6 +369,104 @@ fn p99_vs_local_least_request() -> anyhow::Result<()> {
     println!(
         "BENCH p99_ratio_glr_vs_local_least_request {:.2} ratio",
         glr.latency_ms.p99 / local.latency_ms.p99
+    );
+    Ok(())
+}
+
+fn prefix_config(port: u16) -> Value {
+    json!({"lb_policy": "prefix_cache", "lb_config": {"serviceFQDN": "redis.static", "servicePort": port, "timeout": 1000}})
+}
+
+/// Plugin CPU per request for prefix_cache on the 10-turn ~8 KB chat: canonicalisation, SHA-1
+/// chain and key formatting happen in the plugin on every request.
+fn prefix_cpu() -> anyhow::Result<()> {
+    let bed = Bed::new(2, |c| {
+        c.decode_us_per_token = 0;
+        c.prefill_us_per_token = 0;
+        c.max_running = 64;
+    });
+    let gw = Gateway::start(&bed.spec("bench-px", Some(prefix_config(bed.redis.port))))?;
+    let body = chat10();
+    let post = || -> anyhow::Result<()> {
+        let (status, _, _) = http(
+            &gw.url,
+            "POST",
+            "/v1/chat/completions",
+            &[("content-type", "application/json")],
+            &body,
+        )?;
+        anyhow::ensure!(status == 200, "status {status}");
+        Ok(())
+    };
+    for _ in 0..200 {
+        post()?;
+    }
+    let (ns0, n0) = (
+        gw.stat("gateway.vm_call_ns"),
+        gw.stat("gateway.streams_destroyed"),
+    );
+    for _ in 0..2000 {
+        post()?;
+    }
+    let (ns1, n1) = (
+        gw.stat("gateway.vm_call_ns"),
+        gw.stat("gateway.streams_destroyed"),
+    );
+    anyhow::ensure!(
+        n1 > n0 && gw.stat("ai_lb.prefix.hit") > 0,
+        "prefix_cache did not route"
+    );
+    println!(
+        "BENCH plugin_us_per_request_prefix_chat10 {:.1} us",
+        (ns1 - ns0) as f64 / (n1 - n0) as f64 / 1e3
+    );
+    Ok(())
+}
+
+/// The Higress blog's GenAI-Perf setting, timings scaled down: 60 sessions x 5 rounds, ~200 new
+/// prompt tokens per round, concurrency 20, shared system prompts, 2 gateways, 4 pods. The same
+/// plan once through prefix_cache and once through per-gateway round-robin.
+fn prefix_vs_round_robin() -> anyhow::Result<()> {
+    let bed = Bed::new(4, |c| {
+        c.max_running = 8;
+        c.prefill_us_per_token = 200;
+        c.decode_us_per_token = 5_000;
+        c.decode_batch_penalty = 0.0;
+    });
+    let run_with =
+        |plugin: Option<Value>, tag: &str| -> anyhow::Result<ailb_fakepod::load::Summary> {
+            let gws: Vec<Gateway> = (0..2)
+                .map(|i| Gateway::start(&bed.spec(&format!("{tag}-{i}"), plugin.clone())))
+                .collect::<anyhow::Result<_>>()?;
+            let mut lc = LoadConfig::new(
+                gws.iter().map(|g| g.url.clone()).collect(),
+                Workload::Sessions(Default::default()),
+            );
+            lc.seed = 5;
+            lc.timeout = Duration::from_secs(60);
+            lc.admin_urls = bed.pods.iter().map(|p| p.url()).collect();
+            lc.reset_pods = true; // both runs start with cold caches
+            let s = bed.rt.block_on(load::run(&lc))?;
+            eprintln!("{tag}: {}", s.line());
+            Ok(s)
+        };
+    let px = run_with(Some(prefix_config(bed.redis.port)), "prefix")?;
+    let rr = run_with(None, "rr")?;
+    anyhow::ensure!(
+        px.sequence == rr.sequence,
+        "both runs must replay the same plan"
+    );
+    let hit =
+        |s: &ailb_fakepod::load::Summary| s.pods.as_ref().map_or(f64::NAN, |p| p.prefix_hit_rate);
+    println!("BENCH prefix_hit_rate {:.3} ratio", hit(&px));
+    println!("BENCH prefix_hit_rate_round_robin {:.3} ratio", hit(&rr));
+    println!(
+        "BENCH ttft_p50_ratio_vs_round_robin {:.2} ratio",
+        px.ttft_ms.p50 / rr.ttft_ms.p50
+    );
+    println!(
+        "BENCH ttft_p99_ratio_vs_round_robin {:.2} ratio",
+        px.ttft_ms.p99 / rr.ttft_ms.p99
     );
     Ok(())
 }

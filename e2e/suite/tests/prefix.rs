@@ -1,0 +1,205 @@
+//! prefix_cache end to end: the built plugin in two emulator gateways (2 workers each), four
+//! fake pods with per-pod prefix caches, one real redis-server.
+
+use ailb_e2e::bed::{wait_for_zero, Bed};
+use ailb_e2e::gateway::{http, Gateway, CLUSTER};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+fn prefix_config(port: u16, extra: Value) -> Value {
+    let mut lb = json!({"serviceFQDN": "redis.static", "servicePort": port, "timeout": 1000, "affinityMaxImbalance": 3, "affinityMaxImbalanceRatio": 1.5});
+    if let (Some(lb), Some(extra)) = (lb.as_object_mut(), extra.as_object()) {
+        lb.extend(extra.clone());
+    }
+    json!({"lb_policy": "prefix_cache", "lb_config": lb})
+}
+
+fn bed() -> Bed {
+    Bed::new(4, |c| {
+        c.max_running = 32;
+        c.decode_us_per_token = 1_000;
+        c.prefill_us_per_token = 10;
+    })
+}
+
+fn two_gateways(bed: &Bed) -> (Gateway, Gateway) {
+    let cfg = prefix_config(bed.redis.port, json!({}));
+    (
+        bed.gateway(&bed.spec("px-a", Some(cfg.clone()))),
+        bed.gateway(&bed.spec("px-b", Some(cfg))),
+    )
+}
+
+/// Sends one chat turn; returns the pod that answered.
+fn send(gw: &Gateway, messages: &[Value], max_tokens: u64) -> String {
+    let body =
+        json!({"model": "fake-model", "messages": messages, "max_tokens": max_tokens}).to_string();
+    let (status, headers, _) = http(
+        &gw.url,
+        "POST",
+        "/v1/chat/completions",
+        &[("content-type", "application/json")],
+        body.as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(status, 200);
+    headers
+        .iter()
+        .find(|(k, _)| k == "x-pod")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default()
+}
+
+fn system(text: &str) -> Value {
+    json!({"role": "system", "content": text})
+}
+
+fn user(text: String) -> Value {
+    json!({"role": "user", "content": text})
+}
+
+#[test]
+fn it_keeps_multi_turn_sessions_on_one_pod_across_gateways() {
+    let bed = bed();
+    let (a, b) = two_gateways(&bed);
+    for s in 0..8 {
+        let mut messages = vec![system(&format!(
+            "You are assistant number {s}. {}",
+            "Be concise. ".repeat(20)
+        ))];
+        let mut pods = Vec::new();
+        for round in 0..4 {
+            messages.push(user(format!(
+                "session {s} question {round}: {}",
+                "tell me more ".repeat(10)
+            )));
+            // Alternate gateways: the affinity lives in Redis, not in a gateway.
+            let gw = if round % 2 == 0 { &a } else { &b };
+            pods.push(send(gw, &messages, 2));
+            messages.push(json!({"role": "assistant", "content": format!("answer {round}")}));
+        }
+        assert!(
+            pods.iter().all(|p| *p == pods[0]),
+            "session {s} moved: {pods:?}"
+        );
+    }
+    assert!(
+        a.stat("ai_lb.prefix.hit") + b.stat("ai_lb.prefix.hit") >= 24,
+        "3 of 4 turns per session hit"
+    );
+    assert!(wait_for_zero(&bed, Duration::from_secs(5)).is_zero());
+}
+
+#[test]
+fn it_sends_different_questions_under_one_system_prompt_to_its_pod() {
+    let bed = bed();
+    let (a, b) = two_gateways(&bed);
+    let sys = system(&format!(
+        "Shared system prompt. {}",
+        "Rules apply. ".repeat(40)
+    ));
+    let home = send(&a, &[sys.clone(), user("first question".into())], 1);
+    for q in 0..6 {
+        let gw = if q % 2 == 0 { &a } else { &b };
+        let pod = send(
+            gw,
+            &[sys.clone(), user(format!("a different question {q}"))],
+            1,
+        );
+        assert_eq!(
+            pod, home,
+            "question {q} should share the system prompt's block"
+        );
+    }
+}
+
+#[test]
+fn it_spills_a_hot_prefix_and_brings_it_back() {
+    let bed = bed();
+    let (a, b) = two_gateways(&bed);
+    let sys = system(&format!(
+        "Hot system prompt. {}",
+        "Policy text. ".repeat(40)
+    ));
+    let home = send(&a, &[sys.clone(), user("warm up".into())], 1);
+    // Six long requests under the same prefix pile onto its pod (within the thresholds at
+    // first), then the guard sends the rest elsewhere.
+    let held: Vec<_> = (0..10)
+        .map(|i| {
+            let (url, sys) = (if i % 2 == 0 { a.url.clone() } else { b.url.clone() }, sys.clone());
+            std::thread::spawn(move || {
+                let body = json!({"model": "fake-model", "messages": [sys, {"role": "user", "content": format!("long {i}")}], "max_tokens": 1500}).to_string();
+                let (_, headers, _) = http(&url, "POST", "/v1/chat/completions", &[("content-type", "application/json")], body.as_bytes()).unwrap();
+                headers.iter().find(|(k, _)| k == "x-pod").map(|(_, v)| v.clone()).unwrap_or_default()
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(400));
+    let on_home = bed
+        .counts()
+        .load
+        .get(
+            &bed.pods
+                .iter()
+                .find(|p| p.name == home)
+                .unwrap()
+                .addr
+                .to_string(),
+        )
+        .copied()
+        .unwrap_or(0.0);
+    let spills = a.stat("ai_lb.prefix.spill") + b.stat("ai_lb.prefix.spill");
+    eprintln!("in flight on the home pod {on_home}, spills {spills}");
+    assert!(
+        spills >= 3,
+        "a hot prefix must spill once its pod is overloaded"
+    );
+    assert!(
+        on_home <= 5.0,
+        "the guard bounds the home pod's load: {on_home}"
+    );
+    let pods: Vec<String> = held.into_iter().map(|t| t.join().unwrap()).collect();
+    assert!(pods.iter().any(|p| *p != home), "{pods:?}");
+    // Load evened out: the prefix brings new questions home again.
+    assert!(wait_for_zero(&bed, Duration::from_secs(10)).is_zero());
+    assert_eq!(
+        send(&b, &[sys.clone(), user("after the storm".into())], 1),
+        home
+    );
+}
+
+#[test]
+fn it_moves_a_dead_pods_prefixes() {
+    let bed = bed();
+    let (a, b) = two_gateways(&bed);
+    let mut messages = vec![
+        system("Session about a pod that dies."),
+        user("first".into()),
+    ];
+    let home = send(&a, &messages, 1);
+    let home_addr = bed
+        .pods
+        .iter()
+        .find(|p| p.name == home)
+        .unwrap()
+        .addr
+        .to_string();
+    for gw in [&a, &b] {
+        let path = format!(
+            "/admin/health?cluster={}&address={home_addr}&status=Unhealthy",
+            CLUSTER.replace('|', "%7C")
+        );
+        assert_eq!(gw.admin_post(&path).unwrap(), 200);
+    }
+    messages.push(json!({"role": "assistant", "content": "ok"}));
+    messages.push(user("second".into()));
+    let moved = send(&b, &messages, 1);
+    assert_ne!(moved, home, "a departed pod's prefix is not followed");
+    messages.push(json!({"role": "assistant", "content": "ok"}));
+    messages.push(user("third".into()));
+    assert_eq!(
+        send(&a, &messages, 1),
+        moved,
+        "and the conversation stays on its new pod"
+    );
+}

@@ -1,0 +1,74 @@
+-- prefix_cache: route to the endpoint holding the longest known prefix of this prompt, unless
+-- it is too loaded; then count the request exactly as global_least_request does.
+-- KEYS[1] load, KEYS[2] leases, KEYS[3] members (as in glr_acquire.lua)
+-- KEYS[4..] the prompt's chained prefix keys, shortest prefix first (computed by the plugin).
+-- ARGV[1..8] as in glr_acquire.lua
+-- ARGV[9] prefix key TTL (s)  ARGV[10] max imbalance, absolute  ARGV[11] max imbalance, ratio
+-- ARGV[12..] the healthy endpoints, sent only when the caller's set changed.
+-- Reply: {"OK", endpoint, matched depth, spilled 0|1} | {"FULL", min load} | {"SYNC"} | {"EMPTY"}
+local load, leases = KEYS[1], KEYS[2]
+local now = tonumber(ARGV[1])
+
+if #ARGV > 11 then
+  sync_members(load, KEYS[3], ARGV[7], 12, ARGV)
+elseif redis.call('GET', KEYS[3]) ~= ARGV[7] then
+  return {'SYNC'}
+end
+reclaim(load, leases, now, tonumber(ARGV[8]))
+
+-- The deepest known prefix whose endpoint is still a member (healthy). A key pointing at an
+-- endpoint that left is skipped, not followed: the chain itself never depends on Redis.
+-- Deepest first, in two reads: a conversation's next turn matches all but its newest blocks,
+-- so the last few keys usually answer; the rest are read only when they do not.
+local n = #KEYS - 3
+local depth, matched, matched_load = 0, nil, nil
+local function scan(lo, hi)
+  if hi < lo then return false end
+  local owners = redis.call('MGET', unpack(KEYS, 3 + lo, 3 + hi))
+  for i = hi, lo, -1 do
+    local ep = owners[i - lo + 1]
+    if ep then
+      local score = redis.call('ZSCORE', load, ep)
+      if score then
+        depth, matched, matched_load = i, ep, tonumber(score)
+        return true
+      end
+    end
+  end
+  return false
+end
+local tail_from = math.max(1, n - 3)
+if not scan(tail_from, n) then scan(1, tail_from - 1) end
+
+local cost, cap = tonumber(ARGV[4]), tonumber(ARGV[5])
+local first, min_s = lowest(load)
+if not first then return {'EMPTY'} end
+local min = tonumber(min_s)
+local pick, spilled = matched, 0
+if matched then
+  -- Load guard: leave the cached endpoint only if it is busier than the least-loaded one by
+  -- more than both thresholds (absolute and relative), or at the cap.
+  local over_cap = cap > 0 and matched_load + cost > cap
+  if over_cap or (matched_load - min > tonumber(ARGV[10]) and matched_load > min * tonumber(ARGV[11])) then
+    pick, spilled = nil, 1
+  end
+end
+if not pick then
+  if cap > 0 and min > 0 and min + cost > cap then
+    return {'FULL', min_s}
+  end
+  pick = tie_break(load, first, min_s, tonumber(ARGV[6]))
+end
+
+local ttl = tonumber(ARGV[9])
+if depth > 0 then
+  redis.call('EXPIRE', KEYS[3 + depth], ttl)
+end
+-- The chosen endpoint will hold the whole prompt: the keys past the match point to it, so this
+-- conversation's next turn follows it. After a spill the shorter, shared keys stay where they
+-- were: moving them would herd every conversation sharing that prefix onto the new endpoint.
+for i = depth + 1, n do
+  redis.call('SET', KEYS[3 + i], pick, 'EX', ttl)
+end
+take(load, leases, pick, ARGV[4], now + tonumber(ARGV[2]), ARGV[3])
+return {'OK', pick, depth, spilled}
