@@ -66,6 +66,23 @@ pub fn token_text(seed: u64, i: u64) -> &'static str {
     WORDS[(h % WORDS.len() as u64) as usize]
 }
 
+/// The whole answer a pod gives to `prompt` (canonical prompt text) with `out_tokens` tokens:
+/// deterministic, so a client can put the real answer in a conversation's history (as
+/// GenAI-Perf does) while every setup still sees the same request sequence.
+pub fn answer_text(prompt: &str, out_tokens: u64) -> String {
+    let seed = crate::tokenize::fnv1a(0, prompt.as_bytes());
+    (0..out_tokens).map(|i| token_text(seed, i)).collect()
+}
+
+/// The text whose KV a pod holds after answering: the prompt, then (chat) the assistant turn
+/// as the next request renders it, so that request's prefix runs through the answer.
+pub fn after_answer(kind: crate::tokenize::ApiKind, prompt: &str, answer: &str) -> String {
+    match kind {
+        crate::tokenize::ApiKind::Chat => format!("{prompt}assistant\n{answer}\n"),
+        crate::tokenize::ApiKind::Completions => format!("{prompt}{answer}"),
+    }
+}
+
 /// Token usage of a finished request.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Usage {

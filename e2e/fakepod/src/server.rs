@@ -365,6 +365,9 @@ fn models_resp(engine: &Engine) -> Response<RespBody> {
 struct Plan {
     job: Job,
     hashes: Vec<u64>,
+    /// Blocks of prompt + answer, cached once the answer is complete (vLLM keeps the KV of
+    /// generated tokens too, so a conversation's next turn hits through the previous answer).
+    after: Vec<u64>,
     out_tokens: u64,
     seed: u64,
     meta: RespMeta,
@@ -377,10 +380,13 @@ fn plan(engine: &Engine, gen: &GenRequest, n: u64) -> Plan {
     let tokens = tokenize(&gen.prompt);
     let namespace = lora.as_deref().unwrap_or(&cfg.served_model_name);
     let hashes = block_hashes(namespace, &tokens, cfg.block_tokens);
-    let out_tokens = gen
-        .max_tokens
-        .unwrap_or(cfg.default_max_tokens)
-        .clamp(1, cfg.max_output_tokens.max(1));
+    let answered = openai::after_answer(
+        gen.kind,
+        &gen.prompt,
+        &openai::answer_text(&gen.prompt, out_tokens_of(cfg, gen)),
+    );
+    let after = block_hashes(namespace, &tokenize(&answered), cfg.block_tokens);
+    let out_tokens = out_tokens_of(cfg, gen);
     let prefix = match gen.kind {
         ApiKind::Chat => "chatcmpl",
         ApiKind::Completions => "cmpl",
@@ -392,6 +398,7 @@ fn plan(engine: &Engine, gen: &GenRequest, n: u64) -> Plan {
             lora,
         },
         hashes,
+        after,
         out_tokens,
         seed: fnv1a(0, gen.prompt.as_bytes()),
         meta: RespMeta {
@@ -408,6 +415,12 @@ fn plan(engine: &Engine, gen: &GenRequest, n: u64) -> Plan {
         },
         include_usage: gen.include_usage,
     }
+}
+
+fn out_tokens_of(cfg: &crate::config::PodConfig, gen: &GenRequest) -> u64 {
+    gen.max_tokens
+        .unwrap_or(cfg.default_max_tokens)
+        .clamp(1, cfg.max_output_tokens.max(1))
 }
 
 /// Queue, then prefill: sleeps for the uncached part of the prompt and caches its blocks.
@@ -453,6 +466,7 @@ async fn generate(engine: Arc<Engine>, gen: GenRequest, n: u64) -> Response<Resp
         next_token(&engine, &mut deadline, &mut run).await;
         text.push_str(token_text(p.seed, i));
     }
+    run.commit_prompt(&p.after);
     let usage = Usage {
         prompt: p.job.prompt_tokens,
         completion: p.out_tokens,
@@ -491,6 +505,7 @@ async fn stream_tokens(
         };
         let _ = tx.send(Ok(p.meta.usage_chunk(usage).into())).await;
     }
+    run.commit_prompt(&p.after);
     drop(run); // the request is finished before [DONE] goes out
     let _ = tx
         .send(Ok(Bytes::from_static(openai::DONE.as_bytes())))

@@ -210,3 +210,55 @@ async fn metrics_dialects_files_and_garbage() {
     let m = get(&c, &format!("{}/metrics", g.url())).await;
     assert!(ailb_fakepod::metrics::parse_text(&m).is_err());
 }
+
+#[tokio::test]
+async fn next_turn_hits_through_the_previous_answer() {
+    // vLLM keeps the KV of generated tokens: a conversation's next turn, which carries the
+    // answer in its history, is cached through that answer, not only through the old prompt.
+    let p = pod("pod-a", |c| c.decode_us_per_token = 100).await;
+    let c = client();
+    let url = format!("{}/v1/chat/completions", p.url());
+    let turn1 = serde_json::json!({"messages": [
+        {"role": "system", "content": "abcd".repeat(100)},
+        {"role": "user", "content": "q1"},
+    ]});
+    let mut body = turn1.clone();
+    body["max_tokens"] = 64.into();
+    let r = send(&c, "POST", &url, &body.to_string(), &[])
+        .await
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&r.text()).unwrap();
+    let answer = v["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let prompt1 =
+        ailb_fakepod::tokenize::canonical_prompt(ailb_fakepod::tokenize::ApiKind::Chat, &turn1)
+            .unwrap();
+    assert_eq!(
+        answer,
+        ailb_fakepod::openai::answer_text(&prompt1, 64),
+        "answers are predictable"
+    );
+    let mut turn2 = turn1.clone();
+    turn2["messages"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"role": "assistant", "content": answer}));
+    turn2["messages"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"role": "user", "content": "q2"}));
+    turn2["max_tokens"] = 1.into();
+    let before = p.state().prefix_hit_tokens;
+    send(&c, "POST", &url, &turn2.to_string(), &[])
+        .await
+        .unwrap();
+    let hit = p.state().prefix_hit_tokens - before;
+    let prompt1_tokens = ailb_fakepod::tokenize::tokenize(&prompt1).len() as u64;
+    assert!(
+        hit >= prompt1_tokens + 48,
+        "hit {hit} tokens; turn 1's prompt alone is {prompt1_tokens}"
+    );
+    p.shutdown().await;
+}

@@ -35,6 +35,9 @@ impl Redis {
                 "",
                 "--appendonly",
                 "no",
+                // DEBUG SLEEP stalls Redis in the fault tests (Redis 7 disables DEBUG by default).
+                "--enable-debug-command",
+                "yes",
             ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())

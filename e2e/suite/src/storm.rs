@@ -22,7 +22,7 @@ pub fn bed() -> Bed {
 pub fn gateways(bed: &Bed, lease_ttl_s: u64) -> anyhow::Result<(Gateway, Gateway)> {
     let cfg = glr_config(
         bed.redis.port,
-        json!({"maxRequestCount": 6, "leaseTTL": lease_ttl_s}),
+        json!({"maxRequestCount": 3, "leaseTTL": lease_ttl_s}),
     );
     let mut spec = bed.spec("storm-a", Some(cfg));
     spec.upstream_timeout_ms = 1_000;
@@ -55,7 +55,7 @@ pub fn load(targets: Vec<String>, count: usize, duration: Duration, seed: u64) -
     ];
     // 40 ms after sending: after the pick normally, before it while Redis is stalled.
     lc.abort = Some(AbortRule {
-        probability: 0.08,
+        probability: 0.15,
         after: Duration::from_millis(40),
         phase: AbortPhase::BeforeFirstByte,
     });
@@ -72,7 +72,11 @@ pub fn run_with_chaos(
     let run = bed.rt.spawn(async move { load::run(&lc).await });
     for _ in 0..stalls {
         std::thread::sleep(every);
-        bed.redis.try_cmd(&["DEBUG", "SLEEP", "0.3"]);
+        let reply = bed.redis.try_cmd(&["DEBUG", "SLEEP", "0.5"]);
+        anyhow::ensure!(
+            matches!(reply, Some(ai_load_balancer::redis::resp::Value::Simple(_))),
+            "Redis refused to stall: {reply:?}"
+        );
     }
     std::thread::sleep(every);
     bed.redis.restart();

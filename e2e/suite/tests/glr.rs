@@ -112,6 +112,10 @@ fn it_leaks_nothing_after_a_fault_storm() {
     let orphaned = a.stat("ai_lb.release.orphaned") + b.stat("ai_lb.release.orphaned");
     eprintln!("429s {rejected}, orphaned picks {orphaned}");
     assert!(rejected > 0, "the storm must exercise maxRequestCount");
+    assert!(
+        orphaned > 0,
+        "the storm must end streams while their pick is in flight"
+    );
     // Everything released; what a lost reply left behind is reclaimed within the lease TTL.
     let left = wait_for_zero(&bed, Duration::from_secs(25));
     assert!(left.is_zero() && !left.any_negative(), "leaked: {left:?}");

@@ -2,15 +2,16 @@
 //! on responses or timing, so the same seed replays the same sequence against any setup.
 
 use super::spec::{AbortRule, Api, Arrivals, LoadConfig, Workload};
+use crate::openai::answer_text;
 use crate::rng::Rng;
-use crate::tokenize::fnv1a;
+use crate::tokenize::{canonical_prompt, fnv1a, ApiKind};
 use serde_json::{json, Value};
 use std::time::Duration;
 
 // Stream purposes for Rng::derive.
 const SYSTEM: u64 = 1;
 const USER: u64 = 2;
-const ANSWER: u64 = 3;
+// 3 was the synthetic-answer stream; answers now come from the pods themselves.
 const DECORATE: u64 = 4;
 const ARRIVALS: u64 = 5;
 const SIZES: u64 = 6;
@@ -142,9 +143,11 @@ pub fn plan(cfg: &LoadConfig) -> Plan {
                         headers: Vec::new(),
                         abort: None,
                     });
-                    // Synthetic answer in history: keeps the sequence independent of responses.
-                    let mut rng = Rng::derive(cfg.seed, &[ANSWER, sess as u64, round as u64]);
-                    let answer = words(&mut rng, s.max_tokens);
+                    // The pod's own answer in history, as a real client sends it; pods answer
+                    // deterministically, so the sequence still does not depend on the run.
+                    let prompt = canonical_prompt(ApiKind::Chat, &json!({ "messages": messages }))
+                        .unwrap_or_default();
+                    let answer = answer_text(&prompt, s.max_tokens.max(1));
                     messages.push(json!({"role": "assistant", "content": answer}));
                 }
             }
