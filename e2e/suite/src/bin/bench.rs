@@ -119,30 +119,32 @@ fn metrics_plugin_cpu() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// endpoint_metrics (scraping every 100 ms) vs the cluster's round-robin: 4 pods taking 2
-/// requests at a time, skewed request sizes at ~85% of capacity, the same arrival sequence.
+/// endpoint_metrics (scraping every 100 ms) vs the cluster's round-robin: 4 pods serving one
+/// request at a time, heavy-tailed request sizes at ~75% of capacity, the same arrival
+/// sequence. Round-robin queues short requests behind long ones; the metrics see the queues.
 /// Queue imbalance = max − min waiting across pods, sampled every 20 ms and averaged.
 fn metrics_vs_round_robin() -> anyhow::Result<()> {
     let bed = Bed::new(4, |c| {
-        c.max_running = 2;
-        c.decode_us_per_token = 5_000;
+        c.max_running = 1;
+        c.decode_us_per_token = 2_000;
         c.decode_batch_penalty = 0.0;
         c.prefill_us_per_token = 10;
     });
     let workload = || {
-        // Output tokens lognormal (median 60, sigma 1.0): a few requests are 10x the median.
+        // Output tokens lognormal (median 50, sigma 1.2; mean ~100 tokens = ~0.2 s): 4 pods
+        // serve ~20 rps, 600 requests in 40 s is ~75% of that.
         let mut s = SkewedSpec {
             arrivals: Arrivals::Count {
-                count: 400,
+                count: 600,
                 duration: Duration::from_secs(40),
             },
             ..SkewedSpec::default()
         };
         s.max_tokens.dist = Dist::LogNormal {
-            median: 60.0,
-            sigma: 1.0,
+            median: 50.0,
+            sigma: 1.2,
         };
-        s.max_tokens.max = 1500;
+        s.max_tokens.max = 2000;
         s.prompt_tokens.max = 1000;
         s
     };
