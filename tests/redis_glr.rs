@@ -469,30 +469,8 @@ fn it_never_double_counts_under_concurrency() {
 fn it_runs_on_a_redis_cluster_node() {
     // One-node Redis Cluster: a script touching keys in two slots (as Higress's do) fails
     // with CROSSSLOT there; ours declares every key and shares one hash tag.
-    let redis = RedisServer::start_with(&[
-        "--cluster-enabled",
-        "yes",
-        "--cluster-config-file",
-        "nodes.conf",
-    ]);
+    let redis = RedisServer::start_cluster();
     let mut c = redis.conn();
-    assert_eq!(
-        c.cmd(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]),
-        Value::Simple("OK".into())
-    );
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !c
-        .cmd(&["CLUSTER", "INFO"])
-        .as_str()
-        .unwrap_or_default()
-        .contains("cluster_state:ok")
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "cluster did not come up"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
     let g = Glr::new(3);
     g.sync(&mut c);
     let ep = g.pick(&mut c, "k", 1);

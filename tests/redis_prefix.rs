@@ -284,24 +284,8 @@ fn it_handles_thousands_of_blocks_in_one_call() {
 
 #[test]
 fn it_runs_on_a_redis_cluster_node() {
-    let redis = RedisServer::start_with(&[
-        "--cluster-enabled",
-        "yes",
-        "--cluster-config-file",
-        "nodes.conf",
-    ]);
+    let redis = RedisServer::start_cluster();
     let mut c = redis.conn();
-    c.cmd(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !c
-        .cmd(&["CLUSTER", "INFO"])
-        .as_str()
-        .unwrap_or_default()
-        .contains("cluster_state:ok")
-    {
-        assert!(std::time::Instant::now() < deadline);
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
     let px = Px::new(&["a:1", "b:1"]);
     px.sync(&mut c);
     let t = px.chain(turn("s", &["q", "r"]));

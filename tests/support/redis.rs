@@ -196,3 +196,32 @@ impl Conn {
         self.read()
     }
 }
+
+impl RedisServer {
+    /// A one-node Redis Cluster owning every slot: scripts there fail with CROSSSLOT unless
+    /// all their keys share one slot.
+    pub fn start_cluster() -> RedisServer {
+        let server = Self::start_with(&[
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+        ]);
+        let mut c = server.conn();
+        assert_eq!(
+            c.cmd(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]),
+            Value::Simple("OK".into())
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !c
+            .cmd(&["CLUSTER", "INFO"])
+            .as_str()
+            .unwrap_or_default()
+            .contains("cluster_state:ok")
+        {
+            assert!(Instant::now() < deadline, "cluster did not come up");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        server
+    }
+}

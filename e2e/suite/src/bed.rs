@@ -2,6 +2,7 @@
 
 use crate::gateway::{http, Gateway, GatewaySpec, CLUSTER, ROUTE};
 use crate::redis::{Counts, Redis};
+use ailb_fakepod::load::{self, LoadConfig, Summary, Workload};
 use ailb_fakepod::{spawn_pod, PodConfig, PodHandle};
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -58,6 +59,35 @@ impl Bed {
         for p in &self.pods {
             p.engine().reset(true);
         }
+    }
+
+    /// Starts `gateways` gateways (`tweak` adjusts each spec), replays `workload` through them
+    /// with pods reset first (every setup starts cold) and returns the summary. Two setups
+    /// replayed with the same seed see the same arrivals.
+    pub fn replay(
+        &self,
+        tag: &str,
+        gateways: usize,
+        plugin: Option<Value>,
+        tweak: impl Fn(&mut GatewaySpec),
+        workload: Workload,
+        seed: u64,
+    ) -> anyhow::Result<Summary> {
+        let gws: Vec<Gateway> = (0..gateways)
+            .map(|i| {
+                let mut spec = self.spec(&format!("{tag}-{i}"), plugin.clone());
+                tweak(&mut spec);
+                Gateway::start(&spec)
+            })
+            .collect::<anyhow::Result<_>>()?;
+        let mut lc = LoadConfig::new(gws.iter().map(|g| g.url.clone()).collect(), workload);
+        lc.seed = seed;
+        lc.timeout = Duration::from_secs(120);
+        lc.admin_urls = self.pods.iter().map(|p| p.url()).collect();
+        lc.reset_pods = true;
+        let s = self.rt.block_on(load::run(&lc))?;
+        eprintln!("{tag}: {}", s.line());
+        Ok(s)
     }
 
     /// Peak concurrently running requests per pod since the last reset.

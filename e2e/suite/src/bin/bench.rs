@@ -341,27 +341,18 @@ fn p99_vs_local_least_request() -> anyhow::Result<()> {
         s.prompt_tokens.max = 1000;
         s
     };
-    let run_with =
-        |plugin: Option<Value>, tag: &str| -> anyhow::Result<ailb_fakepod::load::Summary> {
-            let gws: Vec<Gateway> = (0..4)
-                .map(|i| {
-                    let mut spec = bed.spec(&format!("{tag}-{i}"), plugin.clone());
-                    spec.cluster_lb = "least_request".into();
-                    Gateway::start(&spec)
-                })
-                .collect::<anyhow::Result<_>>()?;
-            let mut lc = LoadConfig::new(
-                gws.iter().map(|g| g.url.clone()).collect(),
-                Workload::Skewed(workload()),
-            );
-            lc.seed = 3;
-            lc.timeout = Duration::from_secs(60);
-            lc.admin_urls = bed.pods.iter().map(|p| p.url()).collect();
-            lc.reset_pods = true;
-            let s = bed.rt.block_on(load::run(&lc))?;
-            eprintln!("{tag}: {}", s.line());
-            Ok(s)
-        };
+    let least_request =
+        |spec: &mut ailb_e2e::gateway::GatewaySpec| spec.cluster_lb = "least_request".into();
+    let run_with = |plugin: Option<Value>, tag: &str| {
+        bed.replay(
+            tag,
+            4,
+            plugin,
+            least_request,
+            Workload::Skewed(workload()),
+            3,
+        )
+    };
     let glr = run_with(Some(glr_config(bed.redis.port, json!({}))), "glr")?;
     let local = run_with(None, "local")?;
     anyhow::ensure!(
@@ -435,23 +426,16 @@ fn prefix_vs_round_robin() -> anyhow::Result<()> {
         c.decode_us_per_token = 5_000;
         c.decode_batch_penalty = 0.0;
     });
-    let run_with =
-        |plugin: Option<Value>, tag: &str| -> anyhow::Result<ailb_fakepod::load::Summary> {
-            let gws: Vec<Gateway> = (0..2)
-                .map(|i| Gateway::start(&bed.spec(&format!("{tag}-{i}"), plugin.clone())))
-                .collect::<anyhow::Result<_>>()?;
-            let mut lc = LoadConfig::new(
-                gws.iter().map(|g| g.url.clone()).collect(),
-                Workload::Sessions(Default::default()),
-            );
-            lc.seed = 5;
-            lc.timeout = Duration::from_secs(60);
-            lc.admin_urls = bed.pods.iter().map(|p| p.url()).collect();
-            lc.reset_pods = true; // both runs start with cold caches
-            let s = bed.rt.block_on(load::run(&lc))?;
-            eprintln!("{tag}: {}", s.line());
-            Ok(s)
-        };
+    let run_with = |plugin: Option<Value>, tag: &str| {
+        bed.replay(
+            tag,
+            2,
+            plugin,
+            |_| {},
+            Workload::Sessions(Default::default()),
+            5,
+        )
+    };
     let px = run_with(Some(prefix_config(bed.redis.port)), "prefix")?;
     let rr = run_with(None, "rr")?;
     anyhow::ensure!(
