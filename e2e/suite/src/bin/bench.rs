@@ -130,16 +130,9 @@ fn metrics_vs_round_robin() -> anyhow::Result<()> {
         c.decode_batch_penalty = 0.0;
         c.prefill_us_per_token = 10;
     });
-    let workload = || {
-        // Output tokens lognormal (median 50, sigma 1.2; mean ~100 tokens = ~0.2 s): 4 pods
-        // serve ~20 rps, 600 requests in 40 s is ~75% of that.
-        let mut s = SkewedSpec {
-            arrivals: Arrivals::Count {
-                count: 600,
-                duration: Duration::from_secs(40),
-            },
-            ..SkewedSpec::default()
-        };
+    // Output tokens lognormal (median 50, sigma 1.2; mean ~100 tokens = ~0.2 s): 4 pods serve
+    // ~20 rps, 600 requests in 40 s is ~75% of that.
+    let workload = || lognormal_sizes(600, 40, 50.0, 1.2, 2000);
         s.max_tokens.dist = Dist::LogNormal {
             median: 50.0,
             sigma: 1.2,
@@ -324,15 +317,8 @@ fn p99_vs_local_least_request() -> anyhow::Result<()> {
         c.decode_batch_penalty = 0.0;
         c.prefill_us_per_token = 10;
     });
-    let workload = || {
-        // ~1 s median (100 tokens x 10 ms), lognormal sizes; 16 slots x 0.9 / ~1.05 s = ~13.7 rps.
-        let mut s = SkewedSpec {
-            arrivals: Arrivals::Count {
-                count: 600,
-                duration: Duration::from_secs(44),
-            },
-            ..SkewedSpec::default()
-        };
+    // ~1 s median (100 tokens x 10 ms); 16 slots x 0.9 / ~1.05 s = ~13.7 rps.
+    let workload = || lognormal_sizes(600, 44, 100.0, 0.3, 500);
         s.max_tokens.dist = Dist::LogNormal {
             median: 100.0,
             sigma: 0.3,
@@ -455,4 +441,20 @@ fn prefix_vs_round_robin() -> anyhow::Result<()> {
         px.ttft_ms.p99 / rr.ttft_ms.p99
     );
     Ok(())
+}
+
+/// `count` open-loop arrivals over `seconds`, output lengths lognormal(`median`, `sigma`)
+/// capped at `max_tokens`, prompts up to 1000 tokens.
+fn lognormal_sizes(count: usize, seconds: u64, median: f64, sigma: f64, max_tokens: u64) -> SkewedSpec {
+    let mut s = SkewedSpec {
+        arrivals: Arrivals::Count {
+            count,
+            duration: Duration::from_secs(seconds),
+        },
+        ..SkewedSpec::default()
+    };
+    s.max_tokens.dist = Dist::LogNormal { median, sigma };
+    s.max_tokens.max = max_tokens;
+    s.prompt_tokens.max = 1000;
+    s
 }
