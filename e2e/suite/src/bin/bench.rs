@@ -133,14 +133,6 @@ fn metrics_vs_round_robin() -> anyhow::Result<()> {
     // Output tokens lognormal (median 50, sigma 1.2; mean ~100 tokens = ~0.2 s): 4 pods serve
     // ~20 rps, 600 requests in 40 s is ~75% of that.
     let workload = || lognormal_sizes(600, 40, 50.0, 1.2, 2000);
-        s.max_tokens.dist = Dist::LogNormal {
-            median: 50.0,
-            sigma: 1.2,
-        };
-        s.max_tokens.max = 2000;
-        s.prompt_tokens.max = 1000;
-        s
-    };
     let engines: Vec<_> = bed.pods.iter().map(|p| p.engine().clone()).collect();
     let run_with =
         |plugin: Option<Value>, tag: &str| -> anyhow::Result<(ailb_fakepod::load::Summary, f64)> {
@@ -319,14 +311,6 @@ fn p99_vs_local_least_request() -> anyhow::Result<()> {
     });
     // ~1 s median (100 tokens x 10 ms); 16 slots x 0.9 / ~1.05 s = ~13.7 rps.
     let workload = || lognormal_sizes(600, 44, 100.0, 0.3, 500);
-        s.max_tokens.dist = Dist::LogNormal {
-            median: 100.0,
-            sigma: 0.3,
-        };
-        s.max_tokens.max = 500;
-        s.prompt_tokens.max = 1000;
-        s
-    };
     let least_request =
         |spec: &mut ailb_e2e::gateway::GatewaySpec| spec.cluster_lb = "least_request".into();
     let run_with = |plugin: Option<Value>, tag: &str| {
@@ -445,7 +429,13 @@ fn prefix_vs_round_robin() -> anyhow::Result<()> {
 
 /// `count` open-loop arrivals over `seconds`, output lengths lognormal(`median`, `sigma`)
 /// capped at `max_tokens`, prompts up to 1000 tokens.
-fn lognormal_sizes(count: usize, seconds: u64, median: f64, sigma: f64, max_tokens: u64) -> SkewedSpec {
+fn lognormal_sizes(
+    count: usize,
+    seconds: u64,
+    median: f64,
+    sigma: f64,
+    max_tokens: u64,
+) -> SkewedSpec {
     let mut s = SkewedSpec {
         arrivals: Arrivals::Count {
             count,
