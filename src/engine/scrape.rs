@@ -27,12 +27,18 @@ pub(super) struct ScrapeJob {
     snapshot: HashMap<String, SnapEntry>,
     /// Pods with a callout in flight: token and start time.
     in_flight: HashMap<String, (u32, u64)>,
+    /// Answers received since the snapshot was last published.
+    dirty: bool,
+    /// The current round (one per due tick) and how many of its callouts are unanswered.
+    round: u64,
+    round_left: usize,
 }
 
 struct PendingScrape {
     job: usize,
     addr: String,
     sent_base: u64,
+    round: u64,
 }
 
 pub(super) struct ScrapeState {
@@ -64,6 +70,9 @@ impl ScrapeState {
                 leader: false,
                 snapshot: HashMap::new(),
                 in_flight: HashMap::new(),
+                dirty: false,
+                round: 0,
+                round_left: 0,
             });
         }
         let tick_ms = jobs
@@ -108,6 +117,8 @@ impl Engine {
     }
 
     fn tick_job(&mut self, host: &mut dyn Host, i: usize, now: u64) {
+        // Backstop: answers of a round whose last callout is still pending are published now.
+        self.publish_snapshot(host, i);
         let vm_id = self.metrics.scrape.vm_id.clone();
         let Some(job) = self.metrics.scrape.jobs.get_mut(i) else {
             return;
@@ -173,6 +184,8 @@ impl Engine {
             .map(|(v, _)| shared::decode_counts(&v))
             .unwrap_or_default();
         let mut failed: Vec<String> = Vec::new();
+        job.round += 1;
+        job.round_left = 0;
         for addr in targets {
             if job.in_flight.contains_key(&addr) {
                 continue;
@@ -194,6 +207,7 @@ impl Engine {
             match host.http_call(&sc.cluster, &headers, sc.timeout_ms) {
                 Ok(token) => {
                     job.in_flight.insert(addr.clone(), (token, now));
+                    job.round_left += 1;
                     let sent_base = sent.get(&addr).copied().unwrap_or(0);
                     self.metrics.scrape.pending.insert(
                         token,
@@ -201,6 +215,7 @@ impl Engine {
                             job: i,
                             addr,
                             sent_base,
+                            round: job.round,
                         },
                     );
                 }
@@ -257,8 +272,15 @@ impl Engine {
                 metrics,
             },
         );
-        let ns = job.ns.clone();
-        let bytes = shared::encode_snapshot(&job.snapshot);
+        job.dirty = true;
+        if p.round == job.round {
+            job.round_left = job.round_left.saturating_sub(1);
+        }
+        // Publish once per round, when its last callout has answered: every publish makes each
+        // worker re-read the snapshot, so per-answer publishing costs O(pods²) per round. A
+        // failure is published at once: traffic must leave a pod that stopped answering. Late
+        // answers of an earlier round wait for this round's publish (or the next tick).
+        let publish = job.round_left == 0 || !ok;
         if status.is_some_and(|s| (200..300).contains(&s)) {
             self.stats.inc(host, Counter::MetricsParsed);
         }
@@ -281,7 +303,22 @@ impl Engine {
                 ),
             );
         }
-        let _ = host.shared_set(&snapshot_key(&ns), &bytes, 0);
+        if publish {
+            self.publish_snapshot(host, p.job);
+        }
+    }
+
+    /// Writes a scrape target's snapshot to shared data if answers arrived since the last write.
+    fn publish_snapshot(&mut self, host: &mut dyn Host, i: usize) {
+        let Some(job) = self.metrics.scrape.jobs.get_mut(i) else {
+            return;
+        };
+        if !job.dirty {
+            return;
+        }
+        job.dirty = false;
+        let bytes = shared::encode_snapshot(&job.snapshot);
+        let _ = host.shared_set(&snapshot_key(&job.ns), &bytes, 0);
     }
 }
 

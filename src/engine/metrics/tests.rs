@@ -586,3 +586,56 @@ fn config_keys_defaults_and_errors() {
     .to_string();
     assert!(err.contains("serviceFQDN"), "{err}");
 }
+
+#[test]
+fn a_round_of_answers_is_published_once_and_a_failure_at_once() {
+    let (mut host, mut engine) = envoy(scrape_cfg());
+    let snapshot_version = |host: &MockHost| {
+        let shared = host.shared.borrow();
+        shared
+            .iter()
+            .find(|(k, _)| k.starts_with("ailb.snap."))
+            .map_or(0, |(_, v)| v.1)
+    };
+    let ok = |a: &str| (a.to_string(), Some(200), vllm(0, 1, 0.1));
+    let round =
+        |host: &mut MockHost, engine: &mut Engine, answers: Vec<(String, Option<u16>, String)>| {
+            let refs: Vec<(&str, Option<u16>, String)> = answers
+                .iter()
+                .map(|(a, s, b)| (a.as_str(), *s, b.clone()))
+                .collect();
+            scrape_round(host, engine, &refs);
+        };
+    round(
+        &mut host,
+        &mut engine,
+        vec![
+            ok("10.0.0.1:8000"),
+            ok("10.0.0.2:8000"),
+            ok("10.0.0.3:8000"),
+        ],
+    );
+    let v1 = snapshot_version(&host);
+    host.now_ms += 1000;
+    round(
+        &mut host,
+        &mut engine,
+        vec![
+            ok("10.0.0.1:8000"),
+            ok("10.0.0.2:8000"),
+            ok("10.0.0.3:8000"),
+        ],
+    );
+    assert_eq!(
+        snapshot_version(&host),
+        v1 + 1,
+        "three answers, one publish: workers re-read once per round"
+    );
+    // A failing pod is published immediately, before the rest of its round answers.
+    host.now_ms += 1000;
+    let before = host.http_calls.len();
+    engine.on_tick(&mut host);
+    let first = host.next_token - 4 * (host.http_calls.len() - before) as u32;
+    answer(&mut host, &mut engine, first, Some(500), "down");
+    assert_eq!(snapshot_version(&host), v1 + 2);
+}

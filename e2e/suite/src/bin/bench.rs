@@ -28,6 +28,7 @@ fn main() -> anyhow::Result<()> {
     }
     if run("metrics") {
         metrics_plugin_cpu()?;
+        metrics_scrape_cpu()?;
         metrics_vs_round_robin()?;
     }
     Ok(())
@@ -117,6 +118,80 @@ fn metrics_plugin_cpu() -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Scrape mode with 64 pods each serving a 64 KB metrics page: the page is parsed once per
+/// scrape by the process's one scraper; a request only reads the shared snapshot, so its cost
+/// must not grow with the page (compare with `plugin_us_per_request_metrics_hosts64`).
+fn metrics_scrape_cpu() -> anyhow::Result<()> {
+    for (name, bytes) in [
+        ("scrape_hosts64", 2_000usize),
+        ("scrape_hosts64_64kb", 64 * 1024),
+    ] {
+        let us = scrape_cpu_once(bytes)?;
+        println!("BENCH plugin_us_per_request_metrics_{name} {us:.1} us");
+    }
+    Ok(())
+}
+
+fn scrape_cpu_once(page_bytes: usize) -> anyhow::Result<f64> {
+    let page = std::env::temp_dir().join(format!(
+        "ailb-bench-metrics-{}-{page_bytes}.txt",
+        std::process::id()
+    ));
+    std::fs::write(&page, vllm_text(0, page_bytes))?;
+    let bed = Bed::new(64, |c| {
+        c.decode_us_per_token = 0;
+        c.prefill_us_per_token = 0;
+        c.max_running = 64;
+        c.metrics = ailb_fakepod::MetricsSource::File(page.clone());
+    });
+    let plugin = json!({"lb_policy": "endpoint_metrics", "lb_config": {"metricsSource": "scrape",
+        "scrapeCluster": "ailb-scrape", "scrapeIntervalMs": 500, "scrapeTimeoutMs": 400}});
+    let mut spec = bed.spec("bench-scrape", Some(plugin));
+    spec.extra_clusters = vec![json!({"name": "ailb-scrape", "type": "original_dst",
+        "lb_policy": "round_robin", "timeout_ms": 1000, "connect_timeout_ms": 300})];
+    let gw = Gateway::start(&spec)?;
+    let body = chat10();
+    let post = || -> anyhow::Result<()> {
+        let (status, _, _) = http(
+            &gw.url,
+            "POST",
+            "/v1/chat/completions",
+            &[("content-type", "application/json")],
+            &body,
+        )?;
+        anyhow::ensure!(status == 200, "status {status}");
+        Ok(())
+    };
+    // Wait for the first snapshot, then warm up.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while gw.stat("ai_lb.metrics.routed") == 0 {
+        anyhow::ensure!(Instant::now() < deadline, "no scraped snapshot after 10 s");
+        post()?;
+    }
+    for _ in 0..100 {
+        post()?;
+    }
+    let (ns0, n0) = (
+        gw.stat("gateway.vm_call_ns"),
+        gw.stat("gateway.streams_destroyed"),
+    );
+    let routed0 = gw.stat("ai_lb.metrics.routed");
+    for _ in 0..1000 {
+        post()?;
+    }
+    let (ns1, n1) = (
+        gw.stat("gateway.vm_call_ns"),
+        gw.stat("gateway.streams_destroyed"),
+    );
+    anyhow::ensure!(
+        gw.stat("ai_lb.metrics.routed") - routed0 >= 990,
+        "requests were not routed by scraped metrics"
+    );
+    let _ = std::fs::remove_file(&page);
+    // VM time includes the scraper's ticks and parses (one proxy-wide scraper), amortised.
+    Ok((ns1 - ns0) as f64 / (n1 - n0) as f64 / 1e3)
 }
 
 /// endpoint_metrics (scraping every 100 ms) vs the cluster's round-robin: 4 pods serving one
