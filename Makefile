@@ -72,8 +72,8 @@ test: lint unit-test check-abi package wasm-unit-test e2e-test
 	@echo "make test: all checks passed"
 
 bench: build e2e-build
-	$(CARGO) run --release --quiet --example bench_redis
-	$(CARGO) run --release --quiet --example bench_parse
+	$(CARGO) run --profile bench-native --quiet --example bench_redis
+	$(CARGO) run --profile bench-native --quiet --example bench_parse
 	$(E2E_BIN)/ailb-bench
 
 # Higress plugin-market layout: plugin.tar.gz (holding plugin.wasm) beside spec.yaml and README.
