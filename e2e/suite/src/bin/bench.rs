@@ -81,41 +81,12 @@ fn metrics_plugin_cpu() -> anyhow::Result<()> {
         }
         cfg["clusters"][0]["endpoints"] = Value::Array(endpoints);
         let gw = Gateway::start_config(&cfg, "bench-m")?;
-        let body = chat10();
-        let post = || -> anyhow::Result<()> {
-            let (status, _, _) = http(
-                &gw.url,
-                "POST",
-                "/v1/chat/completions",
-                &[("content-type", "application/json")],
-                &body,
-            )?;
-            anyhow::ensure!(status == 200, "status {status}");
-            Ok(())
-        };
-        for _ in 0..100 {
-            post()?;
-        }
-        let (ns0, n0) = (
-            gw.stat("gateway.vm_call_ns"),
-            gw.stat("gateway.streams_destroyed"),
-        );
-        for _ in 0..1000 {
-            post()?;
-        }
-        let (ns1, n1) = (
-            gw.stat("gateway.vm_call_ns"),
-            gw.stat("gateway.streams_destroyed"),
-        );
-        anyhow::ensure!(n1 > n0, "the emulator reports no VM time");
+        let us = vm_us_per_request(&gw, 100, 1000)?;
         anyhow::ensure!(
             gw.stat("ai_lb.metrics.routed") >= 1100,
             "requests were not routed by metrics"
         );
-        println!(
-            "BENCH plugin_us_per_request_metrics_{name} {:.1} us",
-            (ns1 - ns0) as f64 / (n1 - n0) as f64 / 1e3
-        );
+        println!("BENCH plugin_us_per_request_metrics_{name} {us:.1} us");
     }
     Ok(())
 }
@@ -152,46 +123,21 @@ fn scrape_cpu_once(page_bytes: usize) -> anyhow::Result<f64> {
     spec.extra_clusters = vec![json!({"name": "ailb-scrape", "type": "original_dst",
         "lb_policy": "round_robin", "timeout_ms": 1000, "connect_timeout_ms": 300})];
     let gw = Gateway::start(&spec)?;
-    let body = chat10();
-    let post = || -> anyhow::Result<()> {
-        let (status, _, _) = http(
-            &gw.url,
-            "POST",
-            "/v1/chat/completions",
-            &[("content-type", "application/json")],
-            &body,
-        )?;
-        anyhow::ensure!(status == 200, "status {status}");
-        Ok(())
-    };
-    // Wait for the first snapshot, then warm up.
+    // Wait for the first snapshot, then measure.
     let deadline = Instant::now() + Duration::from_secs(10);
     while gw.stat("ai_lb.metrics.routed") == 0 {
         anyhow::ensure!(Instant::now() < deadline, "no scraped snapshot after 10 s");
-        post()?;
+        post_chat10(&gw)?;
     }
-    for _ in 0..100 {
-        post()?;
-    }
-    let (ns0, n0) = (
-        gw.stat("gateway.vm_call_ns"),
-        gw.stat("gateway.streams_destroyed"),
-    );
     let routed0 = gw.stat("ai_lb.metrics.routed");
-    for _ in 0..1000 {
-        post()?;
-    }
-    let (ns1, n1) = (
-        gw.stat("gateway.vm_call_ns"),
-        gw.stat("gateway.streams_destroyed"),
-    );
+    let us = vm_us_per_request(&gw, 100, 1000)?;
     anyhow::ensure!(
-        gw.stat("ai_lb.metrics.routed") - routed0 >= 990,
+        gw.stat("ai_lb.metrics.routed") - routed0 >= 1090,
         "requests were not routed by scraped metrics"
     );
     let _ = std::fs::remove_file(&page);
     // VM time includes the scraper's ticks and parses (one proxy-wide scraper), amortised.
-    Ok((ns1 - ns0) as f64 / (n1 - n0) as f64 / 1e3)
+    Ok(us)
 }
 
 /// endpoint_metrics (scraping every 100 ms) vs the cluster's round-robin: 4 pods serving one
@@ -424,40 +370,12 @@ fn prefix_cpu() -> anyhow::Result<()> {
         c.max_running = 64;
     });
     let gw = Gateway::start(&bed.spec("bench-px", Some(prefix_config(bed.redis.port))))?;
-    let body = chat10();
-    let post = || -> anyhow::Result<()> {
-        let (status, _, _) = http(
-            &gw.url,
-            "POST",
-            "/v1/chat/completions",
-            &[("content-type", "application/json")],
-            &body,
-        )?;
-        anyhow::ensure!(status == 200, "status {status}");
-        Ok(())
-    };
-    for _ in 0..200 {
-        post()?;
-    }
-    let (ns0, n0) = (
-        gw.stat("gateway.vm_call_ns"),
-        gw.stat("gateway.streams_destroyed"),
-    );
-    for _ in 0..2000 {
-        post()?;
-    }
-    let (ns1, n1) = (
-        gw.stat("gateway.vm_call_ns"),
-        gw.stat("gateway.streams_destroyed"),
-    );
+    let us = vm_us_per_request(&gw, 200, 2000)?;
     anyhow::ensure!(
-        n1 > n0 && gw.stat("ai_lb.prefix.hit") > 0,
+        gw.stat("ai_lb.prefix.hit") > 0,
         "prefix_cache did not route"
     );
-    println!(
-        "BENCH plugin_us_per_request_prefix_chat10 {:.1} us",
-        (ns1 - ns0) as f64 / (n1 - n0) as f64 / 1e3
-    );
+    println!("BENCH plugin_us_per_request_prefix_chat10 {us:.1} us");
     Ok(())
 }
 
@@ -522,4 +440,41 @@ fn lognormal_sizes(
     s.max_tokens.max = max_tokens;
     s.prompt_tokens.max = 1000;
     s
+}
+
+/// POSTs the 10-turn chat through `gw`; anything but 200 is an error.
+fn post_chat10(gw: &Gateway) -> anyhow::Result<()> {
+    let (status, _, _) = http(
+        &gw.url,
+        "POST",
+        "/v1/chat/completions",
+        &[("content-type", "application/json")],
+        &chat10(),
+    )?;
+    anyhow::ensure!(status == 200, "status {status}");
+    Ok(())
+}
+
+/// Plugin CPU per request: the emulator's VM time (plugin code and the host calls it makes)
+/// over `n` requests, after `warm` unmeasured ones.
+fn vm_us_per_request(gw: &Gateway, warm: usize, n: usize) -> anyhow::Result<f64> {
+    for _ in 0..warm {
+        post_chat10(gw)?;
+    }
+    let (ns0, n0) = (
+        gw.stat("gateway.vm_call_ns"),
+        gw.stat("gateway.streams_destroyed"),
+    );
+    for _ in 0..n {
+        post_chat10(gw)?;
+    }
+    let (ns1, n1) = (
+        gw.stat("gateway.vm_call_ns"),
+        gw.stat("gateway.streams_destroyed"),
+    );
+    anyhow::ensure!(
+        n1 > n0 && ns1 > ns0,
+        "the emulator reports no VM time (gateway.vm_call_ns)"
+    );
+    Ok((ns1 - ns0) as f64 / (n1 - n0) as f64 / 1e3)
 }
