@@ -2,20 +2,9 @@
 //! stubs (the plugin does not use gRPC; the imports exist so a module importing them loads).
 
 use crate::abi::{self, status};
-use crate::vm::{read_mem, write_u32, HostState, HttpOut};
+use crate::vm::{read_mem, write_u32, HostState, HttpOut, C};
 use anyhow::Result;
-use wasmtime::{Caller, Linker};
-
-type C<'a> = Caller<'a, HostState>;
-
-macro_rules! tryst {
-    ($e:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(s) => return s,
-        }
-    };
-}
+use wasmtime::Linker;
 
 pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
     l.func_wrap(

@@ -2,20 +2,9 @@
 //! host, inject-encoded-data. All i32.
 
 use crate::abi::{self, status};
-use crate::vm::{read_mem, return_bytes, write_u32, HostState, RedisInit, RedisOut};
+use crate::vm::{read_mem, return_bytes, write_u32, HostState, RedisInit, RedisOut, C};
 use anyhow::Result;
-use wasmtime::{Caller, Linker};
-
-type C<'a> = Caller<'a, HostState>;
-
-macro_rules! tryst {
-    ($e:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(s) => return s,
-        }
-    };
-}
+use wasmtime::Linker;
 
 /// Split `name?k=v&...` into the cluster name and its query parameters.
 pub fn split_cluster(s: &str) -> (&str, Vec<(&str, &str)>) {

@@ -4,20 +4,9 @@
 
 use crate::abi::{self, buffer, map, status, stream_type};
 use crate::shared::level_name;
-use crate::vm::{read_mem, return_bytes, write_mem, write_u32, HostState, LocalReply, Pairs};
+use crate::vm::{read_mem, return_bytes, write_mem, write_u32, HostState, LocalReply, Pairs, C};
 use anyhow::Result;
-use wasmtime::{Caller, Linker};
-
-type C<'a> = Caller<'a, HostState>;
-
-macro_rules! tryst {
-    ($e:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(s) => return s,
-        }
-    };
-}
+use wasmtime::Linker;
 
 fn header_map(h: &mut HostState, t: i32) -> Option<&mut Pairs> {
     if t == map::HTTP_CALL_RESPONSE_HEADERS {

@@ -3,20 +3,9 @@
 
 use crate::abi::status;
 use crate::shared::MetricKind;
-use crate::vm::{read_mem, return_bytes, write_mem, write_u32, HostState};
+use crate::vm::{read_mem, return_bytes, write_mem, write_u32, HostState, C};
 use anyhow::Result;
-use wasmtime::{Caller, Linker};
-
-type C<'a> = Caller<'a, HostState>;
-
-macro_rules! tryst {
-    ($e:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(s) => return s,
-        }
-    };
-}
+use wasmtime::Linker;
 
 pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
     l.func_wrap(

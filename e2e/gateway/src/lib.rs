@@ -2,6 +2,16 @@
 //! Envoy host does (ABI detection, Higress Redis/upstream extensions, stream lifecycle), in
 //! front of real HTTP upstreams and a real Redis. See README.md.
 
+/// Host-call helper: unwrap a `Result<T, i32>` or return the status code to the guest.
+macro_rules! tryst {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(s) => return s,
+        }
+    };
+}
+
 pub mod abi;
 pub mod admin;
 pub mod callouts;

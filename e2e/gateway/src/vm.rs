@@ -9,10 +9,13 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
-use wasmtime::{Engine, Instance, Linker, Memory, Module, Store, TypedFunc};
+use wasmtime::{Caller, Engine, Instance, Linker, Memory, Module, Store, TypedFunc};
 
 pub use crate::mem::{read_mem, return_bytes, write_mem, write_u32};
 pub use crate::stream_data::*;
+
+/// The wasmtime caller every host call receives.
+pub type C<'a> = Caller<'a, HostState>;
 
 pub struct HostState {
     pub shared: Arc<Shared>,

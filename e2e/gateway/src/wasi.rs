@@ -3,12 +3,11 @@
 //! because its sync adapter blocks on a Tokio runtime, which panics inside our worker loops.
 //! Any other WASI import the module declares answers ENOSYS instead of failing the load.
 
-use crate::vm::{read_mem, write_mem, write_u32, HostState};
+use crate::vm::{read_mem, write_mem, write_u32, HostState, C};
 use anyhow::Result;
 use std::io::Write;
-use wasmtime::{Caller, Linker, Module, Val};
+use wasmtime::{Linker, Module, Val};
 
-type C<'a> = Caller<'a, HostState>;
 const ERRNO_SUCCESS: i32 = 0;
 const ERRNO_BADF: i32 = 8;
 const ERRNO_FAULT: i32 = 21;
