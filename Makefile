@@ -39,13 +39,13 @@ check-abi: build
 	$(WASM_ABI) check $(ENVOY_WASM) --host envoy
 
 unit-test:
-	$(CARGO) test --quiet
+	$(CARGO) test --quiet --workspace
 	$(CARGO) test --quiet --manifest-path tools/wasm-abi/Cargo.toml
 
 # The plugin's unit tests compiled for wasm32-wasip1 and run in the emulator's wasmtime
 # (catches 32-bit and WASI differences).
 wasm-unit-test: e2e-build
-	CARGO_TARGET_WASM32_WASIP1_RUNNER="$(CURDIR)/$(E2E_BIN)/wasi-run" $(CARGO) test --quiet --target $(WASM_TARGET) --lib
+	CARGO_TARGET_WASM32_WASIP1_RUNNER="$(CURDIR)/$(E2E_BIN)/wasi-run" $(CARGO) test --quiet -p ailb-core --target $(WASM_TARGET) --lib
 
 e2e-build:
 	$(E2E_CARGO) build --release --quiet --bins
@@ -63,8 +63,9 @@ lint:
 	$(CARGO) fmt --check
 	$(E2E_CARGO) fmt --check
 	$(E2E_CARGO) clippy --quiet --release --all-targets -- -D warnings
-	$(CARGO) clippy --quiet --all-targets -- -D warnings
-	$(CARGO) clippy --quiet --target $(WASM_TARGET) --lib -- -D warnings
+	$(CARGO) clippy --quiet --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --quiet --workspace --target $(WASM_TARGET) --lib -- -D warnings
+	$(CARGO) clippy --quiet --target $(WASM_TARGET) --lib --features envoy -- -D warnings
 	$(CARGO) clippy --quiet --manifest-path tools/wasm-abi/Cargo.toml -- -D warnings
 
 # Everything CI checks. Redis tests start their own redis-server on a free port.
@@ -72,8 +73,8 @@ test: lint unit-test check-abi package wasm-unit-test e2e-test
 	@echo "make test: all checks passed"
 
 bench: build e2e-build
-	$(CARGO) run --profile bench-native --quiet --example bench_redis
-	$(CARGO) run --profile bench-native --quiet --example bench_parse
+	$(CARGO) run --profile bench-native --quiet -p ailb-core --example bench_redis
+	$(CARGO) run --profile bench-native --quiet -p ailb-core --example bench_parse
 	$(E2E_BIN)/ailb-bench
 
 # Higress plugin-market layout: plugin.tar.gz (holding plugin.wasm) beside spec.yaml and README.

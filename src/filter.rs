@@ -1,11 +1,11 @@
-//! The proxy-wasm context shells: they forward each callback to the VM's [`Engine`] and map
+//! The proxy-wasm context shells: they forward each callback to the VM's [`Balancer`] and map
 //! its verdict. The Redis reply export lives here too: the host delivers it to the root
 //! context, outside the SDK's dispatcher (spec/higress-abi.md §2.4, §9).
 
-use crate::config::PluginConfig;
-use crate::engine::{Engine, Verdict};
-use crate::host::wasm::WasmHost;
-use crate::host::{Host, LogLevel};
+use crate::ffi::{self, WasmHost};
+use ailb_core::balancer::{Balancer, Verdict};
+use ailb_core::config::PluginConfig;
+use ailb_core::host::{Host, LogLevel};
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, ContextType};
 use std::cell::RefCell;
@@ -14,12 +14,12 @@ use std::hash::{BuildHasher, Hasher};
 
 thread_local! {
     /// One engine per root context (several plugin configs may share a VM).
-    static ENGINES: RefCell<HashMap<u32, Engine>> = RefCell::new(HashMap::new());
+    static ENGINES: RefCell<HashMap<u32, Balancer>> = RefCell::new(HashMap::new());
 }
 
 /// Runs `f` on the engine of `root`. A re-entrant call (which the host never makes) or an
 /// unknown root is a no-op instead of a panic.
-fn with_engine<R>(root: u32, f: impl FnOnce(&mut Engine, &mut WasmHost) -> R) -> Option<R> {
+fn with_engine<R>(root: u32, f: impl FnOnce(&mut Balancer, &mut WasmHost) -> R) -> Option<R> {
     ENGINES.with(|engines| {
         let mut engines = engines.try_borrow_mut().ok()?;
         let engine = engines.get_mut(&root)?;
@@ -60,10 +60,10 @@ impl Context for Root {
 impl RootContext for Root {
     fn on_configure(&mut self, _size: usize) -> bool {
         let host = &mut WasmHost;
-        let raw = crate::host::wasm::plugin_configuration().unwrap_or_default();
+        let raw = ffi::plugin_configuration().unwrap_or_default();
         match PluginConfig::parse(&raw) {
             Ok(config) => {
-                let level = crate::host::wasm::log_level();
+                let level = ffi::log_level();
                 host.log(
                     LogLevel::Info,
                     &format!(
@@ -72,7 +72,7 @@ impl RootContext for Root {
                         config.summary()
                     ),
                 );
-                let engine = Engine::configure(host, config, entropy(), level);
+                let engine = Balancer::configure(host, config, entropy(), level);
                 ENGINES.with(|e| {
                     e.try_borrow_mut()
                         .map(|mut m| m.insert(self.id, engine))

@@ -1,8 +1,8 @@
 //! A redis-server process (stoppable and restartable on the same port) and inspection of the
 //! plugin's keys.
 
-use ai_load_balancer::redis::resp::{self, Value};
-use ai_load_balancer::redis::scripts::Keys;
+use ailb_core::redis::resp::{self, Value};
+use ailb_core::redis::scripts::Keys;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -74,7 +74,7 @@ pub fn run_with_chaos(
         std::thread::sleep(every);
         let reply = bed.redis.try_cmd(&["DEBUG", "SLEEP", "0.5"]);
         anyhow::ensure!(
-            matches!(reply, Some(ai_load_balancer::redis::resp::Value::Simple(_))),
+            matches!(reply, Some(ailb_core::redis::resp::Value::Simple(_))),
             "Redis refused to stall: {reply:?}"
         );
     }

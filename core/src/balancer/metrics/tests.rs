@@ -1,0 +1,645 @@
+//! endpoint_metrics against the mock host: host-provided metrics, the scraper and its shared
+//! snapshot, staleness, shedding, in-flight correction, rate_limit, the plain-Envoy header.
+
+use super::super::{Balancer, Verdict};
+use crate::config::{Build, PluginConfig};
+use crate::host::mock::MockHost;
+use crate::host::{pairs, LogLevel};
+use serde_json::json;
+
+const CLUSTER: &str = "outbound|8000||llm.static";
+
+fn vllm(waiting: u32, running: u32, kv: f64) -> String {
+    format!(
+        "# TYPE vllm:num_requests_waiting gauge\n\
+         vllm:num_requests_waiting{{model_name=\"m\"}} {waiting}\n\
+         vllm:num_requests_running{{model_name=\"m\"}} {running}\n\
+         vllm:gpu_cache_usage_perc{{model_name=\"m\"}} {kv}\n"
+    )
+}
+
+fn hosts_with_metrics(list: &[(&str, &str, &str)]) -> Vec<u8> {
+    let json: Vec<(String, String)> = list
+        .iter()
+        .map(|(a, h, m)| {
+            (
+                a.to_string(),
+                json!({"health_status": h, "metrics": m}).to_string(),
+            )
+        })
+        .collect();
+    let refs: Vec<(&str, &str)> = json.iter().map(|(a, j)| (a.as_str(), j.as_str())).collect();
+    pairs::encode(&refs)
+}
+
+/// Higress build; the host list is read on every request unless the test sets the cache.
+fn higress(mut lb: serde_json::Value) -> (MockHost, Balancer) {
+    if lb.get("hostListCacheMs").is_none() {
+        lb["hostListCacheMs"] = json!(0);
+    }
+    let cfg = json!({"lb_policy": "endpoint_metrics", "lb_config": lb});
+    let cfg = PluginConfig::parse_for(cfg.to_string().as_bytes(), Build::Higress).unwrap();
+    let mut host = MockHost::new().with_route("chat", CLUSTER);
+    let engine = Balancer::configure(&mut host, cfg, 42, LogLevel::Trace);
+    (host, engine)
+}
+
+fn envoy(lb: serde_json::Value) -> (MockHost, Balancer) {
+    let cfg = json!({"lb_policy": "endpoint_metrics", "lb_config": lb});
+    envoy_cfg(cfg)
+}
+
+fn envoy_cfg(cfg: serde_json::Value) -> (MockHost, Balancer) {
+    let cfg = PluginConfig::parse_for(cfg.to_string().as_bytes(), Build::Envoy).unwrap();
+    let mut host = MockHost::new();
+    let engine = Balancer::configure(&mut host, cfg, 42, LogLevel::Trace);
+    (host, engine)
+}
+
+/// A request with a small body (Higress) or headers only (Envoy); returns the verdict.
+fn request(host: &mut MockHost, engine: &mut Balancer, ctx: u32) -> Verdict {
+    host.live_contexts.push(ctx);
+    host.override_host = None;
+    let v = engine.on_request_headers(host, ctx, false);
+    if v == Verdict::Pause
+        && engine
+            .requests
+            .get(&ctx)
+            .is_some_and(|r| !r.config.decide_at_headers)
+    {
+        host.body = br#"{"model":"m","messages":[]}"#.to_vec();
+        let n = host.body.len();
+        return engine.on_request_body(host, ctx, n, true);
+    }
+    v
+}
+
+fn dest(host: &MockHost) -> Option<String> {
+    host.request_headers
+        .iter()
+        .find(|(k, _)| k == "x-gateway-destination-endpoint")
+        .map(|(_, v)| v.clone())
+}
+
+#[test]
+fn host_metrics_pick_the_short_queue_and_parse_once_per_change() {
+    let (mut host, mut engine) = higress(json!({}));
+    host.hosts = hosts_with_metrics(&[
+        ("10.0.0.1:80", "Healthy", &vllm(9, 4, 0.5)),
+        ("10.0.0.2:80", "Healthy", &vllm(0, 4, 0.5)),
+        ("10.0.0.3:80", "Unhealthy", &vllm(0, 0, 0.0)),
+    ]);
+    for ctx in 1..=3 {
+        assert_eq!(request(&mut host, &mut engine, ctx), Verdict::Continue);
+        assert_eq!(host.override_host.as_deref(), Some("10.0.0.2:80"));
+        engine.on_done(&mut host, ctx);
+    }
+    assert_eq!(host.metric("ai_lb.metrics.routed"), 3);
+    assert_eq!(
+        host.metric("ai_lb.metrics.parsed"),
+        2,
+        "parsed once per host text"
+    );
+    // The text changes: parsed again, once, and the decision follows it.
+    host.hosts = hosts_with_metrics(&[
+        ("10.0.0.1:80", "Healthy", &vllm(0, 0, 0.1)),
+        ("10.0.0.2:80", "Healthy", &vllm(30, 4, 0.9)),
+    ]);
+    for ctx in 4..=6 {
+        request(&mut host, &mut engine, ctx);
+        assert_eq!(host.override_host.as_deref(), Some("10.0.0.1:80"));
+    }
+    assert_eq!(host.metric("ai_lb.metrics.parsed"), 4);
+    assert_eq!(engine.tracked().1, 0);
+}
+
+#[test]
+fn host_list_is_reread_at_most_every_host_list_cache_ms() {
+    let (mut host, mut engine) = higress(json!({"hostListCacheMs": 100}));
+    host.hosts = hosts_with_metrics(&[("10.0.0.1:80", "Healthy", &vllm(0, 0, 0.1))]);
+    request(&mut host, &mut engine, 1);
+    assert_eq!(host.override_host.as_deref(), Some("10.0.0.1:80"));
+    host.hosts = hosts_with_metrics(&[("10.0.0.2:80", "Healthy", &vllm(0, 0, 0.1))]);
+    host.now_ms += 50;
+    request(&mut host, &mut engine, 2);
+    assert_eq!(
+        host.override_host.as_deref(),
+        Some("10.0.0.1:80"),
+        "cached list"
+    );
+    host.now_ms += 50;
+    request(&mut host, &mut engine, 3);
+    assert_eq!(
+        host.override_host.as_deref(),
+        Some("10.0.0.2:80"),
+        "re-read"
+    );
+    assert_eq!(host.metric("ai_lb.metrics.parsed"), 2);
+}
+
+#[test]
+fn no_metrics_anywhere_falls_back_and_garbage_counts_as_unknown() {
+    let (mut host, mut engine) = higress(json!({}));
+    host.hosts = hosts_with_metrics(&[
+        ("10.0.0.1:80", "Healthy", ""),
+        ("10.0.0.2:80", "Healthy", "garbage {{{ \n not prometheus"),
+    ]);
+    assert_eq!(request(&mut host, &mut engine, 1), Verdict::Continue);
+    assert_eq!(host.override_host, None);
+    assert_eq!(host.metric("ai_lb.fallback.no_metrics"), 1);
+    assert_eq!(host.metric("ai_lb.metrics.fallback"), 1);
+    // One pod with metrics: it takes the request, the unknown one is skipped.
+    host.hosts = hosts_with_metrics(&[
+        ("10.0.0.1:80", "Healthy", &vllm(50, 8, 0.9)),
+        ("10.0.0.2:80", "Healthy", "garbage"),
+    ]);
+    request(&mut host, &mut engine, 2);
+    assert_eq!(host.override_host.as_deref(), Some("10.0.0.1:80"));
+    // No healthy host.
+    host.hosts = hosts_with_metrics(&[("10.0.0.1:80", "Unhealthy", &vllm(0, 0, 0.0))]);
+    request(&mut host, &mut engine, 3);
+    assert_eq!(host.metric("ai_lb.fallback.no_healthy_endpoint"), 1);
+}
+
+#[test]
+fn in_flight_correction_spreads_a_burst_between_host_updates() {
+    let (mut host, mut engine) = higress(json!({}));
+    host.hosts = hosts_with_metrics(&[
+        ("10.0.0.1:80", "Healthy", &vllm(0, 2, 0.2)),
+        ("10.0.0.2:80", "Healthy", &vllm(3, 2, 0.2)),
+    ]);
+    let mut counts = [0; 2];
+    for ctx in 1..=20 {
+        request(&mut host, &mut engine, ctx);
+        match host.override_host.as_deref() {
+            Some("10.0.0.1:80") => counts[0] += 1,
+            Some("10.0.0.2:80") => counts[1] += 1,
+            other => panic!("{other:?}"),
+        }
+    }
+    // Without the correction all 20 would go to the idle pod; with it, pod 1 gets the first
+    // 3 or so and then they alternate.
+    assert!(counts[0] >= 10 && counts[1] >= 7, "{counts:?}");
+    let sent = host.shared.borrow().get("ailb.sent").cloned().unwrap().0;
+    assert_eq!(
+        String::from_utf8(sent).unwrap(),
+        format!("10.0.0.1:80 {}\n10.0.0.2:80 {}\n", counts[0], counts[1])
+    );
+}
+
+#[test]
+fn sheddable_requests_get_429_when_every_pod_is_saturated() {
+    let (mut host, mut engine) = higress(json!({"sheddableModels": ["batch"]}));
+    host.hosts = hosts_with_metrics(&[
+        ("10.0.0.1:80", "Healthy", &vllm(9, 8, 0.5)),
+        ("10.0.0.2:80", "Healthy", &vllm(1, 8, 0.95)),
+    ]);
+    host.request_headers = vec![("x-ai-lb-criticality".into(), "sheddable".into())];
+    assert_eq!(request(&mut host, &mut engine, 1), Verdict::Pause);
+    assert_eq!(host.local_responses, vec![(429, "ai_lb_shed".to_string())]);
+    assert_eq!(host.metric("ai_lb.metrics.rejected_429"), 1);
+    // Critical requests are never shed.
+    host.request_headers.clear();
+    assert_eq!(request(&mut host, &mut engine, 2), Verdict::Continue);
+    assert!(host.override_host.is_some());
+    // A sheddable model (from the body) is shed too.
+    host.live_contexts.push(3);
+    engine.on_request_headers(&mut host, 3, false);
+    host.body = br#"{"model":"batch"}"#.to_vec();
+    let n = host.body.len();
+    engine.on_request_body(&mut host, 3, n, true);
+    assert_eq!(host.local_responses.len(), 2);
+}
+
+#[test]
+fn rate_limit_is_kept_per_proxy_in_shared_data() {
+    let (mut host, mut engine) = higress(
+        json!({"rate_limit": 0.5, "metric_policy": "least", "target_metric": "vllm:gpu_cache_usage_perc"}),
+    );
+    host.hosts = hosts_with_metrics(&[
+        ("10.0.0.1:80", "Healthy", &vllm(0, 0, 0.0)),
+        ("10.0.0.2:80", "Healthy", &vllm(0, 0, 0.9)),
+    ]);
+    // A second VM of the same proxy shares the window.
+    let mut host2 = MockHost::new().with_route("chat", CLUSTER);
+    host2.shared = host.shared.clone();
+    host2.hosts = host.hosts.clone();
+    let cfg = json!({"lb_policy": "endpoint_metrics", "lb_config": {"rate_limit": 0.5, "metric_policy": "least", "target_metric": "vllm:gpu_cache_usage_perc"}});
+    let cfg = PluginConfig::parse_for(cfg.to_string().as_bytes(), Build::Higress).unwrap();
+    let mut engine2 = Balancer::configure(&mut host2, cfg, 7, LogLevel::Trace);
+    let mut to_first = 0;
+    for ctx in 1..=100 {
+        let (h, e) = if ctx % 2 == 0 {
+            (&mut host, &mut engine)
+        } else {
+            (&mut host2, &mut engine2)
+        };
+        request(h, e, ctx);
+        to_first += usize::from(h.override_host.as_deref() == Some("10.0.0.1:80"));
+    }
+    assert!((45..=60).contains(&to_first), "{to_first}");
+    assert!(
+        host.metric("ai_lb.metrics.rate_limited") + host2.metric("ai_lb.metrics.rate_limited") > 30
+    );
+}
+
+fn scrape_cfg() -> serde_json::Value {
+    json!({
+        "endpoints": ["10.0.0.2:8000", "10.0.0.1:8000", "10.0.0.3:8000"],
+        "scrapeCluster": "scrape",
+        "scrapeIntervalMs": 1000,
+        "metricsMaxAgeMs": 3000,
+    })
+}
+
+fn answer(host: &mut MockHost, engine: &mut Balancer, token: u32, status: Option<u16>, body: &str) {
+    host.http_response = Some((status, body.as_bytes().to_vec()));
+    engine.on_http_response(host, token, body.len());
+    host.http_response = None;
+}
+
+/// Ticks and answers every callout with `texts[addr]`; returns the tokens by address.
+fn scrape_round(host: &mut MockHost, engine: &mut Balancer, texts: &[(&str, Option<u16>, String)]) {
+    let before = host.http_calls.len();
+    let first_token = host.next_token;
+    engine.on_tick(host);
+    let calls: Vec<_> = host.http_calls[before..].to_vec();
+    for (i, (_, headers)) in calls.iter().enumerate() {
+        let addr = headers
+            .iter()
+            .find(|(k, _)| k == "x-envoy-original-dst-host")
+            .map(|(_, v)| v.clone())
+            .unwrap();
+        let token = first_token + 4 * i as u32;
+        if let Some((_, status, body)) = texts.iter().find(|(a, _, _)| *a == addr) {
+            answer(host, engine, token, *status, body);
+        }
+    }
+}
+
+#[test]
+fn scraper_takes_the_lease_dispatches_and_shares_the_snapshot() {
+    let (mut host, mut engine) = envoy(scrape_cfg());
+    assert_eq!(host.tick_ms, Some(1000));
+    engine.on_tick(&mut host);
+    assert_eq!(host.http_calls.len(), 3);
+    let (cluster, headers) = &host.http_calls[0];
+    assert_eq!(cluster, "scrape");
+    for (k, v) in [
+        (":method", "GET"),
+        (":path", "/metrics"),
+        (":authority", "10.0.0.1:8000"),
+        ("x-envoy-original-dst-host", "10.0.0.1:8000"),
+    ] {
+        assert!(
+            headers.contains(&(k.to_string(), v.to_string())),
+            "{k} in {headers:?}"
+        );
+    }
+    // A pod still in flight is not scraped again on the next tick.
+    host.now_ms += 1000;
+    engine.on_tick(&mut host);
+    assert_eq!(host.http_calls.len(), 3);
+    answer(&mut host, &mut engine, 7, Some(200), &vllm(5, 8, 0.5));
+    answer(&mut host, &mut engine, 11, Some(200), &vllm(0, 2, 0.1));
+    answer(&mut host, &mut engine, 15, Some(200), &vllm(2, 8, 0.3));
+    assert_eq!(host.metric("ai_lb.metrics.scrape_ok"), 3);
+    assert_eq!(host.metric("ai_lb.metrics.parsed"), 3);
+
+    // A second VM of the same proxy: no lease, no scraping, same snapshot.
+    let mut host2 = MockHost::new();
+    host2.shared = host.shared.clone();
+    host2.now_ms = host.now_ms;
+    let cfg = PluginConfig::parse_for(
+        json!({"lb_policy": "endpoint_metrics", "lb_config": scrape_cfg()})
+            .to_string()
+            .as_bytes(),
+        Build::Envoy,
+    )
+    .unwrap();
+    let mut engine2 = Balancer::configure(&mut host2, cfg, 9, LogLevel::Trace);
+    engine2.on_tick(&mut host2);
+    assert!(host2.http_calls.is_empty(), "only the lease holder scrapes");
+    // A client-sent destination header never survives.
+    host2.request_headers = vec![("x-gateway-destination-endpoint".into(), "6.6.6.6:1".into())];
+    assert_eq!(request(&mut host2, &mut engine2, 1), Verdict::Continue);
+    assert_eq!(
+        dest(&host2).as_deref(),
+        Some("10.0.0.2:8000,10.0.0.3:8000,10.0.0.1:8000")
+    );
+    assert_eq!(
+        host2.metric("ai_lb.metrics.parsed"),
+        0,
+        "workers never parse"
+    );
+    // The lease holder stops ticking: its lease expires and the other VM takes over.
+    host2.now_ms += 4000;
+    engine2.on_tick(&mut host2);
+    assert_eq!(host2.http_calls.len(), 3);
+}
+
+#[test]
+fn stale_failed_and_garbage_scrapes_make_pods_unknown() {
+    let (mut host, mut engine) = envoy(scrape_cfg());
+    scrape_round(
+        &mut host,
+        &mut engine,
+        &[
+            ("10.0.0.1:8000", Some(500), "oops".into()),
+            ("10.0.0.2:8000", Some(200), "garbage\x00\x01 {{{".into()),
+            ("10.0.0.3:8000", Some(200), vllm(40, 8, 0.9)),
+        ],
+    );
+    assert_eq!(host.metric("ai_lb.metrics.scrape_failed"), 2);
+    request(&mut host, &mut engine, 1);
+    assert_eq!(
+        dest(&host).as_deref(),
+        Some("10.0.0.3:8000"),
+        "only the pod with metrics"
+    );
+    // Timeout (no status): unknown too; nobody known any more → no header (fallback policy).
+    host.now_ms += 1000;
+    scrape_round(
+        &mut host,
+        &mut engine,
+        &[("10.0.0.3:8000", None, String::new())],
+    );
+    host.request_headers.clear();
+    request(&mut host, &mut engine, 2);
+    assert_eq!(dest(&host), None);
+    assert_eq!(host.metric("ai_lb.fallback.no_metrics"), 1);
+    // Fresh metrics, then the scraper stops: after metricsMaxAgeMs they count as unknown.
+    host.now_ms += 1000;
+    scrape_round(
+        &mut host,
+        &mut engine,
+        &[
+            ("10.0.0.1:8000", Some(200), vllm(0, 1, 0.1)),
+            ("10.0.0.2:8000", Some(200), vllm(0, 1, 0.1)),
+            ("10.0.0.3:8000", Some(200), vllm(0, 1, 0.1)),
+        ],
+    );
+    host.request_headers.clear();
+    request(&mut host, &mut engine, 3);
+    assert!(dest(&host).is_some());
+    host.now_ms += 3001;
+    host.request_headers.clear();
+    request(&mut host, &mut engine, 4);
+    assert_eq!(dest(&host), None);
+    assert_eq!(host.metric("ai_lb.fallback.no_metrics"), 2);
+    // A callout the host refuses is a failure, not a stuck pod.
+    host.http_call_fails = true;
+    engine.on_tick(&mut host);
+    assert_eq!(host.metric("ai_lb.metrics.scrape_failed"), 6);
+}
+
+#[test]
+fn envoy_least_request_counts_per_proxy_and_releases_at_stream_end() {
+    let cfg = json!({"lb_policy": "global_least_request", "lb_config": {"endpoints": ["10.0.0.1:80", "10.0.0.2:80"], "maxRequestCount": 2, "fallbackCount": 1}});
+    let (mut host, mut engine) = envoy_cfg(cfg);
+    let mut seen = Vec::new();
+    for ctx in 1..=4 {
+        host.request_headers = vec![("x-gateway-destination-endpoint".into(), "1.2.3.4:5".into())];
+        assert_eq!(request(&mut host, &mut engine, ctx), Verdict::Continue);
+        seen.push(dest(&host).unwrap());
+    }
+    let firsts: Vec<&str> = seen.iter().map(|s| s.split(',').next().unwrap()).collect();
+    assert_eq!(
+        firsts.iter().filter(|a| **a == "10.0.0.1:80").count(),
+        2,
+        "{seen:?}"
+    );
+    assert!(seen
+        .iter()
+        .all(|s| s.split(',').count() == 2 && !s.contains("1.2.3.4")));
+    // Both at the cap: 429.
+    host.request_headers.clear();
+    assert_eq!(request(&mut host, &mut engine, 5), Verdict::Pause);
+    assert_eq!(
+        host.local_responses,
+        vec![(429, "ai_lb_max_request_count".to_string())]
+    );
+    for ctx in 1..=5 {
+        engine.on_done(&mut host, ctx);
+    }
+    let counts = host.shared.borrow().values().next().cloned().unwrap().0;
+    assert_eq!(
+        String::from_utf8(counts).unwrap(),
+        "10.0.0.1:80 0\n10.0.0.2:80 0\n"
+    );
+    assert_eq!(engine.tracked(), (0, 0));
+}
+
+#[test]
+fn config_keys_defaults_and_errors() {
+    let g = |lb: serde_json::Value, build: Build| {
+        PluginConfig::parse_for(
+            json!({"lb_policy": "endpoint_metrics", "lb_config": lb})
+                .to_string()
+                .as_bytes(),
+            build,
+        )
+    };
+    let c = g(json!({}), Build::Higress).unwrap();
+    let r = c.global.unwrap();
+    let m = r.metrics.as_ref().unwrap();
+    assert_eq!(m.source, crate::config::MetricsSource::Host);
+    assert_eq!(
+        m.scheduler,
+        crate::model_metrics::SchedulerConfig::default()
+    );
+    assert_eq!(m.criticality_header, "x-ai-lb-criticality");
+    assert!(r.redis.is_none());
+    let c = g(
+        json!({"endpoints": ["10.0.0.1:1"], "scrapeCluster": "c"}),
+        Build::Envoy,
+    )
+    .unwrap();
+    let r = c.global.unwrap();
+    let s = r.metrics.as_ref().unwrap().scrape.clone().unwrap();
+    assert_eq!(
+        (s.path.as_str(), s.interval_ms, s.timeout_ms, s.max_age_ms),
+        ("/metrics", 500, 400, 5000)
+    );
+    assert_eq!(s.host_header, "x-envoy-original-dst-host");
+    assert!(r.decide_at_headers);
+    assert_eq!(
+        r.publish,
+        crate::config::Publish::Header {
+            name: "x-gateway-destination-endpoint".into(),
+            fallbacks: 2
+        }
+    );
+    let alias =
+        PluginConfig::parse_for(br#"{"lb_policy":"metrics_based"}"#, Build::Higress).unwrap();
+    assert_eq!(
+        alias.global.unwrap().policy,
+        crate::config::Policy::EndpointMetrics
+    );
+    let e = crate::config::Build::Envoy;
+    let h = crate::config::Build::Higress;
+    for (lb, build, field) in [
+        (json!({"metric_policy": "fastest"}), h, "metric_policy"),
+        (json!({"metric_policy": "least"}), h, "target_metric"),
+        (
+            json!({"metric_policy": "most", "target_metric": "not a name"}),
+            h,
+            "target_metric",
+        ),
+        (json!({"rate_limit": 0}), h, "rate_limit"),
+        (json!({"rate_limit": 1.5}), h, "rate_limit"),
+        (json!({"kvCacheThreshold": 2}), h, "kvCacheThreshold"),
+        (
+            json!({"queueThresholdCritical": -1}),
+            h,
+            "queueThresholdCritical",
+        ),
+        (
+            json!({"loraAffinityThreshold": "x"}),
+            h,
+            "loraAffinityThreshold",
+        ),
+        (
+            json!({"queueingThresholdLora": -3}),
+            h,
+            "queueingThresholdLora",
+        ),
+        (json!({"weights": {"queue": 1, "gpu": 2}}), h, "weights.gpu"),
+        (
+            json!({"weights": {"queue": 0, "kv": 0}}),
+            h,
+            "weights.queue",
+        ),
+        (json!({"weights": 3}), h, "weights"),
+        (json!({"maxRunningHint": 0}), h, "maxRunningHint"),
+        (json!({"metricsSource": "redis"}), h, "metricsSource"),
+        (json!({"metricsSource": "scrape"}), h, "scrapeCluster"),
+        (
+            json!({"metricsSource": "scrape", "scrapeCluster": "c", "scrapePath": "metrics"}),
+            h,
+            "scrapePath",
+        ),
+        (
+            json!({"metricsSource": "scrape", "scrapeCluster": "c", "scrapePort": 0}),
+            h,
+            "scrapePort",
+        ),
+        (
+            json!({"metricsSource": "scrape", "scrapeCluster": "c", "scrapeHostHeader": "a b"}),
+            h,
+            "scrapeHostHeader",
+        ),
+        (
+            json!({"metricsSource": "scrape", "scrapeCluster": "c", "scrapeIntervalMs": 10}),
+            h,
+            "scrapeIntervalMs",
+        ),
+        (
+            json!({"metricsSource": "scrape", "scrapeCluster": "c", "scrapeTimeoutMs": 1}),
+            h,
+            "scrapeTimeoutMs",
+        ),
+        (
+            json!({"metricsSource": "scrape", "scrapeCluster": "c", "metricsMaxAgeMs": 100}),
+            h,
+            "metricsMaxAgeMs",
+        ),
+        (json!({"criticalityHeader": ""}), h, "criticalityHeader"),
+        (json!({"sheddableModels": "m"}), h, "sheddableModels"),
+        (json!({"serviceFQDN": "redis.static"}), h, "serviceFQDN"),
+        (json!({"endpoints": ["10.0.0.1:80"]}), h, "endpoints"),
+        (json!({"destinationHeader": "x"}), h, "destinationHeader"),
+        (json!({"unknownKey": 1}), h, "unknownKey"),
+        (json!({"scrapeCluster": "c"}), e, "endpoints"),
+        (
+            json!({"endpoints": ["localhost:80"], "scrapeCluster": "c"}),
+            e,
+            "endpoints[0]",
+        ),
+        (
+            json!({"endpoints": ["10.0.0.1:0"], "scrapeCluster": "c"}),
+            e,
+            "endpoints[0]",
+        ),
+        (
+            json!({"endpoints": ["10.0.0.1:80"], "metricsSource": "host"}),
+            e,
+            "metricsSource",
+        ),
+        (
+            json!({"endpoints": ["10.0.0.1:80"], "scrapeCluster": "c", "destinationHeader": "a:b"}),
+            e,
+            "destinationHeader",
+        ),
+        (
+            json!({"endpoints": ["10.0.0.1:80"], "scrapeCluster": "c", "fallbackCount": 17}),
+            e,
+            "fallbackCount",
+        ),
+    ] {
+        let err = g(lb.clone(), build).expect_err(&lb.to_string()).to_string();
+        assert!(err.contains(&format!("lb_config.{field}")), "{lb}: {err}");
+    }
+    // Redis is refused by the plain-Envoy least request.
+    let err = PluginConfig::parse_for(
+        br#"{"lb_policy":"global_least_request","lb_config":{"endpoints":["10.0.0.1:80"],"serviceFQDN":"r","servicePort":1}}"#,
+        Build::Envoy,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("serviceFQDN"), "{err}");
+}
+
+#[test]
+fn a_round_of_answers_is_published_once_and_a_failure_at_once() {
+    let (mut host, mut engine) = envoy(scrape_cfg());
+    let snapshot_version = |host: &MockHost| {
+        let shared = host.shared.borrow();
+        shared
+            .iter()
+            .find(|(k, _)| k.starts_with("ailb.snap."))
+            .map_or(0, |(_, v)| v.1)
+    };
+    let ok = |a: &str| (a.to_string(), Some(200), vllm(0, 1, 0.1));
+    let round = |host: &mut MockHost,
+                 engine: &mut Balancer,
+                 answers: Vec<(String, Option<u16>, String)>| {
+        let refs: Vec<(&str, Option<u16>, String)> = answers
+            .iter()
+            .map(|(a, s, b)| (a.as_str(), *s, b.clone()))
+            .collect();
+        scrape_round(host, engine, &refs);
+    };
+    round(
+        &mut host,
+        &mut engine,
+        vec![
+            ok("10.0.0.1:8000"),
+            ok("10.0.0.2:8000"),
+            ok("10.0.0.3:8000"),
+        ],
+    );
+    let v1 = snapshot_version(&host);
+    host.now_ms += 1000;
+    round(
+        &mut host,
+        &mut engine,
+        vec![
+            ok("10.0.0.1:8000"),
+            ok("10.0.0.2:8000"),
+            ok("10.0.0.3:8000"),
+        ],
+    );
+    assert_eq!(
+        snapshot_version(&host),
+        v1 + 1,
+        "three answers, one publish: workers re-read once per round"
+    );
+    // A failing pod is published immediately, before the rest of its round answers.
+    host.now_ms += 1000;
+    let before = host.http_calls.len();
+    engine.on_tick(&mut host);
+    let first = host.next_token - 4 * (host.http_calls.len() - before) as u32;
+    answer(&mut host, &mut engine, first, Some(500), "down");
+    assert_eq!(snapshot_version(&host), v1 + 2);
+}

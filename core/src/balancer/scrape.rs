@@ -1,0 +1,350 @@
+//! The scraper: on each tick, the VM holding the shared-data lease of a scrape target (one per
+//! proxy process) sends one `GET /metrics` callout per pod from the root context; each answer
+//! is parsed once, here, and the snapshot is written to shared data for every worker VM.
+
+use super::metrics::{snapshot_key, targets_key};
+use super::shared::{self, SnapEntry, SENT_KEY};
+use super::Balancer;
+use crate::config::{MetricsConfig, MetricsSource, PluginConfig};
+use crate::host::{Host, LogLevel};
+use crate::model_metrics::engines;
+use crate::stats::Counter;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+/// Largest scrape body read (the parser is bounded too; this bounds the copy).
+const MAX_SCRAPE_BYTES: usize = 4 << 20;
+
+/// One scrape target (pods × path × cluster), shared by every route that scrapes it the same way.
+pub(super) struct ScrapeJob {
+    pub(super) ns: String,
+    config: Rc<MetricsConfig>,
+    /// Plain Envoy: the configured pods. Empty: the pods the workers published (Higress).
+    endpoints: Rc<Vec<String>>,
+    next_due: u64,
+    leader: bool,
+    /// The snapshot this VM writes while it holds the lease.
+    snapshot: HashMap<String, SnapEntry>,
+    /// Pods with a callout in flight: token and start time.
+    in_flight: HashMap<String, (u32, u64)>,
+    /// Answers received since the snapshot was last published.
+    dirty: bool,
+    /// The current round (one per due tick) and how many of its callouts are unanswered.
+    round: u64,
+    round_left: usize,
+}
+
+struct PendingScrape {
+    job: usize,
+    addr: String,
+    sent_base: u64,
+    round: u64,
+}
+
+pub(super) struct ScrapeState {
+    pub(super) jobs: Vec<ScrapeJob>,
+    pending: HashMap<u32, PendingScrape>,
+    vm_id: String,
+    tick_ms: u32,
+}
+
+impl ScrapeState {
+    pub(super) fn new(config: &PluginConfig, seed: u64) -> ScrapeState {
+        let mut jobs: Vec<ScrapeJob> = Vec::new();
+        for c in config.all() {
+            let Some(mc) = &c.metrics else { continue };
+            if mc.source != MetricsSource::Scrape {
+                continue;
+            }
+            let Some(ns) = mc.scrape_namespace(&c.endpoints) else {
+                continue;
+            };
+            if jobs.iter().any(|j| j.ns == ns) {
+                continue;
+            }
+            jobs.push(ScrapeJob {
+                ns,
+                config: mc.clone(),
+                endpoints: c.endpoints.clone(),
+                next_due: 0,
+                leader: false,
+                snapshot: HashMap::new(),
+                in_flight: HashMap::new(),
+                dirty: false,
+                round: 0,
+                round_left: 0,
+            });
+        }
+        let tick_ms = jobs
+            .iter()
+            .filter_map(|j| j.config.scrape.as_ref().map(|s| s.interval_ms))
+            .min()
+            .unwrap_or(0);
+        ScrapeState {
+            jobs,
+            pending: HashMap::new(),
+            vm_id: format!("{seed:016x}"),
+            tick_ms,
+        }
+    }
+
+    pub(super) fn tick_ms(&self) -> u32 {
+        self.tick_ms
+    }
+}
+
+fn lease_key(ns: &str) -> String {
+    format!("ailb.lease.{ns}")
+}
+
+impl Balancer {
+    /// Root context, at configure: start the tick if any route scrapes.
+    pub(super) fn start_scraper(&mut self, host: &mut dyn Host) {
+        let ms = self.metrics.scrape.tick_ms();
+        if ms > 0 {
+            if let Err(e) = host.set_tick_period(ms) {
+                self.log(host, LogLevel::Warn, 0, format_args!("{e}: no scraping"));
+            }
+        }
+    }
+
+    /// Root context tick: for each due target whose lease this VM holds, scrape every pod.
+    pub fn on_tick(&mut self, host: &mut dyn Host) {
+        let now = host.now_ms();
+        for i in 0..self.metrics.scrape.jobs.len() {
+            self.tick_job(host, i, now);
+        }
+    }
+
+    fn tick_job(&mut self, host: &mut dyn Host, i: usize, now: u64) {
+        // Backstop: answers of a round whose last callout is still pending are published now.
+        self.publish_snapshot(host, i);
+        let vm_id = self.metrics.scrape.vm_id.clone();
+        let Some(job) = self.metrics.scrape.jobs.get_mut(i) else {
+            return;
+        };
+        let Some(sc) = job.config.scrape.clone() else {
+            return;
+        };
+        // A quarter interval of slack: ticks are not exact.
+        if now + u64::from(sc.interval_ms / 4) < job.next_due {
+            return;
+        }
+        job.next_due = now + u64::from(sc.interval_ms);
+        // Callouts the host never answered (it always should) stop blocking their pod.
+        let limit = u64::from(sc.timeout_ms) + 2 * u64::from(sc.interval_ms);
+        let lost: Vec<u32> = job
+            .in_flight
+            .values()
+            .filter(|(_, t)| now.saturating_sub(*t) > limit)
+            .map(|(tok, _)| *tok)
+            .collect();
+        job.in_flight
+            .retain(|_, (_, t)| now.saturating_sub(*t) <= limit);
+        for tok in lost {
+            self.metrics.scrape.pending.remove(&tok);
+        }
+        let ns = job.ns.clone();
+        let ttl = 3 * u64::from(sc.interval_ms);
+        let leader = take_lease(host, &lease_key(&ns), &vm_id, now, ttl);
+        let was_leader = job.leader;
+        job.leader = leader;
+        if !leader {
+            return;
+        }
+        if !was_leader {
+            // Continue from the previous leader's snapshot rather than an empty one.
+            job.snapshot = host
+                .shared_get(&snapshot_key(&ns))
+                .ok()
+                .flatten()
+                .map(|(v, _)| shared::decode_snapshot(&v))
+                .unwrap_or_default();
+        }
+        let targets: Vec<String> = if job.endpoints.is_empty() {
+            host.shared_get(&targets_key(&ns))
+                .ok()
+                .flatten()
+                .map(|(v, _)| {
+                    String::from_utf8_lossy(&v)
+                        .lines()
+                        .filter(|l| !l.is_empty())
+                        .map(str::to_string)
+                        .collect()
+                })
+                .unwrap_or_default()
+        } else {
+            job.endpoints.to_vec()
+        };
+        job.snapshot.retain(|a, _| targets.contains(a));
+        let sent = host
+            .shared_get(SENT_KEY)
+            .ok()
+            .flatten()
+            .map(|(v, _)| shared::decode_counts(&v))
+            .unwrap_or_default();
+        let mut failed: Vec<String> = Vec::new();
+        job.round += 1;
+        job.round_left = 0;
+        for addr in targets {
+            if job.in_flight.contains_key(&addr) {
+                continue;
+            }
+            let authority = match sc.port {
+                Some(p) => match addr.rsplit_once(':') {
+                    Some((h, _)) => format!("{h}:{p}"),
+                    None => continue,
+                },
+                None => addr.clone(),
+            };
+            let headers = [
+                (":method", "GET"),
+                (":path", sc.path.as_str()),
+                (":authority", authority.as_str()),
+                (sc.host_header.as_str(), authority.as_str()),
+                ("accept", "text/plain"),
+            ];
+            match host.http_call(&sc.cluster, &headers, sc.timeout_ms) {
+                Ok(token) => {
+                    job.in_flight.insert(addr.clone(), (token, now));
+                    job.round_left += 1;
+                    let sent_base = sent.get(&addr).copied().unwrap_or(0);
+                    self.metrics.scrape.pending.insert(
+                        token,
+                        PendingScrape {
+                            job: i,
+                            addr,
+                            sent_base,
+                            round: job.round,
+                        },
+                    );
+                }
+                Err(e) => {
+                    job.snapshot.insert(
+                        addr.clone(),
+                        SnapEntry {
+                            at_ms: now,
+                            sent_base: sent.get(&addr).copied().unwrap_or(0),
+                            metrics: None,
+                        },
+                    );
+                    failed.push(format!("{addr}: {e}"));
+                }
+            }
+        }
+        if !failed.is_empty() {
+            let bytes = shared::encode_snapshot(&job.snapshot);
+            let _ = host.shared_set(&snapshot_key(&ns), &bytes, 0);
+            for f in &failed {
+                self.stats.inc(host, Counter::ScrapeFailed);
+                self.log(host, LogLevel::Debug, 0, format_args!("scrape {f}"));
+            }
+        }
+    }
+
+    /// A scrape answered (or failed: no status, non-2xx, timeout): parse once, publish.
+    pub fn on_http_response(&mut self, host: &mut dyn Host, token: u32, body_size: usize) {
+        let Some(p) = self.metrics.scrape.pending.remove(&token) else {
+            return;
+        };
+        let now = host.now_ms();
+        let Some(job) = self.metrics.scrape.jobs.get_mut(p.job) else {
+            return;
+        };
+        job.in_flight.remove(&p.addr);
+        let status = host.http_call_status().ok().flatten();
+        let metrics = match status {
+            Some(200..=299) => {
+                let body = host
+                    .http_call_body(body_size.min(MAX_SCRAPE_BYTES))
+                    .unwrap_or_default();
+                let (res, _) = engines::scrape(&body, job.config.extra.as_ref());
+                res.ok()
+            }
+            _ => None,
+        };
+        let ok = metrics.is_some();
+        job.snapshot.insert(
+            p.addr.clone(),
+            SnapEntry {
+                at_ms: now,
+                sent_base: p.sent_base,
+                metrics,
+            },
+        );
+        job.dirty = true;
+        if p.round == job.round {
+            job.round_left = job.round_left.saturating_sub(1);
+        }
+        // Publish once per round, when its last callout has answered: every publish makes each
+        // worker re-read the snapshot, so per-answer publishing costs O(pods²) per round. A
+        // failure is published at once: traffic must leave a pod that stopped answering. Late
+        // answers of an earlier round wait for this round's publish (or the next tick).
+        let publish = job.round_left == 0 || !ok;
+        if status.is_some_and(|s| (200..300).contains(&s)) {
+            self.stats.inc(host, Counter::MetricsParsed);
+        }
+        self.stats.inc(
+            host,
+            if ok {
+                Counter::ScrapeOk
+            } else {
+                Counter::ScrapeFailed
+            },
+        );
+        if !ok {
+            self.log(
+                host,
+                LogLevel::Debug,
+                0,
+                format_args!(
+                    "scrape of {} failed (status {status:?}): endpoint unknown until the next one",
+                    p.addr
+                ),
+            );
+        }
+        if publish {
+            self.publish_snapshot(host, p.job);
+        }
+    }
+
+    /// Writes a scrape target's snapshot to shared data if answers arrived since the last write.
+    fn publish_snapshot(&mut self, host: &mut dyn Host, i: usize) {
+        let Some(job) = self.metrics.scrape.jobs.get_mut(i) else {
+            return;
+        };
+        if !job.dirty {
+            return;
+        }
+        job.dirty = false;
+        let bytes = shared::encode_snapshot(&job.snapshot);
+        let _ = host.shared_set(&snapshot_key(&job.ns), &bytes, 0);
+    }
+}
+
+/// One scraper per proxy: the lease `"<vm> <expiry ms>"` is taken when free, expired or ours,
+/// with CAS so two VMs cannot both take it from the same state.
+fn take_lease(host: &mut dyn Host, key: &str, vm_id: &str, now: u64, ttl: u64) -> bool {
+    let mine = format!("{vm_id} {}", now + ttl);
+    match host.shared_get(key) {
+        Ok(None) => {
+            // Hosts insert a missing key whatever the CAS: write, then check who won.
+            if host.shared_set(key, mine.as_bytes(), 0).is_err() {
+                return false;
+            }
+            matches!(host.shared_get(key), Ok(Some((v, _))) if v == mine.as_bytes())
+        }
+        Ok(Some((v, cas))) => {
+            let text = String::from_utf8_lossy(&v);
+            let mut parts = text.split(' ');
+            let holder = parts.next().unwrap_or("");
+            let expiry: u64 = parts.next().and_then(|x| x.parse().ok()).unwrap_or(0);
+            if holder == vm_id || expiry <= now {
+                host.shared_set(key, mine.as_bytes(), cas).is_ok()
+            } else {
+                false
+            }
+        }
+        Err(_) => false,
+    }
+}

@@ -1,0 +1,565 @@
+//! Request lifecycle against the mock host: every path that acquires must release once.
+
+use super::*;
+use crate::host::mock::MockHost;
+use crate::host::HostErrorKind;
+use crate::redis::resp::encode_command;
+use crate::redis::scripts::Scripts;
+
+const CLUSTER: &str = "outbound|8000||llm.static";
+const REDIS: &str = "outbound|6379||redis.static";
+
+fn config(extra: &str) -> PluginConfig {
+    let json = format!(
+        r#"{{"lb_policy":"global_least_request","lb_config":{{"serviceFQDN":"redis.static","servicePort":6379{extra}}}}}"#
+    );
+    PluginConfig::parse(json.as_bytes()).unwrap()
+}
+
+fn setup(extra: &str) -> (MockHost, Balancer) {
+    let mut host = MockHost::new().with_route("chat", CLUSTER).with_hosts(&[
+        ("10.0.0.1:80", "Healthy"),
+        ("10.0.0.2:80", "Healthy"),
+        ("10.0.0.3:80", "Unhealthy"),
+    ]);
+    let mut engine = Balancer::configure(&mut host, config(extra), 42, LogLevel::Trace);
+    // Answer the SCRIPT LOAD calls issued at configure (one per script), then forget them.
+    let loads = host.redis_calls.len();
+    assert_eq!(loads, Scripts::new().all().len());
+    for n in 0..loads as u32 {
+        let sha = b"$40\r\n0123456789012345678901234567890123456789\r\n";
+        deliver(&mut host, &mut engine, 7 + 4 * n, sha);
+    }
+    assert_eq!(engine.tracked(), (0, 0));
+    host.redis_calls.clear();
+    (host, engine)
+}
+
+fn bulk_array(items: &[&str]) -> Vec<u8> {
+    // A reply has the same shape as a command: an array of bulk strings.
+    encode_command(items)
+}
+
+fn deliver(host: &mut MockHost, engine: &mut Balancer, token: u32, reply: &[u8]) {
+    host.reply = Some(reply.to_vec());
+    engine.on_redis_reply(host, token, 0, reply.len());
+    host.reply = None;
+}
+
+fn fail_call(host: &mut MockHost, engine: &mut Balancer, token: u32) {
+    engine.on_redis_reply(host, token, 1, 0);
+}
+
+/// Starts a request with a body and returns the token of its pick.
+fn start(host: &mut MockHost, engine: &mut Balancer, ctx: u32) -> u32 {
+    host.live_contexts.push(ctx);
+    assert_eq!(engine.on_request_headers(host, ctx, false), Verdict::Pause);
+    assert_eq!(engine.on_request_body(host, ctx, 10, false), Verdict::Pause);
+    let before = host.redis_calls.len();
+    assert_eq!(engine.on_request_body(host, ctx, 20, true), Verdict::Pause);
+    assert_eq!(
+        host.redis_calls.len(),
+        before + 1,
+        "one round trip per pick"
+    );
+    host.next_token - 4
+}
+
+fn end(host: &mut MockHost, engine: &mut Balancer, ctx: u32) {
+    host.live_contexts.retain(|&c| c != ctx);
+    engine.on_done(host, ctx);
+}
+
+#[test]
+fn routes_then_releases_exactly_once() {
+    let (mut host, mut e) = setup("");
+    let token = start(&mut host, &mut e, 2);
+    let args = host.last_query_args();
+    assert_eq!(args[0], "EVALSHA");
+    assert_eq!(
+        &args[3..6],
+        [
+            "ailb:{chat|outbound|8000||llm.static}:load",
+            "ailb:{chat|outbound|8000||llm.static}:leases",
+            "ailb:{chat|outbound|8000||llm.static}:members"
+        ]
+    );
+    // First pick of this VM: the healthy set (sorted, unhealthy excluded) rides along.
+    assert_eq!(&args[14..], ["10.0.0.1:80", "10.0.0.2:80"]);
+    let rid = args[8].clone();
+    deliver(
+        &mut host,
+        &mut e,
+        token,
+        &bulk_array(&["OK", "10.0.0.2:80", "0"]),
+    );
+    assert_eq!(host.override_host.as_deref(), Some("10.0.0.2:80"));
+    assert_eq!(host.effective_context, Some(2));
+    assert_eq!(host.resumed, 1);
+    assert_eq!(host.metric("ai_lb.glr.routed"), 1);
+
+    end(&mut host, &mut e, 2);
+    let rel = host.last_query_args();
+    assert_eq!(rel[0], "EVALSHA");
+    assert_eq!(rel[2], "2");
+    assert_eq!(rel[5..], [format!("{rid}|10.0.0.2:80|1")]);
+    let last = host.next_token - 4;
+    deliver(&mut host, &mut e, last, b":1\r\n");
+    assert_eq!(e.tracked(), (0, 0));
+    // A second done (on_log backstop) releases nothing more.
+    let calls = host.redis_calls.len();
+    e.on_done(&mut host, 2);
+    assert_eq!(host.redis_calls.len(), calls);
+}
+
+#[test]
+fn steady_state_picks_skip_the_endpoint_list() {
+    let (mut host, mut e) = setup("");
+    let t = start(&mut host, &mut e, 2);
+    deliver(
+        &mut host,
+        &mut e,
+        t,
+        &bulk_array(&["OK", "10.0.0.1:80", "0"]),
+    );
+    start(&mut host, &mut e, 3);
+    assert_eq!(
+        host.last_query_args().len(),
+        14,
+        "no endpoint list once synced"
+    );
+    // The healthy set changes: the list is sent again.
+    host = MockHost {
+        hosts: MockHost::new()
+            .with_hosts(&[("10.0.0.1:80", "Healthy")])
+            .hosts,
+        ..host
+    };
+    start(&mut host, &mut e, 4);
+    assert_eq!(&host.last_query_args()[14..], ["10.0.0.1:80"]);
+}
+
+#[test]
+fn requests_without_body_are_balanced_at_headers() {
+    let (mut host, mut e) = setup("");
+    host.live_contexts.push(2);
+    assert_eq!(e.on_request_headers(&mut host, 2, true), Verdict::Pause);
+    assert_eq!(host.redis_calls.len(), 1);
+}
+
+#[test]
+fn abort_before_the_pick_returns_releases_on_arrival() {
+    let (mut host, mut e) = setup("");
+    let token = start(&mut host, &mut e, 2);
+    let rid = host.last_query_args()[8].clone();
+    end(&mut host, &mut e, 2);
+    assert_eq!(host.redis_calls.len(), 1, "nothing to release yet");
+    deliver(
+        &mut host,
+        &mut e,
+        token,
+        &bulk_array(&["OK", "10.0.0.1:80", "0"]),
+    );
+    assert_eq!(host.override_host, None, "a dead stream is not touched");
+    assert_eq!(host.resumed, 0);
+    assert_eq!(
+        host.last_query_args()[5..],
+        [format!("{rid}|10.0.0.1:80|1")]
+    );
+    assert_eq!(host.metric("ai_lb.release.orphaned"), 1);
+}
+
+#[test]
+fn lost_reply_falls_back_and_releases_every_possible_lease() {
+    let (mut host, mut e) = setup("");
+    let token = start(&mut host, &mut e, 2);
+    let rid = host.last_query_args()[8].clone();
+    fail_call(&mut host, &mut e, token);
+    assert_eq!(host.resumed, 1, "fail open");
+    assert_eq!(host.override_host, None);
+    assert_eq!(host.metric("ai_lb.fallback.redis_timeout"), 1);
+    assert_eq!(
+        host.last_query_args()[5..],
+        [
+            format!("{rid}|10.0.0.1:80|1"),
+            format!("{rid}|10.0.0.2:80|1")
+        ]
+    );
+    let calls = host.redis_calls.len();
+    end(&mut host, &mut e, 2);
+    assert_eq!(host.redis_calls.len(), calls, "no second release at done");
+}
+
+#[test]
+fn noscript_retries_with_eval() {
+    let (mut host, mut e) = setup("");
+    let token = start(&mut host, &mut e, 2);
+    deliver(
+        &mut host,
+        &mut e,
+        token,
+        b"-NOSCRIPT No matching script.\r\n",
+    );
+    let args = host.last_query_args();
+    assert_eq!(args[0], "EVAL");
+    assert!(args[1].contains("ZRANGE"), "the script text itself");
+    let last = host.next_token - 4;
+    deliver(
+        &mut host,
+        &mut e,
+        last,
+        &bulk_array(&["OK", "10.0.0.1:80", "0"]),
+    );
+    assert_eq!(host.override_host.as_deref(), Some("10.0.0.1:80"));
+    assert_eq!(host.metric("ai_lb.redis.noscript"), 1);
+}
+
+#[test]
+fn sync_resends_the_list_once_then_gives_up() {
+    let (mut host, mut e) = setup("");
+    let t = start(&mut host, &mut e, 2);
+    deliver(
+        &mut host,
+        &mut e,
+        t,
+        &bulk_array(&["OK", "10.0.0.1:80", "0"]),
+    );
+    let t = start(&mut host, &mut e, 3);
+    assert_eq!(host.last_query_args().len(), 14);
+    deliver(&mut host, &mut e, t, &bulk_array(&["SYNC"]));
+    assert_eq!(
+        host.last_query_args().len(),
+        16,
+        "resent with the endpoint list"
+    );
+    let last = host.next_token - 4;
+    deliver(&mut host, &mut e, last, &bulk_array(&["SYNC"]));
+    assert_eq!(host.metric("ai_lb.fallback.bad_reply"), 1);
+    assert_eq!(host.resumed, 2);
+}
+
+#[test]
+fn full_answers_429_and_releases_nothing() {
+    let (mut host, mut e) = setup(r#","maxRequestCount":2"#);
+    let t = start(&mut host, &mut e, 2);
+    assert_eq!(host.last_query_args()[10], "2", "cap sent to the script");
+    deliver(&mut host, &mut e, t, &bulk_array(&["FULL", "2"]));
+    assert_eq!(
+        host.local_responses,
+        vec![(429, "ai_lb_max_request_count".to_string())]
+    );
+    let calls = host.redis_calls.len();
+    end(&mut host, &mut e, 2);
+    assert_eq!(host.redis_calls.len(), calls);
+    assert_eq!(host.metric("ai_lb.glr.rejected_429"), 1);
+}
+
+#[test]
+fn dispatch_failure_fails_open_synchronously() {
+    let (mut host, mut e) = setup("");
+    host.redis_call_status = Some(HostErrorKind::InternalFailure); // the host has no Redis host
+    host.live_contexts.push(2);
+    assert_eq!(e.on_request_headers(&mut host, 2, false), Verdict::Pause);
+    assert_eq!(e.on_request_body(&mut host, 2, 5, true), Verdict::Continue);
+    assert_eq!(host.metric("ai_lb.fallback.redis_unavailable"), 1);
+    assert_eq!(e.tracked().1, 0);
+}
+
+#[test]
+fn deny_mode_answers_503() {
+    let (mut host, mut e) = setup(r#","failureMode":"deny""#);
+    let t = start(&mut host, &mut e, 2);
+    fail_call(&mut host, &mut e, t);
+    assert_eq!(
+        host.local_responses,
+        vec![(503, "ai_lb_failure".to_string())]
+    );
+    assert_eq!(host.resumed, 0);
+}
+
+#[test]
+fn missing_route_or_hosts_fall_back() {
+    let (mut host, mut e) = setup("");
+    host.properties.remove("route_name");
+    assert_eq!(e.on_request_headers(&mut host, 2, false), Verdict::Continue);
+    assert_eq!(host.metric("ai_lb.fallback.no_route"), 1);
+
+    let (mut host, mut e) = setup("");
+    host = MockHost {
+        hosts: MockHost::new()
+            .with_hosts(&[("10.0.0.1:80", "Unhealthy")])
+            .hosts,
+        ..host
+    };
+    assert_eq!(e.on_request_headers(&mut host, 2, true), Verdict::Continue);
+    assert_eq!(host.metric("ai_lb.fallback.no_healthy_endpoint"), 1);
+
+    let (mut host, mut e) = setup("");
+    host.hosts = vec![9, 9, 9, 9, 9];
+    assert_eq!(e.on_request_headers(&mut host, 2, true), Verdict::Continue);
+    assert_eq!(host.metric("ai_lb.fallback.host_list_unavailable"), 1);
+    assert!(host.redis_calls.is_empty());
+}
+
+#[test]
+fn override_failure_releases_and_falls_back() {
+    let (mut host, mut e) = setup("");
+    let t = start(&mut host, &mut e, 2);
+    host.override_status = Some(HostErrorKind::InvalidMemoryAccess);
+    deliver(
+        &mut host,
+        &mut e,
+        t,
+        &bulk_array(&["OK", "10.0.0.1:80", "0"]),
+    );
+    assert_eq!(host.last_query_args()[0], "EVALSHA");
+    assert!(host.last_query_args()[5].ends_with("|10.0.0.1:80|1"));
+    assert_eq!(host.metric("ai_lb.fallback.override_failed"), 1);
+    assert_eq!(host.resumed, 1);
+}
+
+#[test]
+fn unknown_endpoint_in_reply_is_released() {
+    let (mut host, mut e) = setup("");
+    let t = start(&mut host, &mut e, 2);
+    deliver(
+        &mut host,
+        &mut e,
+        t,
+        &bulk_array(&["OK", "10.9.9.9:80", "0"]),
+    );
+    assert_eq!(host.override_host, None);
+    assert!(host.last_query_args()[5].ends_with("|10.9.9.9:80|1"));
+}
+
+#[test]
+fn error_and_garbage_replies_fall_back() {
+    for reply in [
+        &b"-ERR boom\r\n"[..],
+        b"-NOAUTH Authentication required.\r\n",
+        b"garbage",
+        b":5\r\n",
+    ] {
+        let (mut host, mut e) = setup("");
+        let t = start(&mut host, &mut e, 2);
+        deliver(&mut host, &mut e, t, reply);
+        assert_eq!(host.resumed, 1, "{reply:?}");
+        assert_eq!(host.override_host, None);
+        end(&mut host, &mut e, 2);
+        assert_eq!(e.tracked().0, 0);
+    }
+}
+
+#[test]
+fn oversized_body_is_balanced_by_load_without_holding_it() {
+    let (mut host, mut e) = setup(r#","maxBodyBytes":100"#);
+    host.live_contexts.push(2);
+    e.on_request_headers(&mut host, 2, false);
+    assert_eq!(e.on_request_body(&mut host, 2, 101, false), Verdict::Pause);
+    assert_eq!(host.redis_calls.len(), 1, "a least-request pick right away");
+    assert_eq!(host.metric("ai_lb.fallback.body_too_large"), 1);
+    deliver(
+        &mut host,
+        &mut e,
+        7 + 4 * 3,
+        &bulk_array(&["OK", "10.0.0.1:80", "0"]),
+    );
+    assert_eq!(host.override_host.as_deref(), Some("10.0.0.1:80"));
+    // Later chunks pass straight through.
+    assert_eq!(
+        e.on_request_body(&mut host, 2, 300, true),
+        Verdict::Continue
+    );
+    assert_eq!(host.redis_calls.len(), 1);
+}
+
+#[test]
+fn cost_modes_weight_the_pick() {
+    let (mut host, mut e) = setup(r#","costMode":"bytes""#);
+    start(&mut host, &mut e, 2);
+    assert_eq!(host.last_query_args()[9], "20");
+    let (mut host, mut e) = setup(r#","costMode":"tokens""#);
+    start(&mut host, &mut e, 2);
+    assert_eq!(host.last_query_args()[9], "5");
+}
+
+#[test]
+fn debug_header_names_endpoint_and_reason() {
+    let (mut host, mut e) = setup(r#","debugHeader":"x-ai-lb-debug""#);
+    let t = start(&mut host, &mut e, 2);
+    deliver(
+        &mut host,
+        &mut e,
+        t,
+        &bulk_array(&["OK", "10.0.0.1:80", "0"]),
+    );
+    e.on_response_headers(&mut host, 2);
+    assert_eq!(
+        host.response_headers,
+        vec![(
+            "x-ai-lb-debug".into(),
+            "endpoint=10.0.0.1:80; reason=least_request".into()
+        )]
+    );
+}
+
+#[test]
+fn redis_init_is_retried_until_the_cluster_exists() {
+    let mut host = MockHost::new()
+        .with_route("chat", CLUSTER)
+        .with_hosts(&[("10.0.0.1:80", "Healthy")]);
+    host.redis_init_status = Some(HostErrorKind::BadArgument);
+    let mut e = Balancer::configure(&mut host, config(""), 1, LogLevel::Info);
+    assert!(
+        host.redis_calls.is_empty(),
+        "no calls before a successful init"
+    );
+    host.redis_init_status = None;
+    host.live_contexts.push(2);
+    assert_eq!(e.on_request_headers(&mut host, 2, true), Verdict::Pause);
+    assert_eq!(host.redis_inits.len(), 1);
+    assert!(host.redis_inits[0].0.starts_with(REDIS));
+    assert_eq!(host.redis_calls.len(), 1);
+}
+
+#[test]
+fn request_ids_are_unique_per_vm() {
+    let (mut host, mut e) = setup("");
+    let mut ids = std::collections::HashSet::new();
+    for ctx in 2..200 {
+        start(&mut host, &mut e, ctx);
+        assert!(ids.insert(host.last_query_args()[8].clone()));
+    }
+}
+
+#[test]
+fn logs_never_contain_the_password() {
+    let (mut host, mut e) = setup(r#","password":"s3cret-pw""#);
+    let t = start(&mut host, &mut e, 2);
+    fail_call(&mut host, &mut e, t);
+    let logs = host.logs.borrow();
+    assert!(!logs.is_empty());
+    assert!(logs.iter().all(|(_, m)| !m.contains("s3cret-pw")));
+}
+
+fn prefix_setup() -> (MockHost, Balancer) {
+    let (mut host, e) = setup("");
+    let json = br#"{"lb_policy":"prefix_cache","lb_config":{"serviceFQDN":"redis.static","servicePort":6379,"debugHeader":"x-dbg"}}"#;
+    let mut e2 = Balancer::configure(
+        &mut host,
+        PluginConfig::parse(json).unwrap(),
+        7,
+        LogLevel::Trace,
+    );
+    let n = Scripts::new().all().len() as u32;
+    for k in 0..n {
+        let token = host.next_token - 4 * (n - k);
+        deliver(&mut host, &mut e2, token, b"$1\r\nx\r\n");
+    }
+    host.redis_calls.clear();
+    drop(e);
+    (host, e2)
+}
+
+fn start_with_body(host: &mut MockHost, e: &mut Balancer, ctx: u32, body: &[u8]) -> u32 {
+    host.live_contexts.push(ctx);
+    host.body = body.to_vec();
+    assert_eq!(e.on_request_headers(host, ctx, false), Verdict::Pause);
+    assert_eq!(
+        e.on_request_body(host, ctx, body.len(), true),
+        Verdict::Pause
+    );
+    host.next_token - 4
+}
+
+#[test]
+fn prefix_sends_the_chain_as_keys() {
+    let (mut host, mut e) = prefix_setup();
+    let body = br#"{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"q"}]}"#;
+    let t = start_with_body(&mut host, &mut e, 2, body);
+    let args = host.last_query_args();
+    assert_eq!(args[1], Scripts::new().prefix_acquire.sha);
+    assert_eq!(args[2], "5", "load, leases, members + one key per message");
+    for key in &args[6..8] {
+        assert!(
+            key.starts_with("ailb:{chat|outbound|8000||llm.static}:px:"),
+            "{key}"
+        );
+        assert_eq!(
+            key.len(),
+            "ailb:{chat|outbound|8000||llm.static}:px:".len() + 16
+        );
+    }
+    assert_eq!(
+        args[16..19],
+        ["1800", "8", "1.5"],
+        "ttl and imbalance thresholds"
+    );
+    deliver(
+        &mut host,
+        &mut e,
+        t,
+        &bulk_array(&["OK", "10.0.0.2:80", "2", "0"]),
+    );
+    assert_eq!(host.override_host.as_deref(), Some("10.0.0.2:80"));
+    assert_eq!(host.metric("ai_lb.prefix.hit"), 1);
+    assert_eq!(host.metric("ai_lb.prefix.routed"), 1);
+    e.on_response_headers(&mut host, 2);
+    assert_eq!(
+        host.response_headers[0].1,
+        "endpoint=10.0.0.2:80; reason=prefix_hit"
+    );
+    end(&mut host, &mut e, 2);
+    assert!(
+        host.last_query_args()[5].ends_with("|10.0.0.2:80|1"),
+        "released like least-request"
+    );
+}
+
+#[test]
+fn prefix_counts_spills() {
+    let (mut host, mut e) = prefix_setup();
+    let body = br#"{"model":"m","prompt":"hello"}"#;
+    let t = start_with_body(&mut host, &mut e, 2, body);
+    deliver(
+        &mut host,
+        &mut e,
+        t,
+        &bulk_array(&["OK", "10.0.0.1:80", "1", "1"]),
+    );
+    assert_eq!(host.metric("ai_lb.prefix.spill"), 1);
+    assert_eq!(host.metric("ai_lb.prefix.hit"), 0);
+}
+
+#[test]
+fn prefix_falls_back_to_least_request_on_bad_bodies() {
+    for body in [
+        &b"not json"[..],
+        b"{\"model\":\"m\"}",
+        b"{\"messages\":[]}",
+        b"{\"messages\":\"x\"}",
+    ] {
+        let (mut host, mut e) = prefix_setup();
+        let t = start_with_body(&mut host, &mut e, 2, body);
+        let args = host.last_query_args();
+        assert_eq!(
+            args[1],
+            Scripts::new().acquire.sha,
+            "least-request script for {body:?}"
+        );
+        assert_eq!(host.metric("ai_lb.fallback.bad_request"), 1);
+        deliver(
+            &mut host,
+            &mut e,
+            t,
+            &bulk_array(&["OK", "10.0.0.1:80", "0"]),
+        );
+        assert_eq!(
+            host.override_host.as_deref(),
+            Some("10.0.0.1:80"),
+            "still balanced"
+        );
+        end(&mut host, &mut e, 2);
+        assert_eq!(e.tracked().0, 0);
+    }
+}

@@ -1,0 +1,147 @@
+//! Config tests over the shipped examples in `plugin-config/` and the invalid corpus in
+//! `plugin-config/invalid/` (each `.json` beside a `.err` holding the expected message part).
+
+use super::*;
+use std::path::Path;
+
+fn fixture(name: &str) -> Vec<u8> {
+    std::fs::read(
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+            .join("plugin-config")
+            .join(name),
+    )
+    .unwrap()
+}
+
+#[test]
+fn minimal_config_gets_higress_defaults() {
+    let cfg = PluginConfig::parse(&fixture("minimal.json")).unwrap();
+    let g = cfg.global.as_ref().unwrap();
+    assert_eq!(g.policy, Policy::GlobalLeastRequest);
+    assert_eq!(
+        g.redis.as_ref().unwrap().cluster,
+        "outbound|6379||redis.static"
+    );
+    assert_eq!(
+        g.redis.as_ref().unwrap().init_cluster,
+        "outbound|6379||redis.static?buffer_flush_timeout=0&max_buffer_size_before_flush=0"
+    );
+    assert_eq!(g.redis.as_ref().unwrap().timeout_ms, 3000);
+    assert_eq!(g.redis.as_ref().unwrap().database, 0);
+    assert_eq!(g.max_load, 0);
+    assert_eq!(g.lease_ttl_ms, 600_000);
+    assert_eq!(g.cost, CostMode::Requests);
+    assert_eq!(g.failure_mode, FailureMode::Allow);
+    assert_eq!(g.debug_header, None);
+    assert_eq!(g.key_prefix, "ailb");
+    assert!(cfg.rules.is_empty());
+}
+
+#[test]
+fn full_config_reads_every_key() {
+    let cfg = PluginConfig::parse(&fixture("full.json")).unwrap();
+    let g = cfg.global.as_ref().unwrap();
+    assert_eq!(g.redis.as_ref().unwrap().username, "default");
+    assert_eq!(
+        g.redis.as_ref().unwrap().password.expose(),
+        "s3cret-password"
+    );
+    assert_eq!(g.redis.as_ref().unwrap().timeout_ms, 500);
+    assert!(g.redis.as_ref().unwrap().init_cluster.contains("?db=2&"));
+    assert_eq!(g.max_load, 64);
+    assert_eq!(g.lease_ttl_ms, 300_000);
+    assert_eq!(g.debug_header.as_deref(), Some("x-ai-lb-debug"));
+    assert_eq!(g.max_body_bytes, 4_194_304);
+    assert!(!g.detail_log);
+    assert_eq!(cfg.rules.len(), 2);
+    assert_eq!(cfg.rules[0].1.failure_mode, FailureMode::Deny);
+    assert_eq!(cfg.rules[1].1.cost, CostMode::Tokens);
+}
+
+#[test]
+fn password_never_appears_in_debug_output_or_errors() {
+    let cfg = PluginConfig::parse(&fixture("full.json")).unwrap();
+    let dump = format!("{cfg:?} {}", cfg.summary());
+    assert!(!dump.contains("s3cret-password"), "{dump}");
+    // A wrong-typed password must not be echoed back in the error either.
+    let bad = br#"{"lb_policy":"global_least_request","lb_config":{"serviceFQDN":"r","servicePort":1,"password":["hunter2hunter2"]}}"#;
+    let err = PluginConfig::parse(bad).unwrap_err().to_string();
+    assert!(err.contains("lb_config.password"), "{err}");
+    assert!(!err.contains("hunter2"), "{err}");
+}
+
+#[test]
+fn rules_first_match_wins_then_global() {
+    let cfg = PluginConfig::parse(&fixture("full.json")).unwrap();
+    let pick = |route: &str, authority: &str| {
+        let keys = RequestKeys {
+            route: Some(route),
+            cluster: Some("outbound|8000||llm.static"),
+            authority: Some(authority),
+        };
+        let c = cfg.select(&keys).unwrap();
+        (c.failure_mode, c.cost)
+    };
+    assert_eq!(
+        pick("default/chat-strict", "x.batch.example.com"),
+        (FailureMode::Deny, CostMode::Requests)
+    );
+    assert_eq!(
+        pick("other", "x.batch.example.com"),
+        (FailureMode::Allow, CostMode::Tokens)
+    );
+    assert_eq!(
+        pick("other", "chat.example.com"),
+        (FailureMode::Allow, CostMode::Requests)
+    );
+}
+
+#[test]
+fn rules_only_config_is_inactive_elsewhere() {
+    let json = br#"{"_rules_":[{"_match_route_":["a"],"lb_policy":"global_least_request",
+        "lb_config":{"serviceFQDN":"redis.static","servicePort":6379}}]}"#;
+    let cfg = PluginConfig::parse(json).unwrap();
+    assert!(cfg.global.is_none());
+    let hit = RequestKeys {
+        route: Some("a"),
+        ..Default::default()
+    };
+    let miss = RequestKeys {
+        route: Some("b"),
+        ..Default::default()
+    };
+    assert!(cfg.select(&hit).is_some());
+    assert!(cfg.select(&miss).is_none());
+}
+
+#[test]
+fn control_plane_keys_are_ignored() {
+    let json = br#"{"_plugin_id_":"x","lb_policy":"global_least_request",
+        "lb_config":{"serviceFQDN":"redis.static","servicePort":6379,"_comment_":"ok"}}"#;
+    assert!(PluginConfig::parse(json).is_ok());
+}
+
+#[test]
+fn every_invalid_fixture_fails_with_its_message() {
+    let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join("plugin-config/invalid");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("json") {
+            continue;
+        }
+        let want = std::fs::read_to_string(path.with_extension("err")).unwrap();
+        let got = PluginConfig::parse(&std::fs::read(&path).unwrap());
+        let err = got
+            .err()
+            .unwrap_or_else(|| panic!("{} was accepted", path.display()));
+        assert!(
+            err.to_string().contains(want.trim()),
+            "{}: got `{err}`, want `{}`",
+            path.display(),
+            want.trim()
+        );
+        checked += 1;
+    }
+    assert!(checked >= 20, "only {checked} invalid fixtures");
+}
