@@ -99,7 +99,7 @@ impl Balancer {
                 )
             }
             Ok(None) => {
-                self.count(host, config.policy, Outcome::Rejected429);
+                self.count(host, config.policy.kind(), Outcome::Rejected429);
                 self.set_phase(
                     ctx,
                     Phase::Settled {

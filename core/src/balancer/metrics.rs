@@ -76,7 +76,7 @@ impl Balancer {
             return Verdict::Continue;
         };
         let (config, body_bytes) = (req.config.clone(), req.body_bytes);
-        let Some(mc) = config.metrics.clone() else {
+        let Some(mc) = config.policy.metrics().cloned() else {
             return self.fail(host, ctx, Cause::NoMetrics, false);
         };
         let sent = host
@@ -159,7 +159,7 @@ impl Balancer {
                 )
             }
             Decision::Shed => {
-                self.count(host, config.policy, Outcome::Rejected429);
+                self.count(host, config.policy.kind(), Outcome::Rejected429);
                 self.set_phase(ctx, Phase::Settled { reason: "shed_429" });
                 let body =
                     b"Every endpoint is saturated: sheddable request rejected by ai-load-balancer.";
@@ -379,7 +379,7 @@ impl Balancer {
         reason: &'static str,
         local: Option<crate::request::LocalLease>,
     ) -> Verdict {
-        if config.metrics.is_some() {
+        if config.policy.metrics().is_some() {
             let ep = endpoint.to_string();
             let _ = shared::update(host, SENT_KEY, |cur| {
                 let mut m = cur.map(shared::decode_counts).unwrap_or_default();
@@ -409,7 +409,7 @@ impl Balancer {
                 local,
             },
         );
-        self.count(host, config.policy, Outcome::Routed);
+        self.count(host, config.policy.kind(), Outcome::Routed);
         Verdict::Continue
     }
 }

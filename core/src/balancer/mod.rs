@@ -267,7 +267,7 @@ impl Balancer {
         let Some((policy, redis)) = self
             .requests
             .get(&ctx)
-            .map(|r| (r.config.policy, r.config.redis.is_some()))
+            .map(|r| (r.config.policy.kind(), r.config.redis.is_some()))
         else {
             return Verdict::Continue;
         };
@@ -297,7 +297,10 @@ impl Balancer {
             },
             endpoints: pick.sent_list.then_some(pick.candidates.as_slice()),
         };
-        let settings = pick.config.prefix.as_ref();
+        let settings = match &pick.config.policy {
+            crate::config::PolicyConfig::PrefixCache(p) => Some(p),
+            _ => None,
+        };
         let prefix = match (&pick.chain, settings) {
             (Some(chain), Some(p)) => Some(PrefixArgs {
                 chain,
@@ -371,7 +374,7 @@ impl Balancer {
                 self.fail(host, ctx, Cause::BadReply, true);
             }
             PickOutcome::Reply(AcquireReply::Full) => {
-                self.count(host, pick.config.policy, Outcome::Rejected429);
+                self.count(host, pick.config.policy.kind(), Outcome::Rejected429);
                 self.set_phase(
                     ctx,
                     Phase::Settled {
@@ -447,7 +450,7 @@ impl Balancer {
                 reason,
             },
         );
-        self.count(host, pick.config.policy, Outcome::Routed);
+        self.count(host, pick.config.policy.kind(), Outcome::Routed);
         if let Err(e) = host.resume_request() {
             self.log(host, LogLevel::Warn, ctx, format_args!("{e}"));
         }
@@ -479,7 +482,7 @@ impl Balancer {
     /// Fallback (or 503 under `failureMode: deny`). `paused`: we are in a callback and the
     /// request is held, so it must be resumed; otherwise the phase callback returns Continue.
     fn fail(&mut self, host: &mut dyn Host, ctx: u32, cause: Cause, paused: bool) -> Verdict {
-        let policy = self.requests.get(&ctx).map(|r| r.config.policy);
+        let policy = self.requests.get(&ctx).map(|r| r.config.policy.kind());
         if let Some(p) = policy {
             self.count(host, p, Outcome::FellBack);
         }

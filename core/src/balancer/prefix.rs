@@ -13,7 +13,11 @@ impl Balancer {
         let Some(req) = self.requests.get(&ctx) else {
             return Verdict::Continue;
         };
-        let (Some(settings), Some(keys)) = (req.config.prefix.clone(), req.keys.clone()) else {
+        let settings = match &req.config.policy {
+            crate::config::PolicyConfig::PrefixCache(p) => Some(p.clone()),
+            _ => None,
+        };
+        let (Some(settings), Some(keys)) = (settings, req.keys.clone()) else {
             return self.start_pick(host, ctx, None);
         };
         let body = host.request_body(0, req.body_bytes).unwrap_or_default();

@@ -52,7 +52,9 @@ impl ScrapeState {
     pub(super) fn new(config: &PluginConfig, seed: u64) -> ScrapeState {
         let mut jobs: Vec<ScrapeJob> = Vec::new();
         for c in config.all() {
-            let Some(mc) = &c.metrics else { continue };
+            let Some(mc) = c.policy.metrics() else {
+                continue;
+            };
             if mc.source != MetricsSource::Scrape {
                 continue;
             }

@@ -50,6 +50,35 @@ impl Policy {
     }
 }
 
+/// A route's policy with its own settings: the balancer dispatches on this enum, and each
+/// variant is served by one module of `balancer::policies`.
+#[derive(Debug, Clone)]
+pub enum PolicyConfig {
+    /// Settings are the route's common ones (Redis target, `maxRequestCount`, cost).
+    GlobalLeastRequest,
+    PrefixCache(super::prefix::PrefixSettings),
+    EndpointMetrics(Rc<MetricsConfig>),
+}
+
+impl PolicyConfig {
+    /// The policy's kind (metric labels, summaries).
+    pub fn kind(&self) -> Policy {
+        match self {
+            PolicyConfig::GlobalLeastRequest => Policy::GlobalLeastRequest,
+            PolicyConfig::PrefixCache(_) => Policy::PrefixCache,
+            PolicyConfig::EndpointMetrics(_) => Policy::EndpointMetrics,
+        }
+    }
+
+    /// endpoint_metrics settings, if this is that policy.
+    pub fn metrics(&self) -> Option<&Rc<MetricsConfig>> {
+        match self {
+            PolicyConfig::EndpointMetrics(m) => Some(m),
+            _ => None,
+        }
+    }
+}
+
 /// What one request adds to its endpoint's load.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CostMode {
@@ -112,11 +141,9 @@ pub enum Publish {
 /// A route's validated config.
 #[derive(Debug, Clone)]
 pub struct RouteConfig {
-    pub policy: Policy,
+    pub policy: PolicyConfig,
     /// Present for the policies that use Redis.
     pub redis: Option<RedisTarget>,
-    /// Present for `prefix_cache`.
-    pub prefix: Option<super::prefix::PrefixSettings>,
     /// `ailb` by default: keys are `<prefix>:{<route>|<cluster>}:<name>`.
     pub key_prefix: String,
     pub lease_ttl_ms: u64,
@@ -127,8 +154,6 @@ pub struct RouteConfig {
     pub debug_header: Option<String>,
     pub max_body_bytes: usize,
     pub detail_log: bool,
-    /// endpoint_metrics settings (that policy only).
-    pub metrics: Option<Rc<MetricsConfig>>,
     /// Plain-Envoy build: the endpoints to choose from (`ip:port`, sorted, deduplicated).
     pub endpoints: Rc<Vec<String>>,
     pub publish: Publish,
@@ -267,16 +292,18 @@ fn parse_lb_config(
             "must be non-empty letters, digits, '-', '_' or '.'",
         ));
     }
-    let prefix = match policy {
-        Policy::PrefixCache => Some(super::prefix::parse(&mut f, max_body_bytes as usize)?),
-        _ => None,
+    let policy = match (policy, metrics) {
+        (Policy::PrefixCache, _) => {
+            PolicyConfig::PrefixCache(super::prefix::parse(&mut f, max_body_bytes as usize)?)
+        }
+        (Policy::EndpointMetrics, Some(m)) => PolicyConfig::EndpointMetrics(m),
+        _ => PolicyConfig::GlobalLeastRequest,
     };
     f.finish()?;
 
     Ok(RouteConfig {
         policy,
         redis,
-        prefix,
         key_prefix,
         lease_ttl_ms: lease_ttl_s * 1000,
         cost,
@@ -285,7 +312,6 @@ fn parse_lb_config(
         debug_header: debug_header.map(|h| h.to_ascii_lowercase()),
         max_body_bytes: max_body_bytes as usize,
         detail_log,
-        metrics,
         endpoints: Rc::new(endpoints),
         publish,
         decide_at_headers: build == Build::Envoy,

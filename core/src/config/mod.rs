@@ -10,7 +10,7 @@ mod prefix;
 mod rules;
 
 pub use error::ConfigError;
-pub use lb::{CostMode, FailureMode, Policy, Publish, RedisTarget, RouteConfig};
+pub use lb::{CostMode, FailureMode, Policy, PolicyConfig, Publish, RedisTarget, RouteConfig};
 pub use metrics::{MetricsConfig, MetricsSource, ScrapeConfig};
 pub use prefix::PrefixSettings;
 
@@ -100,7 +100,7 @@ impl PluginConfig {
 
     /// One-line summary for the "config accepted" log: counts and policies, no secrets.
     pub fn summary(&self) -> String {
-        let policies: Vec<&str> = self.all().map(|c| c.policy.name()).collect();
+        let policies: Vec<&str> = self.all().map(|c| c.policy.kind().name()).collect();
         format!(
             "global={} rules={} policies=[{}]",
             self.global.is_some(),

@@ -17,7 +17,7 @@ fn fixture(name: &str) -> Vec<u8> {
 fn minimal_config_gets_higress_defaults() {
     let cfg = PluginConfig::parse(&fixture("minimal.json")).unwrap();
     let g = cfg.global.as_ref().unwrap();
-    assert_eq!(g.policy, Policy::GlobalLeastRequest);
+    assert_eq!(g.policy.kind(), Policy::GlobalLeastRequest);
     assert_eq!(
         g.redis.as_ref().unwrap().cluster,
         "outbound|6379||redis.static"

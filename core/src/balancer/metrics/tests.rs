@@ -442,7 +442,7 @@ fn config_keys_defaults_and_errors() {
     };
     let c = g(json!({}), Build::Higress).unwrap();
     let r = c.global.unwrap();
-    let m = r.metrics.as_ref().unwrap();
+    let m = r.policy.metrics().unwrap();
     assert_eq!(m.source, crate::config::MetricsSource::Host);
     assert_eq!(
         m.scheduler,
@@ -456,7 +456,7 @@ fn config_keys_defaults_and_errors() {
     )
     .unwrap();
     let r = c.global.unwrap();
-    let s = r.metrics.as_ref().unwrap().scrape.clone().unwrap();
+    let s = r.policy.metrics().unwrap().scrape.clone().unwrap();
     assert_eq!(
         (s.path.as_str(), s.interval_ms, s.timeout_ms, s.max_age_ms),
         ("/metrics", 500, 400, 5000)
@@ -473,7 +473,7 @@ fn config_keys_defaults_and_errors() {
     let alias =
         PluginConfig::parse_for(br#"{"lb_policy":"metrics_based"}"#, Build::Higress).unwrap();
     assert_eq!(
-        alias.global.unwrap().policy,
+        alias.global.unwrap().policy.kind(),
         crate::config::Policy::EndpointMetrics
     );
     let e = crate::config::Build::Envoy;
