@@ -149,6 +149,12 @@ impl HttpContext for Filter {
 #[cfg(not(feature = "envoy"))]
 #[no_mangle]
 pub extern "C" fn proxy_on_redis_call_response(root_id: u32, token: u32, status: u32, size: u32) {
+    // Higress: status 0 = the reply is readable; anything else = timeout or connection failure.
+    let status = if status == 0 {
+        ailb_core::balancer::CallStatus::Ok
+    } else {
+        ailb_core::balancer::CallStatus::Failed
+    };
     with_engine(root_id, |e, h| {
         e.on_redis_reply(h, token, status, size as usize)
     });

@@ -14,7 +14,7 @@ pub mod hash;
 pub mod host;
 pub mod model_metrics;
 pub mod prefix;
+pub mod reason;
 pub mod redis;
-pub mod request;
 pub mod stats;
 pub mod upstream;

@@ -3,60 +3,7 @@
 
 use crate::config::Policy;
 use crate::host::{Host, MetricType};
-
-/// Why a request went to the cluster's own load balancer (or got 503 under `failureMode: deny`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cause {
-    NoRoute,
-    NoHealthyEndpoint,
-    HostListUnavailable,
-    BodyTooLarge,
-    RedisUnavailable,
-    RedisTimeout,
-    RedisError,
-    BadReply,
-    OverrideFailed,
-    /// The request could not be read as a prompt (prefix_cache).
-    BadRequest,
-    /// No endpoint has usable metrics (endpoint_metrics).
-    NoMetrics,
-    /// The per-proxy shared data could not be updated (plain-Envoy least request).
-    SharedData,
-}
-
-impl Cause {
-    pub const ALL: [Cause; 12] = [
-        Cause::NoRoute,
-        Cause::NoHealthyEndpoint,
-        Cause::HostListUnavailable,
-        Cause::BodyTooLarge,
-        Cause::RedisUnavailable,
-        Cause::RedisTimeout,
-        Cause::RedisError,
-        Cause::BadReply,
-        Cause::OverrideFailed,
-        Cause::BadRequest,
-        Cause::NoMetrics,
-        Cause::SharedData,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Cause::NoRoute => "no_route",
-            Cause::NoHealthyEndpoint => "no_healthy_endpoint",
-            Cause::HostListUnavailable => "host_list_unavailable",
-            Cause::BodyTooLarge => "body_too_large",
-            Cause::RedisUnavailable => "redis_unavailable",
-            Cause::RedisTimeout => "redis_timeout",
-            Cause::RedisError => "redis_error",
-            Cause::BadReply => "bad_reply",
-            Cause::OverrideFailed => "override_failed",
-            Cause::BadRequest => "bad_request",
-            Cause::NoMetrics => "no_metrics",
-            Cause::SharedData => "shared_data",
-        }
-    }
-}
+pub use crate::reason::Cause;
 
 /// How a policy's decision for one request ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

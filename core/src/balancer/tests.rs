@@ -42,12 +42,12 @@ fn bulk_array(items: &[&str]) -> Vec<u8> {
 
 fn deliver(host: &mut MockHost, engine: &mut Balancer, token: u32, reply: &[u8]) {
     host.reply = Some(reply.to_vec());
-    engine.on_redis_reply(host, token, 0, reply.len());
+    engine.on_redis_reply(host, token, CallStatus::Ok, reply.len());
     host.reply = None;
 }
 
 fn fail_call(host: &mut MockHost, engine: &mut Balancer, token: u32) {
-    engine.on_redis_reply(host, token, 1, 0);
+    engine.on_redis_reply(host, token, CallStatus::Failed, 0);
 }
 
 /// Starts a request with a body and returns the token of its pick.

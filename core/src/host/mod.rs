@@ -130,3 +130,12 @@ pub trait Host {
     /// The reply of the Redis callback being delivered (buffer type 9).
     fn redis_reply(&self, size: usize) -> HostResult<Vec<u8>>;
 }
+
+/// A host property read as UTF-8 text (`route_name`, `cluster_name`); None when absent, not
+/// text, or unreadable.
+pub fn text_property(host: &dyn Host, name: &str) -> Option<String> {
+    host.property(&[name])
+        .ok()
+        .flatten()
+        .and_then(|b| String::from_utf8(b).ok())
+}

@@ -16,23 +16,9 @@
 //!
 //! Non-finite and negative series are ignored; KV usage clamps to 0..=1.
 
+pub use super::names::ModelServer;
 use super::names::{s, sl, Sel, SPECS, TRITON_KV, VLLM_LORA, WANTED};
 use super::prom::{self, Exposition, ParseStats, Sample};
-
-/// Inference engine behind an endpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ModelServer {
-    /// vLLM V0 and V1 (`vllm:` prefix).
-    Vllm,
-    /// SGLang (`sglang:` prefix).
-    Sglang,
-    /// Triton Inference Server with the TensorRT-LLM backend (`nv_trt_llm_*`).
-    TritonTrtLlm,
-    /// TensorRT-LLM's OpenAI server `trtllm-serve` (`trtllm_*`).
-    TrtllmServe,
-    /// Hugging Face TGI (`tgi_*`); no KV signal.
-    Tgi,
-}
 
 /// LoRA state from `vllm:lora_requests_info` (series with the largest value = latest update).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

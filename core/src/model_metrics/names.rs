@@ -2,7 +2,20 @@
 //! sources (shared/spec/model-server-metrics-and-scheduling.md §1). Data only; the mapping logic
 //! is in [`super::engines`].
 
-use super::engines::ModelServer;
+/// Inference engine behind an endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelServer {
+    /// vLLM V0 and V1 (`vllm:` prefix).
+    Vllm,
+    /// SGLang (`sglang:` prefix).
+    Sglang,
+    /// Triton Inference Server with the TensorRT-LLM backend (`nv_trt_llm_*`).
+    TritonTrtLlm,
+    /// TensorRT-LLM's OpenAI server `trtllm-serve` (`trtllm_*`).
+    TrtllmServe,
+    /// Hugging Face TGI (`tgi_*`); no KV signal.
+    Tgi,
+}
 
 /// Selects series of `name` whose label `key` equals `value` (if given).
 #[derive(Clone, Copy)]

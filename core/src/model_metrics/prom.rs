@@ -6,9 +6,8 @@
 //! [`ParseStats::truncated`]). Output memory is bounded by the input size, itself capped at
 //! [`MAX_INPUT_BYTES`].
 
-use std::fmt;
-
 use super::scan::{Cursor, Lines};
+pub use super::scan::{LineError, MAX_LABEL_VALUE_LEN, MAX_NAME_LEN};
 
 /// Bytes of input looked at; the rest is dropped (cut at the last complete line).
 /// Higress stored only 64 KiB of the probe body (anchors §1.5 item 13d), which cut real vLLM
@@ -22,10 +21,6 @@ pub const MAX_SERIES: usize = 50_000;
 pub const MAX_TYPES: usize = 10_000;
 /// Labels per sample; a line with more is malformed.
 pub const MAX_LABELS: usize = 64;
-/// Length of a metric or label name.
-pub const MAX_NAME_LEN: usize = 512;
-/// Length of one (unescaped) label value. LoRA adapter lists live in label values, so keep room.
-pub const MAX_LABEL_VALUE_LEN: usize = 16 * 1024;
 
 /// Type declared by a `# TYPE` line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,32 +54,6 @@ impl Sample {
             .iter()
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
-    }
-}
-
-/// Why a line was skipped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LineError {
-    InvalidUtf8,
-    BadMetricName,
-    NameTooLong,
-    BadLabelName,
-    MissingEquals,
-    MissingQuote,
-    UnterminatedLabelValue,
-    BadEscape,
-    LabelValueTooLong,
-    TooManyLabels,
-    UnterminatedLabels,
-    MissingValue,
-    BadValue,
-    BadTimestamp,
-    TrailingGarbage,
-}
-
-impl fmt::Display for LineError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self, f)
     }
 }
 

@@ -1,7 +1,38 @@
 //! Byte-level scanning for the Prometheus parser ([`super::prom`]): a cursor over one line and a
 //! fast line splitter. Every access is bounds-checked (`get`), nothing here can panic.
 
-use super::prom::{LineError, MAX_LABEL_VALUE_LEN, MAX_NAME_LEN};
+use std::fmt;
+
+/// Length of a metric or label name.
+pub const MAX_NAME_LEN: usize = 512;
+/// Length of one (unescaped) label value. LoRA adapter lists live in label values, so keep room.
+pub const MAX_LABEL_VALUE_LEN: usize = 16 * 1024;
+
+/// Why a line was skipped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LineError {
+    InvalidUtf8,
+    BadMetricName,
+    NameTooLong,
+    BadLabelName,
+    MissingEquals,
+    MissingQuote,
+    UnterminatedLabelValue,
+    BadEscape,
+    LabelValueTooLong,
+    TooManyLabels,
+    UnterminatedLabels,
+    MissingValue,
+    BadValue,
+    BadTimestamp,
+    TrailingGarbage,
+}
+
+impl fmt::Display for LineError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
 
 pub(super) struct Cursor<'a> {
     pub(super) s: &'a [u8],

@@ -1,6 +1,5 @@
 //! Block writer: field framing, NUL escaping and cutting item streams into blocks.
 
-use super::canon::CanonConfig;
 use super::json::{write_canonical, J};
 
 /// Block kind bytes (first byte of every block).
@@ -99,4 +98,33 @@ impl Out {
             ends.push(buf.len());
         }
     }
+}
+
+/// Canonicalisation limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CanonConfig {
+    /// Cut block streams longer than this into pieces of this many bytes; 0 = never cut.
+    pub chunk_bytes: usize,
+    /// Keep at most this many blocks (the first ones); more sets [`Canonical::capped`].
+    pub max_blocks: usize,
+    /// Reject bodies longer than this; 0 = no limit.
+    pub max_body_bytes: usize,
+}
+
+impl Default for CanonConfig {
+    fn default() -> Self {
+        Self {
+            chunk_bytes: 4096,
+            max_blocks: 256,
+            max_body_bytes: 8 * 1024 * 1024,
+        }
+    }
+}
+
+/// A user message holding `text` (Completions prompts, Responses string input).
+pub(super) fn user_text(out: &mut Out, text: &str) {
+    out.begin(KIND_MESSAGE);
+    out.field(b'r', b"user");
+    out.field(b't', text.as_bytes());
+    out.end_block();
 }

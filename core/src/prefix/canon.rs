@@ -33,33 +33,13 @@
 //! Tool call ids (`tool_calls[].id`, Anthropic `tool_use.id`, Responses `function_call.call_id`)
 //! are not hashed; result-side ids (`tool_call_id`, `tool_use_id`, output `call_id`) are.
 
-use super::block::{escape_into, Out, FIELD_END, KIND_MESSAGE, KIND_PROMPT};
+pub use super::block::CanonConfig;
+use super::block::{escape_into, user_text, Out, FIELD_END, KIND_MESSAGE, KIND_PROMPT};
 use super::error::{wrong, CanonError};
 use super::json::{KeySeed, List, ListSeed, J};
 use super::message::{content, message, response_item, tools_block};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use std::fmt;
-
-/// Canonicalisation limits.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CanonConfig {
-    /// Cut block streams longer than this into pieces of this many bytes; 0 = never cut.
-    pub chunk_bytes: usize,
-    /// Keep at most this many blocks (the first ones); more sets [`Canonical::capped`].
-    pub max_blocks: usize,
-    /// Reject bodies longer than this; 0 = no limit.
-    pub max_body_bytes: usize,
-}
-
-impl Default for CanonConfig {
-    fn default() -> Self {
-        Self {
-            chunk_bytes: 4096,
-            max_blocks: 256,
-            max_body_bytes: 8 * 1024 * 1024,
-        }
-    }
-}
 
 /// Which API the body looked like.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -286,13 +266,6 @@ fn prompt_tokens(out: &mut Out, tokens: &[J]) -> Result<(), CanonError> {
     out.scratch.extend_from_slice(&FIELD_END);
     out.end_block();
     Ok(())
-}
-
-pub(super) fn user_text(out: &mut Out, text: &str) {
-    out.begin(KIND_MESSAGE);
-    out.field(b'r', b"user");
-    out.field(b't', text.as_bytes());
-    out.end_block();
 }
 
 fn list_items<'l, 'a>(list: &'l List<'a>, field: &str) -> Result<(&'l [J<'a>], usize), CanonError> {

@@ -1,7 +1,6 @@
 //! Messages, content parts, tool calls and tool lists → fields of one block stream.
 
-use super::block::{Out, KIND_MESSAGE, KIND_TOOLS};
-use super::canon::user_text;
+use super::block::{user_text, Out, KIND_MESSAGE, KIND_TOOLS};
 use super::error::{wrong, CanonError};
 use super::json::J;
 

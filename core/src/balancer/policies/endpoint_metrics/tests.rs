@@ -1,7 +1,7 @@
 //! endpoint_metrics against the mock host: host-provided metrics, the scraper and its shared
 //! snapshot, staleness, shedding, in-flight correction, rate_limit, the plain-Envoy header.
 
-use super::super::{Balancer, Verdict};
+use crate::balancer::{Balancer, Verdict};
 use crate::config::{Build, PluginConfig};
 use crate::host::mock::MockHost;
 use crate::host::{pairs, LogLevel};

@@ -2,9 +2,9 @@
 //! proxy process) sends one `GET /metrics` callout per pod from the root context; each answer
 //! is parsed once, here, and the snapshot is written to shared data for every worker VM.
 
-use super::metrics::{snapshot_key, targets_key};
-use super::shared::{self, SnapEntry, SENT_KEY};
-use super::Balancer;
+use super::snapshot::{self, snapshot_key, targets_key, SnapEntry, SENT_KEY};
+use crate::balancer::shared;
+use crate::balancer::telemetry::Telemetry;
 use crate::config::{MetricsConfig, MetricsSource, PluginConfig};
 use crate::host::{Host, LogLevel};
 use crate::model_metrics::engines;
@@ -16,8 +16,8 @@ use std::rc::Rc;
 const MAX_SCRAPE_BYTES: usize = 4 << 20;
 
 /// One scrape target (pods × path × cluster), shared by every route that scrapes it the same way.
-pub(super) struct ScrapeJob {
-    pub(super) ns: String,
+struct ScrapeJob {
+    ns: String,
     config: Rc<MetricsConfig>,
     /// Plain Envoy: the configured pods. Empty: the pods the workers published (Higress).
     endpoints: Rc<Vec<String>>,
@@ -41,15 +41,15 @@ struct PendingScrape {
     round: u64,
 }
 
-pub(super) struct ScrapeState {
-    pub(super) jobs: Vec<ScrapeJob>,
+pub struct Scraper {
+    jobs: Vec<ScrapeJob>,
     pending: HashMap<u32, PendingScrape>,
     vm_id: String,
     tick_ms: u32,
 }
 
-impl ScrapeState {
-    pub(super) fn new(config: &PluginConfig, seed: u64) -> ScrapeState {
+impl Scraper {
+    pub fn new(config: &PluginConfig, seed: u64) -> Scraper {
         let mut jobs: Vec<ScrapeJob> = Vec::new();
         for c in config.all() {
             let Some(mc) = c.policy.metrics() else {
@@ -82,7 +82,7 @@ impl ScrapeState {
             .filter_map(|j| j.config.scrape.as_ref().map(|s| s.interval_ms))
             .min()
             .unwrap_or(0);
-        ScrapeState {
+        Scraper {
             jobs,
             pending: HashMap::new(),
             vm_id: format!("{seed:016x}"),
@@ -90,39 +90,28 @@ impl ScrapeState {
         }
     }
 
-    pub(super) fn tick_ms(&self) -> u32 {
-        self.tick_ms
-    }
-}
-
-fn lease_key(ns: &str) -> String {
-    format!("ailb.lease.{ns}")
-}
-
-impl Balancer {
     /// Root context, at configure: start the tick if any route scrapes.
-    pub(super) fn start_scraper(&mut self, host: &mut dyn Host) {
-        let ms = self.metrics.scrape.tick_ms();
-        if ms > 0 {
-            if let Err(e) = host.set_tick_period(ms) {
-                self.log(host, LogLevel::Warn, 0, format_args!("{e}: no scraping"));
+    pub fn start(&mut self, host: &mut dyn Host, tel: &Telemetry) {
+        if self.tick_ms > 0 {
+            if let Err(e) = host.set_tick_period(self.tick_ms) {
+                tel.log(host, LogLevel::Warn, 0, format_args!("{e}: no scraping"));
             }
         }
     }
 
     /// Root context tick: for each due target whose lease this VM holds, scrape every pod.
-    pub fn on_tick(&mut self, host: &mut dyn Host) {
+    pub fn on_tick(&mut self, host: &mut dyn Host, tel: &Telemetry) {
         let now = host.now_ms();
-        for i in 0..self.metrics.scrape.jobs.len() {
-            self.tick_job(host, i, now);
+        for i in 0..self.jobs.len() {
+            self.tick_job(host, tel, i, now);
         }
     }
 
-    fn tick_job(&mut self, host: &mut dyn Host, i: usize, now: u64) {
+    fn tick_job(&mut self, host: &mut dyn Host, tel: &Telemetry, i: usize, now: u64) {
         // Backstop: answers of a round whose last callout is still pending are published now.
         self.publish_snapshot(host, i);
-        let vm_id = self.metrics.scrape.vm_id.clone();
-        let Some(job) = self.metrics.scrape.jobs.get_mut(i) else {
+        let vm_id = self.vm_id.clone();
+        let Some(job) = self.jobs.get_mut(i) else {
             return;
         };
         let Some(sc) = job.config.scrape.clone() else {
@@ -144,7 +133,7 @@ impl Balancer {
         job.in_flight
             .retain(|_, (_, t)| now.saturating_sub(*t) <= limit);
         for tok in lost {
-            self.metrics.scrape.pending.remove(&tok);
+            self.pending.remove(&tok);
         }
         let ns = job.ns.clone();
         let ttl = 3 * u64::from(sc.interval_ms);
@@ -160,7 +149,7 @@ impl Balancer {
                 .shared_get(&snapshot_key(&ns))
                 .ok()
                 .flatten()
-                .map(|(v, _)| shared::decode_snapshot(&v))
+                .map(|(v, _)| snapshot::decode_snapshot(&v))
                 .unwrap_or_default();
         }
         let targets: Vec<String> = if job.endpoints.is_empty() {
@@ -211,7 +200,7 @@ impl Balancer {
                     job.in_flight.insert(addr.clone(), (token, now));
                     job.round_left += 1;
                     let sent_base = sent.get(&addr).copied().unwrap_or(0);
-                    self.metrics.scrape.pending.insert(
+                    self.pending.insert(
                         token,
                         PendingScrape {
                             job: i,
@@ -235,22 +224,28 @@ impl Balancer {
             }
         }
         if !failed.is_empty() {
-            let bytes = shared::encode_snapshot(&job.snapshot);
+            let bytes = snapshot::encode_snapshot(&job.snapshot);
             let _ = host.shared_set(&snapshot_key(&ns), &bytes, 0);
             for f in &failed {
-                self.stats.inc(host, Counter::ScrapeFailed);
-                self.log(host, LogLevel::Debug, 0, format_args!("scrape {f}"));
+                tel.inc(host, Counter::ScrapeFailed);
+                tel.log(host, LogLevel::Debug, 0, format_args!("scrape {f}"));
             }
         }
     }
 
     /// A scrape answered (or failed: no status, non-2xx, timeout): parse once, publish.
-    pub fn on_http_response(&mut self, host: &mut dyn Host, token: u32, body_size: usize) {
-        let Some(p) = self.metrics.scrape.pending.remove(&token) else {
+    pub fn on_http_response(
+        &mut self,
+        host: &mut dyn Host,
+        tel: &Telemetry,
+        token: u32,
+        body_size: usize,
+    ) {
+        let Some(p) = self.pending.remove(&token) else {
             return;
         };
         let now = host.now_ms();
-        let Some(job) = self.metrics.scrape.jobs.get_mut(p.job) else {
+        let Some(job) = self.jobs.get_mut(p.job) else {
             return;
         };
         job.in_flight.remove(&p.addr);
@@ -284,9 +279,9 @@ impl Balancer {
         // answers of an earlier round wait for this round's publish (or the next tick).
         let publish = job.round_left == 0 || !ok;
         if status.is_some_and(|s| (200..300).contains(&s)) {
-            self.stats.inc(host, Counter::MetricsParsed);
+            tel.inc(host, Counter::MetricsParsed);
         }
-        self.stats.inc(
+        tel.inc(
             host,
             if ok {
                 Counter::ScrapeOk
@@ -295,7 +290,7 @@ impl Balancer {
             },
         );
         if !ok {
-            self.log(
+            tel.log(
                 host,
                 LogLevel::Debug,
                 0,
@@ -312,16 +307,20 @@ impl Balancer {
 
     /// Writes a scrape target's snapshot to shared data if answers arrived since the last write.
     fn publish_snapshot(&mut self, host: &mut dyn Host, i: usize) {
-        let Some(job) = self.metrics.scrape.jobs.get_mut(i) else {
+        let Some(job) = self.jobs.get_mut(i) else {
             return;
         };
         if !job.dirty {
             return;
         }
         job.dirty = false;
-        let bytes = shared::encode_snapshot(&job.snapshot);
+        let bytes = snapshot::encode_snapshot(&job.snapshot);
         let _ = host.shared_set(&snapshot_key(&job.ns), &bytes, 0);
     }
+}
+
+fn lease_key(ns: &str) -> String {
+    format!("ailb.lease.{ns}")
 }
 
 /// One scraper per proxy: the lease `"<vm> <expiry ms>"` is taken when free, expired or ours,

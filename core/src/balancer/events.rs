@@ -1,0 +1,135 @@
+//! The vocabulary of the request state machine (`super::request`): what a policy decides, the
+//! events a request receives and the effects it asks the balancer to perform.
+
+use super::pick::{Lease, LocalLease, Pick, PickReply};
+use crate::reason::{Cause, Reason};
+use crate::stats::Counter;
+use std::rc::Rc;
+
+/// What a policy decided for one request.
+#[derive(Debug)]
+pub enum Decision {
+    /// Acquire in Redis: send this pick.
+    Acquire(Box<Pick>),
+    /// Chosen in this proxy; `local` (a per-proxy count) is given back at stream end.
+    Route {
+        endpoint: String,
+        fallbacks: Vec<String>,
+        reason: Reason,
+        local: Option<LocalLease>,
+    },
+    /// Refuse the request with 429.
+    Reject(Rejection),
+    /// The policy cannot decide: fail open (or 503 under `failureMode: deny`).
+    Fallback(Cause),
+}
+
+/// Why a request is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rejection {
+    /// Every endpoint is at `maxRequestCount`.
+    MaxRequestCount,
+    /// A sheddable request while every endpoint is saturated (endpoint_metrics).
+    Shed,
+}
+
+/// A response the plugin answers itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalReply {
+    pub status: u32,
+    pub details: &'static str,
+    pub body: &'static [u8],
+}
+
+impl Rejection {
+    pub fn reason(self) -> Reason {
+        match self {
+            Rejection::MaxRequestCount => Reason::Rejected429,
+            Rejection::Shed => Reason::Shed429,
+        }
+    }
+
+    pub fn reply(self) -> LocalReply {
+        match self {
+            Rejection::MaxRequestCount => LocalReply {
+                status: 429,
+                details: "ai_lb_max_request_count",
+                body: b"Exceeded maximum request limit from ai-load-balancer.",
+            },
+            Rejection::Shed => LocalReply {
+                status: 429,
+                details: "ai_lb_shed",
+                body:
+                    b"Every endpoint is saturated: sheddable request rejected by ai-load-balancer.",
+            },
+        }
+    }
+}
+
+/// The answer under `failureMode: deny`.
+pub const DENIED: LocalReply = LocalReply {
+    status: 503,
+    details: "ai_lb_failure",
+    body: b"ai-load-balancer could not pick an endpoint",
+};
+
+/// Everything that happens to a request, in the order the host and Redis deliver it.
+#[derive(Debug)]
+pub enum Event {
+    Headers {
+        end_of_stream: bool,
+    },
+    /// Body bytes buffered so far (fed only while [`Request::wants_body`]).
+    Body {
+        size: usize,
+        end_of_stream: bool,
+    },
+    Decided(Decision),
+    /// The acquire was handed to the host (its token) or could not be.
+    Sent {
+        result: Result<u32, Cause>,
+        pick: Box<Pick>,
+    },
+    PickReply(PickReply),
+    /// The choice reached the router (Higress override call or the destination header).
+    Published(Result<(), Cause>),
+}
+
+/// What the balancer performs for a request. A batch holds at most one effect that answers
+/// with an event (`Decide`, `Send`, `Publish`), and it comes last.
+#[derive(Debug)]
+pub enum Effect {
+    /// Run the route's policy; `read_body`: the body may be read (false for an oversized one).
+    Decide {
+        read_body: bool,
+    },
+    Send(Box<Pick>),
+    Publish {
+        endpoint: String,
+        fallbacks: Vec<String>,
+    },
+    Reply(LocalReply),
+    Release(Lease),
+    /// Every lease a pick whose reply was lost may have written.
+    ReleaseAll(Box<Pick>),
+    ReleaseLocal(LocalLease),
+    /// The stream ended while `token` was in flight: whoever handles the reply undoes the pick.
+    Orphan {
+        token: u32,
+        pick: Box<Pick>,
+    },
+    Count(Counter),
+    /// The request fell back: count the cause and log it (rate-limited).
+    FellBack {
+        cause: Cause,
+        denied: bool,
+    },
+    /// Redis holds (or no longer holds) this VM's endpoint set for `namespace`.
+    Synced {
+        namespace: String,
+        fingerprint: Rc<str>,
+    },
+    Unsynced {
+        namespace: String,
+    },
+}

@@ -1,0 +1,141 @@
+//! A Redis pick and what it acquires. A [`Pick`] is built by a Redis-backed policy
+//! (global_least_request, prefix_cache), sent by the [`super::redis_client::RedisClient`], owned
+//! by its request while in flight, and turned into a [`Lease`] when Redis answers; the lease is
+//! what stream end gives back (docs/redis-data-model.md "Leases").
+
+use super::rng::VmRng;
+use crate::config::RouteConfig;
+use crate::host::Host;
+use crate::reason::{Cause, Reason};
+use crate::redis::scripts::{self, Keys};
+use crate::upstream;
+use std::rc::Rc;
+
+/// What an acquired pick must give back: one lease member in one route's keys (and the route's
+/// config, for its Redis target).
+#[derive(Debug, Clone)]
+pub struct Lease {
+    pub config: Rc<RouteConfig>,
+    pub keys: Rc<Keys>,
+    pub member: String,
+}
+
+impl PartialEq for Lease {
+    fn eq(&self, other: &Lease) -> bool {
+        self.keys == other.keys && self.member == other.member
+    }
+}
+
+/// A per-proxy load count in shared data (plain-Envoy global_least_request).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalLease {
+    pub key: Rc<str>,
+    pub endpoint: String,
+}
+
+/// An acquire in flight: everything needed to finish it, or to undo it if its stream is gone.
+#[derive(Debug, Clone)]
+pub struct Pick {
+    pub config: Rc<RouteConfig>,
+    pub keys: Rc<Keys>,
+    pub request_id: String,
+    pub cost: u64,
+    /// The healthy endpoints the script may choose from (sorted).
+    pub candidates: Rc<Vec<String>>,
+    pub fingerprint: Rc<str>,
+    /// Whether the endpoint list rides along (Redis has not seen this set from this VM).
+    pub sent_list: bool,
+    /// EVALSHA (true) or EVAL after a NOSCRIPT.
+    pub by_sha: bool,
+    /// prefix_cache: the prompt's prefix-chain keys (possibly empty); None = least-request.
+    pub chain: Option<Rc<Vec<String>>>,
+}
+
+/// What Redis answered to a pick, decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PickReply {
+    Picked {
+        endpoint: String,
+        depth: u32,
+        spilled: bool,
+    },
+    /// Redis does not hold our endpoint set (restart, another gateway's view): resend it.
+    Resync,
+    /// Every endpoint is at `maxRequestCount`; nothing was acquired.
+    Full,
+    /// The script cache lost the script: resend with EVAL.
+    NoScript,
+    Failed(Cause),
+}
+
+impl Pick {
+    /// Plans a pick for `config`: the healthy endpoints from the host list, and whether Redis
+    /// needs them (`synced` is the fingerprint this VM last synced for these keys).
+    pub fn plan(
+        host: &dyn Host,
+        config: &Rc<RouteConfig>,
+        keys: &Rc<Keys>,
+        body_bytes: usize,
+        chain: Option<Rc<Vec<String>>>,
+        synced: Option<&Rc<str>>,
+        rng: &mut VmRng,
+    ) -> Result<Pick, Cause> {
+        let endpoints = match host.upstream_hosts().map(|b| upstream::decode_hosts(&b)) {
+            Ok(Ok(list)) => list,
+            _ => return Err(Cause::HostListUnavailable),
+        };
+        let healthy = upstream::healthy_addresses(&endpoints);
+        if healthy.is_empty() {
+            return Err(Cause::NoHealthyEndpoint);
+        }
+        let fingerprint: Rc<str> = upstream::fingerprint(&healthy).into();
+        Ok(Pick {
+            sent_list: synced != Some(&fingerprint),
+            config: config.clone(),
+            keys: keys.clone(),
+            request_id: rng.request_id(),
+            cost: cost_of(config, body_bytes),
+            candidates: Rc::new(healthy),
+            fingerprint,
+            by_sha: true,
+            chain,
+        })
+    }
+
+    /// The lease the script wrote if it chose `endpoint`.
+    pub fn lease(&self, endpoint: &str) -> Lease {
+        Lease {
+            config: self.config.clone(),
+            keys: self.keys.clone(),
+            member: scripts::lease_member(&self.request_id, endpoint, self.cost),
+        }
+    }
+
+    /// After a lost reply nobody knows which endpoint the script chose, if it ran: every lease
+    /// it could have written. Rare path, so O(endpoints) is fine.
+    pub fn every_lease(&self) -> Vec<String> {
+        self.candidates
+            .iter()
+            .map(|ep| scripts::lease_member(&self.request_id, ep, self.cost))
+            .collect()
+    }
+
+    /// How the script's answer reads as a decision reason.
+    pub fn reason(&self, depth: u32, spilled: bool) -> Reason {
+        match (&self.chain, depth, spilled) {
+            (None, _, _) => Reason::LeastRequest,
+            (Some(_), _, true) => Reason::PrefixSpill,
+            (Some(_), 0, _) => Reason::PrefixMiss,
+            (Some(_), _, false) => Reason::PrefixHit,
+        }
+    }
+}
+
+/// What one request adds to its endpoint's load (`costMode`).
+pub fn cost_of(config: &RouteConfig, body_bytes: usize) -> u64 {
+    match config.cost {
+        crate::config::CostMode::Requests => 1,
+        crate::config::CostMode::Bytes => (body_bytes as u64).max(1),
+        crate::config::CostMode::Tokens => (body_bytes as u64 / 4).max(1),
+    }
+}

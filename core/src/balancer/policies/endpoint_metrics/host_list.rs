@@ -1,0 +1,132 @@
+//! endpoint_metrics with Higress's host list as the source: the healthy hosts, each with the
+//! metrics body of its health check, parsed only when that text changes (never per request);
+//! the list itself is re-read at most every `hostListCacheMs`.
+
+use super::snapshot::clamp_u32;
+use crate::balancer::telemetry::Telemetry;
+use crate::config::MetricsConfig;
+use crate::host::Host;
+use crate::model_metrics::{engines, Candidate, EndpointMetrics};
+use crate::reason::Cause;
+use crate::stats::Counter;
+use crate::upstream::{self, Health};
+use std::collections::HashMap;
+use std::rc::Rc;
+
+/// Entries of the per-VM host-metrics cache before it is dropped wholesale (endpoint churn).
+const HOST_CACHE_LIMIT: usize = 4096;
+/// Clusters whose host list is cached before the cache is dropped wholesale.
+const LIST_CACHE_LIMIT: usize = 64;
+
+/// A host's last metrics text (by fingerprint) and what it parsed to.
+struct HostEntry {
+    fingerprint: u64,
+    metrics: Option<Rc<EndpointMetrics>>,
+    /// The proxy's sent counter for this host when this text was first seen.
+    sent_base: u64,
+}
+
+#[derive(Default)]
+pub struct HostList {
+    hosts: HashMap<String, HostEntry>,
+    /// Healthy hosts per cluster and when the host list was last read (`hostListCacheMs`).
+    lists: HashMap<String, (u64, Rc<Vec<String>>)>,
+}
+
+impl HostList {
+    /// The healthy hosts of `cluster` with their metrics and the requests sent since.
+    pub fn candidates(
+        &mut self,
+        host: &mut dyn Host,
+        tel: &Telemetry,
+        cluster: String,
+        mc: &MetricsConfig,
+        sent: &HashMap<String, u64>,
+    ) -> Result<Vec<Candidate>, Cause> {
+        let now = host.now_ms();
+        let ttl = mc.host_list_cache_ms;
+        let cached = self
+            .lists
+            .get(&cluster)
+            .filter(|(at, _)| ttl > 0 && now.saturating_sub(*at) < ttl)
+            .map(|(_, l)| l.clone());
+        let list = match cached {
+            Some(l) => l,
+            None => {
+                let l = Rc::new(self.read(host, tel, mc, sent)?);
+                if self.lists.len() > LIST_CACHE_LIMIT {
+                    self.lists.clear();
+                }
+                self.lists.insert(cluster, (now, l.clone()));
+                l
+            }
+        };
+        let mut out = Vec::with_capacity(list.len());
+        for addr in list.iter() {
+            let Some(e) = self.hosts.get(addr) else {
+                continue;
+            };
+            let now_sent = sent.get(addr).copied().unwrap_or(0);
+            out.push(Candidate {
+                addr: addr.clone(),
+                metrics: e.metrics.as_deref().cloned(),
+                in_flight_since_scrape: clamp_u32(now_sent.saturating_sub(e.sent_base)),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Reads Higress's host list: the healthy addresses (sorted), each host's text parsed only
+    /// when its fingerprint changed.
+    fn read(
+        &mut self,
+        host: &mut dyn Host,
+        tel: &Telemetry,
+        mc: &MetricsConfig,
+        sent: &HashMap<String, u64>,
+    ) -> Result<Vec<String>, Cause> {
+        let buf = host
+            .upstream_hosts()
+            .map_err(|_| Cause::HostListUnavailable)?;
+        let hosts =
+            upstream::decode_hosts_with_metrics(&buf).map_err(|_| Cause::HostListUnavailable)?;
+        let extra_hash = mc
+            .extra
+            .as_ref()
+            .map_or(0, |x| upstream::quick_hash(x.name.as_bytes()));
+        if self.hosts.len() > HOST_CACHE_LIMIT {
+            self.hosts.clear();
+        }
+        let mut out = Vec::with_capacity(hosts.len());
+        for h in hosts.iter().filter(|h| h.health == Health::Healthy) {
+            let now_sent = sent.get(h.address).copied().unwrap_or(0);
+            let fp = upstream::quick_hash(h.raw_metrics) ^ extra_hash;
+            let fresh = self
+                .hosts
+                .get(h.address)
+                .is_some_and(|e| e.fingerprint == fp);
+            if !fresh {
+                let metrics = if h.raw_metrics.is_empty() {
+                    None
+                } else {
+                    tel.inc(host, Counter::MetricsParsed);
+                    upstream::unescape_json_string(h.raw_metrics)
+                        .and_then(|text| engines::scrape(text.as_bytes(), mc.extra.as_ref()).0.ok())
+                        .map(Rc::new)
+                };
+                self.hosts.insert(
+                    h.address.to_string(),
+                    HostEntry {
+                        fingerprint: fp,
+                        metrics,
+                        sent_base: now_sent,
+                    },
+                );
+            }
+            out.push(h.address.to_string());
+        }
+        out.sort_unstable();
+        out.dedup();
+        Ok(out)
+    }
+}

@@ -1,0 +1,292 @@
+//! endpoint_metrics (GPU-aware): the candidates and their model-server metrics — Higress's host
+//! list ([`host_list`]) or this proxy's own scraper ([`scrape`], published to every worker
+//! through shared data, [`snapshot`]) — corrected by the requests this proxy sent since the
+//! metrics were taken, then the scheduler's choice (docs/model-server-metrics.md).
+
+mod host_list;
+mod scrape;
+mod snapshot;
+
+use super::{Env, Input};
+use crate::balancer::request::{Decision, Rejection};
+use crate::balancer::shared;
+use crate::balancer::telemetry::Telemetry;
+use crate::config::{MetricsConfig, MetricsSource, PluginConfig, RouteConfig};
+use crate::host::{self, Host};
+use crate::model_metrics::{
+    scheduler, Candidate, Decision as Choice, RateLimitWindow, RequestInfo,
+};
+use crate::reason::{Cause, Reason};
+use crate::stats::Counter;
+use crate::upstream;
+use host_list::HostList;
+use scrape::Scraper;
+use snapshot::{SnapEntry, SENT_KEY};
+use std::collections::HashMap;
+use std::rc::Rc;
+
+#[derive(serde::Deserialize)]
+struct ModelOnly {
+    #[serde(default)]
+    model: Option<String>,
+}
+
+/// Per-VM state of the policy.
+pub struct EndpointMetrics {
+    host_list: HostList,
+    /// Decoded scrape snapshots by namespace, with the shared-data CAS they were read at.
+    snapshots: HashMap<String, (u32, Rc<HashMap<String, SnapEntry>>)>,
+    /// Fingerprint of the target list this VM last published, per namespace (Higress scrape).
+    targets: HashMap<String, String>,
+    scraper: Scraper,
+}
+
+impl EndpointMetrics {
+    pub fn new(config: &PluginConfig, seed: u64) -> EndpointMetrics {
+        EndpointMetrics {
+            host_list: HostList::default(),
+            snapshots: HashMap::new(),
+            targets: HashMap::new(),
+            scraper: Scraper::new(config, seed),
+        }
+    }
+
+    pub fn start(&mut self, host: &mut dyn Host, tel: &Telemetry) {
+        self.scraper.start(host, tel);
+    }
+
+    pub fn on_tick(&mut self, host: &mut dyn Host, tel: &Telemetry) {
+        self.scraper.on_tick(host, tel);
+    }
+
+    pub fn on_http_response(
+        &mut self,
+        host: &mut dyn Host,
+        tel: &Telemetry,
+        token: u32,
+        body_size: usize,
+    ) {
+        self.scraper.on_http_response(host, tel, token, body_size);
+    }
+
+    /// Decides now, from metrics already parsed (never parsed per request).
+    pub fn decide(
+        &mut self,
+        host: &mut dyn Host,
+        env: Env,
+        input: &Input,
+        mc: &MetricsConfig,
+    ) -> Decision {
+        let config = input.config;
+        let sent = host
+            .shared_get(SENT_KEY)
+            .ok()
+            .flatten()
+            .map(|(v, _)| shared::decode_counts(&v))
+            .unwrap_or_default();
+        let candidates = match mc.source {
+            MetricsSource::Host => {
+                let cluster = host::text_property(host, "cluster_name").unwrap_or_default();
+                self.host_list.candidates(host, env.tel, cluster, mc, &sent)
+            }
+            MetricsSource::Scrape => self.scraped_candidates(host, config, mc, &sent),
+        };
+        let candidates = match candidates {
+            Ok(c) if c.is_empty() => return Decision::Fallback(Cause::NoHealthyEndpoint),
+            Ok(c) => c,
+            Err(cause) => return Decision::Fallback(cause),
+        };
+        let body_bytes = if input.read_body { input.body_bytes } else { 0 };
+        let model = request_model(host, mc, &candidates, body_bytes);
+        let lora_adapter = model.as_deref().filter(|m| {
+            candidates.iter().any(|c| {
+                c.metrics
+                    .as_ref()
+                    .and_then(|x| x.lora.as_ref())
+                    .is_some_and(|l| l.is_running(m) || l.is_waiting(m))
+            })
+        });
+        let header_shed = host
+            .request_header(&mc.criticality_header)
+            .ok()
+            .flatten()
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("sheddable"));
+        let model_shed = model
+            .as_deref()
+            .is_some_and(|m| mc.sheddable_models.iter().any(|s| s == m));
+        let info = RequestInfo {
+            model: model.as_deref().unwrap_or(""),
+            lora_adapter,
+            sheddable: header_shed || model_shed,
+        };
+        let ns = mc
+            .scrape_namespace(&config.endpoints)
+            .unwrap_or_else(|| "host".to_string());
+        let mut window = (mc.scheduler.rate_limit < 1.0).then(|| {
+            let h = host
+                .shared_get(&snapshot::window_key(&ns))
+                .ok()
+                .flatten()
+                .map(|(v, _)| snapshot::decode_window(&v))
+                .unwrap_or_default();
+            RateLimitWindow::from_hashes(&h)
+        });
+        let mut rng = || env.rng.next_u64();
+        match scheduler::select(&candidates, &info, &mc.scheduler, window.as_mut(), &mut rng) {
+            Choice::Pick {
+                index,
+                rate_limited,
+            } => {
+                let Some(chosen) = candidates.get(index) else {
+                    return Decision::Fallback(Cause::NoMetrics);
+                };
+                if let Some(w) = &window {
+                    // Last writer wins: a lost update only forgets one decision.
+                    let bytes = snapshot::encode_window(&w.hashes());
+                    let _ = host.shared_set(&snapshot::window_key(&ns), &bytes, 0);
+                }
+                if rate_limited {
+                    env.tel.inc(host, Counter::MetricsRateLimited);
+                }
+                count_sent(host, &chosen.addr);
+                Decision::Route {
+                    endpoint: chosen.addr.clone(),
+                    fallbacks: fallback_order(&candidates, index),
+                    reason: Reason::Metrics,
+                    local: None,
+                }
+            }
+            Choice::Shed => Decision::Reject(Rejection::Shed),
+            Choice::NoMetrics => Decision::Fallback(Cause::NoMetrics),
+            Choice::NoCandidates => Decision::Fallback(Cause::NoHealthyEndpoint),
+        }
+    }
+
+    /// The scraper's snapshot (decoded again only when its CAS moved); stale entries unknown.
+    fn scraped_candidates(
+        &mut self,
+        host: &mut dyn Host,
+        config: &RouteConfig,
+        mc: &MetricsConfig,
+        sent: &HashMap<String, u64>,
+    ) -> Result<Vec<Candidate>, Cause> {
+        let endpoints: Rc<Vec<String>> = if config.endpoints.is_empty() {
+            let buf = host
+                .upstream_hosts()
+                .map_err(|_| Cause::HostListUnavailable)?;
+            let list = upstream::decode_hosts(&buf).map_err(|_| Cause::HostListUnavailable)?;
+            Rc::new(upstream::healthy_addresses(&list))
+        } else {
+            config.endpoints.clone()
+        };
+        let Some(ns) = mc.scrape_namespace(&config.endpoints) else {
+            return Err(Cause::NoMetrics);
+        };
+        if config.endpoints.is_empty() {
+            self.publish_targets(host, &ns, &endpoints);
+        }
+        let snap = self.snapshot(host, &ns);
+        let max_age = mc.scrape.as_ref().map_or(0, |s| s.max_age_ms);
+        let now = host.now_ms();
+        Ok(endpoints
+            .iter()
+            .map(|addr| {
+                let entry = snap
+                    .get(addr)
+                    .filter(|e| now.saturating_sub(e.at_ms) <= max_age);
+                let now_sent = sent.get(addr).copied().unwrap_or(0);
+                Candidate {
+                    addr: addr.clone(),
+                    metrics: entry.and_then(|e| e.metrics.clone()),
+                    in_flight_since_scrape: snapshot::clamp_u32(
+                        now_sent.saturating_sub(entry.map_or(now_sent, |e| e.sent_base)),
+                    ),
+                }
+            })
+            .collect())
+    }
+
+    /// Higress scrape mode: the scraper learns the pods from the requests' host lists.
+    fn publish_targets(&mut self, host: &mut dyn Host, ns: &str, endpoints: &[String]) {
+        let fp = upstream::fingerprint(endpoints);
+        if self.targets.get(ns) == Some(&fp) {
+            return;
+        }
+        let value = endpoints.join("\n");
+        if host
+            .shared_set(&snapshot::targets_key(ns), value.as_bytes(), 0)
+            .is_ok()
+        {
+            self.targets.insert(ns.to_string(), fp);
+        }
+    }
+
+    fn snapshot(&mut self, host: &mut dyn Host, ns: &str) -> Rc<HashMap<String, SnapEntry>> {
+        let Ok(Some((bytes, cas))) = host.shared_get(&snapshot::snapshot_key(ns)) else {
+            return Rc::new(HashMap::new());
+        };
+        if let Some((c, snap)) = self.snapshots.get(ns) {
+            if *c == cas {
+                return snap.clone();
+            }
+        }
+        let snap = Rc::new(snapshot::decode_snapshot(&bytes));
+        self.snapshots.insert(ns.to_string(), (cas, snap.clone()));
+        snap
+    }
+}
+
+/// The choice is made in this proxy: count it as sent (the in-flight correction).
+fn count_sent(host: &mut dyn Host, endpoint: &str) {
+    let _ = shared::update(host, SENT_KEY, |cur| {
+        let mut m = cur.map(shared::decode_counts).unwrap_or_default();
+        *m.entry(endpoint.to_string()).or_insert(0) += 1;
+        (shared::encode_counts(&m), ())
+    });
+}
+
+/// The request's `model`, read from the body only when something needs it (sheddable models,
+/// LoRA affinity) and the body is visible.
+fn request_model(
+    host: &dyn Host,
+    mc: &MetricsConfig,
+    candidates: &[Candidate],
+    body_bytes: usize,
+) -> Option<String> {
+    let needs = !mc.sheddable_models.is_empty()
+        || candidates
+            .iter()
+            .any(|c| c.metrics.as_ref().is_some_and(|m| m.lora.is_some()));
+    if !needs || body_bytes == 0 {
+        return None;
+    }
+    let body = host.request_body(0, body_bytes).ok()?;
+    serde_json::from_slice::<ModelOnly>(&body).ok()?.model
+}
+
+/// The other endpoints with metrics, least loaded first: the override list's fallbacks.
+fn fallback_order(candidates: &[Candidate], chosen: usize) -> Vec<String> {
+    let mut rest: Vec<(f64, f64, &str)> = candidates
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != chosen)
+        .filter_map(|(_, c)| {
+            let m = c.metrics.as_ref()?;
+            let (waiting, running) = scheduler::effective_load(m, c.in_flight_since_scrape, None);
+            Some((
+                waiting,
+                running + m.kv_usage.unwrap_or(0.0),
+                c.addr.as_str(),
+            ))
+        })
+        .collect();
+    rest.sort_by(|a, b| {
+        a.0.total_cmp(&b.0)
+            .then(a.1.total_cmp(&b.1))
+            .then(a.2.cmp(b.2))
+    });
+    rest.into_iter().map(|(_, _, a)| a.to_string()).collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,37 @@
+//! global_least_request (Higress build): one atomic script call picks the least-loaded healthy
+//! endpoint across every gateway and counts it (docs/redis-data-model.md "Acquire").
+
+use super::{Env, Input};
+use crate::balancer::pick::Pick;
+use crate::balancer::request::Decision;
+use crate::host::Host;
+use crate::reason::Cause;
+use std::rc::Rc;
+
+pub fn decide(host: &mut dyn Host, env: Env, input: &Input) -> Decision {
+    acquire(host, env, input, None)
+}
+
+/// A Redis acquire for this request: plain least-request (`chain` None) or with a prefix chain.
+pub fn acquire(
+    host: &mut dyn Host,
+    env: Env,
+    input: &Input,
+    chain: Option<Rc<Vec<String>>>,
+) -> Decision {
+    let Some(keys) = input.keys else {
+        return Decision::Fallback(Cause::NoRoute);
+    };
+    match Pick::plan(
+        host,
+        input.config,
+        keys,
+        input.body_bytes,
+        chain,
+        input.synced,
+        env.rng,
+    ) {
+        Ok(pick) => Decision::Acquire(Box::new(pick)),
+        Err(cause) => Decision::Fallback(cause),
+    }
+}

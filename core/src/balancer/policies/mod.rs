@@ -1,0 +1,81 @@
+//! One module per policy. A policy answers one question — where does this request go — as a
+//! [`Decision`]; the request's state machine (`super::request`) does the rest. Adding a policy
+//! means a `PolicyConfig` variant (config), one module here, and one arm in
+//! [`Policies::decide`].
+
+pub mod endpoint_metrics;
+pub mod least_request;
+pub mod local_least_request;
+pub mod prefix_cache;
+
+use super::request::Decision;
+use super::rng::VmRng;
+use super::telemetry::Telemetry;
+use crate::config::{PluginConfig, PolicyConfig, RouteConfig};
+use crate::host::Host;
+use crate::redis::scripts::Keys;
+use std::rc::Rc;
+
+/// What a policy knows about the request it decides for.
+pub struct Input<'a> {
+    pub ctx: u32,
+    pub config: &'a Rc<RouteConfig>,
+    /// The route's Redis keys (None when the host did not name the route and cluster).
+    pub keys: Option<&'a Rc<Keys>>,
+    pub body_bytes: usize,
+    /// False for a body over `maxBodyBytes`: decide without reading it.
+    pub read_body: bool,
+    /// The endpoint-set fingerprint Redis holds for these keys, as far as this VM knows.
+    pub synced: Option<&'a Rc<str>>,
+}
+
+/// What every policy may use besides the host.
+pub struct Env<'a> {
+    pub tel: &'a mut Telemetry,
+    pub rng: &'a mut VmRng,
+}
+
+/// The per-VM state of the policies that keep any.
+pub struct Policies {
+    metrics: endpoint_metrics::EndpointMetrics,
+}
+
+impl Policies {
+    pub fn new(config: &PluginConfig, seed: u64) -> Policies {
+        Policies {
+            metrics: endpoint_metrics::EndpointMetrics::new(config, seed),
+        }
+    }
+
+    pub fn decide(&mut self, host: &mut dyn Host, env: Env, input: &Input) -> Decision {
+        match &input.config.policy {
+            PolicyConfig::GlobalLeastRequest if input.config.redis.is_some() => {
+                least_request::decide(host, env, input)
+            }
+            // Plain Envoy: per-proxy counts in shared data.
+            PolicyConfig::GlobalLeastRequest => local_least_request::decide(host, env, input),
+            PolicyConfig::PrefixCache(settings) => prefix_cache::decide(host, env, input, settings),
+            PolicyConfig::EndpointMetrics(mc) => self.metrics.decide(host, env, input, mc),
+        }
+    }
+
+    /// Root context, at configure: start whatever runs on ticks (the metrics scraper).
+    pub fn start(&mut self, host: &mut dyn Host, tel: &mut Telemetry) {
+        self.metrics.start(host, tel);
+    }
+
+    pub fn on_tick(&mut self, host: &mut dyn Host, tel: &mut Telemetry) {
+        self.metrics.on_tick(host, tel);
+    }
+
+    /// A callout answered (only the scraper makes them).
+    pub fn on_http_response(
+        &mut self,
+        host: &mut dyn Host,
+        tel: &mut Telemetry,
+        token: u32,
+        body_size: usize,
+    ) {
+        self.metrics.on_http_response(host, tel, token, body_size);
+    }
+}

@@ -1,0 +1,43 @@
+//! prefix_cache: the prompt → canonical blocks → chained keys, computed here so the script only
+//! reads and writes keys (docs/redis-data-model.md "Prefix keys"). The script picks the pod of
+//! the deepest known prefix unless it is over the load guard. A body that is not a usable
+//! prompt (or is too large to read) still gets a least-request pick.
+
+use super::{least_request, Env, Input};
+use crate::balancer::request::Decision;
+use crate::config::PrefixSettings;
+use crate::host::{Host, LogLevel};
+use crate::prefix::{canonicalize, prefix_key};
+use crate::reason::Cause;
+use crate::stats::Counter;
+use std::rc::Rc;
+
+pub fn decide(host: &mut dyn Host, env: Env, input: &Input, settings: &PrefixSettings) -> Decision {
+    let Some(keys) = input.keys else {
+        return least_request::acquire(host, env, input, None);
+    };
+    if !input.read_body {
+        return least_request::acquire(host, env, input, None);
+    }
+    let body = host.request_body(0, input.body_bytes).unwrap_or_default();
+    match canonicalize(&body, &settings.canon) {
+        Ok(canon) => {
+            let chain: Vec<String> = canon
+                .chain_keys()
+                .iter()
+                .map(|k| prefix_key(&keys.namespace, k))
+                .collect();
+            least_request::acquire(host, env, input, Some(Rc::new(chain)))
+        }
+        Err(e) => {
+            env.tel.inc(host, Counter::Fallback(Cause::BadRequest));
+            env.tel.log(
+                host,
+                LogLevel::Debug,
+                input.ctx,
+                format_args!("no prefix ({e}); least-request"),
+            );
+            least_request::acquire(host, env, input, None)
+        }
+    }
+}

@@ -1,0 +1,49 @@
+//! How a choice reaches the router: Higress's override call, or, in plain Envoy, the
+//! `ip:port[,ip:port]` request header read by the `override_host` load-balancing policy
+//! (docs/higress-abi.md §10). Client-sent copies of that header are removed first, so a client
+//! can never steer routing.
+
+use crate::config::{PluginConfig, Publish, RouteConfig};
+use crate::host::Host;
+use crate::host::HostResult;
+
+/// Plain Envoy: drop client-sent copies of every destination header a route config uses,
+/// whichever route this is (a no-op for Higress configs).
+pub fn strip_destination_headers(host: &mut dyn Host, config: &PluginConfig) {
+    let mut names: Vec<&str> = Vec::new();
+    for c in config.all() {
+        if let Publish::Header { name, .. } = &c.publish {
+            if !names.contains(&name.as_str()) {
+                names.push(name);
+            }
+        }
+    }
+    for name in names {
+        let _ = host.remove_request_header(name);
+    }
+}
+
+/// Points the router at `endpoint` (then `fallbacks`, where the header format allows them).
+pub fn publish(
+    host: &mut dyn Host,
+    config: &RouteConfig,
+    endpoint: &str,
+    fallbacks: &[String],
+) -> HostResult<()> {
+    match &config.publish {
+        Publish::OverrideHost => host.set_upstream_override_host(endpoint),
+        Publish::Header { name, fallbacks: n } => {
+            host.set_request_header(name, &destination_list(endpoint, fallbacks, *n))
+        }
+    }
+}
+
+/// `chosen` then up to `n` fallbacks, comma-separated (the override_host header format).
+pub fn destination_list(chosen: &str, fallbacks: &[String], n: usize) -> String {
+    let mut v = chosen.to_string();
+    for f in fallbacks.iter().filter(|f| *f != chosen).take(n) {
+        v.push(',');
+        v.push_str(f);
+    }
+    v
+}

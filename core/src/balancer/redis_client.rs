@@ -1,0 +1,332 @@
+//! The one Redis client of a VM: lazy `proxy_redis_init` per target, the script cache
+//! (`SCRIPT LOAD` at configure, `EVALSHA` with a fall-back to `EVAL` on `NOSCRIPT`), the calls in
+//! flight by token, reply decoding, and which endpoint sets Redis already holds
+//! (docs/redis-data-model.md). Replies arrive on the root context (docs/higress-abi.md §2.4);
+//! a pick's reply is handed back to the balancer, releases and script loads end here.
+
+use super::pick::{Pick, PickReply};
+use super::telemetry::Telemetry;
+use crate::config::{PolicyConfig, RouteConfig};
+use crate::host::{Host, HostErrorKind, LogLevel};
+use crate::reason::Cause;
+use crate::redis::scripts::{
+    self, AcquireArgs, AcquireReply, Keys, PrefixArgs, ReplyError, Scripts,
+};
+use std::collections::HashMap;
+use std::rc::Rc;
+
+/// One in every `RECLAIM_EVERY` acquires of a VM also reclaims up to `RECLAIM_LIMIT` expired
+/// leases: enough to drain a crashed gateway's leases, cheap on the common path.
+const RECLAIM_EVERY: u64 = 16;
+const RECLAIM_LIMIT: u32 = 4;
+
+/// How a Redis callback ended, as the host reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallStatus {
+    /// The reply is readable (`size` bytes).
+    Ok,
+    /// Timeout or connection failure: there is no reply.
+    Failed,
+}
+
+/// A release in flight (fire-and-forget; retried once with EVAL on NOSCRIPT).
+struct Release {
+    config: Rc<RouteConfig>,
+    keys: Rc<Keys>,
+    members: Vec<String>,
+    by_sha: bool,
+}
+
+enum Op {
+    Pick { ctx: u32 },
+    Release(Release),
+    ScriptLoad,
+}
+
+/// A pick's reply, for the balancer to route to its request (or its orphan).
+pub struct PickAnswer {
+    pub ctx: u32,
+    pub token: u32,
+    pub reply: PickReply,
+}
+
+#[derive(Default)]
+pub struct RedisClient {
+    scripts: Scripts,
+    /// Targets whose init succeeded (init is retried lazily until it does).
+    ready: HashMap<String, bool>,
+    pending: HashMap<u32, Op>,
+    /// Fingerprint of the endpoint set this VM last synced, per key namespace.
+    synced: HashMap<String, Rc<str>>,
+    acquires: u64,
+}
+
+impl RedisClient {
+    /// Initialises every Redis target once and preloads the scripts, so EVALSHA hits.
+    pub fn preload<'a>(
+        &mut self,
+        host: &mut dyn Host,
+        tel: &mut Telemetry,
+        configs: impl Iterator<Item = &'a Rc<RouteConfig>>,
+    ) {
+        for cfg in configs {
+            let Some(redis) = &cfg.redis else { continue };
+            if self.ensure_ready(host, tel, cfg) {
+                for script in self.scripts.all() {
+                    if let Ok(token) = host.redis_call(&redis.cluster, &scripts::load(script)) {
+                        self.pending.insert(token, Op::ScriptLoad);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Calls in flight (tests and leak checks).
+    pub fn in_flight(&self) -> usize {
+        self.pending.len()
+    }
+
+    pub fn synced(&self, namespace: &str) -> Option<&Rc<str>> {
+        self.synced.get(namespace)
+    }
+
+    pub fn set_synced(&mut self, namespace: String, fingerprint: Rc<str>) {
+        self.synced.insert(namespace, fingerprint);
+    }
+
+    pub fn unsync(&mut self, namespace: &str) {
+        self.synced.remove(namespace);
+    }
+
+    /// Sends `pick`'s acquire for request `ctx`; `random` breaks ties in the script.
+    pub fn send_pick(
+        &mut self,
+        host: &mut dyn Host,
+        tel: &mut Telemetry,
+        ctx: u32,
+        pick: &Pick,
+        random: u32,
+    ) -> Result<u32, Cause> {
+        self.acquires += 1;
+        let args = AcquireArgs {
+            now_ms: host.now_ms(),
+            lease_ttl_ms: pick.config.lease_ttl_ms,
+            request_id: &pick.request_id,
+            cost: pick.cost,
+            cap: pick.config.max_load,
+            random,
+            fingerprint: &pick.fingerprint,
+            reclaim: if self.acquires.is_multiple_of(RECLAIM_EVERY) {
+                RECLAIM_LIMIT
+            } else {
+                0
+            },
+            endpoints: pick.sent_list.then_some(pick.candidates.as_slice()),
+        };
+        let prefix = match (&pick.chain, &pick.config.policy) {
+            (Some(chain), PolicyConfig::PrefixCache(p)) => Some(PrefixArgs {
+                chain,
+                ttl_s: p.ttl_s,
+                max_imbalance: p.max_imbalance,
+                max_imbalance_ratio: p.max_imbalance_ratio,
+            }),
+            _ => None,
+        };
+        let query = scripts::pick_call(
+            &self.scripts,
+            pick.by_sha,
+            &pick.keys,
+            &args,
+            prefix.as_ref(),
+        );
+        let token = self.call(host, tel, &pick.config, &query)?;
+        self.pending.insert(token, Op::Pick { ctx });
+        Ok(token)
+    }
+
+    /// Fire-and-forget release of the first present lease among `members`. If it cannot even
+    /// be sent, the lease expires on its own (leaseTTL) and a later acquire reclaims it.
+    pub fn release(
+        &mut self,
+        host: &mut dyn Host,
+        tel: &mut Telemetry,
+        config: &Rc<RouteConfig>,
+        keys: &Rc<Keys>,
+        members: Vec<String>,
+    ) {
+        let rel = Release {
+            config: config.clone(),
+            keys: keys.clone(),
+            members,
+            by_sha: true,
+        };
+        self.send_release(host, tel, rel);
+    }
+
+    /// A callback arrived: a pick's answer is returned; releases and script loads end here.
+    pub fn on_reply(
+        &mut self,
+        host: &mut dyn Host,
+        tel: &mut Telemetry,
+        token: u32,
+        status: CallStatus,
+        size: usize,
+    ) -> Option<PickAnswer> {
+        let op = self.pending.remove(&token)?;
+        let reply = match status {
+            CallStatus::Ok => host.redis_reply(size).map_err(|_| Cause::BadReply),
+            CallStatus::Failed => {
+                tel.inc(host, crate::stats::Counter::RedisTimeouts);
+                Err(Cause::RedisTimeout)
+            }
+        };
+        match op {
+            Op::Pick { ctx } => {
+                let reply = match reply {
+                    Ok(bytes) => self.decode_pick(host, tel, ctx, &bytes),
+                    Err(cause) => PickReply::Failed(cause),
+                };
+                Some(PickAnswer { ctx, token, reply })
+            }
+            Op::Release(rel) => {
+                self.on_release_reply(host, tel, rel, reply);
+                None
+            }
+            Op::ScriptLoad => {
+                if reply.is_err() {
+                    tel.inc(host, crate::stats::Counter::RedisErrors);
+                }
+                None
+            }
+        }
+    }
+
+    fn decode_pick(
+        &mut self,
+        host: &mut dyn Host,
+        tel: &mut Telemetry,
+        ctx: u32,
+        bytes: &[u8],
+    ) -> PickReply {
+        match scripts::parse_acquire(bytes) {
+            Ok(AcquireReply::Picked {
+                endpoint,
+                depth,
+                spilled,
+            }) => PickReply::Picked {
+                endpoint,
+                depth,
+                spilled,
+            },
+            Ok(AcquireReply::Sync | AcquireReply::Empty) => PickReply::Resync,
+            Ok(AcquireReply::Full) => PickReply::Full,
+            Err(ReplyError::NoScript) => PickReply::NoScript,
+            Err(e) => {
+                tel.inc(host, crate::stats::Counter::RedisErrors);
+                tel.log(host, LogLevel::Debug, ctx, format_args!("{e}"));
+                PickReply::Failed(match e {
+                    ReplyError::Malformed(_) => Cause::BadReply,
+                    ReplyError::Redis(_) | ReplyError::NoScript => Cause::RedisError,
+                })
+            }
+        }
+    }
+
+    /// Initialises the config's Redis target once per VM. An unknown cluster is normal while
+    /// Envoy is still receiving clusters, so init is retried before later calls.
+    fn ensure_ready(
+        &mut self,
+        host: &mut dyn Host,
+        tel: &mut Telemetry,
+        config: &RouteConfig,
+    ) -> bool {
+        let Some(r) = &config.redis else {
+            return false;
+        };
+        if self.ready.get(&r.init_cluster).copied().unwrap_or(false) {
+            return true;
+        }
+        let ok = match host.redis_init(
+            &r.init_cluster,
+            &r.username,
+            r.password.expose(),
+            r.timeout_ms,
+        ) {
+            Ok(()) => true,
+            Err(e) => {
+                tel.log(
+                    host,
+                    LogLevel::Warn,
+                    0,
+                    format_args!("redis init of {}: {e}; will retry", r.cluster),
+                );
+                false
+            }
+        };
+        self.ready.insert(r.init_cluster.clone(), ok);
+        ok
+    }
+
+    fn call(
+        &mut self,
+        host: &mut dyn Host,
+        tel: &mut Telemetry,
+        config: &RouteConfig,
+        query: &[u8],
+    ) -> Result<u32, Cause> {
+        if !self.ensure_ready(host, tel, config) {
+            return Err(Cause::RedisUnavailable);
+        }
+        let Some(redis) = &config.redis else {
+            return Err(Cause::RedisUnavailable);
+        };
+        tel.inc(host, crate::stats::Counter::RedisCalls);
+        host.redis_call(&redis.cluster, query).map_err(|e| {
+            tel.inc(host, crate::stats::Counter::RedisErrors);
+            if e.kind == HostErrorKind::BadArgument {
+                // The cluster went away (or never came): init again before the next call.
+                self.ready.insert(redis.init_cluster.clone(), false);
+            }
+            tel.log(host, LogLevel::Debug, 0, format_args!("{e}"));
+            Cause::RedisUnavailable
+        })
+    }
+
+    fn send_release(&mut self, host: &mut dyn Host, tel: &mut Telemetry, rel: Release) {
+        let query = scripts::release_call(&self.scripts, rel.by_sha, &rel.keys, &rel.members);
+        match self.call(host, tel, &rel.config, &query) {
+            Ok(token) => {
+                tel.inc(host, crate::stats::Counter::Releases);
+                self.pending.insert(token, Op::Release(rel));
+            }
+            Err(_) => tel.inc(host, crate::stats::Counter::ReleaseFailures),
+        }
+    }
+
+    fn on_release_reply(
+        &mut self,
+        host: &mut dyn Host,
+        tel: &mut Telemetry,
+        mut rel: Release,
+        reply: Result<Vec<u8>, Cause>,
+    ) {
+        match reply.map(|bytes| scripts::parse_release(&bytes)) {
+            Ok(Ok(_)) => {}
+            Ok(Err(ReplyError::NoScript)) if rel.by_sha => {
+                tel.inc(host, crate::stats::Counter::RedisNoScript);
+                rel.by_sha = false;
+                self.send_release(host, tel, rel);
+            }
+            Ok(Err(e)) => {
+                tel.inc(host, crate::stats::Counter::ReleaseFailures);
+                tel.log(
+                    host,
+                    LogLevel::Warn,
+                    0,
+                    format_args!("release failed: {e}; the lease expires on its own"),
+                );
+            }
+            Err(_) => tel.inc(host, crate::stats::Counter::ReleaseFailures),
+        }
+    }
+}

@@ -1,0 +1,367 @@
+//! One request's state machine (docs/architecture.md "A request's path"). A [`Request`] owns its
+//! phase and, while Redis is answering, its in-flight [`Pick`]. Every transition takes an
+//! [`Event`] and returns the [`Effect`]s the balancer performs; nothing here touches the host.
+//!
+//! The rule that matters: whatever a pick acquired is given back exactly once. An acquire
+//! exists in exactly one place at a time — the pick in [`Phase::Picking`], then the lease in
+//! [`Phase::Routed`] — and leaves it only through an effect that releases it: [`Request::finish`]
+//! at stream end, a failed publish, a reply naming an endpoint we did not offer, a lost reply
+//! ([`Effect::ReleaseAll`]), or, when the stream ended first, [`undo`] on the orphaned pick.
+//!
+//! Whether the request is held follows from the phase: it is held while buffering its body or
+//! while a pick is in flight ([`Request::is_held`]); the balancer resumes it when an
+//! asynchronous event moves it out of a held phase, unless a local reply ended it.
+
+use super::events::DENIED;
+pub use super::events::{Decision, Effect, Event, LocalReply, Rejection};
+use super::pick::{Lease, LocalLease, Pick, PickReply};
+use crate::config::{FailureMode, RouteConfig};
+use crate::reason::{Cause, Reason};
+use crate::redis::scripts::Keys;
+use crate::stats::{Counter, Outcome};
+use std::rc::Rc;
+
+/// What a routed request holds until its stream ends.
+#[derive(Debug)]
+enum Held {
+    Lease(Lease),
+    Local(LocalLease),
+    Nothing,
+}
+
+#[derive(Debug)]
+enum Phase {
+    /// Headers held, body being buffered until its end.
+    AwaitingBody,
+    /// A pick is in flight under `token`; the request owns it until the reply or stream end.
+    Picking { token: u32, pick: Box<Pick> },
+    /// A pick is being sent again (NOSCRIPT, resync) after its first reply; still held.
+    Resending,
+    /// The choice is published; `held` is given back at stream end.
+    Routed {
+        endpoint: String,
+        reason: Reason,
+        held: Held,
+    },
+    /// Decided with nothing held: fallback, or a local reply (`replied`) that ended the stream.
+    Settled { reason: Reason, replied: bool },
+}
+
+/// One HTTP request's routing.
+#[derive(Debug)]
+pub struct Request {
+    pub config: Rc<RouteConfig>,
+    /// Redis keys of (route, cluster); None when the host did not name them.
+    pub keys: Option<Rc<Keys>>,
+    /// Body bytes buffered so far.
+    pub body_bytes: usize,
+    phase: Phase,
+}
+
+impl Request {
+    pub fn new(config: Rc<RouteConfig>, keys: Option<Rc<Keys>>) -> Request {
+        Request {
+            config,
+            keys,
+            body_bytes: 0,
+            phase: Phase::AwaitingBody,
+        }
+    }
+
+    pub fn handle(&mut self, event: Event) -> Vec<Effect> {
+        match event {
+            Event::Headers { end_of_stream } => self.on_headers(end_of_stream),
+            Event::Body {
+                size,
+                end_of_stream,
+            } => self.on_body(size, end_of_stream),
+            Event::Decided(d) => self.on_decided(d),
+            Event::Sent { result, pick } => self.on_sent(result, pick),
+            Event::PickReply(r) => self.on_pick_reply(r),
+            Event::Published(r) => self.on_published(r),
+        }
+    }
+
+    /// Held by the plugin: buffering the body, or waiting for Redis.
+    pub fn is_held(&self) -> bool {
+        matches!(
+            self.phase,
+            Phase::AwaitingBody | Phase::Picking { .. } | Phase::Resending
+        )
+    }
+
+    /// A local reply ended the stream: it must not be resumed.
+    pub fn replied(&self) -> bool {
+        matches!(self.phase, Phase::Settled { replied: true, .. })
+    }
+
+    /// Whether body chunks still matter (nothing decided yet).
+    pub fn wants_body(&self) -> bool {
+        matches!(self.phase, Phase::AwaitingBody)
+    }
+
+    /// Whether a reply under `token` still belongs to this request.
+    pub fn awaits(&self, token: u32) -> bool {
+        matches!(self.phase, Phase::Picking { token: t, .. } if t == token)
+    }
+
+    /// The host lost this stream's context while its pick was in flight: the caller undoes the
+    /// pick now, and stream end will have nothing left to give back.
+    pub fn abandon_pick(&mut self) -> Option<Box<Pick>> {
+        let settled = Phase::Settled {
+            reason: Reason::Pending,
+            replied: false,
+        };
+        match std::mem::replace(&mut self.phase, settled) {
+            Phase::Picking { pick, .. } => Some(pick),
+            other => {
+                self.phase = other;
+                None
+            }
+        }
+    }
+
+    /// For the debug header: the endpoint and why.
+    pub fn describe(&self) -> (Option<&str>, Reason) {
+        match &self.phase {
+            Phase::Routed {
+                endpoint, reason, ..
+            } => (Some(endpoint), *reason),
+            Phase::Settled { reason, .. } => (None, *reason),
+            Phase::Picking { .. } | Phase::Resending => (None, Reason::Pending),
+            Phase::AwaitingBody => (None, Reason::AwaitingBody),
+        }
+    }
+
+    /// Stream end, whatever ended it: what must be given back, exactly once.
+    pub fn finish(self) -> Option<Effect> {
+        match self.phase {
+            Phase::Routed {
+                held: Held::Lease(l),
+                ..
+            } => Some(Effect::Release(l)),
+            Phase::Routed {
+                held: Held::Local(l),
+                ..
+            } => Some(Effect::ReleaseLocal(l)),
+            Phase::Picking { token, pick } => Some(Effect::Orphan { token, pick }),
+            _ => None,
+        }
+    }
+
+    fn on_headers(&mut self, end_of_stream: bool) -> Vec<Effect> {
+        // The Redis keys are named after the route and cluster: without them nothing to pick.
+        if self.keys.is_none() && self.config.redis.is_some() {
+            return self.fall_back(Cause::NoRoute);
+        }
+        if end_of_stream || self.config.decide_at_headers {
+            vec![Effect::Decide { read_body: true }]
+        } else {
+            Vec::new() // under ABI 0_2_100 a Pause holds the headers and still delivers the body
+        }
+    }
+
+    fn on_body(&mut self, size: usize, end_of_stream: bool) -> Vec<Effect> {
+        if !self.wants_body() {
+            return Vec::new();
+        }
+        self.body_bytes = size;
+        if size > self.config.max_body_bytes {
+            // Do not hold a huge body: balance without reading it, right now.
+            return vec![
+                Effect::Count(Counter::Fallback(Cause::BodyTooLarge)),
+                Effect::Decide { read_body: false },
+            ];
+        }
+        if end_of_stream {
+            vec![Effect::Decide { read_body: true }]
+        } else {
+            Vec::new() // keep buffering until the whole body is here
+        }
+    }
+
+    fn on_decided(&mut self, decision: Decision) -> Vec<Effect> {
+        match decision {
+            Decision::Acquire(pick) => vec![Effect::Send(pick)],
+            Decision::Route {
+                endpoint,
+                fallbacks,
+                reason,
+                local,
+            } => {
+                self.phase = Phase::Routed {
+                    endpoint: endpoint.clone(),
+                    reason,
+                    held: local.map_or(Held::Nothing, Held::Local),
+                };
+                vec![Effect::Publish {
+                    endpoint,
+                    fallbacks,
+                }]
+            }
+            Decision::Reject(r) => self.reject(r),
+            Decision::Fallback(cause) => self.fall_back(cause),
+        }
+    }
+
+    fn on_sent(&mut self, result: Result<u32, Cause>, pick: Box<Pick>) -> Vec<Effect> {
+        match result {
+            Ok(token) => {
+                self.phase = Phase::Picking { token, pick };
+                Vec::new()
+            }
+            Err(cause) => self.fall_back(cause), // never sent: nothing acquired
+        }
+    }
+
+    fn on_pick_reply(&mut self, reply: PickReply) -> Vec<Effect> {
+        let Phase::Picking { mut pick, .. } = std::mem::replace(&mut self.phase, Phase::Resending)
+        else {
+            return Vec::new();
+        };
+        let namespace = pick.keys.namespace.clone();
+        match reply {
+            PickReply::Picked {
+                endpoint,
+                depth,
+                spilled,
+            } => {
+                let lease = pick.lease(&endpoint);
+                if !pick.candidates.contains(&endpoint) {
+                    // Only possible if two endpoint sets share a fingerprint: resync next time.
+                    let mut e = vec![Effect::Unsynced { namespace }, Effect::Release(lease)];
+                    e.extend(self.fall_back(Cause::BadReply));
+                    return e;
+                }
+                self.phase = Phase::Routed {
+                    endpoint: endpoint.clone(),
+                    reason: pick.reason(depth, spilled),
+                    held: Held::Lease(lease),
+                };
+                vec![
+                    Effect::Synced {
+                        namespace,
+                        fingerprint: pick.fingerprint.clone(),
+                    },
+                    Effect::Publish {
+                        endpoint,
+                        fallbacks: Vec::new(),
+                    },
+                ]
+            }
+            PickReply::Resync if !pick.sent_list => {
+                // Redis lost or never had our endpoint set: resend the pick with it, once.
+                pick.sent_list = true;
+                vec![
+                    Effect::Count(Counter::RedisResync),
+                    Effect::Unsynced { namespace },
+                    Effect::Send(pick),
+                ]
+            }
+            PickReply::Resync => {
+                let mut e = vec![Effect::Unsynced { namespace }];
+                e.extend(self.fall_back(Cause::BadReply));
+                e
+            }
+            PickReply::Full => self.reject(Rejection::MaxRequestCount),
+            PickReply::NoScript if pick.by_sha => {
+                // Redis restarted or flushed its script cache: EVAL reloads it.
+                pick.by_sha = false;
+                vec![Effect::Count(Counter::RedisNoScript), Effect::Send(pick)]
+            }
+            PickReply::NoScript => self.fall_back(Cause::RedisError),
+            PickReply::Failed(cause) => {
+                let mut e = Vec::new();
+                if cause == Cause::RedisTimeout {
+                    // The script may have run before the reply was lost.
+                    e.push(Effect::ReleaseAll(pick));
+                }
+                e.extend(self.fall_back(cause));
+                e
+            }
+        }
+    }
+
+    fn on_published(&mut self, result: Result<(), Cause>) -> Vec<Effect> {
+        let Phase::Routed { reason, .. } = &self.phase else {
+            return Vec::new();
+        };
+        let reason = *reason;
+        match result {
+            Ok(()) => {
+                let mut e = vec![Effect::Count(Counter::Decision(
+                    self.config.policy.kind(),
+                    Outcome::Routed,
+                ))];
+                match reason {
+                    Reason::PrefixHit => e.push(Effect::Count(Counter::PrefixHit)),
+                    Reason::PrefixSpill => e.push(Effect::Count(Counter::PrefixSpill)),
+                    _ => {}
+                }
+                e
+            }
+            Err(cause) => {
+                let Phase::Routed { held, .. } =
+                    std::mem::replace(&mut self.phase, Phase::Resending)
+                else {
+                    return Vec::new();
+                };
+                let mut e = match held {
+                    Held::Lease(l) => vec![Effect::Release(l)],
+                    Held::Local(l) => vec![Effect::ReleaseLocal(l)],
+                    Held::Nothing => Vec::new(),
+                };
+                e.extend(self.fall_back(cause));
+                e
+            }
+        }
+    }
+
+    fn reject(&mut self, r: Rejection) -> Vec<Effect> {
+        self.phase = Phase::Settled {
+            reason: r.reason(),
+            replied: true,
+        };
+        vec![
+            Effect::Count(Counter::Decision(
+                self.config.policy.kind(),
+                Outcome::Rejected429,
+            )),
+            Effect::Reply(r.reply()),
+        ]
+    }
+
+    /// Fail open to the cluster's own load balancing, or 503 under `failureMode: deny`.
+    fn fall_back(&mut self, cause: Cause) -> Vec<Effect> {
+        let kind = self.config.policy.kind();
+        let denied = self.config.failure_mode == FailureMode::Deny;
+        let mut e = vec![
+            Effect::Count(Counter::Decision(kind, Outcome::FellBack)),
+            Effect::FellBack { cause, denied },
+        ];
+        if denied {
+            e.push(Effect::Count(Counter::Decision(kind, Outcome::Denied)));
+            e.push(Effect::Reply(DENIED));
+        }
+        self.phase = Phase::Settled {
+            reason: Reason::Fallback(cause),
+            replied: denied,
+        };
+        e
+    }
+}
+
+/// The stream ended while its pick was in flight and the reply is here: give back whatever
+/// the pick acquired.
+pub fn undo(pick: Box<Pick>, reply: &PickReply) -> Vec<Effect> {
+    let mut e = vec![Effect::Count(Counter::ReleasesOrphaned)];
+    match reply {
+        PickReply::Picked { endpoint, .. } => e.push(Effect::Release(pick.lease(endpoint))),
+        PickReply::Failed(Cause::RedisTimeout) => e.push(Effect::ReleaseAll(pick)),
+        _ => {}
+    }
+    e
+}
+
+#[cfg(test)]
+mod tests;

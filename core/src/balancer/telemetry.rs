@@ -1,0 +1,66 @@
+//! Counters and logs of one VM: every line carries `[ai-load-balancer] #<context id>`, disabled
+//! levels cost no formatting, and a fallback cause is logged at warn at most once per
+//! [`WARN_INTERVAL_MS`] (the rest at debug) so a Redis outage does not flood the log.
+
+use crate::host::{Host, LogLevel};
+use crate::reason::Cause;
+use crate::stats::{Counter, Stats};
+use std::collections::HashMap;
+use std::fmt;
+
+/// A fallback cause is logged at warn at most this often per VM.
+const WARN_INTERVAL_MS: u64 = 10_000;
+
+pub struct Telemetry {
+    stats: Stats,
+    level: LogLevel,
+    last_warn: HashMap<Cause, u64>,
+}
+
+impl Telemetry {
+    pub fn new(host: &mut dyn Host, level: LogLevel) -> Telemetry {
+        Telemetry {
+            stats: Stats::define(host),
+            level,
+            last_warn: HashMap::new(),
+        }
+    }
+
+    pub fn inc(&self, host: &mut dyn Host, counter: Counter) {
+        self.stats.inc(host, counter);
+    }
+
+    pub fn enabled(&self, level: LogLevel) -> bool {
+        level >= self.level
+    }
+
+    pub fn log(&self, host: &dyn Host, level: LogLevel, ctx: u32, msg: fmt::Arguments) {
+        if self.enabled(level) {
+            host.log(level, &format!("[ai-load-balancer] #{ctx} {msg}"));
+        }
+    }
+
+    /// A request fell back: count the cause and say what happens instead.
+    pub fn fell_back(&mut self, host: &mut dyn Host, ctx: u32, cause: Cause, denied: bool) {
+        self.inc(host, Counter::Fallback(cause));
+        let now = host.now_ms();
+        let last = self.last_warn.get(&cause).copied();
+        let level = if last.is_none_or(|t| now.saturating_sub(t) >= WARN_INTERVAL_MS) {
+            self.last_warn.insert(cause, now);
+            LogLevel::Warn
+        } else {
+            LogLevel::Debug
+        };
+        let action = if denied {
+            "503 (failureMode deny)"
+        } else {
+            "cluster load balancing"
+        };
+        self.log(
+            host,
+            level,
+            ctx,
+            format_args!("fallback to {action}: {}", cause.name()),
+        );
+    }
+}

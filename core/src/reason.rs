@@ -1,0 +1,99 @@
+//! Why a request went where it went: the fallback causes and the decision reasons. Both are
+//! enums so nothing matches on strings; `name()` is the one spelling used in metric names, logs
+//! and the debug header (README "Metrics", "Debug header").
+
+/// Why a request went to the cluster's own load balancer (or got 503 under `failureMode: deny`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Cause {
+    NoRoute,
+    NoHealthyEndpoint,
+    HostListUnavailable,
+    BodyTooLarge,
+    RedisUnavailable,
+    RedisTimeout,
+    RedisError,
+    BadReply,
+    OverrideFailed,
+    /// The request could not be read as a prompt (prefix_cache).
+    BadRequest,
+    /// No endpoint has usable metrics (endpoint_metrics).
+    NoMetrics,
+    /// The per-proxy shared data could not be updated (plain-Envoy least request).
+    SharedData,
+}
+
+impl Cause {
+    pub const ALL: [Cause; 12] = [
+        Cause::NoRoute,
+        Cause::NoHealthyEndpoint,
+        Cause::HostListUnavailable,
+        Cause::BodyTooLarge,
+        Cause::RedisUnavailable,
+        Cause::RedisTimeout,
+        Cause::RedisError,
+        Cause::BadReply,
+        Cause::OverrideFailed,
+        Cause::BadRequest,
+        Cause::NoMetrics,
+        Cause::SharedData,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Cause::NoRoute => "no_route",
+            Cause::NoHealthyEndpoint => "no_healthy_endpoint",
+            Cause::HostListUnavailable => "host_list_unavailable",
+            Cause::BodyTooLarge => "body_too_large",
+            Cause::RedisUnavailable => "redis_unavailable",
+            Cause::RedisTimeout => "redis_timeout",
+            Cause::RedisError => "redis_error",
+            Cause::BadReply => "bad_reply",
+            Cause::OverrideFailed => "override_failed",
+            Cause::BadRequest => "bad_request",
+            Cause::NoMetrics => "no_metrics",
+            Cause::SharedData => "shared_data",
+        }
+    }
+}
+
+/// How a request's routing ended, as the debug header and the logs name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// Headers held while the body is buffered.
+    AwaitingBody,
+    /// A pick is in flight.
+    Pending,
+    /// Least-loaded endpoint (global_least_request, or prefix_cache without a usable prompt).
+    LeastRequest,
+    /// prefix_cache: the pod holding the longest known prefix.
+    PrefixHit,
+    /// prefix_cache: no known prefix; the least-loaded pod now holds it.
+    PrefixMiss,
+    /// prefix_cache: the prefix's pod was over the load guard; the request spilled.
+    PrefixSpill,
+    /// endpoint_metrics: chosen from the model servers' metrics.
+    Metrics,
+    /// Every endpoint was at `maxRequestCount`: 429.
+    Rejected429,
+    /// Every endpoint saturated and the request sheddable: 429.
+    Shed429,
+    /// The plugin could not decide: the cluster's own load balancing (or 503 under deny).
+    Fallback(Cause),
+}
+
+impl Reason {
+    pub fn name(self) -> &'static str {
+        match self {
+            Reason::AwaitingBody => "awaiting_body",
+            Reason::Pending => "pending",
+            Reason::LeastRequest => "least_request",
+            Reason::PrefixHit => "prefix_hit",
+            Reason::PrefixMiss => "prefix_miss",
+            Reason::PrefixSpill => "prefix_spill",
+            Reason::Metrics => "metrics",
+            Reason::Rejected429 => "rejected_429",
+            Reason::Shed429 => "shed_429",
+            Reason::Fallback(c) => c.name(),
+        }
+    }
+}
