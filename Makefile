@@ -22,14 +22,15 @@ tools:
 	$(CARGO) build --release --quiet --manifest-path tools/wasm-abi/Cargo.toml
 
 # The Higress artifact: release, LTO, size-optimised, panic=abort (Cargo.toml), then the SDK's
-# proxy_abi_version_0_2_1 export removed so Higress selects 0_2_100 (design §1).
+# proxy_abi_version_0_2_1 export removed so Higress selects 0_2_100
+# (docs/higress-abi.md §1).
 build: tools
 	$(CARGO) build --release --target $(WASM_TARGET) --lib
 	mkdir -p $(DIST)/testdata
 	$(WASM_ABI) strip $(RAW_WASM) $(HIGRESS_WASM) proxy_abi_version_0_2_1
 	# Test fixture: the same module exporting only 0_2_1, to show the body starvation it causes.
 	$(WASM_ABI) strip $(RAW_WASM) $(ABI021_WASM) proxy_abi_version_0_2_100
-	# The plain-Envoy artifact: standard proxy-wasm 0.2.1 imports only (design §1).
+	# The plain-Envoy artifact: standard proxy-wasm 0.2.1 imports only (docs/higress-abi.md §1).
 	$(CARGO) build --release --target $(WASM_TARGET) --lib --features envoy --target-dir target/envoy
 	cp $(ENVOY_RAW) $(ENVOY_WASM)
 	@ls -l $(HIGRESS_WASM) $(ENVOY_WASM)

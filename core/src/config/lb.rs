@@ -230,8 +230,8 @@ fn parse_lb_config(
     };
     let (endpoints, publish) = parse_envoy(&mut f, policy, build)?;
     let max_load: u64 = f.get("maxRequestCount")?.unwrap_or(0);
-    // Accepted for compatibility: the membership sync (design §3) already drops endpoints that
-    // left the cluster, which is all Higress's periodic clean-up did.
+    // Accepted for compatibility: the membership sync (docs/redis-data-model.md §3) already drops
+    // endpoints that left the cluster, which is all Higress's periodic clean-up did.
     let _clean_interval: Option<u64> = f.get("cleanInterval")?;
     let detail_log: bool = f.get("enableDetailLog")?.unwrap_or(true);
 
@@ -469,7 +469,8 @@ fn parse_redis<'a>(
 
 /// `?db=N` only when N ≠ 0 (as both Higress wrappers do), and immediate writes: by default the
 /// host holds small Redis requests up to 3 ms to batch them, which would be most of the
-/// routing latency. Hosts that do not know the flush parameters ignore them (abi spec §2.1).
+/// routing latency. Hosts that do not know the flush parameters ignore them
+/// (docs/higress-abi.md §4).
 fn init_cluster(cluster: &str, database: u64) -> String {
     let mut s = format!("{cluster}?");
     if database != 0 {

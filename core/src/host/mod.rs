@@ -116,7 +116,8 @@ pub trait Host {
     /// During `on_http_call_response`: up to `max` bytes of the response body.
     fn http_call_body(&self, size: usize) -> HostResult<Vec<u8>>;
 
-    // Higress extensions (design §1). The Envoy build answers [`HostErrorKind::Unsupported`].
+    // Higress extensions (docs/higress-abi.md §3). The Envoy build answers
+    // [`HostErrorKind::Unsupported`].
     fn upstream_hosts(&self) -> HostResult<Vec<u8>>;
     fn set_upstream_override_host(&mut self, address: &str) -> HostResult<()>;
     fn redis_init(

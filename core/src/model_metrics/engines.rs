@@ -1,15 +1,16 @@
 //! Model-server engines: detection from the metric names present, and mapping of their families
 //! to one normalised [`EndpointMetrics`] snapshot per endpoint.
 //!
-//! Names are from shared/spec/model-server-metrics-and-scheduling.md §1 (vLLM §1.1, SGLang §1.2,
-//! TRT-LLM/TGI §1.3, GIE protocol §1.4). Matching is always on exact series names.
+//! Names are from docs/model-server-metrics.md §1 (vLLM §1.1, SGLang §1.2, TRT-LLM/TGI §1.3,
+//! GIE protocol §1.4); what is read from each, §2. Matching is always on exact series names.
 //!
 //! Aggregation across series of one family (data-parallel and multi-model pods):
 //! * series are grouped by (`model_name`, `model`, `engine`|`dp_rank`); series inside one group
 //!   that differ only by other labels (SGLang `tp_rank`/`pp_rank`, `priority`, extra labels) are
 //!   replicas of one scheduler's state, so the group takes their **max**;
 //! * queue and running counts are **summed** over groups (a DP pod behind one API server takes
-//!   the whole pod's load; GIE instead reads the first series only — spec §1.4 "Gotcha");
+//!   the whole pod's load; GIE instead reads the first series only, docs/model-server-metrics.md
+//!   §1.4);
 //! * KV usage is the **mean** over groups: the API server's own DP balancer spreads requests over
 //!   ranks, so the pod's headroom is the aggregate free cache; max would shed a whole pod for one
 //!   hot rank.
@@ -24,7 +25,7 @@ use super::prom::{self, Exposition, ParseStats, Sample};
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LoraInfo {
     /// Adapters with requests in the batch. Current V1 also lists adapters that only have queued
-    /// requests here (spec §1.1, llm-d-router#2605).
+    /// requests here (docs/model-server-metrics.md §1.1, llm-d-router#2605).
     pub running: Vec<String>,
     pub waiting: Vec<String>,
     pub max_lora: u32,
@@ -220,7 +221,8 @@ pub fn scrape(
 }
 
 /// Picks the `vllm:lora_requests_info` series with the largest value: the value is the update
-/// time and every label combination seen stays exported (spec §1.1; GIE `getLatestMetric`).
+/// time and every label combination seen stays exported (docs/model-server-metrics.md §1.1; GIE
+/// `getLatestMetric`).
 pub fn lora_info(expo: &Exposition) -> Option<LoraInfo> {
     let latest = expo
         .series(VLLM_LORA)

@@ -1,6 +1,6 @@
 //! Where each engine exposes each signal: exact series names and label selectors, with their
-//! sources (shared/spec/model-server-metrics-and-scheduling.md §1). Data only; the mapping logic
-//! is in [`super::engines`].
+//! sources (docs/model-server-metrics.md §1, §2). Data only; the mapping logic is in
+//! [`super::engines`].
 
 /// Inference engine behind an endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

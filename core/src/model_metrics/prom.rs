@@ -10,7 +10,7 @@ use super::scan::{Cursor, Lines};
 pub use super::scan::{LineError, MAX_LABEL_VALUE_LEN, MAX_NAME_LEN};
 
 /// Bytes of input looked at; the rest is dropped (cut at the last complete line).
-/// Higress stored only 64 KiB of the probe body (anchors §1.5 item 13d), which cut real vLLM
+/// Higress stored only 64 KiB of the probe body (docs/higress-abi.md §7), which cut real vLLM
 /// expositions with many histograms; 4 MiB is ~40x the biggest vLLM page we have seen.
 pub const MAX_INPUT_BYTES: usize = 4 * 1024 * 1024;
 /// Lines looked at (comments and blank lines included).

@@ -1,6 +1,6 @@
 //! `rate_limit` of Higress `endpoint_metrics`: if the chosen pod got more than `rate_limit` of the
-//! last [`WINDOW`] decisions, another pod is picked (anchors §1.3). Pure sliding window; where it
-//! lives (per proxy rather than per VM, anchors §1.5 item 13f) is the caller's business.
+//! last [`WINDOW`] decisions, another pod is picked (docs/model-server-metrics.md §4). Pure
+//! sliding window; where it lives (per proxy rather than per VM) is the caller's business.
 
 use std::collections::VecDeque;
 

@@ -39,7 +39,7 @@ pub struct RequestInfo<'a> {
 /// `metric_policy`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum MetricPolicy {
-    /// GIE v0 filter tree (spec §3.1).
+    /// GIE v0 filter tree (docs/model-server-metrics.md §3.1).
     #[default]
     Default,
     /// Lowest `(max-min)/N` band of the extra (`target_metric`) value, then random (Higress).
@@ -63,8 +63,8 @@ pub struct Weights {
 
 impl Default for Weights {
     /// queue 2 and KV 2 as GIE's default `queue-scorer`/`kv-cache-utilization-scorer` weights
-    /// (spec §3.2). Running and in-flight are 0: in-flight is already folded into the effective
-    /// waiting count, and running is not a GIE default signal.
+    /// (docs/model-server-metrics.md §3.2). Running and in-flight are 0: in-flight is already
+    /// folded into the effective waiting count, and running is not a GIE default signal.
     fn default() -> Self {
         Self {
             queue: 2.0,
@@ -75,7 +75,8 @@ impl Default for Weights {
     }
 }
 
-/// Thresholds and knobs; defaults are GIE v0.2+ constants (spec §3.1) unless noted.
+/// Thresholds and knobs; defaults are GIE v0.2+ constants (docs/model-server-metrics.md §3.1)
+/// unless noted.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SchedulerConfig {
     pub policy: MetricPolicy,
@@ -270,7 +271,8 @@ fn saturated(v: &View<'_>, cfg: &SchedulerConfig) -> bool {
     v.waiting > cfg.queue_threshold_critical || v.kv.is_some_and(|k| k > cfg.kv_cache_threshold)
 }
 
-/// GIE v0 decision tree (spec §3.1): a filter that empties the set hands the *original* set on.
+/// GIE v0 decision tree (docs/model-server-metrics.md §3.1): a filter that empties the set hands
+/// the *original* set on.
 fn default_tree<'a>(
     views: &[View<'a>],
     req: &RequestInfo<'_>,

@@ -1,5 +1,6 @@
 //! Cross-module tests: the real exposition samples (shared/data/metrics, copied verbatim into
-//! `testdata/`), robustness against junk and mutations, and parse → map → select end to end.
+//! `testdata/`; origins in docs/model-server-metrics.md §5), robustness against junk and
+//! mutations, and parse → map → select end to end.
 
 use super::engines::{self, MapError, ModelServer};
 use super::prom::{self, Exposition, MAX_LABELS, MAX_LABEL_VALUE_LEN, MAX_LINES, MAX_NAME_LEN};

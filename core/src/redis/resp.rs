@@ -2,7 +2,7 @@
 //!
 //! The Higress host sends our query bytes verbatim and hands back the raw bytes of exactly one
 //! reply, so the plugin owns both directions. Only RESP2 is spoken: the host's own parser
-//! rejects RESP3 types (design §2, spec/higress-abi.md §2.4).
+//! rejects RESP3 types (docs/higress-abi.md §5, §6).
 
 use std::fmt;
 

@@ -1,6 +1,6 @@
 //! `wasm-abi list FILE` — print every import and export.
 //! `wasm-abi check FILE --host higress|envoy` — print them and fail on anything outside the
-//!   allowed table of design §1.
+//!   allowed table of docs/higress-abi.md §1.
 //! `wasm-abi strip FILE OUT NAME...` — write FILE without the named exports.
 
 mod wasm;
@@ -48,7 +48,7 @@ const STANDARD_IMPORTS: &[&str] = &[
     "proxy_set_shared_data",
     "proxy_set_tick_period_milliseconds",
 ];
-/// Higress's extensions (spec/higress-abi.md §1.1).
+/// Higress's extensions (docs/higress-abi.md §3).
 const HIGRESS_IMPORTS: &[&str] = &[
     "proxy_redis_init",
     "proxy_redis_call",
@@ -106,7 +106,7 @@ fn check(m: &Module, host: &str) -> Result<Vec<String>, String> {
                     && (STANDARD_IMPORTS.contains(&i.name.as_str())
                         || extra_imports.contains(&i.name.as_str()))
             }
-            // The host registers the whole WASI preview1 list (abi spec §6.4).
+            // The host registers the whole WASI preview1 list (docs/higress-abi.md §3).
             "wasi_snapshot_preview1" => i.kind == 0,
             _ => false,
         };
