@@ -78,7 +78,7 @@ fn it_parses_the_console_route_example() {
 }
 
 /// Builds the plugin JSON from a WasmPlugin resource the way the Higress controller does
-/// (docs/higress-abi.md §10): defaultConfig unless disabled, one `_rules_` entry per matchRule.
+/// (docs/higress-abi.md §11): defaultConfig unless disabled, one `_rules_` entry per matchRule.
 fn controller_json(cr: &Value) -> Value {
     let spec = &cr["spec"];
     let mut top = if spec["defaultConfigDisable"].as_bool().unwrap_or(false) {

@@ -1,5 +1,5 @@
 //! Higress's per-route envelope: `_rules_` entries with `_match_route_`,
-//! `_match_route_prefix_`, `_match_domain_` and `_match_service_` (docs/higress-abi.md §10).
+//! `_match_route_prefix_`, `_match_domain_` and `_match_service_` (docs/higress-abi.md §11).
 //! Rules are tried in order, the first match wins, then the global config applies.
 
 use super::ConfigError;
