@@ -103,7 +103,7 @@ fn choose(lb_type: &str, lb_policy: &str, r: &Reader<'_>) -> Result<&'static str
     }
     let problem = match lb_policy {
         "" => "missing".to_string(),
-        "least_busy" => "`least_busy` was removed from Higress's ai-load-balancer (use endpoint_metrics); Higress refuses it: lb_psolicy least_busy is not supported".to_string(),
+        "least_busy" => "`least_busy` was removed from Higress's ai-load-balancer, use endpoint_metrics (Higress: lb_psolicy least_busy is not supported)".to_string(),
         p => format!("unknown policy `{p}` for lb_type {} ({})", if lb_type.is_empty() { "endpoint" } else { lb_type }, known.join(", ")),
     };
     Err(r.err_higress("lb_policy", problem))
