@@ -3,11 +3,10 @@
 //! failing check is the error, with Go's own text.
 
 use super::go::Go;
+use super::inflight::{self, GlobalInflight};
 use super::raw::RawLbConfig;
 use super::read::{In, Reader};
-use super::redis;
-use super::types::RedisTarget;
-use super::{Build, ConfigError};
+use super::ConfigError;
 
 pub const CLUSTER_METRICS_KEYS: &[&str] = &[
     "mode",
@@ -27,17 +26,8 @@ pub const CLUSTER_METRICS_KEYS: &[&str] = &[
     "global_inflight_timeout",
     "global_inflight_key_ttl",
 ];
-/// Read only when `global_inflight_enabled` is on.
-pub const INFLIGHT_REDIS_KEYS: &[&str] = &[
-    "serviceFQDN",
-    "servicePort",
-    "username",
-    "password",
-    "database",
-];
 
 pub const DEFAULT_CLUSTER_HEADER: &str = "x-higress-target-cluster";
-pub const DEFAULT_INFLIGHT_KEY_PREFIX: &str = "higress:adaptive_score_inflight";
 
 /// `mode`, matched exactly (case-sensitive) as Go does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,17 +45,6 @@ pub enum ClusterMode {
 pub enum MissingMetrics {
     /// A service without latency samples is scored by its in-flight count alone.
     LeastBusy,
-}
-
-/// AdaptiveScore's Redis-backed in-flight count shared by every gateway.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GlobalInflight {
-    /// Timeout = `global_inflight_timeout`.
-    pub redis: RedisTarget,
-    /// The hash key is `<key_prefix>:<route_name>:AdaptiveScore`.
-    pub key_prefix: String,
-    /// Refreshed on every selection.
-    pub key_ttl_s: u64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -214,7 +193,7 @@ impl TryFrom<In<'_, '_, RawLbConfig>> for ClusterMetricsConfig {
                 ),
             ),
         }
-        let global_inflight = global_inflight(raw, r, i.build)?;
+        let global_inflight = inflight::read(raw, r, i.build)?;
         let queue_size = r.int_or("queue_size", &raw.queue_size, 100, "");
         if queue_size < 0 {
             r.warn(
@@ -239,62 +218,6 @@ impl TryFrom<In<'_, '_, RawLbConfig>> for ClusterMetricsConfig {
             global_inflight,
         })
     }
-}
-
-fn global_inflight(
-    raw: &RawLbConfig,
-    r: &mut Reader<'_>,
-    build: Build,
-) -> Result<Option<GlobalInflight>, ConfigError> {
-    let enabled = r
-        .bool("global_inflight_enabled", &raw.global_inflight_enabled)
-        .unwrap_or(false);
-    let key_prefix = header_or(
-        r,
-        "global_inflight_key_prefix",
-        &raw.global_inflight_key_prefix,
-        DEFAULT_INFLIGHT_KEY_PREFIX,
-    );
-    let timeout = r.int_or(
-        "global_inflight_timeout",
-        &raw.global_inflight_timeout,
-        3000,
-        " ms",
-    );
-    if timeout < 0 {
-        return Err(r.err_higress(
-            "global_inflight_timeout",
-            "global_inflight_timeout must be greater than or equal to 0",
-        ));
-    }
-    let ttl = r.int_or(
-        "global_inflight_key_ttl",
-        &raw.global_inflight_key_ttl,
-        1800,
-        " s",
-    );
-    if ttl < 0 {
-        return Err(r.err_higress(
-            "global_inflight_key_ttl",
-            "global_inflight_key_ttl must be greater than or equal to 0",
-        ));
-    }
-    if !enabled {
-        return Ok(None);
-    }
-    let redis = redis::target(raw, r, "global_inflight_timeout", timeout)?;
-    if build == Build::Envoy {
-        r.warn(
-            "global_inflight_enabled",
-            "the plain-Envoy build has no Redis: in-flight counts stay per proxy (as in Higress when its Redis init fails)",
-        );
-        return Ok(None);
-    }
-    Ok(Some(GlobalInflight {
-        redis,
-        key_prefix,
-        key_ttl_s: u64::try_from(ttl).unwrap_or(1800),
-    }))
 }
 
 fn service_list(raw: &RawLbConfig, r: &mut Reader<'_>) -> Result<Vec<String>, ConfigError> {

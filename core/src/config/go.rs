@@ -117,8 +117,10 @@ impl Go {
                 } else {
                     let f = n.as_f64().unwrap_or(0.0);
                     let i = f.trunc() as i64;
-                    let note = format!("not an integer, truncated to{}", shown(show, i));
-                    (i, Some(note))
+                    // `6379.0` is an integer to Go too; only a real fraction is worth a note.
+                    let note = (f.fract() != 0.0)
+                        .then(|| format!("not an integer, truncated to{}", shown(show, i)));
+                    (i, note)
                 }
             }
             Value::String(s) => match parse_go_int(s) {
@@ -270,6 +272,7 @@ mod tests {
             assert_eq!(go(json!(s)).int(true).0, 0, "{s}");
         }
         assert_eq!(go(json!(69.9)).int(true).0, 69);
+        assert_eq!(go(json!(6379.0)).int(true), (6379, None));
         assert_eq!(go(json!(-1.9)).int(true).0, -1);
         assert_eq!(go(json!(true)).int(true).0, 1);
         assert_eq!(go(json!(null)).int(true).0, 0);

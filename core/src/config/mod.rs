@@ -17,6 +17,7 @@ mod document;
 mod envelope;
 mod error;
 mod go;
+mod inflight;
 mod json;
 mod metrics;
 mod prefix;
@@ -31,12 +32,12 @@ mod warning;
 
 pub use cluster_hash::{ClusterHashConfig, WeightedCluster, DEFAULT_HASH_HEADER};
 pub use cluster_metrics::{
-    ClusterMetricsConfig, ClusterMode, GlobalInflight, MissingMetrics, DEFAULT_CLUSTER_HEADER,
-    DEFAULT_INFLIGHT_KEY_PREFIX,
+    ClusterMetricsConfig, ClusterMode, MissingMetrics, DEFAULT_CLUSTER_HEADER,
 };
 pub use common::DEFAULT_DESTINATION_HEADER;
 pub use document::{plugin_configs, wasm_plugin, Delivered};
 pub use error::{ConfigError, ErrorKind};
+pub use inflight::{GlobalInflight, DEFAULT_INFLIGHT_KEY_PREFIX};
 pub use metrics::{MetricsConfig, MetricsSource, DEFAULT_CRITICALITY_HEADER};
 pub use prefix::PrefixSettings;
 pub use rules::{Matcher, RequestKeys};
@@ -140,5 +141,7 @@ impl PluginConfig {
     }
 }
 
+#[cfg(test)]
+mod leniency_tests;
 #[cfg(test)]
 mod tests;

@@ -3,8 +3,9 @@
 //! and every `lb_config` key the policy does not read reported (Higress ignores them too).
 
 use super::cluster_hash::{ClusterHashConfig, CLUSTER_HASH_KEYS};
-use super::cluster_metrics::{ClusterMetricsConfig, CLUSTER_METRICS_KEYS, INFLIGHT_REDIS_KEYS};
+use super::cluster_metrics::{ClusterMetricsConfig, CLUSTER_METRICS_KEYS};
 use super::common::{self, Common, COMMON_KEYS, ENVOY_KEYS};
+use super::inflight::INFLIGHT_REDIS_KEYS;
 use super::metrics::{MetricsConfig, METRICS_KEYS};
 use super::prefix::{PrefixSettings, PREFIX_KEYS};
 use super::raw::{RawLbConfig, RawRoute, LEGACY_KEYS};
