@@ -87,15 +87,28 @@ impl TryFrom<In<'_, '_, RawRoute>> for RouteConfig {
     }
 }
 
+const ENDPOINT_POLICIES: &[&str] = &[
+    "global_least_request",
+    "prefix_cache",
+    "endpoint_metrics",
+    "metrics_based",
+];
+const CLUSTER_POLICIES: &[&str] = &["cluster_metrics", "cluster_hash"];
+const LEAST_BUSY: &str = "`least_busy` was removed from Higress's ai-load-balancer, use \
+    endpoint_metrics (Higress: lb_psolicy least_busy is not supported)";
+
 /// Higress's dispatch: `lb_type` `""` is `endpoint`; each type has its own policies.
 fn choose(lb_type: &str, lb_policy: &str, r: &Reader<'_>) -> Result<&'static str, ConfigError> {
-    let known: &[&'static str] = match lb_type {
-        "" | "endpoint" => &["global_least_request", "prefix_cache", "endpoint_metrics", "metrics_based"],
-        "cluster" => &["cluster_metrics", "cluster_hash"],
+    let (type_name, known) = match lb_type {
+        "" | "endpoint" => ("endpoint", ENDPOINT_POLICIES),
+        "cluster" => ("cluster", CLUSTER_POLICIES),
         other => {
             return Err(r.err_higress(
                 "lb_type",
-                format!("unknown value `{other}` (endpoint, cluster; Higress: lb_type {other} is not supported)"),
+                format!(
+                    "unknown value `{other}` (endpoint, cluster; \
+                     Higress: lb_type {other} is not supported)"
+                ),
             ))
         }
     };
@@ -104,8 +117,11 @@ fn choose(lb_type: &str, lb_policy: &str, r: &Reader<'_>) -> Result<&'static str
     }
     let problem = match lb_policy {
         "" => "missing".to_string(),
-        "least_busy" => "`least_busy` was removed from Higress's ai-load-balancer, use endpoint_metrics (Higress: lb_psolicy least_busy is not supported)".to_string(),
-        p => format!("unknown policy `{p}` for lb_type {} ({})", if lb_type.is_empty() { "endpoint" } else { lb_type }, known.join(", ")),
+        "least_busy" => LEAST_BUSY.to_string(),
+        p => format!(
+            "unknown policy `{p}` for lb_type {type_name} ({})",
+            known.join(", ")
+        ),
     };
     Err(r.err_higress("lb_policy", problem))
 }
