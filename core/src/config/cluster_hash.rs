@@ -3,6 +3,7 @@
 //! 100; there is no normalisation.
 
 use super::cluster_metrics::{header_or, DEFAULT_CLUSTER_HEADER};
+use super::go::Field;
 use super::raw::RawLbConfig;
 use super::read::In;
 use super::ConfigError;
@@ -40,7 +41,7 @@ impl TryFrom<In<'_, '_, RawLbConfig>> for ClusterHashConfig {
             DEFAULT_CLUSTER_HEADER,
         );
         // Unlike other lists, Go requires a real JSON array here (`IsArray`).
-        let items = match &raw.clusters {
+        let items = match raw.clusters.as_ref() {
             Some(v) if v.is_array() => v.array().0,
             _ => Vec::new(),
         };
@@ -55,14 +56,14 @@ impl TryFrom<In<'_, '_, RawLbConfig>> for ClusterHashConfig {
         for (n, item) in items.iter().enumerate() {
             let mut e = r.nested(&format!("clusters[{n}]"));
             let cluster = e
-                .string("cluster", &item.get("cluster"))
+                .string("cluster", &Field(item.get("cluster")))
                 .unwrap_or_default();
             if cluster.is_empty() {
                 return Err(
                     e.err_higress("cluster", "each entry must have a non-empty cluster field")
                 );
             }
-            let weight = e.int("weight", &item.get("weight")).unwrap_or(0);
+            let weight = e.int("weight", &Field(item.get("weight"))).unwrap_or(0);
             if weight <= 0 {
                 return Err(e.err_higress(
                     "weight",

@@ -2,7 +2,7 @@
 //! in the order its Go constructor runs them (README "Cluster policies" table). The first
 //! failing check is the error, with Go's own text.
 
-use super::go::Go;
+use super::go::{Field, Go};
 use super::inflight::{self, GlobalInflight};
 use super::raw::RawLbConfig;
 use super::read::{In, Reader};
@@ -79,7 +79,7 @@ impl ClusterMetricsConfig {
 }
 
 /// A header key: `""` (or absent) is the default.
-pub fn header_or(r: &mut Reader<'_>, key: &str, v: &Option<Go>, default: &str) -> String {
+pub fn header_or(r: &mut Reader<'_>, key: &str, v: &Field<Go>, default: &str) -> String {
     match r.string(key, v) {
         None => default.to_string(),
         Some(h) if h.is_empty() => {
@@ -95,7 +95,7 @@ pub fn header_or(r: &mut Reader<'_>, key: &str, v: &Option<Go>, default: &str) -
 
 /// Go's `getFloatConfig`: the default when absent. NaN (only from a string such as `"NaN"`)
 /// passes Go's range checks and poisons every score; it is read as the default instead.
-fn float_or(r: &mut Reader<'_>, key: &str, v: &Option<Go>, default: f64) -> f64 {
+fn float_or(r: &mut Reader<'_>, key: &str, v: &Field<Go>, default: f64) -> f64 {
     let f = r.float(key, v).unwrap_or(default);
     if f.is_nan() {
         r.warn(
@@ -227,7 +227,7 @@ fn service_list(raw: &RawLbConfig, r: &mut Reader<'_>) -> Result<Vec<String>, Co
     let mut out: Vec<String> = Vec::with_capacity(items.len());
     for (n, item) in items.iter().enumerate() {
         let name = r
-            .string(&format!("service_list[{n}]"), &Some(item.clone()))
+            .string(&format!("service_list[{n}]"), &Field(Some(item.clone())))
             .unwrap_or_default();
         if name.is_empty() {
             r.warn(

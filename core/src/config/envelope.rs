@@ -10,6 +10,7 @@
 //! * a global config that fails while rules exist is dropped (a warning): requests no rule
 //!   matches are then not balanced; with no rules it refuses the config.
 
+use super::go::{Field, Go};
 use super::json;
 use super::raw::RawRoute;
 use super::read::{In, Reader};
@@ -70,7 +71,7 @@ pub fn read(
     let items = match &rules_value {
         None => Vec::new(),
         Some(v) => r
-            .list("_rules_", &Some(super::go::Go(v.clone())))
+            .list("_rules_", &Field(Some(Go(v.clone()))))
             .unwrap_or_default(),
     };
     if items.is_empty() {

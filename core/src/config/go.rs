@@ -12,19 +12,12 @@
 //! Each accessor also says, when the JSON type was not the natural one, what it assumed; the
 //! caller turns that into a warning. `show = false` (secrets) keeps the value out of the note.
 
-use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 use std::marker::PhantomData;
 
 /// A Higress key's raw JSON value; the accessors below read it as Go does.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Go(pub Value);
-
-impl<'de> Deserialize<'de> for Go {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Value::deserialize(d).map(Go)
-    }
-}
 
 /// One of this plugin's own keys: read strictly as `T` when the route is compiled, so a wrong
 /// type is an error naming the field (and never quoting the value).
@@ -34,21 +27,45 @@ pub struct Own<T> {
     _type: PhantomData<fn() -> T>,
 }
 
-impl<'de, T> Deserialize<'de> for Own<T> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Value::deserialize(d).map(|value| Own {
-            value,
-            _type: PhantomData,
-        })
+/// A raw value taken from its JSON as is (the raw structs never fail on a value).
+pub trait FromJson {
+    fn from_json(v: &Value) -> Self;
+}
+
+impl FromJson for Go {
+    fn from_json(v: &Value) -> Self {
+        Go(v.clone())
     }
 }
 
-/// `deserialize_with` for the raw structs' `Option` fields: a key that is present is `Some`,
-/// even when its value is `null` (gjson's `Exists()` is true for `null`).
-pub fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
-    d: D,
-) -> Result<Option<T>, D::Error> {
-    T::deserialize(d).map(Some)
+impl<T> FromJson for Own<T> {
+    fn from_json(v: &Value) -> Self {
+        Own {
+            value: v.clone(),
+            _type: PhantomData,
+        }
+    }
+}
+
+/// One key of a raw struct: `Field(None)` when absent, `Field(Some(..))` when present, even
+/// with `null` (gjson's `Exists()` is true for `null`, where serde's `Option` says absent).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Field<T>(pub Option<T>);
+
+impl<T> Default for Field<T> {
+    fn default() -> Self {
+        Field(None)
+    }
+}
+
+impl<T> Field<T> {
+    pub fn is_some(&self) -> bool {
+        self.0.is_some()
+    }
+
+    pub fn as_ref(&self) -> Option<&T> {
+        self.0.as_ref()
+    }
 }
 
 /// A value and, when it was coerced, what was assumed.

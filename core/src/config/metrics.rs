@@ -288,7 +288,7 @@ fn weights(raw: &RawWeights, r: &mut Reader<'_>) -> Result<Weights, ConfigError>
 fn number_in(
     r: &Reader<'_>,
     key: &str,
-    v: &Option<super::go::Own<f64>>,
+    v: &super::go::Field<super::go::Own<f64>>,
     default: f64,
     max: f64,
 ) -> Result<f64, ConfigError> {

@@ -2,7 +2,7 @@
 //! of this config load. Higress's keys go through the Go accessors (lenient, coercions become
 //! warnings); our own keys through `own` (strict: a wrong type is an error naming the field).
 
-use super::go::{Go, Own};
+use super::go::{Field, Go, Own};
 use super::warning::{join, Warnings};
 use super::ConfigError;
 use serde::de::DeserializeOwned;
@@ -56,7 +56,7 @@ impl<'w> Reader<'w> {
     }
 
     /// Go `String()`; `None` when absent.
-    pub fn string(&mut self, key: &str, v: &Option<Go>) -> Option<String> {
+    pub fn string(&mut self, key: &str, v: &Field<Go>) -> Option<String> {
         v.as_ref().map(|g| {
             let read = g.string(true);
             self.noted(key, read)
@@ -64,7 +64,7 @@ impl<'w> Reader<'w> {
     }
 
     /// Go `String()` of a secret: notes never hold the value.
-    pub fn secret(&mut self, key: &str, v: &Option<Go>) -> Option<String> {
+    pub fn secret(&mut self, key: &str, v: &Field<Go>) -> Option<String> {
         v.as_ref().map(|g| {
             let read = g.string(false);
             self.noted(key, read)
@@ -72,7 +72,7 @@ impl<'w> Reader<'w> {
     }
 
     /// Go `Int()`; `None` when absent.
-    pub fn int(&mut self, key: &str, v: &Option<Go>) -> Option<i64> {
+    pub fn int(&mut self, key: &str, v: &Field<Go>) -> Option<i64> {
         v.as_ref().map(|g| {
             let read = g.int(true);
             self.noted(key, read)
@@ -80,7 +80,7 @@ impl<'w> Reader<'w> {
     }
 
     /// Go `Float()`; `None` when absent.
-    pub fn float(&mut self, key: &str, v: &Option<Go>) -> Option<f64> {
+    pub fn float(&mut self, key: &str, v: &Field<Go>) -> Option<f64> {
         v.as_ref().map(|g| {
             let read = g.float(true);
             self.noted(key, read)
@@ -88,7 +88,7 @@ impl<'w> Reader<'w> {
     }
 
     /// Go `Bool()`; `None` when absent.
-    pub fn bool(&mut self, key: &str, v: &Option<Go>) -> Option<bool> {
+    pub fn bool(&mut self, key: &str, v: &Field<Go>) -> Option<bool> {
         v.as_ref().map(|g| {
             let read = g.bool();
             self.noted(key, read)
@@ -96,7 +96,7 @@ impl<'w> Reader<'w> {
     }
 
     /// Go `Array()`; `None` when absent.
-    pub fn list(&mut self, key: &str, v: &Option<Go>) -> Option<Vec<Go>> {
+    pub fn list(&mut self, key: &str, v: &Field<Go>) -> Option<Vec<Go>> {
         v.as_ref().map(|g| {
             let read = g.array();
             self.noted(key, read)
@@ -104,7 +104,7 @@ impl<'w> Reader<'w> {
     }
 
     /// Go `Int()` where 0 (or absent) means `default`; an explicit 0 is said.
-    pub fn int_or(&mut self, key: &str, v: &Option<Go>, default: i64, unit: &str) -> i64 {
+    pub fn int_or(&mut self, key: &str, v: &Field<Go>, default: i64, unit: &str) -> i64 {
         match self.int(key, v) {
             None => default,
             Some(0) => {
@@ -122,9 +122,9 @@ impl<'w> Reader<'w> {
     pub fn own<T: DeserializeOwned>(
         &self,
         key: &str,
-        v: &Option<Own<T>>,
+        v: &Field<Own<T>>,
     ) -> Result<Option<T>, ConfigError> {
-        match v {
+        match v.as_ref() {
             None => Ok(None),
             Some(own) if own.value.is_null() => Ok(None),
             Some(own) => T::deserialize(&own.value).map(Some).map_err(|e| {

@@ -40,7 +40,7 @@ pub fn target(
             ))
         }
         Some(0) => {
-            let literal = matches!(&raw.service_port, Some(g) if g.0 == 0);
+            let literal = matches!(raw.service_port.as_ref(), Some(g) if g.0 == 0);
             let what = if literal { "0" } else { "reads as 0, which" };
             return Err(r.err_higress("servicePort", format!("{what} is not a port ({GO_ERROR})")));
         }

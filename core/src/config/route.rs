@@ -68,7 +68,7 @@ impl TryFrom<In<'_, '_, RawRoute>> for RouteConfig {
                 "prefix_cache needs the request body before routing: Higress build only",
             ));
         }
-        let lb = match &raw.lb_config {
+        let lb = match raw.lb_config.as_ref() {
             None => Value::Null,
             Some(v) if v.0.is_object() || v.is_null() => v.0.clone(),
             Some(_) => {

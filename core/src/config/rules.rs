@@ -6,7 +6,7 @@
 //! service, else route prefix; lists of lower categories are then ignored. Rules are tried in
 //! order, the first match wins, then the global config applies.
 
-use super::go::Go;
+use super::go::{Field, Go};
 use super::raw::RawRoute;
 use super::read::Reader;
 use super::ConfigError;
@@ -140,11 +140,11 @@ impl Matcher {
 
 /// A match list as gjson reads it: items as strings, deduplicated (Go keeps sets), empty
 /// strings dropped except for domains.
-fn list(r: &mut Reader<'_>, key: &str, v: &Option<Go>, keep_empty: bool) -> Vec<String> {
+fn list(r: &mut Reader<'_>, key: &str, v: &Field<Go>, keep_empty: bool) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for (n, item) in r.list(key, v).unwrap_or_default().into_iter().enumerate() {
         let s = r
-            .string(&format!("{key}[{n}]"), &Some(item))
+            .string(&format!("{key}[{n}]"), &Field(Some(item)))
             .unwrap_or_default();
         if s.is_empty() && !keep_empty {
             r.warn(&format!("{key}[{n}]"), "empty: dropped (as in Higress)");
