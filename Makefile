@@ -12,8 +12,9 @@ WASM_ABI     := tools/wasm-abi/target/release/wasm-abi
 HIGRESS_WASM := $(DIST)/ai-load-balancer.wasm
 ENVOY_WASM   := $(DIST)/ai-load-balancer-envoy.wasm
 ABI021_WASM  := $(DIST)/testdata/ai-load-balancer-abi021-only.wasm
+CHECK_CONFIG := $(DIST)/check-config
 
-.PHONY: all toolchain deps build check-abi test unit-test wasm-unit-test lint fmt bench package clean tools e2e-build e2e-test run
+.PHONY: all toolchain deps build check-config check-config-tool check-abi test unit-test wasm-unit-test lint fmt bench package clean tools e2e-build e2e-test run
 
 E2E_BIN      := e2e/target/release
 E2E_CARGO    := cd e2e && $(CARGO)
@@ -80,6 +81,21 @@ build: toolchain tools
 	$(CARGO) build --release --target $(WASM_TARGET) --lib --features envoy --target-dir target/envoy
 	cp $(ENVOY_RAW) $(ENVOY_WASM)
 	@ls -l $(HIGRESS_WASM) $(ENVOY_WASM)
+	$(MAKE) --no-print-directory check-config-tool
+
+# dist/check-config: a native binary running a config file (plugin config, console route YAML,
+# WasmPlugin resource, spec.yaml; JSON or YAML) through the plugin's own parser (README
+# "Configuration compatibility"). Its crate is the only one that depends on serde_yaml.
+check-config-tool:
+	$(CARGO) build --release --quiet -p ailb-check-config --bin check-config
+	mkdir -p $(DIST)
+	cp target/release/check-config $(CHECK_CONFIG)
+
+# make check-config CONFIG=path [ARGS=--envoy]: prints accepted / refused: <reason> and every
+# warning; fails when the config is refused.
+check-config: check-config-tool
+	@test -n "$(CONFIG)" || { echo "usage: make check-config CONFIG=path [ARGS=--envoy]"; exit 2; }
+	$(CHECK_CONFIG) $(ARGS) $(CONFIG)
 
 check-abi: build
 	$(WASM_ABI) check $(HIGRESS_WASM) --host higress

@@ -14,8 +14,16 @@ fn yaml(name: &str) -> Value {
     serde_json::to_value(y).unwrap()
 }
 
+/// Parses a shipped example: it must be accepted, and without a single warning.
 fn parse(v: &Value) -> PluginConfig {
-    PluginConfig::parse(v.to_string().as_bytes()).unwrap_or_else(|e| panic!("{e}\n{v:#}"))
+    parse_bytes(v.to_string().as_bytes())
+}
+
+fn parse_bytes(bytes: &[u8]) -> PluginConfig {
+    let parsed = ailb_core::config::parse(bytes, Build::Higress)
+        .unwrap_or_else(|e| panic!("{e}\n{}", String::from_utf8_lossy(bytes)));
+    assert!(parsed.warnings.is_empty(), "{:?}", parsed.warnings);
+    parsed.config
 }
 
 #[test]
@@ -28,17 +36,19 @@ fn it_parses_the_spec_example() {
 
 #[test]
 fn it_accepts_every_schema_key_with_its_default() {
-    // The schema and the parser must agree on names and types.
+    // The schema and the parser must agree on names, types and which policy reads a key: each
+    // key with its default (or example) under each of its policies is accepted without warning.
     let spec = yaml("spec.yaml");
     let props = spec["spec"]["configSchema"]["openAPIV3Schema"]["properties"]["lb_config"]
         ["properties"]
         .as_object()
         .unwrap()
         .clone();
-    assert!(props.len() >= 15);
+    assert!(props.len() >= 30);
     for (key, p) in props {
         let value = p
             .get("default")
+            .or_else(|| p.get("example"))
             .cloned()
             .unwrap_or_else(|| match p["type"].as_str() {
                 Some("integer") => json!(6379),
@@ -54,19 +64,37 @@ fn it_accepts_every_schema_key_with_its_default() {
         let envoy = p["x-build"].as_str() == Some("envoy");
         for policy in policies {
             let mut lb = Map::new();
-            let redis = policy != "endpoint_metrics" && !envoy;
-            if redis {
-                lb.insert("serviceFQDN".into(), json!("redis.static"));
-                lb.insert("servicePort".into(), json!(6379));
+            let mut cfg = json!({"lb_policy": policy});
+            match policy {
+                "global_least_request" | "prefix_cache" if !envoy => {
+                    lb.insert("serviceFQDN".into(), json!("redis.static"));
+                    lb.insert("servicePort".into(), json!(6379));
+                }
+                "cluster_metrics" => {
+                    cfg["lb_type"] = json!("cluster");
+                    lb.insert("mode".into(), json!("LeastBusy"));
+                    lb.insert("service_list".into(), json!(["outbound|80||a.static"]));
+                }
+                "cluster_hash" => {
+                    cfg["lb_type"] = json!("cluster");
+                    let one = json!([{"cluster": "outbound|80||a.static", "weight": 100}]);
+                    lb.insert("clusters".into(), one);
+                }
+                _ => {}
             }
             if envoy {
                 lb.insert("endpoints".into(), json!(["10.0.0.1:8000"]));
             }
             lb.insert(key.clone(), value.clone());
-            let cfg = json!({"lb_policy": policy, "lb_config": lb});
+            cfg["lb_config"] = Value::Object(lb);
             let build = if envoy { Build::Envoy } else { Build::Higress };
-            PluginConfig::parse_for(cfg.to_string().as_bytes(), build)
+            let parsed = ailb_core::config::parse(cfg.to_string().as_bytes(), build)
                 .unwrap_or_else(|e| panic!("schema key {key} ({policy}): {e}"));
+            assert!(
+                parsed.warnings.is_empty(),
+                "schema key {key} ({policy}): {:?}",
+                parsed.warnings
+            );
         }
     }
 }
@@ -77,43 +105,11 @@ fn it_parses_the_console_route_example() {
     assert_eq!(cfg.global.unwrap().max_load, 32);
 }
 
-/// Builds the plugin JSON from a WasmPlugin resource the way the Higress controller does
-/// (docs/higress-abi.md §11): defaultConfig unless disabled, one `_rules_` entry per matchRule.
-fn controller_json(cr: &Value) -> Value {
-    let spec = &cr["spec"];
-    let mut top = if spec["defaultConfigDisable"].as_bool().unwrap_or(false) {
-        Map::new()
-    } else {
-        spec["defaultConfig"]
-            .as_object()
-            .cloned()
-            .unwrap_or_default()
-    };
-    let rules: Vec<Value> = spec["matchRules"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            let mut c = r["config"].as_object().cloned().unwrap();
-            for (from, to) in [
-                ("ingress", "_match_route_"),
-                ("domain", "_match_domain_"),
-                ("service", "_match_service_"),
-            ] {
-                if let Some(list) = r.get(from) {
-                    c.insert(to.into(), list.clone());
-                }
-            }
-            Value::Object(c)
-        })
-        .collect();
-    top.insert("_rules_".into(), Value::Array(rules));
-    Value::Object(top)
-}
-
 #[test]
 fn it_parses_the_wasmplugin_resource_as_the_controller_sends_it() {
-    let cfg = parse(&controller_json(&yaml("wasmplugin.yaml")));
+    // Converted as the Higress controller does (the same code check-config uses).
+    let cr = yaml("wasmplugin.yaml");
+    let cfg = parse(&ailb_core::config::wasm_plugin(&cr["spec"]).unwrap());
     assert!(cfg.global.is_none());
     assert_eq!(cfg.rules.len(), 2);
     let route = RequestKeys {
@@ -150,6 +146,6 @@ fn it_parses_the_json_examples() {
                 .join(name),
         )
         .unwrap();
-        PluginConfig::parse(&bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
+        parse_bytes(&bytes);
     }
 }

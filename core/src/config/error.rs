@@ -1,32 +1,51 @@
-//! Configuration errors: each names the field path and the problem, never a secret's value.
+//! Configuration errors: each names the field path and the problem, never a secret's value,
+//! and says whose rule refused it (Higress's own, or one of this plugin's stricter keys).
 
 use std::fmt;
+
+/// Why a config was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// Not JSON (Higress refuses it too).
+    Syntax,
+    /// Higress's Go plugin refuses this config too (same rule, same outcome).
+    Higress,
+    /// One of this plugin's own keys, or a limit of this build (README tables): Higress has no
+    /// such key or build, so it would not refuse.
+    Strict,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
     /// Dotted path of the offending field, e.g. `_rules_[1].lb_config.servicePort`.
     pub path: String,
     pub problem: String,
+    pub kind: ErrorKind,
 }
 
 impl ConfigError {
+    /// An error from one of our own keys or this build's limits.
     pub fn new(path: impl Into<String>, problem: impl Into<String>) -> Self {
         ConfigError {
             path: path.into(),
             problem: problem.into(),
+            kind: ErrorKind::Strict,
         }
     }
 
-    /// The same error seen from an enclosing object (`prefix.path`).
-    pub fn within(self, prefix: &str) -> Self {
-        let path = if self.path.is_empty() {
-            prefix.to_string()
-        } else if self.path.starts_with('[') {
-            format!("{prefix}{}", self.path)
-        } else {
-            format!("{prefix}.{}", self.path)
-        };
-        ConfigError { path, ..self }
+    /// An error Higress's Go plugin makes too.
+    pub fn higress(path: impl Into<String>, problem: impl Into<String>) -> Self {
+        ConfigError {
+            kind: ErrorKind::Higress,
+            ..Self::new(path, problem)
+        }
+    }
+
+    pub fn syntax(problem: impl Into<String>) -> Self {
+        ConfigError {
+            kind: ErrorKind::Syntax,
+            ..Self::new("", problem)
+        }
     }
 }
 

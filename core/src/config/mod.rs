@@ -1,18 +1,53 @@
-//! Plugin configuration: Higress's `ai-load-balancer` keys (same names, same meaning) plus
-//! documented new ones, read once in `on_configure` into typed values. A bad config is
-//! rejected there with one error naming the field; it never reaches a request.
+//! Plugin configuration: Higress's `ai-load-balancer` contract (same keys, read as its Go plugin
+//! reads them) plus documented new keys, compiled once in `on_configure`. Two steps:
+//!
+//! 1. [`raw`]: serde structs mirroring the JSON; they never fail on a value.
+//! 2. `TryFrom<In<Raw…>> for Typed…` (route.rs and one module per policy): Higress's keys are
+//!    read through Go's coercions ([`go`]), with a [`Warning`] wherever that was lenient; our
+//!    own keys are strict. Errors are [`ConfigError`]s naming the field path, never a secret.
+//!
+//! [`envelope`] applies Higress's wrapper rules for the global config and `_rules_`. README
+//! "Configuration compatibility" is the user-facing account; `tools/check-config` runs this
+//! parser on a file.
 
+mod cluster_hash;
+mod cluster_metrics;
+mod common;
+mod document;
+mod envelope;
 mod error;
-mod fields;
-mod lb;
+mod go;
+mod inflight;
+mod json;
 mod metrics;
 mod prefix;
+mod raw;
+mod read;
+mod redis;
+mod route;
 mod rules;
+mod scrape;
+mod types;
+mod warning;
 
-pub use error::ConfigError;
-pub use lb::{CostMode, FailureMode, Policy, PolicyConfig, Publish, RedisTarget, RouteConfig};
-pub use metrics::{MetricsConfig, MetricsSource, ScrapeConfig};
+pub use cluster_hash::{ClusterHashConfig, WeightedCluster, DEFAULT_HASH_HEADER};
+pub use cluster_metrics::{
+    ClusterMetricsConfig, ClusterMode, MissingMetrics, DEFAULT_CLUSTER_HEADER,
+};
+pub use common::DEFAULT_DESTINATION_HEADER;
+pub use document::{plugin_configs, wasm_plugin, Delivered};
+pub use error::{ConfigError, ErrorKind};
+pub use inflight::{GlobalInflight, DEFAULT_INFLIGHT_KEY_PREFIX};
+pub use metrics::{MetricsConfig, MetricsSource, DEFAULT_CRITICALITY_HEADER};
 pub use prefix::PrefixSettings;
+pub use rules::{Matcher, RequestKeys};
+pub use scrape::ScrapeConfig;
+pub use types::{
+    CostMode, FailureMode, Policy, PolicyConfig, Publish, RedisTarget, RouteConfig, Secret,
+};
+pub use warning::Warning;
+
+use std::rc::Rc;
 
 /// Which artifact the config is for: the keys and defaults differ slightly (README).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,11 +64,6 @@ impl Build {
         Build::Higress
     };
 }
-pub use rules::{Matcher, RequestKeys};
-
-use fields::Fields;
-use serde_json::{Map, Value};
-use std::rc::Rc;
 
 /// Everything `on_configure` produced: the global config and the per-route rules.
 #[derive(Debug)]
@@ -42,50 +72,45 @@ pub struct PluginConfig {
     pub rules: Vec<(Matcher, Rc<RouteConfig>)>,
 }
 
+/// An accepted config and what was assumed while reading it (log each warning once).
+#[derive(Debug)]
+pub struct Parsed {
+    pub config: PluginConfig,
+    pub warnings: Vec<Warning>,
+}
+
+/// Parses and validates the plugin configuration JSON (Higress envelope included).
+pub fn parse(json: &[u8], build: Build) -> Result<Parsed, ConfigError> {
+    let mut warnings = warning::Warnings::default();
+    let (global, rules) = envelope::read(json, build, &mut warnings)?;
+    Ok(Parsed {
+        config: PluginConfig {
+            global: global.map(Rc::new),
+            rules: rules.into_iter().map(|(m, c)| (m, Rc::new(c))).collect(),
+        },
+        warnings: warnings.into_vec(),
+    })
+}
+
 impl PluginConfig {
-    /// Parses and validates the plugin configuration JSON (Higress envelope included).
+    /// [`parse`] for this build, dropping the warnings (callers that log them use [`parse`]).
     pub fn parse(json: &[u8]) -> Result<PluginConfig, ConfigError> {
         Self::parse_for(json, Build::CURRENT)
     }
 
     /// [`Self::parse`] for a given build (tests exercise both from one binary).
     pub fn parse_for(json: &[u8], build: Build) -> Result<PluginConfig, ConfigError> {
-        let value: Value = serde_json::from_slice(json)
-            .map_err(|e| ConfigError::new("", format!("not valid JSON: {e}")))?;
-        let Value::Object(top) = value else {
-            return Err(ConfigError::new(
-                "",
-                "the configuration must be a JSON object",
-            ));
-        };
-        let rules = match top.get("_rules_") {
-            None | Some(Value::Null) => Vec::new(),
-            Some(Value::Array(items)) => parse_rules(items, build)?,
-            Some(_) => {
-                return Err(ConfigError::new(
-                    "_rules_",
-                    "must be an array of rule objects",
-                ))
-            }
-        };
-        // Higress sends the global keys beside `_rules_`; a config that is only rules has none.
-        let has_global = top.keys().any(|k| !k.starts_with('_'));
-        let global = if has_global {
-            Some(Rc::new(RouteConfig::parse(&top, build)?))
-        } else {
-            None
-        };
-        if global.is_none() && rules.is_empty() {
-            return Err(ConfigError::new(
-                "lb_policy",
-                "missing: no global configuration and no _rules_",
-            ));
-        }
-        Ok(PluginConfig { global, rules })
+        parse(json, build).map(|p| p.config)
     }
 
-    /// The config for one request: the first matching rule, else the global config.
+    /// The config for one request: the first matching rule, else the global config. A cluster
+    /// policy (which the balancer does not serve yet) leaves the request to Envoy: `None`.
     pub fn select(&self, keys: &RequestKeys) -> Option<&Rc<RouteConfig>> {
+        self.matching(keys).filter(|c| !c.policy.is_cluster())
+    }
+
+    /// The config Higress would apply to one request, cluster policies included.
+    pub fn matching(&self, keys: &RequestKeys) -> Option<&Rc<RouteConfig>> {
         self.rules
             .iter()
             .find(|(m, _)| m.matches(keys))
@@ -93,14 +118,20 @@ impl PluginConfig {
             .or(self.global.as_ref())
     }
 
-    /// Every distinct route config (global first), e.g. to initialise each Redis target once.
+    /// Every endpoint-policy route config (global first), e.g. to initialise each Redis target
+    /// once. Cluster policies are left out, as in [`Self::select`].
     pub fn all(&self) -> impl Iterator<Item = &Rc<RouteConfig>> {
+        self.routes().filter(|c| !c.policy.is_cluster())
+    }
+
+    /// Every route config, global first.
+    pub fn routes(&self) -> impl Iterator<Item = &Rc<RouteConfig>> {
         self.global.iter().chain(self.rules.iter().map(|(_, c)| c))
     }
 
     /// One-line summary for the "config accepted" log: counts and policies, no secrets.
     pub fn summary(&self) -> String {
-        let policies: Vec<&str> = self.all().map(|c| c.policy.kind().name()).collect();
+        let policies: Vec<&str> = self.routes().map(|c| c.policy.name()).collect();
         format!(
             "global={} rules={} policies=[{}]",
             self.global.is_some(),
@@ -110,27 +141,7 @@ impl PluginConfig {
     }
 }
 
-fn parse_rules(
-    items: &[Value],
-    build: Build,
-) -> Result<Vec<(Matcher, Rc<RouteConfig>)>, ConfigError> {
-    let mut out = Vec::with_capacity(items.len());
-    for (i, item) in items.iter().enumerate() {
-        let at = format!("_rules_[{i}]");
-        let Value::Object(map) = item else {
-            return Err(ConfigError::new(at, "must be an object"));
-        };
-        let matcher = Matcher::parse(map).map_err(|e| e.within(&at))?;
-        let config = RouteConfig::parse(map, build).map_err(|e| e.within(&at))?;
-        out.push((matcher, Rc::new(config)));
-    }
-    Ok(out)
-}
-
-/// Parses a JSON object's fields with unknown-key detection (shared by the sub-parsers).
-pub(crate) fn fields(map: &Map<String, Value>) -> Fields<'_> {
-    Fields::new(map)
-}
-
+#[cfg(test)]
+mod leniency_tests;
 #[cfg(test)]
 mod tests;

@@ -1,9 +1,15 @@
 //! Higress's per-route envelope: `_rules_` entries with `_match_route_`,
-//! `_match_route_prefix_`, `_match_domain_` and `_match_service_` (docs/higress-abi.md §11).
-//! Rules are tried in order, the first match wins, then the global config applies.
+//! `_match_route_prefix_`, `_match_domain_` and `_match_service_`, read and matched as the
+//! wasm-go SDK's rule matcher does. Each list is read with gjson `Array()` (a single string is
+//! a one-item list); route, prefix and service lists drop empty strings, the domain list keeps
+//! them. A rule has one category: route (with service: both must match), else domain, else
+//! service, else route prefix; lists of lower categories are then ignored. Rules are tried in
+//! order, the first match wins, then the global config applies (docs/higress-abi.md §11).
 
+use super::go::{Field, Go};
+use super::raw::RawRoute;
+use super::read::Reader;
 use super::ConfigError;
-use serde_json::{Map, Value};
 
 /// What a request is matched on.
 #[derive(Debug, Clone, Default)]
@@ -14,9 +20,19 @@ pub struct RequestKeys<'a> {
     pub authority: Option<&'a str>,
 }
 
-/// One rule's match conditions. Every category present must match (Go's route+service rules).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Category {
+    Route,
+    RouteAndService,
+    Domain,
+    Service,
+    RoutePrefix,
+}
+
+/// One rule's match conditions.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Matcher {
+    category: Category,
     routes: Vec<String>,
     route_prefixes: Vec<String>,
     domains: Vec<String>,
@@ -24,175 +40,139 @@ pub struct Matcher {
 }
 
 impl Matcher {
-    pub fn parse(map: &Map<String, Value>) -> Result<Matcher, ConfigError> {
-        let m = Matcher {
-            routes: strings(map, "_match_route_")?,
-            route_prefixes: strings(map, "_match_route_prefix_")?,
-            domains: strings(map, "_match_domain_")?,
-            services: strings(map, "_match_service_")?,
+    /// Reads a rule's match lists; a rule without any is refused, which refuses the whole
+    /// config (as in Higress).
+    pub fn read(raw: &RawRoute, r: &mut Reader<'_>) -> Result<Matcher, ConfigError> {
+        let routes = list(r, "_match_route_", &raw.match_route, false);
+        let route_prefixes = list(r, "_match_route_prefix_", &raw.match_route_prefix, false);
+        let domains = list(r, "_match_domain_", &raw.match_domain, true);
+        let services = list(r, "_match_service_", &raw.match_service, false);
+        let category = match (
+            !routes.is_empty(),
+            !domains.is_empty(),
+            !services.is_empty(),
+            !route_prefixes.is_empty(),
+        ) {
+            (true, _, true, _) => Category::RouteAndService,
+            (true, _, false, _) => Category::Route,
+            (false, true, _, _) => Category::Domain,
+            (false, false, true, _) => Category::Service,
+            (false, false, false, true) => Category::RoutePrefix,
+            (false, false, false, false) => {
+                return Err(r.err_higress(
+                    "",
+                    "a rule needs _match_route_, _match_route_prefix_, _match_domain_ or _match_service_ (Higress: there is at least one of '_match_route_', '_match_domain_', '_match_service_' and '_match_route_prefix_' can present in configuration.)",
+                ))
+            }
         };
-        if m.routes.is_empty()
-            && m.route_prefixes.is_empty()
-            && m.domains.is_empty()
-            && m.services.is_empty()
-        {
-            return Err(ConfigError::new(
-                "",
-                "a rule needs _match_route_, _match_route_prefix_, _match_domain_ or _match_service_",
-            ));
-        }
+        let m = Matcher {
+            category,
+            routes,
+            route_prefixes,
+            domains,
+            services,
+        };
+        m.warn_ignored_lists(r);
         Ok(m)
+    }
+
+    /// Lists the rule's category makes Higress ignore.
+    fn warn_ignored_lists(&self, r: &mut Reader<'_>) {
+        let by = match self.category {
+            Category::Route | Category::RouteAndService => "_match_route_",
+            Category::Domain => "_match_domain_",
+            Category::Service => "_match_service_",
+            Category::RoutePrefix => return,
+        };
+        let ignored = [
+            (
+                "_match_domain_",
+                !self.domains.is_empty() && by == "_match_route_",
+            ),
+            (
+                "_match_service_",
+                !self.services.is_empty() && by == "_match_domain_",
+            ),
+            ("_match_route_prefix_", !self.route_prefixes.is_empty()),
+        ];
+        for (key, set) in ignored {
+            if set {
+                r.warn(
+                    key,
+                    format!("ignored: a rule with {by} matches on that only (as in Higress)"),
+                );
+            }
+        }
     }
 
     pub fn matches(&self, keys: &RequestKeys) -> bool {
         let route = keys.route.unwrap_or("");
-        (self.routes.is_empty() || self.routes.iter().any(|r| r == route))
-            && (self.route_prefixes.is_empty()
-                || self
-                    .route_prefixes
-                    .iter()
-                    .any(|p| route.starts_with(p.as_str())))
-            && (self.domains.is_empty()
-                || self
-                    .domains
-                    .iter()
-                    .any(|d| domain_matches(d, keys.authority)))
-            && (self.services.is_empty()
-                || self
-                    .services
-                    .iter()
-                    .any(|s| service_matches(s, keys.cluster)))
+        match self.category {
+            Category::Route => self.routes.iter().any(|r| r == route),
+            Category::RouteAndService => {
+                self.routes.iter().any(|r| r == route) && self.service_matches(keys.cluster)
+            }
+            Category::Domain => {
+                let host = strip_port(keys.authority.unwrap_or(""));
+                self.domains.iter().any(|d| domain_matches(d, host))
+            }
+            Category::Service => self.service_matches(keys.cluster),
+            Category::RoutePrefix => self
+                .route_prefixes
+                .iter()
+                .any(|p| route.starts_with(p.as_str())),
+        }
+    }
+
+    /// Cluster names look like `outbound|8000||llm.static`: `fqdn` matches part 4, `fqdn:port`
+    /// matches parts 4 and 2.
+    fn service_matches(&self, cluster: Option<&str>) -> bool {
+        let parts: Vec<&str> = cluster.unwrap_or("").split('|').collect();
+        let [_, port, _, fqdn] = parts.as_slice() else {
+            return false;
+        };
+        self.services.iter().any(|s| match s.rsplit_once(':') {
+            Some((f, p)) if f == *fqdn && p == *port => true,
+            _ => s == fqdn,
+        })
     }
 }
 
-fn strings(map: &Map<String, Value>, key: &str) -> Result<Vec<String>, ConfigError> {
-    match map.get(key) {
-        None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::Array(items)) => items
-            .iter()
-            .enumerate()
-            .map(|(i, v)| match v {
-                Value::String(s) if !s.is_empty() => Ok(s.clone()),
-                _ => Err(ConfigError::new(
-                    format!("{key}[{i}]"),
-                    "must be a non-empty string",
-                )),
-            })
-            .collect(),
-        Some(_) => Err(ConfigError::new(key, "must be an array of strings")),
+/// A match list as gjson reads it: items as strings, deduplicated (Go keeps sets), empty
+/// strings dropped except for domains.
+fn list(r: &mut Reader<'_>, key: &str, v: &Field<Go>, keep_empty: bool) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for (n, item) in r.list(key, v).unwrap_or_default().into_iter().enumerate() {
+        let s = r
+            .string(&format!("{key}[{n}]"), &Field(Some(item)))
+            .unwrap_or_default();
+        if s.is_empty() && !keep_empty {
+            r.warn(&format!("{key}[{n}]"), "empty: dropped (as in Higress)");
+        } else if !out.contains(&s) {
+            out.push(s);
+        }
     }
+    out
 }
 
-/// `*.example.com` matches by suffix, `api.*` by prefix, anything else exactly; the port of
-/// `:authority` is ignored (as Higress's matcher does).
-fn domain_matches(pattern: &str, authority: Option<&str>) -> bool {
-    let Some(authority) = authority else {
-        return false;
-    };
-    let host = strip_port(authority);
+/// `*x` matches by suffix, `x*` by prefix, anything else exactly (case-sensitive, as Go).
+fn domain_matches(pattern: &str, host: &str) -> bool {
     if let Some(suffix) = pattern.strip_prefix('*') {
         host.ends_with(suffix)
     } else if let Some(prefix) = pattern.strip_suffix('*') {
         host.starts_with(prefix)
     } else {
-        host.eq_ignore_ascii_case(pattern)
+        host == pattern
     }
 }
 
+/// Go's `stripPortFromHost`: drop what follows the last ':' unless it is inside `[v6]`.
 fn strip_port(authority: &str) -> &str {
-    if authority.starts_with('[') {
-        // [v6]:port
-        return authority
-            .split_once(']')
-            .map_or(authority, |(h, _)| &h[1..]);
-    }
-    match authority.rsplit_once(':') {
-        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
+    match authority.rfind(':') {
+        Some(colon) if authority.rfind(']').is_none_or(|b| b < colon) => &authority[..colon],
         _ => authority,
     }
 }
 
-/// Cluster names look like `outbound|8000||llm.static`: `fqdn` matches part 4, `fqdn:port`
-/// matches parts 4 and 2.
-fn service_matches(pattern: &str, cluster: Option<&str>) -> bool {
-    let Some(cluster) = cluster else {
-        return false;
-    };
-    let parts: Vec<&str> = cluster.split('|').collect();
-    let [_, port, _, fqdn] = parts.as_slice() else {
-        return false;
-    };
-    match pattern.rsplit_once(':') {
-        Some((p_fqdn, p_port)) => p_fqdn == *fqdn && p_port == *port,
-        None => pattern == *fqdn,
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn matcher(v: Value) -> Matcher {
-        Matcher::parse(v.as_object().unwrap()).unwrap()
-    }
-
-    fn keys<'a>(route: &'a str, cluster: &'a str, authority: &'a str) -> RequestKeys<'a> {
-        RequestKeys {
-            route: Some(route),
-            cluster: Some(cluster),
-            authority: Some(authority),
-        }
-    }
-
-    #[test]
-    fn matches_each_category() {
-        let c = "outbound|8000||llm.default.svc.cluster.local";
-        let k = keys("default/chat", c, "api.example.com:443");
-        assert!(matcher(json!({"_match_route_": ["x", "default/chat"]})).matches(&k));
-        assert!(!matcher(json!({"_match_route_": ["default/cha"]})).matches(&k));
-        assert!(matcher(json!({"_match_route_prefix_": ["default/"]})).matches(&k));
-        assert!(matcher(json!({"_match_domain_": ["*.example.com"]})).matches(&k));
-        assert!(matcher(json!({"_match_domain_": ["api.*"]})).matches(&k));
-        assert!(matcher(json!({"_match_domain_": ["api.example.com"]})).matches(&k));
-        assert!(!matcher(json!({"_match_domain_": ["example.com"]})).matches(&k));
-        assert!(matcher(json!({"_match_service_": ["llm.default.svc.cluster.local"]})).matches(&k));
-        assert!(
-            matcher(json!({"_match_service_": ["llm.default.svc.cluster.local:8000"]})).matches(&k)
-        );
-        assert!(
-            !matcher(json!({"_match_service_": ["llm.default.svc.cluster.local:9000"]}))
-                .matches(&k)
-        );
-        // Both categories present: both must match.
-        assert!(
-            !matcher(json!({"_match_route_": ["default/chat"], "_match_service_": ["other"]}))
-                .matches(&k)
-        );
-        assert!(!matcher(json!({"_match_service_": ["llm"]})).matches(&keys(
-            "r",
-            "not-a-cluster-name",
-            "h"
-        )));
-    }
-
-    #[test]
-    fn strips_ports_including_ipv6() {
-        assert_eq!(strip_port("a.b:80"), "a.b");
-        assert_eq!(strip_port("a.b"), "a.b");
-        assert_eq!(strip_port("[::1]:80"), "::1");
-    }
-
-    #[test]
-    fn rejects_bad_match_lists() {
-        for (v, path) in [
-            (json!({}), ""),
-            (json!({"_match_route_": "r"}), "_match_route_"),
-            (json!({"_match_route_": [1]}), "_match_route_[0]"),
-            (json!({"_match_domain_": [""]}), "_match_domain_[0]"),
-        ] {
-            let err = Matcher::parse(v.as_object().unwrap()).unwrap_err();
-            assert_eq!(err.path, path, "{err}");
-        }
-    }
-}
+mod tests;

@@ -284,21 +284,21 @@ fn it_handles_bad_requests_cleanly() {
 #[test]
 fn it_refuses_to_start_with_an_invalid_config() {
     let bed = Bed::new(1, |_| {});
-    let bad = json!({"lb_policy": "global_least_request", "lb_config": {"serviceFQDN": "redis.static", "servicePort": 70000}});
+    let bad = json!({"lb_policy": "global_least_request", "lb_config": {"serviceFQDN": "redis.static", "servicePort": 0}});
     let err = match Gateway::start(&bed.spec("gw-bad", Some(bad))) {
         Ok(_) => panic!("an invalid plugin config must be rejected"),
         Err(e) => e.to_string(),
     };
     assert!(
-        err.contains("lb_config.servicePort: 70000 is not a port"),
+        err.contains("lb_config.servicePort") && err.contains("0 is not a port"),
         "{err}"
     );
-    let secret = json!({"lb_policy": "global_least_request", "lb_config": {"serviceFQDN": "redis.static", "servicePort": 6379, "password": "hunter2-secret", "timeout": "x"}});
+    let secret = json!({"lb_policy": "global_least_request", "lb_config": {"serviceFQDN": "redis.static", "servicePort": 6379, "password": "hunter2-secret", "leaseTTL": "x"}});
     let err = Gateway::start(&bed.spec("gw-bad2", Some(secret)))
         .err()
         .map(|e| e.to_string())
         .unwrap_or_default();
-    assert!(err.contains("lb_config.timeout"), "{err}");
+    assert!(err.contains("lb_config.leaseTTL"), "{err}");
     assert!(
         !err.contains("hunter2-secret"),
         "the password leaked into the log: {err}"

@@ -56,6 +56,11 @@ impl Policies {
             PolicyConfig::GlobalLeastRequest => local_least_request::decide(host, env, input),
             PolicyConfig::PrefixCache(settings) => prefix_cache::decide(host, env, input, settings),
             PolicyConfig::EndpointMetrics(mc) => self.metrics.decide(host, env, input, mc),
+            // `PluginConfig::select` does not hand out cluster-level configs yet: Envoy's own
+            // routing applies to them, as if the plugin were off for those routes.
+            PolicyConfig::ClusterMetrics(_) | PolicyConfig::ClusterHash(_) => {
+                Decision::Fallback(crate::reason::Cause::NoRoute)
+            }
         }
     }
 

@@ -479,15 +479,6 @@ fn config_keys_defaults_and_errors() {
     let e = crate::config::Build::Envoy;
     let h = crate::config::Build::Higress;
     for (lb, build, field) in [
-        (json!({"metric_policy": "fastest"}), h, "metric_policy"),
-        (json!({"metric_policy": "least"}), h, "target_metric"),
-        (
-            json!({"metric_policy": "most", "target_metric": "not a name"}),
-            h,
-            "target_metric",
-        ),
-        (json!({"rate_limit": 0}), h, "rate_limit"),
-        (json!({"rate_limit": 1.5}), h, "rate_limit"),
         (json!({"kvCacheThreshold": 2}), h, "kvCacheThreshold"),
         (
             json!({"queueThresholdCritical": -1}),
@@ -546,10 +537,8 @@ fn config_keys_defaults_and_errors() {
         ),
         (json!({"criticalityHeader": ""}), h, "criticalityHeader"),
         (json!({"sheddableModels": "m"}), h, "sheddableModels"),
-        (json!({"serviceFQDN": "redis.static"}), h, "serviceFQDN"),
         (json!({"endpoints": ["10.0.0.1:80"]}), h, "endpoints"),
         (json!({"destinationHeader": "x"}), h, "destinationHeader"),
-        (json!({"unknownKey": 1}), h, "unknownKey"),
         (json!({"scrapeCluster": "c"}), e, "endpoints"),
         (
             json!({"endpoints": ["localhost:80"], "scrapeCluster": "c"}),
@@ -579,6 +568,31 @@ fn config_keys_defaults_and_errors() {
     ] {
         let err = g(lb.clone(), build).expect_err(&lb.to_string()).to_string();
         assert!(err.contains(&format!("lb_config.{field}")), "{lb}: {err}");
+    }
+    // What Higress's Go plugin accepts is accepted with one warning naming the field
+    // (issue 9; README "Configuration compatibility").
+    for (lb, field) in [
+        (json!({"metric_policy": "fastest"}), "metric_policy"),
+        (json!({"metric_policy": "least"}), "metric_policy"),
+        (
+            json!({"metric_policy": "most", "target_metric": "not a name"}),
+            "metric_policy",
+        ),
+        (json!({"rate_limit": 0}), "rate_limit"),
+        (json!({"rate_limit": 1.5}), "rate_limit"),
+        (json!({"serviceFQDN": "redis.static"}), "serviceFQDN"),
+        (json!({"unknownKey": 1}), "unknownKey"),
+    ] {
+        let json = json!({"lb_policy": "endpoint_metrics", "lb_config": lb}).to_string();
+        let parsed = crate::config::parse(json.as_bytes(), h).expect(&json);
+        assert!(
+            parsed
+                .warnings
+                .iter()
+                .any(|w| w.path == format!("lb_config.{field}")),
+            "{json}: {:?}",
+            parsed.warnings
+        );
     }
     // Redis is refused by the plain-Envoy least request.
     let err = PluginConfig::parse_for(

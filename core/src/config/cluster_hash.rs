@@ -1,0 +1,98 @@
+//! `lb_type: cluster`, `lb_policy: cluster_hash`: Higress's keys, defaults and checks (README
+//! "Cluster policies" table), Go's error texts. Weights must be positive and sum to exactly
+//! 100; there is no normalisation.
+
+use super::cluster_metrics::{header_or, DEFAULT_CLUSTER_HEADER};
+use super::go::Field;
+use super::raw::RawLbConfig;
+use super::read::In;
+use super::ConfigError;
+
+pub const CLUSTER_HASH_KEYS: &[&str] = &["hash_header", "cluster_header", "clusters"];
+pub const DEFAULT_HASH_HEADER: &str = "x-mse-consumer";
+
+/// One `clusters` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WeightedCluster {
+    pub cluster: String,
+    /// 1-100: the entry owns this many of the 100 slots, after the entries before it.
+    pub weight: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterHashConfig {
+    /// The request header whose value is hashed; a request without it is answered 403.
+    pub hash_header: String,
+    pub cluster_header: String,
+    /// In list order (slot order); duplicate names allowed, as in Go.
+    pub clusters: Vec<WeightedCluster>,
+}
+
+impl TryFrom<In<'_, '_, RawLbConfig>> for ClusterHashConfig {
+    type Error = ConfigError;
+
+    fn try_from(i: In<'_, '_, RawLbConfig>) -> Result<Self, ConfigError> {
+        let (raw, r) = (i.raw, i.r);
+        let hash_header = header_or(r, "hash_header", &raw.hash_header, DEFAULT_HASH_HEADER);
+        let cluster_header = header_or(
+            r,
+            "cluster_header",
+            &raw.cluster_header,
+            DEFAULT_CLUSTER_HEADER,
+        );
+        // Unlike other lists, Go requires a real JSON array here (`IsArray`).
+        let items = match raw.clusters.as_ref() {
+            Some(v) if v.is_array() => v.array().0,
+            _ => Vec::new(),
+        };
+        if items.is_empty() {
+            return Err(r.err_higress(
+                "clusters",
+                "clusters is required and must be a non-empty array",
+            ));
+        }
+        let mut clusters = Vec::with_capacity(items.len());
+        let mut total: i64 = 0;
+        for (n, item) in items.iter().enumerate() {
+            let mut e = r.nested(&format!("clusters[{n}]"));
+            let cluster = e
+                .string("cluster", &Field(item.get("cluster")))
+                .unwrap_or_default();
+            if cluster.is_empty() {
+                return Err(
+                    e.err_higress("cluster", "each entry must have a non-empty cluster field")
+                );
+            }
+            let weight = e.int("weight", &Field(item.get("weight"))).unwrap_or(0);
+            if weight <= 0 {
+                return Err(e.err_higress(
+                    "weight",
+                    format!("cluster {cluster:?} has invalid weight {weight}, must be > 0"),
+                ));
+            }
+            // Go's int sum wraps; a sum that overflows is refused outright (it could only
+            // "wrap to 100" with weights Go would then try to expand into slots).
+            total = total.checked_add(weight).ok_or_else(|| {
+                r.err_higress(
+                    "clusters",
+                    "sum of cluster weights must be 100, got an overflowing sum",
+                )
+            })?;
+            clusters.push(WeightedCluster {
+                cluster,
+                weight: u32::try_from(weight).unwrap_or(u32::MAX),
+            });
+        }
+        if total != 100 {
+            return Err(r.err_higress(
+                "clusters",
+                format!("sum of cluster weights must be 100, got {total}"),
+            ));
+        }
+        Ok(ClusterHashConfig {
+            hash_header,
+            cluster_header,
+            clusters,
+        })
+    }
+}

@@ -1,0 +1,222 @@
+//! The keys every endpoint policy shares: Higress's `maxRequestCount`, `cleanInterval` and
+//! `enableDetailLog` (read as Go reads them), our own `leaseTTL`, `costMode`, `failureMode`,
+//! `debugHeader`, `maxBodyBytes`, `redisKeyPrefix` (strict), and the plain-Envoy build's
+//! `endpoints`, `destinationHeader`, `fallbackCount` (strict).
+
+use super::raw::RawLbConfig;
+use super::read::In;
+use super::types::{CostMode, FailureMode, Publish};
+use super::{Build, ConfigError};
+
+pub const COMMON_KEYS: &[&str] = &[
+    "maxRequestCount",
+    "cleanInterval",
+    "enableDetailLog",
+    "leaseTTL",
+    "costMode",
+    "failureMode",
+    "debugHeader",
+    "maxBodyBytes",
+    "redisKeyPrefix",
+];
+pub const ENVOY_KEYS: &[&str] = &["endpoints", "destinationHeader", "fallbackCount"];
+pub const DEFAULT_DESTINATION_HEADER: &str = "x-gateway-destination-endpoint";
+pub const DEFAULT_MAX_BODY_BYTES: u64 = 10 * 1024 * 1024;
+pub const DEFAULT_LEASE_TTL_S: u64 = 600;
+
+/// The shared settings of an endpoint policy.
+#[derive(Debug, Clone)]
+pub struct Common {
+    pub key_prefix: String,
+    pub lease_ttl_ms: u64,
+    pub cost: CostMode,
+    pub max_load: u64,
+    pub failure_mode: FailureMode,
+    pub debug_header: Option<String>,
+    pub max_body_bytes: usize,
+    pub detail_log: bool,
+}
+
+impl Common {
+    /// What a policy whose keys these are not (cluster policies) gets.
+    pub fn defaults() -> Common {
+        Common {
+            key_prefix: "ailb".into(),
+            lease_ttl_ms: DEFAULT_LEASE_TTL_S * 1000,
+            cost: CostMode::Requests,
+            max_load: 0,
+            failure_mode: FailureMode::Allow,
+            debug_header: None,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES as usize,
+            detail_log: true,
+        }
+    }
+}
+
+/// Letters, digits, '-' and '_': what a header name config key accepts.
+pub fn is_header_name(h: &str) -> bool {
+    !h.is_empty()
+        && h.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+impl TryFrom<In<'_, '_, RawLbConfig>> for Common {
+    type Error = ConfigError;
+
+    fn try_from(i: In<'_, '_, RawLbConfig>) -> Result<Common, ConfigError> {
+        let (raw, r) = (i.raw, i.r);
+        let max_request_count = r
+            .int("maxRequestCount", &raw.max_request_count)
+            .unwrap_or(0);
+        if max_request_count < 0 {
+            r.warn(
+                "maxRequestCount",
+                "negative: no cap (as in Higress, where <= 0 is unlimited)",
+            );
+        }
+        // Read for its warnings only: the membership sync (design §3) already drops endpoints
+        // that left the cluster, which is all Higress's periodic clean-up did.
+        let _ = r.int("cleanInterval", &raw.clean_interval);
+        let detail_log = r
+            .bool("enableDetailLog", &raw.enable_detail_log)
+            .unwrap_or(true);
+
+        let lease_ttl_s = r
+            .own("leaseTTL", &raw.lease_ttl)?
+            .unwrap_or(DEFAULT_LEASE_TTL_S);
+        if !(1..=86_400).contains(&lease_ttl_s) {
+            return Err(r.err("leaseTTL", format!("{lease_ttl_s} s is outside 1-86400")));
+        }
+        let cost = match r.own("costMode", &raw.cost_mode)?.as_deref() {
+            None | Some("requests") => CostMode::Requests,
+            Some("bytes") => CostMode::Bytes,
+            Some("tokens") => CostMode::Tokens,
+            Some(other) => {
+                return Err(r.err(
+                    "costMode",
+                    format!("unknown value `{other}` (requests, bytes, tokens)"),
+                ))
+            }
+        };
+        let failure_mode = match r.own("failureMode", &raw.failure_mode)?.as_deref() {
+            None | Some("allow") => FailureMode::Allow,
+            Some("deny") => FailureMode::Deny,
+            Some(other) => {
+                return Err(r.err(
+                    "failureMode",
+                    format!("unknown value `{other}` (allow, deny)"),
+                ))
+            }
+        };
+        let debug_header = r.own("debugHeader", &raw.debug_header)?;
+        if debug_header.as_deref().is_some_and(|h| !is_header_name(h)) {
+            return Err(r.err(
+                "debugHeader",
+                "must be a header name (letters, digits, '-', '_')",
+            ));
+        }
+        let max_body_bytes = r
+            .own("maxBodyBytes", &raw.max_body_bytes)?
+            .unwrap_or(DEFAULT_MAX_BODY_BYTES);
+        if max_body_bytes == 0 || max_body_bytes > 1 << 30 {
+            return Err(r.err("maxBodyBytes", "must be between 1 and 1073741824"));
+        }
+        let key_prefix = r
+            .own("redisKeyPrefix", &raw.redis_key_prefix)?
+            .unwrap_or_else(|| "ailb".to_string());
+        if key_prefix.is_empty()
+            || !key_prefix
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        {
+            return Err(r.err(
+                "redisKeyPrefix",
+                "must be non-empty letters, digits, '-', '_' or '.'",
+            ));
+        }
+        Ok(Common {
+            key_prefix,
+            lease_ttl_ms: lease_ttl_s * 1000,
+            cost,
+            max_load: u64::try_from(max_request_count).unwrap_or(0),
+            failure_mode,
+            debug_header: debug_header.map(|h| h.to_ascii_lowercase()),
+            max_body_bytes: max_body_bytes as usize,
+            detail_log,
+        })
+    }
+}
+
+/// The plain-Envoy keys: `endpoints` (required there unless `endpoints_optional`) and
+/// `destinationHeader`/`fallbackCount`. The Higress build takes its endpoints from the host
+/// and refuses them.
+pub fn publish(
+    i: In<'_, '_, RawLbConfig>,
+    endpoints_optional: bool,
+) -> Result<(Vec<String>, Publish), ConfigError> {
+    let (raw, r) = (i.raw, i.r);
+    let endpoints = r.own("endpoints", &raw.endpoints)?;
+    let header = r.own("destinationHeader", &raw.destination_header)?;
+    let fallbacks = r.own("fallbackCount", &raw.fallback_count)?;
+    if i.build == Build::Higress {
+        for (key, set) in [
+            ("endpoints", endpoints.is_some()),
+            ("destinationHeader", header.is_some()),
+            ("fallbackCount", fallbacks.is_some()),
+        ] {
+            if set {
+                return Err(r.err(
+                    key,
+                    "only in the plain-Envoy build (Higress gives the endpoints and the override call)",
+                ));
+            }
+        }
+        return Ok((Vec::new(), Publish::OverrideHost));
+    }
+    let mut endpoints = endpoints.unwrap_or_default();
+    if endpoints.is_empty() && !endpoints_optional {
+        return Err(r.err(
+            "endpoints",
+            "missing: the plain-Envoy build needs the pods as [\"ip:port\", ...]",
+        ));
+    }
+    for (n, e) in endpoints.iter().enumerate() {
+        if !is_endpoint(e) {
+            return Err(r.err(&format!("endpoints[{n}]"), format!("`{e}` is not ip:port")));
+        }
+    }
+    endpoints.sort_unstable();
+    endpoints.dedup();
+    let name = header.unwrap_or_else(|| DEFAULT_DESTINATION_HEADER.to_string());
+    if !is_header_name(&name) {
+        return Err(r.err(
+            "destinationHeader",
+            "must be a header name (letters, digits, '-', '_')",
+        ));
+    }
+    let fallbacks = fallbacks.unwrap_or(2);
+    if fallbacks > 16 {
+        return Err(r.err("fallbackCount", "at most 16"));
+    }
+    Ok((
+        endpoints,
+        Publish::Header {
+            name: name.to_ascii_lowercase(),
+            fallbacks: fallbacks as usize,
+        },
+    ))
+}
+
+/// `a.b.c.d:port` or `[v6]:port`.
+fn is_endpoint(e: &str) -> bool {
+    let Some((host, port)) = e.rsplit_once(':') else {
+        return false;
+    };
+    let port_ok = port.parse::<u16>().is_ok_and(|p| p != 0);
+    let host_ok = if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        v6.parse::<std::net::Ipv6Addr>().is_ok()
+    } else {
+        host.parse::<std::net::Ipv4Addr>().is_ok()
+    };
+    port_ok && host_ok
+}

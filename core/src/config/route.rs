@@ -1,0 +1,290 @@
+//! One route's config (the global config or a `_rules_` entry): `lb_type` and `lb_policy`
+//! chosen as Higress's Go plugin chooses them, `lb_config` compiled by the policy's module,
+//! and every `lb_config` key the policy does not read reported (Higress ignores them too).
+
+use super::cluster_hash::{ClusterHashConfig, CLUSTER_HASH_KEYS};
+use super::cluster_metrics::{ClusterMetricsConfig, CLUSTER_METRICS_KEYS};
+use super::common::{self, Common, COMMON_KEYS, ENVOY_KEYS};
+use super::inflight::INFLIGHT_REDIS_KEYS;
+use super::metrics::{MetricsConfig, METRICS_KEYS};
+use super::prefix::{PrefixSettings, PREFIX_KEYS};
+use super::raw::{RawLbConfig, RawRoute, LEGACY_KEYS};
+use super::read::{In, Reader};
+use super::types::{Policy, PolicyConfig, Publish, RouteConfig};
+use super::warning::nearest;
+use super::{redis, Build, ConfigError};
+use serde_json::Value;
+use std::rc::Rc;
+
+const REDIS_KEYS: &[&str] = &[
+    "serviceFQDN",
+    "servicePort",
+    "username",
+    "password",
+    "timeout",
+    "database",
+];
+const DEFAULT_REDIS_TIMEOUT_MS: i64 = 3000;
+
+/// Which `lb_config` keys each policy reads (for the "ignored" warnings).
+const OWNERS: &[(&str, &[&[&str]])] = &[
+    (
+        "global_least_request",
+        &[REDIS_KEYS, COMMON_KEYS, ENVOY_KEYS],
+    ),
+    (
+        "prefix_cache",
+        &[REDIS_KEYS, COMMON_KEYS, ENVOY_KEYS, PREFIX_KEYS],
+    ),
+    ("endpoint_metrics", &[COMMON_KEYS, ENVOY_KEYS, METRICS_KEYS]),
+    (
+        "cluster_metrics",
+        &[CLUSTER_METRICS_KEYS, INFLIGHT_REDIS_KEYS],
+    ),
+    ("cluster_hash", &[CLUSTER_HASH_KEYS]),
+];
+
+impl TryFrom<In<'_, '_, RawRoute>> for RouteConfig {
+    type Error = ConfigError;
+
+    fn try_from(i: In<'_, '_, RawRoute>) -> Result<RouteConfig, ConfigError> {
+        let (raw, r, build) = (i.raw, i.r, i.build);
+        for key in raw.other.keys().filter(|k| !k.starts_with('_')) {
+            let mut message = "unknown key: ignored, as Higress ignores it".to_string();
+            if let Some(near) = nearest(key, RawRoute::KEYS) {
+                message.push_str(&format!("; did you mean `{near}`?"));
+            }
+            r.warn(key, message);
+        }
+        let lb_type = r.string("lb_type", &raw.lb_type).unwrap_or_default();
+        if lb_type.is_empty() && raw.lb_type.is_some() {
+            r.warn("lb_type", "empty: assumed `endpoint` (as in Higress)");
+        }
+        let lb_policy = r.string("lb_policy", &raw.lb_policy).unwrap_or_default();
+        let policy = choose(&lb_type, &lb_policy, r)?;
+        if build == Build::Envoy && policy == "prefix_cache" {
+            return Err(r.err(
+                "lb_policy",
+                "prefix_cache needs the request body before routing: Higress build only",
+            ));
+        }
+        let lb = match raw.lb_config.as_ref() {
+            None => Value::Null,
+            Some(v) if v.0.is_object() || v.is_null() => v.0.clone(),
+            Some(_) => {
+                r.warn(
+                    "lb_config",
+                    "not an object: read as {} (as Higress reads it)",
+                );
+                Value::Null
+            }
+        };
+        let lb = RawLbConfig::from_value(&lb);
+        let mut lr = r.nested("lb_config");
+        let (config, read) = compile(policy, &lb, &mut lr, build)?;
+        warn_unread(&lb, &mut lr, config.policy.name(), &read);
+        Ok(config)
+    }
+}
+
+const ENDPOINT_POLICIES: &[&str] = &[
+    "global_least_request",
+    "prefix_cache",
+    "endpoint_metrics",
+    "metrics_based",
+];
+const CLUSTER_POLICIES: &[&str] = &["cluster_metrics", "cluster_hash"];
+const LEAST_BUSY: &str = "`least_busy` was removed from Higress's ai-load-balancer, use \
+    endpoint_metrics (Higress: lb_psolicy least_busy is not supported)";
+
+/// Higress's dispatch: `lb_type` `""` is `endpoint`; each type has its own policies.
+fn choose(lb_type: &str, lb_policy: &str, r: &Reader<'_>) -> Result<&'static str, ConfigError> {
+    let (type_name, known) = match lb_type {
+        "" | "endpoint" => ("endpoint", ENDPOINT_POLICIES),
+        "cluster" => ("cluster", CLUSTER_POLICIES),
+        other => {
+            return Err(r.err_higress(
+                "lb_type",
+                format!(
+                    "unknown value `{other}` (endpoint, cluster; \
+                     Higress: lb_type {other} is not supported)"
+                ),
+            ))
+        }
+    };
+    if let Some(p) = known.iter().find(|p| **p == lb_policy) {
+        return Ok(p);
+    }
+    let problem = match lb_policy {
+        "" => "missing".to_string(),
+        "least_busy" => LEAST_BUSY.to_string(),
+        p => format!(
+            "unknown policy `{p}` for lb_type {type_name} ({})",
+            known.join(", ")
+        ),
+    };
+    Err(r.err_higress("lb_policy", problem))
+}
+
+/// Compiles `lb_config` for the policy; also returns the keys the policy read.
+fn compile(
+    policy: &str,
+    lb: &RawLbConfig,
+    r: &mut Reader<'_>,
+    build: Build,
+) -> Result<(RouteConfig, Vec<&'static str>), ConfigError> {
+    let mut reads: Vec<&'static str> = OWNERS
+        .iter()
+        .find(|(p, _)| *p == policy || (policy == "metrics_based" && *p == "endpoint_metrics"))
+        .map(|(_, lists)| lists.iter().flat_map(|l| l.iter().copied()).collect())
+        .unwrap_or_default();
+    let inflight = lb
+        .global_inflight_enabled
+        .as_ref()
+        .is_some_and(|g| g.bool().0);
+    if policy == "cluster_metrics" && !inflight {
+        reads.retain(|k| !INFLIGHT_REDIS_KEYS.contains(k));
+    }
+    let (policy_config, redis, common, endpoints, publish) = match policy {
+        "cluster_metrics" | "cluster_hash" => {
+            let (p, redis) = if policy == "cluster_metrics" {
+                let c = ClusterMetricsConfig::try_from(In {
+                    raw: lb,
+                    r: &mut *r,
+                    build,
+                })?;
+                let redis = c.global_inflight.as_ref().map(|g| g.redis.clone());
+                (PolicyConfig::ClusterMetrics(c), redis)
+            } else {
+                (
+                    PolicyConfig::ClusterHash(ClusterHashConfig::try_from(In {
+                        raw: lb,
+                        r: &mut *r,
+                        build,
+                    })?),
+                    None,
+                )
+            };
+            // Cluster policies publish through `cluster_header`; this is the build's default.
+            let publish = match build {
+                Build::Higress => Publish::OverrideHost,
+                Build::Envoy => Publish::Header {
+                    name: common::DEFAULT_DESTINATION_HEADER.to_string(),
+                    fallbacks: 2,
+                },
+            };
+            (p, redis, Common::defaults(), Vec::new(), publish)
+        }
+        _ => {
+            let kind = match policy {
+                "global_least_request" => Policy::GlobalLeastRequest,
+                "prefix_cache" => Policy::PrefixCache,
+                _ => Policy::EndpointMetrics,
+            };
+            let redis = redis_for(kind, lb, r, build)?;
+            let metrics = match kind {
+                Policy::EndpointMetrics => Some(MetricsConfig::try_from(In {
+                    raw: lb,
+                    r: &mut *r,
+                    build,
+                })?),
+                _ => None,
+            };
+            let (endpoints, publish) = common::publish(
+                In {
+                    raw: lb,
+                    r: &mut *r,
+                    build,
+                },
+                kind == Policy::PrefixCache,
+            )?;
+            let common = Common::try_from(In {
+                raw: lb,
+                r: &mut *r,
+                build,
+            })?;
+            let p = match (kind, metrics) {
+                (Policy::EndpointMetrics, Some(m)) => PolicyConfig::EndpointMetrics(Rc::new(m)),
+                (Policy::PrefixCache, _) => PolicyConfig::PrefixCache(PrefixSettings::try_from((
+                    In {
+                        raw: lb,
+                        r: &mut *r,
+                        build,
+                    },
+                    common.max_body_bytes,
+                ))?),
+                _ => PolicyConfig::GlobalLeastRequest,
+            };
+            (p, redis, common, endpoints, publish)
+        }
+    };
+    let decide_at_headers = build == Build::Envoy || policy_config.is_cluster();
+    let config = RouteConfig {
+        policy: policy_config,
+        redis,
+        key_prefix: common.key_prefix,
+        lease_ttl_ms: common.lease_ttl_ms,
+        cost: common.cost,
+        max_load: common.max_load,
+        failure_mode: common.failure_mode,
+        debug_header: common.debug_header,
+        max_body_bytes: common.max_body_bytes,
+        detail_log: common.detail_log,
+        endpoints: Rc::new(endpoints),
+        publish,
+        decide_at_headers,
+    };
+    Ok((config, reads))
+}
+
+/// The Redis target of the policies that keep state in Redis. The others read no Redis key:
+/// Higress ignores them there (a warning), the plain-Envoy build has no Redis at all (an error).
+fn redis_for(
+    kind: Policy,
+    lb: &RawLbConfig,
+    r: &mut Reader<'_>,
+    build: Build,
+) -> Result<Option<super::types::RedisTarget>, ConfigError> {
+    if kind.uses_redis(build) {
+        let timeout = r.int_or("timeout", &lb.timeout, DEFAULT_REDIS_TIMEOUT_MS, " ms");
+        return redis::target(lb, r, "timeout", timeout).map(Some);
+    }
+    if build == Build::Envoy {
+        if let Some(key) = lb.present().into_iter().find(|k| REDIS_KEYS.contains(k)) {
+            return Err(r.err(
+                key,
+                "the plain-Envoy build has no Redis (state is kept per proxy)",
+            ));
+        }
+    }
+    Ok(None)
+}
+
+/// Warns about every `lb_config` key the policy did not read.
+fn warn_unread(lb: &RawLbConfig, r: &mut Reader<'_>, policy: &str, read: &[&str]) {
+    for key in lb.present().into_iter().filter(|k| !read.contains(k)) {
+        let owners: Vec<&str> = OWNERS
+            .iter()
+            .filter(|(_, lists)| lists.iter().any(|l| l.contains(&key)))
+            .map(|(p, _)| *p)
+            .collect();
+        let why = if policy == "cluster_metrics" && INFLIGHT_REDIS_KEYS.contains(&key) {
+            "read only with global_inflight_enabled".to_string()
+        } else {
+            format!("a key of {}", owners.join(", "))
+        };
+        r.warn(
+            key,
+            format!("not read by {policy} ({why}): ignored, as Higress ignores it"),
+        );
+    }
+    for key in lb.other.keys().filter(|k| !k.starts_with('_')) {
+        let mut message = "unknown key: ignored, as Higress ignores it".to_string();
+        if let Some((_, legacy)) = LEGACY_KEYS.iter().find(|(k, _)| k == key) {
+            message.push_str(&format!(" ({legacy})"));
+        } else if let Some(near) = nearest(key, RawLbConfig::KEYS) {
+            message.push_str(&format!("; did you mean `{near}`?"));
+        }
+        r.warn(key, message);
+    }
+}

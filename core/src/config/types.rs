@@ -1,0 +1,195 @@
+//! The compiled, validated configuration of one route (global config or `_rules_` entry).
+
+use super::cluster_hash::ClusterHashConfig;
+use super::cluster_metrics::ClusterMetricsConfig;
+use super::metrics::MetricsConfig;
+use super::prefix::PrefixSettings;
+use super::Build;
+use std::fmt;
+use std::rc::Rc;
+
+/// The endpoint balancing policy of a route (the balancer's dispatch and metric labels).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    GlobalLeastRequest,
+    PrefixCache,
+    EndpointMetrics,
+}
+
+impl Policy {
+    pub const ALL: [Policy; 3] = [
+        Policy::GlobalLeastRequest,
+        Policy::PrefixCache,
+        Policy::EndpointMetrics,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::GlobalLeastRequest => "global_least_request",
+            Policy::PrefixCache => "prefix_cache",
+            Policy::EndpointMetrics => "endpoint_metrics",
+        }
+    }
+
+    /// Short label used in metric names.
+    pub fn metric_label(self) -> &'static str {
+        match self {
+            Policy::GlobalLeastRequest => "glr",
+            Policy::PrefixCache => "prefix",
+            Policy::EndpointMetrics => "metrics",
+        }
+    }
+
+    /// Whether the policy keeps its state in Redis (and so needs the Redis keys). In the
+    /// plain-Envoy build, global_least_request keeps it per proxy in shared data instead.
+    pub fn uses_redis(self, build: Build) -> bool {
+        match self {
+            Policy::GlobalLeastRequest => build == Build::Higress,
+            Policy::PrefixCache => true,
+            Policy::EndpointMetrics => false,
+        }
+    }
+}
+
+/// A route's policy with its own settings: the balancer dispatches on this enum, and each
+/// variant is served by one module of `balancer::policies`.
+#[derive(Debug, Clone)]
+pub enum PolicyConfig {
+    /// Settings are the route's common ones (Redis target, `maxRequestCount`, cost).
+    GlobalLeastRequest,
+    PrefixCache(PrefixSettings),
+    EndpointMetrics(Rc<MetricsConfig>),
+    /// `lb_type: cluster`, `lb_policy: cluster_metrics`: picks one of `service_list` and
+    /// writes it into `cluster_header`.
+    ClusterMetrics(ClusterMetricsConfig),
+    /// `lb_type: cluster`, `lb_policy: cluster_hash`: hashes `hash_header` into 100 weighted
+    /// slots and writes the cluster into `cluster_header`.
+    ClusterHash(ClusterHashConfig),
+}
+
+impl PolicyConfig {
+    /// The endpoint policy's kind (metric labels, summaries). Cluster policies have no
+    /// balancer kind yet (their metric labels are not defined): [`super::PluginConfig::select`]
+    /// and [`super::PluginConfig::all`] never hand them to the balancer, and they report
+    /// `EndpointMetrics` here until they get kinds of their own.
+    pub fn kind(&self) -> Policy {
+        match self {
+            PolicyConfig::GlobalLeastRequest => Policy::GlobalLeastRequest,
+            PolicyConfig::PrefixCache(_) => Policy::PrefixCache,
+            PolicyConfig::EndpointMetrics(_)
+            | PolicyConfig::ClusterMetrics(_)
+            | PolicyConfig::ClusterHash(_) => Policy::EndpointMetrics,
+        }
+    }
+
+    /// Higress's `lb_policy` name of this policy.
+    pub fn name(&self) -> &'static str {
+        match self {
+            PolicyConfig::ClusterMetrics(_) => "cluster_metrics",
+            PolicyConfig::ClusterHash(_) => "cluster_hash",
+            other => other.kind().name(),
+        }
+    }
+
+    /// Whether this is an `lb_type: cluster` policy.
+    pub fn is_cluster(&self) -> bool {
+        matches!(
+            self,
+            PolicyConfig::ClusterMetrics(_) | PolicyConfig::ClusterHash(_)
+        )
+    }
+
+    /// endpoint_metrics settings, if this is that policy.
+    pub fn metrics(&self) -> Option<&Rc<MetricsConfig>> {
+        match self {
+            PolicyConfig::EndpointMetrics(m) => Some(m),
+            _ => None,
+        }
+    }
+}
+
+/// What one request adds to its endpoint's load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CostMode {
+    /// 1 per request (Higress's behaviour).
+    Requests,
+    /// The request body's size in bytes.
+    Bytes,
+    /// An estimate of prompt tokens: body bytes / 4, at least 1.
+    Tokens,
+}
+
+/// What happens when the plugin cannot decide (Redis down, no healthy host, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureMode {
+    /// Let the cluster's own load balancer pick (fail open; Higress's behaviour).
+    Allow,
+    /// Answer 503.
+    Deny,
+}
+
+/// A secret that never prints.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Secret(pub(super) String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_empty() { "\"\"" } else { "\"***\"" })
+    }
+}
+
+/// The Redis service, reached through an Envoy cluster named like Higress does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisTarget {
+    /// `outbound|<port>||<fqdn>`: the name `proxy_redis_call` takes.
+    pub cluster: String,
+    /// The cluster name plus init parameters (`?db=N`, flush settings) for `proxy_redis_init`.
+    pub init_cluster: String,
+    pub username: String,
+    pub password: Secret,
+    pub timeout_ms: u32,
+    /// The `database` index; a negative one (which Higress passes on as is, see
+    /// `init_cluster`) reads as 0 here.
+    pub database: u32,
+}
+
+/// How the choice reaches the router.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Publish {
+    /// Higress: `proxy_set_upstream_override_host`.
+    OverrideHost,
+    /// Plain Envoy: an `ip:port[,ip:port]` request header for the `override_host` LB policy,
+    /// with up to `fallbacks` further endpoints after the choice.
+    Header { name: String, fallbacks: usize },
+}
+
+/// A route's validated config. Cluster policies carry their settings in `policy`; the other
+/// fields then hold the defaults (their own keys do not apply to them).
+#[derive(Debug, Clone)]
+pub struct RouteConfig {
+    pub policy: PolicyConfig,
+    /// Present for the policies that use Redis (cluster_metrics: the global in-flight count).
+    pub redis: Option<RedisTarget>,
+    /// `ailb` by default: keys are `<prefix>:{<route>|<cluster>}:<name>`.
+    pub key_prefix: String,
+    pub lease_ttl_ms: u64,
+    pub cost: CostMode,
+    /// `maxRequestCount`: cap on an endpoint's load (0 = none); 429 when every endpoint is at it.
+    pub max_load: u64,
+    pub failure_mode: FailureMode,
+    pub debug_header: Option<String>,
+    pub max_body_bytes: usize,
+    pub detail_log: bool,
+    /// Plain-Envoy build: the endpoints to choose from (`ip:port`, sorted, deduplicated).
+    pub endpoints: Rc<Vec<String>>,
+    pub publish: Publish,
+    /// Decide in the request-headers phase (plain Envoy: the body comes after routing;
+    /// cluster policies: they only read headers, as in Higress).
+    pub decide_at_headers: bool,
+}
