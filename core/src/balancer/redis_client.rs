@@ -1,7 +1,7 @@
 //! The one Redis client of a VM: lazy `proxy_redis_init` per target, the script cache
 //! (`SCRIPT LOAD` at configure, `EVALSHA` with a fall-back to `EVAL` on `NOSCRIPT`), the calls in
 //! flight by token, reply decoding, and which endpoint sets Redis already holds
-//! (docs/redis-data-model.md). Replies arrive on the root context (docs/higress-abi.md §2.4);
+//! (docs/redis-data-model.md). Replies arrive on the root context (docs/higress-abi.md §6);
 //! a pick's reply is handed back to the balancer, releases and script loads end here.
 
 use super::pick::{Pick, PickReply};

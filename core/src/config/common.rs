@@ -74,7 +74,7 @@ impl TryFrom<In<'_, '_, RawLbConfig>> for Common {
                 "negative: no cap (as in Higress, where <= 0 is unlimited)",
             );
         }
-        // Read for its warnings only: the membership sync (design §3) already drops endpoints
+        // Read for its warnings only: the membership sync (docs/redis-data-model.md §3) already drops endpoints
         // that left the cluster, which is all Higress's periodic clean-up did.
         let _ = r.int("cleanInterval", &raw.clean_interval);
         let detail_log = r

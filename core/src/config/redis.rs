@@ -88,7 +88,7 @@ pub fn target(
 
 /// `?db=N` only when N ≠ 0 (as both Higress wrappers do), and immediate writes: by default the
 /// host holds small Redis requests up to 3 ms to batch them, which would be most of the
-/// routing latency. Hosts that do not know the flush parameters ignore them (abi spec §2.1).
+/// routing latency. Hosts that do not know the flush parameters ignore them (docs/higress-abi.md §4).
 fn init_cluster(cluster: &str, database: i64) -> String {
     let mut s = format!("{cluster}?");
     if database != 0 {
