@@ -1,7 +1,7 @@
 //! A Redis pick and what it acquires. A [`Pick`] is built by a Redis-backed policy
 //! (global_least_request, prefix_cache), sent by the [`super::redis_client::RedisClient`], owned
 //! by its request while in flight, and turned into a [`Lease`] when Redis answers; the lease is
-//! what stream end gives back (docs/redis-data-model.md "Leases").
+//! what stream end gives back (docs/redis-data-model.md §6).
 
 use super::rng::VmRng;
 use crate::config::RouteConfig;

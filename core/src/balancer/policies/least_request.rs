@@ -1,5 +1,5 @@
 //! global_least_request (Higress build): one atomic script call picks the least-loaded healthy
-//! endpoint across every gateway and counts it (docs/redis-data-model.md "Acquire").
+//! endpoint across every gateway and counts it (docs/redis-data-model.md §4).
 
 use super::{Env, Input};
 use crate::balancer::pick::Pick;

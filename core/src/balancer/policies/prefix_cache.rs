@@ -1,5 +1,5 @@
 //! prefix_cache: the prompt → canonical blocks → chained keys, computed here so the script only
-//! reads and writes keys (docs/redis-data-model.md "Prefix keys"). The script picks the pod of
+//! reads and writes keys (docs/redis-data-model.md §5). The script picks the pod of
 //! the deepest known prefix unless it is over the load guard. A body that is not a usable
 //! prompt (or is too large to read) still gets a least-request pick.
 
