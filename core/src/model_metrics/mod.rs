@@ -6,6 +6,7 @@
 //! `scheduler::select(&candidates, &req, &cfg, Some(&mut window), &mut rng)`.
 
 pub mod engines;
+mod inputs;
 mod names;
 pub mod prom;
 pub mod rate_limit;
