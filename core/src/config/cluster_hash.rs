@@ -2,9 +2,10 @@
 //! "Cluster policies" table), Go's error texts. Weights must be positive and sum to exactly
 //! 100; there is no normalisation.
 
-use super::cluster_metrics::{header_or, DEFAULT_CLUSTER_HEADER};
+use super::cluster_metrics::DEFAULT_CLUSTER_HEADER;
 use super::go::Field;
 use super::raw::RawLbConfig;
+use super::read::header_or;
 use super::read::In;
 use super::ConfigError;
 

@@ -5,7 +5,7 @@
 use super::go::{Field, Go};
 use super::inflight::{self, GlobalInflight};
 use super::raw::RawLbConfig;
-use super::read::{In, Reader};
+use super::read::{header_or, In, Reader};
 use super::ConfigError;
 
 pub const CLUSTER_METRICS_KEYS: &[&str] = &[
@@ -75,21 +75,6 @@ impl ClusterMetricsConfig {
             .ok()
             .filter(|&n| n > 0)
             .unwrap_or(16)
-    }
-}
-
-/// A header key: `""` (or absent) is the default.
-pub fn header_or(r: &mut Reader<'_>, key: &str, v: &Field<Go>, default: &str) -> String {
-    match r.string(key, v) {
-        None => default.to_string(),
-        Some(h) if h.is_empty() => {
-            r.warn(
-                key,
-                format!("empty: the default `{default}` (as in Higress)"),
-            );
-            default.to_string()
-        }
-        Some(h) => h,
     }
 }
 

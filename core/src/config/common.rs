@@ -5,7 +5,7 @@
 
 use super::raw::RawLbConfig;
 use super::read::In;
-use super::types::{CostMode, FailureMode, Publish};
+use super::values::{CostMode, FailureMode, Publish};
 use super::{Build, ConfigError};
 
 pub const COMMON_KEYS: &[&str] = &[

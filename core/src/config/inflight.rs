@@ -2,11 +2,11 @@
 //! `global_inflight_*` keys and, when `global_inflight_enabled` is on, its Redis keys. The
 //! timeout and TTL are checked even when the count is off, as Go checks them.
 
-use super::cluster_metrics::header_or;
 use super::raw::RawLbConfig;
+use super::read::header_or;
 use super::read::Reader;
 use super::redis;
-use super::types::RedisTarget;
+use super::values::RedisTarget;
 use super::{Build, ConfigError};
 
 /// Read only when `global_inflight_enabled` is on.

@@ -32,14 +32,7 @@ pub const METRICS_KEYS: &[&str] = &[
     "sheddableModels",
 ];
 
-/// Where endpoint metrics come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MetricsSource {
-    /// The `metrics` field of Higress's upstream host list (its active health check body).
-    Host,
-    /// The plugin's own scraper (HTTP callouts from the root context on a tick).
-    Scrape,
-}
+pub use super::values::MetricsSource;
 
 /// The validated `endpoint_metrics` settings of one route.
 #[derive(Debug, Clone, PartialEq)]

@@ -28,6 +28,7 @@ mod route;
 mod rules;
 mod scrape;
 mod types;
+mod values;
 mod warning;
 
 pub use cluster_hash::{ClusterHashConfig, WeightedCluster, DEFAULT_HASH_HEADER};

@@ -167,3 +167,18 @@ pub struct In<'a, 'w, T> {
     pub r: &'a mut Reader<'w>,
     pub build: super::Build,
 }
+
+/// A header key: `""` (or absent) is the default.
+pub fn header_or(r: &mut Reader<'_>, key: &str, v: &Field<Go>, default: &str) -> String {
+    match r.string(key, v) {
+        None => default.to_string(),
+        Some(h) if h.is_empty() => {
+            r.warn(
+                key,
+                format!("empty: the default `{default}` (as in Higress)"),
+            );
+            default.to_string()
+        }
+        Some(h) => h,
+    }
+}

@@ -6,7 +6,7 @@
 
 use super::raw::RawLbConfig;
 use super::read::Reader;
-use super::types::{RedisTarget, Secret};
+use super::values::{RedisTarget, Secret};
 use super::ConfigError;
 
 const GO_ERROR: &str = "Higress: invalid redis service config";

@@ -4,8 +4,8 @@ use super::cluster_hash::ClusterHashConfig;
 use super::cluster_metrics::ClusterMetricsConfig;
 use super::metrics::MetricsConfig;
 use super::prefix::PrefixSettings;
+pub use super::values::{CostMode, FailureMode, Publish, RedisTarget, Secret};
 use super::Build;
-use std::fmt;
 use std::rc::Rc;
 
 /// The endpoint balancing policy of a route (the balancer's dispatch and metric labels).
@@ -106,67 +106,6 @@ impl PolicyConfig {
             _ => None,
         }
     }
-}
-
-/// What one request adds to its endpoint's load.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CostMode {
-    /// 1 per request (Higress's behaviour).
-    Requests,
-    /// The request body's size in bytes.
-    Bytes,
-    /// An estimate of prompt tokens: body bytes / 4, at least 1.
-    Tokens,
-}
-
-/// What happens when the plugin cannot decide (Redis down, no healthy host, ...).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailureMode {
-    /// Let the cluster's own load balancer pick (fail open; Higress's behaviour).
-    Allow,
-    /// Answer 503.
-    Deny,
-}
-
-/// A secret that never prints.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct Secret(pub(super) String);
-
-impl Secret {
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(if self.0.is_empty() { "\"\"" } else { "\"***\"" })
-    }
-}
-
-/// The Redis service, reached through an Envoy cluster named like Higress does.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RedisTarget {
-    /// `outbound|<port>||<fqdn>`: the name `proxy_redis_call` takes.
-    pub cluster: String,
-    /// The cluster name plus init parameters (`?db=N`, flush settings) for `proxy_redis_init`.
-    pub init_cluster: String,
-    pub username: String,
-    pub password: Secret,
-    pub timeout_ms: u32,
-    /// The `database` index; a negative one (which Higress passes on as is, see
-    /// `init_cluster`) reads as 0 here.
-    pub database: u32,
-}
-
-/// How the choice reaches the router.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Publish {
-    /// Higress: `proxy_set_upstream_override_host`.
-    OverrideHost,
-    /// Plain Envoy: an `ip:port[,ip:port]` request header for the `override_host` LB policy,
-    /// with up to `fallbacks` further endpoints after the choice.
-    Header { name: String, fallbacks: usize },
 }
 
 /// A route's validated config. Cluster policies carry their settings in `policy`; the other
