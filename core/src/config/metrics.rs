@@ -3,6 +3,7 @@
 //! shedding keys (strict). The scraper's keys are in scrape.rs.
 
 use super::common::is_header_name;
+use crate::hash;
 use super::raw::{RawLbConfig, RawWeights};
 use super::read::{In, Reader};
 use super::scrape::{self, ScrapeConfig};
@@ -56,9 +57,8 @@ impl MetricsConfig {
     /// same way shares one scraper and one snapshot.
     pub fn scrape_namespace(&self, endpoints: &[String]) -> Option<String> {
         let s = self.scrape.as_ref()?;
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
         let port = s.port.map(|p| p.to_string()).unwrap_or_default();
-        for part in [
+        let h = [
             s.cluster.as_str(),
             s.path.as_str(),
             port.as_str(),
@@ -66,11 +66,9 @@ impl MetricsConfig {
         ]
         .into_iter()
         .chain(endpoints.iter().map(String::as_str))
-        {
-            for b in part.bytes().chain(std::iter::once(0)) {
-                h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-            }
-        }
+        .fold(hash::FNV_OFFSET, |h, part| {
+            hash::fnv1a(hash::fnv1a(h, part.as_bytes()), &[0])
+        });
         Some(format!("{h:016x}"))
     }
 }
