@@ -26,19 +26,21 @@ pub struct Endpoint {
 pub fn decode_hosts(buf: &[u8]) -> Result<Vec<Endpoint>, pairs::PairsError> {
     let raw = pairs::decode(buf)?;
     let mut out = Vec::with_capacity(raw.len());
-    for (addr, info) in raw {
-        let Ok(address) = std::str::from_utf8(addr) else {
-            continue;
-        };
-        if address.is_empty() {
-            continue;
-        }
+    for (address, info) in named(raw) {
         out.push(Endpoint {
             address: address.to_string(),
             health: health_of(info),
         });
     }
     Ok(out)
+}
+
+/// The entries whose address is non-empty UTF-8 (the others are dropped, never an error).
+fn named<'a>(raw: Vec<(&'a [u8], &'a [u8])>) -> impl Iterator<Item = (&'a str, &'a [u8])> {
+    raw.into_iter().filter_map(|(addr, info)| {
+        let address = std::str::from_utf8(addr).ok()?;
+        (!address.is_empty()).then_some((address, info))
+    })
 }
 
 /// The addresses that may be chosen: only `Healthy` hosts, as Higress's plugin does. Sorted,
@@ -76,13 +78,7 @@ pub struct HostMetrics<'a> {
 pub fn decode_hosts_with_metrics(buf: &[u8]) -> Result<Vec<HostMetrics<'_>>, pairs::PairsError> {
     let raw = pairs::decode(buf)?;
     let mut out = Vec::with_capacity(raw.len());
-    for (addr, info) in raw {
-        let Ok(address) = std::str::from_utf8(addr) else {
-            continue;
-        };
-        if address.is_empty() {
-            continue;
-        }
+    for (address, info) in named(raw) {
         let (health, raw_metrics) = health_and_metrics(info);
         out.push(HostMetrics {
             address,

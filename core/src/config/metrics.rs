@@ -3,11 +3,11 @@
 //! shedding keys (strict). The scraper's keys are in scrape.rs.
 
 use super::common::is_header_name;
-use crate::hash;
 use super::raw::{RawLbConfig, RawWeights};
 use super::read::{In, Reader};
 use super::scrape::{self, ScrapeConfig};
 use super::{Build, ConfigError};
+use crate::hash;
 use crate::model_metrics::{Aggregation, ExtraMetric, MetricPolicy, SchedulerConfig, Weights};
 
 pub const METRICS_KEYS: &[&str] = &[
