@@ -159,4 +159,15 @@ mod tests {
         assert_ne!(ha[2], hb[2], "later blocks depend on the whole prefix");
         assert_ne!(block_hashes("lora", &a, 16)[0], ha[0]);
     }
+
+    #[test]
+    fn block_hashes_are_pinned() {
+        // Recorded before fakepod switched to ailb_core's FNV-1a: pods' cache keys must not
+        // change.
+        let t = tokenize("The quick brown fox jumps over the lazy dog.");
+        assert_eq!(
+            block_hashes("fake-model", &t, 4),
+            [6992263805554249105, 8727603779955784125]
+        );
+    }
 }
