@@ -4,7 +4,8 @@
 use crate::body::{json_resp, ChannelBody, RespBody};
 use crate::engine::{Engine, Job, Running};
 use crate::openai::{self, token_text, GenRequest, RespMeta, Usage};
-use crate::tokenize::{block_hashes, fnv1a, tokenize, ApiKind};
+use crate::tokenize::{block_hashes, tokenize, ApiKind};
+use ailb_core::hash::{fnv1a, FNV_OFFSET};
 use bytes::Bytes;
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::Response;
@@ -53,7 +54,7 @@ fn plan(engine: &Engine, gen: &GenRequest, n: u64) -> Plan {
         hashes,
         after,
         out_tokens,
-        seed: fnv1a(0, gen.prompt.as_bytes()),
+        seed: fnv1a(FNV_OFFSET, gen.prompt.as_bytes()),
         meta: RespMeta {
             id: format!("{prefix}-{}-{n}", cfg.name),
             created: SystemTime::now()
