@@ -10,7 +10,7 @@ written inline in code (`crate::a::f()`), since inlining a path does not remove 
 `mod x;` declarations are not references, and neither is code under `#[cfg(test)]`.
 
 Every crate root under DIR is checked: lib.rs, main.rs and bin/*.rs. Exits 1 if any loop is
-found (each loop is printed with the references inside it), 0 otherwise.
+found (each loop is printed with the references inside it), 2 on a usage error, 0 otherwise.
 """
 
 import os
