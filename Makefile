@@ -122,8 +122,12 @@ e2e-test: deps build e2e-build
 run: deps build e2e-build
 	$(E2E_BIN)/ailb-run $(ARGS)
 
+# No module imports a module that imports it back (tools/import-loops.py), in every crate.
+IMPORT_LOOP_DIRS := src core testkit tools/check-config e2e/gateway e2e/fakepod e2e/suite e2e/gateway/testdata/testplugin
+
 lint: toolchain
 	$(CARGO) fmt --check
+	python3 tools/import-loops.py $(IMPORT_LOOP_DIRS)
 	$(E2E_CARGO) fmt --check
 	$(E2E_CARGO) clippy --quiet --release --all-targets -- -D warnings
 	$(CARGO) clippy --quiet --workspace --all-targets -- -D warnings

@@ -9,13 +9,10 @@
 // A benchmark driver, not plugin code: failing loudly on a broken setup is the point.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "../tests/support/redis.rs"]
-mod redis_support;
-
 use ailb_core::redis::resp::Value;
 use ailb_core::redis::scripts::{self, AcquireArgs, Keys, PrefixArgs, Scripts};
 use ailb_core::upstream::fingerprint;
-use redis_support::{command_stats, Conn, RedisServer};
+use ailb_testkit::{command_stats, Conn, RedisServer};
 use std::collections::VecDeque;
 use std::sync::{Arc, Barrier};
 

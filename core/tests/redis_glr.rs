@@ -4,13 +4,11 @@
 // Test scaffolding helpers outside #[test] fns fail loudly by design.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
-
 use ailb_core::redis::resp::Value;
 use ailb_core::redis::scripts::{self, AcquireArgs, AcquireReply, Keys, ReplyError, Scripts};
 use ailb_core::upstream::fingerprint;
+use ailb_testkit::{Conn, RedisServer};
 use std::collections::HashMap;
-use support::redis::{Conn, RedisServer};
 
 struct Glr {
     keys: Keys,

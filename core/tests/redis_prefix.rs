@@ -4,14 +4,12 @@
 // Test scaffolding helpers outside #[test] fns fail loudly by design.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
-
 use ailb_core::prefix::{canonicalize, prefix_key, CanonConfig};
 use ailb_core::redis::resp::Value;
 use ailb_core::redis::scripts::{self, AcquireArgs, AcquireReply, Keys, PrefixArgs, Scripts};
 use ailb_core::upstream::fingerprint;
+use ailb_testkit::{Conn, RedisServer};
 use serde_json::json;
-use support::redis::{Conn, RedisServer};
 
 struct Px {
     keys: Keys,

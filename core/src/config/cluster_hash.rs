@@ -3,11 +3,11 @@
 //! 100; there is no normalisation.
 
 use super::cluster_metrics::DEFAULT_CLUSTER_HEADER;
+use super::error::ConfigError;
 use super::go::Field;
 use super::raw::RawLbConfig;
 use super::read::header_or;
 use super::read::In;
-use super::ConfigError;
 
 pub const CLUSTER_HASH_KEYS: &[&str] = &["hash_header", "cluster_header", "clusters"];
 pub const DEFAULT_HASH_HEADER: &str = "x-mse-consumer";

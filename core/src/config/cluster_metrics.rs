@@ -2,11 +2,11 @@
 //! in the order its Go constructor runs them (README "Cluster policies" table). The first
 //! failing check is the error, with Go's own text.
 
+use super::error::ConfigError;
 use super::go::{Field, Go};
 use super::inflight::{self, GlobalInflight};
 use super::raw::RawLbConfig;
 use super::read::{header_or, In, Reader};
-use super::ConfigError;
 
 pub const CLUSTER_METRICS_KEYS: &[&str] = &[
     "mode",

@@ -3,10 +3,11 @@
 //! `debugHeader`, `maxBodyBytes`, `redisKeyPrefix` (strict), and the plain-Envoy build's
 //! `endpoints`, `destinationHeader`, `fallbackCount` (strict).
 
+use super::error::ConfigError;
 use super::raw::RawLbConfig;
 use super::read::In;
+use super::values::Build;
 use super::values::{CostMode, FailureMode, Publish};
-use super::{Build, ConfigError};
 
 pub const COMMON_KEYS: &[&str] = &[
     "maxRequestCount",

@@ -10,14 +10,15 @@
 //! * a global config that fails while rules exist is dropped (a warning): requests no rule
 //!   matches are then not balanced; with no rules it refuses the config.
 
+use super::error::ConfigError;
 use super::go::{Field, Go};
 use super::json;
 use super::raw::RawRoute;
 use super::read::{In, Reader};
 use super::rules::Matcher;
 use super::types::RouteConfig;
+use super::values::Build;
 use super::warning::Warnings;
-use super::{Build, ConfigError};
 use serde_json::Value;
 
 pub type Rules = Vec<(Matcher, RouteConfig)>;

@@ -2,12 +2,13 @@
 //! `global_inflight_*` keys and, when `global_inflight_enabled` is on, its Redis keys. The
 //! timeout and TTL are checked even when the count is off, as Go checks them.
 
+use super::error::ConfigError;
 use super::raw::RawLbConfig;
 use super::read::header_or;
 use super::read::Reader;
 use super::redis;
+use super::values::Build;
 use super::values::RedisTarget;
-use super::{Build, ConfigError};
 
 /// Read only when `global_inflight_enabled` is on.
 pub const INFLIGHT_REDIS_KEYS: &[&str] = &[

@@ -3,10 +3,11 @@
 //! shedding keys (strict). The scraper's keys are in scrape.rs.
 
 use super::common::is_header_name;
+use super::error::ConfigError;
 use super::raw::{RawLbConfig, RawWeights};
 use super::read::{In, Reader};
 use super::scrape::{self, ScrapeConfig};
-use super::{Build, ConfigError};
+use super::values::Build;
 use crate::hash;
 use crate::model_metrics::{Aggregation, ExtraMetric, MetricPolicy, SchedulerConfig, Weights};
 

@@ -46,25 +46,10 @@ pub use scrape::ScrapeConfig;
 pub use types::{
     CostMode, FailureMode, Policy, PolicyConfig, Publish, RedisTarget, RouteConfig, Secret,
 };
+pub use values::Build;
 pub use warning::Warning;
 
 use std::rc::Rc;
-
-/// Which artifact the config is for: the keys and defaults differ slightly (README).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Build {
-    Higress,
-    Envoy,
-}
-
-impl Build {
-    /// The build this code was compiled as.
-    pub const CURRENT: Build = if cfg!(feature = "envoy") {
-        Build::Envoy
-    } else {
-        Build::Higress
-    };
-}
 
 /// Everything `on_configure` produced: the global config and the per-route rules.
 #[derive(Debug)]

@@ -1,9 +1,9 @@
 //! `prefix_cache` keys: Higress's `redisKeyTTL` (read as Go reads it), plus how prompts are cut
 //! into blocks and how much imbalance an affinity may cost (ours, strict).
 
+use super::error::ConfigError;
 use super::raw::RawLbConfig;
 use super::read::In;
-use super::ConfigError;
 use crate::prefix::CanonConfig;
 
 pub const PREFIX_KEYS: &[&str] = &[

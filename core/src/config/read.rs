@@ -2,9 +2,9 @@
 //! of this config load. Higress's keys go through the Go accessors (lenient, coercions become
 //! warnings); our own keys through `own` (strict: a wrong type is an error naming the field).
 
+use super::error::ConfigError;
 use super::go::{Field, Go, Own};
 use super::warning::{join, Warnings};
-use super::ConfigError;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -165,7 +165,7 @@ fn kind_of(v: &Value) -> &'static str {
 pub struct In<'a, 'w, T> {
     pub raw: &'a T,
     pub r: &'a mut Reader<'w>,
-    pub build: super::Build,
+    pub build: super::values::Build,
 }
 
 /// A header key: `""` (or absent) is the default.

@@ -4,10 +4,10 @@
 //! accepted, even a cluster name that cannot exist (then, as in Higress, Redis calls fail and
 //! requests fall back to the cluster's own load balancing).
 
+use super::error::ConfigError;
 use super::raw::RawLbConfig;
 use super::read::Reader;
 use super::values::{RedisTarget, Secret};
-use super::ConfigError;
 
 const GO_ERROR: &str = "Higress: invalid redis service config";
 

@@ -5,14 +5,16 @@
 use super::cluster_hash::{ClusterHashConfig, CLUSTER_HASH_KEYS};
 use super::cluster_metrics::{ClusterMetricsConfig, CLUSTER_METRICS_KEYS};
 use super::common::{self, Common, COMMON_KEYS, ENVOY_KEYS};
+use super::error::ConfigError;
 use super::inflight::INFLIGHT_REDIS_KEYS;
 use super::metrics::{MetricsConfig, METRICS_KEYS};
 use super::prefix::{PrefixSettings, PREFIX_KEYS};
 use super::raw::{RawLbConfig, RawRoute, LEGACY_KEYS};
 use super::read::{In, Reader};
+use super::redis;
 use super::types::{Policy, PolicyConfig, Publish, RouteConfig};
+use super::values::Build;
 use super::warning::nearest;
-use super::{redis, Build, ConfigError};
 use serde_json::Value;
 use std::rc::Rc;
 

@@ -6,10 +6,10 @@
 //! service, else route prefix; lists of lower categories are then ignored. Rules are tried in
 //! order, the first match wins, then the global config applies (docs/higress-abi.md §11).
 
+use super::error::ConfigError;
 use super::go::{Field, Go};
 use super::raw::RawRoute;
 use super::read::Reader;
-use super::ConfigError;
 
 /// What a request is matched on.
 #[derive(Debug, Clone, Default)]

@@ -2,10 +2,10 @@
 //! how often, and how old a snapshot may get.
 
 use super::common::is_header_name;
+use super::error::ConfigError;
 use super::raw::RawLbConfig;
 use super::read::Reader;
 use super::values::MetricsSource;
-use super::ConfigError;
 
 /// How the scraper reaches each pod.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,8 +4,8 @@ use super::cluster_hash::ClusterHashConfig;
 use super::cluster_metrics::ClusterMetricsConfig;
 use super::metrics::MetricsConfig;
 use super::prefix::PrefixSettings;
+use super::values::Build;
 pub use super::values::{CostMode, FailureMode, Publish, RedisTarget, Secret};
-use super::Build;
 use std::rc::Rc;
 
 /// The endpoint balancing policy of a route (the balancer's dispatch and metric labels).

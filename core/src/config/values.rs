@@ -73,3 +73,19 @@ pub enum MetricsSource {
     /// The plugin's own scraper (HTTP callouts from the root context on a tick).
     Scrape,
 }
+
+/// Which artifact the config is for: the keys and defaults differ slightly (README).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Build {
+    Higress,
+    Envoy,
+}
+
+impl Build {
+    /// The build this code was compiled as.
+    pub const CURRENT: Build = if cfg!(feature = "envoy") {
+        Build::Envoy
+    } else {
+        Build::Higress
+    };
+}

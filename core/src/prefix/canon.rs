@@ -81,8 +81,8 @@ impl Canonical {
     }
 
     /// Chain keys of these blocks, salted with [`Canonical::model`].
-    pub fn chain_keys(&self) -> Vec<super::PrefixKey> {
-        super::chain_keys(&self.model, self.blocks())
+    pub fn chain_keys(&self) -> Vec<super::chain::PrefixKey> {
+        super::chain::chain_keys(&self.model, self.blocks())
     }
 }
 

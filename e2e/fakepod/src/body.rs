@@ -1,8 +1,11 @@
-//! Response body types: a boxed body for all responses and a channel-fed body for streaming.
+//! Response body types (a boxed body for all responses, a channel-fed body for streaming) and
+//! the plain complete responses built from them.
 
 use bytes::Bytes;
 use http_body_util::{combinators::BoxBody, BodyExt, Full};
 use hyper::body::{Body, Frame};
+use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::{Response, StatusCode};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use tokio::sync::mpsc;
@@ -13,6 +16,23 @@ pub type RespBody = BoxBody<Bytes, std::io::Error>;
 /// A complete body from bytes.
 pub fn full(b: impl Into<Bytes>) -> RespBody {
     Full::new(b.into()).map_err(|never| match never {}).boxed()
+}
+
+/// A complete response with the given status and content type.
+pub fn respond(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<Bytes>,
+) -> Response<RespBody> {
+    let mut r = Response::new(full(body));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
+
+pub fn json_resp(status: StatusCode, body: String) -> Response<RespBody> {
+    respond(status, "application/json", body)
 }
 
 /// Body fed by a channel: each `Ok` item is one frame (one SSE event), an `Err` makes hyper

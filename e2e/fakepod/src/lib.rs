@@ -9,6 +9,7 @@ pub mod body;
 pub mod cache;
 pub mod config;
 pub mod engine;
+pub mod generate;
 pub mod load;
 pub mod metrics;
 pub mod openai;

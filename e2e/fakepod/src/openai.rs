@@ -1,6 +1,7 @@
 //! OpenAI request parsing and response shapes (chat and legacy completions).
 
 use crate::tokenize::{canonical_prompt, ApiKind};
+use ailb_core::hash::{fnv1a, FNV_OFFSET};
 use serde_json::{json, Value};
 
 /// The parts of a generation request the fake engine uses.
@@ -70,7 +71,7 @@ pub fn token_text(seed: u64, i: u64) -> &'static str {
 /// deterministic, so a client can put the real answer in a conversation's history (as
 /// GenAI-Perf does) while every setup still sees the same request sequence.
 pub fn answer_text(prompt: &str, out_tokens: u64) -> String {
-    let seed = crate::tokenize::fnv1a(0, prompt.as_bytes());
+    let seed = fnv1a(FNV_OFFSET, prompt.as_bytes());
     (0..out_tokens).map(|i| token_text(seed, i)).collect()
 }
 

@@ -15,6 +15,7 @@
 //!   including block `i`. The chain is seeded with the model (LoRA adapter) name because vLLM
 //!   keys its cache by adapter too.
 
+use ailb_core::hash::{fnv1a, FNV_OFFSET};
 use serde_json::Value;
 
 /// Bytes of canonical prompt text per approximate token.
@@ -89,19 +90,10 @@ pub fn tokenize(text: &str) -> Vec<u32> {
         .collect()
 }
 
-/// FNV-1a 64: tiny, stable across builds and platforms (std's hasher is not guaranteed to be).
-pub fn fnv1a(seed: u64, bytes: &[u8]) -> u64 {
-    let mut h = seed ^ 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
-}
-
 /// Chained hashes of the full blocks of `tokens`; `namespace` (model/adapter) seeds the chain.
+/// FNV-1a: stable across builds and platforms (std's hasher is not guaranteed to be).
 pub fn block_hashes(namespace: &str, tokens: &[u32], block_tokens: usize) -> Vec<u64> {
-    let mut prev = fnv1a(0, namespace.as_bytes());
+    let mut prev = fnv1a(FNV_OFFSET, namespace.as_bytes());
     tokens
         .chunks_exact(block_tokens.max(1))
         .map(|blk| {
@@ -110,7 +102,7 @@ pub fn block_hashes(namespace: &str, tokens: &[u32], block_tokens: usize) -> Vec
             for t in blk {
                 buf.extend_from_slice(&t.to_le_bytes());
             }
-            prev = fnv1a(0, &buf);
+            prev = fnv1a(FNV_OFFSET, &buf);
             prev
         })
         .collect()
@@ -158,5 +150,16 @@ mod tests {
         assert_ne!(ha[1], hb[1]);
         assert_ne!(ha[2], hb[2], "later blocks depend on the whole prefix");
         assert_ne!(block_hashes("lora", &a, 16)[0], ha[0]);
+    }
+
+    #[test]
+    fn block_hashes_are_pinned() {
+        // Recorded before fakepod switched to ailb_core's FNV-1a: pods' cache keys must not
+        // change.
+        let t = tokenize("The quick brown fox jumps over the lazy dog.");
+        assert_eq!(
+            block_hashes("fake-model", &t, 4),
+            [6992263805554249105, 8727603779955784125]
+        );
     }
 }

@@ -136,6 +136,19 @@ fn same_seed_same_plan_different_seed_different_plan() {
     assert_ne!(load::plan(&k).fingerprint(), p1.fingerprint());
 }
 
+#[test]
+fn plans_are_pinned() {
+    // Recorded before fakepod switched to ailb_core's SplitMix64 and FNV-1a: the same seed must
+    // keep planning the same requests (bodies include the pods' deterministic answers).
+    let t = vec!["http://a".to_string(), "http://b".to_string()];
+    assert_eq!(
+        load::plan(&sessions(1, t.clone())).fingerprint(),
+        "b4d18759a821eaee"
+    );
+    let skewed = LoadConfig::new(t, Workload::Skewed(SkewedSpec::default()));
+    assert_eq!(load::plan(&skewed).fingerprint(), "f9ab4bbb37e3a140");
+}
+
 #[tokio::test]
 async fn skewed_with_faults_and_aborts_counts_them() {
     let ps = pods(2).await;

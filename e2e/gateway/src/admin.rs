@@ -1,7 +1,8 @@
 //! Admin HTTP server and active health checks, on their own thread so they never compete
 //! with a worker's event loop.
 
-use crate::shared::{Health, MetricKind, Shared};
+use crate::health::Health;
+use crate::shared::{MetricKind, Shared};
 use crate::upstream::ChanBody;
 use anyhow::Result;
 use bytes::Bytes;

@@ -2,7 +2,9 @@
 //! stubs (the plugin does not use gRPC; the imports exist so a module importing them loads).
 
 use crate::abi::{self, status};
-use crate::vm::{read_mem, write_u32, HostState, HttpOut, C};
+use crate::host_state::{HostState, C};
+use crate::mem::{read_mem, write_u32};
+use crate::stream_data::HttpOut;
 use anyhow::Result;
 use wasmtime::Linker;
 

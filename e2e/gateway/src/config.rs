@@ -221,7 +221,7 @@ impl Config {
         }
         for c in &self.clusters {
             for e in &c.endpoints {
-                crate::shared::Health::parse(&e.health)
+                crate::health::Health::parse(&e.health)
                     .with_context(|| format!("cluster {} endpoint {}", c.name, e.address))?;
             }
         }

@@ -2,7 +2,9 @@
 //! host, inject-encoded-data. All i32.
 
 use crate::abi::{self, status};
-use crate::vm::{read_mem, return_bytes, write_u32, HostState, RedisInit, RedisOut, C};
+use crate::host_state::{HostState, C};
+use crate::mem::{read_mem, return_bytes, write_u32};
+use crate::stream_data::{RedisInit, RedisOut};
 use anyhow::Result;
 use wasmtime::Linker;
 

@@ -3,8 +3,10 @@
 //! current VM entry; on the root context they fail.
 
 use crate::abi::{self, buffer, map, status, stream_type};
+use crate::host_state::{HostState, C};
+use crate::mem::{read_mem, return_bytes, write_mem, write_u32};
 use crate::shared::level_name;
-use crate::vm::{read_mem, return_bytes, write_mem, write_u32, HostState, LocalReply, Pairs, C};
+use crate::stream_data::{LocalReply, Pairs};
 use anyhow::Result;
 use wasmtime::Linker;
 

@@ -2,8 +2,9 @@
 //! (same name → same id everywhere) and the unimplemented shared queues.
 
 use crate::abi::status;
+use crate::host_state::{HostState, C};
+use crate::mem::{read_mem, return_bytes, write_mem, write_u32};
 use crate::shared::MetricKind;
-use crate::vm::{read_mem, return_bytes, write_mem, write_u32, HostState, C};
 use anyhow::Result;
 use wasmtime::Linker;
 

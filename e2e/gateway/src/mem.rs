@@ -1,7 +1,7 @@
 //! Guest memory access for host calls; errors are the ABI status to return.
 
 use crate::abi;
-use crate::vm::HostState;
+use crate::host_state::HostState;
 
 /// Copy guest memory `[ptr, ptr+len)`.
 pub fn read_mem(

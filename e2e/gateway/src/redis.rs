@@ -5,7 +5,7 @@
 //! `buffer_flush_timeout` ms), and an op timeout that fails every pending request and closes
 //! the connection.
 
-use crate::vm::RedisInit;
+use crate::stream_data::RedisInit;
 use std::collections::VecDeque;
 use std::rc::Rc;
 use std::time::Duration;

@@ -4,9 +4,8 @@
 //! context is destroyed when hyper finishes or drops the response.
 
 use crate::abi::{response_header_status, HeaderStatus};
-use crate::stream::{Reset, UpstreamResult};
-use crate::upstream::{is_hop_header, BodyError, ChanBody, LocalActive};
-use crate::vm::Pairs;
+use crate::stream_data::Pairs;
+use crate::upstream::{is_hop_header, BodyError, ChanBody, LocalActive, Reset, UpstreamResult};
 use crate::worker::{StreamGuard, Worker};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};

@@ -2,42 +2,11 @@
 //! clusters and endpoints (health, counters, stored metrics), shared data, plugin metrics.
 
 use crate::config::{ClusterCfg, Config};
+use crate::health::Health;
 use anyhow::{bail, Result};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Health {
-    Healthy = 0,
-    Degraded = 1,
-    Unhealthy = 2,
-}
-
-impl Health {
-    pub fn parse(s: &str) -> Result<Health> {
-        Ok(match s.to_ascii_lowercase().as_str() {
-            "healthy" => Health::Healthy,
-            "degraded" => Health::Degraded,
-            "unhealthy" => Health::Unhealthy,
-            _ => bail!("health must be Healthy|Degraded|Unhealthy, got {s:?}"),
-        })
-    }
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Health::Healthy => "Healthy",
-            Health::Degraded => "Degraded",
-            Health::Unhealthy => "Unhealthy",
-        }
-    }
-    fn from_u8(v: u8) -> Health {
-        match v {
-            0 => Health::Healthy,
-            1 => Health::Degraded,
-            _ => Health::Unhealthy,
-        }
-    }
-}
 
 /// One upstream endpoint; counters are process-wide (admin `/admin/upstreams`).
 pub struct Endpoint {

@@ -4,8 +4,8 @@
 
 use crate::abi::{request_header_status, HeaderStatus};
 use crate::response::{local_reply, proxy_response, OutBody};
-use crate::upstream::{is_hop_header, match_route, BodyError, ChanBody};
-use crate::vm::{LocalReply, Pairs};
+use crate::stream_data::{LocalReply, Pairs, Signals};
+use crate::upstream::{is_hop_header, match_route, BodyError, ChanBody, Reset, UpstreamResult};
 use crate::worker::{StreamGuard, Worker};
 use bytes::Bytes;
 use http_body::{Body as _, Frame};
@@ -19,20 +19,6 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
 
-/// Returning this makes hyper drop the connection (a stream reset from the client's view).
-#[derive(Debug)]
-pub struct Reset(pub &'static str);
-impl std::fmt::Display for Reset {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.0)
-    }
-}
-impl std::error::Error for Reset {}
-
-pub type UpstreamResult = Result<
-    Result<Response<Incoming>, hyper_util::client::legacy::Error>,
-    tokio::time::error::Elapsed,
->;
 type UpstreamFut = Pin<Box<dyn Future<Output = UpstreamResult>>>;
 
 pub struct Upstream {
@@ -80,7 +66,7 @@ fn header<'a>(h: &'a Pairs, name: &[u8]) -> Option<&'a [u8]> {
 }
 
 /// Take the plugin's pending actions for this stream.
-fn take_signals(w: &Worker, ctx: u32) -> crate::vm::Signals {
+fn take_signals(w: &Worker, ctx: u32) -> Signals {
     w.with_stream(ctx, |s| std::mem::take(&mut *s.signals.flags.borrow_mut()))
         .unwrap_or_default()
 }

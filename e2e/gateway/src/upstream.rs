@@ -2,7 +2,8 @@
 //! pools per worker), the cluster load balancers, route matching and the channel body type.
 
 use crate::config::{ClusterType, LbPolicy, RouteCfg};
-use crate::shared::{Cluster, Endpoint, Health, Shared};
+use crate::health::Health;
+use crate::shared::{Cluster, Endpoint, Shared};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
@@ -17,6 +18,22 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What an upstream request gives: the response, a client error, or the route timeout.
+pub type UpstreamResult = Result<
+    Result<hyper::Response<hyper::body::Incoming>, hyper_util::client::legacy::Error>,
+    tokio::time::error::Elapsed,
+>;
+
+/// Returning this makes hyper drop the connection (a stream reset from the client's view).
+#[derive(Debug)]
+pub struct Reset(pub &'static str);
+impl std::fmt::Display for Reset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+}
+impl std::error::Error for Reset {}
 
 /// A body fed from a channel (plus optional first chunk); `len` makes it Content-Length.
 pub struct ChanBody {

@@ -1,97 +1,14 @@
-//! One plugin VM (wasmtime Store + Instance) per worker, with the host-side state its host
-//! calls read and write. Every host→guest entry goes through `Vm::enter`, which sets the
+//! One plugin VM (wasmtime Store + Instance) per worker; the host-side state its host calls
+//! read and write is `host_state::HostState`. Every host→guest entry goes through `Vm::enter`, which sets the
 //! current context and resets the effective context (cpp-host `SaveRestoreContext`).
 
 use crate::abi::AbiVersion;
-use crate::shared::Shared;
+use crate::host_state::HostState;
+use crate::stream_data::HttpCallResp;
 use anyhow::{anyhow, bail, Context as _, Result};
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::rc::Rc;
-use std::sync::Arc;
-use wasmtime::{Caller, Engine, Instance, Linker, Memory, Module, Store, TypedFunc};
-
-pub use crate::mem::{read_mem, return_bytes, write_mem, write_u32};
-pub use crate::stream_data::*;
-
-/// The wasmtime caller every host call receives.
-pub type C<'a> = Caller<'a, HostState>;
-
-pub struct HostState {
-    pub shared: Arc<Shared>,
-    pub worker: usize,
-    pub abi: AbiVersion,
-    pub memory: Option<Memory>,
-    pub alloc: Option<TypedFunc<i32, i32>>,
-    pub root_id: u32,
-    pub root_name: String,
-    pub vm_config: Vec<u8>,
-    /// Context of the current host→guest entry (0 = none).
-    pub current: u32,
-    pub effective: Option<u32>,
-    pub streams: HashMap<u32, StreamData>,
-    pub redis_buf: Option<Vec<u8>>,
-    pub http_resp: Option<HttpCallResp>,
-    pub status: (u32, Vec<u8>),
-    pub next_redis_token: u32,
-    pub next_http_token: u32,
-    pub redis_init: HashMap<String, RedisInit>,
-    pub redis_out: Vec<RedisOut>,
-    pub http_out: Vec<HttpOut>,
-    pub tick_period_ms: Option<u32>,
-    pub wasi_args: Vec<String>,
-    pub wasi_env: Vec<String>,
-    pub exit_code: Option<i32>,
-    /// During startup, log lines below the threshold are kept so a rejected configuration
-    /// can show everything the plugin said.
-    pub startup_log: Option<Vec<String>>,
-}
-
-impl HostState {
-    pub fn new(shared: Arc<Shared>, worker: usize, abi: AbiVersion) -> HostState {
-        HostState {
-            shared,
-            worker,
-            abi,
-            memory: None,
-            alloc: None,
-            root_id: 1,
-            root_name: String::new(),
-            vm_config: Vec::new(),
-            current: 0,
-            effective: None,
-            streams: HashMap::new(),
-            redis_buf: None,
-            http_resp: None,
-            status: (0, Vec::new()),
-            next_redis_token: 7,
-            next_http_token: 4,
-            redis_init: HashMap::new(),
-            redis_out: Vec::new(),
-            http_out: Vec::new(),
-            tick_period_ms: None,
-            wasi_args: vec!["plugin".into()],
-            wasi_env: Vec::new(),
-            exit_code: None,
-            startup_log: Some(Vec::new()),
-        }
-    }
-
-    /// The context stream host calls act on: the effective one if set, else the current one.
-    pub fn target(&self) -> u32 {
-        self.effective.unwrap_or(self.current)
-    }
-
-    /// The stream the current host call acts on; `None` on the root context.
-    pub fn stream(&mut self) -> Option<&mut StreamData> {
-        let id = self.target();
-        self.streams.get_mut(&id)
-    }
-
-    pub fn is_live_context(&self, id: u32) -> bool {
-        id == self.root_id || self.streams.contains_key(&id)
-    }
-}
+use wasmtime::{Engine, Instance, Linker, Module, Store, TypedFunc};
 
 type F1 = TypedFunc<i32, ()>;
 type F1R = TypedFunc<i32, i32>;

@@ -3,7 +3,8 @@
 //! because its sync adapter blocks on a Tokio runtime, which panics inside our worker loops.
 //! Any other WASI import the module declares answers ENOSYS instead of failing the load.
 
-use crate::vm::{read_mem, write_mem, write_u32, HostState, C};
+use crate::host_state::{HostState, C};
+use crate::mem::{read_mem, write_mem, write_u32};
 use anyhow::Result;
 use std::io::Write;
 use wasmtime::{Linker, Module, Val};

@@ -4,10 +4,12 @@
 //! the event loop, never from inside a host call.
 
 use crate::abi::AbiVersion;
+use crate::host_state::HostState;
 use crate::redis::{spawn_connection, RedisTx};
 use crate::shared::Shared;
+use crate::stream_data::{HttpCallResp, HttpOut, Pairs, StreamData};
 use crate::upstream::{ChanBody, Upstreams};
-use crate::vm::{HostState, HttpCallResp, HttpOut, Pairs, Plugin, StreamData, Vm};
+use crate::vm::{Plugin, Vm};
 use anyhow::Result;
 use bytes::Bytes;
 use http_body_util::BodyExt;

@@ -226,7 +226,7 @@ const RC: &str = "outbound|6379||redis.static";
 #[test]
 fn redis_call_tokens_buffer_and_root_rules() {
     let (_, p100) = test_plugins();
-    let rs = redis();
+    let rs = RedisServer::start();
     let pcfg = format!(
         "{{\"redis\":\"{RC}\",\"redis_init\":\"{RC}?db=1&max_buffer_size_before_flush=0\"}}"
     );

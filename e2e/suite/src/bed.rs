@@ -1,15 +1,16 @@
 //! A test bed: one Redis, N fake pods (in-process), gateways started on demand.
 
 use crate::gateway::{http, Gateway, GatewaySpec, CLUSTER, ROUTE};
-use crate::redis::{Counts, Redis};
+use crate::redis::{self, Counts};
 use ailb_fakepod::load::{self, LoadConfig, Summary, Workload};
 use ailb_fakepod::{spawn_pod, PodConfig, PodHandle};
+use ailb_testkit::{Options, RedisServer};
 use serde_json::{json, Value};
 use std::time::Duration;
 
 pub struct Bed {
     pub rt: tokio::runtime::Runtime,
-    pub redis: Redis,
+    pub redis: RedisServer,
     pub pods: Vec<PodHandle>,
 }
 
@@ -33,7 +34,11 @@ impl Bed {
             .collect();
         Bed {
             rt,
-            redis: Redis::start(),
+            // DEBUG enabled: the fault tests stall Redis with DEBUG SLEEP (storm.rs).
+            redis: RedisServer::start_with(Options {
+                debug_command: true,
+                ..Options::default()
+            }),
             pods: handles,
         }
     }
@@ -52,7 +57,7 @@ impl Bed {
     }
 
     pub fn counts(&self) -> Counts {
-        self.redis.counts(ROUTE, CLUSTER)
+        redis::counts(self.redis.port, ROUTE, CLUSTER)
     }
 
     pub fn reset_pods(&self) {

@@ -52,8 +52,8 @@ pub struct Envoy {
 impl Envoy {
     /// Starts Envoy with the plugin config `plugin` in front of `pods`; waits until ready.
     pub fn start(pods: &[String], plugin: &Value) -> Envoy {
-        let port = crate::free_port();
-        let admin = crate::free_port();
+        let port = ailb_testkit::free_port();
+        let admin = ailb_testkit::free_port();
         let config = envoy_config(port, admin, pods, plugin, &envoy_wasm());
         let tag = format!("{}-{port}", std::process::id());
         let dir = std::env::temp_dir();

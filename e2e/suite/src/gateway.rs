@@ -125,7 +125,7 @@ impl Gateway {
             "ailb-gw-{}-{}-{}.yaml",
             id,
             std::process::id(),
-            crate::free_port()
+            ailb_testkit::free_port()
         ));
         std::fs::write(&path, serde_json::to_string_pretty(config)?)?;
         let mut child = Command::new(crate::e2e_bin("ailb-gateway"))

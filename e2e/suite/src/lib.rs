@@ -48,11 +48,3 @@ pub fn e2e_bin(name: &str) -> PathBuf {
     );
     p
 }
-
-/// A free loopback port (bound then released).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or(0)
-}

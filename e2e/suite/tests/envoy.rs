@@ -95,7 +95,7 @@ fn envoy_falls_back_on_garbage_metrics_and_failed_scrapes() {
     let pods = bed.pod_addrs();
     let envoy = Envoy::start(
         &pods,
-        &metrics_plugin(&pods, json!({"scrapePort": ailb_e2e::free_port()})),
+        &metrics_plugin(&pods, json!({"scrapePort": ailb_testkit::free_port()})),
     );
     assert!(wait_until(Duration::from_secs(10), || envoy
         .stat("ai_lb.metrics.scrape_failed")

@@ -2,7 +2,8 @@
 //! workers) in front of fake pods, sharing one real redis-server.
 
 use ailb_e2e::bed::{chat, chat_body, wait_for_zero, Bed};
-use ailb_e2e::gateway::{glr_config, http, wait_until, Gateway};
+use ailb_e2e::gateway::{glr_config, http, wait_until, Gateway, CLUSTER, ROUTE};
+use ailb_e2e::redis::try_counts;
 use ailb_e2e::storm;
 use serde_json::json;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -78,10 +79,9 @@ fn it_leaks_nothing_after_a_fault_storm() {
     let watcher = {
         let (port, stop) = (bed.redis.port, stop.clone());
         std::thread::spawn(move || {
-            let r = ailb_e2e::redis::Redis::attach(port);
             let mut negative = Vec::new();
             while !stop.load(Ordering::Relaxed) {
-                if let Some(c) = r.try_counts() {
+                if let Some(c) = try_counts(port, ROUTE, CLUSTER) {
                     if c.any_negative() {
                         negative.push(c);
                     }

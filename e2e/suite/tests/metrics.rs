@@ -97,7 +97,7 @@ fn garbage_metrics_and_failed_scrapes_fall_back_cleanly() {
     let bed = Bed::new(3, |_| {});
     let gw = bed.gateway(&scrape_spec(
         &bed,
-        json!({"scrapePort": ailb_e2e::free_port()}),
+        json!({"scrapePort": ailb_testkit::free_port()}),
     ));
     land(&gw.url, 1, &[]);
     assert!(

@@ -1,7 +1,7 @@
 //! global_least_request (Higress build): one atomic script call picks the least-loaded healthy
 //! endpoint across every gateway and counts it (docs/redis-data-model.md §4).
 
-use super::{Env, Input};
+use super::input::{Env, Input};
 use crate::balancer::pick::Pick;
 use crate::balancer::request::Decision;
 use crate::host::Host;

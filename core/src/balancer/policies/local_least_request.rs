@@ -2,7 +2,7 @@
 //! counts are per proxy, in shared data (every worker VM sees them), updated with CAS and given
 //! back at stream end.
 
-use super::{Env, Input};
+use super::input::{Env, Input};
 use crate::balancer::pick::LocalLease;
 use crate::balancer::request::{Decision, Rejection};
 use crate::balancer::shared;

@@ -4,36 +4,16 @@
 //! [`Policies::decide`].
 
 pub mod endpoint_metrics;
+mod input;
 pub mod least_request;
 pub mod local_least_request;
 pub mod prefix_cache;
 
 use super::request::Decision;
-use super::rng::VmRng;
 use super::telemetry::Telemetry;
-use crate::config::{PluginConfig, PolicyConfig, RouteConfig};
+use crate::config::{PluginConfig, PolicyConfig};
 use crate::host::Host;
-use crate::redis::scripts::Keys;
-use std::rc::Rc;
-
-/// What a policy knows about the request it decides for.
-pub struct Input<'a> {
-    pub ctx: u32,
-    pub config: &'a Rc<RouteConfig>,
-    /// The route's Redis keys (None when the host did not name the route and cluster).
-    pub keys: Option<&'a Rc<Keys>>,
-    pub body_bytes: usize,
-    /// False for a body over `maxBodyBytes`: decide without reading it.
-    pub read_body: bool,
-    /// The endpoint-set fingerprint Redis holds for these keys, as far as this VM knows.
-    pub synced: Option<&'a Rc<str>>,
-}
-
-/// What every policy may use besides the host.
-pub struct Env<'a> {
-    pub tel: &'a mut Telemetry,
-    pub rng: &'a mut VmRng,
-}
+pub use input::{Env, Input};
 
 /// The per-VM state of the policies that keep any.
 pub struct Policies {

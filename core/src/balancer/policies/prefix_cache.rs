@@ -3,7 +3,8 @@
 //! the deepest known prefix unless it is over the load guard. A body that is not a usable
 //! prompt (or is too large to read) still gets a least-request pick.
 
-use super::{least_request, Env, Input};
+use super::input::{Env, Input};
+use super::least_request;
 use crate::balancer::request::Decision;
 use crate::config::PrefixSettings;
 use crate::host::{Host, LogLevel};

@@ -4,7 +4,8 @@
 use super::spec::{AbortRule, Api, Arrivals, LoadConfig, Workload};
 use crate::openai::answer_text;
 use crate::rng::Rng;
-use crate::tokenize::{canonical_prompt, fnv1a, ApiKind};
+use crate::tokenize::{canonical_prompt, ApiKind};
+use ailb_core::hash::{fnv1a, FNV_OFFSET};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -44,13 +45,15 @@ impl Plan {
     /// Hex digest of everything that defines the sequence (targets, timing, bodies, headers,
     /// aborts): equal digests mean the same requests were planned.
     pub fn fingerprint(&self) -> String {
+        // Each line is folded in from the offset basis XOR the digest so far: the digest as it
+        // was defined before the shared FNV-1a, kept so digests stay comparable across versions.
         let mut h = 0u64;
         for r in &self.requests {
             let line = format!(
                 "{}|{}|{:?}|{:?}|{}|{:?}|{:?}|{}",
                 r.index, r.target, r.session, r.at, r.stream, r.headers, r.abort, r.body
             );
-            h = fnv1a(h, line.as_bytes());
+            h = fnv1a(h ^ FNV_OFFSET, line.as_bytes());
         }
         format!("{h:016x}")
     }

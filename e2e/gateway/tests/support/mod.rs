@@ -1,13 +1,15 @@
-//! Test helpers: build the test plugin, run redis-server / echo upstreams / gateways on free
-//! loopback ports, and a tiny blocking HTTP client.
+//! Test helpers: build the test plugin, run echo upstreams / fake Redis endpoints / gateways on
+//! free loopback ports, and a tiny blocking HTTP client. A real redis-server comes from
+//! `ailb_testkit`.
 #![allow(dead_code)]
 
 use ailb_gateway::config::Config;
 use ailb_gateway::gateway::{start, Gateway};
+pub use ailb_testkit::{free_port, RedisServer};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -41,56 +43,6 @@ pub fn test_plugins() -> &'static (PathBuf, PathBuf) {
         }
         (paths[0].clone(), paths[1].clone())
     })
-}
-
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-pub struct Redis {
-    pub port: u16,
-    child: Child,
-}
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-pub fn redis() -> Redis {
-    let port = free_port();
-    let child = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("redis-server");
-    let r = Redis { port, child };
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline {
-        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
-            let _ = s.write_all(b"PING\r\n");
-            let mut b = [0u8; 7];
-            if s.read_exact(&mut b).is_ok() && &b == b"+PONG\r\n" {
-                return r;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("redis-server did not start");
 }
 
 /// A TCP server that accepts and then either stays silent or closes at once.

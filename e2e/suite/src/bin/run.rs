@@ -4,7 +4,7 @@
 //! (`--once`: exit after the table).
 
 use ailb_e2e::bed::Bed;
-use ailb_e2e::gateway::{Gateway, CLUSTER, ROUTE};
+use ailb_e2e::gateway::Gateway;
 use ailb_fakepod::load::{self, HoldSpec, LoadConfig, Workload};
 use serde_json::Value;
 use std::time::Duration;
@@ -42,7 +42,7 @@ fn main() -> anyhow::Result<()> {
     let run = bed.rt.spawn(async move { load::run(&hold).await });
     // Sample Redis while the long requests are in flight.
     std::thread::sleep(Duration::from_millis(300));
-    let in_flight = bed.redis.counts(ROUTE, CLUSTER);
+    let in_flight = bed.counts();
     let hold_summary = bed.rt.block_on(run)??;
     let mut skewed = LoadConfig::new(vec![gw.url.clone()], Workload::Skewed(Default::default()));
     if let Workload::Skewed(s) = &mut skewed.workload {
@@ -55,7 +55,7 @@ fn main() -> anyhow::Result<()> {
     println!("hold    : {}", hold_summary.line());
     println!("skewed  : {}", skewed_summary.line());
 
-    let after = bed.redis.counts(ROUTE, CLUSTER);
+    let after = bed.counts();
     println!(
         "\n{:<8} {:<22} {:>9} {:>12} {:>16} {:>14}",
         "pod", "address", "requests", "peak running", "redis in-flight", "redis after"

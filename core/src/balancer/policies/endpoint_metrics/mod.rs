@@ -7,7 +7,7 @@ mod host_list;
 mod scrape;
 mod snapshot;
 
-use super::{Env, Input};
+use super::input::{Env, Input};
 use crate::balancer::request::{Decision, Rejection};
 use crate::balancer::shared;
 use crate::balancer::telemetry::Telemetry;

@@ -1,0 +1,27 @@
+//! What a policy is given: the request it decides for ([`Input`]) and the VM's counters and
+//! randomness ([`Env`]).
+
+use crate::balancer::rng::VmRng;
+use crate::balancer::telemetry::Telemetry;
+use crate::config::RouteConfig;
+use crate::redis::scripts::Keys;
+use std::rc::Rc;
+
+/// What a policy knows about the request it decides for.
+pub struct Input<'a> {
+    pub ctx: u32,
+    pub config: &'a Rc<RouteConfig>,
+    /// The route's Redis keys (None when the host did not name the route and cluster).
+    pub keys: Option<&'a Rc<Keys>>,
+    pub body_bytes: usize,
+    /// False for a body over `maxBodyBytes`: decide without reading it.
+    pub read_body: bool,
+    /// The endpoint-set fingerprint Redis holds for these keys, as far as this VM knows.
+    pub synced: Option<&'a Rc<str>>,
+}
+
+/// What every policy may use besides the host.
+pub struct Env<'a> {
+    pub tel: &'a mut Telemetry,
+    pub rng: &'a mut VmRng,
+}

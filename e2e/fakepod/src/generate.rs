@@ -1,0 +1,169 @@
+//! Generation of one request on a fake pod: tokenize and hash the prompt, queue and prefill in
+//! the engine, then decode token by token (streamed or as one body).
+
+use crate::body::{json_resp, ChannelBody, RespBody};
+use crate::engine::{Engine, Job, Running};
+use crate::openai::{self, token_text, GenRequest, RespMeta, Usage};
+use crate::tokenize::{block_hashes, tokenize, ApiKind};
+use ailb_core::hash::{fnv1a, FNV_OFFSET};
+use bytes::Bytes;
+use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::Response;
+use hyper::StatusCode;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::mpsc;
+use tokio::time::{sleep, sleep_until, Instant};
+
+/// Everything decided about a request before it enters the engine.
+struct Plan {
+    job: Job,
+    hashes: Vec<u64>,
+    /// Blocks of prompt + answer, cached once the answer is complete (vLLM keeps the KV of
+    /// generated tokens too, so a conversation's next turn hits through the previous answer).
+    after: Vec<u64>,
+    out_tokens: u64,
+    seed: u64,
+    meta: RespMeta,
+    include_usage: bool,
+}
+
+fn plan(engine: &Engine, gen: &GenRequest, n: u64) -> Plan {
+    let cfg = &engine.cfg;
+    let lora = engine.lora_for(gen.model.as_deref());
+    let tokens = tokenize(&gen.prompt);
+    let namespace = lora.as_deref().unwrap_or(&cfg.served_model_name);
+    let hashes = block_hashes(namespace, &tokens, cfg.block_tokens);
+    let answered = openai::after_answer(
+        gen.kind,
+        &gen.prompt,
+        &openai::answer_text(&gen.prompt, out_tokens_of(cfg, gen)),
+    );
+    let after = block_hashes(namespace, &tokenize(&answered), cfg.block_tokens);
+    let out_tokens = out_tokens_of(cfg, gen);
+    let prefix = match gen.kind {
+        ApiKind::Chat => "chatcmpl",
+        ApiKind::Completions => "cmpl",
+    };
+    Plan {
+        job: Job {
+            prompt_tokens: tokens.len() as u64,
+            block_hashes: hashes.clone(),
+            lora,
+        },
+        hashes,
+        after,
+        out_tokens,
+        seed: fnv1a(FNV_OFFSET, gen.prompt.as_bytes()),
+        meta: RespMeta {
+            id: format!("{prefix}-{}-{n}", cfg.name),
+            created: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+            model: gen
+                .model
+                .clone()
+                .unwrap_or_else(|| cfg.served_model_name.clone()),
+            kind: gen.kind,
+        },
+        include_usage: gen.include_usage,
+    }
+}
+
+fn out_tokens_of(cfg: &crate::config::PodConfig, gen: &GenRequest) -> u64 {
+    gen.max_tokens
+        .unwrap_or(cfg.default_max_tokens)
+        .clamp(1, cfg.max_output_tokens.max(1))
+}
+
+/// Queue, then prefill: sleeps for the uncached part of the prompt and caches its blocks.
+async fn prefill(engine: &Arc<Engine>, p: &Plan) -> Running {
+    let run = engine.admit(&p.job).await;
+    let uncached = p.job.prompt_tokens - run.hit_tokens;
+    sleep(Duration::from_micros(
+        uncached * engine.cfg.prefill_us_per_token,
+    ))
+    .await;
+    run.commit_prompt(&p.hashes);
+    run
+}
+
+/// Decode step deadlines are absolute so sub-millisecond steps don't accumulate timer slack.
+async fn next_token(engine: &Engine, deadline: &mut Instant, run: &mut Running) {
+    *deadline += engine.decode_step();
+    sleep_until(*deadline).await;
+    run.add_generated();
+}
+
+/// Serves one parsed completion request (`n` numbers it for the response id): streamed as SSE
+/// or as one JSON body.
+pub async fn generate(engine: Arc<Engine>, gen: GenRequest, n: u64) -> Response<RespBody> {
+    let p = plan(&engine, &gen, n);
+    if gen.stream {
+        let (tx, body) = ChannelBody::pair(64);
+        tokio::spawn(async move {
+            // A client that goes away cancels the request and frees its slot, as vLLM aborts.
+            tokio::select! {
+                _ = tx.closed() => {}
+                _ = stream_tokens(&engine, &p, &tx) => {}
+            }
+        });
+        let mut r = Response::new(body);
+        let h = r.headers_mut();
+        h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+        h.insert("cache-control", HeaderValue::from_static("no-cache"));
+        return r;
+    }
+    let mut run = prefill(&engine, &p).await;
+    let mut deadline = Instant::now();
+    let mut text = String::new();
+    for i in 0..p.out_tokens {
+        next_token(&engine, &mut deadline, &mut run).await;
+        text.push_str(token_text(p.seed, i));
+    }
+    run.commit_prompt(&p.after);
+    let usage = Usage {
+        prompt: p.job.prompt_tokens,
+        completion: p.out_tokens,
+        cached: run.hit_tokens,
+    };
+    let mut r = json_resp(StatusCode::OK, p.meta.full(&text, usage));
+    let h = r.headers_mut();
+    h.insert(
+        "x-fake-queue-us",
+        HeaderValue::from(run.queue_wait.as_micros() as u64),
+    );
+    h.insert("x-fake-cached-tokens", HeaderValue::from(run.hit_tokens));
+    r
+}
+
+async fn stream_tokens(
+    engine: &Arc<Engine>,
+    p: &Plan,
+    tx: &mpsc::Sender<Result<Bytes, std::io::Error>>,
+) {
+    let mut run = prefill(engine, p).await;
+    let mut deadline = Instant::now();
+    for i in 0..p.out_tokens {
+        next_token(engine, &mut deadline, &mut run).await;
+        let finish = (i + 1 == p.out_tokens).then_some("length");
+        let chunk = p.meta.chunk(token_text(p.seed, i), i == 0, finish);
+        if tx.send(Ok(chunk.into())).await.is_err() {
+            return;
+        }
+    }
+    if p.include_usage {
+        let usage = Usage {
+            prompt: p.job.prompt_tokens,
+            completion: p.out_tokens,
+            cached: run.hit_tokens,
+        };
+        let _ = tx.send(Ok(p.meta.usage_chunk(usage).into())).await;
+    }
+    run.commit_prompt(&p.after);
+    drop(run); // the request is finished before [DONE] goes out
+    let _ = tx
+        .send(Ok(Bytes::from_static(openai::DONE.as_bytes())))
+        .await;
+}

@@ -1,0 +1,88 @@
+//! Helpers shared by the benchmark sections: the 10-turn chat, its VM-time measurement,
+//! percentiles and workload shapes.
+
+use ailb_e2e::gateway::{http, Gateway};
+use ailb_fakepod::load::{Arrivals, SkewedSpec};
+use ailb_fakepod::rng::Dist;
+use serde_json::json;
+use std::time::Duration;
+
+/// A 10-turn chat of about 8 KB.
+pub fn chat10() -> Vec<u8> {
+    let mut messages =
+        vec![json!({"role": "system", "content": "You are a helpful assistant. ".repeat(12)})];
+    for i in 0..10 {
+        messages.push(json!({"role": "user", "content": format!("question {i}: {}", "lorem ipsum dolor sit amet ".repeat(10))}));
+        messages.push(json!({"role": "assistant", "content": format!("answer {i}: {}", "consectetur adipiscing elit ".repeat(12))}));
+    }
+    json!({"model": "fake-model", "messages": messages, "max_tokens": 1})
+        .to_string()
+        .into_bytes()
+}
+
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// `count` open-loop arrivals over `seconds`, output lengths lognormal(`median`, `sigma`)
+/// capped at `max_tokens`, prompts up to 1000 tokens.
+pub fn lognormal_sizes(
+    count: usize,
+    seconds: u64,
+    median: f64,
+    sigma: f64,
+    max_tokens: u64,
+) -> SkewedSpec {
+    let mut s = SkewedSpec {
+        arrivals: Arrivals::Count {
+            count,
+            duration: Duration::from_secs(seconds),
+        },
+        ..SkewedSpec::default()
+    };
+    s.max_tokens.dist = Dist::LogNormal { median, sigma };
+    s.max_tokens.max = max_tokens;
+    s.prompt_tokens.max = 1000;
+    s
+}
+
+/// POSTs the 10-turn chat through `gw`; anything but 200 is an error.
+pub fn post_chat10(gw: &Gateway) -> anyhow::Result<()> {
+    let (status, _, _) = http(
+        &gw.url,
+        "POST",
+        "/v1/chat/completions",
+        &[("content-type", "application/json")],
+        &chat10(),
+    )?;
+    anyhow::ensure!(status == 200, "status {status}");
+    Ok(())
+}
+
+/// Plugin CPU per request: the emulator's VM time (plugin code and the host calls it makes)
+/// over `n` requests, after `warm` unmeasured ones.
+pub fn vm_us_per_request(gw: &Gateway, warm: usize, n: usize) -> anyhow::Result<f64> {
+    for _ in 0..warm {
+        post_chat10(gw)?;
+    }
+    let (ns0, n0) = (
+        gw.stat("gateway.vm_call_ns"),
+        gw.stat("gateway.streams_destroyed"),
+    );
+    for _ in 0..n {
+        post_chat10(gw)?;
+    }
+    let (ns1, n1) = (
+        gw.stat("gateway.vm_call_ns"),
+        gw.stat("gateway.streams_destroyed"),
+    );
+    anyhow::ensure!(
+        n1 > n0 && ns1 > ns0,
+        "the emulator reports no VM time (gateway.vm_call_ns)"
+    );
+    Ok((ns1 - ns0) as f64 / (n1 - n0) as f64 / 1e3)
+}

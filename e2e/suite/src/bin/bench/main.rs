@@ -1,0 +1,32 @@
+//! End-to-end benchmarks (`make bench`): one `BENCH <name> <value> <unit>` line per figure.
+//! Every ratio is measured side by side in the same run.
+
+mod common;
+mod glr;
+mod metrics;
+mod prefix;
+
+/// `ailb-bench [cpu] [leak] [p99] [prefix] [metrics]`: the named sections only (all by default).
+fn main() -> anyhow::Result<()> {
+    let only: Vec<String> = std::env::args().skip(1).collect();
+    let run = |name: &str| only.is_empty() || only.iter().any(|a| a == name);
+    if run("cpu") {
+        glr::plugin_cpu_and_added_latency()?;
+    }
+    if run("leak") {
+        glr::leak_check()?;
+    }
+    if run("p99") {
+        glr::p99_vs_local_least_request()?;
+    }
+    if run("prefix") {
+        prefix::prefix_cpu()?;
+        prefix::prefix_vs_round_robin()?;
+    }
+    if run("metrics") {
+        metrics::metrics_plugin_cpu()?;
+        metrics::metrics_scrape_cpu()?;
+        metrics::metrics_vs_round_robin()?;
+    }
+    Ok(())
+}

@@ -1,0 +1,155 @@
+//! A redis-server process on a free loopback port, in its own temporary directory, killed on
+//! Drop. It can be stopped and restarted on the same port (the e2e fault tests take Redis away
+//! under load and bring it back empty).
+
+use crate::client::{try_cmd, Conn};
+use ailb_core::redis::resp::Value;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a starting redis-server (or a fresh cluster) may take to answer.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A free loopback port (bound, then released for the caller to bind).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free loopback port")
+}
+
+/// What kind of server to start; the default is a plain standalone server without persistence.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// A one-node Redis Cluster owning every slot: scripts there fail with CROSSSLOT unless all
+    /// their keys share one slot.
+    pub cluster: bool,
+    /// Allow the DEBUG command (Redis 7 disables it by default): the e2e fault tests stall
+    /// Redis with DEBUG SLEEP.
+    pub debug_command: bool,
+}
+
+pub struct RedisServer {
+    pub port: u16,
+    options: Options,
+    child: Option<Child>,
+    dir: PathBuf,
+}
+
+impl RedisServer {
+    /// A plain standalone server.
+    pub fn start() -> RedisServer {
+        Self::start_with(Options::default())
+    }
+
+    /// A one-node cluster owning every slot (see [`Options::cluster`]).
+    pub fn start_cluster() -> RedisServer {
+        Self::start_with(Options {
+            cluster: true,
+            ..Options::default()
+        })
+    }
+
+    pub fn start_with(options: Options) -> RedisServer {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("ailb-redis-{port}-{}", std::process::id()));
+        let mut server = RedisServer {
+            port,
+            options,
+            child: None,
+            dir,
+        };
+        server.spawn();
+        server
+    }
+
+    /// Starts redis-server in an emptied directory and waits until it answers (and, for a
+    /// cluster, until every slot is served).
+    fn spawn(&mut self) {
+        // Empty, so a restarted cluster node starts without the previous nodes.conf.
+        let _ = std::fs::remove_dir_all(&self.dir);
+        std::fs::create_dir_all(&self.dir).expect("redis-server temp dir");
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"]);
+        if self.options.debug_command {
+            cmd.args(["--enable-debug-command", "yes"]);
+        }
+        if self.options.cluster {
+            cmd.args([
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+            ]);
+        }
+        let child = cmd
+            .current_dir(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (apt-get install redis-server)");
+        self.child = Some(child);
+        let port = self.port;
+        wait_for(&format!("redis-server on {port}"), || {
+            self.try_cmd(&["PING"]) == Some(Value::Simple("PONG".into()))
+        });
+        if self.options.cluster {
+            assert_eq!(
+                self.cmd(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]),
+                Value::Simple("OK".into())
+            );
+            wait_for(&format!("cluster on {port}"), || {
+                self.try_cmd(&["CLUSTER", "INFO"])
+                    .and_then(|v| v.as_str().map(|s| s.contains("cluster_state:ok")))
+                    .unwrap_or(false)
+            });
+        }
+    }
+
+    /// A new connection for a sequence of commands (pipelining, scripts, raw replies).
+    pub fn conn(&self) -> Conn {
+        Conn::try_connect(self.port).expect("connect to redis-server")
+    }
+
+    /// One command on a fresh connection; None while the server is down, stalled past the
+    /// timeout, or replying garbage.
+    pub fn try_cmd<A: AsRef<[u8]>>(&self, args: &[A]) -> Option<Value> {
+        try_cmd(self.port, args)
+    }
+
+    pub fn cmd<A: AsRef<[u8]>>(&self, args: &[A]) -> Value {
+        self.try_cmd(args).expect("redis command failed")
+    }
+
+    /// Stops the server (connections drop, pending calls fail).
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts it again on the same port, empty (as after a crash without persistence).
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + START_TIMEOUT;
+    while !ready() {
+        assert!(Instant::now() < deadline, "{what} did not come up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
