@@ -138,6 +138,13 @@ impl HttpContext for Filter {
         Action::Continue
     }
 
+    fn on_http_response_body(&mut self, _body_size: usize, _end_of_stream: bool) -> Action {
+        // cluster_metrics times the first response-body chunk (its TTFT).
+        let ctx = self.ctx;
+        with_engine(self.root, |e, h| action(e.on_response_body(h, ctx)))
+            .unwrap_or(Action::Continue)
+    }
+
     fn on_log(&mut self) {
         // Backstop for hosts that skip on_done: releasing twice is a no-op.
         let ctx = self.ctx;

@@ -131,6 +131,14 @@ impl Host for MockHost {
         Ok(())
     }
 
+    fn response_header(&self, name: &str) -> HostResult<Option<String>> {
+        Ok(self
+            .response_headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone()))
+    }
+
     fn add_response_header(&mut self, name: &str, value: &str) -> HostResult<()> {
         self.response_headers.push((name.into(), value.into()));
         Ok(())
