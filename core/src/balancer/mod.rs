@@ -377,4 +377,6 @@ impl Balancer {
 }
 
 #[cfg(test)]
+mod cluster_tests;
+#[cfg(test)]
 mod tests;
