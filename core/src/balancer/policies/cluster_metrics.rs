@@ -1,0 +1,120 @@
+//! cluster_metrics (`lb_type: cluster`): picks one of `service_list` by the route's `mode`
+//! from per-service statistics, writes it into `cluster_header`, and measures the request
+//! itself: time to the first response-body chunk (TTFT) and to stream end, errors = a
+//! `:status` other than 200 or none at all (docs/higress-cluster-policies.md §3.3).
+//!
+//! The statistics live in proxy-wide shared data, one record per route config, updated with
+//! compare-and-swap (`super::super::shared::update`), so every worker VM of a proxy decides
+//! from the same numbers (Higress keeps them per VM). The in-flight count taken at the
+//! decision is held by the request (`Hold::Service`) and given back exactly once at stream
+//! end, with the total latency.
+
+use super::input::{Env, Input};
+use crate::balancer::pick::ServiceLease;
+use crate::balancer::request::{Decision, Hold};
+pub use crate::balancer::service_stats::SharedStats;
+use crate::balancer::shared;
+use crate::balancer::telemetry::Telemetry;
+use crate::cluster::select::{self, Decision as Pick};
+use crate::cluster::stats::ServiceTable;
+use crate::host::{Host, LogLevel};
+use crate::reason::{Cause, Reason};
+use crate::stats::Counter;
+use std::rc::Rc;
+
+pub fn decide(host: &mut dyn Host, env: Env, input: &Input, stats: &Rc<SharedStats>) -> Decision {
+    let now = host.now_ms();
+    let now_ms = i64::try_from(now).unwrap_or(i64::MAX);
+    let rng = &mut *env.rng;
+    let mut reset = false;
+    let result = shared::update(host, &stats.key, |current| {
+        let (mut table, bad) = stats.load(current);
+        reset = bad;
+        let mut next = || rng.next_u64();
+        let chosen = match select::select(stats.mode, &stats.params, &table, now_ms, &mut next) {
+            Pick::Pick(i) => {
+                table.on_request_start(i);
+                table.names().get(i).cloned()
+            }
+            Pick::NoServices => None,
+        };
+        (table.encode().into_bytes(), chosen)
+    });
+    if reset {
+        env.tel.inc(host, Counter::ClusterStatsReset);
+    }
+    match result {
+        Ok(Some(service)) => Decision::Route {
+            hold: Some(Hold::Service(ServiceLease {
+                stats: stats.clone(),
+                service: service.clone(),
+                start_ms: now,
+            })),
+            endpoint: service,
+            fallbacks: Vec::new(),
+            reason: Reason::ClusterMetrics,
+        },
+        Ok(None) => Decision::Fallback(Cause::NoHealthyEndpoint),
+        Err(e) => {
+            // Never lose the request over its statistics: decide from a fresh table (the mode's
+            // random start) and hold nothing, since no count was taken.
+            env.tel.inc(host, Counter::ClusterStatsFailed);
+            env.tel
+                .log(host, LogLevel::Debug, input.ctx, format_args!("{e}"));
+            let table = ServiceTable::new(&stats.services, stats.params.ring_capacity());
+            let mut next = || rng.next_u64();
+            match select::select(stats.mode, &stats.params, &table, now_ms, &mut next) {
+                Pick::Pick(i) => match table.names().get(i) {
+                    Some(service) => Decision::Route {
+                        endpoint: service.clone(),
+                        fallbacks: Vec::new(),
+                        reason: Reason::ClusterMetrics,
+                        hold: None,
+                    },
+                    None => Decision::Fallback(Cause::SharedData),
+                },
+                Pick::NoServices => Decision::Fallback(Cause::SharedData),
+            }
+        }
+    }
+}
+
+/// The first response-body chunk: a TTFT sample (Higress measures at the first streamed chunk).
+pub fn first_byte(host: &mut dyn Host, tel: &Telemetry, lease: &ServiceLease, success: bool) {
+    let elapsed = elapsed_ms(host, lease);
+    let stats = &lease.stats;
+    let result = shared::update(host, &stats.key, |current| {
+        let (mut table, _) = stats.load(current);
+        if let Some(i) = table.index_of(&lease.service) {
+            table.on_first_byte(i, elapsed, success, stats.params.ewma_beta);
+        }
+        (table.encode().into_bytes(), ())
+    });
+    if result.is_err() {
+        tel.inc(host, Counter::ClusterStatsFailed);
+    }
+}
+
+/// Stream end: the in-flight count back and, when the request got this far (`outcome`), the
+/// total latency and the error bookkeeping (cooldown).
+pub fn done(host: &mut dyn Host, tel: &Telemetry, lease: ServiceLease, outcome: Option<bool>) {
+    let elapsed = elapsed_ms(host, &lease);
+    let now_ms = i64::try_from(host.now_ms()).unwrap_or(i64::MAX);
+    let stats = &lease.stats;
+    let result = shared::update(host, &stats.key, |current| {
+        let (mut table, _) = stats.load(current);
+        if let Some(i) = table.index_of(&lease.service) {
+            let sample = outcome.map(|_| elapsed);
+            let success = outcome.unwrap_or(true);
+            table.on_stream_end(i, sample, success, now_ms, &stats.params);
+        }
+        (table.encode().into_bytes(), ())
+    });
+    if result.is_err() {
+        tel.inc(host, Counter::ReleaseFailures);
+    }
+}
+
+fn elapsed_ms(host: &dyn Host, lease: &ServiceLease) -> i64 {
+    i64::try_from(host.now_ms().saturating_sub(lease.start_ms)).unwrap_or(i64::MAX)
+}
