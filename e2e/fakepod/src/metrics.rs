@@ -1,6 +1,6 @@
 //! `/metrics` in Prometheus text format, in the dialect of the engine being impersonated.
 //!
-//! Names, types and labels follow `shared/spec/model-server-metrics-and-scheduling.md` §1:
+//! Names, types and labels follow `docs/model-server-metrics.md` §1:
 //! vLLM V1 labels are `{engine="0",model_name=...}` (sorted, as prometheus_client prints them),
 //! counters carry `_total`; V0 has only `model_name` and hit-rate gauges (-1 with no queries);
 //! SGLang exposes a hit *rate* gauge, here cumulative hits/queries since the last reset.

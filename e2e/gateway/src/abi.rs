@@ -1,6 +1,6 @@
 //! Proxy-Wasm ABI constants and wire encodings shared by the host-call implementations.
 //! Values follow proxy-wasm 0.2.1 (crate proxy-wasm 0.2.5) plus the Higress extensions
-//! (spec/higress-abi.md §1).
+//! (docs/higress-abi.md §1, §3).
 
 /// `WasmResult` status codes returned by every host call.
 pub mod status {

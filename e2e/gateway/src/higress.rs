@@ -1,4 +1,4 @@
-//! Higress ABI extensions (spec/higress-abi.md §1.1): Redis, upstream host list, override
+//! Higress ABI extensions (docs/higress-abi.md §3): Redis, upstream host list, override
 //! host, inject-encoded-data. All i32.
 
 use crate::abi::{self, status};

