@@ -149,8 +149,8 @@ fn route_facts(c: &RouteConfig) -> Vec<(&'static str, String)> {
     }
     match &c.policy {
         PolicyConfig::GlobalLeastRequest => {
-            v.push(("max_load", c.max_load.to_string()));
-            v.push(("detail_log", c.detail_log.to_string()));
+            v.push(("max_load", c.common.max_load.to_string()));
+            v.push(("detail_log", c.common.detail_log.to_string()));
         }
         PolicyConfig::PrefixCache(p) => v.push(("prefix.ttl_s", p.ttl_s.to_string())),
         PolicyConfig::EndpointMetrics(m) => {

@@ -102,7 +102,7 @@ fn it_accepts_every_schema_key_with_its_default() {
 #[test]
 fn it_parses_the_console_route_example() {
     let cfg = parse(&yaml("route-example.yaml"));
-    assert_eq!(cfg.global.unwrap().max_load, 32);
+    assert_eq!(cfg.global.unwrap().common.max_load, 32);
 }
 
 #[test]
@@ -129,7 +129,7 @@ fn it_parses_the_wasmplugin_resource_as_the_controller_sends_it() {
         cluster: Some("outbound|8000||llm-batch.default.svc.cluster.local"),
         ..Default::default()
     };
-    assert_eq!(cfg.select(&service).unwrap().max_load, 200_000);
+    assert_eq!(cfg.select(&service).unwrap().common.max_load, 200_000);
     let other = RequestKeys {
         route: Some("default/other"),
         ..Default::default()

@@ -95,7 +95,7 @@ impl Balancer {
         };
         let keys = match (&route, &cluster) {
             (Some(r), Some(c)) if !r.is_empty() && !c.is_empty() => {
-                Some(Rc::new(Keys::new(&config.key_prefix, r, c)))
+                Some(Rc::new(Keys::new(&config.common.key_prefix, r, c)))
             }
             _ => None,
         };
@@ -133,7 +133,7 @@ impl Balancer {
         let Some(req) = self.requests.get(&ctx) else {
             return;
         };
-        if let Some(name) = &req.config.debug_header {
+        if let Some(name) = &req.config.common.debug_header {
             let (endpoint, reason) = req.describe();
             let value = format!(
                 "endpoint={}; reason={}",
@@ -275,7 +275,7 @@ impl Balancer {
                 let result = publish::publish(host, &config, &endpoint, &fallbacks);
                 match &result {
                     Err(e) => self.tel.log(host, LogLevel::Warn, ctx, format_args!("{e}")),
-                    Ok(()) if config.detail_log && self.tel.enabled(LogLevel::Debug) => {
+                    Ok(()) if config.common.detail_log && self.tel.enabled(LogLevel::Debug) => {
                         let (_, reason) = self.requests.get(&ctx)?.describe();
                         self.tel.log(
                             host,

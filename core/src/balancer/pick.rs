@@ -143,7 +143,7 @@ impl Pick {
 
 /// What one request adds to its endpoint's load (`costMode`).
 pub fn cost_of(config: &RouteConfig, body_bytes: usize) -> u64 {
-    match config.cost {
+    match config.common.cost {
         crate::config::CostMode::Requests => 1,
         crate::config::CostMode::Bytes => (body_bytes as u64).max(1),
         crate::config::CostMode::Tokens => (body_bytes as u64 / 4).max(1),

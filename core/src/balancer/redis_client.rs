@@ -110,10 +110,10 @@ impl RedisClient {
         self.acquires += 1;
         let args = AcquireArgs {
             now_ms: host.now_ms(),
-            lease_ttl_ms: pick.config.lease_ttl_ms,
+            lease_ttl_ms: pick.config.common.lease_ttl_ms,
             request_id: &pick.request_id,
             cost: pick.cost,
-            cap: pick.config.max_load,
+            cap: pick.config.common.max_load,
             random,
             fingerprint: &pick.fingerprint,
             reclaim: if self.acquires.is_multiple_of(RECLAIM_EVERY) {

@@ -240,7 +240,7 @@ impl Request {
             return Vec::new();
         }
         self.body_bytes = size;
-        if size > self.config.max_body_bytes {
+        if size > self.config.common.max_body_bytes {
             // Do not hold a huge body: balance without reading it, right now.
             return vec![
                 Effect::Count(Counter::Fallback(Cause::BodyTooLarge)),
@@ -434,7 +434,7 @@ impl Request {
     /// Fail open to the cluster's own load balancing, or 503 under `failureMode: deny`.
     fn fall_back(&mut self, cause: Cause) -> Vec<Effect> {
         let kind = self.config.policy.kind();
-        let denied = self.config.failure_mode == FailureMode::Deny;
+        let denied = self.config.common.failure_mode == FailureMode::Deny;
         let mut e = vec![
             Effect::Count(Counter::Decision(kind, Outcome::FellBack)),
             Effect::FellBack { cause, denied },

@@ -28,9 +28,11 @@ pub const DEFAULT_LEASE_TTL_S: u64 = 600;
 /// The shared settings of an endpoint policy.
 #[derive(Debug, Clone)]
 pub struct Common {
+    /// `ailb` by default: keys are `<prefix>:{<route>|<cluster>}:<name>`.
     pub key_prefix: String,
     pub lease_ttl_ms: u64,
     pub cost: CostMode,
+    /// `maxRequestCount`: cap on an endpoint's load (0 = none); 429 when every endpoint is at it.
     pub max_load: u64,
     pub failure_mode: FailureMode,
     pub debug_header: Option<String>,

@@ -29,12 +29,12 @@ fn minimal_config_gets_higress_defaults() {
     );
     assert_eq!(g.redis.as_ref().unwrap().timeout_ms, 3000);
     assert_eq!(g.redis.as_ref().unwrap().database, 0);
-    assert_eq!(g.max_load, 0);
-    assert_eq!(g.lease_ttl_ms, 600_000);
-    assert_eq!(g.cost, CostMode::Requests);
-    assert_eq!(g.failure_mode, FailureMode::Allow);
-    assert_eq!(g.debug_header, None);
-    assert_eq!(g.key_prefix, "ailb");
+    assert_eq!(g.common.max_load, 0);
+    assert_eq!(g.common.lease_ttl_ms, 600_000);
+    assert_eq!(g.common.cost, CostMode::Requests);
+    assert_eq!(g.common.failure_mode, FailureMode::Allow);
+    assert_eq!(g.common.debug_header, None);
+    assert_eq!(g.common.key_prefix, "ailb");
     assert!(cfg.rules.is_empty());
 }
 
@@ -49,14 +49,14 @@ fn full_config_reads_every_key() {
     );
     assert_eq!(g.redis.as_ref().unwrap().timeout_ms, 500);
     assert!(g.redis.as_ref().unwrap().init_cluster.contains("?db=2&"));
-    assert_eq!(g.max_load, 64);
-    assert_eq!(g.lease_ttl_ms, 300_000);
-    assert_eq!(g.debug_header.as_deref(), Some("x-ai-lb-debug"));
-    assert_eq!(g.max_body_bytes, 4_194_304);
-    assert!(!g.detail_log);
+    assert_eq!(g.common.max_load, 64);
+    assert_eq!(g.common.lease_ttl_ms, 300_000);
+    assert_eq!(g.common.debug_header.as_deref(), Some("x-ai-lb-debug"));
+    assert_eq!(g.common.max_body_bytes, 4_194_304);
+    assert!(!g.common.detail_log);
     assert_eq!(cfg.rules.len(), 2);
-    assert_eq!(cfg.rules[0].1.failure_mode, FailureMode::Deny);
-    assert_eq!(cfg.rules[1].1.cost, CostMode::Tokens);
+    assert_eq!(cfg.rules[0].1.common.failure_mode, FailureMode::Deny);
+    assert_eq!(cfg.rules[1].1.common.cost, CostMode::Tokens);
 }
 
 #[test]
@@ -99,7 +99,7 @@ fn rules_first_match_wins_then_global() {
             authority: Some(authority),
         };
         let c = cfg.select(&keys).unwrap();
-        (c.failure_mode, c.cost)
+        (c.common.failure_mode, c.common.cost)
     };
     assert_eq!(
         pick("default/chat-strict", "x.batch.example.com"),

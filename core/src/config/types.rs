@@ -2,6 +2,7 @@
 
 use super::cluster_hash::ClusterHashConfig;
 use super::cluster_metrics::ClusterMetricsConfig;
+use super::common::Common;
 use super::metrics::MetricsConfig;
 use super::prefix::PrefixSettings;
 use super::values::Build;
@@ -119,16 +120,9 @@ pub struct RouteConfig {
     pub policy: PolicyConfig,
     /// Present for the policies that use Redis (cluster_metrics: the global in-flight count).
     pub redis: Option<RedisTarget>,
-    /// `ailb` by default: keys are `<prefix>:{<route>|<cluster>}:<name>`.
-    pub key_prefix: String,
-    pub lease_ttl_ms: u64,
-    pub cost: CostMode,
-    /// `maxRequestCount`: cap on an endpoint's load (0 = none); 429 when every endpoint is at it.
-    pub max_load: u64,
-    pub failure_mode: FailureMode,
-    pub debug_header: Option<String>,
-    pub max_body_bytes: usize,
-    pub detail_log: bool,
+    /// The settings every endpoint policy shares (Redis key prefix, lease, cost, cap, failure
+    /// mode, debug header, body limit, detail log).
+    pub common: Common,
     /// Plain-Envoy build: the endpoints to choose from (`ip:port`, sorted, deduplicated).
     pub endpoints: Rc<Vec<String>>,
     pub publish: Publish,

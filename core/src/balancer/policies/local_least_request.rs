@@ -20,7 +20,7 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input) -> Decision {
     }
     let key: Rc<str> = format!("ailb.glr.{}", upstream::fingerprint(&endpoints)).into();
     let start = env.rng.next_u64();
-    let cap = input.config.max_load;
+    let cap = input.config.common.max_load;
     let picked = shared::update(host, &key, |cur| {
         let mut counts = cur.map(shared::decode_counts).unwrap_or_default();
         let order = least_first(&endpoints, &counts, start);
