@@ -6,6 +6,7 @@
 //! among the orphans and is undone there.
 
 mod events;
+mod held;
 mod pick;
 mod policies;
 mod publish;

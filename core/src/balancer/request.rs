@@ -14,61 +14,14 @@
 
 use super::events::DENIED;
 pub use super::events::{Decision, Effect, Event, Hold, LocalReply, Rejection};
-use super::pick::{Lease, LocalLease, Pick, PickReply, ServiceLease};
+pub use super::held::undo;
+use super::held::{success, Held};
+use super::pick::{Pick, PickReply};
 use crate::config::{FailureMode, RouteConfig};
 use crate::reason::{Cause, Reason};
 use crate::redis::scripts::Keys;
 use crate::stats::{Counter, Outcome};
 use std::rc::Rc;
-
-/// What a routed request holds until its stream ends.
-#[derive(Debug)]
-enum Held {
-    Lease(Lease),
-    Local(LocalLease),
-    /// cluster_metrics: the service's in-flight count, given back at stream end with the
-    /// total latency; `status` from the response headers, `first_byte` once TTFT is recorded.
-    Service {
-        lease: ServiceLease,
-        status: Option<u32>,
-        first_byte: bool,
-    },
-    Nothing,
-}
-
-impl Held {
-    fn from_hold(hold: Option<Hold>) -> Held {
-        match hold {
-            None => Held::Nothing,
-            Some(Hold::Local(l)) => Held::Local(l),
-            Some(Hold::Service(lease)) => Held::Service {
-                lease,
-                status: None,
-                first_byte: false,
-            },
-        }
-    }
-
-    /// Gives back what is held, with no latency recorded (the request never got an answer
-    /// from this choice).
-    fn cancel(self) -> Vec<Effect> {
-        match self {
-            Held::Lease(l) => vec![Effect::Release(l)],
-            Held::Local(l) => vec![Effect::ReleaseLocal(l)],
-            Held::Service { lease, .. } => vec![Effect::ServiceDone {
-                lease,
-                outcome: None,
-            }],
-            Held::Nothing => Vec::new(),
-        }
-    }
-}
-
-/// Higress's success test: `:status` exactly 200; anything else, or no status (reset, timeout
-/// before headers), is an error (docs/higress-cluster-policies.md §3.3).
-fn success(status: Option<u32>) -> bool {
-    status == Some(200)
-}
 
 #[derive(Debug)]
 enum Phase {
@@ -449,18 +402,6 @@ impl Request {
         };
         e
     }
-}
-
-/// The stream ended while its pick was in flight and the reply is here: give back whatever
-/// the pick acquired.
-pub fn undo(pick: Box<Pick>, reply: &PickReply) -> Vec<Effect> {
-    let mut e = vec![Effect::Count(Counter::ReleasesOrphaned)];
-    match reply {
-        PickReply::Picked { endpoint, .. } => e.push(Effect::Release(pick.lease(endpoint))),
-        PickReply::Failed(Cause::RedisTimeout) => e.push(Effect::ReleaseAll(pick)),
-        _ => {}
-    }
-    e
 }
 
 #[cfg(test)]

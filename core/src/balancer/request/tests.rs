@@ -3,6 +3,7 @@
 //! released exactly once, whatever order things happen in.
 
 use super::*;
+use crate::balancer::pick::{LocalLease, ServiceLease};
 use crate::config::PluginConfig;
 use crate::hash::SplitMix64;
 use crate::stats::Counter;

@@ -1,0 +1,69 @@
+//! What a request holds once routed, and how each kind is given back (docs/architecture.md
+//! "A request's path", step 8): a Redis lease, a per-proxy count, or a cluster service's
+//! in-flight count with its latency; and, for a pick whose stream ended first, [`undo`].
+
+use super::events::{Effect, Hold};
+use super::pick::{Lease, LocalLease, Pick, PickReply, ServiceLease};
+use crate::reason::Cause;
+use crate::stats::Counter;
+
+/// What a routed request holds until its stream ends.
+#[derive(Debug)]
+pub enum Held {
+    Lease(Lease),
+    Local(LocalLease),
+    /// cluster_metrics: the service's in-flight count, given back at stream end with the
+    /// total latency; `status` from the response headers, `first_byte` once TTFT is recorded.
+    Service {
+        lease: ServiceLease,
+        status: Option<u32>,
+        first_byte: bool,
+    },
+    Nothing,
+}
+
+impl Held {
+    pub fn from_hold(hold: Option<Hold>) -> Held {
+        match hold {
+            None => Held::Nothing,
+            Some(Hold::Local(l)) => Held::Local(l),
+            Some(Hold::Service(lease)) => Held::Service {
+                lease,
+                status: None,
+                first_byte: false,
+            },
+        }
+    }
+
+    /// Gives back what is held, with no latency recorded (the request never got an answer
+    /// from this choice).
+    pub fn cancel(self) -> Vec<Effect> {
+        match self {
+            Held::Lease(l) => vec![Effect::Release(l)],
+            Held::Local(l) => vec![Effect::ReleaseLocal(l)],
+            Held::Service { lease, .. } => vec![Effect::ServiceDone {
+                lease,
+                outcome: None,
+            }],
+            Held::Nothing => Vec::new(),
+        }
+    }
+}
+
+/// Higress's success test: `:status` exactly 200; anything else, or no status (reset, timeout
+/// before headers), is an error (docs/higress-cluster-policies.md §3.3).
+pub fn success(status: Option<u32>) -> bool {
+    status == Some(200)
+}
+
+/// The stream ended while its pick was in flight and the reply is here: give back whatever
+/// the pick acquired.
+pub fn undo(pick: Box<Pick>, reply: &PickReply) -> Vec<Effect> {
+    let mut e = vec![Effect::Count(Counter::ReleasesOrphaned)];
+    match reply {
+        PickReply::Picked { endpoint, .. } => e.push(Effect::Release(pick.lease(endpoint))),
+        PickReply::Failed(Cause::RedisTimeout) => e.push(Effect::ReleaseAll(pick)),
+        _ => {}
+    }
+    e
+}
