@@ -363,7 +363,9 @@ fn abort_while_waiting_for_redis_runs_on_done_then_callback_sees_dead_context() 
 #[test]
 fn local_errors_timeouts_and_buffer_limit() {
     let (_, p100) = test_plugins();
-    let dead = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()));
+    // Nothing listens there: 127.0.0.2, because a port freed on 127.0.0.1 can be taken at once
+    // by another test's listener (seen under parallel runs).
+    let dead = std::net::SocketAddr::from(([127, 0, 0, 2], free_port()));
     let gw = gateway(&base(1, &[dead], "", p100, "{}"));
     assert_eq!(get(gw.listen, "/v1", &[]).status, 503);
     let gw = gateway(&base(1, &[echo_upstream()], "", p100, "{}"));
