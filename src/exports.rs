@@ -4,7 +4,7 @@
 //! worker's VM). Each callback routes the host's context id through [`Contexts`] to the
 //! [`Balancer`] of its root; unknown ids and re-entrant calls are no-ops.
 //!
-//! Callbacks the plugin has no use for (response body, trailers, TCP, gRPC, queues, foreign
+//! Callbacks the plugin has no use for (trailers, TCP, gRPC, queues, foreign
 //! functions) are not exported: proxy-wasm-cpp-host (Envoy, Higress) and the e2e emulator look
 //! every callback up as optional and answer Continue / true for a missing one. The host's one
 //! required export is the allocator, `proxy_on_memory_allocate` (or `malloc`).
@@ -171,6 +171,12 @@ pub extern "C" fn proxy_on_request_body(id: u32, body_size: usize, end_of_stream
 pub extern "C" fn proxy_on_response_headers(id: u32, _headers: usize, _eos: u32) -> u32 {
     with_balancer(id, |b, h| b.on_response_headers(h, id));
     CONTINUE
+}
+
+/// cluster_metrics times the first response-body chunk (its TTFT).
+#[no_mangle]
+pub extern "C" fn proxy_on_response_body(id: u32, _body_size: usize, _eos: u32) -> u32 {
+    with_balancer(id, |b, h| action(b.on_response_body(h, id))).unwrap_or(CONTINUE)
 }
 
 /// True: neither an http context nor a root needs the host to wait before deleting it.

@@ -37,6 +37,21 @@ impl Host for WasmHost {
         Ok(raw.map(|v| String::from_utf8_lossy(&v).into_owned()))
     }
 
+    fn request_header_bytes(&self, name: &str) -> HostResult<Option<Vec<u8>>> {
+        // SAFETY: as above.
+        fetch("get_header", |p, l| unsafe {
+            proxy_get_header_map_value(REQUEST_HEADERS, name.as_ptr(), name.len(), p, l)
+        })
+    }
+
+    fn response_header(&self, name: &str) -> HostResult<Option<String>> {
+        // SAFETY: as above.
+        let raw = fetch("get_header", |p, l| unsafe {
+            proxy_get_header_map_value(RESPONSE_HEADERS, name.as_ptr(), name.len(), p, l)
+        })?;
+        Ok(raw.map(|v| String::from_utf8_lossy(&v).into_owned()))
+    }
+
     fn remove_request_header(&mut self, name: &str) -> HostResult<()> {
         // SAFETY: pointer/length of a live &str.
         check("remove_header", unsafe {

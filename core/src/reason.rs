@@ -77,6 +77,14 @@ pub enum Reason {
     Rejected429,
     /// Every endpoint saturated and the request sheddable: 429.
     Shed429,
+    /// cluster_hash: the `hash_header` value's slot.
+    ClusterHash,
+    /// cluster_metrics: the service its `mode` chose.
+    ClusterMetrics,
+    /// cluster_hash: no `hash_header` (or an empty one): 403.
+    HashHeaderMissing403,
+    /// A cluster policy could not write `cluster_header`: 500, as Higress answers.
+    ClusterHeaderFailed500,
     /// The plugin could not decide: the cluster's own load balancing (or 503 under deny).
     Fallback(Cause),
 }
@@ -93,6 +101,10 @@ impl Reason {
             Reason::Metrics => "metrics",
             Reason::Rejected429 => "rejected_429",
             Reason::Shed429 => "shed_429",
+            Reason::ClusterHash => "cluster_hash",
+            Reason::ClusterMetrics => "cluster_metrics",
+            Reason::HashHeaderMissing403 => "hash_header_missing_403",
+            Reason::ClusterHeaderFailed500 => "cluster_header_failed_500",
             Reason::Fallback(c) => c.name(),
         }
     }

@@ -57,9 +57,18 @@ pub enum Counter {
     ScrapeOk,
     /// endpoint_metrics: a scrape failed (dispatch, status, timeout, garbage).
     ScrapeFailed,
+    /// cluster_hash: a request without `hash_header` answered 403.
+    HashHeaderMissing,
+    /// A cluster policy could not write `cluster_header`: answered 500.
+    ClusterHeaderFailed,
+    /// cluster_metrics: the shared statistics could not be read or written (the request is
+    /// still routed; the sample is lost).
+    ClusterStatsFailed,
+    /// cluster_metrics: the shared statistics held a record that did not decode: fresh stats.
+    ClusterStatsReset,
 }
 
-const FIXED: [(Counter, &str); 14] = [
+const FIXED: [(Counter, &str); 18] = [
     (Counter::RedisCalls, "ai_lb.redis.calls"),
     (Counter::RedisErrors, "ai_lb.redis.errors"),
     (Counter::RedisTimeouts, "ai_lb.redis.timeouts"),
@@ -74,6 +83,22 @@ const FIXED: [(Counter, &str); 14] = [
     (Counter::MetricsRateLimited, "ai_lb.metrics.rate_limited"),
     (Counter::ScrapeOk, "ai_lb.metrics.scrape_ok"),
     (Counter::ScrapeFailed, "ai_lb.metrics.scrape_failed"),
+    (
+        Counter::HashHeaderMissing,
+        "ai_lb.cluster_hash.rejected_403",
+    ),
+    (
+        Counter::ClusterHeaderFailed,
+        "ai_lb.cluster.header_failed_500",
+    ),
+    (
+        Counter::ClusterStatsFailed,
+        "ai_lb.cluster_metrics.stats_failed",
+    ),
+    (
+        Counter::ClusterStatsReset,
+        "ai_lb.cluster_metrics.stats_reset",
+    ),
 ];
 
 /// Metric ids in the order of [`Stats::names`].

@@ -149,3 +149,33 @@ fn it_parses_the_json_examples() {
         parse_bytes(&bytes);
     }
 }
+
+#[test]
+fn cluster_examples_are_accepted_and_the_envoyfilter_reads_their_header() {
+    for name in ["cluster-metrics-example.yaml", "cluster-hash-example.yaml"] {
+        for build in [Build::Higress, Build::Envoy] {
+            let bytes = yaml(name).to_string();
+            let parsed = ailb_core::config::parse(bytes.as_bytes(), build)
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(parsed.warnings.is_empty(), "{name}: {:?}", parsed.warnings);
+            let c = parsed.config.select(&RequestKeys::default()).unwrap();
+            assert!(c.policy.is_cluster() && c.decide_at_headers, "{name}");
+            assert_eq!(
+                c.publish,
+                ailb_core::config::Publish::ClusterHeader {
+                    name: "x-higress-target-cluster".into()
+                }
+            );
+        }
+    }
+    let filter = yaml("cluster-envoyfilter.yaml");
+    assert_eq!(filter["kind"], "EnvoyFilter");
+    let patch = &filter["spec"]["configPatches"][0];
+    assert_eq!(patch["applyTo"], "HTTP_ROUTE");
+    assert_eq!(patch["match"]["context"], "GATEWAY");
+    assert_eq!(patch["patch"]["operation"], "MERGE");
+    assert_eq!(
+        patch["patch"]["value"]["route"]["cluster_header"],
+        "x-higress-target-cluster"
+    );
+}

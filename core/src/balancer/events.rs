@@ -1,7 +1,7 @@
 //! The vocabulary of the request state machine (`super::request`): what a policy decides, the
 //! events a request receives and the effects it asks the balancer to perform.
 
-use super::pick::{Lease, LocalLease, Pick, PickReply};
+use super::pick::{Lease, LocalLease, Pick, PickReply, ServiceLease};
 use crate::reason::{Cause, Reason};
 use crate::stats::Counter;
 use std::rc::Rc;
@@ -11,17 +11,26 @@ use std::rc::Rc;
 pub enum Decision {
     /// Acquire in Redis: send this pick.
     Acquire(Box<Pick>),
-    /// Chosen in this proxy; `local` (a per-proxy count) is given back at stream end.
+    /// Chosen in this proxy; `hold` (a per-proxy count) is given back at stream end.
     Route {
         endpoint: String,
         fallbacks: Vec<String>,
         reason: Reason,
-        local: Option<LocalLease>,
+        hold: Option<Hold>,
     },
     /// Refuse the request with 429.
     Reject(Rejection),
     /// The policy cannot decide: fail open (or 503 under `failureMode: deny`).
     Fallback(Cause),
+}
+
+/// What a request routed in this proxy holds until its stream ends.
+#[derive(Debug)]
+pub enum Hold {
+    /// A per-proxy endpoint count (plain-Envoy least request).
+    Local(LocalLease),
+    /// A cluster_metrics service: in flight, and its latency to record.
+    Service(ServiceLease),
 }
 
 /// Why a request is refused.
@@ -31,6 +40,10 @@ pub enum Rejection {
     MaxRequestCount,
     /// A sheddable request while every endpoint is saturated (endpoint_metrics).
     Shed,
+    /// cluster_hash: `hash_header` missing or empty (Higress answers 403).
+    HashHeaderMissing,
+    /// A cluster policy could not write `cluster_header` (Higress answers 500).
+    ClusterHeaderFailed,
 }
 
 /// A response the plugin answers itself.
@@ -46,6 +59,8 @@ impl Rejection {
         match self {
             Rejection::MaxRequestCount => Reason::Rejected429,
             Rejection::Shed => Reason::Shed429,
+            Rejection::HashHeaderMissing => Reason::HashHeaderMissing403,
+            Rejection::ClusterHeaderFailed => Reason::ClusterHeaderFailed500,
         }
     }
 
@@ -61,6 +76,17 @@ impl Rejection {
                 details: "ai_lb_shed",
                 body:
                     b"Every endpoint is saturated: sheddable request rejected by ai-load-balancer.",
+            },
+            // Higress's exact answers (docs/higress-cluster-policies.md §2, §3.3).
+            Rejection::HashHeaderMissing => LocalReply {
+                status: crate::cluster::hash::MISSING_HEADER_STATUS,
+                details: "ai_lb_hash_header_required",
+                body: crate::cluster::hash::MISSING_HEADER_BODY.as_bytes(),
+            },
+            Rejection::ClusterHeaderFailed => LocalReply {
+                status: crate::cluster::hash::HEADER_WRITE_FAILED_STATUS,
+                details: "ai_lb_cluster_header_failed",
+                body: crate::cluster::hash::HEADER_WRITE_FAILED_BODY.as_bytes(),
             },
         }
     }
@@ -93,6 +119,12 @@ pub enum Event {
     PickReply(PickReply),
     /// The choice reached the router (Higress override call or the destination header).
     Published(Result<(), Cause>),
+    /// Response headers: the `:status` (None when absent or not a number).
+    ResponseHeaders {
+        status: Option<u32>,
+    },
+    /// A response body chunk (fed only while [`super::request::Request::wants_response_body`]).
+    ResponseBody,
 }
 
 /// What the balancer performs for a request. A batch holds at most one effect that answers
@@ -113,6 +145,17 @@ pub enum Effect {
     /// Every lease a pick whose reply was lost may have written.
     ReleaseAll(Box<Pick>),
     ReleaseLocal(LocalLease),
+    /// cluster_metrics: the first response byte arrived; record the time to it.
+    FirstByte {
+        lease: ServiceLease,
+        success: bool,
+    },
+    /// cluster_metrics: give the in-flight count back; `outcome` (success?) records the total
+    /// latency and errors, None records nothing (the request never reached the service).
+    ServiceDone {
+        lease: ServiceLease,
+        outcome: Option<bool>,
+    },
     /// The stream ended while `token` was in flight: whoever handles the reply undoes the pick.
     Orphan {
         token: u32,

@@ -65,7 +65,10 @@ impl Balancer {
             redis: RedisClient::default(),
             rng: VmRng::new(seed),
         };
-        b.redis.preload(host, &mut b.tel, b.config.all());
+        // cluster_metrics' global in-flight Redis is not called by this build (its counts are
+        // per proxy, README "Cluster policies"): only the endpoint policies' targets.
+        let endpoint_routes = b.config.all().filter(|c| !c.policy.is_cluster());
+        b.redis.preload(host, &mut b.tel, endpoint_routes);
         b.policies.start(host, &mut b.tel);
         b
     }
@@ -84,7 +87,7 @@ impl Balancer {
             cluster: cluster.as_deref(),
             authority: authority.as_deref(),
         };
-        // Plain Envoy: a client must never steer override_host (no-op for Higress configs).
+        // A client must never steer override_host or a cluster_header route.
         publish::strip_destination_headers(host, &self.config);
         let Some(config) = self.config.select(&request_keys).cloned() else {
             return Verdict::Continue; // no rule and no global config: the plugin is off here
@@ -117,6 +120,15 @@ impl Balancer {
     }
 
     pub fn on_response_headers(&mut self, host: &mut dyn Host, ctx: u32) {
+        if !self.requests.contains_key(&ctx) {
+            return;
+        }
+        let status = host
+            .response_header(":status")
+            .ok()
+            .flatten()
+            .and_then(|s| s.parse::<u32>().ok());
+        self.drive(host, ctx, Event::ResponseHeaders { status });
         let Some(req) = self.requests.get(&ctx) else {
             return;
         };
@@ -129,6 +141,19 @@ impl Balancer {
             );
             let _ = host.add_response_header(name, &value);
         }
+    }
+
+    /// A response body chunk: cluster_metrics records its time to the first one. Never holds
+    /// the response.
+    pub fn on_response_body(&mut self, host: &mut dyn Host, ctx: u32) -> Verdict {
+        if self
+            .requests
+            .get(&ctx)
+            .is_some_and(Request::wants_response_body)
+        {
+            self.drive(host, ctx, Event::ResponseBody);
+        }
+        Verdict::Continue
     }
 
     /// Stream end, whatever ended it: give back what was acquired, exactly once.
@@ -284,6 +309,14 @@ impl Balancer {
                 policies::local_least_request::release(host, &self.tel, lease);
                 None
             }
+            Effect::FirstByte { lease, success } => {
+                policies::cluster_metrics::first_byte(host, &self.tel, &lease, success);
+                None
+            }
+            Effect::ServiceDone { lease, outcome } => {
+                policies::cluster_metrics::done(host, &self.tel, lease, outcome);
+                None
+            }
             Effect::Orphan { token, pick } => {
                 self.tel.log(
                     host,
@@ -343,5 +376,7 @@ impl Balancer {
     }
 }
 
+#[cfg(test)]
+mod cluster_tests;
 #[cfg(test)]
 mod tests;

@@ -33,6 +33,16 @@ pub struct LocalLease {
     pub endpoint: String,
 }
 
+/// cluster_metrics: the service a request was sent to, recorded at first byte and stream end
+/// in the route's shared statistics (its in-flight count was taken at the decision).
+#[derive(Debug, Clone)]
+pub struct ServiceLease {
+    pub stats: Rc<super::policies::cluster_metrics::SharedStats>,
+    pub service: String,
+    /// Decision time (host clock, ms): TTFT and total latency are measured from here.
+    pub start_ms: u64,
+}
+
 /// An acquire in flight: everything needed to finish it, or to undo it if its stream is gone.
 #[derive(Debug, Clone)]
 pub struct Pick {

@@ -1,18 +1,20 @@
 //! How a choice reaches the router: Higress's override call, or, in plain Envoy, the
 //! `ip:port[,ip:port]` request header read by the `override_host` load-balancing policy
 //! (docs/higress-abi.md §10). Client-sent copies of that header are removed first, so a client
-//! can never steer routing.
+//! can never steer routing. Cluster policies write the chosen cluster's name into their
+//! `cluster_header` in both builds (the route's `cluster_header` action reads it); client-sent
+//! copies of that header are removed the same way.
 
 use crate::config::{PluginConfig, Publish, RouteConfig};
 use crate::host::Host;
 use crate::host::HostResult;
 
-/// Plain Envoy: drop client-sent copies of every destination header a route config uses,
-/// whichever route this is (a no-op for Higress configs).
+/// Drop client-sent copies of every destination header a route config uses (plain Envoy's
+/// override_host header, any build's `cluster_header`), whichever route this is.
 pub fn strip_destination_headers(host: &mut dyn Host, config: &PluginConfig) {
     let mut names: Vec<&str> = Vec::new();
     for c in config.all() {
-        if let Publish::Header { name, .. } = &c.publish {
+        if let Publish::Header { name, .. } | Publish::ClusterHeader { name } = &c.publish {
             if !names.contains(&name.as_str()) {
                 names.push(name);
             }
@@ -35,6 +37,7 @@ pub fn publish(
         Publish::Header { name, fallbacks: n } => {
             host.set_request_header(name, &destination_list(endpoint, fallbacks, *n))
         }
+        Publish::ClusterHeader { name } => host.set_request_header(name, endpoint),
     }
 }
 

@@ -13,8 +13,8 @@
 //! asynchronous event moves it out of a held phase, unless a local reply ended it.
 
 use super::events::DENIED;
-pub use super::events::{Decision, Effect, Event, LocalReply, Rejection};
-use super::pick::{Lease, LocalLease, Pick, PickReply};
+pub use super::events::{Decision, Effect, Event, Hold, LocalReply, Rejection};
+use super::pick::{Lease, LocalLease, Pick, PickReply, ServiceLease};
 use crate::config::{FailureMode, RouteConfig};
 use crate::reason::{Cause, Reason};
 use crate::redis::scripts::Keys;
@@ -26,7 +26,48 @@ use std::rc::Rc;
 enum Held {
     Lease(Lease),
     Local(LocalLease),
+    /// cluster_metrics: the service's in-flight count, given back at stream end with the
+    /// total latency; `status` from the response headers, `first_byte` once TTFT is recorded.
+    Service {
+        lease: ServiceLease,
+        status: Option<u32>,
+        first_byte: bool,
+    },
     Nothing,
+}
+
+impl Held {
+    fn from_hold(hold: Option<Hold>) -> Held {
+        match hold {
+            None => Held::Nothing,
+            Some(Hold::Local(l)) => Held::Local(l),
+            Some(Hold::Service(lease)) => Held::Service {
+                lease,
+                status: None,
+                first_byte: false,
+            },
+        }
+    }
+
+    /// Gives back what is held, with no latency recorded (the request never got an answer
+    /// from this choice).
+    fn cancel(self) -> Vec<Effect> {
+        match self {
+            Held::Lease(l) => vec![Effect::Release(l)],
+            Held::Local(l) => vec![Effect::ReleaseLocal(l)],
+            Held::Service { lease, .. } => vec![Effect::ServiceDone {
+                lease,
+                outcome: None,
+            }],
+            Held::Nothing => Vec::new(),
+        }
+    }
+}
+
+/// Higress's success test: `:status` exactly 200; anything else, or no status (reset, timeout
+/// before headers), is an error (docs/higress-cluster-policies.md §3.3).
+fn success(status: Option<u32>) -> bool {
+    status == Some(200)
 }
 
 #[derive(Debug)]
@@ -79,6 +120,17 @@ impl Request {
             Event::Sent { result, pick } => self.on_sent(result, pick),
             Event::PickReply(r) => self.on_pick_reply(r),
             Event::Published(r) => self.on_published(r),
+            Event::ResponseHeaders { status: s } => {
+                if let Phase::Routed {
+                    held: Held::Service { status, .. },
+                    ..
+                } = &mut self.phase
+                {
+                    *status = s;
+                }
+                Vec::new()
+            }
+            Event::ResponseBody => self.on_response_body(),
         }
     }
 
@@ -98,6 +150,20 @@ impl Request {
     /// Whether body chunks still matter (nothing decided yet).
     pub fn wants_body(&self) -> bool {
         matches!(self.phase, Phase::AwaitingBody)
+    }
+
+    /// Whether response body chunks still matter (cluster_metrics before its first byte).
+    pub fn wants_response_body(&self) -> bool {
+        matches!(
+            self.phase,
+            Phase::Routed {
+                held: Held::Service {
+                    first_byte: false,
+                    ..
+                },
+                ..
+            }
+        )
     }
 
     /// Whether a reply under `token` still belongs to this request.
@@ -144,6 +210,13 @@ impl Request {
                 held: Held::Local(l),
                 ..
             } => Some(Effect::ReleaseLocal(l)),
+            Phase::Routed {
+                held: Held::Service { lease, status, .. },
+                ..
+            } => Some(Effect::ServiceDone {
+                lease,
+                outcome: Some(success(status)),
+            }),
             Phase::Picking { token, pick } => Some(Effect::Orphan { token, pick }),
             _ => None,
         }
@@ -151,7 +224,8 @@ impl Request {
 
     fn on_headers(&mut self, end_of_stream: bool) -> Vec<Effect> {
         // The Redis keys are named after the route and cluster: without them nothing to pick.
-        if self.keys.is_none() && self.config.redis.is_some() {
+        // Cluster policies name no route keys (they choose the cluster).
+        if self.keys.is_none() && self.config.redis.is_some() && !self.config.policy.is_cluster() {
             return self.fall_back(Cause::NoRoute);
         }
         if end_of_stream || self.config.decide_at_headers {
@@ -187,12 +261,12 @@ impl Request {
                 endpoint,
                 fallbacks,
                 reason,
-                local,
+                hold,
             } => {
                 self.phase = Phase::Routed {
                     endpoint: endpoint.clone(),
                     reason,
-                    held: local.map_or(Held::Nothing, Held::Local),
+                    held: Held::from_hold(hold),
                 };
                 vec![Effect::Publish {
                     endpoint,
@@ -306,15 +380,40 @@ impl Request {
                 else {
                     return Vec::new();
                 };
-                let mut e = match held {
-                    Held::Lease(l) => vec![Effect::Release(l)],
-                    Held::Local(l) => vec![Effect::ReleaseLocal(l)],
-                    Held::Nothing => Vec::new(),
-                };
-                e.extend(self.fall_back(cause));
+                let mut e = held.cancel();
+                if self.config.policy.is_cluster() {
+                    // Higress answers 500 when it cannot write `cluster_header`: the route
+                    // cannot reach the chosen cluster any other way.
+                    e.extend(self.reject(Rejection::ClusterHeaderFailed));
+                } else {
+                    e.extend(self.fall_back(cause));
+                }
                 e
             }
         }
+    }
+
+    fn on_response_body(&mut self) -> Vec<Effect> {
+        let Phase::Routed {
+            held:
+                Held::Service {
+                    lease,
+                    status,
+                    first_byte,
+                },
+            ..
+        } = &mut self.phase
+        else {
+            return Vec::new();
+        };
+        if *first_byte {
+            return Vec::new();
+        }
+        *first_byte = true;
+        vec![Effect::FirstByte {
+            lease: lease.clone(),
+            success: success(*status),
+        }]
     }
 
     fn reject(&mut self, r: Rejection) -> Vec<Effect> {
@@ -322,13 +421,14 @@ impl Request {
             reason: r.reason(),
             replied: true,
         };
-        vec![
-            Effect::Count(Counter::Decision(
-                self.config.policy.kind(),
-                Outcome::Rejected429,
-            )),
-            Effect::Reply(r.reply()),
-        ]
+        let counter = match r {
+            Rejection::MaxRequestCount | Rejection::Shed => {
+                Counter::Decision(self.config.policy.kind(), Outcome::Rejected429)
+            }
+            Rejection::HashHeaderMissing => Counter::HashHeaderMissing,
+            Rejection::ClusterHeaderFailed => Counter::ClusterHeaderFailed,
+        };
+        vec![Effect::Count(counter), Effect::Reply(r.reply())]
     }
 
     /// Fail open to the cluster's own load balancing, or 503 under `failureMode: deny`.

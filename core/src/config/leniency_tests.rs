@@ -87,7 +87,7 @@ fn errors_say_whose_rule_refused() {
 }
 
 #[test]
-fn cluster_policies_are_parsed_but_not_handed_to_the_balancer() {
+fn cluster_policies_are_parsed_and_handed_to_the_balancer() {
     let cfg = json!({
         "lb_type": "cluster", "lb_policy": "cluster_hash",
         "lb_config": {"clusters": [{"cluster": "outbound|80||a.static", "weight": 100}]},
@@ -109,12 +109,22 @@ fn cluster_policies_are_parsed_but_not_handed_to_the_balancer() {
         c.select(&keys("r")).unwrap().policy.name(),
         "endpoint_metrics"
     );
-    assert!(c.select(&keys("m")).is_none() && c.select(&keys("x")).is_none());
+    assert_eq!(
+        c.select(&keys("m")).unwrap().policy.name(),
+        "cluster_metrics"
+    );
+    assert_eq!(c.select(&keys("x")).unwrap().policy.name(), "cluster_hash");
+    assert_eq!(
+        c.select(&keys("m")).unwrap().publish,
+        Publish::ClusterHeader {
+            name: "x-higress-target-cluster".into()
+        }
+    );
     assert_eq!(
         c.matching(&keys("x")).unwrap().policy.name(),
         "cluster_hash"
     );
-    assert_eq!(c.all().count(), 1);
+    assert_eq!(c.all().count(), 3);
     assert_eq!(c.routes().count(), 3);
     assert_eq!(
         c.summary(),

@@ -89,13 +89,12 @@ impl PluginConfig {
         parse(json, build).map(|p| p.config)
     }
 
-    /// The config for one request: the first matching rule, else the global config. A cluster
-    /// policy (which the balancer does not serve yet) leaves the request to Envoy: `None`.
+    /// The config for one request: the first matching rule, else the global config.
     pub fn select(&self, keys: &RequestKeys) -> Option<&Rc<RouteConfig>> {
-        self.matching(keys).filter(|c| !c.policy.is_cluster())
+        self.matching(keys)
     }
 
-    /// The config Higress would apply to one request, cluster policies included.
+    /// The config Higress would apply to one request (the same as [`Self::select`]).
     pub fn matching(&self, keys: &RequestKeys) -> Option<&Rc<RouteConfig>> {
         self.rules
             .iter()
@@ -104,10 +103,9 @@ impl PluginConfig {
             .or(self.global.as_ref())
     }
 
-    /// Every endpoint-policy route config (global first), e.g. to initialise each Redis target
-    /// once. Cluster policies are left out, as in [`Self::select`].
+    /// Every route config (global first), e.g. to initialise each Redis target once.
     pub fn all(&self) -> impl Iterator<Item = &Rc<RouteConfig>> {
-        self.routes().filter(|c| !c.policy.is_cluster())
+        self.routes()
     }
 
     /// Every route config, global first.

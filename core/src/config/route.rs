@@ -3,7 +3,7 @@
 //! and every `lb_config` key the policy does not read reported (Higress ignores them too).
 
 use super::cluster_hash::{ClusterHashConfig, CLUSTER_HASH_KEYS};
-use super::cluster_metrics::{ClusterMetricsConfig, CLUSTER_METRICS_KEYS};
+use super::cluster_metrics::{ClusterMetricsConfig, CLUSTER_METRICS_KEYS, DEFAULT_CLUSTER_HEADER};
 use super::common::{self, Common, COMMON_KEYS, ENVOY_KEYS};
 use super::error::ConfigError;
 use super::inflight::INFLIGHT_REDIS_KEYS;
@@ -167,13 +167,15 @@ fn compile(
                     None,
                 )
             };
-            // Cluster policies publish through `cluster_header`; this is the build's default.
-            let publish = match build {
-                Build::Higress => Publish::OverrideHost,
-                Build::Envoy => Publish::Header {
-                    name: common::DEFAULT_DESTINATION_HEADER.to_string(),
-                    fallbacks: 2,
-                },
+            // Cluster policies publish through `cluster_header` in both builds: the route's
+            // `cluster_header` action reads it (README "Cluster policies").
+            let name = match &p {
+                PolicyConfig::ClusterMetrics(c) => c.cluster_header.clone(),
+                PolicyConfig::ClusterHash(c) => c.cluster_header.clone(),
+                _ => DEFAULT_CLUSTER_HEADER.to_string(),
+            };
+            let publish = Publish::ClusterHeader {
+                name: name.to_ascii_lowercase(),
             };
             (p, redis, Common::defaults(), Vec::new(), publish)
         }

@@ -8,19 +8,24 @@ use super::values::Build;
 pub use super::values::{CostMode, FailureMode, Publish, RedisTarget, Secret};
 use std::rc::Rc;
 
-/// The endpoint balancing policy of a route (the balancer's dispatch and metric labels).
+/// The balancing policy of a route (metric labels, summaries).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Policy {
     GlobalLeastRequest,
     PrefixCache,
     EndpointMetrics,
+    /// `lb_type: cluster`: picks an Envoy cluster, not an endpoint.
+    ClusterMetrics,
+    ClusterHash,
 }
 
 impl Policy {
-    pub const ALL: [Policy; 3] = [
+    pub const ALL: [Policy; 5] = [
         Policy::GlobalLeastRequest,
         Policy::PrefixCache,
         Policy::EndpointMetrics,
+        Policy::ClusterMetrics,
+        Policy::ClusterHash,
     ];
 
     pub fn name(self) -> &'static str {
@@ -28,6 +33,8 @@ impl Policy {
             Policy::GlobalLeastRequest => "global_least_request",
             Policy::PrefixCache => "prefix_cache",
             Policy::EndpointMetrics => "endpoint_metrics",
+            Policy::ClusterMetrics => "cluster_metrics",
+            Policy::ClusterHash => "cluster_hash",
         }
     }
 
@@ -37,16 +44,20 @@ impl Policy {
             Policy::GlobalLeastRequest => "glr",
             Policy::PrefixCache => "prefix",
             Policy::EndpointMetrics => "metrics",
+            Policy::ClusterMetrics => "cluster_metrics",
+            Policy::ClusterHash => "cluster_hash",
         }
     }
 
     /// Whether the policy keeps its state in Redis (and so needs the Redis keys). In the
     /// plain-Envoy build, global_least_request keeps it per proxy in shared data instead.
+    /// cluster_metrics keeps its statistics in shared data (its optional global in-flight
+    /// count names its own Redis keys, not the route's).
     pub fn uses_redis(self, build: Build) -> bool {
         match self {
             Policy::GlobalLeastRequest => build == Build::Higress,
             Policy::PrefixCache => true,
-            Policy::EndpointMetrics => false,
+            Policy::EndpointMetrics | Policy::ClusterMetrics | Policy::ClusterHash => false,
         }
     }
 }
@@ -68,27 +79,20 @@ pub enum PolicyConfig {
 }
 
 impl PolicyConfig {
-    /// The endpoint policy's kind (metric labels, summaries). Cluster policies have no
-    /// balancer kind yet (their metric labels are not defined): [`super::PluginConfig::select`]
-    /// and [`super::PluginConfig::all`] never hand them to the balancer, and they report
-    /// `EndpointMetrics` here until they get kinds of their own.
+    /// The policy's kind (metric labels, summaries).
     pub fn kind(&self) -> Policy {
         match self {
             PolicyConfig::GlobalLeastRequest => Policy::GlobalLeastRequest,
             PolicyConfig::PrefixCache(_) => Policy::PrefixCache,
-            PolicyConfig::EndpointMetrics(_)
-            | PolicyConfig::ClusterMetrics(_)
-            | PolicyConfig::ClusterHash(_) => Policy::EndpointMetrics,
+            PolicyConfig::EndpointMetrics(_) => Policy::EndpointMetrics,
+            PolicyConfig::ClusterMetrics(_) => Policy::ClusterMetrics,
+            PolicyConfig::ClusterHash(_) => Policy::ClusterHash,
         }
     }
 
     /// Higress's `lb_policy` name of this policy.
     pub fn name(&self) -> &'static str {
-        match self {
-            PolicyConfig::ClusterMetrics(_) => "cluster_metrics",
-            PolicyConfig::ClusterHash(_) => "cluster_hash",
-            other => other.kind().name(),
-        }
+        self.kind().name()
     }
 
     /// Whether this is an `lb_type: cluster` policy.

@@ -63,6 +63,9 @@ pub enum Publish {
     /// Plain Envoy: an `ip:port[,ip:port]` request header for the `override_host` LB policy,
     /// with up to `fallbacks` further endpoints after the choice.
     Header { name: String, fallbacks: usize },
+    /// Cluster policies, both builds: the chosen Envoy cluster's name in this request header,
+    /// read by the route's `cluster_header` action (Higress's `cluster_header`).
+    ClusterHeader { name: String },
 }
 
 /// Where endpoint metrics come from.

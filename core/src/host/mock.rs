@@ -37,6 +37,10 @@ pub struct MockHost {
     pub logs: RefCell<Vec<(LogLevel, String)>>,
     /// Shared data: key → (value, cas). Shared between "VMs" by cloning the Rc.
     pub shared: SharedData,
+    /// Makes every shared-data write fail with this error.
+    pub shared_set_status: Option<HostErrorKind>,
+    /// Makes every request-header write fail with this error.
+    pub set_header_status: Option<HostErrorKind>,
     pub tick_ms: Option<u32>,
     /// (cluster, headers) of every HTTP callout, in order.
     pub http_calls: Vec<(String, Vec<(String, String)>)>,
@@ -126,9 +130,23 @@ impl Host for MockHost {
     }
 
     fn set_request_header(&mut self, name: &str, value: &str) -> HostResult<()> {
+        if let Some(kind) = self.set_header_status {
+            return Err(HostError {
+                call: "replace_header",
+                kind,
+            });
+        }
         self.remove_request_header(name)?;
         self.request_headers.push((name.into(), value.into()));
         Ok(())
+    }
+
+    fn response_header(&self, name: &str) -> HostResult<Option<String>> {
+        Ok(self
+            .response_headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone()))
     }
 
     fn add_response_header(&mut self, name: &str, value: &str) -> HostResult<()> {
@@ -185,6 +203,12 @@ impl Host for MockHost {
     }
 
     fn shared_set(&mut self, key: &str, value: &[u8], cas: u32) -> HostResult<()> {
+        if let Some(kind) = self.shared_set_status {
+            return Err(HostError {
+                call: "set_shared_data",
+                kind,
+            });
+        }
         let mut m = self.shared.borrow_mut();
         match m.get_mut(key) {
             Some(e) if cas != 0 && cas != e.1 => Err(HostError {

@@ -87,9 +87,15 @@ pub trait Host {
     fn now_ms(&self) -> u64;
     fn property(&self, path: &[&str]) -> HostResult<Option<Vec<u8>>>;
     fn request_header(&self, name: &str) -> HostResult<Option<String>>;
+    /// A request header's raw bytes (hashing must not depend on UTF-8 validity).
+    fn request_header_bytes(&self, name: &str) -> HostResult<Option<Vec<u8>>> {
+        self.request_header(name).map(|v| v.map(String::into_bytes))
+    }
     fn remove_request_header(&mut self, name: &str) -> HostResult<()>;
     fn set_request_header(&mut self, name: &str, value: &str) -> HostResult<()>;
     fn add_response_header(&mut self, name: &str, value: &str) -> HostResult<()>;
+    /// In the response phases: a response header (`:status` for cluster_metrics).
+    fn response_header(&self, name: &str) -> HostResult<Option<String>>;
     fn request_body(&self, start: usize, len: usize) -> HostResult<Vec<u8>>;
     fn resume_request(&mut self) -> HostResult<()>;
     fn send_local_response(&mut self, status: u32, details: &str, body: &[u8]) -> HostResult<()>;

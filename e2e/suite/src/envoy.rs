@@ -52,9 +52,20 @@ pub struct Envoy {
 impl Envoy {
     /// Starts Envoy with the plugin config `plugin` in front of `pods`; waits until ready.
     pub fn start(pods: &[String], plugin: &Value) -> Envoy {
+        Self::start_with(|port, admin| envoy_config(port, admin, pods, plugin, &envoy_wasm()))
+    }
+
+    /// Like `envoy/envoy-cluster.yaml`: one cluster per service (named by `services`, each
+    /// with one address), the route following `x-higress-target-cluster`.
+    pub fn start_clusters(services: &[(&str, String)], plugin: &Value) -> Envoy {
+        Self::start_with(|port, admin| cluster_config(port, admin, services, plugin, &envoy_wasm()))
+    }
+
+    /// Starts Envoy on free ports with the config `make(port, admin)` builds.
+    pub fn start_with(make: impl FnOnce(u16, u16) -> Value) -> Envoy {
         let port = ailb_testkit::free_port();
         let admin = ailb_testkit::free_port();
-        let config = envoy_config(port, admin, pods, plugin, &envoy_wasm());
+        let config = make(port, admin);
         let tag = format!("{}-{port}", std::process::id());
         let dir = std::env::temp_dir();
         let path = dir.join(format!("ailb-envoy-{tag}.json"));
@@ -187,6 +198,32 @@ pub fn envoy_config(
       },
       "admin": {"address": socket(&format!("127.0.0.1:{admin}"))}
     })
+}
+
+/// The same shape as `envoy/envoy-cluster.yaml`, on the given ports and services.
+pub fn cluster_config(
+    port: u16,
+    admin: u16,
+    services: &[(&str, String)],
+    plugin: &Value,
+    wasm: &std::path::Path,
+) -> Value {
+    let clusters: Vec<Value> = services
+        .iter()
+        .map(|(name, addr)| {
+            json!({"name": name, "type": "STATIC", "connect_timeout": "1s",
+                   "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [
+                       {"endpoint": {"address": socket(addr)}}]}]}})
+        })
+        .collect();
+    let mut config = envoy_config(port, admin, &[], plugin, wasm);
+    let hcm = &mut config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
+        ["typed_config"];
+    hcm["route_config"]["virtual_hosts"][0]["routes"][0]["route"] =
+        json!({"cluster_header": "x-higress-target-cluster", "timeout": "60s"});
+    hcm["http_filters"][0]["typed_config"]["config"]["failure_policy"] = json!("FAIL_CLOSED");
+    config["static_resources"]["clusters"] = Value::Array(clusters);
+    config
 }
 
 /// `envoy --mode validate -c <file>` from the repository root; Err carries Envoy's output.

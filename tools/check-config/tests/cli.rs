@@ -75,6 +75,8 @@ fn shipped_examples_are_accepted_without_warnings() {
         "route-example.yaml",
         "wasmplugin.yaml",
         "spec.yaml",
+        "cluster-metrics-example.yaml",
+        "cluster-hash-example.yaml",
     ] {
         let out = run(&[repo("plugin-config").join(name).to_str().unwrap()]);
         let text = stdout(&out);

@@ -4,7 +4,7 @@
 
 use super::input::{Env, Input};
 use crate::balancer::pick::LocalLease;
-use crate::balancer::request::{Decision, Rejection};
+use crate::balancer::request::{Decision, Hold, Rejection};
 use crate::balancer::shared;
 use crate::host::{Host, LogLevel};
 use crate::reason::{Cause, Reason};
@@ -42,10 +42,10 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input) -> Decision {
                 return Decision::Fallback(Cause::NoHealthyEndpoint);
             };
             Decision::Route {
-                local: Some(LocalLease {
+                hold: Some(Hold::Local(LocalLease {
                     key,
                     endpoint: chosen.clone(),
-                }),
+                })),
                 endpoint: chosen,
                 fallbacks: order.collect(),
                 reason: Reason::LeastRequest,

@@ -3,6 +3,8 @@
 //! means a `PolicyConfig` variant (config), one module here, and one arm in
 //! [`Policies::decide`].
 
+pub mod cluster_hash;
+pub mod cluster_metrics;
 pub mod endpoint_metrics;
 mod input;
 pub mod least_request;
@@ -11,19 +13,39 @@ pub mod prefix_cache;
 
 use super::request::Decision;
 use super::telemetry::Telemetry;
-use crate::config::{PluginConfig, PolicyConfig};
+use crate::cluster::hash::SlotTable;
+use crate::config::{PluginConfig, PolicyConfig, RouteConfig};
 use crate::host::Host;
 pub use input::{Env, Input};
+use std::rc::Rc;
 
 /// The per-VM state of the policies that keep any.
 pub struct Policies {
     metrics: endpoint_metrics::EndpointMetrics,
+    /// cluster_hash slot tables, built once per route config.
+    slots: Vec<(Rc<RouteConfig>, Option<SlotTable>)>,
+    /// cluster_metrics: where each route config keeps its shared statistics.
+    services: Vec<(Rc<RouteConfig>, Rc<cluster_metrics::SharedStats>)>,
 }
 
 impl Policies {
     pub fn new(config: &PluginConfig, seed: u64) -> Policies {
+        let mut slots = Vec::new();
+        let mut services = Vec::new();
+        for (position, c) in config.routes().enumerate() {
+            match &c.policy {
+                PolicyConfig::ClusterHash(h) => slots.push((c.clone(), cluster_hash::slots(h))),
+                PolicyConfig::ClusterMetrics(m) => services.push((
+                    c.clone(),
+                    Rc::new(cluster_metrics::SharedStats::new(position, m)),
+                )),
+                _ => {}
+            }
+        }
         Policies {
             metrics: endpoint_metrics::EndpointMetrics::new(config, seed),
+            slots,
+            services,
         }
     }
 
@@ -36,10 +58,23 @@ impl Policies {
             PolicyConfig::GlobalLeastRequest => local_least_request::decide(host, env, input),
             PolicyConfig::PrefixCache(settings) => prefix_cache::decide(host, env, input, settings),
             PolicyConfig::EndpointMetrics(mc) => self.metrics.decide(host, env, input, mc),
-            // `PluginConfig::select` does not hand out cluster-level configs yet: Envoy's own
-            // routing applies to them, as if the plugin were off for those routes.
-            PolicyConfig::ClusterMetrics(_) | PolicyConfig::ClusterHash(_) => {
-                Decision::Fallback(crate::reason::Cause::NoRoute)
+            PolicyConfig::ClusterHash(hc) => {
+                let slots = self
+                    .slots
+                    .iter()
+                    .find(|(c, _)| Rc::ptr_eq(c, input.config))
+                    .and_then(|(_, s)| s.as_ref());
+                cluster_hash::decide(host, hc, slots)
+            }
+            PolicyConfig::ClusterMetrics(_) => {
+                match self
+                    .services
+                    .iter()
+                    .find(|(c, _)| Rc::ptr_eq(c, input.config))
+                {
+                    Some((_, stats)) => cluster_metrics::decide(host, env, input, stats),
+                    None => Decision::Fallback(crate::reason::Cause::NoRoute),
+                }
             }
         }
     }

@@ -276,7 +276,7 @@ fn local_decisions_give_back_their_count_once() {
         endpoint: "10.0.0.1:80".into(),
         fallbacks: vec!["10.0.0.2:80".into()],
         reason: Reason::Metrics,
-        local: Some(local.clone()),
+        hold: Some(Hold::Local(local.clone())),
     }));
     assert!(matches!(e.as_slice(), [Effect::Publish { fallbacks, .. }] if fallbacks.len() == 1));
     r.handle(Event::Published(Ok(())));
@@ -383,5 +383,192 @@ fn every_acquire_is_released_exactly_once_in_any_event_order() {
             "round {round}: released {released_members:?} acquired {acquired:?} \
              (release-all: {covered_by_release_all})"
         );
+    }
+}
+
+fn cluster_request() -> (Request, ServiceLease) {
+    let json = r#"{"lb_type":"cluster","lb_policy":"cluster_metrics","lb_config":{"mode":"LeastBusy","service_list":["a","b"]}}"#;
+    let config = PluginConfig::parse(json.as_bytes())
+        .unwrap()
+        .global
+        .unwrap();
+    let crate::config::PolicyConfig::ClusterMetrics(cm) = &config.policy else {
+        panic!("{config:?}")
+    };
+    let lease = ServiceLease {
+        stats: Rc::new(crate::balancer::policies::cluster_metrics::SharedStats::new(0, cm)),
+        service: "a".into(),
+        start_ms: 1000,
+    };
+    (Request::new(config, None), lease)
+}
+
+/// Headers only: a cluster policy decides at once (no body, no Redis keys needed).
+fn cluster_routed(r: &mut Request, lease: &ServiceLease) {
+    let e = r.handle(Event::Headers {
+        end_of_stream: false,
+    });
+    assert!(matches!(e.as_slice(), [Effect::Decide { read_body: true }]));
+    let e = r.handle(Event::Decided(Decision::Route {
+        endpoint: "a".into(),
+        fallbacks: Vec::new(),
+        reason: Reason::ClusterMetrics,
+        hold: Some(Hold::Service(lease.clone())),
+    }));
+    assert!(matches!(e.as_slice(), [Effect::Publish { endpoint, .. }] if endpoint == "a"));
+}
+
+#[test]
+fn service_hold_records_first_byte_once_and_ends_with_the_status() {
+    let (mut r, lease) = cluster_request();
+    cluster_routed(&mut r, &lease);
+    let e = r.handle(Event::Published(Ok(())));
+    assert!(matches!(
+        e.as_slice(),
+        [Effect::Count(Counter::Decision(
+            crate::config::Policy::ClusterMetrics,
+            Outcome::Routed
+        ))]
+    ));
+    assert!(!r.is_held() && r.wants_response_body());
+    assert!(r
+        .handle(Event::ResponseHeaders { status: Some(200) })
+        .is_empty());
+    let e = r.handle(Event::ResponseBody);
+    assert!(matches!(
+        e.as_slice(),
+        [Effect::FirstByte { success: true, .. }]
+    ));
+    assert!(!r.wants_response_body());
+    assert!(r.handle(Event::ResponseBody).is_empty());
+    assert_eq!(r.describe(), (Some("a"), Reason::ClusterMetrics));
+    assert!(matches!(
+        r.finish(),
+        Some(Effect::ServiceDone {
+            outcome: Some(true),
+            ..
+        })
+    ));
+}
+
+#[test]
+fn service_hold_without_a_response_is_an_error() {
+    let (mut r, lease) = cluster_request();
+    cluster_routed(&mut r, &lease);
+    r.handle(Event::Published(Ok(())));
+    // Reset before response headers: Higress counts it as a failure.
+    assert!(matches!(
+        r.finish(),
+        Some(Effect::ServiceDone {
+            outcome: Some(false),
+            ..
+        })
+    ));
+    let (mut r, lease) = cluster_request();
+    cluster_routed(&mut r, &lease);
+    r.handle(Event::Published(Ok(())));
+    r.handle(Event::ResponseHeaders { status: Some(503) });
+    let e = r.handle(Event::ResponseBody);
+    assert!(matches!(
+        e.as_slice(),
+        [Effect::FirstByte { success: false, .. }]
+    ));
+    assert!(matches!(
+        r.finish(),
+        Some(Effect::ServiceDone {
+            outcome: Some(false),
+            ..
+        })
+    ));
+}
+
+#[test]
+fn cluster_header_write_failure_answers_500_and_gives_the_count_back() {
+    let (mut r, lease) = cluster_request();
+    cluster_routed(&mut r, &lease);
+    let e = r.handle(Event::Published(Err(Cause::OverrideFailed)));
+    assert!(matches!(
+        e.as_slice(),
+        [
+            Effect::ServiceDone { outcome: None, .. },
+            Effect::Count(Counter::ClusterHeaderFailed),
+            Effect::Reply(LocalReply { status: 500, .. })
+        ]
+    ));
+    assert!(r.replied());
+    assert!(r.finish().is_none(), "given back once, at the failure");
+}
+
+#[test]
+fn missing_hash_header_answers_403() {
+    let (mut r, _) = cluster_request();
+    r.handle(Event::Headers {
+        end_of_stream: true,
+    });
+    let e = r.handle(Event::Decided(Decision::Reject(
+        Rejection::HashHeaderMissing,
+    )));
+    assert!(matches!(
+        e.as_slice(),
+        [
+            Effect::Count(Counter::HashHeaderMissing),
+            Effect::Reply(LocalReply {
+                status: 403,
+                body: b"hash header required",
+                ..
+            })
+        ]
+    ));
+    assert!(r.replied() && r.finish().is_none());
+}
+
+/// Random orders of response events and stream end against a cluster_metrics hold: the
+/// in-flight count comes back exactly once, TTFT is recorded at most once and only before it.
+#[test]
+fn every_service_hold_is_given_back_exactly_once_in_any_event_order() {
+    let mut rng = SplitMix64(0xc1u64);
+    for round in 0..2000 {
+        let (mut r, lease) = cluster_request();
+        cluster_routed(&mut r, &lease);
+        let mut slot = Some(r);
+        let (mut done, mut first_bytes) = (0, 0);
+        let mut published = false;
+        for _ in 0..8 {
+            let Some(r) = slot.as_mut() else {
+                break;
+            };
+            let effects = match rng.next_u64() % 6 {
+                0 => slot.take().and_then(Request::finish).into_iter().collect(),
+                1 if !published => {
+                    published = true;
+                    let ok = !rng.next_u64().is_multiple_of(4);
+                    let result = if ok {
+                        Ok(())
+                    } else {
+                        Err(Cause::OverrideFailed)
+                    };
+                    r.handle(Event::Published(result))
+                }
+                2 => r.handle(Event::ResponseHeaders {
+                    status: Some(200 + 300 * (rng.next_u64() % 2) as u32),
+                }),
+                _ => r.handle(Event::ResponseBody),
+            };
+            for e in effects {
+                match e {
+                    Effect::ServiceDone { .. } => done += 1,
+                    Effect::FirstByte { .. } => {
+                        assert_eq!(done, 0, "round {round}: TTFT after the count came back");
+                        first_bytes += 1;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if let Some(Effect::ServiceDone { .. }) = slot.take().and_then(Request::finish) {
+            done += 1;
+        }
+        assert_eq!(done, 1, "round {round}");
+        assert!(first_bytes <= 1, "round {round}");
     }
 }

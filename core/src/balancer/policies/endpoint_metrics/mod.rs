@@ -153,7 +153,7 @@ impl EndpointMetrics {
                     endpoint: chosen.addr.clone(),
                     fallbacks: fallback_order(&candidates, index),
                     reason: Reason::Metrics,
-                    local: None,
+                    hold: None,
                 }
             }
             Choice::Shed => Decision::Reject(Rejection::Shed),

@@ -1,0 +1,345 @@
+//! Cluster policies (`lb_type: cluster`) against the mock host: the header written, the 403,
+//! the shared statistics recorded at first byte and stream end, and every count given back.
+
+use super::*;
+use crate::cluster::hash::slot_of;
+use crate::cluster::stats::ServiceTable;
+use crate::host::mock::MockHost;
+use crate::host::HostErrorKind;
+
+const HEADER: &str = "x-higress-target-cluster";
+const A: &str = "outbound|80||a.static";
+const B: &str = "outbound|80||b.static";
+const C: &str = "outbound|80||c.static";
+
+fn engine(json: &str) -> (MockHost, Balancer) {
+    let mut host = MockHost::new().with_route("chat", "outbound|80||default");
+    let config = PluginConfig::parse(json.as_bytes()).unwrap();
+    let e = Balancer::configure(&mut host, config, 42, LogLevel::Trace);
+    (host, e)
+}
+
+fn hash_engine() -> (MockHost, Balancer) {
+    engine(&format!(
+        r#"{{"lb_type":"cluster","lb_policy":"cluster_hash","lb_config":{{"hash_header":"x-user","clusters":[{{"cluster":"{A}","weight":30}},{{"cluster":"{B}","weight":30}},{{"cluster":"{C}","weight":40}}]}}}}"#
+    ))
+}
+
+fn metrics_engine(mode: &str, extra: &str) -> (MockHost, Balancer) {
+    engine(&format!(
+        r#"{{"lb_type":"cluster","lb_policy":"cluster_metrics","lb_config":{{"mode":"{mode}","service_list":["{A}","{B}","{C}"]{extra}}}}}"#
+    ))
+}
+
+fn header(host: &MockHost, name: &str) -> Option<String> {
+    host.request_header(name).unwrap()
+}
+
+/// A request carrying `headers`; returns the cluster the plugin wrote.
+fn send(
+    host: &mut MockHost,
+    e: &mut Balancer,
+    ctx: u32,
+    headers: &[(&str, &str)],
+) -> Option<String> {
+    host.request_headers = headers
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    host.live_contexts.push(ctx);
+    let verdict = e.on_request_headers(host, ctx, false);
+    let written = header(host, HEADER);
+    if host.local_responses.is_empty() {
+        assert_eq!(verdict, Verdict::Continue, "decided at headers, never held");
+    }
+    written
+}
+
+fn respond(host: &mut MockHost, e: &mut Balancer, ctx: u32, status: &str) {
+    host.response_headers = vec![(":status".into(), status.into())];
+    e.on_response_headers(host, ctx);
+}
+
+fn end(host: &mut MockHost, e: &mut Balancer, ctx: u32) {
+    host.live_contexts.retain(|&c| c != ctx);
+    e.on_done(host, ctx);
+}
+
+/// The one shared record of the route's statistics.
+fn table(host: &MockHost) -> ServiceTable {
+    let shared = host.shared.borrow();
+    let mut records = shared.iter().filter(|(k, _)| k.starts_with("ailb.cm."));
+    let (_, (bytes, _)) = records.next().expect("a record");
+    assert!(records.next().is_none(), "one record per route config");
+    ServiceTable::decode(&String::from_utf8_lossy(bytes), &[A, B, C], 100)
+}
+
+fn stats(host: &MockHost, name: &str) -> crate::cluster::stats::ServiceStats {
+    let t = table(host);
+    t.get(t.index_of(name).unwrap()).unwrap().clone()
+}
+
+fn hash_cluster(value: &[u8]) -> &'static str {
+    match slot_of(value) {
+        0..30 => A,
+        30..60 => B,
+        _ => C,
+    }
+}
+
+#[test]
+fn hash_sends_a_header_value_to_its_slot_s_cluster_every_time() {
+    let (mut host, mut e) = hash_engine();
+    // Higress's vectors: alice → slot 79, bob → 44, test-0 → 20.
+    for (ctx, (value, want)) in [("alice", C), ("bob", B), ("test-0", A), ("alice", C)]
+        .into_iter()
+        .enumerate()
+    {
+        let ctx = ctx as u32 + 2;
+        let got = send(&mut host, &mut e, ctx, &[("x-user", value)]);
+        assert_eq!(got.as_deref(), Some(want), "{value}");
+        end(&mut host, &mut e, ctx);
+    }
+    assert_eq!(host.metric("ai_lb.cluster_hash.routed"), 4);
+    assert_eq!(e.tracked(), (0, 0));
+    assert!(
+        host.shared.borrow().is_empty(),
+        "cluster_hash keeps no state"
+    );
+}
+
+#[test]
+fn a_client_cannot_pick_the_cluster_itself() {
+    let (mut host, mut e) = hash_engine();
+    let got = send(&mut host, &mut e, 2, &[("x-user", "bob"), (HEADER, C)]);
+    assert_eq!(got.as_deref(), Some(B));
+    let n = host
+        .request_headers
+        .iter()
+        .filter(|(k, _)| k == HEADER)
+        .count();
+    assert_eq!(n, 1);
+}
+
+#[test]
+fn hash_without_its_header_answers_403() {
+    let (mut host, mut e) = hash_engine();
+    for (ctx, headers) in [(2, vec![]), (3, vec![("x-user", "")])] {
+        host.local_responses.clear();
+        let got = send(&mut host, &mut e, ctx, &headers);
+        assert_eq!(
+            e.on_request_headers(&mut host, ctx + 10, false),
+            Verdict::Pause
+        );
+        assert_eq!(got, None, "no cluster written");
+        assert_eq!(
+            host.local_responses[0],
+            (403, "ai_lb_hash_header_required".into())
+        );
+        end(&mut host, &mut e, ctx);
+        end(&mut host, &mut e, ctx + 10);
+    }
+    assert_eq!(host.metric("ai_lb.cluster_hash.rejected_403"), 4);
+    assert_eq!(host.metric("ai_lb.cluster_hash.routed"), 0);
+    assert_eq!(e.tracked(), (0, 0));
+}
+
+#[test]
+fn hash_takes_a_10_kb_header_value() {
+    let (mut host, mut e) = hash_engine();
+    let value = "k".repeat(10 * 1024);
+    let got = send(&mut host, &mut e, 2, &[("x-user", &value)]);
+    assert_eq!(got.as_deref(), Some(hash_cluster(value.as_bytes())));
+}
+
+#[test]
+fn header_write_failure_answers_500() {
+    let (mut host, mut e) = metrics_engine("LeastBusy", "");
+    host.set_header_status = Some(HostErrorKind::BadArgument);
+    send(&mut host, &mut e, 2, &[]);
+    assert_eq!(
+        host.local_responses,
+        vec![(500, "ai_lb_cluster_header_failed".into())]
+    );
+    assert_eq!(host.metric("ai_lb.cluster.header_failed_500"), 1);
+    end(&mut host, &mut e, 2);
+    assert_eq!(
+        table(&host).stats().iter().map(|s| s.ongoing).sum::<i64>(),
+        0
+    );
+}
+
+#[test]
+fn least_busy_spreads_open_requests_and_gives_every_count_back() {
+    let (mut host, mut e) = metrics_engine("LeastBusy", "");
+    let mut picked: Vec<String> = (2..5)
+        .map(|ctx| send(&mut host, &mut e, ctx, &[]).unwrap())
+        .collect();
+    picked.sort();
+    assert_eq!(picked, [A, B, C], "each open request on an idle service");
+    assert!(table(&host).stats().iter().all(|s| s.ongoing == 1));
+    for ctx in 2..5 {
+        respond(&mut host, &mut e, ctx, "200");
+        end(&mut host, &mut e, ctx);
+        end(&mut host, &mut e, ctx); // on_log then on_done: once only
+    }
+    let t = table(&host);
+    assert!(t.stats().iter().all(|s| s.ongoing == 0 && s.success == 1));
+    assert_eq!(host.metric("ai_lb.cluster_metrics.routed"), 3);
+    assert_eq!(e.tracked(), (0, 0));
+}
+
+#[test]
+fn statistics_are_shared_by_every_worker_of_a_proxy() {
+    let (mut host, mut vm1) = metrics_engine("LeastBusy", "");
+    let mut host2 = MockHost::new().with_route("chat", "outbound|80||default");
+    host2.shared = host.shared.clone();
+    let config = PluginConfig::parse(
+        format!(r#"{{"lb_type":"cluster","lb_policy":"cluster_metrics","lb_config":{{"mode":"LeastBusy","service_list":["{A}","{B}","{C}"]}}}}"#).as_bytes(),
+    )
+    .unwrap();
+    let mut vm2 = Balancer::configure(&mut host2, config, 7, LogLevel::Trace);
+    let a = send(&mut host, &mut vm1, 2, &[]).unwrap();
+    let b = send(&mut host2, &mut vm2, 2, &[]).unwrap();
+    let c = send(&mut host, &mut vm1, 3, &[]).unwrap();
+    let mut all = vec![a, b, c];
+    all.sort();
+    assert_eq!(all, [A, B, C]);
+    end(&mut host2, &mut vm2, 2);
+    assert_eq!(
+        table(&host).stats().iter().map(|s| s.ongoing).sum::<i64>(),
+        2
+    );
+}
+
+#[test]
+fn ttft_is_recorded_at_the_first_body_chunk_and_total_latency_at_the_end() {
+    let (mut host, mut e) = metrics_engine("LeastFirstTokenLatency", "");
+    let t0 = host.now_ms;
+    let svc = send(&mut host, &mut e, 2, &[]).unwrap();
+    host.now_ms = t0 + 100;
+    respond(&mut host, &mut e, 2, "200");
+    assert!(
+        stats(&host, &svc).ttft.is_empty(),
+        "headers are not the first token"
+    );
+    host.now_ms = t0 + 300;
+    assert_eq!(e.on_response_body(&mut host, 2), Verdict::Continue);
+    host.now_ms = t0 + 400;
+    e.on_response_body(&mut host, 2);
+    let s = stats(&host, &svc);
+    assert_eq!((s.ttft.mean(), s.ewma_ttft), (300.0, Some(300.0)));
+    assert!(s.total.is_empty());
+    host.now_ms = t0 + 1000;
+    end(&mut host, &mut e, 2);
+    let s = stats(&host, &svc);
+    assert_eq!((s.total.mean(), s.ewma_total), (1000.0, Some(1000.0)));
+    assert_eq!((s.ongoing, s.success, s.errors), (0, 1, 0));
+    // Now the fastest service by TTFT is one without samples (mean 0) and then this one.
+    let next = send(&mut host, &mut e, 3, &[]).unwrap();
+    assert_ne!(
+        next, svc,
+        "the measured one is slower than the unmeasured ones"
+    );
+}
+
+#[test]
+fn errors_are_penalised_and_the_service_cools_down() {
+    let (mut host, mut e) = metrics_engine("AdaptiveScore", r#","p2c_choices":3"#);
+    let t0 = host.now_ms;
+    let bad = send(&mut host, &mut e, 2, &[]).unwrap();
+    host.now_ms = t0 + 50;
+    respond(&mut host, &mut e, 2, "503");
+    e.on_response_body(&mut host, 2);
+    host.now_ms = t0 + 60;
+    end(&mut host, &mut e, 2);
+    let s = stats(&host, &bad);
+    assert_eq!((s.errors, s.consecutive_errors, s.success), (1, 1, 0));
+    assert_eq!(s.ttft.mean(), 100.0, "a failure counts double");
+    assert_eq!(s.cooldown_until_ms, (t0 + 60 + 30_000) as i64);
+    for ctx in 3..23 {
+        let got = send(&mut host, &mut e, ctx, &[]).unwrap();
+        assert_ne!(got, bad, "cooling down");
+        respond(&mut host, &mut e, ctx, "200");
+        end(&mut host, &mut e, ctx);
+    }
+    // A reset (no response headers) is an error too.
+    let (mut host, mut e) = metrics_engine("LeastBusy", "");
+    let svc = send(&mut host, &mut e, 2, &[]).unwrap();
+    end(&mut host, &mut e, 2);
+    assert_eq!(stats(&host, &svc).errors, 1);
+}
+
+#[test]
+fn garbage_in_shared_data_starts_fresh_statistics() {
+    let (mut host, mut e) = metrics_engine("LeastBusy", "");
+    send(&mut host, &mut e, 2, &[]);
+    end(&mut host, &mut e, 2);
+    let key = host.shared.borrow().keys().next().unwrap().clone();
+    host.shared
+        .borrow_mut()
+        .insert(key, (b"\xff\xfe not a record\n%%%\n".to_vec(), 9));
+    let svc = send(&mut host, &mut e, 3, &[]).unwrap();
+    assert_eq!(host.metric("ai_lb.cluster_metrics.stats_reset"), 1);
+    let s = stats(&host, &svc);
+    assert_eq!((s.ongoing, s.count), (1, 1));
+    end(&mut host, &mut e, 3);
+    assert_eq!(stats(&host, &svc).ongoing, 0);
+}
+
+#[test]
+fn shared_data_failure_still_routes_and_holds_nothing() {
+    let (mut host, mut e) = metrics_engine("AdaptiveScore", "");
+    host.shared_set_status = Some(HostErrorKind::BadArgument);
+    let got = send(&mut host, &mut e, 2, &[]).unwrap();
+    assert!([A, B, C].contains(&got.as_str()));
+    assert_eq!(host.metric("ai_lb.cluster_metrics.stats_failed"), 1);
+    e.on_response_body(&mut host, 2);
+    end(&mut host, &mut e, 2);
+    assert_eq!(host.metric("ai_lb.release.failed"), 0, "nothing was held");
+    assert_eq!(e.tracked(), (0, 0));
+}
+
+#[test]
+fn global_inflight_with_redis_down_never_touches_redis_or_loses_a_request() {
+    let (mut host, mut e) = metrics_engine(
+        "AdaptiveScore",
+        r#","global_inflight_enabled":true,"serviceFQDN":"redis.static","servicePort":6379"#,
+    );
+    host.redis_call_status = Some(HostErrorKind::NotFound);
+    host.redis_init_status = Some(HostErrorKind::NotFound);
+    for ctx in 2..6 {
+        assert!(send(&mut host, &mut e, ctx, &[]).is_some());
+        respond(&mut host, &mut e, ctx, "200");
+        end(&mut host, &mut e, ctx);
+    }
+    assert!(host.redis_calls.is_empty());
+    assert!(table(&host).stats().iter().all(|s| s.ongoing == 0));
+    assert_eq!(host.metric("ai_lb.cluster_metrics.routed"), 4);
+    assert_eq!(e.tracked(), (0, 0));
+}
+
+#[test]
+fn endpoint_routes_beside_a_cluster_rule_strip_its_header_too() {
+    let (mut host, mut e) = engine(&format!(
+        r#"{{"lb_type":"cluster","lb_policy":"cluster_hash","lb_config":{{"clusters":[{{"cluster":"{A}","weight":100}}]}},"_rules_":[{{"_match_route_":["other"],"lb_policy":"endpoint_metrics"}}]}}"#
+    ));
+    host.properties
+        .insert("route_name".into(), b"other".to_vec());
+    host.request_headers = vec![(HEADER.into(), B.into())];
+    e.on_request_headers(&mut host, 2, false);
+    assert_eq!(
+        header(&host, HEADER),
+        None,
+        "stripped on the endpoint_metrics route"
+    );
+    host.properties
+        .insert("route_name".into(), b"unmatched".to_vec());
+    let got = send(
+        &mut host,
+        &mut e,
+        3,
+        &[(HEADER, B), ("x-mse-consumer", "u")],
+    );
+    assert_eq!(got.as_deref(), Some(A));
+}

@@ -1,0 +1,183 @@
+//! cluster_metrics (`lb_type: cluster`): picks one of `service_list` by the route's `mode`
+//! from per-service statistics, writes it into `cluster_header`, and measures the request
+//! itself: time to the first response-body chunk (TTFT) and to stream end, errors = a
+//! `:status` other than 200 or none at all (docs/higress-cluster-policies.md §3.3).
+//!
+//! The statistics live in proxy-wide shared data, one record per route config, updated with
+//! compare-and-swap (`super::super::shared::update`), so every worker VM of a proxy decides
+//! from the same numbers (Higress keeps them per VM). The in-flight count taken at the
+//! decision is held by the request (`Hold::Service`) and given back exactly once at stream
+//! end, with the total latency.
+
+use super::{Env, Input};
+use crate::balancer::pick::ServiceLease;
+use crate::balancer::request::{Decision, Hold};
+use crate::balancer::shared;
+use crate::balancer::telemetry::Telemetry;
+use crate::cluster::select::{self, Decision as Pick};
+use crate::cluster::stats::ServiceTable;
+use crate::cluster::{MetricsParams, Mode};
+use crate::config::{ClusterMetricsConfig, ClusterMode};
+use crate::hash;
+use crate::host::{Host, LogLevel};
+use crate::reason::{Cause, Reason};
+use crate::stats::Counter;
+use std::rc::Rc;
+
+/// One route config's statistics: where they live and how to read them.
+#[derive(Debug)]
+pub struct SharedStats {
+    /// Shared-data key: `ailb.cm.<hash of the route's position and settings>`, so a changed
+    /// config starts fresh rather than reading numbers kept under other settings.
+    pub key: String,
+    pub services: Vec<String>,
+    pub mode: Mode,
+    pub params: MetricsParams,
+}
+
+impl SharedStats {
+    /// `position`: the config's place among the plugin's route configs (global first).
+    pub fn new(position: usize, config: &ClusterMetricsConfig) -> SharedStats {
+        let mode = match config.mode {
+            ClusterMode::LeastBusy => Mode::LeastBusy,
+            ClusterMode::LeastTotalLatency => Mode::LeastTotalLatency,
+            ClusterMode::LeastFirstTokenLatency => Mode::LeastFirstTokenLatency,
+            ClusterMode::AdaptiveScore => Mode::AdaptiveScore,
+            ClusterMode::Random => Mode::Random,
+        };
+        let params = MetricsParams {
+            rate_limit: config.rate_limit,
+            ewma_beta: config.ewma_beta,
+            p2c_choices: config.p2c_choices,
+            ttft_weight: config.ttft_weight,
+            total_latency_weight: config.total_latency_weight,
+            error_penalty: config.error_penalty,
+            failure_cooldown_ms: config.failure_cooldown_ms,
+            queue_size: config.queue_size,
+        };
+        let identity = format!(
+            "{position}\n{:?}\n{mode:?}\n{params:?}",
+            config.service_list
+        );
+        SharedStats {
+            key: format!(
+                "ailb.cm.{:016x}",
+                hash::fnv1a(hash::FNV_OFFSET, identity.as_bytes())
+            ),
+            services: config.service_list.clone(),
+            mode,
+            params,
+        }
+    }
+
+    /// The table in `current` (fresh when absent); `true` when a record was there but did not
+    /// decode as written (garbage, or another writer's format): it starts fresh.
+    fn load(&self, current: Option<&[u8]>) -> (ServiceTable, bool) {
+        let capacity = self.params.ring_capacity();
+        let Some(bytes) = current else {
+            return (ServiceTable::new(&self.services, capacity), false);
+        };
+        let text = String::from_utf8_lossy(bytes);
+        let table = ServiceTable::decode(&text, &self.services, capacity);
+        // Our own records re-encode to the same text; anything else lost some of its lines.
+        let reset = !text.is_empty() && table.encode() != text;
+        (table, reset)
+    }
+}
+
+pub fn decide(host: &mut dyn Host, env: Env, input: &Input, stats: &Rc<SharedStats>) -> Decision {
+    let now = host.now_ms();
+    let now_ms = i64::try_from(now).unwrap_or(i64::MAX);
+    let rng = &mut *env.rng;
+    let mut reset = false;
+    let result = shared::update(host, &stats.key, |current| {
+        let (mut table, bad) = stats.load(current);
+        reset = bad;
+        let mut next = || rng.next_u64();
+        let chosen = match select::select(stats.mode, &stats.params, &table, now_ms, &mut next) {
+            Pick::Pick(i) => {
+                table.on_request_start(i);
+                table.names().get(i).cloned()
+            }
+            Pick::NoServices => None,
+        };
+        (table.encode().into_bytes(), chosen)
+    });
+    if reset {
+        env.tel.inc(host, Counter::ClusterStatsReset);
+    }
+    match result {
+        Ok(Some(service)) => Decision::Route {
+            hold: Some(Hold::Service(ServiceLease {
+                stats: stats.clone(),
+                service: service.clone(),
+                start_ms: now,
+            })),
+            endpoint: service,
+            fallbacks: Vec::new(),
+            reason: Reason::ClusterMetrics,
+        },
+        Ok(None) => Decision::Fallback(Cause::NoHealthyEndpoint),
+        Err(e) => {
+            // Never lose the request over its statistics: decide from a fresh table (the mode's
+            // random start) and hold nothing, since no count was taken.
+            env.tel.inc(host, Counter::ClusterStatsFailed);
+            env.tel
+                .log(host, LogLevel::Debug, input.ctx, format_args!("{e}"));
+            let table = ServiceTable::new(&stats.services, stats.params.ring_capacity());
+            let mut next = || rng.next_u64();
+            match select::select(stats.mode, &stats.params, &table, now_ms, &mut next) {
+                Pick::Pick(i) => match table.names().get(i) {
+                    Some(service) => Decision::Route {
+                        endpoint: service.clone(),
+                        fallbacks: Vec::new(),
+                        reason: Reason::ClusterMetrics,
+                        hold: None,
+                    },
+                    None => Decision::Fallback(Cause::SharedData),
+                },
+                Pick::NoServices => Decision::Fallback(Cause::SharedData),
+            }
+        }
+    }
+}
+
+/// The first response-body chunk: a TTFT sample (Higress measures at the first streamed chunk).
+pub fn first_byte(host: &mut dyn Host, tel: &Telemetry, lease: &ServiceLease, success: bool) {
+    let elapsed = elapsed_ms(host, lease);
+    let stats = &lease.stats;
+    let result = shared::update(host, &stats.key, |current| {
+        let (mut table, _) = stats.load(current);
+        if let Some(i) = table.index_of(&lease.service) {
+            table.on_first_byte(i, elapsed, success, stats.params.ewma_beta);
+        }
+        (table.encode().into_bytes(), ())
+    });
+    if result.is_err() {
+        tel.inc(host, Counter::ClusterStatsFailed);
+    }
+}
+
+/// Stream end: the in-flight count back and, when the request got this far (`outcome`), the
+/// total latency and the error bookkeeping (cooldown).
+pub fn done(host: &mut dyn Host, tel: &Telemetry, lease: ServiceLease, outcome: Option<bool>) {
+    let elapsed = elapsed_ms(host, &lease);
+    let now_ms = i64::try_from(host.now_ms()).unwrap_or(i64::MAX);
+    let stats = &lease.stats;
+    let result = shared::update(host, &stats.key, |current| {
+        let (mut table, _) = stats.load(current);
+        if let Some(i) = table.index_of(&lease.service) {
+            let sample = outcome.map(|_| elapsed);
+            let success = outcome.unwrap_or(true);
+            table.on_stream_end(i, sample, success, now_ms, &stats.params);
+        }
+        (table.encode().into_bytes(), ())
+    });
+    if result.is_err() {
+        tel.inc(host, Counter::ReleaseFailures);
+    }
+}
+
+fn elapsed_ms(host: &dyn Host, lease: &ServiceLease) -> i64 {
+    i64::try_from(host.now_ms().saturating_sub(lease.start_ms)).unwrap_or(i64::MAX)
+}
