@@ -134,7 +134,7 @@ fn cluster_metrics_moves_traffic_off_a_failing_service() {
     assert!(failed <= 3, "landed: {landed:?}\n{}", envoy.logs());
     assert_eq!(statuses.iter().filter(|s| **s == 500).count(), failed);
     assert!(
-        landed.get("pod-0").is_some() && landed.get("pod-1").is_some(),
+        landed.contains_key("pod-0") && landed.contains_key("pod-1"),
         "{landed:?}"
     );
     assert_eq!(envoy.stat("ai_lb.cluster_metrics.routed"), 40);
