@@ -12,6 +12,7 @@ mod publish;
 mod redis_client;
 pub mod request;
 mod rng;
+mod service_stats;
 mod shared;
 mod telemetry;
 

@@ -37,7 +37,7 @@ pub struct LocalLease {
 /// in the route's shared statistics (its in-flight count was taken at the decision).
 #[derive(Debug, Clone)]
 pub struct ServiceLease {
-    pub stats: Rc<super::policies::cluster_metrics::SharedStats>,
+    pub stats: Rc<super::service_stats::SharedStats>,
     pub service: String,
     /// Decision time (host clock, ms): TTFT and total latency are measured from here.
     pub start_ms: u64,
