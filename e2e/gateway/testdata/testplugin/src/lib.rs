@@ -1,6 +1,8 @@
 //! Behaviour is chosen per request by the `x-tp-mode` request header; observations are
 //! reported through request headers (echoed by the test upstream), response headers,
-//! local replies and process-wide counters (`tp.*` in the admin /stats).
+//! local replies and process-wide counters (`tp.*` in the admin /stats). `x-tp-target: NAME`
+//! writes NAME into `x-higress-target-cluster` (in the headers callback, or at the end of the
+//! body in `pause` mode) for `cluster_header` routes.
 #![allow(clippy::missing_safety_doc)]
 
 use std::cell::RefCell;
