@@ -55,6 +55,13 @@ pub struct PodConfig {
     /// `max_lora` label; defaults to the number of adapters.
     pub max_lora: Option<usize>,
     pub metrics: MetricsSource,
+    /// Time from admission to the first token (prefill plus the first decode step) is
+    /// multiplied by this: a service that is slower to first token at equal load.
+    pub ttft_multiplier: f64,
+    /// Share of generation requests answered 500 at once (before queueing), drawn per request
+    /// from `fault_seed`: the k-th request a pod receives fails or not the same way every run.
+    pub error_rate: f64,
+    pub fault_seed: u64,
 }
 
 impl Default for PodConfig {
@@ -76,6 +83,9 @@ impl Default for PodConfig {
             lora_adapters: Vec::new(),
             max_lora: None,
             metrics: MetricsSource::Live,
+            ttft_multiplier: 1.0,
+            error_rate: 0.0,
+            fault_seed: 0,
         }
     }
 }
@@ -111,6 +121,9 @@ ailb-fakepod: OpenAI-compatible fake model server
   --max-lora N                max_lora label (default: number of adapters)
   --metrics-file PATH         serve PATH verbatim as /metrics
   --metrics-garbage           serve junk as /metrics
+  --ttft-multiplier F         1     prefill and first decode step take F times as long
+  --error-rate F              0     share of generation requests answered 500 (seeded)
+  --fault-seed N              0     seed of the --error-rate draws
 ";
 
 impl Cli {
@@ -156,12 +169,21 @@ impl Cli {
                 "--max-lora" => c.max_lora = Some(a.parse(&flag)?),
                 "--metrics-file" => c.metrics = MetricsSource::File(a.value(&flag)?.into()),
                 "--metrics-garbage" => c.metrics = MetricsSource::Garbage,
+                "--ttft-multiplier" => c.ttft_multiplier = a.parse(&flag)?,
+                "--error-rate" => c.error_rate = a.parse(&flag)?,
+                "--fault-seed" => c.fault_seed = a.parse(&flag)?,
                 "--help" | "-h" => bail!("{USAGE}"),
                 other => bail!("unknown flag {other}\n\n{USAGE}"),
             }
         }
         if c.max_running == 0 || c.block_tokens == 0 || pods == 0 {
             bail!("--max-running, --block-tokens and --pods must be positive");
+        }
+        if !(c.ttft_multiplier.is_finite() && c.ttft_multiplier >= 1.0) {
+            bail!("--ttft-multiplier must be a finite number >= 1");
+        }
+        if !(0.0..=1.0).contains(&c.error_rate) {
+            bail!("--error-rate must be in [0, 1]");
         }
         Ok(Self {
             base_name: match base_name {
@@ -214,5 +236,15 @@ mod tests {
         assert!(parse("--bogus 1").is_err());
         assert!(parse("--max-running 0").is_err());
         assert_eq!(parse("--name x").unwrap().pod_configs()[0].name, "x");
+        let slow = parse("--ttft-multiplier 3 --error-rate 0.2 --fault-seed 7").unwrap();
+        assert_eq!(slow.pod.ttft_multiplier, 3.0);
+        assert_eq!((slow.pod.error_rate, slow.pod.fault_seed), (0.2, 7));
+        for bad in [
+            "--ttft-multiplier 0.5",
+            "--ttft-multiplier NaN",
+            "--error-rate 1.5",
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
     }
 }

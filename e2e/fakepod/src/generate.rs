@@ -81,10 +81,11 @@ fn out_tokens_of(cfg: &crate::config::PodConfig, gen: &GenRequest) -> u64 {
 async fn prefill(engine: &Arc<Engine>, p: &Plan) -> Running {
     let run = engine.admit(&p.job).await;
     let uncached = p.job.prompt_tokens - run.hit_tokens;
-    sleep(Duration::from_micros(
-        uncached * engine.cfg.prefill_us_per_token,
-    ))
-    .await;
+    let prefill = Duration::from_micros(uncached * engine.cfg.prefill_us_per_token);
+    // A slow-to-first-token service: prefill and the first decode step (which follows at
+    // once) take `ttft_multiplier` times as long.
+    let m = engine.cfg.ttft_multiplier.max(1.0);
+    sleep(prefill.mul_f64(m) + engine.decode_step().mul_f64(m - 1.0)).await;
     run.commit_prompt(&p.hashes);
     run
 }

@@ -6,6 +6,7 @@ use crate::engine::{Engine, Snapshot};
 use crate::generate::generate;
 use crate::metrics;
 use crate::openai::{error_body, parse_request};
+use crate::rng::Rng;
 use crate::tokenize::ApiKind;
 use anyhow::{Context as _, Result};
 use bytes::Bytes;
@@ -80,6 +81,7 @@ pub async fn spawn_pod(cfg: PodConfig) -> Result<PodHandle> {
     let ctx = Arc::new(Ctx {
         engine: engine.clone(),
         ids: AtomicU64::new(0),
+        received: AtomicU64::new(0),
     });
     let (stop_tx, mut stop_rx) = oneshot::channel();
     let task = tokio::spawn(async move {
@@ -110,6 +112,8 @@ pub async fn spawn_pod(cfg: PodConfig) -> Result<PodHandle> {
 struct Ctx {
     engine: Arc<Engine>,
     ids: AtomicU64,
+    /// Generation requests received, numbering the `error_rate` draws.
+    received: AtomicU64,
 }
 
 /// Returned by the service to make hyper drop the connection without a response.
@@ -222,7 +226,12 @@ async fn handle(
         }
     };
     engine.count_request();
-    let fault = header(&req, "x-fake-fault");
+    let k = ctx.received.fetch_add(1, Ordering::Relaxed);
+    let cfg = &engine.cfg;
+    let fault = header(&req, "x-fake-fault").or_else(|| {
+        (cfg.error_rate > 0.0 && Rng::derive(cfg.fault_seed, &[k]).chance(cfg.error_rate))
+            .then(|| "status:500".to_string())
+    });
     let delay_ms: u64 = header(&req, "x-fake-delay-ms")
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);

@@ -122,3 +122,83 @@ async fn client_disconnect_frees_the_slot() {
     assert!(r.frames[0].0 < Duration::from_millis(500));
     p.shutdown().await;
 }
+
+/// `error_rate` fails the same requests (by arrival number) on every run of a seed, and a
+/// different seed fails others; the share is close to the rate.
+#[tokio::test]
+async fn error_rate_is_seeded_and_reproducible() {
+    let c = client();
+    let mut runs = Vec::new();
+    for seed in [7, 7, 8] {
+        let p = pod("pod-e", |c| {
+            c.error_rate = 0.2;
+            c.fault_seed = seed;
+            c.decode_us_per_token = 100;
+        })
+        .await;
+        let url = format!("{}/v1/chat/completions", p.url());
+        let mut statuses = Vec::new();
+        for i in 0..200 {
+            let r = send(
+                &c,
+                "POST",
+                &url,
+                &chat("s", &format!("q{i}"), 1, false),
+                &[],
+            )
+            .await
+            .unwrap();
+            statuses.push(r.status);
+        }
+        assert_eq!(
+            p.state().status.get("500").copied().unwrap_or(0) as usize,
+            statuses.iter().filter(|s| **s == 500).count()
+        );
+        p.shutdown().await;
+        runs.push(statuses);
+    }
+    assert_eq!(runs[0], runs[1], "same seed, same failures");
+    assert_ne!(runs[0], runs[2], "another seed, other failures");
+    for r in &runs {
+        assert!(r.iter().all(|s| *s == 200 || *s == 500));
+        let failed = r.iter().filter(|s| **s == 500).count();
+        assert!((20..=60).contains(&failed), "{failed} of 200 at rate 0.2");
+    }
+}
+
+/// `ttft_multiplier` 3 makes the first token three times as late at equal (idle) load, and
+/// later tokens are not slowed.
+#[tokio::test]
+async fn ttft_multiplier_slows_the_first_token_only() {
+    let c = client();
+    let mut ttft = Vec::new();
+    let mut gaps = Vec::new();
+    for m in [1.0, 3.0] {
+        let p = pod("pod-t", |c| {
+            c.ttft_multiplier = m;
+            c.prefill_us_per_token = 1000;
+            c.decode_us_per_token = 20_000;
+        })
+        .await;
+        let url = format!("{}/v1/chat/completions", p.url());
+        let r = send(
+            &c,
+            "POST",
+            &url,
+            &chat("s", "one two three four five", 4, true),
+            &[],
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status, 200);
+        ttft.push(r.frames[0].0.as_secs_f64());
+        gaps.push((r.frames[3].0 - r.frames[1].0).as_secs_f64() / 2.0);
+        p.shutdown().await;
+    }
+    let ratio = ttft[1] / ttft[0];
+    assert!((2.4..3.6).contains(&ratio), "TTFT {ttft:?}: ratio {ratio}");
+    assert!(
+        gaps[1] < gaps[0] * 1.5,
+        "decode after the first token: {gaps:?}"
+    );
+}

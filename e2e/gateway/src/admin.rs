@@ -133,6 +133,7 @@ fn stats(shared: &Shared) -> String {
             c.upstream_5xx_local.load(Relaxed),
         ),
         ("client_aborts", c.client_aborts.load(Relaxed)),
+        ("cluster_not_found", c.cluster_not_found.load(Relaxed)),
         ("streams_destroyed", c.streams_destroyed.load(Relaxed)),
         ("redis_calls", c.redis_calls.load(Relaxed)),
         ("redis_failures", c.redis_failures.load(Relaxed)),

@@ -112,7 +112,32 @@ pub struct RouteCfg {
     pub name: String,
     #[serde(rename = "match", default)]
     pub matcher: RouteMatch,
-    pub cluster: String,
+    /// The one cluster of the route (Envoy's `RouteAction.cluster`); or
+    #[serde(default)]
+    pub cluster: Option<String>,
+    /// Envoy's `RouteAction.cluster_header`: the cluster named by this request header's value
+    /// when the headers reach the router. Exactly one of `cluster` / `cluster_header`.
+    #[serde(default)]
+    pub cluster_header: Option<String>,
+}
+
+/// Where a route sends its requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteTarget<'a> {
+    Cluster(&'a str),
+    /// The request header (lowercase) naming the cluster.
+    Header(&'a str),
+}
+
+impl RouteCfg {
+    pub fn target(&self) -> RouteTarget<'_> {
+        match (&self.cluster, &self.cluster_header) {
+            (Some(c), _) => RouteTarget::Cluster(c),
+            (None, Some(h)) => RouteTarget::Header(h),
+            // `validate` refuses a route with neither.
+            (None, None) => RouteTarget::Cluster(""),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, Default)]
@@ -210,13 +235,30 @@ impl Config {
         Ok(cfg)
     }
 
-    fn validate(&self) -> Result<()> {
+    fn validate(&mut self) -> Result<()> {
         if self.workers == 0 {
             bail!("workers must be >= 1");
         }
-        for r in &self.routes {
-            if !self.clusters.iter().any(|c| c.name == r.cluster) {
-                bail!("route {}: unknown cluster {}", r.name, r.cluster);
+        for r in &mut self.routes {
+            match (&r.cluster, &mut r.cluster_header) {
+                (Some(_), Some(_)) | (None, None) => {
+                    bail!("route {}: exactly one of cluster, cluster_header", r.name)
+                }
+                (Some(c), None) => {
+                    if !self.clusters.iter().any(|k| &k.name == c) {
+                        bail!("route {}: unknown cluster {c}", r.name);
+                    }
+                }
+                (None, Some(h)) => {
+                    // Header names are matched lowercase (host calls store them lowercase).
+                    *h = h.to_ascii_lowercase();
+                    if h.is_empty() || h.starts_with(':') {
+                        bail!(
+                            "route {}: cluster_header must name a request header",
+                            r.name
+                        );
+                    }
+                }
             }
         }
         for c in &self.clusters {

@@ -98,7 +98,7 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
         "proxy_get_upstream_hosts",
         |mut c: C, pp: i32, sp: i32| -> i32 {
             let h = c.data_mut();
-            let cluster = h.stream().and_then(|s| s.cluster_name.clone());
+            let cluster = h.stream().and_then(|s| s.current_cluster());
             let pairs: Vec<(String, String)> = cluster
                 .and_then(|name| h.shared.clusters.get(&name).cloned())
                 .map(|cl| {

@@ -255,7 +255,7 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
                     .map(String::into_bytes),
                 [b"cluster_name"] => h
                     .stream()
-                    .and_then(|s| s.cluster_name.clone())
+                    .and_then(|s| s.current_cluster())
                     .map(String::into_bytes),
                 [b"plugin_root_id"] => Some(h.root_name.clone().into_bytes()),
                 [b"plugin_name"] => Some(b"ai-load-balancer".to_vec()),

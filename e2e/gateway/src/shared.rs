@@ -105,6 +105,8 @@ pub struct Counters {
     pub local_replies: AtomicU64,
     pub upstream_5xx_local: AtomicU64,
     pub client_aborts: AtomicU64,
+    /// Routed to a cluster the gateway does not have (a `cluster_header` route): 503.
+    pub cluster_not_found: AtomicU64,
     pub streams_destroyed: AtomicU64,
     pub redis_calls: AtomicU64,
     pub redis_failures: AtomicU64,

@@ -5,7 +5,9 @@
 use crate::abi::{request_header_status, HeaderStatus};
 use crate::response::{local_reply, proxy_response, OutBody};
 use crate::stream_data::{LocalReply, Pairs, Signals};
-use crate::upstream::{is_hop_header, match_route, BodyError, ChanBody, Reset, UpstreamResult};
+use crate::upstream::{
+    is_hop_header, match_route, route_cluster, BodyError, ChanBody, Reset, UpstreamResult,
+};
 use crate::worker::{StreamGuard, Worker};
 use bytes::Bytes;
 use http_body::{Body as _, Frame};
@@ -289,13 +291,18 @@ fn start_upstream(
 ) -> Result<Upstream, (u16, String)> {
     let path = header(headers, b":path").map(|p| String::from_utf8_lossy(p).into_owned());
     let path = path.unwrap_or_else(|| "/".into());
-    let Some((_, cluster_name)) = match_route(&w.shared.cfg.routes, &path) else {
+    let Some(route) = match_route(&w.shared.cfg.routes, &path) else {
         return Err((404, "route not found".into()));
     };
-    let cluster = w
-        .upstreams
-        .cluster(&cluster_name)
-        .ok_or((503, "no cluster".to_string()))?;
+    // Envoy's router: a cluster name it does not know (or none, for a `cluster_header` route
+    // without the header) is `cluster_not_found_response_code`, 503 by default, with an
+    // empty body (response flag NC); Envoy 1.40 answers so for both.
+    let cluster = route_cluster(route, headers)
+        .and_then(|name| w.upstreams.cluster(&name).map(|c| (name, c)));
+    let Some((cluster_name, cluster)) = cluster else {
+        w.shared.counters.cluster_not_found.fetch_add(1, Relaxed);
+        return Err((503, String::new()));
+    };
     let ovr = w.with_stream(ctx, |s| s.override_host.clone()).flatten();
     let odst = header(headers, b"x-envoy-original-dst-host")
         .map(|v| String::from_utf8_lossy(v).into_owned());

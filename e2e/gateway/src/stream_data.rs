@@ -1,6 +1,7 @@
 //! Host-side records the host calls read and write: per-stream data, plugin signals,
 //! queued Redis/HTTP callouts and their results.
 
+use crate::config::{RouteCfg, RouteTarget};
 use std::cell::RefCell;
 use std::rc::Rc;
 use tokio::sync::Notify;
@@ -44,14 +45,19 @@ pub struct StreamData {
     /// Set once the request headers went to the router; a later override is ignored.
     pub headers_released: bool,
     pub route_name: Option<String>,
+    /// The route's one cluster (a `cluster` route).
     pub cluster_name: Option<String>,
+    /// A `cluster_header` route's header: its current value names the cluster.
+    pub cluster_header: Option<String>,
     pub signals: Rc<StreamSignals>,
 }
 
 impl StreamData {
-    pub fn new(req_headers: Pairs, route: Option<(String, String)>) -> StreamData {
-        let (route_name, cluster_name) = match route {
-            Some((r, c)) => (Some(r), Some(c)),
+    pub fn new(req_headers: Pairs, route: Option<&RouteCfg>) -> StreamData {
+        let route_name = route.map(|r| r.name.clone());
+        let (cluster_name, cluster_header) = match route.map(RouteCfg::target) {
+            Some(RouteTarget::Cluster(c)) => (Some(c.to_string()), None),
+            Some(RouteTarget::Header(h)) => (None, Some(h.to_string())),
             None => (None, None),
         };
         StreamData {
@@ -65,7 +71,28 @@ impl StreamData {
             headers_released: false,
             route_name,
             cluster_name,
+            cluster_header,
             signals: Rc::new(StreamSignals::default()),
+        }
+    }
+}
+
+impl StreamData {
+    /// The cluster the `cluster_name` property and `proxy_get_upstream_hosts` report. For a
+    /// `cluster_header` route it follows the header as it is now: Higress clears the route
+    /// cache when a filter changes a request header, so the route's cluster is re-resolved
+    /// from the new value (docs/higress-abi.md §9); absent, Envoy's dynamic route entry names
+    /// the cluster "".
+    pub fn current_cluster(&self) -> Option<String> {
+        match &self.cluster_header {
+            None => self.cluster_name.clone(),
+            Some(h) => Some(
+                self.req_headers
+                    .iter()
+                    .find(|(k, _)| k.as_slice() == h.as_bytes())
+                    .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+                    .unwrap_or_default(),
+            ),
         }
     }
 }

@@ -1,9 +1,10 @@
 //! Per-worker upstream side: one pooled hyper client per cluster (Envoy keeps connection
 //! pools per worker), the cluster load balancers, route matching and the channel body type.
 
-use crate::config::{ClusterType, LbPolicy, RouteCfg};
+use crate::config::{ClusterType, LbPolicy, RouteCfg, RouteTarget};
 use crate::health::Health;
 use crate::shared::{Cluster, Endpoint, Shared};
+use crate::stream_data::Pairs;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
@@ -206,8 +207,8 @@ impl Upstreams {
     }
 }
 
-/// First route whose matcher accepts `path` → (route name, cluster name).
-pub fn match_route(routes: &[RouteCfg], path: &str) -> Option<(String, String)> {
+/// First route whose matcher accepts `path`.
+pub fn match_route<'a>(routes: &'a [RouteCfg], path: &str) -> Option<&'a RouteCfg> {
     let p = path.split('?').next().unwrap_or(path);
     routes
         .iter()
@@ -216,7 +217,19 @@ pub fn match_route(routes: &[RouteCfg], path: &str) -> Option<(String, String)> 
             (None, Some(pre)) => p.starts_with(pre.as_str()),
             (None, None) => true,
         })
-        .map(|r| (r.name.clone(), r.cluster.clone()))
+}
+
+/// The cluster name `route` sends a request with `headers` to. A `cluster_header` route reads
+/// the header's first value as Envoy's router does; `None` when the header is absent (Envoy
+/// then looks up the cluster "" and, like for a name it does not know, answers 503).
+pub fn route_cluster(route: &RouteCfg, headers: &Pairs) -> Option<String> {
+    match route.target() {
+        RouteTarget::Cluster(c) => Some(c.to_string()),
+        RouteTarget::Header(h) => headers
+            .iter()
+            .find(|(k, _)| k.as_slice() == h.as_bytes())
+            .map(|(_, v)| String::from_utf8_lossy(v).into_owned()),
+    }
 }
 
 /// Hop-by-hop and framing headers are not forwarded; hyper re-frames the body.

@@ -4,6 +4,7 @@
 //! the event loop, never from inside a host call.
 
 use crate::abi::AbiVersion;
+use crate::config::RouteCfg;
 use crate::host_state::HostState;
 use crate::redis::{spawn_connection, RedisTx};
 use crate::shared::Shared;
@@ -121,7 +122,7 @@ impl Worker {
         }
     }
 
-    pub fn new_stream(&self, headers: Pairs, route: Option<(String, String)>) -> Result<u32> {
+    pub fn new_stream(&self, headers: Pairs, route: Option<&RouteCfg>) -> Result<u32> {
         let ctx = self.next_ctx.get();
         self.next_ctx.set(ctx + 1);
         if let Some(cell) = &self.vm {

@@ -191,7 +191,14 @@ fn upstream_hosts_pairs_encoding() {
     );
     let gw = gateway(&y);
     let r = get(gw.listen, "/v1", &[("x-tp-mode", "hosts")]);
-    let hex = r.body.split("hex=").nth(1).unwrap();
+    let hex = r
+        .body
+        .split("hex=")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap();
     let raw: Vec<u8> = (0..hex.len() / 2)
         .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
         .collect();

@@ -3,6 +3,7 @@
 //! the plugin's own RESP codec and key names.
 
 pub mod bed;
+pub mod cluster;
 pub mod envoy;
 pub mod gateway;
 pub mod metrics;

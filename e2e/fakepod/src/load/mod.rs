@@ -23,6 +23,12 @@ use tokio::time::{sleep_until, Instant};
 
 /// Runs the workload and returns its summary.
 pub async fn run(cfg: &LoadConfig) -> Result<Summary> {
+    run_plan(cfg, &plan(cfg)).await
+}
+
+/// Runs `plan` (made from `cfg` by [`plan()`], then edited: e.g. a routing header the caller
+/// chooses per request) and returns its summary; `sequence` is the edited plan's fingerprint.
+pub async fn run_plan(cfg: &LoadConfig, plan: &Plan) -> Result<Summary> {
     if cfg.targets.is_empty() {
         bail!("no target URLs");
     }
@@ -32,11 +38,10 @@ pub async fn run(cfg: &LoadConfig) -> Result<Summary> {
             admin_reset(&client, url).await?;
         }
     }
-    let plan = plan(cfg);
     let started = Instant::now();
     let outcomes = match &cfg.workload {
-        Workload::Sessions(s) => run_sessions(cfg, &client, &plan, s.concurrency).await,
-        Workload::Skewed(_) | Workload::Hold(_) => run_open_loop(cfg, &client, &plan).await,
+        Workload::Sessions(s) => run_sessions(cfg, &client, plan, s.concurrency).await,
+        Workload::Skewed(_) | Workload::Hold(_) => run_open_loop(cfg, &client, plan).await,
     };
     let mut summary = Summary::build(
         cfg.workload.name(),

@@ -5,6 +5,8 @@
 
 use ailb_gateway::config::Config;
 use ailb_gateway::gateway::{start, Gateway};
+// Not every test binary uses them.
+#[allow(unused_imports)]
 pub use ailb_testkit::{free_port, RedisServer};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -1,6 +1,8 @@
 //! Behaviour is chosen per request by the `x-tp-mode` request header; observations are
 //! reported through request headers (echoed by the test upstream), response headers,
-//! local replies and process-wide counters (`tp.*` in the admin /stats).
+//! local replies and process-wide counters (`tp.*` in the admin /stats). `x-tp-target: NAME`
+//! writes NAME into `x-higress-target-cluster` (in the headers callback, or at the end of the
+//! body in `pause` mode) for `cluster_header` routes.
 #![allow(clippy::missing_safety_doc)]
 
 use std::cell::RefCell;
@@ -12,6 +14,7 @@ extern "C" {
     fn proxy_get_buffer_bytes(t: u32, start: usize, max: usize, rp: *mut *mut u8, rn: *mut usize) -> u32;
     fn proxy_get_header_map_value(t: u32, k: *const u8, kn: usize, rp: *mut *mut u8, rn: *mut usize) -> u32;
     fn proxy_add_header_map_value(t: u32, k: *const u8, kn: usize, v: *const u8, vn: usize) -> u32;
+    fn proxy_replace_header_map_value(t: u32, k: *const u8, kn: usize, v: *const u8, vn: usize) -> u32;
     fn proxy_continue_stream(t: u32) -> u32;
     fn proxy_send_local_response(code: u32, dp: *const u8, dn: usize, bp: *const u8, bn: usize, hp: *const u8, hn: usize, grpc: i32) -> u32;
     fn proxy_set_effective_context(id: u32) -> u32;
@@ -44,6 +47,8 @@ pub extern "C" fn proxy_on_memory_allocate(size: usize) -> *mut u8 {
 struct Req {
     mode: String,
     override_host: String,
+    /// `x-tp-target`: the cluster name to write into `x-higress-target-cluster`.
+    target: Option<String>,
     query: Vec<u8>,
     body_calls: u32,
 }
@@ -80,6 +85,14 @@ fn header(name: &str) -> Option<String> {
 
 fn add_header(map: u32, k: &str, v: &str) -> u32 {
     unsafe { proxy_add_header_map_value(map, k.as_ptr(), k.len(), v.as_ptr(), v.len()) }
+}
+
+/// Route by Envoy's `cluster_header`: name the cluster in `x-higress-target-cluster`.
+fn set_target(target: &Option<String>) {
+    if let Some(t) = target {
+        let k = "x-higress-target-cluster";
+        unsafe { proxy_replace_header_map_value(0, k.as_ptr(), k.len(), t.as_ptr(), t.len()) };
+    }
 }
 
 fn property(name: &str) -> Option<String> {
@@ -157,17 +170,23 @@ pub extern "C" fn proxy_on_context_create(ctx: u32, root: u32) {
 pub extern "C" fn proxy_on_request_headers(ctx: u32, _n: usize, eos: u32) -> u32 {
     let mode = header("x-tp-mode").unwrap_or_default();
     let ovr = header("x-tp-override").unwrap_or_default();
+    let target = header("x-tp-target");
     let query = header("x-tp-query").map(|q| q.replace("\\r\\n", "\r\n").into_bytes())
         .unwrap_or_else(|| b"*1\r\n$4\r\nPING\r\n".to_vec());
     ST.with(|s| {
         if let Some(r) = s.borrow_mut().reqs.get_mut(&ctx) {
             r.mode = mode.clone();
             r.override_host = ovr.clone();
+            r.target = target.clone();
             r.query = query.clone();
         }
     });
     add_header(0, "x-tp-route", &property("route_name").unwrap_or_else(|| "none".into()));
     add_header(0, "x-tp-cluster", &property("cluster_name").unwrap_or_else(|| "none".into()));
+    // "pause" names the cluster only at the end of the body, while the headers are held.
+    if mode != "pause" {
+        set_target(&target);
+    }
     match mode.as_str() {
         "pause" => 1,
         "pause_end" if eos != 0 => 1,
@@ -178,7 +197,8 @@ pub extern "C" fn proxy_on_request_headers(ctx: u32, _n: usize, eos: u32) -> u32
             let s = unsafe { proxy_get_upstream_hosts(&mut p, &mut n) };
             let raw = take(p, n);
             let hex: String = raw.iter().map(|b| format!("{b:02x}")).collect();
-            local(200, &format!("status={s} ptr_null={} hex={hex}", p.is_null()));
+            let cluster = property("cluster_name").unwrap_or_else(|| "none".into());
+            local(200, &format!("status={s} ptr_null={} hex={hex} cluster={cluster}", p.is_null()));
             1
         }
         "effective" => {
@@ -206,12 +226,13 @@ pub extern "C" fn proxy_on_request_body(ctx: u32, len: usize, eos: u32) -> u32 {
     let mode = ST.with(|s| {
         let mut s = s.borrow_mut();
         let r = s.reqs.get_mut(&ctx);
-        r.map(|r| { r.body_calls += 1; (r.mode.clone(), r.override_host.clone()) }).unwrap_or_default()
+        r.map(|r| { r.body_calls += 1; (r.mode.clone(), r.override_host.clone(), r.target.clone()) }).unwrap_or_default()
     });
     match mode.0.as_str() {
         "pause" if eos != 0 => {
             add_header(0, "x-tp-body-len", &len.to_string());
             set_override(&mode.1);
+            set_target(&mode.2);
             unsafe { proxy_continue_stream(0) };
             1
         }

@@ -1,12 +1,13 @@
 //! End-to-end benchmarks (`make bench`): one `BENCH <name> <value> <unit>` line per figure.
 //! Every ratio is measured side by side in the same run.
 
+mod cluster;
 mod common;
 mod glr;
 mod metrics;
 mod prefix;
 
-/// `ailb-bench [cpu] [leak] [p99] [prefix] [metrics]`: the named sections only (all by default).
+/// `ailb-bench [cpu] [leak] [p99] [prefix] [metrics] [cluster|cluster-cpu|cluster-hash|cluster-p99]`: the named sections only (all by default).
 fn main() -> anyhow::Result<()> {
     let only: Vec<String> = std::env::args().skip(1).collect();
     let run = |name: &str| only.is_empty() || only.iter().any(|a| a == name);
@@ -27,6 +28,17 @@ fn main() -> anyhow::Result<()> {
         metrics::metrics_plugin_cpu()?;
         metrics::metrics_scrape_cpu()?;
         metrics::metrics_vs_round_robin()?;
+    }
+    // `cluster` runs all three parts; `cluster-cpu`, `cluster-hash`, `cluster-p99` one each.
+    let part = |name: &str| run("cluster") || only.iter().any(|a| a == name);
+    if part("cluster-cpu") {
+        cluster::cluster_plugin_cpu()?;
+    }
+    if part("cluster-hash") {
+        cluster::cluster_hash_slot_agreement()?;
+    }
+    if part("cluster-p99") {
+        cluster::cluster_adaptive_vs_round_robin_and_oracle()?;
     }
     Ok(())
 }

@@ -1,0 +1,221 @@
+//! Cluster-level balancing (`lb_type: cluster`): 3 services as 3 clusters behind one route that
+//! follows `x-higress-target-cluster`, 2 gateways × 2 workers, fake pods. llm-b is 3× slower
+//! to the first token, llm-c answers 20% of its requests 500 (seeded). The same arrival
+//! sequence runs three ways side by side: cluster_metrics AdaptiveScore; round robin (plugin
+//! off, the load generator names the services in rotation); the oracle (plugin off, the load
+//! generator names the fastest healthy service, llm-a).
+
+use crate::common::vm_us_per_request;
+use ailb_core::cluster::hash::SlotTable;
+use ailb_e2e::bed::{chat_body, Bed};
+use ailb_e2e::cluster::{
+    cluster_config, hash_plugin, metrics_plugin, service_of, services, Service, TARGET_HEADER,
+};
+use ailb_e2e::gateway::{http, Gateway};
+use ailb_fakepod::load::{self, Arrivals, LoadConfig, SkewedSpec, Summary, Workload};
+use ailb_fakepod::rng::Dist;
+use serde_json::Value;
+use std::time::Duration;
+
+const NAMES: [&str; 3] = ["llm-a", "llm-b", "llm-c"];
+
+/// 2 gateways (2 workers each) over `svcs`, with `plugin` or none.
+fn gateways(
+    bed: &Bed,
+    svcs: &[Service],
+    tag: &str,
+    plugin: Option<Value>,
+) -> anyhow::Result<Vec<Gateway>> {
+    (0..2)
+        .map(|i| {
+            let spec = bed.spec(&format!("{tag}-{i}"), plugin.clone());
+            Gateway::start_config(&cluster_config(bed, &spec, svcs), &spec.id)
+        })
+        .collect()
+}
+
+/// How the client names the service of request `i` (None: it does not, the plugin does).
+type Chooser = fn(usize) -> Option<&'static str>;
+
+pub fn cluster_adaptive_vs_round_robin_and_oracle() -> anyhow::Result<()> {
+    // 2 pods per service, 4 running each. Prompts ~200 tokens (40 ms of prefill), 8 output
+    // tokens of 5 ms: llm-a answers its first token in ~45 ms, llm-b in ~135 ms.
+    let bed = Bed::new(6, |c| {
+        c.max_running = 4;
+        c.prefill_us_per_token = 200;
+        c.decode_us_per_token = 5_000;
+        c.decode_batch_penalty = 0.0;
+        match c.name.as_str() {
+            "pod-2" | "pod-3" => c.ttft_multiplier = 3.0,
+            "pod-4" | "pod-5" => {
+                c.error_rate = 0.2;
+                c.fault_seed = 9;
+            }
+            _ => {}
+        }
+    });
+    let svcs = services(&NAMES, 2);
+    // 440 streamed requests in 20 s (Poisson): 22 rps, well within llm-a's capacity alone
+    // (8 running, ~85 ms each). The whole section stays under 2 minutes.
+    let workload = || {
+        let mut s = SkewedSpec {
+            arrivals: Arrivals::Count {
+                count: 440,
+                duration: Duration::from_secs(20),
+            },
+            stream: true,
+            ..SkewedSpec::default()
+        };
+        s.prompt_tokens.dist = Dist::LogNormal {
+            median: 200.0,
+            sigma: 0.3,
+        };
+        s.prompt_tokens.max = 600;
+        s.max_tokens.dist = Dist::Fixed(8);
+        s
+    };
+    let run =
+        |tag: &str, plugin: Option<Value>, choose: Chooser| -> anyhow::Result<(Summary, String)> {
+            let gws = gateways(&bed, &svcs, tag, plugin)?;
+            let mut lc = LoadConfig::new(
+                gws.iter().map(|g| g.url.clone()).collect(),
+                Workload::Skewed(workload()),
+            );
+            lc.seed = 17;
+            lc.timeout = Duration::from_secs(60);
+            lc.admin_urls = bed.pods.iter().map(|p| p.url()).collect();
+            lc.reset_pods = true;
+            let mut plan = load::plan(&lc);
+            // The arrivals themselves, before any routing header: equal in all three runs.
+            let arrivals = plan.fingerprint();
+            for r in &mut plan.requests {
+                if let Some(s) = choose(r.index) {
+                    r.headers.push((TARGET_HEADER.into(), s.into()));
+                }
+            }
+            let s = bed.rt.block_on(load::run_plan(&lc, &plan))?;
+            eprintln!("cluster {tag}: {}", s.line());
+            Ok((s, arrivals))
+        };
+    let (adaptive, a0) = run(
+        "adaptive",
+        Some(metrics_plugin(&svcs, "AdaptiveScore")),
+        |_| None,
+    )?;
+    let (rr, a1) = run("round-robin", None, |i| Some(NAMES[i % 3]))?;
+    let (oracle, a2) = run("oracle", None, |_| Some(NAMES[0]))?;
+    anyhow::ensure!(
+        a0 == a1 && a1 == a2,
+        "the three runs must replay the same arrivals"
+    );
+    println!(
+        "BENCH cluster_ttft_p99_ratio_adaptive_vs_round_robin {:.2} ratio",
+        adaptive.ttft_ms.p99 / rr.ttft_ms.p99
+    );
+    println!(
+        "BENCH cluster_ttft_p99_ratio_adaptive_vs_oracle {:.2} ratio",
+        adaptive.ttft_ms.p99 / oracle.ttft_ms.p99
+    );
+    let on_failing: usize = adaptive
+        .per_pod
+        .iter()
+        .filter(|(pod, _)| service_of(&svcs, pod) == Some(NAMES[2]))
+        .map(|(_, n)| n)
+        .sum();
+    println!(
+        "BENCH cluster_error_share_adaptive {:.3} ratio",
+        on_failing as f64 / adaptive.count.max(1) as f64
+    );
+    Ok(())
+}
+
+/// Higress's cluster_hash, written here from its description (docs/higress-cluster-policies.md
+/// §2) and independent of the plugin's code: FNV-1a 32 over the header value, `mod 100`, into
+/// 100 slots filled entry by entry, each `weight` times.
+fn higress_cluster<'a>(entries: &[(&'a str, i64)], value: &[u8]) -> &'a str {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in value {
+        h ^= u32::from(*b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    let slots: Vec<&str> = entries
+        .iter()
+        .flat_map(|(c, w)| std::iter::repeat_n(*c, *w as usize))
+        .collect();
+    slots[(h % 100) as usize]
+}
+
+/// 10k header values through 2 gateways running cluster_hash: the service each landed on vs
+/// the independent implementation above (and `ailb_core::cluster::hash` vs it, as a check).
+pub fn cluster_hash_slot_agreement() -> anyhow::Result<()> {
+    let bed = Bed::new(3, |c| {
+        c.decode_us_per_token = 100;
+        c.prefill_us_per_token = 1;
+    });
+    let svcs = services(&NAMES, 1);
+    let entries = [(NAMES[0], 17), (NAMES[1], 33), (NAMES[2], 50)];
+    let gws = gateways(&bed, &svcs, "hash", Some(hash_plugin("x-user", &entries)))?;
+    let urls: Vec<String> = gws.iter().map(|g| g.url.clone()).collect();
+    let table = SlotTable::build(&entries).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let values: Vec<String> = (0..10_000u64)
+        .map(|i| format!("consumer-{i}-{:x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15)))
+        .collect();
+    let core_agrees = values
+        .iter()
+        .filter(|v| table.pick(v.as_bytes()) == Some(higress_cluster(&entries, v.as_bytes())))
+        .count();
+    let threads = 8;
+    let agree: usize = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (values, urls, svcs, entries) = (&values, &urls, &svcs, &entries);
+                s.spawn(move || {
+                    let mut agree = 0;
+                    for (i, v) in values.iter().enumerate().skip(t).step_by(threads) {
+                        let landed = http(
+                            &urls[i % urls.len()],
+                            "POST",
+                            "/v1/chat/completions",
+                            &[("content-type", "application/json"), ("x-user", v)],
+                            &chat_body("hi", 1),
+                        )
+                        .ok()
+                        .and_then(|(status, hs, _)| {
+                            let pod = hs.into_iter().find(|(k, _)| k == "x-pod")?.1;
+                            (status == 200).then(|| service_of(svcs, &pod).map(str::to_string))?
+                        });
+                        if landed.as_deref() == Some(higress_cluster(entries, v.as_bytes())) {
+                            agree += 1;
+                        }
+                    }
+                    agree
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or(0)).sum()
+    });
+    eprintln!(
+        "cluster_hash: ailb_core slots agree with the bench's Higress algorithm on {core_agrees} of {}",
+        values.len()
+    );
+    println!(
+        "BENCH cluster_hash_slot_agreement {:.4} ratio",
+        agree as f64 / values.len() as f64
+    );
+    Ok(())
+}
+
+/// Plugin CPU per request for AdaptiveScore: the emulator's VM time over the 10-turn chat on
+/// one gateway in front of 3 healthy services.
+pub fn cluster_plugin_cpu() -> anyhow::Result<()> {
+    let bed = Bed::new(3, |c| {
+        c.decode_us_per_token = 100;
+        c.prefill_us_per_token = 1;
+    });
+    let svcs = services(&NAMES, 1);
+    let spec = bed.spec("cpu", Some(metrics_plugin(&svcs, "AdaptiveScore")));
+    let gw = Gateway::start_config(&cluster_config(&bed, &spec, &svcs), &spec.id)?;
+    let us = vm_us_per_request(&gw, 50, 500)?;
+    println!("BENCH plugin_us_per_request_cluster_adaptive {us:.1} us");
+    Ok(())
+}

@@ -1,0 +1,221 @@
+//! Cluster-level policies (`lb_type: cluster`) end to end in the emulator: three services as
+//! three clusters behind one route that follows `x-higress-target-cluster`, 2 gateways × 2
+//! workers. cluster_hash keeps a header value on its Higress slot's service and answers 403
+//! without the header; cluster_metrics AdaptiveScore moves traffic off a slow and a failing
+//! service; a configured cluster that does not exist is a 503, never a hang.
+
+use ailb_core::cluster::hash::slot_of;
+use ailb_e2e::bed::{chat_body, Bed};
+use ailb_e2e::cluster::{
+    cluster_config, hash_plugin, metrics_plugin, service_of, services, Service, TARGET_HEADER,
+};
+use ailb_e2e::gateway::{http, Gateway};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+const NAMES: [&str; 3] = ["llm-a", "llm-b", "llm-c"];
+
+/// Two gateways (2 workers each) running `plugin` over `svcs`.
+fn gateways(bed: &Bed, svcs: &[Service], plugin: &Value) -> Vec<Gateway> {
+    (0..2)
+        .map(|i| {
+            let spec = bed.spec(&format!("cl-{i}"), Some(plugin.clone()));
+            let cfg = cluster_config(bed, &spec, svcs);
+            Gateway::start_config(&cfg, &spec.id).unwrap_or_else(|e| panic!("{e}"))
+        })
+        .collect()
+}
+
+/// One chat request with `headers`: (status, `x-pod`, body).
+fn send(gw: &Gateway, text: &str, headers: &[(&str, &str)]) -> (u16, String, String) {
+    let mut h = vec![("content-type", "application/json")];
+    h.extend_from_slice(headers);
+    let (status, hs, body) = http(
+        &gw.url,
+        "POST",
+        "/v1/chat/completions",
+        &h,
+        &chat_body(text, 2),
+    )
+    .unwrap_or_else(|e| panic!("{text}: no answer: {e}"));
+    let pod = hs
+        .iter()
+        .find(|(k, _)| k == "x-pod")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    (status, pod, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// Higress's slot table for weights 30/30/40 (docs/higress-cluster-policies.md §2).
+fn expected_service(value: &str) -> &'static str {
+    match slot_of(value.as_bytes()) {
+        0..30 => NAMES[0],
+        30..60 => NAMES[1],
+        _ => NAMES[2],
+    }
+}
+
+#[test]
+fn cluster_hash_keeps_a_value_on_one_service_across_gateways_and_workers() {
+    let bed = Bed::new(6, |_| {});
+    let svcs = services(&NAMES, 2);
+    let plugin = hash_plugin("x-user", &[(NAMES[0], 30), (NAMES[1], 30), (NAMES[2], 40)]);
+    let gws = gateways(&bed, &svcs, &plugin);
+    let mut covered = std::collections::BTreeSet::new();
+    for u in 0..24 {
+        let user = format!("consumer-{u}");
+        let want = expected_service(&user);
+        covered.insert(want);
+        // 8 requests over both gateways, each on a new connection (so over both workers),
+        // half of them naming another service themselves: the plugin overwrites the header.
+        for i in 0..8 {
+            let mut h = vec![("x-user", user.as_str())];
+            if i % 2 == 1 {
+                h.push((TARGET_HEADER, NAMES[(u + i) % 3]));
+            }
+            let (status, pod, body) = send(&gws[i % 2], &format!("{user} {i}"), &h);
+            assert_eq!(status, 200, "{user}: {body}");
+            assert_eq!(service_of(&svcs, &pod), Some(want), "{user} #{i} on {pod}");
+        }
+    }
+    assert_eq!(covered.len(), 3, "the values cover every service");
+    // No hash header, or an empty one: Higress's 403, and no upstream sees it.
+    for h in [vec![], vec![("x-user", "")]] {
+        let (status, pod, body) = send(&gws[0], "anonymous", &h);
+        assert_eq!((status, body.as_str()), (403, "hash header required"));
+        assert_eq!(pod, "");
+    }
+    let routed: i64 = gws
+        .iter()
+        .map(|g| g.stat("ai_lb.cluster_hash.routed"))
+        .sum();
+    assert_eq!(routed, 24 * 8);
+    assert_eq!(gws[0].stat("ai_lb.cluster_hash.rejected_403"), 2);
+}
+
+#[test]
+fn cluster_metrics_adaptive_moves_traffic_off_the_slow_and_the_failing_service() {
+    // llm-a: pods 0, 1; llm-b: pods 2, 3, three times slower to the first token; llm-c: pods
+    // 4, 5, half of their answers 500 (seeded).
+    let bed = Bed::new(6, |c| {
+        c.decode_us_per_token = 10_000;
+        c.prefill_us_per_token = 200;
+        match c.name.as_str() {
+            "pod-2" | "pod-3" => c.ttft_multiplier = 3.0,
+            "pod-4" | "pod-5" => {
+                c.error_rate = 0.5;
+                c.fault_seed = 11;
+            }
+            _ => {}
+        }
+    });
+    let svcs = services(&NAMES, 2);
+    let gws = gateways(&bed, &svcs, &metrics_plugin(&svcs, "AdaptiveScore"));
+    let mut landed: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut late: BTreeMap<&str, usize> = BTreeMap::new();
+    for i in 0..90 {
+        let (status, pod, body) = send(&gws[i % 2], &format!("q{i}"), &[]);
+        let svc = service_of(&svcs, &pod).unwrap_or_else(|| panic!("#{i}: {status} {body}"));
+        assert!(
+            status == 200 || (svc == NAMES[2] && status == 500),
+            "#{i}: {status} from {svc}"
+        );
+        *landed.entry(svc).or_default() += 1;
+        if i >= 30 {
+            *late.entry(svc).or_default() += 1;
+        }
+    }
+    let logs = || gws.iter().map(Gateway::logs).collect::<Vec<_>>().join("\n");
+    // A uniform pick would give each about 30 (and 20 of the last 60).
+    let get = |m: &BTreeMap<&str, usize>, s: &str| m.get(s).copied().unwrap_or(0);
+    assert!(
+        get(&landed, NAMES[2]) <= 8,
+        "failing service: {landed:?}\n{}",
+        logs()
+    );
+    assert!(
+        get(&late, NAMES[1]) <= 6,
+        "slow service after warm-up: {late:?}\n{}",
+        logs()
+    );
+    assert!(
+        get(&late, NAMES[0]) >= 50,
+        "fast service after warm-up: {late:?}"
+    );
+    let routed: i64 = gws
+        .iter()
+        .map(|g| g.stat("ai_lb.cluster_metrics.routed"))
+        .sum();
+    assert_eq!(routed, 90);
+    for g in &gws {
+        assert_eq!(
+            g.stat("ai_lb.cluster_metrics.stats_failed"),
+            0,
+            "{}",
+            g.logs()
+        );
+    }
+}
+
+/// A configured cluster the gateway does not have: Envoy's 503 at once, every time; the
+/// values hashed to real clusters are served.
+#[test]
+fn a_cluster_that_does_not_exist_is_503_never_a_hang() {
+    let bed = Bed::new(2, |_| {});
+    let svcs = services(&NAMES[..2], 1);
+    let plugin = hash_plugin("x-user", &[(NAMES[0], 50), ("outbound|80||gone.dns", 50)]);
+    let gws = gateways(&bed, &svcs, &plugin);
+    let mut statuses = BTreeMap::new();
+    for u in 0..30 {
+        let user = format!("user-{u}");
+        let (status, pod, body) = send(&gws[u % 2], &user, &[("x-user", user.as_str())]);
+        if slot_of(user.as_bytes()) < 50 {
+            assert_eq!((status, pod.as_str()), (200, "pod-0"), "{user}: {body}");
+        } else {
+            assert_eq!((status, body.as_str()), (503, ""), "{user} on {pod}");
+        }
+        *statuses.entry(status).or_insert(0) += 1;
+    }
+    assert_eq!(statuses.len(), 2, "both kinds of values: {statuses:?}");
+    let not_found: i64 = gws
+        .iter()
+        .map(|g| g.stat("gateway.cluster_not_found"))
+        .sum();
+    assert_eq!(not_found, statuses[&503]);
+
+    // cluster_metrics naming a missing service: each request is answered (503 when it was
+    // picked), the failure is recorded and the service is avoided from then on.
+    let plugin = metrics_plugin(
+        &[
+            svcs[0].clone(),
+            Service {
+                name: "outbound|80||gone.dns".into(),
+                pods: vec![],
+            },
+        ],
+        "AdaptiveScore",
+    );
+    let gws = gateways(&bed, &svcs, &plugin);
+    let mut missing = 0;
+    for i in 0..20 {
+        let (status, pod, _) = send(&gws[i % 2], &format!("m{i}"), &[]);
+        match status {
+            200 => assert_eq!(pod, "pod-0"),
+            503 => missing += 1,
+            other => panic!("#{i}: {other}"),
+        }
+    }
+    // Once llm-a has a latency sample, the service without one scores lower and is tried.
+    assert!(
+        (1..=4).contains(&missing),
+        "the missing service is tried, then avoided after its 503: {missing}"
+    );
+    for g in &gws {
+        assert_eq!(
+            g.stat("ai_lb.cluster_metrics.stats_failed"),
+            0,
+            "{}",
+            g.logs()
+        );
+    }
+}
