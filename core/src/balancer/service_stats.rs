@@ -61,9 +61,8 @@ impl SharedStats {
             return (ServiceTable::new(&self.services, capacity), false);
         };
         let text = String::from_utf8_lossy(bytes);
-        let table = ServiceTable::decode(&text, &self.services, capacity);
-        // Our own records re-encode to the same text; anything else lost some of its lines.
-        let reset = !text.is_empty() && table.encode() != text;
-        (table, reset)
+        // Our own records are one good line per service; anything else lost some of its lines.
+        let (table, clean) = ServiceTable::decode_checked(&text, &self.services, capacity);
+        (table, !text.is_empty() && !clean)
     }
 }

@@ -266,18 +266,34 @@ impl ServiceTable {
         service_list: &[S],
         ring_capacity: usize,
     ) -> ServiceTable {
+        Self::decode_checked(text, service_list, ring_capacity).0
+    }
+
+    /// [`Self::decode`], and whether the text was exactly one good line per service (what this
+    /// codec writes): any skipped, unknown, repeated or missing line makes it `false`. Decided
+    /// while decoding, so a caller need not re-encode to compare.
+    pub fn decode_checked<S: AsRef<str>>(
+        text: &str,
+        service_list: &[S],
+        ring_capacity: usize,
+    ) -> (ServiceTable, bool) {
         let mut table = ServiceTable::new(service_list, ring_capacity);
         let mut seen = vec![false; table.names.len()];
+        let mut clean = true;
         for line in text.lines() {
             let Some((name, mut stats)) = decode_line(line) else {
+                clean = false;
                 continue;
             };
             let Some(index) = table.index_of(&name) else {
+                clean = false;
                 continue;
             };
             if seen.get(index).copied().unwrap_or(true) {
+                clean = false;
                 continue;
             }
+            clean &= stats.ttft.len() <= ring_capacity && stats.total.len() <= ring_capacity;
             stats.ttft.trim(ring_capacity);
             stats.total.trim(ring_capacity);
             if let (Some(slot), Some(flag)) = (table.stats.get_mut(index), seen.get_mut(index)) {
@@ -285,7 +301,8 @@ impl ServiceTable {
                 *flag = true;
             }
         }
-        table
+        clean &= seen.iter().all(|s| *s);
+        (table, clean)
     }
 }
 
@@ -710,6 +727,27 @@ mod tests {
                 assert!(s.ttft.len() <= 4 && s.total.len() <= 4);
                 assert!(s.ttft.iter().chain(s.total.iter()).all(f64::is_finite));
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod decode_checked_tests {
+    use super::*;
+
+    #[test]
+    fn only_one_good_line_per_service_is_clean() {
+        let list = ["a", "b"];
+        let ours = ServiceTable::new(&list, 4).encode();
+        assert!(ServiceTable::decode_checked(&ours, &list, 4).1);
+        let first = ours.lines().next().unwrap_or_default();
+        for bad in [
+            format!("{ours}garbage line\n"),
+            format!("{first}\n"),
+            format!("{ours}{first}\n"),
+            ours.replace("a ", "zz "),
+        ] {
+            assert!(!ServiceTable::decode_checked(&bad, &list, 4).1, "{bad:?}");
         }
     }
 }
