@@ -66,9 +66,14 @@ pub enum Counter {
     ClusterStatsFailed,
     /// cluster_metrics: the shared statistics held a record that did not decode: fresh stats.
     ClusterStatsReset,
+    /// cluster_metrics AdaptiveScore: Redis chose and counted the service (global in-flight).
+    ClusterInflightGlobal,
+    /// cluster_metrics AdaptiveScore: Redis could not choose (down, timeout, error reply, no
+    /// route name); the local path did.
+    ClusterInflightLocal,
 }
 
-const FIXED: [(Counter, &str); 18] = [
+const FIXED: [(Counter, &str); 20] = [
     (Counter::RedisCalls, "ai_lb.redis.calls"),
     (Counter::RedisErrors, "ai_lb.redis.errors"),
     (Counter::RedisTimeouts, "ai_lb.redis.timeouts"),
@@ -98,6 +103,14 @@ const FIXED: [(Counter, &str); 18] = [
     (
         Counter::ClusterStatsReset,
         "ai_lb.cluster_metrics.stats_reset",
+    ),
+    (
+        Counter::ClusterInflightGlobal,
+        "ai_lb.cluster_metrics.inflight_global",
+    ),
+    (
+        Counter::ClusterInflightLocal,
+        "ai_lb.cluster_metrics.inflight_local",
     ),
 ];
 

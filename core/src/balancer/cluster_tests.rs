@@ -300,23 +300,138 @@ fn shared_data_failure_still_routes_and_holds_nothing() {
     assert_eq!(e.tracked(), (0, 0));
 }
 
+const GLOBAL: &str =
+    r#","global_inflight_enabled":true,"serviceFQDN":"redis.static","servicePort":6379"#;
+
+/// AdaptiveScore with the global in-flight count; the script loads sent at configure answered.
+fn global_engine() -> (MockHost, Balancer) {
+    let (mut host, mut e) = metrics_engine("AdaptiveScore", GLOBAL);
+    let loads: Vec<u32> = (0..host.redis_calls.len() as u32)
+        .map(|n| host.next_token - 4 * (n + 1))
+        .collect();
+    assert_eq!(loads.len(), 2, "the service acquire and release scripts");
+    for token in loads {
+        deliver(&mut host, &mut e, token, b"$3\r\nsha\r\n");
+    }
+    assert_eq!(e.tracked(), (0, 0));
+    host.redis_calls.clear();
+    (host, e)
+}
+
 #[test]
-fn global_inflight_with_redis_down_never_touches_redis_or_loses_a_request() {
-    let (mut host, mut e) = metrics_engine(
-        "AdaptiveScore",
-        r#","global_inflight_enabled":true,"serviceFQDN":"redis.static","servicePort":6379"#,
-    );
+fn global_inflight_with_redis_down_routes_locally_and_loses_nothing() {
+    let (mut host, mut e) = global_engine();
     host.redis_call_status = Some(HostErrorKind::NotFound);
-    host.redis_init_status = Some(HostErrorKind::NotFound);
     for ctx in 2..6 {
         assert!(send(&mut host, &mut e, ctx, &[]).is_some());
         respond(&mut host, &mut e, ctx, "200");
         end(&mut host, &mut e, ctx);
     }
-    assert!(host.redis_calls.is_empty());
     assert!(table(&host).stats().iter().all(|s| s.ongoing == 0));
     assert_eq!(host.metric("ai_lb.cluster_metrics.routed"), 4);
+    assert_eq!(host.metric("ai_lb.cluster_metrics.inflight_local"), 4);
+    assert_eq!(host.metric("ai_lb.cluster_metrics.inflight_global"), 0);
     assert_eq!(e.tracked(), (0, 0));
+}
+
+/// Answers a Redis call the way `redis-server` would reply to the script.
+fn deliver(host: &mut MockHost, e: &mut Balancer, token: u32, reply: &[u8]) {
+    host.reply = Some(reply.to_vec());
+    e.on_redis_reply(host, token, CallStatus::Ok, reply.len());
+    host.reply = None;
+}
+
+/// A held request whose global pick is in flight: its token.
+fn global_pick(host: &mut MockHost, e: &mut Balancer, ctx: u32) -> u32 {
+    host.request_headers.clear();
+    host.live_contexts.push(ctx);
+    let before = host.redis_calls.len();
+    assert_eq!(e.on_request_headers(host, ctx, false), Verdict::Pause);
+    assert_eq!(host.redis_calls.len(), before + 1, "one script call");
+    assert_eq!(
+        header(host, HEADER),
+        None,
+        "nothing written before Redis answers"
+    );
+    host.next_token - 4
+}
+
+#[test]
+fn global_inflight_asks_redis_with_local_scores_and_gives_the_lease_back() {
+    let (mut host, mut e) = global_engine();
+    let token = global_pick(&mut host, &mut e, 2);
+    let args = host.last_query_args();
+    assert_eq!(args[0], "EVALSHA");
+    assert_eq!(
+        &args[3..5],
+        [
+            "higress:adaptive_score_inflight:chat:AdaptiveScore",
+            "{higress:adaptive_score_inflight:chat:AdaptiveScore}:leases"
+        ]
+    );
+    // Two candidates (P2C), no samples yet: Go scores them by in flight + 1.
+    let pairs = &args[11..];
+    assert_eq!(pairs.len(), 4, "{args:?}");
+    assert_eq!((pairs[1].as_str(), pairs[3].as_str()), ("1.0", "1.0"));
+    let chosen = pairs[2].clone();
+    let request_id = args[8].clone();
+    let reply = crate::redis::resp::encode_command(&["OK", &chosen, "1", "1"]);
+    deliver(&mut host, &mut e, token, &reply);
+    assert_eq!(header(&host, HEADER), Some(chosen.clone()));
+    assert_eq!(host.resumed, 1);
+    assert_eq!(host.metric("ai_lb.cluster_metrics.inflight_global"), 1);
+    let t = table(&host);
+    let i = t.index_of(&chosen).unwrap();
+    assert_eq!((t.stats()[i].ongoing, t.stats()[i].count), (1, 1));
+    respond(&mut host, &mut e, 2, "200");
+    host.redis_calls.clear();
+    end(&mut host, &mut e, 2);
+    let args = host.last_query_args();
+    assert_eq!(args[args.len() - 1], format!("{request_id}|{chosen}|1"));
+    assert_eq!(table(&host).stats()[i].ongoing, 0);
+    // The release's reply ends the call.
+    let release = host.next_token - 4;
+    deliver(&mut host, &mut e, release, b":1\r\n");
+    assert_eq!(e.tracked(), (0, 0));
+}
+
+#[test]
+fn a_global_pick_whose_stream_ended_is_released_on_arrival() {
+    let (mut host, mut e) = global_engine();
+    let token = global_pick(&mut host, &mut e, 2);
+    let args = host.last_query_args();
+    let (chosen, request_id) = (args[11].clone(), args[8].clone());
+    end(&mut host, &mut e, 2);
+    host.live_contexts.retain(|&c| c != 2);
+    let reply = crate::redis::resp::encode_command(&["OK", &chosen, "1", "1"]);
+    deliver(&mut host, &mut e, token, &reply);
+    let args = host.last_query_args();
+    assert_eq!(args[args.len() - 1], format!("{request_id}|{chosen}|1"));
+    assert_eq!(host.metric("ai_lb.release.orphaned"), 1);
+    let counted_here = host
+        .shared
+        .borrow()
+        .keys()
+        .any(|k| k.starts_with("ailb.cm."));
+    assert!(!counted_here, "nothing was counted in this proxy");
+}
+
+#[test]
+fn a_lost_global_reply_routes_locally_and_releases_every_candidate() {
+    let (mut host, mut e) = global_engine();
+    let token = global_pick(&mut host, &mut e, 2);
+    e.on_redis_reply(&mut host, token, CallStatus::Failed, 0);
+    assert!(header(&host, HEADER).is_some(), "routed by the local path");
+    assert_eq!(host.resumed, 1);
+    let args = host.last_query_args();
+    assert_eq!(
+        args.len(),
+        5 + 2,
+        "a release naming both candidates: {args:?}"
+    );
+    assert_eq!(host.metric("ai_lb.cluster_metrics.inflight_local"), 1);
+    end(&mut host, &mut e, 2);
+    assert!(table(&host).stats().iter().all(|s| s.ongoing == 0));
 }
 
 #[test]

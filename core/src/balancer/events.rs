@@ -1,7 +1,7 @@
 //! The vocabulary of the request state machine (`super::request`): what a policy decides, the
 //! events a request receives and the effects it asks the balancer to perform.
 
-use super::pick::{Lease, LocalLease, Pick, PickReply, ServiceLease};
+use super::pick::{GlobalLease, Lease, LocalLease, Pick, PickReply, ServiceLease};
 use crate::reason::{Cause, Reason};
 use crate::stats::Counter;
 use std::rc::Rc;
@@ -145,13 +145,23 @@ pub enum Effect {
     /// Every lease a pick whose reply was lost may have written.
     ReleaseAll(Box<Pick>),
     ReleaseLocal(LocalLease),
+    /// cluster_metrics: Redis counted the service globally (or could not and the local path
+    /// chose): count it in this proxy's statistics too, as the local path does at decision.
+    ServiceStart(ServiceLease),
+    /// A global in-flight lease a request does not keep (a pick whose stream ended, a reply
+    /// naming a service not offered).
+    ReleaseService(GlobalLease),
+    /// cluster_metrics: Redis could not choose; the local path did (counted, logged
+    /// rate-limited).
+    InflightLocal(Cause),
     /// cluster_metrics: the first response byte arrived; record the time to it.
     FirstByte {
         lease: ServiceLease,
         success: bool,
     },
-    /// cluster_metrics: give the in-flight count back; `outcome` (success?) records the total
-    /// latency and errors, None records nothing (the request never reached the service).
+    /// cluster_metrics: give the in-flight count back (in Redis too when counted there);
+    /// `outcome` (success?) records the total latency and errors, None records nothing (the
+    /// request never reached the service).
     ServiceDone {
         lease: ServiceLease,
         outcome: Option<bool>,

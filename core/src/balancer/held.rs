@@ -60,10 +60,21 @@ pub fn success(status: Option<u32>) -> bool {
 /// the pick acquired.
 pub fn undo(pick: Box<Pick>, reply: &PickReply) -> Vec<Effect> {
     let mut e = vec![Effect::Count(Counter::ReleasesOrphaned)];
-    match reply {
-        PickReply::Picked { endpoint, .. } => e.push(Effect::Release(pick.lease(endpoint))),
-        PickReply::Failed(Cause::RedisTimeout) => e.push(Effect::ReleaseAll(pick)),
-        _ => {}
+    let release = match (&*pick, reply) {
+        (Pick::Endpoint(p), PickReply::Picked { endpoint, .. }) => {
+            Some(Effect::Release(p.lease(endpoint)))
+        }
+        (Pick::Service(p), PickReply::Service(service)) => {
+            Some(Effect::ReleaseService(p.global(service)))
+        }
+        _ => None,
+    };
+    match release {
+        Some(effect) => e.push(effect),
+        None if *reply == PickReply::Failed(Cause::RedisTimeout) => {
+            e.push(Effect::ReleaseAll(pick))
+        }
+        None => {}
     }
     e
 }

@@ -21,10 +21,11 @@ pub use redis_client::CallStatus;
 
 use crate::config::{PluginConfig, RequestKeys};
 use crate::host::{self, Host, LogLevel};
+use crate::redis::inflight::InflightKeys;
 use crate::redis::scripts::Keys;
 use pick::Pick;
 use policies::{Env, Input, Policies};
-use redis_client::{PickAnswer, RedisClient};
+use redis_client::{LeaseKeys, PickAnswer, RedisClient};
 use request::{Effect, Event, Request};
 use rng::VmRng;
 use std::collections::HashMap;
@@ -67,10 +68,10 @@ impl Balancer {
             redis: RedisClient::default(),
             rng: VmRng::new(seed),
         };
-        // cluster_metrics' global in-flight Redis is not called by this build (its counts are
-        // per proxy, README "Cluster policies"): only the endpoint policies' targets.
-        let endpoint_routes = b.config.all().filter(|c| !c.policy.is_cluster());
-        b.redis.preload(host, &mut b.tel, endpoint_routes);
+        // Every route with a Redis target: the endpoint policies', and cluster_metrics' global
+        // in-flight count.
+        let redis_routes = b.config.all().filter(|c| c.redis.is_some());
+        b.redis.preload(host, &mut b.tel, redis_routes);
         b.policies.start(host, &mut b.tel);
         b
     }
@@ -100,7 +101,14 @@ impl Balancer {
             }
             _ => None,
         };
-        self.requests.insert(ctx, Request::new(config, keys));
+        let inflight = config
+            .policy
+            .global_inflight()
+            .zip(route.as_deref().filter(|r| !r.is_empty()))
+            .map(|(g, r)| Rc::new(InflightKeys::new(&g.key_prefix, r)));
+        let mut request = Request::new(config, keys);
+        request.inflight = inflight;
+        self.requests.insert(ctx, request);
         self.callback(host, ctx, Event::Headers { end_of_stream })
     }
 
@@ -296,15 +304,34 @@ impl Balancer {
                 None
             }
             Effect::Release(lease) => {
+                let keys = LeaseKeys::Endpoint(lease.keys);
                 let members = vec![lease.member];
                 self.redis
-                    .release(host, &mut self.tel, &lease.config, &lease.keys, members);
+                    .release(host, &mut self.tel, &lease.config, keys, members);
+                None
+            }
+            Effect::ReleaseService(lease) => {
+                let keys = LeaseKeys::Service(lease.keys);
+                let members = vec![lease.member];
+                self.redis
+                    .release(host, &mut self.tel, &lease.config, keys, members);
                 None
             }
             Effect::ReleaseAll(pick) => {
-                let members = pick.every_lease();
+                let (keys, members) = match &*pick {
+                    Pick::Endpoint(p) => (LeaseKeys::Endpoint(p.keys.clone()), p.every_lease()),
+                    Pick::Service(p) => (LeaseKeys::Service(p.keys.clone()), p.every_member()),
+                };
                 self.redis
-                    .release(host, &mut self.tel, &pick.config, &pick.keys, members);
+                    .release(host, &mut self.tel, pick.config(), keys, members);
+                None
+            }
+            Effect::ServiceStart(lease) => {
+                policies::cluster_metrics::start(host, &self.tel, &lease);
+                None
+            }
+            Effect::InflightLocal(cause) => {
+                self.tel.inflight_local(host, ctx, cause);
                 None
             }
             Effect::ReleaseLocal(lease) => {
@@ -316,6 +343,12 @@ impl Balancer {
                 None
             }
             Effect::ServiceDone { lease, outcome } => {
+                if let Some(global) = &lease.global {
+                    let keys = LeaseKeys::Service(global.keys.clone());
+                    let members = vec![global.member.clone()];
+                    self.redis
+                        .release(host, &mut self.tel, &global.config, keys, members);
+                }
                 policies::cluster_metrics::done(host, &self.tel, lease, outcome);
                 None
             }
@@ -363,6 +396,7 @@ impl Balancer {
             ctx,
             config: &req.config,
             keys: req.keys.as_ref(),
+            inflight: req.inflight.as_ref(),
             body_bytes: req.body_bytes,
             read_body,
             synced: req

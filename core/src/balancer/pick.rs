@@ -1,12 +1,14 @@
 //! A Redis pick and what it acquires. A [`Pick`] is built by a Redis-backed policy
-//! (global_least_request, prefix_cache), sent by the [`super::redis_client::RedisClient`], owned
-//! by its request while in flight, and turned into a [`Lease`] when Redis answers; the lease is
-//! what stream end gives back (docs/redis-data-model.md §6).
+//! (global_least_request and prefix_cache choose an endpoint, cluster_metrics with global
+//! in-flight counts a service), sent by the [`super::redis_client::RedisClient`], owned by its
+//! request while in flight, and turned into a lease when Redis answers; the lease is what stream
+//! end gives back (docs/redis-data-model.md §6, §8).
 
 use super::rng::VmRng;
 use crate::config::RouteConfig;
 use crate::host::Host;
 use crate::reason::{Cause, Reason};
+use crate::redis::inflight::{self, InflightKeys};
 use crate::redis::scripts::{self, Keys};
 use crate::upstream;
 use std::rc::Rc;
@@ -34,18 +36,117 @@ pub struct LocalLease {
 }
 
 /// cluster_metrics: the service a request was sent to, recorded at first byte and stream end
-/// in the route's shared statistics (its in-flight count was taken at the decision).
+/// in the route's shared statistics (its in-flight count was taken at the decision), and its
+/// count in Redis when the route counts globally.
 #[derive(Debug, Clone)]
 pub struct ServiceLease {
     pub stats: Rc<super::service_stats::SharedStats>,
     pub service: String,
     /// Decision time (host clock, ms): TTFT and total latency are measured from here.
     pub start_ms: u64,
+    pub global: Option<GlobalLease>,
+}
+
+/// A service's global in-flight count taken in Redis (`global_inflight_enabled`).
+#[derive(Debug, Clone)]
+pub struct GlobalLease {
+    pub config: Rc<RouteConfig>,
+    pub keys: Rc<InflightKeys>,
+    pub member: String,
 }
 
 /// An acquire in flight: everything needed to finish it, or to undo it if its stream is gone.
 #[derive(Debug, Clone)]
-pub struct Pick {
+pub enum Pick {
+    Endpoint(EndpointPick),
+    Service(ServicePick),
+}
+
+impl Pick {
+    pub fn config(&self) -> &Rc<RouteConfig> {
+        match self {
+            Pick::Endpoint(p) => &p.config,
+            Pick::Service(p) => &p.config,
+        }
+    }
+
+    /// EVALSHA (true) or EVAL after a NOSCRIPT.
+    pub fn by_sha(&self) -> bool {
+        match self {
+            Pick::Endpoint(p) => p.by_sha,
+            Pick::Service(p) => p.by_sha,
+        }
+    }
+
+    pub fn resend_by_text(&mut self) {
+        match self {
+            Pick::Endpoint(p) => p.by_sha = false,
+            Pick::Service(p) => p.by_sha = false,
+        }
+    }
+}
+
+/// cluster_metrics AdaptiveScore with `global_inflight_enabled`: Redis chooses among the
+/// candidates by local score × (global count + 1) and counts the choice
+/// (docs/higress-cluster-policies.md §3.6).
+#[derive(Debug, Clone)]
+pub struct ServicePick {
+    pub config: Rc<RouteConfig>,
+    pub keys: Rc<InflightKeys>,
+    pub request_id: String,
+    pub key_ttl_s: u64,
+    /// The candidates (distinct) and their local scores.
+    pub candidates: Rc<Vec<(String, f64)>>,
+    /// What the local path chooses when Redis cannot answer (Higress falls back the same way).
+    pub local: String,
+    pub stats: Rc<super::service_stats::SharedStats>,
+    pub start_ms: u64,
+    pub by_sha: bool,
+}
+
+impl ServicePick {
+    pub fn offered(&self, service: &str) -> bool {
+        self.candidates.iter().any(|(s, _)| s == service)
+    }
+
+    /// The lease a request holds once Redis counted `service` for it.
+    pub fn lease(&self, service: &str) -> ServiceLease {
+        ServiceLease {
+            global: Some(self.global(service)),
+            ..self.local_lease(service)
+        }
+    }
+
+    /// The lease of a request routed by the local path (nothing counted in Redis).
+    pub fn local_lease(&self, service: &str) -> ServiceLease {
+        ServiceLease {
+            stats: self.stats.clone(),
+            service: service.to_string(),
+            start_ms: self.start_ms,
+            global: None,
+        }
+    }
+
+    pub fn global(&self, service: &str) -> GlobalLease {
+        GlobalLease {
+            config: self.config.clone(),
+            keys: self.keys.clone(),
+            member: inflight::member(&self.request_id, service),
+        }
+    }
+
+    /// After a lost reply: every lease the script could have written.
+    pub fn every_member(&self) -> Vec<String> {
+        self.candidates
+            .iter()
+            .map(|(s, _)| inflight::member(&self.request_id, s))
+            .collect()
+    }
+}
+
+/// An endpoint acquire (global_least_request, prefix_cache).
+#[derive(Debug, Clone)]
+pub struct EndpointPick {
     pub config: Rc<RouteConfig>,
     pub keys: Rc<Keys>,
     pub request_id: String,
@@ -69,6 +170,8 @@ pub enum PickReply {
         depth: u32,
         spilled: bool,
     },
+    /// A service pick: Redis counted this service.
+    Service(String),
     /// Redis does not hold our endpoint set (restart, another gateway's view): resend it.
     Resync,
     /// Every endpoint is at `maxRequestCount`; nothing was acquired.
@@ -78,7 +181,7 @@ pub enum PickReply {
     Failed(Cause),
 }
 
-impl Pick {
+impl EndpointPick {
     /// Plans a pick for `config`: the healthy endpoints from the host list, and whether Redis
     /// needs them (`synced` is the fingerprint this VM last synced for these keys).
     pub fn plan(
@@ -89,7 +192,7 @@ impl Pick {
         chain: Option<Rc<Vec<String>>>,
         synced: Option<&Rc<str>>,
         rng: &mut VmRng,
-    ) -> Result<Pick, Cause> {
+    ) -> Result<EndpointPick, Cause> {
         let endpoints = match host.upstream_hosts().map(|b| upstream::decode_hosts(&b)) {
             Ok(Ok(list)) => list,
             _ => return Err(Cause::HostListUnavailable),
@@ -99,7 +202,7 @@ impl Pick {
             return Err(Cause::NoHealthyEndpoint);
         }
         let fingerprint: Rc<str> = upstream::fingerprint(&healthy).into();
-        Ok(Pick {
+        Ok(EndpointPick {
             sent_list: synced != Some(&fingerprint),
             config: config.clone(),
             keys: keys.clone(),

@@ -4,11 +4,12 @@
 //! (docs/redis-data-model.md). Replies arrive on the root context (docs/higress-abi.md §6);
 //! a pick's reply is handed back to the balancer, releases and script loads end here.
 
-use super::pick::{Pick, PickReply};
+use super::pick::{EndpointPick, Pick, PickReply};
 use super::telemetry::Telemetry;
 use crate::config::{PolicyConfig, RouteConfig};
 use crate::host::{Host, HostErrorKind, LogLevel};
 use crate::reason::Cause;
+use crate::redis::inflight::{self, InflightKeys, ServiceAcquireArgs};
 use crate::redis::scripts::{
     self, AcquireArgs, AcquireReply, Keys, PrefixArgs, ReplyError, Scripts,
 };
@@ -29,16 +30,28 @@ pub enum CallStatus {
     Failed,
 }
 
+/// Which keys a lease lives in: an endpoint route's, or a cluster route's global in-flight
+/// count.
+#[derive(Debug, Clone)]
+pub enum LeaseKeys {
+    Endpoint(Rc<Keys>),
+    Service(Rc<InflightKeys>),
+}
+
 /// A release in flight (fire-and-forget; retried once with EVAL on NOSCRIPT).
 struct Release {
     config: Rc<RouteConfig>,
-    keys: Rc<Keys>,
+    keys: LeaseKeys,
     members: Vec<String>,
     by_sha: bool,
 }
 
 enum Op {
-    Pick { ctx: u32 },
+    /// `service`: a cluster_metrics global in-flight pick (its reply reads differently).
+    Pick {
+        ctx: u32,
+        service: bool,
+    },
     Release(Release),
     ScriptLoad,
 }
@@ -72,7 +85,7 @@ impl RedisClient {
         for cfg in configs {
             let Some(redis) = &cfg.redis else { continue };
             if self.ensure_ready(host, tel, cfg) {
-                for script in self.scripts.all() {
+                for script in self.scripts.for_route(cfg.policy.is_cluster()) {
                     if let Ok(token) = host.redis_call(&redis.cluster, &scripts::load(script)) {
                         self.pending.insert(token, Op::ScriptLoad);
                     }
@@ -108,19 +121,51 @@ impl RedisClient {
         random: u32,
     ) -> Result<u32, Cause> {
         self.acquires += 1;
+        let reclaim = if self.acquires.is_multiple_of(RECLAIM_EVERY) {
+            RECLAIM_LIMIT
+        } else {
+            0
+        };
+        let now_ms = host.now_ms();
+        let query = match pick {
+            Pick::Endpoint(p) => self.endpoint_query(p, now_ms, random, reclaim),
+            Pick::Service(p) => inflight::acquire_call(
+                &self.scripts,
+                p.by_sha,
+                &p.keys,
+                &ServiceAcquireArgs {
+                    now_ms,
+                    lease_ttl_ms: p.config.common.lease_ttl_ms,
+                    key_ttl_s: p.key_ttl_s,
+                    request_id: &p.request_id,
+                    random,
+                    reclaim,
+                    candidates: &p.candidates,
+                },
+            ),
+        };
+        let token = self.call(host, tel, pick.config(), &query)?;
+        let service = matches!(pick, Pick::Service(_));
+        self.pending.insert(token, Op::Pick { ctx, service });
+        Ok(token)
+    }
+
+    fn endpoint_query(
+        &self,
+        pick: &EndpointPick,
+        now_ms: u64,
+        random: u32,
+        reclaim: u32,
+    ) -> Vec<u8> {
         let args = AcquireArgs {
-            now_ms: host.now_ms(),
+            now_ms,
             lease_ttl_ms: pick.config.common.lease_ttl_ms,
             request_id: &pick.request_id,
             cost: pick.cost,
             cap: pick.config.common.max_load,
             random,
             fingerprint: &pick.fingerprint,
-            reclaim: if self.acquires.is_multiple_of(RECLAIM_EVERY) {
-                RECLAIM_LIMIT
-            } else {
-                0
-            },
+            reclaim,
             endpoints: pick.sent_list.then_some(pick.candidates.as_slice()),
         };
         let prefix = match (&pick.chain, &pick.config.policy) {
@@ -132,16 +177,13 @@ impl RedisClient {
             }),
             _ => None,
         };
-        let query = scripts::pick_call(
+        scripts::pick_call(
             &self.scripts,
             pick.by_sha,
             &pick.keys,
             &args,
             prefix.as_ref(),
-        );
-        let token = self.call(host, tel, &pick.config, &query)?;
-        self.pending.insert(token, Op::Pick { ctx });
-        Ok(token)
+        )
     }
 
     /// Fire-and-forget release of the first present lease among `members`. If it cannot even
@@ -151,12 +193,12 @@ impl RedisClient {
         host: &mut dyn Host,
         tel: &mut Telemetry,
         config: &Rc<RouteConfig>,
-        keys: &Rc<Keys>,
+        keys: LeaseKeys,
         members: Vec<String>,
     ) {
         let rel = Release {
             config: config.clone(),
-            keys: keys.clone(),
+            keys,
             members,
             by_sha: true,
         };
@@ -181,8 +223,9 @@ impl RedisClient {
             }
         };
         match op {
-            Op::Pick { ctx } => {
+            Op::Pick { ctx, service } => {
                 let reply = match reply {
+                    Ok(bytes) if service => decode_service_pick(host, tel, ctx, &bytes),
                     Ok(bytes) => self.decode_pick(host, tel, ctx, &bytes),
                     Err(cause) => PickReply::Failed(cause),
                 };
@@ -293,7 +336,14 @@ impl RedisClient {
     }
 
     fn send_release(&mut self, host: &mut dyn Host, tel: &mut Telemetry, rel: Release) {
-        let query = scripts::release_call(&self.scripts, rel.by_sha, &rel.keys, &rel.members);
+        let query = match &rel.keys {
+            LeaseKeys::Endpoint(k) => {
+                scripts::release_call(&self.scripts, rel.by_sha, k, &rel.members)
+            }
+            LeaseKeys::Service(k) => {
+                inflight::release_call(&self.scripts, rel.by_sha, k, &rel.members)
+            }
+        };
         match self.call(host, tel, &rel.config, &query) {
             Ok(token) => {
                 tel.inc(host, crate::stats::Counter::Releases);
@@ -327,6 +377,28 @@ impl RedisClient {
                 );
             }
             Err(_) => tel.inc(host, crate::stats::Counter::ReleaseFailures),
+        }
+    }
+}
+
+/// A global in-flight acquire's reply. No service (no candidates) or garbage: the local path.
+fn decode_service_pick(
+    host: &mut dyn Host,
+    tel: &mut Telemetry,
+    ctx: u32,
+    bytes: &[u8],
+) -> PickReply {
+    match inflight::parse_acquire(bytes) {
+        Ok(Some(service)) => PickReply::Service(service),
+        Ok(None) => PickReply::Failed(Cause::BadReply),
+        Err(ReplyError::NoScript) => PickReply::NoScript,
+        Err(e) => {
+            tel.inc(host, crate::stats::Counter::RedisErrors);
+            tel.log(host, LogLevel::Debug, ctx, format_args!("{e}"));
+            PickReply::Failed(match e {
+                ReplyError::Malformed(_) => Cause::BadReply,
+                ReplyError::Redis(_) | ReplyError::NoScript => Cause::RedisError,
+            })
         }
     }
 }

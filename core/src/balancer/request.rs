@@ -16,9 +16,10 @@ use super::events::DENIED;
 pub use super::events::{Decision, Effect, Event, Hold, LocalReply, Rejection};
 pub use super::held::undo;
 use super::held::{success, Held};
-use super::pick::{Pick, PickReply};
+use super::pick::{EndpointPick, Pick, PickReply, ServiceLease, ServicePick};
 use crate::config::{FailureMode, RouteConfig};
 use crate::reason::{Cause, Reason};
+use crate::redis::inflight::InflightKeys;
 use crate::redis::scripts::Keys;
 use crate::stats::{Counter, Outcome};
 use std::rc::Rc;
@@ -47,6 +48,8 @@ pub struct Request {
     pub config: Rc<RouteConfig>,
     /// Redis keys of (route, cluster); None when the host did not name them.
     pub keys: Option<Rc<Keys>>,
+    /// cluster_metrics with `global_inflight_enabled`: the route's count in Redis.
+    pub inflight: Option<Rc<InflightKeys>>,
     /// Body bytes buffered so far.
     pub body_bytes: usize,
     phase: Phase,
@@ -57,6 +60,7 @@ impl Request {
         Request {
             config,
             keys,
+            inflight: None,
             body_bytes: 0,
             phase: Phase::AwaitingBody,
         }
@@ -232,20 +236,29 @@ impl Request {
     }
 
     fn on_sent(&mut self, result: Result<u32, Cause>, pick: Box<Pick>) -> Vec<Effect> {
-        match result {
-            Ok(token) => {
+        match (result, &*pick) {
+            (Ok(token), _) => {
                 self.phase = Phase::Picking { token, pick };
                 Vec::new()
             }
-            Err(cause) => self.fall_back(cause), // never sent: nothing acquired
+            // Never sent: nothing acquired. A service pick still has its local choice.
+            (Err(cause), Pick::Service(p)) => self.route_locally(p, cause),
+            (Err(cause), Pick::Endpoint(_)) => self.fall_back(cause),
         }
     }
 
     fn on_pick_reply(&mut self, reply: PickReply) -> Vec<Effect> {
-        let Phase::Picking { mut pick, .. } = std::mem::replace(&mut self.phase, Phase::Resending)
+        let Phase::Picking { pick, .. } = std::mem::replace(&mut self.phase, Phase::Resending)
         else {
             return Vec::new();
         };
+        match *pick {
+            Pick::Endpoint(p) => self.on_endpoint_reply(p, reply),
+            Pick::Service(p) => self.on_service_reply(p, reply),
+        }
+    }
+
+    fn on_endpoint_reply(&mut self, mut pick: EndpointPick, reply: PickReply) -> Vec<Effect> {
         let namespace = pick.keys.namespace.clone();
         match reply {
             PickReply::Picked {
@@ -282,10 +295,10 @@ impl Request {
                 vec![
                     Effect::Count(Counter::RedisResync),
                     Effect::Unsynced { namespace },
-                    Effect::Send(pick),
+                    Effect::Send(Box::new(Pick::Endpoint(pick))),
                 ]
             }
-            PickReply::Resync => {
+            PickReply::Resync | PickReply::Service(_) => {
                 let mut e = vec![Effect::Unsynced { namespace }];
                 e.extend(self.fall_back(Cause::BadReply));
                 e
@@ -294,19 +307,79 @@ impl Request {
             PickReply::NoScript if pick.by_sha => {
                 // Redis restarted or flushed its script cache: EVAL reloads it.
                 pick.by_sha = false;
-                vec![Effect::Count(Counter::RedisNoScript), Effect::Send(pick)]
+                vec![
+                    Effect::Count(Counter::RedisNoScript),
+                    Effect::Send(Box::new(Pick::Endpoint(pick))),
+                ]
             }
             PickReply::NoScript => self.fall_back(Cause::RedisError),
             PickReply::Failed(cause) => {
                 let mut e = Vec::new();
                 if cause == Cause::RedisTimeout {
                     // The script may have run before the reply was lost.
-                    e.push(Effect::ReleaseAll(pick));
+                    e.push(Effect::ReleaseAll(Box::new(Pick::Endpoint(pick))));
                 }
                 e.extend(self.fall_back(cause));
                 e
             }
         }
+    }
+
+    /// cluster_metrics global in-flight: Redis chose and counted a service, or the local path
+    /// decides, as Higress does on any Redis trouble (docs/higress-cluster-policies.md §3.6).
+    fn on_service_reply(&mut self, mut pick: ServicePick, reply: PickReply) -> Vec<Effect> {
+        match reply {
+            PickReply::Service(service) if pick.offered(&service) => {
+                let lease = pick.lease(&service);
+                self.route_service(lease, vec![Effect::Count(Counter::ClusterInflightGlobal)])
+            }
+            PickReply::Service(service) => {
+                let mut e = vec![Effect::ReleaseService(pick.global(&service))];
+                e.extend(self.route_locally(&pick, Cause::BadReply));
+                e
+            }
+            PickReply::NoScript if pick.by_sha => {
+                pick.by_sha = false;
+                vec![
+                    Effect::Count(Counter::RedisNoScript),
+                    Effect::Send(Box::new(Pick::Service(pick))),
+                ]
+            }
+            PickReply::Failed(Cause::RedisTimeout) => {
+                // The script may have run before the reply was lost: give back whatever it
+                // could have counted.
+                let mut e = self.route_locally(&pick, Cause::RedisTimeout);
+                e.insert(0, Effect::ReleaseAll(Box::new(Pick::Service(pick))));
+                e
+            }
+            PickReply::Failed(cause) => self.route_locally(&pick, cause),
+            PickReply::NoScript => self.route_locally(&pick, Cause::RedisError),
+            PickReply::Picked { .. } | PickReply::Resync | PickReply::Full => {
+                self.route_locally(&pick, Cause::BadReply)
+            }
+        }
+    }
+
+    /// The local path's choice, with nothing counted in Redis.
+    fn route_locally(&mut self, pick: &ServicePick, cause: Cause) -> Vec<Effect> {
+        let lease = pick.local_lease(&pick.local);
+        self.route_service(lease, vec![Effect::InflightLocal(cause)])
+    }
+
+    /// Routes to `lease`'s service: counted in this proxy's statistics, then published.
+    fn route_service(&mut self, lease: ServiceLease, mut e: Vec<Effect>) -> Vec<Effect> {
+        let service = lease.service.clone();
+        e.push(Effect::ServiceStart(lease.clone()));
+        self.phase = Phase::Routed {
+            endpoint: service.clone(),
+            reason: Reason::ClusterMetrics,
+            held: Held::from_hold(Some(Hold::Service(lease))),
+        };
+        e.push(Effect::Publish {
+            endpoint: service,
+            fallbacks: Vec::new(),
+        });
+        e
     }
 
     fn on_published(&mut self, result: Result<(), Cause>) -> Vec<Effect> {
@@ -404,5 +477,7 @@ impl Request {
     }
 }
 
+#[cfg(test)]
+mod service_tests;
 #[cfg(test)]
 mod tests;

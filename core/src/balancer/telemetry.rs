@@ -41,16 +41,21 @@ impl Telemetry {
     }
 
     /// A request fell back: count the cause and say what happens instead.
-    pub fn fell_back(&mut self, host: &mut dyn Host, ctx: u32, cause: Cause, denied: bool) {
-        self.inc(host, Counter::Fallback(cause));
+    /// Warn for `cause` at most once per interval; Debug in between.
+    fn warn_level(&mut self, host: &dyn Host, cause: Cause) -> LogLevel {
         let now = host.now_ms();
         let last = self.last_warn.get(&cause).copied();
-        let level = if last.is_none_or(|t| now.saturating_sub(t) >= WARN_INTERVAL_MS) {
+        if last.is_none_or(|t| now.saturating_sub(t) >= WARN_INTERVAL_MS) {
             self.last_warn.insert(cause, now);
             LogLevel::Warn
         } else {
             LogLevel::Debug
-        };
+        }
+    }
+
+    pub fn fell_back(&mut self, host: &mut dyn Host, ctx: u32, cause: Cause, denied: bool) {
+        self.inc(host, Counter::Fallback(cause));
+        let level = self.warn_level(host, cause);
         let action = if denied {
             "503 (failureMode deny)"
         } else {
@@ -61,6 +66,22 @@ impl Telemetry {
             level,
             ctx,
             format_args!("fallback to {action}: {}", cause.name()),
+        );
+    }
+
+    /// cluster_metrics: Redis could not choose, the local path did (warned at most once per
+    /// interval per cause, like a fallback).
+    pub fn inflight_local(&mut self, host: &mut dyn Host, ctx: u32, cause: Cause) {
+        self.inc(host, Counter::ClusterInflightLocal);
+        let level = self.warn_level(host, cause);
+        self.log(
+            host,
+            level,
+            ctx,
+            format_args!(
+                "global in-flight count unavailable ({}): chose from this proxy's counts",
+                cause.name()
+            ),
         );
     }
 }

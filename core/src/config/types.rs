@@ -1,8 +1,9 @@
 //! The compiled, validated configuration of one route (global config or `_rules_` entry).
 
 use super::cluster_hash::ClusterHashConfig;
-use super::cluster_metrics::ClusterMetricsConfig;
+use super::cluster_metrics::{ClusterMetricsConfig, ClusterMode};
 use super::common::Common;
+use super::inflight::GlobalInflight;
 use super::metrics::MetricsConfig;
 use super::prefix::PrefixSettings;
 use super::values::Build;
@@ -102,6 +103,17 @@ impl PolicyConfig {
             self,
             PolicyConfig::ClusterMetrics(_) | PolicyConfig::ClusterHash(_)
         )
+    }
+
+    /// cluster_metrics AdaptiveScore's Redis-backed in-flight count, when enabled (Higress
+    /// uses it in no other mode, docs/higress-cluster-policies.md §3.6).
+    pub fn global_inflight(&self) -> Option<&GlobalInflight> {
+        match self {
+            PolicyConfig::ClusterMetrics(c) if c.mode == ClusterMode::AdaptiveScore => {
+                c.global_inflight.as_ref()
+            }
+            _ => None,
+        }
     }
 
     /// endpoint_metrics settings, if this is that policy.

@@ -35,6 +35,14 @@ pub const RELEASE: &str = concat!(
     include_str!("scripts/lease.lua"),
     include_str!("scripts/release.lua")
 );
+pub const SERVICE_ACQUIRE: &str = concat!(
+    include_str!("scripts/service_lease.lua"),
+    include_str!("scripts/service_acquire.lua")
+);
+pub const SERVICE_RELEASE: &str = concat!(
+    include_str!("scripts/service_lease.lua"),
+    include_str!("scripts/service_release.lua")
+);
 
 /// The scripts one VM uses, hashed once at start.
 #[derive(Debug, Clone)]
@@ -42,6 +50,9 @@ pub struct Scripts {
     pub acquire: Script,
     pub prefix_acquire: Script,
     pub release: Script,
+    /// cluster_metrics global in-flight (`super::inflight`).
+    pub service_acquire: Script,
+    pub service_release: Script,
 }
 
 impl Scripts {
@@ -50,11 +61,24 @@ impl Scripts {
             acquire: Script::new(GLR_ACQUIRE),
             prefix_acquire: Script::new(PREFIX_ACQUIRE),
             release: Script::new(RELEASE),
+            service_acquire: Script::new(SERVICE_ACQUIRE),
+            service_release: Script::new(SERVICE_RELEASE),
         }
     }
 
+    /// The endpoint policies' scripts.
     pub fn all(&self) -> [&Script; 3] {
         [&self.acquire, &self.prefix_acquire, &self.release]
+    }
+
+    /// The scripts a route calls (preloaded with `SCRIPT LOAD` at configure): a cluster route
+    /// only the global in-flight pair.
+    pub fn for_route(&self, cluster: bool) -> Vec<&Script> {
+        if cluster {
+            vec![&self.service_acquire, &self.service_release]
+        } else {
+            self.all().to_vec()
+        }
     }
 }
 
@@ -229,7 +253,7 @@ impl std::fmt::Display for ReplyError {
     }
 }
 
-fn decode(raw: &[u8]) -> Result<Value, ReplyError> {
+pub(super) fn decode(raw: &[u8]) -> Result<Value, ReplyError> {
     match resp::decode_exact(raw) {
         Ok(Value::Error(e)) if e.starts_with("NOSCRIPT") => Err(ReplyError::NoScript),
         Ok(Value::Error(e)) => Err(ReplyError::Redis(e)),

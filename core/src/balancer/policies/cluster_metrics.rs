@@ -8,23 +8,37 @@
 //! from the same numbers (Higress keeps them per VM). The in-flight count taken at the
 //! decision is held by the request (`Hold::Service`) and given back exactly once at stream
 //! end, with the total latency.
+//!
+//! AdaptiveScore with `global_inflight_enabled` asks Redis instead: the candidates and their
+//! local scores go to one script call that multiplies each by its count over every gateway,
+//! takes the lowest and counts it (docs/higress-cluster-policies.md §3.6); the local count is
+//! taken when Redis answers (`start`). Any Redis trouble: the local choice made here.
 
 use super::input::{Env, Input};
-use crate::balancer::pick::ServiceLease;
+use crate::balancer::pick::{Pick as RedisPick, ServiceLease, ServicePick};
 use crate::balancer::request::{Decision, Hold};
 pub use crate::balancer::service_stats::SharedStats;
 use crate::balancer::shared;
 use crate::balancer::telemetry::Telemetry;
 use crate::cluster::select::{self, Decision as Pick};
 use crate::cluster::stats::ServiceTable;
+use crate::cluster::Mode;
+use crate::config::GlobalInflight;
 use crate::host::{Host, LogLevel};
 use crate::reason::{Cause, Reason};
+use crate::redis::inflight::InflightKeys;
 use crate::stats::Counter;
 use std::rc::Rc;
 
 pub fn decide(host: &mut dyn Host, env: Env, input: &Input, stats: &Rc<SharedStats>) -> Decision {
     let now = host.now_ms();
     let now_ms = i64::try_from(now).unwrap_or(i64::MAX);
+    if stats.mode == Mode::AdaptiveScore {
+        if let (Some(global), Some(keys)) = (input.config.policy.global_inflight(), input.inflight)
+        {
+            return global_pick(host, env, input, stats, (global, keys), now);
+        }
+    }
     let rng = &mut *env.rng;
     let mut reset = false;
     let result = shared::update(host, &stats.key, |current| {
@@ -49,6 +63,7 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input, stats: &Rc<SharedSta
                 stats: stats.clone(),
                 service: service.clone(),
                 start_ms: now,
+                global: None,
             })),
             endpoint: service,
             fallbacks: Vec::new(),
@@ -76,6 +91,76 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input, stats: &Rc<SharedSta
                 Pick::NoServices => Decision::Fallback(Cause::SharedData),
             }
         }
+    }
+}
+
+/// AdaptiveScore over every gateway: the §3.5 candidates and their local scores, for Redis to
+/// weigh by its counts. Nothing is counted until Redis answers.
+fn global_pick(
+    host: &mut dyn Host,
+    env: Env,
+    input: &Input,
+    stats: &Rc<SharedStats>,
+    (global, keys): (&GlobalInflight, &Rc<InflightKeys>),
+    now: u64,
+) -> Decision {
+    let now_ms = i64::try_from(now).unwrap_or(i64::MAX);
+    let current = match host.shared_get(&stats.key) {
+        Ok(v) => v.map(|(bytes, _)| bytes),
+        Err(_) => {
+            env.tel.inc(host, Counter::ClusterStatsFailed);
+            None
+        }
+    };
+    let (table, _) = stats.load(current.as_deref());
+    let mut next = || env.rng.next_u64();
+    let mut candidates: Vec<(String, f64)> = Vec::new();
+    for i in select::adaptive_candidates(&stats.params, &table, now_ms, &mut next) {
+        let Some(name) = table.names().get(i) else {
+            continue;
+        };
+        if !candidates.iter().any(|(n, _)| n == name) {
+            let score = select::adaptive_score(&stats.params, &table, i, now_ms);
+            candidates.push((name.clone(), score));
+        }
+    }
+    // The local path's choice: the lowest score, the first one on a tie (Go's strict `<`).
+    let local = candidates
+        .iter()
+        .fold(None::<&(String, f64)>, |best, c| match best {
+            Some(b) if b.1 <= c.1 => Some(b),
+            _ => Some(c),
+        })
+        .map(|(name, _)| name.clone());
+    let Some(local) = local else {
+        return Decision::Fallback(Cause::NoHealthyEndpoint);
+    };
+    Decision::Acquire(Box::new(RedisPick::Service(ServicePick {
+        config: input.config.clone(),
+        keys: keys.clone(),
+        request_id: env.rng.request_id(),
+        key_ttl_s: global.key_ttl_s,
+        candidates: Rc::new(candidates),
+        local,
+        stats: stats.clone(),
+        start_ms: now,
+        by_sha: true,
+    })))
+}
+
+/// A global pick was answered (or fell to the local path): count the service in this proxy,
+/// as the local path does at its decision.
+pub fn start(host: &mut dyn Host, tel: &Telemetry, lease: &ServiceLease) {
+    let stats = &lease.stats;
+    let result = shared::update(host, &stats.key, |current| {
+        let (mut table, _) = stats.load(current);
+        if let Some(i) = table.index_of(&lease.service) {
+            table.on_request_start(i);
+        }
+        (table.encode().into_bytes(), ())
+    });
+    if result.is_err() {
+        tel.inc(host, Counter::ClusterStatsFailed);
     }
 }
 

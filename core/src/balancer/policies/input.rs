@@ -4,6 +4,7 @@
 use crate::balancer::rng::VmRng;
 use crate::balancer::telemetry::Telemetry;
 use crate::config::RouteConfig;
+use crate::redis::inflight::InflightKeys;
 use crate::redis::scripts::Keys;
 use std::rc::Rc;
 
@@ -16,6 +17,9 @@ pub struct Input<'a> {
     pub body_bytes: usize,
     /// False for a body over `maxBodyBytes`: decide without reading it.
     pub read_body: bool,
+    /// cluster_metrics with `global_inflight_enabled`: the route's Redis count (None when the
+    /// host did not name the route: the local path decides, as in Higress).
+    pub inflight: Option<&'a Rc<InflightKeys>>,
     /// The endpoint-set fingerprint Redis holds for these keys, as far as this VM knows.
     pub synced: Option<&'a Rc<str>>,
 }

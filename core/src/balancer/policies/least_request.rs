@@ -2,7 +2,7 @@
 //! endpoint across every gateway and counts it (docs/redis-data-model.md §4).
 
 use super::input::{Env, Input};
-use crate::balancer::pick::Pick;
+use crate::balancer::pick::{EndpointPick, Pick};
 use crate::balancer::request::Decision;
 use crate::host::Host;
 use crate::reason::Cause;
@@ -22,7 +22,7 @@ pub fn acquire(
     let Some(keys) = input.keys else {
         return Decision::Fallback(Cause::NoRoute);
     };
-    match Pick::plan(
+    match EndpointPick::plan(
         host,
         input.config,
         keys,
@@ -31,7 +31,7 @@ pub fn acquire(
         input.synced,
         env.rng,
     ) {
-        Ok(pick) => Decision::Acquire(Box::new(pick)),
+        Ok(pick) => Decision::Acquire(Box::new(Pick::Endpoint(pick))),
         Err(cause) => Decision::Fallback(cause),
     }
 }

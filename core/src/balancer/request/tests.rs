@@ -27,7 +27,7 @@ fn request(extra: &str) -> Request {
 }
 
 fn pick(config: &Rc<RouteConfig>, id: &str) -> Box<Pick> {
-    Box::new(Pick {
+    Box::new(Pick::Endpoint(EndpointPick {
         config: config.clone(),
         keys: keys(),
         request_id: id.into(),
@@ -37,7 +37,7 @@ fn pick(config: &Rc<RouteConfig>, id: &str) -> Box<Pick> {
         sent_list: false,
         by_sha: true,
         chain: None,
-    })
+    }))
 }
 
 /// Headers and a complete body: the request asks to decide, with the body.
@@ -153,7 +153,10 @@ fn resync_and_noscript_resend_once_then_fall_back() {
         let Some(Effect::Send(p)) = e.into_iter().last() else {
             panic!("{reply:?}: expected a resend")
         };
-        assert!(p.sent_list || !p.by_sha);
+        let Pick::Endpoint(ep) = &*p else {
+            panic!("an endpoint pick")
+        };
+        assert!(ep.sent_list || !ep.by_sha);
         assert!(r.is_held(), "still held while resending");
         r.handle(Event::Sent {
             result: Ok(11),
@@ -173,7 +176,9 @@ fn a_lost_reply_releases_every_possible_lease_other_failures_nothing() {
     let mut r = request("");
     to_picking(&mut r, 7);
     let e = r.handle(Event::PickReply(PickReply::Failed(Cause::RedisTimeout)));
-    assert!(matches!(e.first(), Some(Effect::ReleaseAll(p)) if p.every_lease().len() == 2));
+    assert!(
+        matches!(e.first(), Some(Effect::ReleaseAll(p)) if matches!(&**p, Pick::Endpoint(ep) if ep.every_lease().len() == 2))
+    );
     let mut r = request("");
     to_picking(&mut r, 7);
     let e = r.handle(Event::PickReply(PickReply::Failed(Cause::RedisError)));
@@ -400,6 +405,7 @@ fn cluster_request() -> (Request, ServiceLease) {
         stats: Rc::new(crate::balancer::policies::cluster_metrics::SharedStats::new(0, cm)),
         service: "a".into(),
         start_ms: 1000,
+        global: None,
     };
     (Request::new(config, None), lease)
 }

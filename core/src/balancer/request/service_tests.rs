@@ -1,0 +1,257 @@
+//! The request state machine with a cluster_metrics global in-flight pick
+//! (docs/higress-cluster-policies.md §3.6): Redis counts the service, or the local path
+//! decides; either way the Redis lease and this proxy's count come back exactly once.
+
+use super::*;
+use crate::balancer::pick::{ServiceLease, ServicePick};
+use crate::balancer::policies::cluster_metrics::SharedStats;
+use crate::config::{PluginConfig, PolicyConfig};
+use crate::hash::SplitMix64;
+
+const CONFIG: &str = r#"{"lb_type":"cluster","lb_policy":"cluster_metrics","lb_config":{
+    "mode":"AdaptiveScore","service_list":["a","b","c"],"global_inflight_enabled":true,
+    "serviceFQDN":"redis.static","servicePort":6379}}"#;
+
+fn service_pick(config: &Rc<RouteConfig>) -> Box<Pick> {
+    let PolicyConfig::ClusterMetrics(cm) = &config.policy else {
+        panic!("{config:?}")
+    };
+    let global = config
+        .policy
+        .global_inflight()
+        .expect("global in-flight on");
+    Box::new(Pick::Service(ServicePick {
+        config: config.clone(),
+        keys: Rc::new(InflightKeys::new(&global.key_prefix, "chat")),
+        request_id: "rid".into(),
+        key_ttl_s: global.key_ttl_s,
+        candidates: Rc::new(vec![("a".into(), 2.0), ("b".into(), 1.0)]),
+        local: "b".into(),
+        stats: Rc::new(SharedStats::new(0, cm)),
+        start_ms: 5,
+        by_sha: true,
+    }))
+}
+
+/// Headers, the decision, the send: the request holds a service pick under `token`.
+fn picking(token: u32) -> Request {
+    let config = PluginConfig::parse(CONFIG.as_bytes())
+        .unwrap()
+        .global
+        .unwrap();
+    let mut r = Request::new(config.clone(), None);
+    let e = r.handle(Event::Headers {
+        end_of_stream: false,
+    });
+    assert!(matches!(e.as_slice(), [Effect::Decide { .. }]), "{e:?}");
+    let e = r.handle(Event::Decided(Decision::Acquire(service_pick(&config))));
+    let [Effect::Send(p)] = <[Effect; 1]>::try_from(e).unwrap() else {
+        panic!("one send")
+    };
+    assert!(r
+        .handle(Event::Sent {
+            result: Ok(token),
+            pick: p,
+        })
+        .is_empty());
+    assert!(r.is_held() && r.awaits(token));
+    r
+}
+
+fn started(e: &[Effect]) -> Option<&ServiceLease> {
+    e.iter().find_map(|x| match x {
+        Effect::ServiceStart(l) => Some(l),
+        _ => None,
+    })
+}
+
+#[test]
+fn redis_choice_is_counted_here_published_and_released_at_stream_end() {
+    let mut r = picking(3);
+    let e = r.handle(Event::PickReply(PickReply::Service("a".into())));
+    let lease = started(&e).expect("counted in this proxy");
+    assert_eq!(lease.service, "a");
+    assert_eq!(lease.global.as_ref().unwrap().member, "rid|a|1");
+    assert!(matches!(
+        e.first(),
+        Some(Effect::Count(Counter::ClusterInflightGlobal))
+    ));
+    assert!(matches!(e.last(), Some(Effect::Publish { endpoint, .. }) if endpoint == "a"));
+    assert!(!r.is_held());
+    let Some(Effect::ServiceDone { lease, outcome }) = r.finish() else {
+        panic!("the count comes back")
+    };
+    assert_eq!(lease.global.unwrap().member, "rid|a|1");
+    assert_eq!(
+        outcome,
+        Some(false),
+        "no response: an error, as Higress counts it"
+    );
+}
+
+#[test]
+fn redis_trouble_takes_the_local_choice_with_nothing_counted_in_redis() {
+    for reply in [
+        PickReply::Failed(Cause::RedisError),
+        PickReply::Failed(Cause::BadReply),
+        PickReply::Full,
+        PickReply::Resync,
+    ] {
+        let mut r = picking(3);
+        let e = r.handle(Event::PickReply(reply.clone()));
+        assert!(
+            matches!(e.first(), Some(Effect::InflightLocal(_))),
+            "{reply:?}: {e:?}"
+        );
+        let lease = started(&e).unwrap();
+        assert_eq!(lease.service, "b", "{reply:?}");
+        assert!(lease.global.is_none());
+        assert!(!e.iter().any(|x| matches!(x, Effect::ReleaseAll(_))));
+    }
+    // A lost reply: the script may have counted any candidate; all are given back.
+    let mut r = picking(3);
+    let e = r.handle(Event::PickReply(PickReply::Failed(Cause::RedisTimeout)));
+    let Some(Effect::ReleaseAll(p)) = e.first() else {
+        panic!("{e:?}")
+    };
+    let Pick::Service(p) = &**p else {
+        panic!("a service pick")
+    };
+    assert_eq!(p.every_member(), ["rid|a|1", "rid|b|1"]);
+    assert_eq!(started(&e).unwrap().service, "b");
+    // Never sent (Redis not ready): the local choice at once.
+    let config = PluginConfig::parse(CONFIG.as_bytes())
+        .unwrap()
+        .global
+        .unwrap();
+    let mut r = Request::new(config.clone(), None);
+    r.handle(Event::Headers {
+        end_of_stream: true,
+    });
+    r.handle(Event::Decided(Decision::Acquire(service_pick(&config))));
+    let e = r.handle(Event::Sent {
+        result: Err(Cause::RedisUnavailable),
+        pick: service_pick(&config),
+    });
+    assert_eq!(started(&e).unwrap().service, "b");
+}
+
+#[test]
+fn a_service_we_did_not_offer_is_released_and_the_local_choice_taken() {
+    let mut r = picking(3);
+    let e = r.handle(Event::PickReply(PickReply::Service("zzz".into())));
+    assert!(
+        matches!(e.first(), Some(Effect::ReleaseService(g)) if g.member == "rid|zzz|1"),
+        "{e:?}"
+    );
+    assert_eq!(started(&e).unwrap().service, "b");
+}
+
+#[test]
+fn noscript_resends_once_by_text() {
+    let mut r = picking(3);
+    let e = r.handle(Event::PickReply(PickReply::NoScript));
+    let Some(Effect::Send(p)) = e.last() else {
+        panic!("{e:?}")
+    };
+    assert!(!p.by_sha());
+    r.handle(Event::Sent {
+        result: Ok(4),
+        pick: p.clone(),
+    });
+    let e = r.handle(Event::PickReply(PickReply::NoScript));
+    assert!(matches!(
+        e.first(),
+        Some(Effect::InflightLocal(Cause::RedisError))
+    ));
+}
+
+/// Random orders of replies, publish results and stream end: every Redis lease the script
+/// wrote comes back exactly once, and every count taken in this proxy (`ServiceStart`) is
+/// given back exactly once (`ServiceDone`).
+#[test]
+fn every_global_and_local_count_is_given_back_exactly_once_in_any_order() {
+    let mut rng = SplitMix64(0x9106a1);
+    for round in 0..2000 {
+        let mut token = 3;
+        let mut slot = Some(picking(token));
+        let (mut acquired, mut released) = (Vec::<String>::new(), Vec::<String>::new());
+        let (mut starts, mut dones) = (0, 0);
+        let mut orphan = None;
+        let mut lost = false;
+        let mut tally = |e: Effect, released: &mut Vec<String>, lost: &mut bool| match e {
+            Effect::ServiceStart(_) => starts += 1,
+            Effect::ServiceDone { lease, .. } => {
+                dones += 1;
+                released.extend(lease.global.map(|g| g.member));
+            }
+            Effect::ReleaseService(g) => released.push(g.member),
+            Effect::ReleaseAll(_) => *lost = true,
+            _ => {}
+        };
+        for _ in 0..6 {
+            let roll = rng.next_u64() % 8;
+            let Some(r) = slot.as_mut() else { break };
+            let effects = if roll == 0 {
+                match slot.take().and_then(Request::finish) {
+                    Some(Effect::Orphan { pick, .. }) => {
+                        orphan = Some(pick);
+                        Vec::new()
+                    }
+                    other => other.into_iter().collect(),
+                }
+            } else if r.awaits(token) {
+                let reply = match roll {
+                    1..=3 => PickReply::Service("a".into()),
+                    4 => PickReply::Service("zzz".into()),
+                    5 => PickReply::NoScript,
+                    6 => PickReply::Failed(Cause::RedisTimeout),
+                    _ => PickReply::Failed(Cause::RedisError),
+                };
+                if let PickReply::Service(s) = &reply {
+                    acquired.push(format!("rid|{s}|1"));
+                }
+                let mut out = r.handle(Event::PickReply(reply));
+                if let Some(pos) = out.iter().position(|e| matches!(e, Effect::Send(_))) {
+                    let Effect::Send(p) = out.remove(pos) else {
+                        unreachable!()
+                    };
+                    token += 1;
+                    out.extend(r.handle(Event::Sent {
+                        result: Ok(token),
+                        pick: p,
+                    }));
+                }
+                if out.iter().any(|e| matches!(e, Effect::Publish { .. })) {
+                    let result = if rng.next_u64().is_multiple_of(4) {
+                        Err(Cause::OverrideFailed)
+                    } else {
+                        Ok(())
+                    };
+                    out.extend(r.handle(Event::Published(result)));
+                }
+                out
+            } else {
+                Vec::new()
+            };
+            for e in effects {
+                tally(e, &mut released, &mut lost);
+            }
+        }
+        if let Some(r) = slot.take() {
+            match r.finish() {
+                Some(Effect::Orphan { pick, .. }) => orphan = Some(pick),
+                Some(e) => tally(e, &mut released, &mut lost),
+                None => {}
+            }
+        }
+        if let Some(p) = orphan {
+            acquired.push("rid|a|1".into());
+            for e in undo(p, &PickReply::Service("a".into())) {
+                tally(e, &mut released, &mut lost);
+            }
+        }
+        assert_eq!(released, acquired, "round {round} (lost reply: {lost})");
+        assert_eq!(starts, dones, "round {round}");
+    }
+}
