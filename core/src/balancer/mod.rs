@@ -119,8 +119,12 @@ impl Balancer {
         body_size: usize,
         end_of_stream: bool,
     ) -> Verdict {
-        if !self.requests.get(&ctx).is_some_and(Request::wants_body) {
-            return Verdict::Continue;
+        match self.requests.get(&ctx) {
+            Some(r) if r.wants_body() => {}
+            // Decided at the headers and a pick is in flight: a Continue here would release the
+            // held headers to the router before Redis answers (Envoy resumes the whole chain).
+            Some(r) if r.is_held() => return Verdict::Pause,
+            _ => return Verdict::Continue,
         }
         let event = Event::Body {
             size: body_size,

@@ -28,6 +28,16 @@ fn gateways(bed: &Bed, svcs: &[Service], plugin: &Value) -> Vec<Gateway> {
 
 /// One chat request with `headers`: (status, `x-pod`, body).
 fn send(gw: &Gateway, text: &str, headers: &[(&str, &str)]) -> (u16, String, String) {
+    send_tokens(gw, text, headers, 2)
+}
+
+/// A chat request asking for `max_tokens` output tokens.
+fn send_tokens(
+    gw: &Gateway,
+    text: &str,
+    headers: &[(&str, &str)],
+    max_tokens: u64,
+) -> (u16, String, String) {
     let mut h = vec![("content-type", "application/json")];
     h.extend_from_slice(headers);
     let (status, hs, body) = http(
@@ -35,7 +45,7 @@ fn send(gw: &Gateway, text: &str, headers: &[(&str, &str)]) -> (u16, String, Str
         "POST",
         "/v1/chat/completions",
         &h,
-        &chat_body(text, 2),
+        &chat_body(text, max_tokens),
     )
     .unwrap_or_else(|e| panic!("{text}: no answer: {e}"));
     let pod = hs
@@ -210,6 +220,111 @@ fn a_cluster_that_does_not_exist_is_503_never_a_hang() {
         (1..=4).contains(&missing),
         "the missing service is tried, then avoided after its 503: {missing}"
     );
+    for g in &gws {
+        assert_eq!(
+            g.stat("ai_lb.cluster_metrics.stats_failed"),
+            0,
+            "{}",
+            g.logs()
+        );
+    }
+}
+
+/// The Higress hash of AdaptiveScore's global in-flight counts: (service → count), and the
+/// number of leases beside it.
+fn inflight_counts(bed: &Bed) -> (BTreeMap<String, i64>, i64) {
+    use ailb_core::redis::inflight::InflightKeys;
+    use ailb_core::redis::resp::Value as Resp;
+    let keys = InflightKeys::new("higress:adaptive_score_inflight", ailb_e2e::gateway::ROUTE);
+    let mut counts = BTreeMap::new();
+    if let Resp::Array(Some(items)) = bed.redis.cmd(&["HGETALL", &keys.counts]) {
+        for pair in items.chunks(2) {
+            if let [k, v] = pair {
+                let n = v.as_str().and_then(|s| s.parse().ok()).unwrap_or(i64::MIN);
+                counts.insert(k.as_str().unwrap_or_default().to_string(), n);
+            }
+        }
+    }
+    let leases = bed
+        .redis
+        .cmd(&["ZCARD", &keys.leases])
+        .as_i64()
+        .unwrap_or(-1);
+    (counts, leases)
+}
+
+/// AdaptiveScore with `global_inflight_enabled`: both gateways count every request in
+/// Higress's Redis hash while it runs and give it back when it ends; with Redis down every
+/// request is still served, by the local scores, and nothing is left counted.
+#[test]
+fn cluster_metrics_global_inflight_counts_in_redis_and_survives_redis_down() {
+    let mut bed = Bed::new(6, |c| {
+        c.decode_us_per_token = 20_000;
+    });
+    let svcs = services(&NAMES, 2);
+    let mut plugin = metrics_plugin(&svcs, "AdaptiveScore");
+    plugin["lb_config"]["global_inflight_enabled"] = true.into();
+    plugin["lb_config"]["serviceFQDN"] = "redis.static".into();
+    plugin["lb_config"]["servicePort"] = bed.redis.port.into();
+    let gws = gateways(&bed, &svcs, &plugin);
+    // 8 requests of ~0.4 s at once over both gateways: all counted in Redis while they run.
+    let in_flight = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8)
+            .map(|i| {
+                let gw = &gws[i % 2];
+                s.spawn(move || {
+                    let (status, _, body) = send_tokens(gw, &format!("g{i}"), &[], 20);
+                    assert_eq!(status, 200, "{body}\n{}", gw.logs());
+                })
+            })
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let seen = inflight_counts(&bed);
+        for h in handles {
+            h.join().unwrap();
+        }
+        seen
+    });
+    assert_eq!(
+        in_flight.0.values().sum::<i64>(),
+        8,
+        "counted in Redis: {in_flight:?}"
+    );
+    assert_eq!(in_flight.1, 8, "one lease each: {in_flight:?}");
+    assert!(
+        in_flight.0.len() >= 2,
+        "spread over services: {in_flight:?}"
+    );
+    let global: i64 = gws
+        .iter()
+        .map(|g| g.stat("ai_lb.cluster_metrics.inflight_global"))
+        .sum();
+    assert_eq!(global, 8);
+    // Releases are fire-and-forget: give them a moment.
+    let mut after = inflight_counts(&bed);
+    for _ in 0..50 {
+        if after == (BTreeMap::new(), 0) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        after = inflight_counts(&bed);
+    }
+    assert_eq!(after, (BTreeMap::new(), 0), "everything given back");
+
+    bed.redis.stop();
+    for i in 0..6 {
+        let (status, pod, body) = send(&gws[i % 2], &format!("d{i}"), &[]);
+        assert_eq!(status, 200, "#{i} with Redis down: {body}");
+        assert!(service_of(&svcs, &pod).is_some());
+    }
+    let local: i64 = gws
+        .iter()
+        .map(|g| g.stat("ai_lb.cluster_metrics.inflight_local"))
+        .sum();
+    assert_eq!(local, 6);
+    bed.redis.restart();
+    let (status, _, body) = send(&gws[0], "back", &[]);
+    assert_eq!(status, 200, "{body}");
     for g in &gws {
         assert_eq!(
             g.stat("ai_lb.cluster_metrics.stats_failed"),
