@@ -37,6 +37,7 @@ impl SharedStats {
             error_penalty: config.error_penalty,
             failure_cooldown_ms: config.failure_cooldown_ms,
             queue_size: config.queue_size,
+            inflight_capacity: config.inflight_capacity,
         };
         let identity = format!(
             "{position}\n{:?}\n{mode:?}\n{params:?}",

@@ -96,6 +96,8 @@ pub struct MetricsParams {
     pub failure_cooldown_ms: i64,
     /// Samples kept per latency ring; see [`MetricsParams::ring_capacity`].
     pub queue_size: i64,
+    /// Ours: AdaptiveScore's capacity-aware score (`select::adaptive_scores`); None = Go's.
+    pub inflight_capacity: Option<u64>,
 }
 
 impl Default for MetricsParams {
@@ -109,6 +111,7 @@ impl Default for MetricsParams {
             error_penalty: DEFAULT_ERROR_PENALTY,
             failure_cooldown_ms: DEFAULT_FAILURE_COOLDOWN_MS,
             queue_size: DEFAULT_QUEUE_SIZE,
+            inflight_capacity: None,
         }
     }
 }

@@ -6,7 +6,7 @@
 //! down, the filter falls back to the unfiltered set, so the only non-pick is an empty
 //! service list (which the config parser already refuses).
 
-use super::stats::ServiceTable;
+use super::stats::{ServiceStats, ServiceTable};
 use super::{MetricsParams, Mode};
 
 /// What to do with one request.
@@ -200,28 +200,66 @@ pub fn adaptive_candidates(
 /// sample at all the score is `inflight` (`metrics_missing_policy: least_busy`); otherwise
 /// `(ttft_weight·√(ttft+1) + total_latency_weight·√(total+1)) · inflight · (1 + error_penalty ·
 /// errors/(success+errors))`, each EWMA standing in for the other when missing.
+///
+/// With `inflight_capacity` (ours) the score is capacity-aware, see [`adaptive_scores`].
 pub fn adaptive_score(
     params: &MetricsParams,
     table: &ServiceTable,
     index: usize,
     now_ms: i64,
 ) -> f64 {
+    score_with(params, table, index, now_ms, None)
+}
+
+/// The scores of `candidates`, in order. Go's formula, unless `inflight_capacity` is set: an
+/// LLM service runs up to its capacity of requests at once in one batch, so `ongoing + 1`
+/// (a service slows down with every request it holds) overstates its load and sends
+/// requests to slower services while a fast one has idle slots. Then:
+/// - the in-flight factor is `1 + ongoing / capacity` (Go's `ongoing + 1` at capacity 1);
+/// - a service with no latency sample yet is scored at the mean latency of the sampled
+///   candidates rather than by its request count alone (a count is not comparable with a
+///   latency, and Go's rule sends every request to an unmeasured service until its first
+///   sample returns).
+pub fn adaptive_scores(
+    params: &MetricsParams,
+    table: &ServiceTable,
+    candidates: &[usize],
+    now_ms: i64,
+) -> Vec<f64> {
+    let prior = params.inflight_capacity.and_then(|_| {
+        let known: Vec<f64> = candidates
+            .iter()
+            .filter_map(|&c| table.get(c).and_then(|s| latency(params, s)))
+            .collect();
+        (!known.is_empty()).then(|| known.iter().sum::<f64>() / known.len() as f64)
+    });
+    candidates
+        .iter()
+        .map(|&c| score_with(params, table, c, now_ms, prior))
+        .collect()
+}
+
+fn score_with(
+    params: &MetricsParams,
+    table: &ServiceTable,
+    index: usize,
+    now_ms: i64,
+    prior: Option<f64>,
+) -> f64 {
     let Some(s) = table.get(index) else {
         // Go scores a service it has no record of as MaxFloat64.
         return f64::MAX;
     };
-    let mut inflight = s.ongoing.saturating_add(1) as f64;
+    let mut inflight = match params.inflight_capacity {
+        None => s.ongoing.saturating_add(1) as f64,
+        Some(cap) => 1.0 + s.ongoing as f64 / cap.max(1) as f64,
+    };
     if s.in_cooldown(now_ms) {
         inflight += s.consecutive_errors.saturating_add(1) as f64;
     }
-    let (ttft, total) = match (s.ewma_ttft, s.ewma_total) {
-        (None, None) => return inflight,
-        (Some(t), None) => (t, t),
-        (None, Some(r)) => (r, r),
-        (Some(t), Some(r)) => (t, r),
+    let Some(latency) = latency(params, s).or(prior) else {
+        return inflight;
     };
-    let latency = params.ttft_weight * (ttft + 1.0).sqrt()
-        + params.total_latency_weight * (total + 1.0).sqrt();
     let requests = s.success.saturating_add(s.errors);
     let error_rate = if requests > 0 {
         s.errors as f64 / requests as f64
@@ -231,6 +269,20 @@ pub fn adaptive_score(
     latency * inflight * (1.0 + params.error_penalty * error_rate)
 }
 
+/// The latency term, None without any sample.
+fn latency(params: &MetricsParams, s: &ServiceStats) -> Option<f64> {
+    let (ttft, total) = match (s.ewma_ttft, s.ewma_total) {
+        (None, None) => return None,
+        (Some(t), None) => (t, t),
+        (None, Some(r)) => (r, r),
+        (Some(t), Some(r)) => (t, r),
+    };
+    Some(
+        params.ttft_weight * (ttft + 1.0).sqrt()
+            + params.total_latency_weight * (total + 1.0).sqrt(),
+    )
+}
+
 /// The first candidate with the strictly lowest score (ties keep the earlier one).
 fn lowest_score(
     params: &MetricsParams,
@@ -238,15 +290,14 @@ fn lowest_score(
     candidates: &[usize],
     now_ms: i64,
 ) -> Option<usize> {
-    let (&first, rest) = candidates.split_first()?;
-    let mut best = (first, adaptive_score(params, table, first, now_ms));
-    for &c in rest {
-        let score = adaptive_score(params, table, c, now_ms);
-        if score < best.1 {
-            best = (c, score);
+    let scores = adaptive_scores(params, table, candidates, now_ms);
+    let mut best: Option<(usize, f64)> = None;
+    for (&c, &score) in candidates.iter().zip(&scores) {
+        if best.is_none_or(|(_, b)| score < b) {
+            best = Some((c, score));
         }
     }
-    Some(best.0)
+    best.map(|(c, _)| c)
 }
 
 #[cfg(test)]
@@ -464,6 +515,56 @@ mod tests {
         });
         assert_eq!(adaptive_score(&p, &t, 0, 0), 7.0);
         assert_eq!(adaptive_score(&p, &t, 5, 0), f64::MAX);
+    }
+
+    #[test]
+    fn capacity_aware_scores_keep_a_fast_service_with_idle_slots() {
+        // a: 48 ms to the first token, b: 143 ms; a holds 4 requests, b none.
+        let mut t = table(&["a", "b", "c"]);
+        latency(&mut t, 0, 48.0, 48.0, 10);
+        latency(&mut t, 1, 143.0, 143.0, 10);
+        set(&mut t, 0, |s| s.ongoing = 4);
+        let go = params();
+        let cap = MetricsParams {
+            inflight_capacity: Some(8),
+            ..params()
+        };
+        // Go's formula: 7 × 5 = 35 against 12 × 1: the slow service.
+        close(&adaptive_scores(&go, &t, &[0, 1], 0), &[35.0, 12.0]);
+        // Capacity 8: 7 × 1.5 = 10.5 against 12: the fast one.
+        close(&adaptive_scores(&cap, &t, &[0, 1], 0), &[10.5, 12.0]);
+        assert_eq!(
+            pick(Mode::AdaptiveScore, &cap, &t, 0, &[0, 1]),
+            Decision::Pick(0)
+        );
+        // Capacity 1 is Go's in-flight factor.
+        let one = MetricsParams {
+            inflight_capacity: Some(1),
+            ..params()
+        };
+        assert_eq!(
+            adaptive_scores(&one, &t, &[0, 1], 0),
+            adaptive_scores(&go, &t, &[0, 1], 0)
+        );
+        // An unmeasured service (c) is scored at the measured candidates' mean latency
+        // (9.5), not by its request count (Go: 1).
+        assert_eq!(adaptive_scores(&go, &t, &[2], 0), [1.0]);
+        close(&adaptive_scores(&cap, &t, &[0, 1, 2], 0)[2..], &[9.5]);
+        // With nothing measured at all, the count decides, as in Go.
+        let fresh = table(&["x", "y"]);
+        assert_eq!(adaptive_scores(&cap, &fresh, &[0, 1], 0), [1.0, 1.0]);
+        // Cooldown still adds `consecutive_errors + 1`.
+        set(&mut t, 1, |s| {
+            (s.cooldown_until_ms, s.consecutive_errors) = (10, 1)
+        });
+        close(&adaptive_scores(&cap, &t, &[1], 0), &[12.0 * 3.0]);
+    }
+
+    fn close(got: &[f64], want: &[f64]) {
+        assert_eq!(got.len(), want.len(), "{got:?} vs {want:?}");
+        for (g, w) in got.iter().zip(want) {
+            assert!((g - w).abs() < 1e-9, "{got:?} vs {want:?}");
+        }
     }
 
     fn latency(t: &mut ServiceTable, i: usize, ttft: f64, total: f64, success: u64) {

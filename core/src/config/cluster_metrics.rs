@@ -25,7 +25,12 @@ pub const CLUSTER_METRICS_KEYS: &[&str] = &[
     "global_inflight_key_prefix",
     "global_inflight_timeout",
     "global_inflight_key_ttl",
+    // Ours.
+    "inflight_capacity",
 ];
+
+/// Highest `inflight_capacity` accepted (no service runs a million requests at once).
+pub const MAX_INFLIGHT_CAPACITY: u64 = 1_000_000;
 
 pub const DEFAULT_CLUSTER_HEADER: &str = "x-higress-target-cluster";
 
@@ -66,6 +71,11 @@ pub struct ClusterMetricsConfig {
     pub metrics_missing_policy: MissingMetrics,
     /// `global_inflight_enabled` with its Redis (never in the plain-Envoy build).
     pub global_inflight: Option<GlobalInflight>,
+    /// Ours (`inflight_capacity`): requests a service runs at once without slowing down.
+    /// AdaptiveScore's in-flight factor becomes `1 + ongoing / capacity` and a service with no
+    /// latency sample yet is scored at its candidates' mean latency (README "Cluster
+    /// policies"). None: Higress's formula exactly.
+    pub inflight_capacity: Option<u64>,
 }
 
 impl ClusterMetricsConfig {
@@ -187,6 +197,19 @@ impl TryFrom<In<'_, '_, RawLbConfig>> for ClusterMetricsConfig {
             );
         }
         let service_list = service_list(raw, r)?;
+        let inflight_capacity = r.own("inflight_capacity", &raw.inflight_capacity)?;
+        if inflight_capacity.is_some_and(|c| c == 0 || c > MAX_INFLIGHT_CAPACITY) {
+            return Err(r.err(
+                "inflight_capacity",
+                format!("must be between 1 and {MAX_INFLIGHT_CAPACITY}"),
+            ));
+        }
+        if inflight_capacity.is_some() && mode != ClusterMode::AdaptiveScore {
+            r.warn(
+                "inflight_capacity",
+                "read only by mode AdaptiveScore: ignored",
+            );
+        }
         Ok(ClusterMetricsConfig {
             mode,
             service_list,
@@ -201,6 +224,7 @@ impl TryFrom<In<'_, '_, RawLbConfig>> for ClusterMetricsConfig {
             failure_cooldown_ms,
             metrics_missing_policy: MissingMetrics::LeastBusy,
             global_inflight,
+            inflight_capacity,
         })
     }
 }

@@ -177,3 +177,51 @@ fn cluster_metrics_nan_and_duplicates() {
         assert!(paths.contains(&p), "{p}: {:?}", parsed.warnings);
     }
 }
+
+#[test]
+fn inflight_capacity_is_ours_and_strict() {
+    let cm = |extra: serde_json::Value| {
+        let mut lb = json!({"mode": "AdaptiveScore", "service_list": ["a", "b"]});
+        if let (Some(o), Some(e)) = (lb.as_object_mut(), extra.as_object()) {
+            o.extend(e.clone());
+        }
+        json!({"lb_type": "cluster", "lb_policy": "cluster_metrics", "lb_config": lb})
+    };
+    let parsed = parse(
+        cm(json!({"inflight_capacity": 8})).to_string().as_bytes(),
+        Build::Higress,
+    )
+    .unwrap();
+    let Some(PolicyConfig::ClusterMetrics(c)) = parsed.config.global.as_ref().map(|g| &g.policy)
+    else {
+        panic!("cluster_metrics")
+    };
+    assert_eq!(c.inflight_capacity, Some(8));
+    assert!(parsed.warnings.is_empty(), "{:?}", parsed.warnings);
+    for (bad, why) in [
+        (json!(0), "must be between 1 and 1000000"),
+        (json!(1_000_001), "must be between 1 and 1000000"),
+        (json!("8"), "got a string"),
+        (json!(2.5), "got a fractional number"),
+        (json!(-1), "got a negative number"),
+    ] {
+        let e = parse(
+            cm(json!({"inflight_capacity": bad})).to_string().as_bytes(),
+            Build::Higress,
+        )
+        .expect_err(&bad.to_string())
+        .to_string();
+        assert!(
+            e.contains("lb_config.inflight_capacity") && e.contains(why),
+            "{bad}: {e}"
+        );
+    }
+    let mut other_mode = cm(json!({"inflight_capacity": 4}));
+    other_mode["lb_config"]["mode"] = "LeastBusy".into();
+    let w = warnings_of(other_mode, Build::Higress);
+    assert!(
+        w.iter()
+            .any(|w| w.contains("inflight_capacity: read only by mode AdaptiveScore")),
+        "{w:?}"
+    );
+}

@@ -118,6 +118,8 @@ raw_object! {
         debug_header: Own<String> = "debugHeader",
         max_body_bytes: Own<u64> = "maxBodyBytes",
         redis_key_prefix: Own<String> = "redisKeyPrefix",
+        // Ours: cluster_metrics AdaptiveScore.
+        inflight_capacity: Own<u64> = "inflight_capacity",
         // Ours: the plain-Envoy build.
         endpoints: Own<Vec<String>> = "endpoints",
         destination_header: Own<String> = "destinationHeader",

@@ -114,16 +114,18 @@ fn global_pick(
     };
     let (table, _) = stats.load(current.as_deref());
     let mut next = || env.rng.next_u64();
-    let mut candidates: Vec<(String, f64)> = Vec::new();
+    let mut distinct: Vec<usize> = Vec::new();
     for i in select::adaptive_candidates(&stats.params, &table, now_ms, &mut next) {
-        let Some(name) = table.names().get(i) else {
-            continue;
-        };
-        if !candidates.iter().any(|(n, _)| n == name) {
-            let score = select::adaptive_score(&stats.params, &table, i, now_ms);
-            candidates.push((name.clone(), score));
+        if !distinct.contains(&i) {
+            distinct.push(i);
         }
     }
+    let scores = select::adaptive_scores(&stats.params, &table, &distinct, now_ms);
+    let candidates: Vec<(String, f64)> = distinct
+        .iter()
+        .zip(scores)
+        .filter_map(|(&i, score)| Some((table.names().get(i)?.clone(), score)))
+        .collect();
     // The local path's choice: the lowest score, the first one on a tie (Go's strict `<`).
     let local = candidates
         .iter()
