@@ -114,7 +114,8 @@ e2e-build:
 	$(E2E_CARGO) build --release --quiet --bins
 
 # Emulator host rules, fake pods, and the plugin end to end (real redis-server, several
-# gateway processes, fake pods). Needs `make build` for dist/ai-load-balancer.wasm.
+# gateway processes, fake pods), with the compatibility corpus run through the emulator
+# (e2e/suite/tests/compat.rs). Needs `make build` for dist/ai-load-balancer.wasm.
 e2e-test: deps build e2e-build
 	$(E2E_CARGO) test --release --quiet
 

@@ -1,27 +1,14 @@
-//! The compatibility corpus (`plugin-config/compat/`): Higress's own config examples and
-//! variants of them, each with the verdict of Higress's Go `ai-load-balancer` (taken from its
-//! source, cited in the file) and, for accepted ones, the meaning of the keys that matter. Our
-//! parser must give the same verdict for every file and read the keys as Go does.
-//!
-//! Header lines of a corpus file (YAML or JSON comments are not JSON, so `.json` files carry
-//! theirs in a `.verdict` file beside them):
-//!   `# go: accept|refuse`, `# source: ...`, `# why: ...`,
-//!   `# expect: <fact> = <value>` (accepted files), `# refuse: <part of our error>`,
-//!   `# warn: <part of a warning>`.
+//! The compatibility corpus (`plugin-config/compat/`, read through `ailb_testkit::corpus`,
+//! which lists its header lines): every file carries the verdict of Higress's Go
+//! `ai-load-balancer` and, for accepted ones, the meaning of the keys that matter. Our parser
+//! must give the same verdict for every file and read the keys as Go does.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use ailb_core::config::{self, Build, PluginConfig, PolicyConfig, RequestKeys, RouteConfig};
+use ailb_testkit::corpus;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-
-fn corpus_dir() -> PathBuf {
-    Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../plugin-config/compat"
-    ))
-    .to_path_buf()
-}
+use std::path::Path;
 
 struct Case {
     name: String,
@@ -32,36 +19,11 @@ struct Case {
     configs: Vec<Value>,
 }
 
-fn header(text: &str) -> Vec<(String, String)> {
-    text.lines()
-        .filter_map(|l| l.trim().strip_prefix('#'))
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        .collect()
-}
-
 fn load(path: &Path) -> Case {
     let text = std::fs::read_to_string(path).unwrap();
     let is_json = path.extension().is_some_and(|e| e == "json");
-    let meta = if is_json {
-        std::fs::read_to_string(path.with_extension("verdict")).unwrap()
-    } else {
-        text.clone()
-    };
-    let fields = header(&meta);
-    let get = |k: &str| -> Vec<String> {
-        fields
-            .iter()
-            .filter(|(f, _)| f == k)
-            .map(|(_, v)| v.clone())
-            .collect()
-    };
-    let go = get("go");
-    assert!(
-        go == ["accept"] || go == ["refuse"],
-        "{}: needs one `# go: accept|refuse` line",
-        path.display()
-    );
+    let fields = corpus::header(path);
+    let get = |k: &str| corpus::values(&fields, k);
     assert!(
         !get("source").is_empty(),
         "{}: no `# source:`",
@@ -84,7 +46,7 @@ fn load(path: &Path) -> Case {
     };
     Case {
         name: path.file_name().unwrap().to_string_lossy().into_owned(),
-        go_accepts: go == ["accept"],
+        go_accepts: corpus::go_accepts(path),
         expects: get("expect")
             .iter()
             .map(|e| {
@@ -237,13 +199,7 @@ fn matched(cfg: &PluginConfig, query: &str) -> Option<String> {
 }
 
 fn cases() -> Vec<Case> {
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(corpus_dir())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "json"))
-        .collect();
-    paths.sort();
-    paths.iter().map(|p| load(p)).collect()
+    corpus::files().iter().map(|p| load(p)).collect()
 }
 
 #[test]

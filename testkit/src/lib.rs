@@ -1,7 +1,8 @@
 //! Test scaffolding shared by ailb-core's integration tests and benchmark drivers and by the
 //! e2e crates (`e2e/` is a separate workspace and depends on this crate by path): one launcher
-//! for a throwaway redis-server, and one blocking RESP client built on the plugin's own codec
-//! (`ailb_core::redis::resp`), so the tests read Redis the way the plugin does.
+//! for a throwaway redis-server, one blocking RESP client built on the plugin's own codec
+//! (`ailb_core::redis::resp`), so the tests read Redis the way the plugin does, and the reader
+//! of the compatibility corpus's files and Go verdicts ([`corpus`]).
 //!
 //! Only tests, benchmarks and the e2e harness depend on this crate; nothing in the plugin does.
 // Test scaffolding: a broken setup (no redis-server, a port that will not bind, a garbled
@@ -9,6 +10,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod client;
+pub mod corpus;
 mod server;
 
 pub use client::{command_stats, encode_value, try_cmd, Conn};

@@ -19,7 +19,12 @@ use std::time::Duration;
 /// Envoy's cap on a stored health-check body (`StoreMetricsResponseBodyLimit`).
 const METRICS_CAP: usize = 64 * 1024;
 
-pub fn spawn(shared: Arc<Shared>, listener: std::net::TcpListener) -> Result<()> {
+/// Serves until `stopped` reports the gateway dropped.
+pub fn spawn(
+    shared: Arc<Shared>,
+    listener: std::net::TcpListener,
+    mut stopped: tokio::sync::watch::Receiver<()>,
+) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -32,7 +37,11 @@ pub fn spawn(shared: Arc<Shared>, listener: std::net::TcpListener) -> Result<()>
                     return;
                 };
                 loop {
-                    let Ok((sock, _)) = listener.accept().await else {
+                    let accepted = tokio::select! {
+                        _ = stopped.changed() => return,
+                        a = listener.accept() => a,
+                    };
+                    let Ok((sock, _)) = accepted else {
                         continue;
                     };
                     let shared = shared.clone();

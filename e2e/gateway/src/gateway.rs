@@ -1,5 +1,6 @@
 //! Process assembly: compile the plugin once, start N worker threads (each accepting on a
-//! clone of the listening socket with its own VM and event loop) and the admin thread.
+//! clone of the listening socket with its own VM and event loop) and the admin thread. They run
+//! until the [`Gateway`] is dropped (the binary never drops it; in-process tests do).
 
 use crate::config::Config;
 use crate::shared::Shared;
@@ -11,6 +12,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::{mpsc, Arc};
+use tokio::sync::watch;
 
 /// The plugin refused its configuration: the process must exit with status 2.
 #[derive(Debug)]
@@ -26,8 +28,12 @@ pub struct Gateway {
     pub listen: SocketAddr,
     pub admin: SocketAddr,
     pub shared: Arc<Shared>,
+    /// Dropped with the gateway: every worker and the admin thread then stop accepting and
+    /// end, dropping their VMs.
+    _stop: watch::Sender<()>,
 }
 
+/// Compiles `cfg.plugin.wasm` (if any) and starts the gateway.
 pub fn start(cfg: Config) -> Result<Gateway> {
     let plugin = match &cfg.plugin {
         Some(p) => {
@@ -38,21 +44,30 @@ pub fn start(cfg: Config) -> Result<Gateway> {
         }
         None => None,
     };
+    start_with(cfg, plugin)
+}
+
+/// Starts the gateway on an already compiled plugin, which stands for `cfg.plugin.wasm`
+/// (`cfg.plugin` still gives its configuration): many gateways, one compilation (tests that
+/// start one gateway per plugin configuration).
+pub fn start_with(cfg: Config, plugin: Option<Arc<Plugin>>) -> Result<Gateway> {
     let listener =
         TcpListener::bind(&cfg.listen).with_context(|| format!("bind {}", cfg.listen))?;
     listener.set_nonblocking(true)?;
     let admin = TcpListener::bind(&cfg.admin).with_context(|| format!("bind {}", cfg.admin))?;
     admin.set_nonblocking(true)?;
     let shared = Shared::new(cfg)?;
+    let (stop, stopped) = watch::channel(());
     let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
     for idx in 0..shared.cfg.workers {
         let l = listener.try_clone()?;
         let shared = shared.clone();
         let plugin = plugin.clone();
         let ready = ready_tx.clone();
+        let stopped = stopped.clone();
         std::thread::Builder::new()
             .name(format!("worker-{idx}"))
-            .spawn(move || run_worker(idx, shared, plugin, l, ready))?;
+            .spawn(move || run_worker(idx, shared, plugin, l, ready, stopped))?;
     }
     drop(ready_tx);
     for _ in 0..shared.cfg.workers {
@@ -66,11 +81,12 @@ pub fn start(cfg: Config) -> Result<Gateway> {
         }
     }
     let admin_addr = admin.local_addr()?;
-    crate::admin::spawn(shared.clone(), admin)?;
+    crate::admin::spawn(shared.clone(), admin, stopped)?;
     Ok(Gateway {
         listen: listener.local_addr()?,
         admin: admin_addr,
         shared,
+        _stop: stop,
     })
 }
 
@@ -80,6 +96,7 @@ fn run_worker(
     plugin: Option<Arc<Plugin>>,
     listener: TcpListener,
     ready: mpsc::Sender<Result<(), String>>,
+    mut stopped: watch::Receiver<()>,
 ) {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -109,7 +126,13 @@ fn run_worker(
         };
         let _ = ready.send(Ok(()));
         loop {
-            let Ok((sock, _)) = listener.accept().await else {
+            let accepted = tokio::select! {
+                // Err: the Gateway was dropped. Leaving drops the LocalSet's tasks (open
+                // streams, Redis connections, the ticker) and then the worker and its VM.
+                _ = stopped.changed() => return,
+                a = listener.accept() => a,
+            };
+            let Ok((sock, _)) = accepted else {
                 continue;
             };
             let _ = sock.set_nodelay(true);

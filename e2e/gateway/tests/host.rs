@@ -409,3 +409,34 @@ fn rejected_config_exits_with_status_2() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("rejecting config"));
 }
+
+#[test]
+fn one_compiled_plugin_serves_many_gateways_and_a_dropped_gateway_stops() {
+    let (_, p100) = test_plugins();
+    let plugin =
+        std::sync::Arc::new(ailb_gateway::vm::Plugin::load(&std::fs::read(p100).unwrap()).unwrap());
+    let yaml = base(2, &[echo_upstream()], "", p100, "{}");
+    let start = || {
+        let cfg = ailb_gateway::config::Config::from_yaml(&yaml, &[], ".".into()).unwrap();
+        ailb_gateway::gateway::start_with(cfg, Some(plugin.clone())).unwrap()
+    };
+    let (a, b) = (start(), start());
+    for gw in [&a, &b] {
+        assert_eq!(get(gw.listen, "/v1", &[]).status, 200);
+    }
+    let (listen, admin) = (a.listen, a.admin);
+    drop(a);
+    // Every worker and the admin thread close their sockets once they see the drop.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while [listen, admin]
+        .iter()
+        .any(|addr| std::net::TcpStream::connect(addr).is_ok())
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a dropped gateway still accepts"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(get(b.listen, "/v1", &[]).status, 200);
+}

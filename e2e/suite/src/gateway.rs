@@ -233,7 +233,8 @@ impl Drop for Gateway {
 /// Status, lower-cased headers and body of a response.
 pub type Response = (u16, Vec<(String, String)>, Vec<u8>);
 
-/// One HTTP/1.1 request with `Connection: close`.
+/// One HTTP/1.1 request with `Connection: close`; `Host` is the server's address unless
+/// `headers` name one (e.g. to match a `_match_domain_` rule).
 pub fn http(
     base: &str,
     method: &str,
@@ -245,9 +246,12 @@ pub fn http(
     let mut s = TcpStream::connect(host)?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
     let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\ncontent-length: {}\r\n",
+        "{method} {path} HTTP/1.1\r\nconnection: close\r\ncontent-length: {}\r\n",
         body.len()
     );
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        req.push_str(&format!("host: {host}\r\n"));
+    }
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }

@@ -2,7 +2,8 @@
 //! parser (`ailb_core::config::parse`). JSON is handed to the parser byte for byte (repeated
 //! keys and number spellings reach it as Higress would see them); YAML (the console's and
 //! Kubernetes' format, several documents allowed) is converted to JSON first, as the control
-//! plane does. README "Configuration compatibility" documents the output.
+//! plane does. [`extract`] finds the configs, [`check`] parses them. README "Configuration
+//! compatibility" documents the output.
 
 use ailb_core::config::{self, Build, ConfigError, ErrorKind, Warning};
 use serde::Deserialize;
@@ -27,13 +28,39 @@ impl Checked {
     }
 }
 
-/// Checks every plugin config in `text` (a file's content).
-pub fn check(text: &[u8], build: Build) -> Vec<Checked> {
+/// A plugin config found in the input: the JSON Higress's control plane would hand the plugin
+/// (its `on_configure` buffer), or why no config reaches the plugin at all.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Extracted {
+    /// Where it came from: `plugin config`, `WasmPlugin <name>`, `spec.configSchema example`.
+    pub label: String,
+    pub json: Result<Vec<u8>, String>,
+}
+
+impl Extracted {
+    fn found(label: impl Into<String>, json: Vec<u8>) -> Extracted {
+        Extracted {
+            label: label.into(),
+            json: Ok(json),
+        }
+    }
+
+    fn refused(label: impl Into<String>, reason: impl Into<String>) -> Extracted {
+        Extracted {
+            label: label.into(),
+            json: Err(reason.into()),
+        }
+    }
+}
+
+/// Every plugin config in `text` (a file's content), as the plugin would receive it. The e2e
+/// suite delivers exactly these bytes to the built plugin in the gateway emulator.
+pub fn extract(text: &[u8]) -> Vec<Extracted> {
     let Ok(s) = std::str::from_utf8(text) else {
-        return vec![Checked::refused("input", "not UTF-8 text")];
+        return vec![Extracted::refused("input", "not UTF-8 text")];
     };
     if let Ok(doc) = serde_json::from_str::<Value>(s) {
-        return check_document(&doc, Some(text), build);
+        return extract_document(&doc, Some(text));
     }
     let looks_json = s.trim_start().starts_with(['{', '[']) || s.trim().is_empty();
     let mut out = Vec::new();
@@ -43,11 +70,11 @@ pub fn check(text: &[u8], build: Build) -> Vec<Checked> {
             .and_then(|y| serde_json::to_value(y).map_err(|e| e.to_string()));
         match doc {
             Ok(Value::Null) => {}
-            Ok(doc) => out.extend(check_document(&doc, None, build)),
+            Ok(doc) => out.extend(extract_document(&doc, None)),
             // Not YAML either: if it was meant as JSON, the plugin's own JSON error says why.
-            Err(_) if looks_json => return vec![verdict("plugin config", text, build)],
+            Err(_) if looks_json => return vec![Extracted::found("plugin config", text.to_vec())],
             Err(e) => {
-                return vec![Checked::refused(
+                return vec![Extracted::refused(
                     format!("document {}", n + 1),
                     format!("not JSON or YAML: {e}"),
                 )]
@@ -55,23 +82,34 @@ pub fn check(text: &[u8], build: Build) -> Vec<Checked> {
         }
     }
     if out.is_empty() {
-        out.push(verdict("plugin config", text, build));
+        out.push(Extracted::found("plugin config", text.to_vec()));
     }
     out
 }
 
-fn check_document(doc: &Value, raw: Option<&[u8]>, build: Build) -> Vec<Checked> {
+fn extract_document(doc: &Value, raw: Option<&[u8]>) -> Vec<Extracted> {
     match config::plugin_configs(doc) {
-        Err(reason) => vec![Checked::refused("document", reason)],
+        Err(reason) => vec![Extracted::refused("document", reason)],
         Ok(delivered) => delivered
             .into_iter()
             .map(|d| match raw {
                 // A plain JSON plugin config goes to the parser exactly as written.
-                Some(raw) if d.label == "plugin config" => verdict(&d.label, raw, build),
-                _ => verdict(&d.label, d.json.to_string().as_bytes(), build),
+                Some(raw) if d.label == "plugin config" => Extracted::found(d.label, raw.to_vec()),
+                _ => Extracted::found(d.label, d.json.to_string().into_bytes()),
             })
             .collect(),
     }
+}
+
+/// Checks every plugin config in `text` (a file's content).
+pub fn check(text: &[u8], build: Build) -> Vec<Checked> {
+    extract(text)
+        .into_iter()
+        .map(|e| match e.json {
+            Ok(json) => verdict(&e.label, &json, build),
+            Err(reason) => Checked::refused(e.label, reason),
+        })
+        .collect()
 }
 
 fn verdict(label: &str, json: &[u8], build: Build) -> Checked {

@@ -2,6 +2,7 @@
 //! compatibility corpus (plugin-config/compat: every file carries Higress's Go verdict).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use ailb_testkit::corpus;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -34,14 +35,8 @@ fn files(dir: &str, exts: &[&str]) -> Vec<PathBuf> {
 #[test]
 fn the_corpus_gets_the_go_verdicts() {
     let (mut accepted, mut go_accepts, mut total) = (0, 0, 0);
-    for path in files("plugin-config/compat", &["yaml", "json"]) {
-        let meta_path = if path.extension().unwrap() == "json" {
-            path.with_extension("verdict")
-        } else {
-            path.clone()
-        };
-        let meta = std::fs::read_to_string(meta_path).unwrap();
-        let go_accepts_it = meta.lines().any(|l| l.trim() == "# go: accept");
+    for path in corpus::files() {
+        let go_accepts_it = corpus::go_accepts(&path);
         let out = run(&[path.to_str().unwrap()]);
         let text = stdout(&out);
         assert_eq!(
