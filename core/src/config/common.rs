@@ -1,7 +1,7 @@
 //! The keys every endpoint policy shares: Higress's `maxRequestCount`, `cleanInterval` and
 //! `enableDetailLog` (read as Go reads them), our own `leaseTTL`, `costMode`, `failureMode`,
 //! `debugHeader`, `maxBodyBytes`, `redisKeyPrefix` (strict), and the plain-Envoy build's
-//! `endpoints`, `destinationHeader`, `fallbackCount` (strict).
+//! `endpoints`, `destinationHeader`, `fallbackCount`, `maxBodyWaitMs` (strict).
 
 use super::error::ConfigError;
 use super::raw::RawLbConfig;
@@ -20,10 +20,18 @@ pub const COMMON_KEYS: &[&str] = &[
     "maxBodyBytes",
     "redisKeyPrefix",
 ];
-pub const ENVOY_KEYS: &[&str] = &["endpoints", "destinationHeader", "fallbackCount"];
+pub const ENVOY_KEYS: &[&str] = &[
+    "endpoints",
+    "destinationHeader",
+    "fallbackCount",
+    "maxBodyWaitMs",
+];
 pub const DEFAULT_DESTINATION_HEADER: &str = "x-gateway-destination-endpoint";
 pub const DEFAULT_MAX_BODY_BYTES: u64 = 10 * 1024 * 1024;
 pub const DEFAULT_LEASE_TTL_S: u64 = 600;
+/// Plain Envoy: how long a request is held for its body before it is balanced without it
+/// (docs/higress-abi.md §10: without `allow_on_headers_stop_iteration` the body never comes).
+pub const DEFAULT_MAX_BODY_WAIT_MS: u64 = 1000;
 
 /// The shared settings of an endpoint policy.
 #[derive(Debug, Clone)]
@@ -37,6 +45,9 @@ pub struct Common {
     pub failure_mode: FailureMode,
     pub debug_header: Option<String>,
     pub max_body_bytes: usize,
+    /// Plain Envoy: the longest a request is held waiting for its body (0: no limit, the
+    /// Higress build, where the host always delivers the body of a held request).
+    pub max_body_wait_ms: u64,
     pub detail_log: bool,
 }
 
@@ -51,6 +62,7 @@ impl Common {
             failure_mode: FailureMode::Allow,
             debug_header: None,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES as usize,
+            max_body_wait_ms: 0,
             detail_log: true,
         }
     }
@@ -124,6 +136,20 @@ impl TryFrom<In<'_, '_, RawLbConfig>> for Common {
         if max_body_bytes == 0 || max_body_bytes > 1 << 30 {
             return Err(r.err("maxBodyBytes", "must be between 1 and 1073741824"));
         }
+        let max_body_wait_ms = match (i.build, r.own("maxBodyWaitMs", &raw.max_body_wait_ms)?) {
+            (Build::Higress, Some(_)) => {
+                return Err(r.err(
+                    "maxBodyWaitMs",
+                    "only in the plain-Envoy build (Higress always delivers a held request's body)",
+                ))
+            }
+            (Build::Higress, None) => 0,
+            (Build::Envoy, None) => DEFAULT_MAX_BODY_WAIT_MS,
+            (Build::Envoy, Some(ms)) if (10..=600_000).contains(&ms) => ms,
+            (Build::Envoy, Some(ms)) => {
+                return Err(r.err("maxBodyWaitMs", format!("{ms} ms is outside 10-600000")))
+            }
+        };
         let key_prefix = r
             .own("redisKeyPrefix", &raw.redis_key_prefix)?
             .unwrap_or_else(|| "ailb".to_string());
@@ -145,18 +171,16 @@ impl TryFrom<In<'_, '_, RawLbConfig>> for Common {
             failure_mode,
             debug_header: debug_header.map(|h| h.to_ascii_lowercase()),
             max_body_bytes: max_body_bytes as usize,
+            max_body_wait_ms,
             detail_log,
         })
     }
 }
 
-/// The plain-Envoy keys: `endpoints` (required there unless `endpoints_optional`) and
+/// The plain-Envoy keys: `endpoints` (required there) and
 /// `destinationHeader`/`fallbackCount`. The Higress build takes its endpoints from the host
 /// and refuses them.
-pub fn publish(
-    i: In<'_, '_, RawLbConfig>,
-    endpoints_optional: bool,
-) -> Result<(Vec<String>, Publish), ConfigError> {
+pub fn publish(i: In<'_, '_, RawLbConfig>) -> Result<(Vec<String>, Publish), ConfigError> {
     let (raw, r) = (i.raw, i.r);
     let endpoints = r.own("endpoints", &raw.endpoints)?;
     let header = r.own("destinationHeader", &raw.destination_header)?;
@@ -177,7 +201,7 @@ pub fn publish(
         return Ok((Vec::new(), Publish::OverrideHost));
     }
     let mut endpoints = endpoints.unwrap_or_default();
-    if endpoints.is_empty() && !endpoints_optional {
+    if endpoints.is_empty() {
         return Err(r.err(
             "endpoints",
             "missing: the plain-Envoy build needs the pods as [\"ip:port\", ...]",

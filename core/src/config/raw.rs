@@ -124,6 +124,7 @@ raw_object! {
         endpoints: Own<Vec<String>> = "endpoints",
         destination_header: Own<String> = "destinationHeader",
         fallback_count: Own<u64> = "fallbackCount",
+        max_body_wait_ms: Own<u64> = "maxBodyWaitMs",
         // Ours: prefix_cache.
         block_chunk_bytes: Own<u64> = "blockChunkBytes",
         max_blocks: Own<u64> = "maxBlocks",

@@ -12,7 +12,7 @@ use super::prefix::{PrefixSettings, PREFIX_KEYS};
 use super::raw::{RawLbConfig, RawRoute, LEGACY_KEYS};
 use super::read::{In, Reader};
 use super::redis;
-use super::types::{Policy, PolicyConfig, Publish, RouteConfig};
+use super::types::{CostMode, Policy, PolicyConfig, Publish, RouteConfig};
 use super::values::Build;
 use super::warning::nearest;
 use serde_json::Value;
@@ -64,12 +64,6 @@ impl TryFrom<In<'_, '_, RawRoute>> for RouteConfig {
         }
         let lb_policy = r.string("lb_policy", &raw.lb_policy).unwrap_or_default();
         let policy = choose(&lb_type, &lb_policy, r)?;
-        if build == Build::Envoy && policy == "prefix_cache" {
-            return Err(r.err(
-                "lb_policy",
-                "prefix_cache needs the request body before routing: Higress build only",
-            ));
-        }
         let lb = match raw.lb_config.as_ref() {
             None => Value::Null,
             Some(v) if v.0.is_object() || v.is_null() => v.0.clone(),
@@ -194,14 +188,11 @@ fn compile(
                 })?),
                 _ => None,
             };
-            let (endpoints, publish) = common::publish(
-                In {
-                    raw: lb,
-                    r: &mut *r,
-                    build,
-                },
-                kind == Policy::PrefixCache,
-            )?;
+            let (endpoints, publish) = common::publish(In {
+                raw: lb,
+                r: &mut *r,
+                build,
+            })?;
             let common = Common::try_from(In {
                 raw: lb,
                 r: &mut *r,
@@ -222,7 +213,12 @@ fn compile(
             (p, redis, common, endpoints, publish)
         }
     };
-    let decide_at_headers = build == Build::Envoy || policy_config.is_cluster();
+    // Cluster policies read only headers (as in Higress). Plain Envoy holds a request for its
+    // body only where the body is used: the prompt (prefix_cache), the model (endpoint_metrics'
+    // LoRA affinity and sheddable models) and the cost (least request by bytes or tokens). The
+    // Higress build always waits for the body: its host delivers it to a held request.
+    let decide_at_headers = policy_config.is_cluster()
+        || (build == Build::Envoy && !reads_body(&policy_config, &common));
     let config = RouteConfig {
         policy: policy_config,
         redis,
@@ -232,6 +228,15 @@ fn compile(
         decide_at_headers,
     };
     Ok((config, reads))
+}
+
+/// Whether an endpoint policy uses the request body to decide.
+fn reads_body(policy: &PolicyConfig, common: &Common) -> bool {
+    match policy {
+        PolicyConfig::PrefixCache(_) | PolicyConfig::EndpointMetrics(_) => true,
+        PolicyConfig::GlobalLeastRequest => common.cost != CostMode::Requests,
+        PolicyConfig::ClusterMetrics(_) | PolicyConfig::ClusterHash(_) => false,
+    }
 }
 
 /// The Redis target of the policies that keep state in Redis. The others read no Redis key:

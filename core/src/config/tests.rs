@@ -164,3 +164,96 @@ fn every_invalid_fixture_fails_with_its_message() {
     }
     assert!(checked >= 20, "only {checked} invalid fixtures");
 }
+
+fn envoy(lb_policy: &str, lb: serde_json::Value) -> Result<RouteConfig, ConfigError> {
+    let cfg = json!({"lb_policy": lb_policy, "lb_config": lb});
+    let parsed = parse(cfg.to_string().as_bytes(), Build::Envoy)?;
+    assert!(parsed.warnings.is_empty(), "{:?}", parsed.warnings);
+    Ok(parsed.config.global.as_deref().cloned().unwrap())
+}
+
+#[test]
+fn plain_envoy_holds_for_the_body_only_where_the_policy_reads_it() {
+    let pods = json!(["10.0.0.1:80", "10.0.0.2:80"]);
+    let scrape = json!({"endpoints": pods, "scrapeCluster": "c"});
+    for (policy, lb, at_headers) in [
+        ("global_least_request", json!({"endpoints": pods}), true),
+        (
+            "global_least_request",
+            json!({"endpoints": pods, "costMode": "requests"}),
+            true,
+        ),
+        (
+            "global_least_request",
+            json!({"endpoints": pods, "costMode": "bytes"}),
+            false,
+        ),
+        (
+            "global_least_request",
+            json!({"endpoints": pods, "costMode": "tokens"}),
+            false,
+        ),
+        ("prefix_cache", json!({"endpoints": pods}), false),
+        ("endpoint_metrics", scrape.clone(), false),
+    ] {
+        let r = envoy(policy, lb.clone()).unwrap();
+        assert_eq!(r.decide_at_headers, at_headers, "{policy} {lb}");
+        assert_eq!(r.common.max_body_wait_ms, 1000, "{policy} {lb}");
+        assert!(r.redis.is_none());
+    }
+    // The Higress build always waits for the body, with no deadline.
+    let cfg = PluginConfig::parse_for(&fixture("minimal.json"), Build::Higress).unwrap();
+    let g = cfg.global.unwrap();
+    assert!(!g.decide_at_headers);
+    assert_eq!(g.common.max_body_wait_ms, 0);
+}
+
+#[test]
+fn plain_envoy_accepts_prefix_cache_with_endpoints_and_no_redis() {
+    let r = envoy(
+        "prefix_cache",
+        json!({"endpoints": ["10.0.0.2:80", "10.0.0.1:80"], "maxBodyWaitMs": 250,
+               "redisKeyTTL": 60, "maxBlocks": 16}),
+    )
+    .unwrap();
+    assert_eq!(r.policy.kind(), Policy::PrefixCache);
+    assert_eq!(*r.endpoints, vec!["10.0.0.1:80", "10.0.0.2:80"]);
+    assert_eq!(r.common.max_body_wait_ms, 250);
+    assert!(matches!(r.publish, Publish::Header { .. }));
+    let PolicyConfig::PrefixCache(p) = &r.policy else {
+        panic!()
+    };
+    assert_eq!((p.ttl_s, p.canon.max_blocks), (60, 16));
+    // The pods are required; Redis keys have no meaning there.
+    let e = envoy("prefix_cache", json!({})).unwrap_err();
+    assert!(e.to_string().contains("endpoints"), "{e}");
+    let e = envoy(
+        "prefix_cache",
+        json!({"endpoints": ["10.0.0.1:80"], "serviceFQDN": "redis.static"}),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("no Redis"), "{e}");
+}
+
+#[test]
+fn max_body_wait_is_a_plain_envoy_key_within_bounds() {
+    let pods = json!(["10.0.0.1:80"]);
+    for bad in [0, 9, 600_001] {
+        let e = envoy(
+            "prefix_cache",
+            json!({"endpoints": pods, "maxBodyWaitMs": bad}),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("maxBodyWaitMs"), "{e}");
+    }
+    let e = envoy(
+        "prefix_cache",
+        json!({"endpoints": pods, "maxBodyWaitMs": "1s"}),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("maxBodyWaitMs"), "{e}");
+    let cfg = json!({"lb_policy": "global_least_request", "lb_config":
+        {"serviceFQDN": "redis.static", "servicePort": 6379, "maxBodyWaitMs": 500}});
+    let e = parse(cfg.to_string().as_bytes(), Build::Higress).unwrap_err();
+    assert!(e.to_string().contains("plain-Envoy build"), "{e}");
+}

@@ -52,13 +52,13 @@ impl Policy {
     }
 
     /// Whether the policy keeps its state in Redis (and so needs the Redis keys). In the
-    /// plain-Envoy build, global_least_request keeps it per proxy in shared data instead.
+    /// plain-Envoy build, global_least_request and prefix_cache keep it per proxy in shared
+    /// data instead.
     /// cluster_metrics keeps its statistics in shared data (its optional global in-flight
     /// count names its own Redis keys, not the route's).
     pub fn uses_redis(self, build: Build) -> bool {
         match self {
-            Policy::GlobalLeastRequest => build == Build::Higress,
-            Policy::PrefixCache => true,
+            Policy::GlobalLeastRequest | Policy::PrefixCache => build == Build::Higress,
             Policy::EndpointMetrics | Policy::ClusterMetrics | Policy::ClusterHash => false,
         }
     }
@@ -138,7 +138,8 @@ pub struct RouteConfig {
     /// Plain-Envoy build: the endpoints to choose from (`ip:port`, sorted, deduplicated).
     pub endpoints: Rc<Vec<String>>,
     pub publish: Publish,
-    /// Decide in the request-headers phase (plain Envoy: the body comes after routing;
-    /// cluster policies: they only read headers, as in Higress).
+    /// Decide in the request-headers phase: cluster policies (they only read headers, as in
+    /// Higress) and plain-Envoy routes whose policy does not use the body (least request by
+    /// `requests`): no request is held there for nothing.
     pub decide_at_headers: bool,
 }
