@@ -20,10 +20,15 @@ pub enum Cause {
     NoMetrics,
     /// The per-proxy shared data could not be updated (plain-Envoy least request).
     SharedData,
+    /// Plain Envoy: no whole body within `maxBodyWaitMs`; balanced without it.
+    BodyTimeout,
+    /// Plain Envoy: this worker learned that Envoy withholds the body from the filter (no
+    /// `allow_on_headers_stop_iteration`); balanced at the headers without it.
+    BodyWithheld,
 }
 
 impl Cause {
-    pub const ALL: [Cause; 12] = [
+    pub const ALL: [Cause; 14] = [
         Cause::NoRoute,
         Cause::NoHealthyEndpoint,
         Cause::HostListUnavailable,
@@ -36,6 +41,8 @@ impl Cause {
         Cause::BadRequest,
         Cause::NoMetrics,
         Cause::SharedData,
+        Cause::BodyTimeout,
+        Cause::BodyWithheld,
     ];
 
     pub fn name(self) -> &'static str {
@@ -52,6 +59,8 @@ impl Cause {
             Cause::BadRequest => "bad_request",
             Cause::NoMetrics => "no_metrics",
             Cause::SharedData => "shared_data",
+            Cause::BodyTimeout => "body_timeout",
+            Cause::BodyWithheld => "body_withheld",
         }
     }
 }

@@ -71,9 +71,12 @@ pub enum Counter {
     /// cluster_metrics AdaptiveScore: Redis could not choose (down, timeout, error reply, no
     /// route name); the local path did.
     ClusterInflightLocal,
+    /// Plain Envoy: a worker VM saw Envoy withhold a held request's body (the wasm filter
+    /// lacks `allow_on_headers_stop_iteration`); counted once per VM.
+    BodyWithheldDetected,
 }
 
-const FIXED: [(Counter, &str); 20] = [
+const FIXED: [(Counter, &str); 21] = [
     (Counter::RedisCalls, "ai_lb.redis.calls"),
     (Counter::RedisErrors, "ai_lb.redis.errors"),
     (Counter::RedisTimeouts, "ai_lb.redis.timeouts"),
@@ -112,6 +115,7 @@ const FIXED: [(Counter, &str); 20] = [
         Counter::ClusterInflightLocal,
         "ai_lb.cluster_metrics.inflight_local",
     ),
+    (Counter::BodyWithheldDetected, "ai_lb.body.withheld_detected"),
 ];
 
 /// Metric ids in the order of [`Stats::names`].

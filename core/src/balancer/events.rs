@@ -102,14 +102,19 @@ pub const DENIED: LocalReply = LocalReply {
 /// Everything that happens to a request, in the order the host and Redis deliver it.
 #[derive(Debug)]
 pub enum Event {
+    /// `withheld`: this VM learned that the host never shows a held request's body (plain
+    /// Envoy without `allow_on_headers_stop_iteration`): do not wait for it.
     Headers {
         end_of_stream: bool,
+        withheld: bool,
     },
     /// Body bytes buffered so far (fed only while [`Request::wants_body`]).
     Body {
         size: usize,
         end_of_stream: bool,
     },
+    /// The body did not arrive within `maxBodyWaitMs` (plain Envoy).
+    BodyTimeout,
     Decided(Decision),
     /// The acquire was handed to the host (its token) or could not be.
     Sent {
@@ -172,6 +177,9 @@ pub enum Effect {
         pick: Box<Pick>,
     },
     Count(Counter),
+    /// Balanced without the body it waited for (timeout, or the host withholds it): count
+    /// the cause and say why (rate-limited).
+    NoBody(Cause),
     /// The request fell back: count the cause and log it (rate-limited).
     FellBack {
         cause: Cause,

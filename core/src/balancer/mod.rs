@@ -32,6 +32,35 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use telemetry::Telemetry;
 
+/// Plain Envoy: whether this VM has seen the host deliver the body of a request it holds
+/// (docs/higress-abi.md §10). Without the wasm filter's `allow_on_headers_stop_iteration`,
+/// Envoy turns a headers Pause into "stop everything": the body is buffered and delivered only
+/// after the request is resumed, at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BodyFlow {
+    Unknown,
+    /// A held request received a body chunk: the flag is set.
+    Delivered,
+    /// A request released by the body deadline got its body right at the release: Envoy held
+    /// it back. Routes that use the body decide at the headers from now on (no hold).
+    Withheld,
+}
+
+/// A body chunk arriving this soon after the deadline released its request was held back by
+/// the host, not late from the client: Envoy delivers the buffered body in the same event-loop
+/// turn as the resume (measured on Envoy 1.40: README "Plain Envoy").
+const WITHHELD_GAP_MS: u64 = 50;
+
+/// The root tick that checks body deadlines: a tenth of the shortest wait, within 10-100 ms.
+fn hold_tick_ms(config: &PluginConfig) -> u32 {
+    config
+        .all()
+        .filter(|c| !c.decide_at_headers && c.common.max_body_wait_ms > 0)
+        .map(|c| (c.common.max_body_wait_ms / 10).clamp(10, 100) as u32)
+        .min()
+        .unwrap_or(0)
+}
+
 /// What a phase callback answers the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
@@ -48,6 +77,10 @@ pub struct Balancer {
     policies: Policies,
     tel: Telemetry,
     rng: VmRng,
+    body_flow: BodyFlow,
+    /// Requests the body deadline released while `body_flow` was unknown: when each was
+    /// released (ms), to tell a withheld body from a late one.
+    released: HashMap<u32, u64>,
 }
 
 impl Balancer {
@@ -67,12 +100,28 @@ impl Balancer {
             orphans: HashMap::new(),
             redis: RedisClient::default(),
             rng: VmRng::new(seed),
+            body_flow: BodyFlow::Unknown,
+            released: HashMap::new(),
         };
         // Every route with a Redis target: the endpoint policies', and cluster_metrics' global
         // in-flight count.
         let redis_routes = b.config.all().filter(|c| c.redis.is_some());
         b.redis.preload(host, &mut b.tel, redis_routes);
-        b.policies.start(host, &mut b.tel);
+        // One tick per root context: the scraper's and the body deadlines' share it.
+        let tick = [b.policies.tick_ms(), hold_tick_ms(&b.config)]
+            .into_iter()
+            .filter(|&t| t > 0)
+            .min();
+        if let Some(ms) = tick {
+            if let Err(e) = host.set_tick_period(ms) {
+                b.tel.log(
+                    host,
+                    LogLevel::Warn,
+                    0,
+                    format_args!("{e}: no scraping, no body deadline"),
+                );
+            }
+        }
         b
     }
 
@@ -108,8 +157,17 @@ impl Balancer {
             .map(|(g, r)| Rc::new(InflightKeys::new(&g.key_prefix, r)));
         let mut request = Request::new(config, keys);
         request.inflight = inflight;
+        request.since_ms = host.now_ms();
         self.requests.insert(ctx, request);
-        self.callback(host, ctx, Event::Headers { end_of_stream })
+        let withheld = self.body_flow == BodyFlow::Withheld;
+        self.callback(
+            host,
+            ctx,
+            Event::Headers {
+                end_of_stream,
+                withheld,
+            },
+        )
     }
 
     pub fn on_request_body(
@@ -119,8 +177,16 @@ impl Balancer {
         body_size: usize,
         end_of_stream: bool,
     ) -> Verdict {
+        if let Some(at) = self.released.remove(&ctx) {
+            self.learn_withheld(host, ctx, at);
+        }
         match self.requests.get(&ctx) {
-            Some(r) if r.wants_body() => {}
+            Some(r) if r.wants_body() => {
+                if self.body_flow == BodyFlow::Unknown {
+                    self.body_flow = BodyFlow::Delivered;
+                    self.released.clear();
+                }
+            }
             // Decided at the headers and a pick is in flight: a Continue here would release the
             // held headers to the router before Redis answers (Envoy resumes the whole chain).
             Some(r) if r.is_held() => return Verdict::Pause,
@@ -172,6 +238,7 @@ impl Balancer {
 
     /// Stream end, whatever ended it: give back what was acquired, exactly once.
     pub fn on_done(&mut self, host: &mut dyn Host, ctx: u32) {
+        self.released.remove(&ctx);
         let Some(req) = self.requests.remove(&ctx) else {
             return;
         };
@@ -214,9 +281,64 @@ impl Balancer {
         }
     }
 
-    /// Root context tick (the metrics scraper).
+    /// Root context tick: body deadlines, and the metrics scraper.
     pub fn on_tick(&mut self, host: &mut dyn Host) {
+        self.expire_body_waits(host);
         self.policies.on_tick(host, &mut self.tel);
+    }
+
+    /// Plain Envoy: requests held for their body past `maxBodyWaitMs` (or any held request,
+    /// once the host is known to withhold the body) are balanced without it and resumed, so
+    /// a filter deployed without `allow_on_headers_stop_iteration` never hangs a request.
+    fn expire_body_waits(&mut self, host: &mut dyn Host) {
+        let now = host.now_ms();
+        let withheld = self.body_flow == BodyFlow::Withheld;
+        let mut due: Vec<u32> = self
+            .requests
+            .iter()
+            .filter(|(_, r)| r.body_deadline().is_some_and(|d| withheld || now >= d))
+            .map(|(&ctx, _)| ctx)
+            .collect();
+        due.sort_unstable();
+        for ctx in due {
+            // A context the host no longer knows ends with on_done; nothing to resume.
+            if host.set_effective_context(ctx).is_err() {
+                continue;
+            }
+            self.resumed(host, ctx, Event::BodyTimeout);
+            if self.body_flow == BodyFlow::Unknown {
+                self.released.insert(ctx, host.now_ms());
+            }
+        }
+    }
+
+    /// The first body chunk of a request the deadline released: right at the release means
+    /// the host held it back (the filter lacks `allow_on_headers_stop_iteration`).
+    fn learn_withheld(&mut self, host: &mut dyn Host, ctx: u32, released_ms: u64) {
+        let gap = host.now_ms().saturating_sub(released_ms);
+        self.tel.log(
+            host,
+            LogLevel::Debug,
+            ctx,
+            format_args!("first body chunk {gap} ms after the body deadline released it"),
+        );
+        if self.body_flow != BodyFlow::Unknown || gap > WITHHELD_GAP_MS {
+            return;
+        }
+        self.body_flow = BodyFlow::Withheld;
+        self.released.clear();
+        self.tel.inc(host, crate::stats::Counter::BodyWithheldDetected);
+        self.tel.log(
+            host,
+            LogLevel::Warn,
+            ctx,
+            format_args!(
+                "Envoy delivers the request body only after the filter releases the request: \
+                 the wasm filter's config lacks `allow_on_headers_stop_iteration: true`. \
+                 This worker now balances at the request headers, without the body \
+                 (counted as ai_lb.fallback.body_withheld)"
+            ),
+        );
     }
 
     /// A callout answered (the metrics scraper's).
@@ -370,6 +492,14 @@ impl Balancer {
                 self.tel.inc(host, counter);
                 None
             }
+            Effect::NoBody(cause) => {
+                let wait = self
+                    .requests
+                    .get(&ctx)
+                    .map_or(0, |r| r.config.common.max_body_wait_ms);
+                self.tel.no_body(host, ctx, cause, wait);
+                None
+            }
             Effect::FellBack { cause, denied } => {
                 self.tel.fell_back(host, ctx, cause, denied);
                 None
@@ -416,6 +546,8 @@ impl Balancer {
     }
 }
 
+#[cfg(test)]
+mod body_tests;
 #[cfg(test)]
 mod cluster_tests;
 #[cfg(test)]

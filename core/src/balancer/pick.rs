@@ -28,11 +28,13 @@ impl PartialEq for Lease {
     }
 }
 
-/// A per-proxy load count in shared data (plain-Envoy global_least_request).
+/// A per-proxy load count in shared data (plain-Envoy global_least_request): `cost` (the
+/// request's `costMode` weight) added to `endpoint` under `key`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LocalLease {
     pub key: Rc<str>,
     pub endpoint: String,
+    pub cost: u64,
 }
 
 /// cluster_metrics: the service a request was sent to, recorded at first byte and stream end

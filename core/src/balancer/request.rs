@@ -52,6 +52,8 @@ pub struct Request {
     pub inflight: Option<Rc<InflightKeys>>,
     /// Body bytes buffered so far.
     pub body_bytes: usize,
+    /// When the request headers arrived (host clock, ms): the body wait counts from here.
+    pub since_ms: u64,
     phase: Phase,
 }
 
@@ -62,13 +64,22 @@ impl Request {
             keys,
             inflight: None,
             body_bytes: 0,
+            since_ms: 0,
             phase: Phase::AwaitingBody,
         }
     }
 
     pub fn handle(&mut self, event: Event) -> Vec<Effect> {
         match event {
-            Event::Headers { end_of_stream } => self.on_headers(end_of_stream),
+            Event::Headers {
+                end_of_stream,
+                withheld,
+            } => self.on_headers(end_of_stream, withheld),
+            Event::BodyTimeout if self.wants_body() => vec![
+                Effect::NoBody(Cause::BodyTimeout),
+                Effect::Decide { read_body: false },
+            ],
+            Event::BodyTimeout => Vec::new(),
             Event::Body {
                 size,
                 end_of_stream,
@@ -107,6 +118,12 @@ impl Request {
     /// Whether body chunks still matter (nothing decided yet).
     pub fn wants_body(&self) -> bool {
         matches!(self.phase, Phase::AwaitingBody)
+    }
+
+    /// Plain Envoy: when a request still waiting for its body is balanced without it.
+    pub fn body_deadline(&self) -> Option<u64> {
+        let wait = self.config.common.max_body_wait_ms;
+        (self.wants_body() && wait > 0).then(|| self.since_ms.saturating_add(wait))
     }
 
     /// Whether response body chunks still matter (cluster_metrics before its first byte).
@@ -179,7 +196,7 @@ impl Request {
         }
     }
 
-    fn on_headers(&mut self, end_of_stream: bool) -> Vec<Effect> {
+    fn on_headers(&mut self, end_of_stream: bool, withheld: bool) -> Vec<Effect> {
         // The Redis keys are named after the route and cluster: without them nothing to pick.
         // Cluster policies name no route keys (they choose the cluster).
         if self.keys.is_none() && self.config.redis.is_some() && !self.config.policy.is_cluster() {
@@ -187,8 +204,17 @@ impl Request {
         }
         if end_of_stream || self.config.decide_at_headers {
             vec![Effect::Decide { read_body: true }]
+        } else if withheld {
+            // Holding would only wait for the deadline: the body comes after the release.
+            vec![
+                Effect::NoBody(Cause::BodyWithheld),
+                Effect::Decide { read_body: false },
+            ]
         } else {
-            Vec::new() // under ABI 0_2_100 a Pause holds the headers and still delivers the body
+            // Under ABI 0_2_100 (Higress) a Pause holds the headers and still delivers the
+            // body; plain Envoy does so with `allow_on_headers_stop_iteration`
+            // (docs/higress-abi.md §10), and `body_deadline` bounds the wait without it.
+            Vec::new()
         }
     }
 

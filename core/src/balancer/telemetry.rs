@@ -69,6 +69,32 @@ impl Telemetry {
         );
     }
 
+    /// Plain Envoy: balanced without the body it waited for (warned at most once per
+    /// interval per cause, like a fallback). The warning names the filter flag whose absence
+    /// makes Envoy withhold the body (docs/higress-abi.md §10).
+    pub fn no_body(&mut self, host: &mut dyn Host, ctx: u32, cause: Cause, wait_ms: u64) {
+        self.inc(host, Counter::Fallback(cause));
+        let level = self.warn_level(host, cause);
+        if !self.enabled(level) {
+            return;
+        }
+        let why = match cause {
+            Cause::BodyWithheld => "Envoy withholds the request body from this filter: set \
+                `allow_on_headers_stop_iteration: true` in the wasm filter's config"
+                .to_string(),
+            _ => format!(
+                "no whole request body within maxBodyWaitMs ({wait_ms} ms); a wasm filter \
+                 without `allow_on_headers_stop_iteration: true` never gets it before routing"
+            ),
+        };
+        self.log(
+            host,
+            level,
+            ctx,
+            format_args!("{why}: balanced without the body ({})", cause.name()),
+        );
+    }
+
     /// cluster_metrics: Redis could not choose, the local path did (warned at most once per
     /// interval per cause, like a fallback).
     pub fn inflight_local(&mut self, host: &mut dyn Host, ctx: u32, cause: Cause) {

@@ -41,6 +41,8 @@ pub struct MockHost {
     pub shared_set_status: Option<HostErrorKind>,
     /// Makes every request-header write fail with this error.
     pub set_header_status: Option<HostErrorKind>,
+    /// Request-header writes attempted (failed ones included).
+    pub header_writes: u32,
     pub tick_ms: Option<u32>,
     /// (cluster, headers) of every HTTP callout, in order.
     pub http_calls: Vec<(String, Vec<(String, String)>)>,
@@ -130,6 +132,7 @@ impl Host for MockHost {
     }
 
     fn set_request_header(&mut self, name: &str, value: &str) -> HostResult<()> {
+        self.header_writes += 1;
         if let Some(kind) = self.set_header_status {
             return Err(HostError {
                 call: "replace_header",

@@ -1,9 +1,10 @@
 //! global_least_request in the plain-Envoy build: there is no Redis host call there, so the
 //! counts are per proxy, in shared data (every worker VM sees them), updated with CAS and given
-//! back at stream end.
+//! back at stream end. Each request counts its `costMode` weight (the body's bytes or
+//! estimated tokens: such routes hold the request for its body).
 
 use super::input::{Env, Input};
-use crate::balancer::pick::LocalLease;
+use crate::balancer::pick::{cost_of, LocalLease};
 use crate::balancer::request::{Decision, Hold, Rejection};
 use crate::balancer::shared;
 use crate::host::{Host, LogLevel};
@@ -21,6 +22,7 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input) -> Decision {
     let key: Rc<str> = format!("ailb.glr.{}", upstream::fingerprint(&endpoints)).into();
     let start = env.rng.next_u64();
     let cap = input.config.common.max_load;
+    let cost = cost_of(input.config, input.body_bytes);
     let picked = shared::update(host, &key, |cur| {
         let mut counts = cur.map(shared::decode_counts).unwrap_or_default();
         let order = least_first(&endpoints, &counts, start);
@@ -31,7 +33,7 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input) -> Decision {
         if cap > 0 && load >= cap {
             return (shared::encode_counts(&counts), None);
         }
-        counts.insert(best.to_string(), load + 1);
+        counts.insert(best.to_string(), load.saturating_add(cost));
         let order: Vec<String> = order.iter().map(|s| s.to_string()).collect();
         (shared::encode_counts(&counts), Some(order))
     });
@@ -45,6 +47,7 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input) -> Decision {
                 hold: Some(Hold::Local(LocalLease {
                     key,
                     endpoint: chosen.clone(),
+                    cost,
                 })),
                 endpoint: chosen,
                 fallbacks: order.collect(),
@@ -60,7 +63,7 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input) -> Decision {
     }
 }
 
-/// Stream end of a plain-Envoy least-request pick: one count back, never below zero.
+/// Stream end of a plain-Envoy least-request pick: its cost back, never below zero.
 pub fn release(
     host: &mut dyn Host,
     env_tel: &crate::balancer::telemetry::Telemetry,
@@ -69,7 +72,7 @@ pub fn release(
     let result = shared::update(host, &lease.key, |cur| {
         let mut counts = cur.map(shared::decode_counts).unwrap_or_default();
         if let Some(n) = counts.get_mut(&lease.endpoint) {
-            *n = n.saturating_sub(1);
+            *n = n.saturating_sub(lease.cost);
         }
         (shared::encode_counts(&counts), ())
     });

@@ -79,9 +79,9 @@ impl Policies {
         }
     }
 
-    /// Root context, at configure: start whatever runs on ticks (the metrics scraper).
-    pub fn start(&mut self, host: &mut dyn Host, tel: &mut Telemetry) {
-        self.metrics.start(host, tel);
+    /// The root tick period the policies need (the metrics scraper's), 0 for none.
+    pub fn tick_ms(&self) -> u32 {
+        self.metrics.tick_ms()
     }
 
     pub fn on_tick(&mut self, host: &mut dyn Host, tel: &mut Telemetry) {

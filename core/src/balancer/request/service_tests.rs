@@ -42,6 +42,7 @@ fn picking(token: u32) -> Request {
     let mut r = Request::new(config.clone(), None);
     let e = r.handle(Event::Headers {
         end_of_stream: false,
+        withheld: false,
     });
     assert!(matches!(e.as_slice(), [Effect::Decide { .. }]), "{e:?}");
     let e = r.handle(Event::Decided(Decision::Acquire(service_pick(&config))));
@@ -127,6 +128,7 @@ fn redis_trouble_takes_the_local_choice_with_nothing_counted_in_redis() {
     let mut r = Request::new(config.clone(), None);
     r.handle(Event::Headers {
         end_of_stream: true,
+        withheld: false,
     });
     r.handle(Event::Decided(Decision::Acquire(service_pick(&config))));
     let e = r.handle(Event::Sent {

@@ -44,7 +44,8 @@ fn pick(config: &Rc<RouteConfig>, id: &str) -> Box<Pick> {
 fn to_decision(r: &mut Request) {
     assert!(r
         .handle(Event::Headers {
-            end_of_stream: false
+            end_of_stream: false,
+            withheld: false,
         })
         .is_empty());
     assert!(r.is_held() && r.wants_body());
@@ -225,6 +226,7 @@ fn oversized_bodies_are_decided_without_reading_them() {
     let mut r = request(r#","maxBodyBytes":100"#);
     r.handle(Event::Headers {
         end_of_stream: false,
+        withheld: false,
     });
     let e = r.handle(Event::Body {
         size: 101,
@@ -259,6 +261,7 @@ fn no_route_names_fall_back_at_headers_when_redis_needs_them() {
     let mut r = Request::new(config(""), None);
     let e = r.handle(Event::Headers {
         end_of_stream: false,
+        withheld: false,
     });
     assert!(e.iter().any(|x| matches!(
         x,
@@ -277,6 +280,7 @@ fn local_decisions_give_back_their_count_once() {
     let local = LocalLease {
         key: "k".into(),
         endpoint: "10.0.0.1:80".into(),
+        cost: 1,
     };
     let e = r.handle(Event::Decided(Decision::Route {
         endpoint: "10.0.0.1:80".into(),
@@ -414,6 +418,7 @@ fn cluster_request() -> (Request, ServiceLease) {
 fn cluster_routed(r: &mut Request, lease: &ServiceLease) {
     let e = r.handle(Event::Headers {
         end_of_stream: false,
+        withheld: false,
     });
     assert!(matches!(e.as_slice(), [Effect::Decide { read_body: true }]));
     let e = r.handle(Event::Decided(Decision::Route {
@@ -511,6 +516,7 @@ fn missing_hash_header_answers_403() {
     let (mut r, _) = cluster_request();
     r.handle(Event::Headers {
         end_of_stream: true,
+        withheld: false,
     });
     let e = r.handle(Event::Decided(Decision::Reject(
         Rejection::HashHeaderMissing,

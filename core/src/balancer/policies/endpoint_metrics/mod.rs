@@ -51,8 +51,8 @@ impl EndpointMetrics {
         }
     }
 
-    pub fn start(&mut self, host: &mut dyn Host, tel: &Telemetry) {
-        self.scraper.start(host, tel);
+    pub fn tick_ms(&self) -> u32 {
+        self.scraper.tick_ms()
     }
 
     pub fn on_tick(&mut self, host: &mut dyn Host, tel: &Telemetry) {

@@ -90,13 +90,10 @@ impl Scraper {
         }
     }
 
-    /// Root context, at configure: start the tick if any route scrapes.
-    pub fn start(&mut self, host: &mut dyn Host, tel: &Telemetry) {
-        if self.tick_ms > 0 {
-            if let Err(e) = host.set_tick_period(self.tick_ms) {
-                tel.log(host, LogLevel::Warn, 0, format_args!("{e}: no scraping"));
-            }
-        }
+    /// The root tick period the scraper needs (its shortest interval), 0 when nothing is
+    /// scraped. A shorter tick is fine: a target is scraped only when due.
+    pub fn tick_ms(&self) -> u32 {
+        self.tick_ms
     }
 
     /// Root context tick: for each due target whose lease this VM holds, scrape every pod.

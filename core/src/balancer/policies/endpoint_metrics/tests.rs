@@ -280,7 +280,9 @@ fn scrape_round(host: &mut MockHost, engine: &mut Balancer, texts: &[(&str, Opti
 #[test]
 fn scraper_takes_the_lease_dispatches_and_shares_the_snapshot() {
     let (mut host, mut engine) = envoy(scrape_cfg());
-    assert_eq!(host.tick_ms, Some(1000));
+    // The body deadline's tick (a tenth of maxBodyWaitMs) is shorter than the scrape
+    // interval; the scraper scrapes only when due.
+    assert_eq!(host.tick_ms, Some(100));
     engine.on_tick(&mut host);
     assert_eq!(host.http_calls.len(), 3);
     let (cluster, headers) = &host.http_calls[0];
@@ -656,4 +658,46 @@ fn a_round_of_answers_is_published_once_and_a_failure_at_once() {
     let first = host.next_token - 4 * (host.http_calls.len() - before) as u32;
     answer(&mut host, &mut engine, first, Some(500), "down");
     assert_eq!(snapshot_version(&host), v1 + 2);
+}
+
+#[test]
+fn plain_envoy_reads_the_model_from_the_held_body_for_lora_affinity() {
+    let (mut host, mut engine) = envoy(scrape_cfg());
+    let lora = |running: &str| {
+        format!(
+            "{}vllm:lora_requests_info{{max_lora=\"2\",running_lora_adapters=\"{running}\",waiting_lora_adapters=\"\"}} 1\n",
+            vllm(0, 1, 0.1)
+        )
+    };
+    scrape_round(
+        &mut host,
+        &mut engine,
+        &[
+            ("10.0.0.1:8000", Some(200), lora("a")),
+            ("10.0.0.2:8000", Some(200), lora("b")),
+            ("10.0.0.3:8000", Some(200), lora("c")),
+        ],
+    );
+    for (ctx, model, pod) in [
+        (1, "b", "10.0.0.2:8000"),
+        (2, "a", "10.0.0.1:8000"),
+        (3, "c", "10.0.0.3:8000"),
+        (4, "b", "10.0.0.2:8000"),
+    ] {
+        host.live_contexts.push(ctx);
+        assert_eq!(
+            engine.on_request_headers(&mut host, ctx, false),
+            Verdict::Pause,
+            "held for the model"
+        );
+        host.body = format!(r#"{{"model":"{model}","messages":[]}}"#).into_bytes();
+        let n = host.body.len();
+        assert_eq!(
+            engine.on_request_body(&mut host, ctx, n, true),
+            Verdict::Continue
+        );
+        let d = dest(&host).unwrap();
+        assert!(d.starts_with(pod), "model {model}: {d}");
+        engine.on_done(&mut host, ctx);
+    }
 }
