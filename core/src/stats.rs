@@ -115,7 +115,10 @@ const FIXED: [(Counter, &str); 21] = [
         Counter::ClusterInflightLocal,
         "ai_lb.cluster_metrics.inflight_local",
     ),
-    (Counter::BodyWithheldDetected, "ai_lb.body.withheld_detected"),
+    (
+        Counter::BodyWithheldDetected,
+        "ai_lb.body.withheld_detected",
+    ),
 ];
 
 /// Metric ids in the order of [`Stats::names`].

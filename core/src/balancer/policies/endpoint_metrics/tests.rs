@@ -464,7 +464,10 @@ fn config_keys_defaults_and_errors() {
         ("/metrics", 500, 400, 5000)
     );
     assert_eq!(s.host_header, "x-envoy-original-dst-host");
-    assert!(!r.decide_at_headers, "the model (LoRA affinity) is in the body");
+    assert!(
+        !r.decide_at_headers,
+        "the model (LoRA affinity) is in the body"
+    );
     assert_eq!(
         r.publish,
         crate::config::Publish::Header {
