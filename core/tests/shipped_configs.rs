@@ -72,7 +72,7 @@ fn it_accepts_every_schema_key_with_its_default() {
                 }
                 "cluster_metrics" => {
                     cfg["lb_type"] = json!("cluster");
-                    lb.insert("mode".into(), json!("LeastBusy"));
+                    lb.insert("mode".into(), json!("AdaptiveScore"));
                     lb.insert("service_list".into(), json!(["outbound|80||a.static"]));
                 }
                 "cluster_hash" => {
