@@ -11,6 +11,10 @@ use crate::hash::{self, SplitMix64};
 /// Virtual nodes per endpoint (ketama's 160): each endpoint's share of the keys is within about
 /// ±10% of 1/N.
 pub const VNODES: usize = 160;
+/// Large lists get fewer virtual nodes each (at least [`MIN_VNODES`]), so a VM's ring stays
+/// under this many points (1 MiB).
+pub const MAX_POINTS: usize = 1 << 16;
+pub const MIN_VNODES: usize = 16;
 
 /// The ring of one endpoint list.
 #[derive(Debug, Clone)]
@@ -24,11 +28,12 @@ impl Ring {
     /// Each endpoint's points depend only on its address, so the same address keeps its keys
     /// whatever else joins or leaves the list.
     pub fn new<S: AsRef<str>>(endpoints: &[S]) -> Ring {
-        let mut points = Vec::with_capacity(endpoints.len() * VNODES);
+        let vnodes = (MAX_POINTS / endpoints.len().max(1)).clamp(MIN_VNODES, VNODES);
+        let mut points = Vec::with_capacity(endpoints.len() * vnodes);
         for (i, e) in endpoints.iter().enumerate() {
             let mut g = SplitMix64(hash::fnv1a(hash::FNV_OFFSET, e.as_ref().as_bytes()));
             let i = u32::try_from(i).unwrap_or(u32::MAX);
-            points.extend((0..VNODES).map(|_| (g.next_u64(), i)));
+            points.extend((0..vnodes).map(|_| (g.next_u64(), i)));
         }
         points.sort_unstable();
         Ring {
@@ -284,5 +289,9 @@ mod tests {
             2
         );
         assert!(Ring::new::<&str>(&[]).walk(1).next().is_none());
+        // A large list stays under the point budget and still meets every endpoint.
+        let big = Ring::new(&endpoints(5_000));
+        assert!(big.points.len() <= MAX_POINTS.max(5_000 * MIN_VNODES));
+        assert_eq!(big.walk(7).count(), 5_000);
     }
 }
