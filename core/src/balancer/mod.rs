@@ -419,4 +419,6 @@ impl Balancer {
 #[cfg(test)]
 mod cluster_tests;
 #[cfg(test)]
+mod local_prefix_tests;
+#[cfg(test)]
 mod tests;
