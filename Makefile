@@ -143,6 +143,7 @@ test: deps lint unit-test check-abi package wasm-unit-test e2e-test
 bench: deps build e2e-build
 	$(CARGO) run --profile bench-native --quiet -p ailb-core --example bench_redis
 	$(CARGO) run --profile bench-native --quiet -p ailb-core --example bench_parse
+	$(CARGO) run --profile bench-native --quiet -p ailb-core --example bench_local_prefix
 	$(E2E_BIN)/ailb-bench
 
 # Higress plugin-market layout: plugin.tar.gz (holding plugin.wasm) beside spec.yaml and README.

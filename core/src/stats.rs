@@ -49,6 +49,12 @@ pub enum Counter {
     PrefixHit,
     /// prefix_cache: the matched endpoint was too loaded; the request spilled.
     PrefixSpill,
+    /// prefix_cache, plain Envoy: a prefix-index record in shared data did not decode and was
+    /// started afresh (docs/redis-data-model.md §9).
+    PrefixIndexReset,
+    /// prefix_cache, plain Envoy: a prefix-index record could not be written (the request is
+    /// still routed; its prefixes are not remembered).
+    PrefixIndexFailed,
     /// endpoint_metrics: a metrics text was parsed (per scrape or host-text change, never per request).
     MetricsParsed,
     /// endpoint_metrics: `rate_limit` moved a pick to another endpoint.
@@ -76,7 +82,7 @@ pub enum Counter {
     BodyWithheldDetected,
 }
 
-const FIXED: [(Counter, &str); 21] = [
+const FIXED: [(Counter, &str); 23] = [
     (Counter::RedisCalls, "ai_lb.redis.calls"),
     (Counter::RedisErrors, "ai_lb.redis.errors"),
     (Counter::RedisTimeouts, "ai_lb.redis.timeouts"),
@@ -87,6 +93,8 @@ const FIXED: [(Counter, &str); 21] = [
     (Counter::ReleaseFailures, "ai_lb.release.failed"),
     (Counter::PrefixHit, "ai_lb.prefix.hit"),
     (Counter::PrefixSpill, "ai_lb.prefix.spill"),
+    (Counter::PrefixIndexReset, "ai_lb.prefix.index_reset"),
+    (Counter::PrefixIndexFailed, "ai_lb.prefix.index_failed"),
     (Counter::MetricsParsed, "ai_lb.metrics.parsed"),
     (Counter::MetricsRateLimited, "ai_lb.metrics.rate_limited"),
     (Counter::ScrapeOk, "ai_lb.metrics.scrape_ok"),

@@ -72,13 +72,7 @@ fn it_accepts_every_schema_key_with_its_default() {
                 }
                 "cluster_metrics" => {
                     cfg["lb_type"] = json!("cluster");
-                    // inflight_capacity is read by AdaptiveScore only (a warning elsewhere).
-                    let mode = if key == "inflight_capacity" {
-                        "AdaptiveScore"
-                    } else {
-                        "LeastBusy"
-                    };
-                    lb.insert("mode".into(), json!(mode));
+                    lb.insert("mode".into(), json!("AdaptiveScore"));
                     lb.insert("service_list".into(), json!(["outbound|80||a.static"]));
                 }
                 "cluster_hash" => {

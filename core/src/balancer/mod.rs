@@ -552,4 +552,6 @@ mod body_tests;
 #[cfg(test)]
 mod cluster_tests;
 #[cfg(test)]
+mod local_prefix_tests;
+#[cfg(test)]
 mod tests;

@@ -1,9 +1,12 @@
 //! `prefix_cache` keys: Higress's `redisKeyTTL` (read as Go reads it), plus how prompts are cut
-//! into blocks and how much imbalance an affinity may cost (ours, strict).
+//! into blocks, how much imbalance an affinity may cost and, in the plain-Envoy build, how large
+//! the per-proxy prefix index may grow (ours, strict).
 
 use super::error::ConfigError;
 use super::raw::RawLbConfig;
 use super::read::In;
+use super::values::Build;
+use crate::prefix::local_index;
 use crate::prefix::CanonConfig;
 
 pub const PREFIX_KEYS: &[&str] = &[
@@ -12,6 +15,7 @@ pub const PREFIX_KEYS: &[&str] = &[
     "maxBlocks",
     "affinityMaxImbalance",
     "affinityMaxImbalanceRatio",
+    "localIndexMaxEntries",
 ];
 
 /// A prefix_cache route's settings.
@@ -26,6 +30,9 @@ pub struct PrefixSettings {
     pub max_imbalance: u64,
     /// ...and more than this many times its load.
     pub max_imbalance_ratio: f64,
+    /// Plain-Envoy build: most prefix keys the per-proxy index holds (`localIndexMaxEntries`;
+    /// docs/redis-data-model.md §9).
+    pub index_max_entries: usize,
 }
 
 const DEFAULT_TTL_S: i64 = 1800;
@@ -81,6 +88,26 @@ impl TryFrom<(In<'_, '_, RawLbConfig>, usize)> for PrefixSettings {
                 format!("{ratio} is outside 1.0-1000"),
             ));
         }
+        let index_max_entries = r.own("localIndexMaxEntries", &raw.local_index_max_entries)?;
+        if index_max_entries.is_some() && i.build == Build::Higress {
+            return Err(r.err(
+                "localIndexMaxEntries",
+                "only in the plain-Envoy build (Higress keeps prefixes in Redis)",
+            ));
+        }
+        let index_max_entries =
+            index_max_entries.unwrap_or(local_index::DEFAULT_MAX_ENTRIES as u64);
+        let range = local_index::MIN_MAX_ENTRIES as u64..=local_index::MAX_MAX_ENTRIES as u64;
+        if !range.contains(&index_max_entries) {
+            return Err(r.err(
+                "localIndexMaxEntries",
+                format!(
+                    "{index_max_entries} is outside {}-{}",
+                    range.start(),
+                    range.end()
+                ),
+            ));
+        }
         Ok(PrefixSettings {
             ttl_s,
             canon: CanonConfig {
@@ -90,6 +117,67 @@ impl TryFrom<(In<'_, '_, RawLbConfig>, usize)> for PrefixSettings {
             },
             max_imbalance,
             max_imbalance_ratio: ratio,
+            index_max_entries: index_max_entries as usize,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::read::Reader;
+    use crate::config::warning::Warnings;
+    use crate::config::{PluginConfig, PolicyConfig};
+    use serde_json::json;
+
+    /// The plain-Envoy build's reading of a prefix_cache `lb_config` (the settings step alone).
+    fn envoy(lb: serde_json::Value) -> Result<PrefixSettings, ConfigError> {
+        let raw = RawLbConfig::from_value(&lb);
+        let mut warnings = Warnings::default();
+        let mut r = Reader::new("lb_config", &mut warnings);
+        let i = In {
+            raw: &raw,
+            r: &mut r,
+            build: Build::Envoy,
+        };
+        PrefixSettings::try_from((i, 1 << 20))
+    }
+
+    #[test]
+    fn local_index_max_entries_defaults_and_is_checked() {
+        let s = envoy(json!({})).unwrap();
+        assert_eq!(s.index_max_entries, local_index::DEFAULT_MAX_ENTRIES);
+        let s = envoy(json!({"localIndexMaxEntries": 4096})).unwrap();
+        assert_eq!(s.index_max_entries, 4096);
+        for (bad, want) in [
+            (
+                json!(255),
+                "localIndexMaxEntries: 255 is outside 256-1048576",
+            ),
+            (json!(2_000_000), "outside 256-1048576"),
+            (json!("4096"), "localIndexMaxEntries: wrong type"),
+            (json!(-1), "wrong type"),
+        ] {
+            let e = envoy(json!({ "localIndexMaxEntries": bad })).unwrap_err();
+            assert!(e.to_string().contains(want), "{e}");
+        }
+    }
+
+    #[test]
+    fn local_index_max_entries_is_refused_by_the_higress_build() {
+        let cfg = json!({"lb_policy": "prefix_cache", "lb_config": {
+            "serviceFQDN": "redis.static", "servicePort": 6379, "localIndexMaxEntries": 4096}});
+        let e = PluginConfig::parse_for(cfg.to_string().as_bytes(), Build::Higress).unwrap_err();
+        assert!(
+            e.to_string().contains("only in the plain-Envoy build"),
+            "{e}"
+        );
+        let cfg = json!({"lb_policy": "prefix_cache", "lb_config": {
+            "serviceFQDN": "redis.static", "servicePort": 6379}});
+        let g = PluginConfig::parse_for(cfg.to_string().as_bytes(), Build::Higress).unwrap();
+        let Some(PolicyConfig::PrefixCache(s)) = g.global.as_ref().map(|c| &c.policy) else {
+            panic!("not prefix_cache");
+        };
+        assert_eq!(s.index_max_entries, local_index::DEFAULT_MAX_ENTRIES);
     }
 }

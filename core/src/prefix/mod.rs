@@ -3,15 +3,21 @@
 //! Pure functions, no host calls. [`canonicalize`] turns an OpenAI Chat / Completions /
 //! Responses or Anthropic Messages body into blocks (one per tool list, system prompt and
 //! message; long ones cut into fixed-size pieces); [`chain_keys`] salts them with the model
-//! and chains them into 8-byte keys; [`prefix_key`] names the Redis key of each.
+//! and chains them into 8-byte keys; [`prefix_key`] names the Redis key of each. The plain-Envoy
+//! build keeps those keys in [`local_index`] (shared data) and, where none is known, chooses by
+//! [`chwbl`] on the key of the [`anchor`] block.
 
+mod anchor;
 mod block;
 mod canon;
 mod chain;
+pub mod chwbl;
 mod error;
 mod json;
+pub mod local_index;
 mod message;
 
+pub use anchor::anchor;
 pub use block::{KIND_CONTINUATION, KIND_MESSAGE, KIND_PROMPT, KIND_TOOLS};
 pub use canon::{canonicalize, Api, CanonConfig, Canonical};
 pub use chain::{block_hash, chain_keys, key_hex, prefix_key, PrefixKey};

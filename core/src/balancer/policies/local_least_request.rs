@@ -19,7 +19,7 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input) -> Decision {
     if endpoints.is_empty() {
         return Decision::Fallback(Cause::NoHealthyEndpoint);
     }
-    let key: Rc<str> = format!("ailb.glr.{}", upstream::fingerprint(&endpoints)).into();
+    let key = counts_key(&endpoints);
     let start = env.rng.next_u64();
     let cap = input.config.common.max_load;
     let cost = cost_of(input.config, input.body_bytes);
@@ -61,6 +61,12 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input) -> Decision {
             Decision::Fallback(Cause::SharedData)
         }
     }
+}
+
+/// The shared-data record of this proxy's in-flight counts over `endpoints` (also the load
+/// prefix_cache's plain-Envoy guard reads and counts in, local_prefix_cache.rs).
+pub fn counts_key(endpoints: &[String]) -> Rc<str> {
+    format!("ailb.glr.{}", upstream::fingerprint(endpoints)).into()
 }
 
 /// Stream end of a plain-Envoy least-request pick: its cost back, never below zero.

@@ -9,6 +9,7 @@ pub mod endpoint_metrics;
 mod input;
 pub mod least_request;
 pub mod local_least_request;
+pub mod local_prefix_cache;
 pub mod prefix_cache;
 
 use super::request::Decision;
@@ -26,14 +27,21 @@ pub struct Policies {
     slots: Vec<(Rc<RouteConfig>, Option<SlotTable>)>,
     /// cluster_metrics: where each route config keeps its shared statistics.
     services: Vec<(Rc<RouteConfig>, Rc<cluster_metrics::SharedStats>)>,
+    /// prefix_cache without Redis (plain Envoy): each route config's index and ring.
+    prefixes: Vec<(Rc<RouteConfig>, Rc<local_prefix_cache::LocalPrefix>)>,
 }
 
 impl Policies {
     pub fn new(config: &PluginConfig, seed: u64) -> Policies {
         let mut slots = Vec::new();
         let mut services = Vec::new();
+        let mut prefixes = Vec::new();
         for (position, c) in config.routes().enumerate() {
             match &c.policy {
+                PolicyConfig::PrefixCache(p) if c.redis.is_none() => prefixes.push((
+                    c.clone(),
+                    Rc::new(local_prefix_cache::LocalPrefix::new(position, c, p)),
+                )),
                 PolicyConfig::ClusterHash(h) => slots.push((c.clone(), cluster_hash::slots(h))),
                 PolicyConfig::ClusterMetrics(m) => services.push((
                     c.clone(),
@@ -46,6 +54,7 @@ impl Policies {
             metrics: endpoint_metrics::EndpointMetrics::new(config, seed),
             slots,
             services,
+            prefixes,
         }
     }
 
@@ -56,7 +65,22 @@ impl Policies {
             }
             // Plain Envoy: per-proxy counts in shared data.
             PolicyConfig::GlobalLeastRequest => local_least_request::decide(host, env, input),
-            PolicyConfig::PrefixCache(settings) => prefix_cache::decide(host, env, input, settings),
+            PolicyConfig::PrefixCache(settings) if input.config.redis.is_some() => {
+                prefix_cache::decide(host, env, input, settings)
+            }
+            // Plain Envoy: the index in shared data, CHWBL where it knows nothing.
+            PolicyConfig::PrefixCache(settings) => {
+                match self
+                    .prefixes
+                    .iter()
+                    .find(|(c, _)| Rc::ptr_eq(c, input.config))
+                {
+                    Some((_, state)) => {
+                        local_prefix_cache::decide(host, env, input, settings, state)
+                    }
+                    None => Decision::Fallback(crate::reason::Cause::NoRoute),
+                }
+            }
             PolicyConfig::EndpointMetrics(mc) => self.metrics.decide(host, env, input, mc),
             PolicyConfig::ClusterHash(hc) => {
                 let slots = self

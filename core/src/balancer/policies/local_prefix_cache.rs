@@ -1,0 +1,358 @@
+//! prefix_cache in the plain-Envoy build (docs/redis-data-model.md §9). There is no Redis host
+//! call there, so:
+//! - the prefix index is per proxy, in shared data (prefix/local_index.rs): each request's
+//!   conversation keys (its anchor and deepest keys) → the endpoint it was sent to;
+//! - a request whose conversation the index does not know goes where consistent hashing with
+//!   bounded loads puts its anchor key (prefix/chwbl.rs). Every proxy computes the same, so
+//!   replicas that share nothing send a conversation to the same pod while it is within the
+//!   bound;
+//! - the load is this proxy's in-flight count, taken with CAS in local_least_request's record
+//!   and held as a `Hold::Local` lease: stream end gives it back on the existing path.
+//!
+//! A body that is not a usable prompt (or too large to read) gets a plain-Envoy least-request
+//! pick.
+
+use super::input::{Env, Input};
+use super::local_least_request;
+use crate::balancer::pick::LocalLease;
+use crate::balancer::request::{Decision, Hold, Rejection};
+use crate::balancer::shared;
+use crate::balancer::telemetry::Telemetry;
+use crate::config::{PrefixSettings, RouteConfig};
+use crate::hash;
+use crate::host::{Host, LogLevel};
+use crate::prefix::chwbl::{self, Bound, Ring};
+use crate::prefix::local_index::{self, Layout, Shard};
+use crate::prefix::{anchor, canonicalize, PrefixKey};
+use crate::reason::{Cause, Reason};
+use crate::stats::Counter;
+use std::rc::Rc;
+
+/// A request reads and records at most this many of its deepest keys, plus its anchor: a
+/// conversation's next turn matches within its last few blocks, and a long new prompt must not
+/// touch hundreds of records.
+pub const WINDOW: usize = 32;
+/// The most fallbacks a route publishes (`fallbackCount` ≤ 16).
+const MAX_FALLBACKS: usize = 16;
+
+/// One route config's plain-Envoy prefix state, built at configure.
+#[derive(Debug)]
+pub struct LocalPrefix {
+    /// Shared-data name of the index; its records are `<base>.<shard>`.
+    base: String,
+    layout: Layout,
+    ring: Ring,
+    /// Each endpoint's tag in index entries, by position in the route's `endpoints`.
+    tags: Vec<u32>,
+    counts_key: Rc<str>,
+    ttl_ms: u64,
+    /// CHWBL's bound, and the hit guard: both from `affinityMaxImbalanceRatio` (factor) and
+    /// `affinityMaxImbalance` (slack), docs/redis-data-model.md §9.
+    bound: Bound,
+}
+
+/// The deepest key of a request the index knows: its position in the chain, and the endpoint.
+#[derive(Debug, Clone, Copy)]
+struct Known {
+    depth: usize,
+    endpoint: usize,
+}
+
+impl LocalPrefix {
+    /// `position`: the config's place among the plugin's route configs (global first), so each
+    /// route keeps its own index. The name does not depend on the endpoint list: after a change
+    /// the entries of the endpoints that stayed still apply.
+    pub fn new(position: usize, config: &RouteConfig, settings: &PrefixSettings) -> LocalPrefix {
+        let layout = Layout::new(settings.index_max_entries);
+        let identity = format!(
+            "{position}\n{}\n{}",
+            config.common.key_prefix,
+            layout.shards()
+        );
+        let base = format!(
+            "ailb.px.{:016x}",
+            hash::fnv1a(hash::FNV_OFFSET, identity.as_bytes())
+        );
+        LocalPrefix {
+            base,
+            layout,
+            ring: Ring::new(&config.endpoints),
+            tags: config
+                .endpoints
+                .iter()
+                .map(|e| local_index::endpoint_tag(e))
+                .collect(),
+            counts_key: local_least_request::counts_key(&config.endpoints),
+            ttl_ms: settings.ttl_s.saturating_mul(1000),
+            bound: Bound {
+                factor: settings.max_imbalance_ratio,
+                slack: settings.max_imbalance,
+            },
+        }
+    }
+}
+
+pub fn decide(
+    host: &mut dyn Host,
+    env: Env,
+    input: &Input,
+    settings: &PrefixSettings,
+    state: &LocalPrefix,
+) -> Decision {
+    let endpoints = &input.config.endpoints;
+    if endpoints.is_empty() {
+        return Decision::Fallback(Cause::NoHealthyEndpoint);
+    }
+    if !input.read_body {
+        return local_least_request::decide(host, env, input);
+    }
+    let body = host.request_body(0, input.body_bytes).unwrap_or_default();
+    let (keys, at) = match canonicalize(&body, &settings.canon) {
+        Ok(canon) => (canon.chain_keys(), anchor(canon.blocks())),
+        Err(e) => {
+            env.tel.inc(host, Counter::Fallback(Cause::BadRequest));
+            env.tel.log(
+                host,
+                LogLevel::Debug,
+                input.ctx,
+                format_args!("no prefix ({e}); least-request"),
+            );
+            return local_least_request::decide(host, env, input);
+        }
+    };
+    let Some(&home) = keys.get(at) else {
+        return local_least_request::decide(host, env, input);
+    };
+    let home = u64::from_le_bytes(home);
+    let window = window(keys.len(), at);
+    let now = host.now_ms();
+    let known = state.lookup(host, &keys, &window, now);
+    let cap = input.config.common.max_load;
+    let taken = shared::update(host, &state.counts_key, |cur| {
+        let mut counts = cur.map(shared::decode_counts).unwrap_or_default();
+        let loads: Vec<u64> = endpoints
+            .iter()
+            .map(|e| counts.get(e).copied().unwrap_or(0))
+            .collect();
+        let choice = state
+            .choose(&loads, cap, known, home)
+            .and_then(|(e, reason)| Some((e, endpoints.get(e)?.clone(), reason)));
+        if let Some((_, address, _)) = &choice {
+            *counts.entry(address.clone()).or_insert(0) += 1;
+        }
+        (shared::encode_counts(&counts), choice)
+    });
+    match taken {
+        Ok(Some((chosen, address, reason))) => {
+            state.record(host, env.tel, input.ctx, &keys, &window, known, chosen, now);
+            let fallbacks = state
+                .ring
+                .walk(home)
+                .filter(|&e| e != chosen)
+                .take(MAX_FALLBACKS)
+                .filter_map(|e| endpoints.get(e).cloned())
+                .collect();
+            Decision::Route {
+                hold: Some(Hold::Local(LocalLease {
+                    key: state.counts_key.clone(),
+                    endpoint: address.clone(),
+                    // One request, as counted above (the guard's slack is in requests).
+                    cost: 1,
+                })),
+                endpoint: address,
+                fallbacks,
+                reason,
+            }
+        }
+        Ok(None) => Decision::Reject(Rejection::MaxRequestCount),
+        Err(e) => {
+            env.tel
+                .log(host, LogLevel::Debug, input.ctx, format_args!("{e}"));
+            Decision::Fallback(Cause::SharedData)
+        }
+    }
+}
+
+/// The chain positions a request reads and records, deepest first: its last [`WINDOW`] keys
+/// from the anchor on, then the anchor if it is further back. Keys before the anchor (tools,
+/// system prompt) are shared by many conversations and never route one.
+fn window(len: usize, anchor: usize) -> Vec<usize> {
+    let low = anchor.max(len.saturating_sub(WINDOW));
+    let mut w: Vec<usize> = (low..len).rev().collect();
+    if anchor < low {
+        w.push(anchor);
+    }
+    w
+}
+
+impl LocalPrefix {
+    /// The deepest key of `window` the index maps to a current endpoint. Each record is read
+    /// once; one that does not decode is passed over here and reset by the next write.
+    fn lookup(
+        &self,
+        host: &dyn Host,
+        keys: &[PrefixKey],
+        window: &[usize],
+        now: u64,
+    ) -> Option<Known> {
+        let mut records: Vec<(u32, Option<Vec<u8>>)> = Vec::new();
+        for &depth in window {
+            let Some(key) = keys.get(depth) else {
+                continue;
+            };
+            let shard = self.layout.shard_of(key);
+            let at = match records.iter().position(|(s, _)| *s == shard) {
+                Some(at) => at,
+                None => {
+                    let name = local_index::shard_key(&self.base, shard);
+                    let bytes = host.shared_get(&name).ok().flatten().map(|(v, _)| v);
+                    records.push((shard, bytes));
+                    records.len() - 1
+                }
+            };
+            let Some((_, Some(bytes))) = records.get(at) else {
+                continue;
+            };
+            if let Ok(Some(tag)) = Shard::lookup(bytes, key, now) {
+                if let Some(endpoint) = self.endpoint_of(tag) {
+                    return Some(Known { depth, endpoint });
+                }
+            }
+        }
+        None
+    }
+
+    /// The current endpoint with this tag; none when no endpoint (or, improbably, two) has it.
+    fn endpoint_of(&self, tag: u32) -> Option<usize> {
+        let mut found = self.tags.iter().enumerate().filter(|(_, t)| **t == tag);
+        let (first, _) = found.next()?;
+        found.next().is_none().then_some(first)
+    }
+
+    /// Where the request goes, by the loads it is about to join. A known endpoint is kept unless
+    /// it is at `maxRequestCount` or over the guard of the Redis script (its load exceeds the
+    /// least-loaded one's by more than `affinityMaxImbalance` and is more than
+    /// `affinityMaxImbalanceRatio` times it, docs/redis-data-model.md §5); otherwise CHWBL on the
+    /// anchor key, never back to the endpoint just left. None: every endpoint is at the cap.
+    fn choose(
+        &self,
+        loads: &[u64],
+        cap: u64,
+        known: Option<Known>,
+        home: u64,
+    ) -> Option<(usize, Reason)> {
+        let room = |e: usize| cap == 0 || loads.get(e).is_some_and(|&l| l < cap);
+        let min = loads.iter().copied().min()?;
+        let mut left = None;
+        if let Some(k) = known {
+            let load = loads.get(k.endpoint).copied().unwrap_or(0);
+            let crowded = load.saturating_sub(min) > self.bound.slack
+                && load as f64 > min as f64 * self.bound.factor;
+            if room(k.endpoint) && !crowded {
+                return Some((k.endpoint, Reason::PrefixHit));
+            }
+            left = Some(k.endpoint);
+        }
+        let reason = match left {
+            Some(_) => Reason::PrefixSpill,
+            None => Reason::PrefixMiss,
+        };
+        let allowed = |e: usize| room(e) && Some(e) != left;
+        let e = chwbl::pick(&self.ring, home, loads, self.bound, allowed).or_else(|| {
+            // Only when the bound and the exclusion leave nothing: the least loaded with room.
+            (0..loads.len())
+                .filter(|&e| room(e))
+                .min_by_key(|&e| loads.get(e).copied().unwrap_or(u64::MAX))
+        })?;
+        Some((e, reason))
+    }
+
+    /// Records the choice as the Redis script does: the matched key's life is extended and the
+    /// keys past it now name `endpoint`; the shorter keys stay where they were (after a spill,
+    /// moving them would herd every conversation sharing them onto the new endpoint). One CAS
+    /// update per record touched.
+    #[allow(clippy::too_many_arguments)] // one call site; a struct would only rename them
+    fn record(
+        &self,
+        host: &mut dyn Host,
+        tel: &Telemetry,
+        ctx: u32,
+        keys: &[PrefixKey],
+        window: &[usize],
+        known: Option<Known>,
+        endpoint: usize,
+        now: u64,
+    ) {
+        let Some(&tag) = self.tags.get(endpoint) else {
+            return;
+        };
+        let expires = now.saturating_add(self.ttl_ms);
+        // (record, key, Some(tag) = map, None = extend)
+        let mut ops: Vec<(u32, PrefixKey, Option<u32>)> = window
+            .iter()
+            .filter_map(|&depth| {
+                let key = *keys.get(depth)?;
+                let op = match known {
+                    Some(k) if depth < k.depth => return None,
+                    Some(k) if depth == k.depth => None,
+                    _ => Some(tag),
+                };
+                Some((self.layout.shard_of(&key), key, op))
+            })
+            .collect();
+        ops.sort_by_key(|(shard, _, _)| *shard);
+        for group in ops.chunk_by(|a, b| a.0 == b.0) {
+            let Some(&(shard, _, _)) = group.first() else {
+                continue;
+            };
+            let name = local_index::shard_key(&self.base, shard);
+            let result = shared::update(host, &name, |cur| {
+                let (mut record, reset) = match Shard::decode(cur) {
+                    Ok(r) => (r, false),
+                    Err(_) => (Shard::default(), true),
+                };
+                for (_, key, op) in group {
+                    match op {
+                        Some(tag) => record.put(key, *tag, expires),
+                        None => {
+                            record.touch(key, now, expires);
+                        }
+                    }
+                }
+                (record.into_bytes(), reset)
+            });
+            match result {
+                Ok(false) => {}
+                Ok(true) => {
+                    tel.inc(host, Counter::PrefixIndexReset);
+                    tel.log(
+                        host,
+                        LogLevel::Warn,
+                        ctx,
+                        format_args!("prefix index record {name} did not decode: started afresh"),
+                    );
+                }
+                Err(e) => {
+                    tel.inc(host, Counter::PrefixIndexFailed);
+                    tel.log(host, LogLevel::Debug, ctx, format_args!("{name}: {e}"));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_window_is_the_deepest_keys_then_the_anchor() {
+        assert_eq!(window(3, 1), vec![2, 1]);
+        assert_eq!(window(1, 0), vec![0]);
+        assert_eq!(window(0, 0), Vec::<usize>::new());
+        let w = window(100, 2);
+        assert_eq!(w.len(), WINDOW + 1);
+        assert_eq!((w[0], w[WINDOW - 1], w[WINDOW]), (99, 68, 2));
+        assert_eq!(window(40, 20), (20..40).rev().collect::<Vec<_>>());
+    }
+}
