@@ -1,0 +1,227 @@
+//! prefix_cache without Redis in real Envoy 1.40: two Envoy processes × two workers in front of
+//! the same fake pods, sharing nothing (docs/redis-data-model.md §9). Conversations keep their
+//! pod across both proxies, identical openings land together, a hot conversation spills to
+//! the same next pod, and a dead pod's conversations move to one pod (the ring's next, used by
+//! Envoy's retry) from both proxies.
+
+use ailb_e2e::bed::Bed;
+use ailb_e2e::envoy::Envoy;
+use ailb_e2e::gateway::http;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+const SYSTEM: &str = "You are a meticulous support engineer for a cloud storage product. Answer \
+    precisely, cite the documentation section when you can, never invent API names, and keep \
+    answers under two hundred words unless asked for detail.";
+
+fn bed(pods: usize) -> Bed {
+    Bed::new(pods, |c| {
+        c.max_running = 64;
+        c.decode_us_per_token = 10_000;
+        c.decode_batch_penalty = 0.0;
+        c.prefill_us_per_token = 20;
+    })
+}
+
+fn plugin(pods: &[String]) -> Value {
+    json!({"lb_policy": "prefix_cache", "lb_config": {
+        "endpoints": pods, "debugHeader": "x-ai-lb-debug"}})
+}
+
+/// Two Envoys (2 workers each) with the same prefix_cache config.
+fn envoys(bed: &Bed) -> [Envoy; 2] {
+    let pods = bed.pod_addrs();
+    [
+        Envoy::start(&pods, &plugin(&pods)),
+        Envoy::start(&pods, &plugin(&pods)),
+    ]
+}
+
+/// Conversation `topic` at turn `turn`: the system prompt, the earlier exchanges, the next
+/// question.
+fn turn_body(topic: &str, opening: &str, turn: usize, max_tokens: u64) -> Vec<u8> {
+    let mut messages = vec![
+        json!({"role": "system", "content": SYSTEM}),
+        json!({"role": "user", "content": opening}),
+    ];
+    for t in 1..=turn {
+        messages.push(json!({"role": "assistant", "content": format!("{topic}: answer {t}")}));
+        messages.push(json!({"role": "user", "content": format!("{topic}: follow-up {t}")}));
+    }
+    json!({"model": "m", "messages": messages, "max_tokens": max_tokens})
+        .to_string()
+        .into_bytes()
+}
+
+/// (status, answering pod, debug header).
+fn send(url: &str, body: &[u8]) -> (u16, String, String) {
+    let headers = [("content-type", "application/json")];
+    match http(url, "POST", "/v1/chat/completions", &headers, body) {
+        Ok((status, hs, _)) => {
+            let h = |n: &str| {
+                hs.iter()
+                    .find(|(k, _)| k == n)
+                    .map(|(_, v)| v.clone())
+                    .unwrap_or_default()
+            };
+            (status, h("x-pod"), h("x-ai-lb-debug"))
+        }
+        Err(e) => (0, String::new(), e.to_string()),
+    }
+}
+
+fn stat(envoys: &[Envoy], name: &str) -> i64 {
+    envoys.iter().map(|e| e.stat(name)).sum()
+}
+
+#[test]
+fn envoy_conversations_keep_their_pod_across_two_proxies() {
+    let bed = bed(4);
+    let envoys = envoys(&bed);
+    let mut homes: BTreeMap<usize, BTreeSet<String>> = BTreeMap::new();
+    for turn in 0..5 {
+        for c in 0..12 {
+            // Each turn through the other proxy than the last.
+            let envoy = &envoys[(c + turn) % 2];
+            let body = turn_body(
+                &format!("c{c}"),
+                &format!("c{c}: my upload stalls"),
+                turn,
+                2,
+            );
+            let (status, pod, debug) = send(&envoy.url, &body);
+            assert_eq!(status, 200, "{debug}");
+            homes.entry(c).or_default().insert(pod);
+        }
+    }
+    for (c, pods) in &homes {
+        assert_eq!(pods.len(), 1, "conversation {c} moved: {pods:?}");
+    }
+    let used: BTreeSet<&String> = homes.values().flatten().collect();
+    assert!(used.len() >= 3, "12 conversations spread: {used:?}");
+    // Each proxy knew the conversations it had seen (hits), and agreed on the rest (misses
+    // decided by the same ring walk).
+    for e in &envoys {
+        assert!(e.stat("ai_lb.prefix.hit") >= 12, "{}", e.logs());
+    }
+    assert_eq!(stat(&envoys, "ai_lb.prefix.routed"), 60);
+    assert_eq!(stat(&envoys, "ai_lb.prefix.spill"), 0);
+    assert_eq!(stat(&envoys, "ai_lb.fallback.body_timeout"), 0);
+    // Every later turn found its earlier turns' KV blocks on its pod.
+    let (hit, query) = bed.pods.iter().fold((0, 0), |(h, q), p| {
+        let s = p.state();
+        (h + s.prefix_hit_tokens, q + s.prefix_query_tokens)
+    });
+    assert!(
+        hit * 10 >= query * 6,
+        "pod prefix hits {hit} of {query} tokens"
+    );
+}
+
+#[test]
+fn envoy_identical_openings_land_together_and_different_ones_spread() {
+    let bed = bed(4);
+    let envoys = envoys(&bed);
+    // Many clients, one templated task: the shared system prompt and the same first message.
+    let mut landed = BTreeSet::new();
+    for i in 0..10 {
+        let body = turn_body("t", "Summarise today's incident report.", 0, 2);
+        let (status, pod, debug) = send(&envoys[i % 2].url, &body);
+        assert_eq!(status, 200, "{debug}");
+        landed.insert(pod);
+    }
+    assert_eq!(landed.len(), 1, "{landed:?}");
+    // The same system prompt with different first messages: each conversation is known by its
+    // first message (docs/redis-data-model.md §9, the anchor), so they spread over the pods and
+    // each pod prefills the system prompt once.
+    let mut spread = BTreeSet::new();
+    for i in 0..12 {
+        let body = turn_body("u", &format!("User {i} asks about bucket {i}."), 0, 2);
+        let (status, pod, debug) = send(&envoys[i % 2].url, &body);
+        assert_eq!(status, 200, "{debug}");
+        spread.insert(pod);
+    }
+    assert!(spread.len() >= 3, "{spread:?}");
+}
+
+#[test]
+fn envoy_a_hot_conversation_spills_to_the_same_next_pod_from_both_proxies() {
+    let bed = bed(4);
+    let envoys = envoys(&bed);
+    let urls: Vec<String> = envoys.iter().map(|e| e.url.clone()).collect();
+    // Warm it: its home pod.
+    let body = turn_body("hot", "hot: the shared question", 0, 2);
+    let (status, home, _) = send(&urls[0], &body);
+    assert_eq!(status, 200);
+    // 40 copies in flight at once (20 per proxy), each 1.5 s long.
+    let mut threads = Vec::new();
+    for i in 0..40 {
+        let url = urls[i % 2].clone();
+        let body = turn_body("hot", "hot: the shared question", 0, 150);
+        threads.push(std::thread::spawn(move || send(&url, &body)));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut by_pod: BTreeMap<String, usize> = BTreeMap::new();
+    for t in threads {
+        let (status, pod, debug) = t.join().unwrap();
+        assert_eq!(status, 200, "{debug}");
+        *by_pod.entry(pod).or_default() += 1;
+    }
+    // Each proxy keeps the conversation on its home pod until that pod is 8 requests above
+    // the least loaded (the guard: 9 in flight there, 0 elsewhere), then every further copy
+    // spills along the ring walk from the anchor, the same walk on both proxies: one next pod,
+    // within its bounded load.
+    let spills = stat(&envoys, "ai_lb.prefix.spill");
+    let at_home = by_pod.get(&home).copied().unwrap_or(0);
+    assert!((10..=18).contains(&at_home), "{home}: {by_pod:?}");
+    assert_eq!(spills, 40 - at_home as i64, "{by_pod:?}");
+    assert_eq!(by_pod.len(), 2, "one spill pod: {by_pod:?}");
+    let peak = bed.peaks().into_iter().max().unwrap();
+    assert!(peak <= 28, "peak running {peak}: {by_pod:?}");
+}
+
+#[test]
+fn envoy_a_dead_pods_conversations_move_to_one_pod_from_both_proxies() {
+    let mut bed = bed(4);
+    let envoys = envoys(&bed);
+    let conv =
+        |c: usize, turn: usize| turn_body(&format!("d{c}"), &format!("d{c}: hello"), turn, 2);
+    let mut home = Vec::new();
+    for c in 0..12 {
+        let (status, pod, _) = send(&envoys[c % 2].url, &conv(c, 0));
+        assert_eq!(status, 200);
+        home.push(pod);
+    }
+    // Stop the pod holding the most conversations.
+    let mut per_pod: BTreeMap<&String, usize> = BTreeMap::new();
+    for p in &home {
+        *per_pod.entry(p).or_default() += 1;
+    }
+    let dead = per_pod
+        .iter()
+        .max_by_key(|(_, n)| **n)
+        .unwrap()
+        .0
+        .to_string();
+    let at = bed.pods.iter().position(|p| p.name == dead).unwrap();
+    let pod = bed.pods.remove(at);
+    bed.rt.block_on(pod.shutdown());
+    let mut after: BTreeMap<usize, BTreeSet<String>> = BTreeMap::new();
+    for turn in 1..4 {
+        for c in 0..12 {
+            let (status, pod, debug) = send(&envoys[(c + turn) % 2].url, &conv(c, turn));
+            assert_eq!(status, 200, "{debug}");
+            after.entry(c).or_default().insert(pod);
+        }
+    }
+    for (c, pods) in &after {
+        assert_eq!(pods.len(), 1, "conversation {c} split: {pods:?}");
+        let now = pods.iter().next().unwrap();
+        if home[*c] == dead {
+            assert_ne!(*now, dead);
+        } else {
+            assert_eq!(*now, home[*c], "conversation {c} on a live pod moved");
+        }
+    }
+}
