@@ -66,6 +66,20 @@ impl Envoy {
         })
     }
 
+    /// The same Envoy without the plugin: the override_host cluster's fallback policy (round
+    /// robin) picks every host.
+    pub fn start_plain(pods: &[String]) -> Envoy {
+        Self::start_with(|port, admin| {
+            let mut c = envoy_config(port, admin, pods, &Value::Null, &envoy_wasm());
+            let hcm = &mut c["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
+                ["typed_config"];
+            if let Some(filters) = hcm["http_filters"].as_array_mut() {
+                filters.retain(|f| f["name"] != "envoy.filters.http.wasm");
+            }
+            c
+        })
+    }
+
     /// Like `envoy/envoy-cluster.yaml`: one cluster per service (named by `services`, each
     /// with one address), the route following `x-higress-target-cluster`.
     pub fn start_clusters(services: &[(&str, String)], plugin: &Value) -> Envoy {

@@ -3,11 +3,12 @@
 
 mod cluster;
 mod common;
+mod envoy_prefix;
 mod glr;
 mod metrics;
 mod prefix;
 
-/// `ailb-bench [cpu] [leak] [p99] [prefix] [metrics] [cluster|cluster-cpu|cluster-hash|cluster-p99]`: the named sections only (all by default).
+/// `ailb-bench [cpu] [leak] [p99] [prefix] [metrics] [cluster|cluster-cpu|cluster-hash|cluster-p99] [envoy-prefix]`: the named sections only (all by default).
 fn main() -> anyhow::Result<()> {
     let only: Vec<String> = std::env::args().skip(1).collect();
     let run = |name: &str| only.is_empty() || only.iter().any(|a| a == name);
@@ -39,6 +40,10 @@ fn main() -> anyhow::Result<()> {
     }
     if part("cluster-p99") {
         cluster::cluster_adaptive_vs_round_robin_and_oracle()?;
+    }
+    if run("envoy-prefix") {
+        envoy_prefix::envoy_prefix_vs_round_robin_and_redis()?;
+        envoy_prefix::envoy_added_latency()?;
     }
     Ok(())
 }
