@@ -178,7 +178,7 @@ fn envoy_weighs_least_request_by_the_body_bytes_and_ignores_client_headers() {
     // split above came from the body.
     let envoy = Envoy::start(&pods, &glr(&pods, json!({"costMode": "requests"})));
     let (busy, landed) = big_then_small(&bed, &envoy, 200_000);
-    assert!(landed.iter().any(|p| *p == busy), "{busy}: {landed:?}");
+    assert!(landed.contains(&busy), "{busy}: {landed:?}");
 }
 
 #[test]
