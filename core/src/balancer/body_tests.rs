@@ -254,3 +254,22 @@ fn an_oversized_body_is_balanced_at_once_without_waiting_for_its_end() {
     assert_eq!(host.resumed, 0);
     assert_eq!(host.metric("ai_lb.fallback.body_timeout"), 0);
 }
+
+#[test]
+fn the_tick_scrapes_on_the_root_before_it_resumes_held_requests() {
+    let cfg = json!({"lb_policy": "endpoint_metrics", "lb_config": {
+        "endpoints": ["10.0.0.1:80", "10.0.0.2:80"], "scrapeCluster": "scrape"}});
+    let cfg = PluginConfig::parse_for(cfg.to_string().as_bytes(), Build::Envoy).unwrap();
+    let mut host = MockHost::new().with_route("chat", "outbound|80||llm");
+    let mut b = Balancer::configure(&mut host, cfg, 7, LogLevel::Debug);
+    assert_eq!(headers(&mut host, &mut b, 2), Verdict::Pause);
+    host.now_ms += 1000;
+    b.on_tick(&mut host);
+    assert_eq!(host.resumed, 1);
+    assert_eq!(host.effective_context, Some(2));
+    assert_eq!(
+        host.http_call_contexts,
+        vec![None, None],
+        "scraped as the root"
+    );
+}

@@ -281,10 +281,11 @@ impl Balancer {
         }
     }
 
-    /// Root context tick: body deadlines, and the metrics scraper.
+    /// Root context tick: the metrics scraper, then body deadlines (last: resuming a request
+    /// makes its stream the effective context, and the scraper's callouts belong to the root).
     pub fn on_tick(&mut self, host: &mut dyn Host) {
-        self.expire_body_waits(host);
         self.policies.on_tick(host, &mut self.tel);
+        self.expire_body_waits(host);
     }
 
     /// Plain Envoy: requests held for their body past `maxBodyWaitMs` (or any held request,

@@ -46,6 +46,8 @@ pub struct MockHost {
     pub tick_ms: Option<u32>,
     /// (cluster, headers) of every HTTP callout, in order.
     pub http_calls: Vec<(String, Vec<(String, String)>)>,
+    /// The effective context each callout was made on (None: the root's own).
+    pub http_call_contexts: Vec<Option<u32>>,
     pub http_call_fails: bool,
     /// The callout response readable during `on_http_call_response`.
     pub http_response: Option<(Option<u16>, Vec<u8>)>,
@@ -247,6 +249,7 @@ impl Host for MockHost {
                 kind: HostErrorKind::BadArgument,
             });
         }
+        self.http_call_contexts.push(self.effective_context);
         self.http_calls.push((
             cluster.into(),
             headers
