@@ -52,11 +52,22 @@ fn end_stream(id: u32) {
 /// proxy-wasm 0.2.1 `Action`.
 const CONTINUE: u32 = 0;
 const PAUSE: u32 = 1;
+/// FilterDataStatus::StopIterationAndWatermark (docs/higress-abi.md §2), body callbacks only.
+const STOP_AND_WATERMARK: u32 = 2;
 
 fn action(v: Verdict) -> u32 {
     match v {
         Verdict::Continue => CONTINUE,
         Verdict::Pause => PAUSE,
+        // Headers callbacks never get it; a header status 2 would mean something else.
+        Verdict::PauseWatermark => PAUSE,
+    }
+}
+
+fn data_action(v: Verdict) -> u32 {
+    match v {
+        Verdict::PauseWatermark => STOP_AND_WATERMARK,
+        other => action(other),
     }
 }
 
@@ -161,7 +172,7 @@ pub extern "C" fn proxy_on_request_headers(id: u32, _headers: usize, end_of_stre
 #[no_mangle]
 pub extern "C" fn proxy_on_request_body(id: u32, body_size: usize, end_of_stream: u32) -> u32 {
     with_balancer(id, |b, h| {
-        action(b.on_request_body(h, id, body_size, end_of_stream != 0))
+        data_action(b.on_request_body(h, id, body_size, end_of_stream != 0))
     })
     .unwrap_or(CONTINUE)
 }

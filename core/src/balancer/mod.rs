@@ -66,6 +66,12 @@ fn hold_tick_ms(config: &PluginConfig) -> u32 {
 pub enum Verdict {
     Continue,
     Pause,
+    /// Body callbacks only: hold the request and let the host apply flow control to the rest of
+    /// the body (StopIterationAndWatermark, docs/higress-abi.md §2) instead of buffering it to
+    /// its limit and answering 413. Used while a pick is in flight for a request whose body is
+    /// not read (over `maxBodyBytes`): the rest of the body waits at the client for the Redis
+    /// round trip.
+    PauseWatermark,
 }
 
 pub struct Balancer {
@@ -187,9 +193,11 @@ impl Balancer {
                     self.released.clear();
                 }
             }
-            // Decided at the headers and a pick is in flight: a Continue here would release the
-            // held headers to the router before Redis answers (Envoy resumes the whole chain).
-            Some(r) if r.is_held() => return Verdict::Pause,
+            // Decided (at the headers, or on an oversized body) and a pick is in flight: a Continue
+            // here would release the held headers to the router before Redis answers (Envoy
+            // resumes the whole chain), and buffering would answer 413 at the host's limit for a
+            // body we decided not to read.
+            Some(r) if r.is_held() => return Verdict::PauseWatermark,
             _ => return Verdict::Continue,
         }
         let event = Event::Body {

@@ -21,6 +21,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
 
+/// proxy-wasm FilterDataStatus::StopIterationAndWatermark (docs/higress-abi.md §2).
+const DATA_STOP_AND_WATERMARK: u32 = 2;
+
 type UpstreamFut = Pin<Box<dyn Future<Output = UpstreamResult>>>;
 
 pub struct Upstream {
@@ -112,6 +115,9 @@ pub async fn handle(w: Rc<Worker>, req: Request<Incoming>) -> Result<Response<Ou
     let mut plugin_sees_data = true;
     let mut deliver_buffered = false;
     let mut data_paused = false;
+    // The plugin's last data status was StopIterationAndWatermark: buffer past the limit by
+    // applying flow control (stop reading from the client) instead of answering 413.
+    let mut watermark = false;
     let mut pending: Vec<u8> = Vec::new();
     let mut local_headers = headers;
     if plugin {
@@ -142,22 +148,24 @@ pub async fn handle(w: Rc<Worker>, req: Request<Incoming>) -> Result<Response<Ou
     let mut upstream: Option<Upstream> = None;
 
     // Call on_request_body with what is buffered; false if the VM trapped.
-    let call_body = |pending: &mut Vec<u8>, eos: bool, data_paused: &mut bool| -> bool {
-        let buf = std::mem::take(pending);
-        let len = buf.len();
-        w.with_stream(ctx, |s| s.req_body = buf);
-        let r = w.with_vm(|vm| vm.on_request_body(ctx, len, eos));
-        *pending = w
-            .with_stream(ctx, |s| std::mem::take(&mut s.req_body))
-            .unwrap_or_default();
-        match r {
-            Some(Ok(ret)) => {
-                *data_paused = ret != 0;
-                true
+    let call_body =
+        |pending: &mut Vec<u8>, eos: bool, data_paused: &mut bool, watermark: &mut bool| -> bool {
+            let buf = std::mem::take(pending);
+            let len = buf.len();
+            w.with_stream(ctx, |s| s.req_body = buf);
+            let r = w.with_vm(|vm| vm.on_request_body(ctx, len, eos));
+            *pending = w
+                .with_stream(ctx, |s| std::mem::take(&mut s.req_body))
+                .unwrap_or_default();
+            match r {
+                Some(Ok(ret)) => {
+                    *data_paused = ret != 0;
+                    *watermark = ret == DATA_STOP_AND_WATERMARK;
+                    true
+                }
+                _ => false,
             }
-            _ => false,
-        }
-    };
+        };
 
     loop {
         if plugin {
@@ -177,10 +185,11 @@ pub async fn handle(w: Rc<Worker>, req: Request<Incoming>) -> Result<Response<Ou
                     }
                 }
                 data_paused = false;
+                watermark = false;
             }
             if deliver_buffered {
                 deliver_buffered = false;
-                if !call_body(&mut pending, body_done, &mut data_paused) {
+                if !call_body(&mut pending, body_done, &mut data_paused, &mut watermark) {
                     return Ok(local_reply(
                         &w,
                         Some(guard),
@@ -221,7 +230,7 @@ pub async fn handle(w: Rc<Worker>, req: Request<Incoming>) -> Result<Response<Ou
                 }
             }
         }
-        if (held || data_paused) && pending.len() > limit {
+        if (held || data_paused) && !watermark && pending.len() > limit {
             return Ok(local_reply(
                 &w,
                 Some(guard),
@@ -238,7 +247,7 @@ pub async fn handle(w: Rc<Worker>, req: Request<Incoming>) -> Result<Response<Ou
             }
         };
         tokio::select! {
-            frame = body.frame(), if !body_done => {
+            frame = body.frame(), if !body_done && !(watermark && pending.len() > limit) => {
                 match frame {
                     None => body_done = true,
                     Some(Err(_)) => {
@@ -254,7 +263,7 @@ pub async fn handle(w: Rc<Worker>, req: Request<Incoming>) -> Result<Response<Ou
                 }
                 if body_done || !pending.is_empty() {
                     if plugin && plugin_sees_data && !(upstream.is_some() && data_paused && pending.is_empty()) {
-                        if !call_body(&mut pending, body_done, &mut data_paused) {
+                        if !call_body(&mut pending, body_done, &mut data_paused, &mut watermark) {
                             return Ok(local_reply(&w, Some(guard), 503, b"wasm vm failed".to_vec(), vec![]));
                         }
                         // Data Continue while headers are held continues the headers too.
