@@ -361,7 +361,10 @@ fn global_inflight_asks_redis_with_local_scores_and_gives_the_lease_back() {
     let (mut host, mut e) = global_engine();
     let token = global_pick(&mut host, &mut e, 2);
     // The body arriving meanwhile must not release the held headers to the router.
-    assert_eq!(e.on_request_body(&mut host, 2, 100, true), Verdict::PauseWatermark);
+    assert_eq!(
+        e.on_request_body(&mut host, 2, 100, true),
+        Verdict::PauseWatermark
+    );
     let args = host.last_query_args();
     assert_eq!(args[0], "EVALSHA");
     assert_eq!(
