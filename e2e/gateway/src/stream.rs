@@ -168,6 +168,8 @@ pub async fn handle(w: Rc<Worker>, req: Request<Incoming>) -> Result<Response<Ou
         };
 
     loop {
+        // Flow control (StopIterationAndWatermark): stop reading while over the limit.
+        let backpressure = watermark && pending.len() > limit;
         if plugin {
             let sig = take_signals(&w, ctx);
             if let Some(lr) = sig.local_reply {
@@ -247,7 +249,7 @@ pub async fn handle(w: Rc<Worker>, req: Request<Incoming>) -> Result<Response<Ou
             }
         };
         tokio::select! {
-            frame = body.frame(), if !body_done && !(watermark && pending.len() > limit) => {
+            frame = body.frame(), if !body_done && !backpressure => {
                 match frame {
                     None => body_done = true,
                     Some(Err(_)) => {
