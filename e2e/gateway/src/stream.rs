@@ -168,8 +168,6 @@ pub async fn handle(w: Rc<Worker>, req: Request<Incoming>) -> Result<Response<Ou
         };
 
     loop {
-        // Flow control (StopIterationAndWatermark): stop reading while over the limit.
-        let backpressure = watermark && pending.len() > limit;
         if plugin {
             let sig = take_signals(&w, ctx);
             if let Some(lr) = sig.local_reply {
@@ -242,6 +240,8 @@ pub async fn handle(w: Rc<Worker>, req: Request<Incoming>) -> Result<Response<Ou
             ));
         }
 
+        // Flow control (StopIterationAndWatermark): stop reading while over the limit.
+        let backpressure = watermark && pending.len() > limit;
         let notified = async {
             match &signals {
                 Some(s) => s.notify.notified().await,
