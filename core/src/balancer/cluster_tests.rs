@@ -71,7 +71,9 @@ fn table(host: &MockHost) -> ServiceTable {
     let mut records = shared.iter().filter(|(k, _)| k.starts_with("ailb.cm."));
     let (_, (bytes, _)) = records.next().expect("a record");
     assert!(records.next().is_none(), "one record per route config");
-    ServiceTable::decode(&String::from_utf8_lossy(bytes), &[A, B, C], 100)
+    ServiceTable::new(&[A, B, C], 100)
+        .read(bytes)
+        .expect("the record reads back")
 }
 
 fn stats(host: &MockHost, name: &str) -> crate::cluster::stats::ServiceStats {
@@ -285,6 +287,29 @@ fn garbage_in_shared_data_starts_fresh_statistics() {
     assert_eq!((s.ongoing, s.count), (1, 1));
     end(&mut host, &mut e, 3);
     assert_eq!(stats(&host, &svc).ongoing, 0);
+}
+
+#[test]
+fn a_record_in_the_former_text_format_starts_fresh_statistics() {
+    let (mut host, mut e) = metrics_engine("LeastBusy", "");
+    send(&mut host, &mut e, 2, &[]);
+    end(&mut host, &mut e, 2);
+    let key = host.shared.borrow().keys().next().unwrap().clone();
+    let text =
+        format!("{A} 1 9 0 0 0 0 - - - -\n{B} 0 0 0 0 0 0 - - - -\n{C} 0 0 0 0 0 0 - - - -\n");
+    host.shared.borrow_mut().insert(key, (text.into_bytes(), 4));
+    let svc = send(&mut host, &mut e, 3, &[]).unwrap();
+    assert_eq!(host.metric("ai_lb.cluster_metrics.stats_reset"), 1);
+    let t = table(&host);
+    assert_eq!(t.stats().iter().map(|s| s.count).sum::<u64>(), 1);
+    assert_eq!(stats(&host, &svc).ongoing, 1);
+    end(&mut host, &mut e, 3);
+    assert_eq!(stats(&host, &svc).ongoing, 0);
+    assert_eq!(
+        host.metric("ai_lb.cluster_metrics.stats_reset"),
+        1,
+        "counted once"
+    );
 }
 
 #[test]

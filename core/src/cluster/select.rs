@@ -1,12 +1,12 @@
 //! `cluster_metrics` selection, mode by mode as Higress decides (docs/higress-cluster-policies.md
-//! §3.4, §3.5). Pure: the caller passes the table, the time and an rng (uniform `u64`s), and
-//! then applies the pick with [`ServiceTable::on_request_start`].
+//! §3.4, §3.5). Pure: the caller passes the table (any [`Table`] store), the time and an rng
+//! (uniform `u64`s), and then applies the pick with [`Table::on_request_start`].
 //!
 //! Higress never refuses a request here: when every service is over `rate_limit` or cooling
 //! down, the filter falls back to the unfiltered set, so the only non-pick is an empty
 //! service list (which the config parser already refuses).
 
-use super::stats::ServiceTable;
+use super::stats::{Latency, Table};
 use super::{MetricsParams, Mode};
 
 /// What to do with one request.
@@ -27,7 +27,7 @@ const GO_SMALL_MAP_SLOTS: usize = 8;
 pub fn select(
     mode: Mode,
     params: &MetricsParams,
-    table: &ServiceTable,
+    table: &(impl Table + ?Sized),
     now_ms: i64,
     rng: &mut impl FnMut() -> u64,
 ) -> Decision {
@@ -49,17 +49,17 @@ pub fn select(
         Mode::LeastBusy => random_entry(list, rng).map(|start| {
             let order = go_map_order(table.names().len(), rng);
             sweep(params, table, start, order, |i| {
-                table.get(i).map_or(0.0, |s| s.ongoing as f64)
+                table.counters(i).map_or(0.0, |c| c.ongoing as f64)
             })
         }),
         Mode::LeastTotalLatency => random_entry(list, rng).map(|start| {
             sweep(params, table, start, list.iter().copied(), |i| {
-                table.get(i).map_or(0.0, |s| s.total.mean())
+                table.mean(i, Latency::Total)
             })
         }),
         Mode::LeastFirstTokenLatency => random_entry(list, rng).map(|start| {
             sweep(params, table, start, list.iter().copied(), |i| {
-                table.get(i).map_or(0.0, |s| s.ttft.mean())
+                table.mean(i, Latency::Ttft)
             })
         }),
     };
@@ -78,7 +78,7 @@ fn random_entry(list: &[usize], rng: &mut impl FnMut() -> u64) -> Option<usize> 
 /// limit. Comparisons are IEEE (a NaN `rate_limit` never counts as reached nor as under).
 fn sweep(
     params: &MetricsParams,
-    table: &ServiceTable,
+    table: &(impl Table + ?Sized),
     start: usize,
     order: impl IntoIterator<Item = usize>,
     metric: impl Fn(usize) -> f64,
@@ -134,7 +134,7 @@ pub fn go_map_order(n: usize, rng: &mut impl FnMut() -> u64) -> Vec<usize> {
 /// in list order. Draws are also capped so that a degenerate rng cannot loop forever either.
 pub fn adaptive_candidates(
     params: &MetricsParams,
-    table: &ServiceTable,
+    table: &(impl Table + ?Sized),
     now_ms: i64,
     rng: &mut impl FnMut() -> u64,
 ) -> Vec<usize> {
@@ -152,7 +152,7 @@ pub fn adaptive_candidates(
     let available: Vec<usize> = base
         .iter()
         .copied()
-        .filter(|&i| table.get(i).is_some_and(|s| !s.in_cooldown(now_ms)))
+        .filter(|&i| table.counters(i).is_some_and(|c| !c.in_cooldown(now_ms)))
         .collect();
     let cands = if available.is_empty() {
         base
@@ -202,11 +202,11 @@ pub fn adaptive_candidates(
 /// errors/(success+errors))`, each EWMA standing in for the other when missing.
 pub fn adaptive_score(
     params: &MetricsParams,
-    table: &ServiceTable,
+    table: &(impl Table + ?Sized),
     index: usize,
     now_ms: i64,
 ) -> f64 {
-    let Some(s) = table.get(index) else {
+    let Some(s) = table.counters(index) else {
         // Go scores a service it has no record of as MaxFloat64.
         return f64::MAX;
     };
@@ -234,7 +234,7 @@ pub fn adaptive_score(
 /// The first candidate with the strictly lowest score (ties keep the earlier one).
 fn lowest_score(
     params: &MetricsParams,
-    table: &ServiceTable,
+    table: &(impl Table + ?Sized),
     candidates: &[usize],
     now_ms: i64,
 ) -> Option<usize> {
@@ -252,6 +252,7 @@ fn lowest_score(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::stats::ServiceTable;
     use crate::hash::SplitMix64;
 
     /// An rng that replays `values` in a loop.

@@ -16,7 +16,7 @@ pub use crate::balancer::service_stats::SharedStats;
 use crate::balancer::shared;
 use crate::balancer::telemetry::Telemetry;
 use crate::cluster::select::{self, Decision as Pick};
-use crate::cluster::stats::ServiceTable;
+use crate::cluster::stats::Table;
 use crate::host::{Host, LogLevel};
 use crate::reason::{Cause, Reason};
 use crate::stats::Counter;
@@ -28,17 +28,17 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input, stats: &Rc<SharedSta
     let rng = &mut *env.rng;
     let mut reset = false;
     let result = shared::update(host, &stats.key, |current| {
-        let (mut table, bad) = stats.load(current);
+        let (mut record, bad) = stats.load(current);
         reset = bad;
         let mut next = || rng.next_u64();
-        let chosen = match select::select(stats.mode, &stats.params, &table, now_ms, &mut next) {
+        let chosen = match select::select(stats.mode, &stats.params, &record, now_ms, &mut next) {
             Pick::Pick(i) => {
-                table.on_request_start(i);
-                table.names().get(i).cloned()
+                record.on_request_start(i);
+                record.names().get(i).cloned()
             }
             Pick::NoServices => None,
         };
-        (table.encode().into_bytes(), chosen)
+        (record.into_bytes(), chosen)
     });
     if reset {
         env.tel.inc(host, Counter::ClusterStatsReset);
@@ -61,7 +61,7 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input, stats: &Rc<SharedSta
             env.tel.inc(host, Counter::ClusterStatsFailed);
             env.tel
                 .log(host, LogLevel::Debug, input.ctx, format_args!("{e}"));
-            let table = ServiceTable::new(&stats.services, stats.params.ring_capacity());
+            let table = stats.fresh.fresh();
             let mut next = || rng.next_u64();
             match select::select(stats.mode, &stats.params, &table, now_ms, &mut next) {
                 Pick::Pick(i) => match table.names().get(i) {
@@ -84,11 +84,11 @@ pub fn first_byte(host: &mut dyn Host, tel: &Telemetry, lease: &ServiceLease, su
     let elapsed = elapsed_ms(host, lease);
     let stats = &lease.stats;
     let result = shared::update(host, &stats.key, |current| {
-        let (mut table, _) = stats.load(current);
-        if let Some(i) = table.index_of(&lease.service) {
-            table.on_first_byte(i, elapsed, success, stats.params.ewma_beta);
+        let (mut record, _) = stats.load(current);
+        if let Some(i) = record.index_of(&lease.service) {
+            record.on_first_byte(i, elapsed, success, stats.params.ewma_beta);
         }
-        (table.encode().into_bytes(), ())
+        (record.into_bytes(), ())
     });
     if result.is_err() {
         tel.inc(host, Counter::ClusterStatsFailed);
@@ -102,13 +102,13 @@ pub fn done(host: &mut dyn Host, tel: &Telemetry, lease: ServiceLease, outcome: 
     let now_ms = i64::try_from(host.now_ms()).unwrap_or(i64::MAX);
     let stats = &lease.stats;
     let result = shared::update(host, &stats.key, |current| {
-        let (mut table, _) = stats.load(current);
-        if let Some(i) = table.index_of(&lease.service) {
+        let (mut record, _) = stats.load(current);
+        if let Some(i) = record.index_of(&lease.service) {
             let sample = outcome.map(|_| elapsed);
             let success = outcome.unwrap_or(true);
-            table.on_stream_end(i, sample, success, now_ms, &stats.params);
+            record.on_stream_end(i, sample, success, now_ms, &stats.params);
         }
-        (table.encode().into_bytes(), ())
+        (record.into_bytes(), ())
     });
     if result.is_err() {
         tel.inc(host, Counter::ReleaseFailures);
