@@ -20,6 +20,7 @@ mod telemetry;
 pub use redis_client::CallStatus;
 
 use crate::config::{PluginConfig, RequestKeys};
+use crate::hash::IdMap;
 use crate::host::{self, Host, LogLevel};
 use crate::redis::scripts::Keys;
 use pick::Pick;
@@ -27,7 +28,6 @@ use policies::{Env, Input, Policies};
 use redis_client::{PickAnswer, RedisClient};
 use request::{Effect, Event, Request};
 use rng::VmRng;
-use std::collections::HashMap;
 use std::rc::Rc;
 use telemetry::Telemetry;
 
@@ -40,9 +40,9 @@ pub enum Verdict {
 
 pub struct Balancer {
     config: PluginConfig,
-    requests: HashMap<u32, Request>,
+    requests: IdMap<Request>,
     /// Picks whose stream ended before Redis answered, by token: undone when the reply comes.
-    orphans: HashMap<u32, Box<Pick>>,
+    orphans: IdMap<Box<Pick>>,
     redis: RedisClient,
     policies: Policies,
     tel: Telemetry,
@@ -62,8 +62,8 @@ impl Balancer {
             policies: Policies::new(&config, seed),
             tel: Telemetry::new(host, log_level),
             config,
-            requests: HashMap::new(),
-            orphans: HashMap::new(),
+            requests: IdMap::default(),
+            orphans: IdMap::default(),
             redis: RedisClient::default(),
             rng: VmRng::new(seed),
         };
