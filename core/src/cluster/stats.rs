@@ -4,7 +4,7 @@
 //! The formulas are written once, as the provided methods of [`Table`], over two stores: the
 //! in-memory [`ServiceTable`], and [`record::Record`], which reads and patches the binary
 //! shared-data record in place so that a request's update touches only its own service
-//! (docs/higress-cluster-policies.md §6 has the layout; the caller does the compare-and-swap).
+//! (docs/higress-cluster-policies.md §6.1 has the layout; the caller does the compare-and-swap).
 //!
 //! Services are keyed by name: `service_list` may repeat a name, and Go's maps then share one
 //! record, so a table keeps one record per distinct name (first-seen order) and maps every

@@ -1,5 +1,5 @@
 //! The binary shared-data record of a config's statistics (docs/higress-cluster-policies.md
-//! §6): fixed-width little-endian fields, so nothing is formatted or parsed as text.
+//! §6.1): fixed-width little-endian fields, so nothing is formatted or parsed as text.
 //!
 //! ```text
 //! header   "acm", version u8, distinct services u32, names fingerprint u64, ring capacity u64
@@ -197,7 +197,11 @@ fn header(shape: &Shape, services: usize, capacity: usize) -> [u8; HEADER_LEN] {
     put(&mut h, header_at::MAGIC, MAGIC);
     put(&mut h, header_at::VERSION, [VERSION]);
     put(&mut h, header_at::SERVICES, services_field(services));
-    put(&mut h, header_at::FINGERPRINT, shape.fingerprint.to_le_bytes());
+    put(
+        &mut h,
+        header_at::FINGERPRINT,
+        shape.fingerprint.to_le_bytes(),
+    );
     put(&mut h, header_at::CAPACITY, capacity_field(capacity));
     h
 }
