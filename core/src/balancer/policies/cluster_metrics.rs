@@ -81,7 +81,7 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input, stats: &Rc<SharedSta
 
 /// The first response-body chunk: a TTFT sample (Higress measures at the first streamed chunk).
 pub fn first_byte(host: &mut dyn Host, tel: &Telemetry, lease: &ServiceLease, success: bool) {
-    let elapsed = elapsed_ms(host, lease);
+    let elapsed = elapsed_ms(host.now_ms(), lease);
     let stats = &lease.stats;
     let result = shared::update(host, &stats.key, |current| {
         let (mut record, _) = stats.load(current);
@@ -98,8 +98,10 @@ pub fn first_byte(host: &mut dyn Host, tel: &Telemetry, lease: &ServiceLease, su
 /// Stream end: the in-flight count back and, when the request got this far (`outcome`), the
 /// total latency and the error bookkeeping (cooldown).
 pub fn done(host: &mut dyn Host, tel: &Telemetry, lease: ServiceLease, outcome: Option<bool>) {
-    let elapsed = elapsed_ms(host, &lease);
-    let now_ms = i64::try_from(host.now_ms()).unwrap_or(i64::MAX);
+    // One clock read: the sample and the cooldown deadline are of the same instant.
+    let now = host.now_ms();
+    let elapsed = elapsed_ms(now, &lease);
+    let now_ms = i64::try_from(now).unwrap_or(i64::MAX);
     let stats = &lease.stats;
     let result = shared::update(host, &stats.key, |current| {
         let (mut record, _) = stats.load(current);
@@ -115,6 +117,6 @@ pub fn done(host: &mut dyn Host, tel: &Telemetry, lease: ServiceLease, outcome: 
     }
 }
 
-fn elapsed_ms(host: &dyn Host, lease: &ServiceLease) -> i64 {
-    i64::try_from(host.now_ms().saturating_sub(lease.start_ms)).unwrap_or(i64::MAX)
+fn elapsed_ms(now: u64, lease: &ServiceLease) -> i64 {
+    i64::try_from(now.saturating_sub(lease.start_ms)).unwrap_or(i64::MAX)
 }
