@@ -368,3 +368,19 @@ fn endpoint_routes_beside_a_cluster_rule_strip_its_header_too() {
     );
     assert_eq!(got.as_deref(), Some(A));
 }
+
+#[test]
+fn cluster_rules_still_match_by_route() {
+    // Names are read only when something needs them (a rule here): the rule's cluster wins
+    // on its route, the global one elsewhere.
+    let (mut host, mut e) = engine(&format!(
+        r#"{{"lb_type":"cluster","lb_policy":"cluster_hash","lb_config":{{"hash_header":"x-user","clusters":[{{"cluster":"{A}","weight":100}}]}},"_rules_":[{{"_match_route_":["r"],"lb_type":"cluster","lb_policy":"cluster_hash","lb_config":{{"hash_header":"x-user","clusters":[{{"cluster":"{B}","weight":100}}]}}}}]}}"#
+    ));
+    for (ctx, route, want) in [(2, "r", B), (3, "q", A)] {
+        host.properties
+            .insert("route_name".into(), route.as_bytes().to_vec());
+        let got = send(&mut host, &mut e, ctx, &[("x-user", "u")]);
+        assert_eq!(got.as_deref(), Some(want), "{route}");
+        end(&mut host, &mut e, ctx);
+    }
+}

@@ -81,9 +81,16 @@ impl Balancer {
         ctx: u32,
         end_of_stream: bool,
     ) -> Verdict {
-        let route = host::text_property(host, "route_name");
-        let cluster = host::text_property(host, "cluster_name");
-        let authority = host.request_header(":authority").ok().flatten();
+        // Three host calls a rule-less cluster policy would only throw away.
+        let (route, cluster, authority) = if self.config.needs_request_names() {
+            (
+                host::text_property(host, "route_name"),
+                host::text_property(host, "cluster_name"),
+                host.request_header(":authority").ok().flatten(),
+            )
+        } else {
+            (None, None, None)
+        };
         let request_keys = RequestKeys {
             route: route.as_deref(),
             cluster: cluster.as_deref(),

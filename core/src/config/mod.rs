@@ -89,6 +89,13 @@ impl PluginConfig {
         parse(json, build).map(|p| p.config)
     }
 
+    /// Whether serving a request needs its route, cluster and `:authority`: to match rules,
+    /// or for the route keys of a global endpoint policy. A config that is only a global
+    /// cluster policy (which names no route keys) needs none of them.
+    pub fn needs_request_names(&self) -> bool {
+        !self.rules.is_empty() || self.global.as_ref().is_some_and(|g| !g.policy.is_cluster())
+    }
+
     /// The config for one request: the first matching rule, else the global config.
     pub fn select(&self, keys: &RequestKeys) -> Option<&Rc<RouteConfig>> {
         self.matching(keys)
