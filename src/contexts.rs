@@ -3,20 +3,20 @@
 //! http contexts (one per request; `proxy_on_context_create(id, root)`) belong to the root that
 //! created them. Generic over the balancer so the bookkeeping is tested natively.
 
-use std::collections::HashMap;
+use ailb_core::hash::IdMap;
 
 pub struct Contexts<B> {
     /// Root id → its balancer; `None` until `proxy_on_configure` accepts a configuration.
-    roots: HashMap<u32, Option<B>>,
+    roots: IdMap<Option<B>>,
     /// Http context id → its root id.
-    streams: HashMap<u32, u32>,
+    streams: IdMap<u32>,
 }
 
 impl<B> Default for Contexts<B> {
     fn default() -> Self {
         Contexts {
-            roots: HashMap::new(),
-            streams: HashMap::new(),
+            roots: IdMap::default(),
+            streams: IdMap::default(),
         }
     }
 }

@@ -71,7 +71,9 @@ fn table(host: &MockHost) -> ServiceTable {
     let mut records = shared.iter().filter(|(k, _)| k.starts_with("ailb.cm."));
     let (_, (bytes, _)) = records.next().expect("a record");
     assert!(records.next().is_none(), "one record per route config");
-    ServiceTable::decode(&String::from_utf8_lossy(bytes), &[A, B, C], 100)
+    ServiceTable::new(&[A, B, C], 100)
+        .read(bytes)
+        .expect("the record reads back")
 }
 
 fn stats(host: &MockHost, name: &str) -> crate::cluster::stats::ServiceStats {
@@ -288,6 +290,29 @@ fn garbage_in_shared_data_starts_fresh_statistics() {
 }
 
 #[test]
+fn a_record_in_the_former_text_format_starts_fresh_statistics() {
+    let (mut host, mut e) = metrics_engine("LeastBusy", "");
+    send(&mut host, &mut e, 2, &[]);
+    end(&mut host, &mut e, 2);
+    let key = host.shared.borrow().keys().next().unwrap().clone();
+    let text =
+        format!("{A} 1 9 0 0 0 0 - - - -\n{B} 0 0 0 0 0 0 - - - -\n{C} 0 0 0 0 0 0 - - - -\n");
+    host.shared.borrow_mut().insert(key, (text.into_bytes(), 4));
+    let svc = send(&mut host, &mut e, 3, &[]).unwrap();
+    assert_eq!(host.metric("ai_lb.cluster_metrics.stats_reset"), 1);
+    let t = table(&host);
+    assert_eq!(t.stats().iter().map(|s| s.count).sum::<u64>(), 1);
+    assert_eq!(stats(&host, &svc).ongoing, 1);
+    end(&mut host, &mut e, 3);
+    assert_eq!(stats(&host, &svc).ongoing, 0);
+    assert_eq!(
+        host.metric("ai_lb.cluster_metrics.stats_reset"),
+        1,
+        "counted once"
+    );
+}
+
+#[test]
 fn shared_data_failure_still_routes_and_holds_nothing() {
     let (mut host, mut e) = metrics_engine("AdaptiveScore", "");
     host.shared_set_status = Some(HostErrorKind::BadArgument);
@@ -462,4 +487,20 @@ fn endpoint_routes_beside_a_cluster_rule_strip_its_header_too() {
         &[(HEADER, B), ("x-mse-consumer", "u")],
     );
     assert_eq!(got.as_deref(), Some(A));
+}
+
+#[test]
+fn cluster_rules_still_match_by_route() {
+    // Names are read only when something needs them (a rule here): the rule's cluster wins
+    // on its route, the global one elsewhere.
+    let (mut host, mut e) = engine(&format!(
+        r#"{{"lb_type":"cluster","lb_policy":"cluster_hash","lb_config":{{"hash_header":"x-user","clusters":[{{"cluster":"{A}","weight":100}}]}},"_rules_":[{{"_match_route_":["r"],"lb_type":"cluster","lb_policy":"cluster_hash","lb_config":{{"hash_header":"x-user","clusters":[{{"cluster":"{B}","weight":100}}]}}}}]}}"#
+    ));
+    for (ctx, route, want) in [(2, "r", B), (3, "q", A)] {
+        host.properties
+            .insert("route_name".into(), route.as_bytes().to_vec());
+        let got = send(&mut host, &mut e, ctx, &[("x-user", "u")]);
+        assert_eq!(got.as_deref(), Some(want), "{route}");
+        end(&mut host, &mut e, ctx);
+    }
 }

@@ -20,6 +20,7 @@ mod telemetry;
 pub use redis_client::CallStatus;
 
 use crate::config::{PluginConfig, RequestKeys};
+use crate::hash::IdMap;
 use crate::host::{self, Host, LogLevel};
 use crate::redis::inflight::InflightKeys;
 use crate::redis::scripts::Keys;
@@ -28,7 +29,6 @@ use policies::{Env, Input, Policies};
 use redis_client::{LeaseKeys, PickAnswer, RedisClient};
 use request::{Effect, Event, Request};
 use rng::VmRng;
-use std::collections::HashMap;
 use std::rc::Rc;
 use telemetry::Telemetry;
 
@@ -76,9 +76,9 @@ pub enum Verdict {
 
 pub struct Balancer {
     config: PluginConfig,
-    requests: HashMap<u32, Request>,
+    requests: IdMap<Request>,
     /// Picks whose stream ended before Redis answered, by token: undone when the reply comes.
-    orphans: HashMap<u32, Box<Pick>>,
+    orphans: IdMap<Box<Pick>>,
     redis: RedisClient,
     policies: Policies,
     tel: Telemetry,
@@ -86,7 +86,7 @@ pub struct Balancer {
     body_flow: BodyFlow,
     /// Requests the body deadline released while `body_flow` was unknown: when each was
     /// released (ms), to tell a withheld body from a late one.
-    released: HashMap<u32, u64>,
+    released: IdMap<u64>,
 }
 
 impl Balancer {
@@ -102,12 +102,12 @@ impl Balancer {
             policies: Policies::new(&config, seed),
             tel: Telemetry::new(host, log_level),
             config,
-            requests: HashMap::new(),
-            orphans: HashMap::new(),
+            requests: IdMap::default(),
+            orphans: IdMap::default(),
             redis: RedisClient::default(),
             rng: VmRng::new(seed),
             body_flow: BodyFlow::Unknown,
-            released: HashMap::new(),
+            released: IdMap::default(),
         };
         // Every route with a Redis target: the endpoint policies', and cluster_metrics' global
         // in-flight count.
@@ -137,9 +137,16 @@ impl Balancer {
         ctx: u32,
         end_of_stream: bool,
     ) -> Verdict {
-        let route = host::text_property(host, "route_name");
-        let cluster = host::text_property(host, "cluster_name");
-        let authority = host.request_header(":authority").ok().flatten();
+        // Three host calls a rule-less cluster policy would only throw away.
+        let (route, cluster, authority) = if self.config.needs_request_names() {
+            (
+                host::text_property(host, "route_name"),
+                host::text_property(host, "cluster_name"),
+                host.request_header(":authority").ok().flatten(),
+            )
+        } else {
+            (None, None, None)
+        };
         let request_keys = RequestKeys {
             route: route.as_deref(),
             cluster: cluster.as_deref(),

@@ -7,6 +7,7 @@
 use super::pick::{EndpointPick, Pick, PickReply};
 use super::telemetry::Telemetry;
 use crate::config::{PolicyConfig, RouteConfig};
+use crate::hash::IdMap;
 use crate::host::{Host, HostErrorKind, LogLevel};
 use crate::reason::Cause;
 use crate::redis::inflight::{self, InflightKeys, ServiceAcquireArgs};
@@ -68,7 +69,7 @@ pub struct RedisClient {
     scripts: Scripts,
     /// Targets whose init succeeded (init is retried lazily until it does).
     ready: HashMap<String, bool>,
-    pending: HashMap<u32, Op>,
+    pending: IdMap<Op>,
     /// Fingerprint of the endpoint set this VM last synced, per key namespace.
     synced: HashMap<String, Rc<str>>,
     acquires: u64,

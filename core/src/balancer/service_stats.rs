@@ -2,6 +2,7 @@
 //! config and settings), which services it tracks, and how to read it back. Held by the request
 //! through its `ServiceLease` and updated by `policies::cluster_metrics`.
 
+use crate::cluster::stats::record::Record;
 use crate::cluster::stats::ServiceTable;
 use crate::cluster::{MetricsParams, Mode};
 use crate::config::{ClusterMetricsConfig, ClusterMode};
@@ -13,7 +14,9 @@ pub struct SharedStats {
     /// Shared-data key: `ailb.cm.<hash of the route's position and settings>`, so a changed
     /// config starts fresh rather than reading numbers kept under other settings.
     pub key: String,
-    pub services: Vec<String>,
+    /// Fresh statistics for `service_list`: what a missing or unreadable record stands for,
+    /// and the shape every read shares.
+    pub fresh: ServiceTable,
     pub mode: Mode,
     pub params: MetricsParams,
 }
@@ -48,22 +51,23 @@ impl SharedStats {
                 "ailb.cm.{:016x}",
                 hash::fnv1a(hash::FNV_OFFSET, identity.as_bytes())
             ),
-            services: config.service_list.clone(),
+            fresh: ServiceTable::new(&config.service_list, params.ring_capacity()),
             mode,
             params,
         }
     }
 
-    /// The table in `current` (fresh when absent); `true` when a record was there but did not
-    /// decode as written (garbage, or another writer's format): it starts fresh.
-    pub fn load(&self, current: Option<&[u8]>) -> (ServiceTable, bool) {
-        let capacity = self.params.ring_capacity();
-        let Some(bytes) = current else {
-            return (ServiceTable::new(&self.services, capacity), false);
-        };
-        let text = String::from_utf8_lossy(bytes);
-        // Our own records are one good line per service; anything else lost some of its lines.
-        let (table, clean) = ServiceTable::decode_checked(&text, &self.services, capacity);
-        (table, !text.is_empty() && !clean)
+    /// The record in `current`, ready to update in place (fresh when absent); `true` when a
+    /// record was there but is not ours (garbage, another version, other services): it starts
+    /// fresh.
+    pub fn load(&self, current: Option<Vec<u8>>) -> (Record, bool) {
+        match current {
+            None => (self.fresh.fresh_record(), false),
+            Some(bytes) if bytes.is_empty() => (self.fresh.fresh_record(), false),
+            Some(bytes) => match self.fresh.open(bytes) {
+                Some(record) => (record, false),
+                None => (self.fresh.fresh_record(), true),
+            },
+        }
     }
 }

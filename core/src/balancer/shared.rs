@@ -8,18 +8,18 @@ use std::collections::HashMap;
 /// Attempts of one compare-and-swap update before giving up.
 const CAS_TRIES: usize = 8;
 
-/// Read-modify-write of one key with CAS. `f` gets the current value (None when absent) and
-/// returns the new value and a result. Gives up after a few conflicting writers.
+/// Read-modify-write of one key with CAS. `f` gets the current value (None when absent), its
+/// own copy to edit in place and return, and returns the new value and a result. Gives up
+/// after a few conflicting writers.
 pub fn update<T>(
     host: &mut dyn Host,
     key: &str,
-    mut f: impl FnMut(Option<&[u8]>) -> (Vec<u8>, T),
+    mut f: impl FnMut(Option<Vec<u8>>) -> (Vec<u8>, T),
 ) -> Result<T, HostError> {
     let mut last = HostError::new("set_shared_data", HostErrorKind::CasMismatch);
     for _ in 0..CAS_TRIES {
-        let current = host.shared_get(key)?;
-        let (value, cas) = match &current {
-            Some((v, cas)) => (Some(v.as_slice()), *cas),
+        let (value, cas) = match host.shared_get(key)? {
+            Some((v, cas)) => (Some(v), cas),
             None => (None, 0),
         };
         let (new, out) = f(value);

@@ -1,12 +1,12 @@
 //! `cluster_metrics` selection, mode by mode as Higress decides (docs/higress-cluster-policies.md
-//! §3.4, §3.5). Pure: the caller passes the table, the time and an rng (uniform `u64`s), and
-//! then applies the pick with [`ServiceTable::on_request_start`].
+//! §3.4, §3.5). Pure: the caller passes the table (any [`Table`] store), the time and an rng
+//! (uniform `u64`s), and then applies the pick with [`Table::on_request_start`].
 //!
 //! Higress never refuses a request here: when every service is over `rate_limit` or cooling
 //! down, the filter falls back to the unfiltered set, so the only non-pick is an empty
 //! service list (which the config parser already refuses).
 
-use super::stats::{ServiceStats, ServiceTable};
+use super::stats::{Counters, Latency, Table};
 use super::{MetricsParams, Mode};
 
 /// What to do with one request.
@@ -27,7 +27,7 @@ const GO_SMALL_MAP_SLOTS: usize = 8;
 pub fn select(
     mode: Mode,
     params: &MetricsParams,
-    table: &ServiceTable,
+    table: &(impl Table + ?Sized),
     now_ms: i64,
     rng: &mut impl FnMut() -> u64,
 ) -> Decision {
@@ -49,17 +49,17 @@ pub fn select(
         Mode::LeastBusy => random_entry(list, rng).map(|start| {
             let order = go_map_order(table.names().len(), rng);
             sweep(params, table, start, order, |i| {
-                table.get(i).map_or(0.0, |s| s.ongoing as f64)
+                table.counters(i).map_or(0.0, |c| c.ongoing as f64)
             })
         }),
         Mode::LeastTotalLatency => random_entry(list, rng).map(|start| {
             sweep(params, table, start, list.iter().copied(), |i| {
-                table.get(i).map_or(0.0, |s| s.total.mean())
+                table.mean(i, Latency::Total)
             })
         }),
         Mode::LeastFirstTokenLatency => random_entry(list, rng).map(|start| {
             sweep(params, table, start, list.iter().copied(), |i| {
-                table.get(i).map_or(0.0, |s| s.ttft.mean())
+                table.mean(i, Latency::Ttft)
             })
         }),
     };
@@ -78,7 +78,7 @@ fn random_entry(list: &[usize], rng: &mut impl FnMut() -> u64) -> Option<usize> 
 /// limit. Comparisons are IEEE (a NaN `rate_limit` never counts as reached nor as under).
 fn sweep(
     params: &MetricsParams,
-    table: &ServiceTable,
+    table: &(impl Table + ?Sized),
     start: usize,
     order: impl IntoIterator<Item = usize>,
     metric: impl Fn(usize) -> f64,
@@ -134,7 +134,7 @@ pub fn go_map_order(n: usize, rng: &mut impl FnMut() -> u64) -> Vec<usize> {
 /// in list order. Draws are also capped so that a degenerate rng cannot loop forever either.
 pub fn adaptive_candidates(
     params: &MetricsParams,
-    table: &ServiceTable,
+    table: &(impl Table + ?Sized),
     now_ms: i64,
     rng: &mut impl FnMut() -> u64,
 ) -> Vec<usize> {
@@ -152,7 +152,7 @@ pub fn adaptive_candidates(
     let available: Vec<usize> = base
         .iter()
         .copied()
-        .filter(|&i| table.get(i).is_some_and(|s| !s.in_cooldown(now_ms)))
+        .filter(|&i| table.counters(i).is_some_and(|c| !c.in_cooldown(now_ms)))
         .collect();
     let cands = if available.is_empty() {
         base
@@ -204,7 +204,7 @@ pub fn adaptive_candidates(
 /// With `inflight_capacity` (ours) the score is capacity-aware, see [`adaptive_scores`].
 pub fn adaptive_score(
     params: &MetricsParams,
-    table: &ServiceTable,
+    table: &(impl Table + ?Sized),
     index: usize,
     now_ms: i64,
 ) -> f64 {
@@ -222,14 +222,14 @@ pub fn adaptive_score(
 ///   sample returns).
 pub fn adaptive_scores(
     params: &MetricsParams,
-    table: &ServiceTable,
+    table: &(impl Table + ?Sized),
     candidates: &[usize],
     now_ms: i64,
 ) -> Vec<f64> {
     let prior = params.inflight_capacity.and_then(|_| {
         let known: Vec<f64> = candidates
             .iter()
-            .filter_map(|&c| table.get(c).and_then(|s| latency(params, s)))
+            .filter_map(|&c| table.counters(c).and_then(|s| latency(params, &s)))
             .collect();
         (!known.is_empty()).then(|| known.iter().sum::<f64>() / known.len() as f64)
     });
@@ -241,12 +241,12 @@ pub fn adaptive_scores(
 
 fn score_with(
     params: &MetricsParams,
-    table: &ServiceTable,
+    table: &(impl Table + ?Sized),
     index: usize,
     now_ms: i64,
     prior: Option<f64>,
 ) -> f64 {
-    let Some(s) = table.get(index) else {
+    let Some(s) = table.counters(index) else {
         // Go scores a service it has no record of as MaxFloat64.
         return f64::MAX;
     };
@@ -257,7 +257,7 @@ fn score_with(
     if s.in_cooldown(now_ms) {
         inflight += s.consecutive_errors.saturating_add(1) as f64;
     }
-    let Some(latency) = latency(params, s).or(prior) else {
+    let Some(latency) = latency(params, &s).or(prior) else {
         return inflight;
     };
     let requests = s.success.saturating_add(s.errors);
@@ -270,7 +270,7 @@ fn score_with(
 }
 
 /// The latency term, None without any sample.
-fn latency(params: &MetricsParams, s: &ServiceStats) -> Option<f64> {
+fn latency(params: &MetricsParams, s: &Counters) -> Option<f64> {
     let (ttft, total) = match (s.ewma_ttft, s.ewma_total) {
         (None, None) => return None,
         (Some(t), None) => (t, t),
@@ -286,7 +286,7 @@ fn latency(params: &MetricsParams, s: &ServiceStats) -> Option<f64> {
 /// The first candidate with the strictly lowest score (ties keep the earlier one).
 fn lowest_score(
     params: &MetricsParams,
-    table: &ServiceTable,
+    table: &(impl Table + ?Sized),
     candidates: &[usize],
     now_ms: i64,
 ) -> Option<usize> {
@@ -303,6 +303,7 @@ fn lowest_score(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::stats::ServiceTable;
     use crate::hash::SplitMix64;
 
     /// An rng that replays `values` in a loop.

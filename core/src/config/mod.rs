@@ -89,6 +89,18 @@ impl PluginConfig {
         parse(json, build).map(|p| p.config)
     }
 
+    /// Whether serving a request needs its route, cluster and `:authority`: to match rules,
+    /// for the route keys of a global endpoint policy, or for AdaptiveScore's global in-flight
+    /// key (named after the route). Any other config that is only a global cluster policy needs
+    /// none of them.
+    pub fn needs_request_names(&self) -> bool {
+        !self.rules.is_empty()
+            || self
+                .global
+                .as_ref()
+                .is_some_and(|g| !g.policy.is_cluster() || g.policy.global_inflight().is_some())
+    }
+
     /// The config for one request: the first matching rule, else the global config.
     pub fn select(&self, keys: &RequestKeys) -> Option<&Rc<RouteConfig>> {
         self.matching(keys)

@@ -134,6 +134,28 @@ fn rules_only_config_is_inactive_elsewhere() {
 }
 
 #[test]
+fn only_rules_and_endpoint_policies_need_the_request_names() {
+    let cluster = r#""lb_type":"cluster","lb_policy":"cluster_hash","lb_config":{"clusters":[{"cluster":"a","weight":100}]}"#;
+    let redis = r#""lb_policy":"global_least_request","lb_config":{"serviceFQDN":"redis.static","servicePort":6379}"#;
+    for (json, needs) in [
+        // A global cluster policy matches every request and names no route keys.
+        (format!("{{{cluster}}}"), false),
+        (format!("{{{redis}}}"), true),
+        (
+            format!(r#"{{{cluster},"_rules_":[{{"_match_route_":["r"],{cluster}}}]}}"#),
+            true,
+        ),
+        (
+            format!(r#"{{"_rules_":[{{"_match_domain_":["x.com"],{cluster}}}]}}"#),
+            true,
+        ),
+    ] {
+        let cfg = PluginConfig::parse(json.as_bytes()).unwrap();
+        assert_eq!(cfg.needs_request_names(), needs, "{json}");
+    }
+}
+
+#[test]
 fn control_plane_keys_are_ignored() {
     let json = br#"{"_plugin_id_":"x","lb_policy":"global_least_request",
         "lb_config":{"serviceFQDN":"redis.static","servicePort":6379,"_comment_":"ok"}}"#;

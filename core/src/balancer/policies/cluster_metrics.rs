@@ -21,7 +21,7 @@ pub use crate::balancer::service_stats::SharedStats;
 use crate::balancer::shared;
 use crate::balancer::telemetry::Telemetry;
 use crate::cluster::select::{self, Decision as Pick};
-use crate::cluster::stats::ServiceTable;
+use crate::cluster::stats::Table;
 use crate::cluster::Mode;
 use crate::config::GlobalInflight;
 use crate::host::{Host, LogLevel};
@@ -42,17 +42,17 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input, stats: &Rc<SharedSta
     let rng = &mut *env.rng;
     let mut reset = false;
     let result = shared::update(host, &stats.key, |current| {
-        let (mut table, bad) = stats.load(current);
+        let (mut record, bad) = stats.load(current);
         reset = bad;
         let mut next = || rng.next_u64();
-        let chosen = match select::select(stats.mode, &stats.params, &table, now_ms, &mut next) {
+        let chosen = match select::select(stats.mode, &stats.params, &record, now_ms, &mut next) {
             Pick::Pick(i) => {
-                table.on_request_start(i);
-                table.names().get(i).cloned()
+                record.on_request_start(i);
+                record.names().get(i).cloned()
             }
             Pick::NoServices => None,
         };
-        (table.encode().into_bytes(), chosen)
+        (record.into_bytes(), chosen)
     });
     if reset {
         env.tel.inc(host, Counter::ClusterStatsReset);
@@ -76,7 +76,7 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input, stats: &Rc<SharedSta
             env.tel.inc(host, Counter::ClusterStatsFailed);
             env.tel
                 .log(host, LogLevel::Debug, input.ctx, format_args!("{e}"));
-            let table = ServiceTable::new(&stats.services, stats.params.ring_capacity());
+            let table = stats.fresh.fresh();
             let mut next = || rng.next_u64();
             match select::select(stats.mode, &stats.params, &table, now_ms, &mut next) {
                 Pick::Pick(i) => match table.names().get(i) {
@@ -112,7 +112,7 @@ fn global_pick(
             None
         }
     };
-    let (table, _) = stats.load(current.as_deref());
+    let (table, _) = stats.load(current);
     let mut next = || env.rng.next_u64();
     let mut distinct: Vec<usize> = Vec::new();
     for i in select::adaptive_candidates(&stats.params, &table, now_ms, &mut next) {
@@ -155,11 +155,11 @@ fn global_pick(
 pub fn start(host: &mut dyn Host, tel: &Telemetry, lease: &ServiceLease) {
     let stats = &lease.stats;
     let result = shared::update(host, &stats.key, |current| {
-        let (mut table, _) = stats.load(current);
-        if let Some(i) = table.index_of(&lease.service) {
-            table.on_request_start(i);
+        let (mut record, _) = stats.load(current);
+        if let Some(i) = record.index_of(&lease.service) {
+            record.on_request_start(i);
         }
-        (table.encode().into_bytes(), ())
+        (record.into_bytes(), ())
     });
     if result.is_err() {
         tel.inc(host, Counter::ClusterStatsFailed);
@@ -168,14 +168,14 @@ pub fn start(host: &mut dyn Host, tel: &Telemetry, lease: &ServiceLease) {
 
 /// The first response-body chunk: a TTFT sample (Higress measures at the first streamed chunk).
 pub fn first_byte(host: &mut dyn Host, tel: &Telemetry, lease: &ServiceLease, success: bool) {
-    let elapsed = elapsed_ms(host, lease);
+    let elapsed = elapsed_ms(host.now_ms(), lease);
     let stats = &lease.stats;
     let result = shared::update(host, &stats.key, |current| {
-        let (mut table, _) = stats.load(current);
-        if let Some(i) = table.index_of(&lease.service) {
-            table.on_first_byte(i, elapsed, success, stats.params.ewma_beta);
+        let (mut record, _) = stats.load(current);
+        if let Some(i) = record.index_of(&lease.service) {
+            record.on_first_byte(i, elapsed, success, stats.params.ewma_beta);
         }
-        (table.encode().into_bytes(), ())
+        (record.into_bytes(), ())
     });
     if result.is_err() {
         tel.inc(host, Counter::ClusterStatsFailed);
@@ -185,23 +185,25 @@ pub fn first_byte(host: &mut dyn Host, tel: &Telemetry, lease: &ServiceLease, su
 /// Stream end: the in-flight count back and, when the request got this far (`outcome`), the
 /// total latency and the error bookkeeping (cooldown).
 pub fn done(host: &mut dyn Host, tel: &Telemetry, lease: ServiceLease, outcome: Option<bool>) {
-    let elapsed = elapsed_ms(host, &lease);
-    let now_ms = i64::try_from(host.now_ms()).unwrap_or(i64::MAX);
+    // One clock read: the sample and the cooldown deadline are of the same instant.
+    let now = host.now_ms();
+    let elapsed = elapsed_ms(now, &lease);
+    let now_ms = i64::try_from(now).unwrap_or(i64::MAX);
     let stats = &lease.stats;
     let result = shared::update(host, &stats.key, |current| {
-        let (mut table, _) = stats.load(current);
-        if let Some(i) = table.index_of(&lease.service) {
+        let (mut record, _) = stats.load(current);
+        if let Some(i) = record.index_of(&lease.service) {
             let sample = outcome.map(|_| elapsed);
             let success = outcome.unwrap_or(true);
-            table.on_stream_end(i, sample, success, now_ms, &stats.params);
+            record.on_stream_end(i, sample, success, now_ms, &stats.params);
         }
-        (table.encode().into_bytes(), ())
+        (record.into_bytes(), ())
     });
     if result.is_err() {
         tel.inc(host, Counter::ReleaseFailures);
     }
 }
 
-fn elapsed_ms(host: &dyn Host, lease: &ServiceLease) -> i64 {
-    i64::try_from(host.now_ms().saturating_sub(lease.start_ms)).unwrap_or(i64::MAX)
+fn elapsed_ms(now: u64, lease: &ServiceLease) -> i64 {
+    i64::try_from(now.saturating_sub(lease.start_ms)).unwrap_or(i64::MAX)
 }

@@ -24,7 +24,10 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input) -> Decision {
     let cap = input.config.common.max_load;
     let cost = cost_of(input.config, input.body_bytes);
     let picked = shared::update(host, &key, |cur| {
-        let mut counts = cur.map(shared::decode_counts).unwrap_or_default();
+        let mut counts = cur
+            .as_deref()
+            .map(shared::decode_counts)
+            .unwrap_or_default();
         let order = least_first(&endpoints, &counts, start);
         let Some(&best) = order.first() else {
             return (shared::encode_counts(&counts), None);
@@ -76,7 +79,10 @@ pub fn release(
     lease: LocalLease,
 ) {
     let result = shared::update(host, &lease.key, |cur| {
-        let mut counts = cur.map(shared::decode_counts).unwrap_or_default();
+        let mut counts = cur
+            .as_deref()
+            .map(shared::decode_counts)
+            .unwrap_or_default();
         if let Some(n) = counts.get_mut(&lease.endpoint) {
             *n = n.saturating_sub(lease.cost);
         }

@@ -129,7 +129,10 @@ pub fn decide(
     let known = state.lookup(host, &keys, &window, now);
     let cap = input.config.common.max_load;
     let taken = shared::update(host, &state.counts_key, |cur| {
-        let mut counts = cur.map(shared::decode_counts).unwrap_or_default();
+        let mut counts = cur
+            .as_deref()
+            .map(shared::decode_counts)
+            .unwrap_or_default();
         let loads: Vec<u64> = endpoints
             .iter()
             .map(|e| counts.get(e).copied().unwrap_or(0))
@@ -307,7 +310,7 @@ impl LocalPrefix {
             };
             let name = local_index::shard_key(&self.base, shard);
             let result = shared::update(host, &name, |cur| {
-                let (mut record, reset) = match Shard::decode(cur) {
+                let (mut record, reset) = match Shard::decode(cur.as_deref()) {
                     Ok(r) => (r, false),
                     Err(_) => (Shard::default(), true),
                 };

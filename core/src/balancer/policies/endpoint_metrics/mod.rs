@@ -239,7 +239,10 @@ impl EndpointMetrics {
 /// The choice is made in this proxy: count it as sent (the in-flight correction).
 fn count_sent(host: &mut dyn Host, endpoint: &str) {
     let _ = shared::update(host, SENT_KEY, |cur| {
-        let mut m = cur.map(shared::decode_counts).unwrap_or_default();
+        let mut m = cur
+            .as_deref()
+            .map(shared::decode_counts)
+            .unwrap_or_default();
         *m.entry(endpoint.to_string()).or_insert(0) += 1;
         (shared::encode_counts(&m), ())
     });
