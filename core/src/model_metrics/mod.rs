@@ -10,13 +10,17 @@ mod inputs;
 mod names;
 pub mod prom;
 pub mod rate_limit;
+mod read;
 mod scan;
 pub mod scheduler;
 
 #[cfg(test)]
 mod tests;
 
-pub use engines::{Aggregation, EndpointMetrics, ExtraMetric, LoraInfo, MapError, ModelServer};
+pub use engines::{
+    Aggregation, EndpointMetrics, ExtraMetric, LoraInfo, MapError, ModelServer, Scrape, Unknown,
+    UnknownValue,
+};
 pub use rate_limit::RateLimitWindow;
 pub use scheduler::{Candidate, Decision, MetricPolicy, RequestInfo, SchedulerConfig, Weights};
 
