@@ -20,7 +20,7 @@ pub use super::names::ModelServer;
 use super::names::{Sel, SPECS, TRITON_KV, VLLM_LORA, VLLM_SLEEP, WANTED};
 use super::prom::{self, Exposition, ParseStats};
 use super::read::{check, Agg, Range, Read, Reader};
-pub use super::read::{Unknown, UnknownValue};
+pub use super::read::{Aggregation, Unknown, UnknownValue};
 
 /// LoRA state from `vllm:lora_requests_info` (series with the largest value = latest update).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -45,18 +45,6 @@ impl LoraInfo {
     pub fn has_free_slot(&self) -> bool {
         self.running.len() < self.max_lora as usize
     }
-}
-
-/// How the series of a configured extra metric combine into one value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Aggregation {
-    /// Max within a DP group, summed over groups (right for counts).
-    #[default]
-    Sum,
-    /// Max within a DP group, mean over groups (right for ratios).
-    Mean,
-    /// Max over all series.
-    Max,
 }
 
 /// A raw Prometheus series name to carry along (`target_metric` of `least`/`most`).

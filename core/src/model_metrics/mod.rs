@@ -8,6 +8,7 @@
 pub mod engines;
 mod inputs;
 mod names;
+pub mod note_log;
 pub mod prom;
 pub mod rate_limit;
 mod read;

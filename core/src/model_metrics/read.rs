@@ -13,8 +13,19 @@
 //! [`Range`]: one bad data-parallel rank would otherwise be dropped from a sum, and the pod would
 //! look less loaded than it is.
 
-use super::engines::Aggregation;
 use super::prom::{Exposition, Sample};
+
+/// How the series of a configured extra metric combine into one value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Aggregation {
+    /// Max within a DP group, summed over groups (right for counts).
+    #[default]
+    Sum,
+    /// Max within a DP group, mean over groups (right for ratios).
+    Mean,
+    /// Max over all series.
+    Max,
+}
 
 /// Why a value is unknown rather than a number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
