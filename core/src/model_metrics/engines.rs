@@ -619,6 +619,36 @@ vllm:lora_requests_info{max_lora="4",running_lora_adapters="nan",waiting_lora_ad
         assert!(l.has_free_slot() && l.is_running("b") && !l.is_running("c") && l.is_waiting("c"));
     }
 
+    /// Found by `tests/fuzz` (prom_cut): on a cut page the preferred KV name may lie past the
+    /// cut; falling back to the deprecated name read another value than the whole page would.
+    #[test]
+    fn a_preferred_name_past_the_cut_is_unknown_not_its_fallback() {
+        let page =
+            "vllm:engine_sleep_state{engine=\"0\",model_name=\"m\",sleep_state=\"awake\"} 1\n\
+                    vllm:gpu_cache_usage_perc{engine=\"0\",model_name=\"m\"} 0.1\n\
+                    vllm:num_requests_waiting{engine=\"0\",model_name=\"m\"} 2.0\n\
+                    vllm:num_requests_running{engine=\"0\",model_name=\"m\"} 2.0\n\
+                    noise_bucket{le=\"1.0\"} 3\n\
+                    vllm:kv_cache_usage_perc{engine=\"0\",model_name=\"m\"} 0.9\n";
+        let whole = scrape_page(page.as_bytes(), usize::MAX, None)
+            .result
+            .unwrap();
+        assert_eq!(whole.kv_usage, Some(0.9));
+        let cut = page.find("vllm:kv_cache").unwrap();
+        let out = scrape_page(&page.as_bytes()[..cut], cut, None);
+        assert_eq!(out.result, Err(MapError::LoadUnknown(ModelServer::Vllm)));
+        assert_eq!(
+            out.unknown,
+            vec![UnknownValue {
+                metric: "vllm:kv_cache_usage_perc".into(),
+                why: Unknown::Cut
+            }]
+        );
+        // A NaN preferred name on a whole page still yields to the fallback.
+        let nan = page.replace("} 0.9", "} NaN");
+        assert_eq!(map(&nan).unwrap().kv_usage, Some(0.1));
+    }
+
     /// vLLM V1 as `vllm/v1/metrics/loggers.py` emits it: one series per engine and state.
     fn sleep_page(engine1: [&str; 3]) -> String {
         let mut t = String::from(

@@ -145,8 +145,10 @@ impl<'a> Reader<'a> {
     }
 
     /// The first of `names` (each with an optional `label = value` selector) that has a value;
-    /// else unknown if any was, else absent. An unknown preferred name does not hide a readable
-    /// fallback (vLLM 0.9.2-0.10 export KV use under both names, docs/model-server-metrics.md §1.1).
+    /// else unknown if any was, else absent. A preferred name whose series are bad (NaN, out of
+    /// range) does not hide a readable fallback (vLLM 0.9.2-0.10 export KV use under both names,
+    /// docs/model-server-metrics.md §1.1); one that may lie past the cut of a cut page does: the
+    /// whole page would have read it, not the fallback.
     pub(super) fn first<'n>(
         &mut self,
         names: impl IntoIterator<Item = (&'n str, Option<(&'n str, &'n str)>)>,
@@ -158,6 +160,10 @@ impl<'a> Reader<'a> {
             match aggregate(self.expo, name, label, how, range) {
                 Ok(Some(a)) => return Read::Value(a),
                 Ok(None) => {}
+                Err(Unknown::Cut) => {
+                    pending.push((name, Unknown::Cut));
+                    break;
+                }
                 Err(why) => pending.push((name, why)),
             }
         }
