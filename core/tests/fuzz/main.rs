@@ -11,6 +11,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod gen;
+mod t_config;
+mod t_hosts;
 mod t_prefix;
 mod t_prom;
 mod t_resp;
