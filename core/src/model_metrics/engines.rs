@@ -208,15 +208,15 @@ fn map_with(r: &mut Reader<'_>, extra: Option<&ExtraMetric>) -> Result<EndpointM
     };
     let mut prefix_cache_counters = None;
     for (h, q) in spec.hit_counters {
-        let hits = r.first([(*h, None)], Aggregation::Sum, Range::NonNegative);
-        let queries = r.first([(*q, None)], Aggregation::Sum, Range::NonNegative);
+        let hits = r.first_optional([(*h, None)], Aggregation::Sum, Range::NonNegative);
+        let queries = r.first_optional([(*q, None)], Aggregation::Sum, Range::NonNegative);
         if let (Some(hits), Some(queries)) = (hits.value(), queries.value()) {
             prefix_cache_counters = Some((hits, queries));
             break;
         }
     }
     let prefix_hit_rate = r
-        .first(sels(spec.hit_rate), Aggregation::Mean, Range::HitRate)
+        .first_optional(sels(spec.hit_rate), Aggregation::Mean, Range::HitRate)
         .value()
         .or_else(|| {
             let (h, q) = prefix_cache_counters?;
@@ -228,12 +228,12 @@ fn map_with(r: &mut Reader<'_>, extra: Option<&ExtraMetric>) -> Result<EndpointM
         None => (None, None),
     };
     block_size = block_size.or_else(|| {
-        r.first(sels(spec.block_size), Aggregation::Max, Range::NonNegative)
+        r.first_optional(sels(spec.block_size), Aggregation::Max, Range::NonNegative)
             .value()
             .and_then(to_u32)
     });
     num_gpu_blocks = num_gpu_blocks.or_else(|| {
-        r.first(sels(spec.num_blocks), Aggregation::Sum, Range::NonNegative)
+        r.first_optional(sels(spec.num_blocks), Aggregation::Sum, Range::NonNegative)
             .value()
             .and_then(to_u64)
     });
@@ -253,7 +253,9 @@ fn map_with(r: &mut Reader<'_>, extra: Option<&ExtraMetric>) -> Result<EndpointM
         lora_info(expo)
     } else {
         // The newest series may lie past the cut; an older one could claim a free slot.
-        r.note(VLLM_LORA, Unknown::Cut);
+        if expo.has(VLLM_LORA) {
+            r.note(VLLM_LORA, Unknown::Cut);
+        }
         None
     };
     Ok(EndpointMetrics {
@@ -647,6 +649,23 @@ vllm:lora_requests_info{max_lora="4",running_lora_adapters="nan",waiting_lora_ad
         // A NaN preferred name on a whole page still yields to the fallback.
         let nan = page.replace("} 0.9", "} NaN");
         assert_eq!(map(&nan).unwrap().kv_usage, Some(0.1));
+    }
+
+    /// A cut through the histograms after the gauges: the pod reads as on the whole page, and
+    /// the optional families the page lacks (V0's hit-rate gauge, LoRA) are not reported as
+    /// unknown: every cut page would report them.
+    #[test]
+    fn a_cut_after_the_load_families_reads_whole_and_reports_nothing() {
+        let page = format!(
+            "{}vllm:kv_cache_usage_perc{{engine=\"0\",model_name=\"m\"}} 0.5\n\
+             h_bucket{{le=\"1\"}} 1\nh_bucket{{le=\"2\"}} 22",
+            sleep_page(["1.0", "0.0", "0.0"])
+        );
+        let out = scrape_page(page.as_bytes(), page.len(), None);
+        assert_eq!(out.stats.truncated, Some(prom::Truncation::InputBytes));
+        let m = out.result.unwrap();
+        assert_eq!((m.waiting, m.running, m.kv_usage), (0.0, 0.0, Some(0.5)));
+        assert_eq!(out.unknown, vec![]);
     }
 
     /// vLLM V1 as `vllm/v1/metrics/loggers.py` emits it: one series per engine and state.

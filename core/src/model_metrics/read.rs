@@ -175,6 +175,27 @@ impl<'a> Reader<'a> {
         }
         Read::Unknown
     }
+
+    /// [`Self::first`] for an optional signal: its absence from a cut page is not worth a note
+    /// (most pages lack most optional families, and every cut page would say so); a family the
+    /// cut went through, or a bad value, still is.
+    pub(super) fn first_optional<'n>(
+        &mut self,
+        names: impl IntoIterator<Item = (&'n str, Option<(&'n str, &'n str)>)>,
+        how: Aggregation,
+        range: Range,
+    ) -> Read {
+        let before = self.notes.len();
+        let read = self.first(names, how, range);
+        let expo = self.expo;
+        let added = self.notes.split_off(before);
+        self.notes.extend(
+            added
+                .into_iter()
+                .filter(|n| n.why != Unknown::Cut || expo.has(&n.metric)),
+        );
+        read
+    }
 }
 
 /// Aggregates the series of `name` whose label matches `label` (see the module doc): `Ok(None)`
