@@ -14,7 +14,7 @@ ENVOY_WASM   := $(DIST)/ai-load-balancer-envoy.wasm
 ABI021_WASM  := $(DIST)/testdata/ai-load-balancer-abi021-only.wasm
 CHECK_CONFIG := $(DIST)/check-config
 
-.PHONY: all toolchain deps build check-config check-config-tool check-abi test unit-test wasm-unit-test lint fmt bench package clean tools e2e-build e2e-test run
+.PHONY: all toolchain deps build check-config check-config-tool check-abi test unit-test wasm-unit-test lint fmt bench package clean tools e2e-build e2e-test run fuzz
 
 E2E_BIN      := e2e/target/release
 E2E_CARGO    := cd e2e && $(CARGO)
@@ -104,6 +104,12 @@ check-abi: build
 unit-test: deps
 	$(CARGO) test --quiet --workspace
 	$(CARGO) test --quiet --manifest-path tools/wasm-abi/Cargo.toml
+
+# Property-based fuzzing on stable (core/tests/fuzz/, README "Fuzzing"): each target runs
+# FUZZ_SECONDS, one at a time, optimised (`make test` runs them 2 s each, unoptimised).
+FUZZ_SECONDS ?= 120
+fuzz:
+	FUZZ_SECONDS=$(FUZZ_SECONDS) $(CARGO) test --profile bench-native -p ailb-core --test fuzz -- --test-threads=1 --nocapture
 
 # The plugin's unit tests compiled for wasm32-wasip1 and run in the emulator's wasmtime
 # (catches 32-bit and WASI differences).

@@ -63,6 +63,15 @@ pub enum Counter {
     ScrapeOk,
     /// endpoint_metrics: a scrape failed (dispatch, status, timeout, garbage).
     ScrapeFailed,
+    /// endpoint_metrics: a metrics text was cut at a size limit (the scraper's 4 MiB, Higress's
+    /// 64 KiB health-check body): families past the cut read as unknown.
+    MetricsTruncated,
+    /// endpoint_metrics: a metrics text had a value read as unknown (cut off, NaN/±Inf, out of
+    /// range), never as 0.
+    MetricsUnknownValue,
+    /// endpoint_metrics: a metrics text was JSON, not Prometheus text (trtllm-serve's
+    /// `/metrics`; its Prometheus text is at `/prometheus/metrics`).
+    MetricsNotPrometheus,
     /// cluster_hash: a request without `hash_header` answered 403.
     HashHeaderMissing,
     /// A cluster policy could not write `cluster_header`: answered 500.
@@ -82,7 +91,7 @@ pub enum Counter {
     BodyWithheldDetected,
 }
 
-const FIXED: [(Counter, &str); 23] = [
+const FIXED: [(Counter, &str); 26] = [
     (Counter::RedisCalls, "ai_lb.redis.calls"),
     (Counter::RedisErrors, "ai_lb.redis.errors"),
     (Counter::RedisTimeouts, "ai_lb.redis.timeouts"),
@@ -99,6 +108,12 @@ const FIXED: [(Counter, &str); 23] = [
     (Counter::MetricsRateLimited, "ai_lb.metrics.rate_limited"),
     (Counter::ScrapeOk, "ai_lb.metrics.scrape_ok"),
     (Counter::ScrapeFailed, "ai_lb.metrics.scrape_failed"),
+    (Counter::MetricsTruncated, "ai_lb.metrics.truncated"),
+    (Counter::MetricsUnknownValue, "ai_lb.metrics.unknown_value"),
+    (
+        Counter::MetricsNotPrometheus,
+        "ai_lb.metrics.not_prometheus",
+    ),
     (
         Counter::HashHeaderMissing,
         "ai_lb.cluster_hash.rejected_403",

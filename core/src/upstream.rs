@@ -4,6 +4,10 @@
 use crate::hash;
 use crate::host::pairs;
 
+/// Bytes of a host's health-check body Higress keeps in `metrics` (Envoy's
+/// `StoreMetricsResponseBodyLimit`, docs/higress-abi.md §7): a text this long was cut there.
+pub const HOST_METRICS_LIMIT: usize = 64 * 1024;
+
 /// Envoy's coarse health of a host, as the Higress host reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Health {

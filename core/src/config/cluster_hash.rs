@@ -68,7 +68,9 @@ impl TryFrom<In<'_, '_, RawLbConfig>> for ClusterHashConfig {
             if weight <= 0 {
                 return Err(e.err_higress(
                     "weight",
-                    format!("cluster {cluster:?} has invalid weight {weight}, must be > 0"),
+                    // Backticks, not `{:?}`: a cluster given as an object is its JSON text,
+                    // and only a backtick quote has it elided (config/error.rs).
+                    format!("cluster `{cluster}` has invalid weight {weight}, must be > 0"),
                 ));
             }
             // Go's int sum wraps; a sum that overflows is refused outright (it could only
@@ -95,5 +97,25 @@ impl TryFrom<In<'_, '_, RawLbConfig>> for ClusterHashConfig {
             cluster_header,
             clusters,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{parse, Build};
+
+    /// Found by `make fuzz` (config): the cluster was quoted with `{:?}`, whose escaped JSON
+    /// text of a misplaced block slipped past the elision and showed its password.
+    #[test]
+    fn a_misplaced_block_as_cluster_name_is_not_quoted() {
+        let cfg = br#"{"lb_type":"cluster","lb_policy":"cluster_hash","lb_config":{"clusters":[
+            {"weight":100,"cluster":"outbound|80||a.static"},
+            {"weight":0,"cluster":{"password":"hunter2-secret"}}]}}"#;
+        let e = parse(cfg, Build::Higress).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid configuration: lb_config.clusters[1].weight: cluster `{…}` has invalid \
+             weight 0, must be > 0"
+        );
     }
 }

@@ -31,11 +31,12 @@ pub struct Warnings {
 
 impl Warnings {
     pub fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
-        let path = path.into();
+        use super::error::{clamp, elide_composites, MAX_PATH, MAX_PROBLEM};
+        let path = clamp(path.into(), MAX_PATH);
         if self.list.iter().all(|w| w.path != path) {
             self.list.push(Warning {
                 path,
-                message: message.into(),
+                message: clamp(elide_composites(message.into()), MAX_PROBLEM),
             });
         }
     }

@@ -8,15 +8,20 @@
 pub mod engines;
 mod inputs;
 mod names;
+pub mod note_log;
 pub mod prom;
 pub mod rate_limit;
+mod read;
 mod scan;
 pub mod scheduler;
 
 #[cfg(test)]
 mod tests;
 
-pub use engines::{Aggregation, EndpointMetrics, ExtraMetric, LoraInfo, MapError, ModelServer};
+pub use engines::{
+    Aggregation, EndpointMetrics, ExtraMetric, LoraInfo, MapError, ModelServer, Scrape, Unknown,
+    UnknownValue,
+};
 pub use rate_limit::RateLimitWindow;
 pub use scheduler::{Candidate, Decision, MetricPolicy, RequestInfo, SchedulerConfig, Weights};
 

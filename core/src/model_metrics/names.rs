@@ -39,6 +39,9 @@ pub(super) const fn sl(name: &'static str, key: &'static str, value: &'static st
 pub(super) struct Spec {
     pub(super) engine: ModelServer,
     pub(super) waiting: &'static [Sel],
+    /// Further queues of waiting work, each added to `waiting` (SGLang's disaggregated
+    /// prefill/decode queues: requests that hold no batch slot yet).
+    pub(super) queues: &'static [&'static [Sel]],
     pub(super) running: &'static [Sel],
     pub(super) kv: &'static [Sel],
     /// Gauge already 0..1; negative means "no queries yet" (vLLM V0 emits -1.0).
@@ -54,12 +57,28 @@ pub(super) struct Spec {
 pub(super) const TRITON_REQ: &str = "nv_trt_llm_request_metrics";
 pub(super) const TRITON_KV: &str = "nv_trt_llm_kv_cache_block_metrics";
 pub(super) const VLLM_LORA: &str = "vllm:lora_requests_info";
+/// Labels `sleep_state` = `awake` (1 awake, 0 asleep), `weights_offloaded` (1 = sleep level 1),
+/// `discard_all` (1 = level 2), one series each per engine (docs/model-server-metrics.md §1.1).
+pub(super) const VLLM_SLEEP: &str = "vllm:engine_sleep_state";
+
+/// SGLang's disaggregation queues (docs/model-server-metrics.md §1.2). The prefill bootstrap
+/// queue was exported as `…_prefill_prealloc_queue_reqs` before its rename; first present wins.
+const SGLANG_PD_QUEUES: &[&[Sel]] = &[
+    &[
+        s("sglang:num_prefill_bootstrap_queue_reqs"),
+        s("sglang:num_prefill_prealloc_queue_reqs"),
+    ],
+    &[s("sglang:num_prefill_inflight_queue_reqs")],
+    &[s("sglang:num_decode_prealloc_queue_reqs")],
+    &[s("sglang:num_decode_transfer_queue_reqs")],
+];
 
 /// Detection order matters only for a page exposing several engines (not seen in practice).
 pub(super) const SPECS: &[Spec] = &[
     Spec {
         engine: ModelServer::Vllm,
         waiting: &[s("vllm:num_requests_waiting")],
+        queues: &[],
         running: &[s("vllm:num_requests_running")],
         // 0.9.2 renamed gpu_cache_usage_perc → kv_cache_usage_perc (vllm#18354); 0.9.2–0.10 emit
         // both, 0.11 hides the old one, V0 has only the old one. Prefer the new name.
@@ -85,6 +104,7 @@ pub(super) const SPECS: &[Spec] = &[
     Spec {
         engine: ModelServer::Sglang,
         waiting: &[s("sglang:num_queue_reqs")],
+        queues: SGLANG_PD_QUEUES,
         running: &[s("sglang:num_running_reqs")],
         kv: &[s("sglang:token_usage")],
         hit_rate: &[s("sglang:cache_hit_rate")],
@@ -97,6 +117,7 @@ pub(super) const SPECS: &[Spec] = &[
         engine: ModelServer::TritonTrtLlm,
         // `waiting` only since tensorrtllm_backend 15cb989 (2025-04); older pods report 0 here.
         waiting: &[sl(TRITON_REQ, "request_type", "waiting")],
+        queues: &[],
         running: &[
             sl(TRITON_REQ, "request_type", "scheduled"),
             sl(TRITON_REQ, "request_type", "active"),
@@ -112,6 +133,7 @@ pub(super) const SPECS: &[Spec] = &[
     Spec {
         engine: ModelServer::TrtllmServe,
         waiting: &[s("trtllm_num_requests_waiting")],
+        queues: &[],
         running: &[s("trtllm_num_requests_running")],
         kv: &[s("trtllm_kv_cache_utilization")],
         hit_rate: &[],
@@ -123,6 +145,7 @@ pub(super) const SPECS: &[Spec] = &[
     Spec {
         engine: ModelServer::Tgi,
         waiting: &[s("tgi_queue_size")],
+        queues: &[],
         running: &[s("tgi_batch_current_size")],
         kv: &[],
         hit_rate: &[],
@@ -140,6 +163,11 @@ pub(super) const WANTED: &[&str] = &[
     "nv_trt_llm_request_metrics",
     "sglang:cache_config_info",
     "sglang:cache_hit_rate",
+    "sglang:num_decode_prealloc_queue_reqs",
+    "sglang:num_decode_transfer_queue_reqs",
+    "sglang:num_prefill_bootstrap_queue_reqs",
+    "sglang:num_prefill_inflight_queue_reqs",
+    "sglang:num_prefill_prealloc_queue_reqs",
     "sglang:num_queue_reqs",
     "sglang:num_running_reqs",
     "sglang:token_usage",
@@ -151,6 +179,7 @@ pub(super) const WANTED: &[&str] = &[
     "trtllm_num_requests_running",
     "trtllm_num_requests_waiting",
     "vllm:cache_config_info",
+    "vllm:engine_sleep_state",
     "vllm:gpu_cache_usage_perc",
     "vllm:gpu_prefix_cache_hit_rate",
     "vllm:gpu_prefix_cache_hits_total",
@@ -169,7 +198,7 @@ mod tests {
 
     #[test]
     fn wanted_list_matches_specs() {
-        let mut names: Vec<&str> = vec![VLLM_LORA];
+        let mut names: Vec<&str> = vec![VLLM_LORA, VLLM_SLEEP];
         for sp in SPECS {
             for l in [
                 sp.waiting,
@@ -181,6 +210,7 @@ mod tests {
             ] {
                 names.extend(l.iter().map(|x| x.name));
             }
+            names.extend(sp.queues.iter().flat_map(|q| q.iter().map(|x| x.name)));
             names.extend(sp.hit_counters.iter().flat_map(|(h, q)| [*h, *q]));
             names.extend(sp.cache_info.map(|(f, _, _)| f));
         }

@@ -9,9 +9,10 @@
 use super::scan::{Cursor, Lines};
 pub use super::scan::{LineError, MAX_LABEL_VALUE_LEN, MAX_NAME_LEN};
 
-/// Bytes of input looked at; the rest is dropped (cut at the last complete line).
-/// Higress stored only 64 KiB of the probe body (docs/higress-abi.md §7), which cut real vLLM
-/// expositions with many histograms; 4 MiB is ~40x the biggest vLLM page we have seen.
+/// Bytes of input looked at; the rest is dropped (cut at the last complete line). A page this
+/// long or longer is read as cut (see [`parse_page`]). Higress stored only 64 KiB of the probe
+/// body (docs/higress-abi.md §7), which cut real vLLM expositions with many histograms; 4 MiB is
+/// ~40x the biggest vLLM page we have seen.
 pub const MAX_INPUT_BYTES: usize = 4 * 1024 * 1024;
 /// Lines looked at (comments and blank lines included).
 pub const MAX_LINES: usize = 200_000;
@@ -87,6 +88,9 @@ pub struct Exposition {
     pub samples: Vec<Sample>,
     pub types: Vec<(String, MetricType)>,
     pub stats: ParseStats,
+    /// On a cut page ([`ParseStats::truncated`]): the family of the last sample line read before
+    /// the cut, whose remaining series may lie past it.
+    pub open_family: Option<String>,
 }
 
 impl Exposition {
@@ -99,6 +103,14 @@ impl Exposition {
     /// Whether any sample has this exact series name.
     pub fn has(&self, name: &str) -> bool {
         self.samples.iter().any(|s| s.name == name)
+    }
+
+    /// Whether every series of `name` is on the page: always on a whole page; on a cut page only
+    /// when the name was seen and its family is not the one the cut went through. A family past
+    /// the cut is not on the page at all, so absence proves nothing there.
+    pub fn is_complete(&self, name: &str) -> bool {
+        self.stats.truncated.is_none()
+            || (self.has(name) && self.open_family.as_deref() != Some(family(name)))
     }
 
     /// Type declared for a family name (`# TYPE` lines), if any.
@@ -118,19 +130,35 @@ pub fn parse(input: &[u8]) -> Exposition {
 /// Parses an exposition, materialising only samples (and `# TYPE` entries) whose series name
 /// `wanted` accepts. Rejected lines cost a name scan, no allocation. `wanted` sees the full
 /// series name (`…_bucket`, `…_total`), not the family name.
-pub fn parse_filtered<F: FnMut(&str) -> bool>(input: &[u8], mut wanted: F) -> Exposition {
+pub fn parse_filtered<F: FnMut(&str) -> bool>(input: &[u8], wanted: F) -> Exposition {
+    parse_page(input, MAX_INPUT_BYTES, wanted)
+}
+
+/// [`parse_filtered`] for a page its producer cuts at `cut_at` bytes (the scraper's read limit,
+/// Higress's 64 KiB health-check body, docs/higress-abi.md §7): a page that long or longer (or
+/// over [`MAX_INPUT_BYTES`]) is read as cut. Its partial last line is dropped, so `1234` cut to
+/// `12` is never read as 12; [`ParseStats::truncated`] and [`Exposition::open_family`] tell the
+/// mapping which families may be incomplete ([`Exposition::is_complete`]). A whole page that is
+/// exactly `cut_at` long cannot be told from a cut one and is read as cut too.
+pub fn parse_page<F: FnMut(&str) -> bool>(
+    input: &[u8],
+    cut_at: usize,
+    mut wanted: F,
+) -> Exposition {
     let mut out = Exposition::default();
-    let body = match input.get(..MAX_INPUT_BYTES) {
-        Some(head) if input.len() > MAX_INPUT_BYTES => {
-            out.stats.truncated = Some(Truncation::InputBytes);
-            // Drop the partial last line so a cut value ("0.12" of "0.125") is never read.
-            match head.iter().rposition(|&b| b == b'\n') {
-                Some(nl) => head.get(..nl).unwrap_or_default(),
-                None => &[],
-            }
+    let head = input.get(..MAX_INPUT_BYTES).unwrap_or(input);
+    let body = if input.len() >= cut_at.clamp(1, MAX_INPUT_BYTES) {
+        out.stats.truncated = Some(Truncation::InputBytes);
+        // Drop the partial last line so a cut value ("0.12" of "0.125") is never read.
+        match head.iter().rposition(|&b| b == b'\n') {
+            Some(nl) => head.get(..nl).unwrap_or_default(),
+            None => &[],
         }
-        _ => input,
+    } else {
+        input
     };
+    // The last sample line's name (kept or filtered): its family is the one a cut went through.
+    let mut last_sample: Option<&str> = None;
     for raw in Lines::new(body) {
         if out.stats.lines >= MAX_LINES {
             out.stats.truncated = Some(Truncation::Lines);
@@ -140,13 +168,17 @@ pub fn parse_filtered<F: FnMut(&str) -> bool>(input: &[u8], mut wanted: F) -> Ex
         let line = raw.strip_suffix(b"\r").unwrap_or(raw);
         match parse_line(line, &mut wanted) {
             Ok(Line::Skip) => {}
-            Ok(Line::Filtered) => out.stats.filtered_out += 1,
+            Ok(Line::Filtered(name)) => {
+                out.stats.filtered_out += 1;
+                last_sample = Some(name);
+            }
             Ok(Line::Type(name, ty)) => {
                 if out.types.len() < MAX_TYPES {
                     out.types.push((name, ty));
                 }
             }
-            Ok(Line::Sample(s)) => {
+            Ok(Line::Sample(s, name)) => {
+                last_sample = Some(name);
                 if out.samples.len() >= MAX_SERIES {
                     out.stats.truncated = Some(Truncation::Series);
                     break;
@@ -162,17 +194,37 @@ pub fn parse_filtered<F: FnMut(&str) -> bool>(input: &[u8], mut wanted: F) -> Ex
         }
     }
     out.stats.samples = out.samples.len();
+    if out.stats.truncated.is_some() {
+        out.open_family = last_sample.map(|n| family(n).to_owned());
+    }
     out
 }
 
-enum Line {
-    Skip,
-    Filtered,
-    Type(String, MetricType),
-    Sample(Sample),
+/// The family a series name belongs to: the name without the suffix a counter, histogram or
+/// summary adds (`x_total`, `x_created`, `x_bucket`, … → `x`). Only used to compare names, so
+/// stripping a suffix a gauge happens to end with merely groups more names together.
+pub fn family(name: &str) -> &str {
+    const SUFFIXES: [&str; 7] = [
+        "_total", "_created", "_bucket", "_count", "_sum", "_gcount", "_gsum",
+    ];
+    SUFFIXES
+        .iter()
+        .find_map(|s| name.strip_suffix(s))
+        .unwrap_or(name)
 }
 
-fn parse_line<F: FnMut(&str) -> bool>(line: &[u8], wanted: &mut F) -> Result<Line, LineError> {
+enum Line<'a> {
+    Skip,
+    Filtered(&'a str),
+    Type(String, MetricType),
+    /// The sample and its name as it appears in the line.
+    Sample(Sample, &'a str),
+}
+
+fn parse_line<'a, F: FnMut(&str) -> bool>(
+    line: &'a [u8],
+    wanted: &mut F,
+) -> Result<Line<'a>, LineError> {
     let mut c = Cursor { s: line, i: 0 };
     c.skip_ws();
     match c.peek() {
@@ -184,7 +236,7 @@ fn parse_line<F: FnMut(&str) -> bool>(line: &[u8], wanted: &mut F) -> Result<Lin
 
 /// `# TYPE name type` is kept; `# HELP` and any other comment is skipped. A malformed TYPE line
 /// is only a comment, never an error: the samples carry the data.
-fn parse_comment<F: FnMut(&str) -> bool>(c: &mut Cursor<'_>, wanted: &mut F) -> Line {
+fn parse_comment<'a, F: FnMut(&str) -> bool>(c: &mut Cursor<'a>, wanted: &mut F) -> Line<'a> {
     c.i += 1;
     c.skip_ws();
     if !c.eat_word(b"TYPE") {
@@ -209,13 +261,13 @@ fn parse_comment<F: FnMut(&str) -> bool>(c: &mut Cursor<'_>, wanted: &mut F) -> 
     Line::Type(name.to_owned(), ty)
 }
 
-fn parse_sample<F: FnMut(&str) -> bool>(
-    c: &mut Cursor<'_>,
+fn parse_sample<'a, F: FnMut(&str) -> bool>(
+    c: &mut Cursor<'a>,
     wanted: &mut F,
-) -> Result<Line, LineError> {
+) -> Result<Line<'a>, LineError> {
     let name = c.metric_name()?;
     if !wanted(name) {
-        return Ok(Line::Filtered);
+        return Ok(Line::Filtered(name));
     }
     let mut had_ws = c.skip_ws();
     let mut labels = Vec::new();
@@ -242,12 +294,15 @@ fn parse_sample<F: FnMut(&str) -> bool>(
     if c.peek().is_some() {
         return Err(LineError::TrailingGarbage);
     }
-    Ok(Line::Sample(Sample {
-        name: name.to_owned(),
-        labels,
-        value,
-        timestamp_ms,
-    }))
+    Ok(Line::Sample(
+        Sample {
+            name: name.to_owned(),
+            labels,
+            value,
+            timestamp_ms,
+        },
+        name,
+    ))
 }
 
 /// Parses `name="value",…}` after the `{`. Accepts a trailing comma and spaces around tokens.
@@ -478,5 +533,73 @@ mod tests {
         let e = parse(&big);
         assert_eq!(e.stats.truncated, Some(Truncation::InputBytes));
         assert!(e.samples.is_empty());
+    }
+
+    /// The scraper reads at most 4 MiB, so a bigger page arrives as exactly 4 MiB: that is a cut
+    /// page too. Before, only a page over 4 MiB was, and `1234` cut to `12` was read as 12.
+    #[test]
+    fn a_page_of_exactly_the_limit_is_cut_and_its_partial_line_dropped() {
+        // What arrives of a page whose line `q{engine="1"} 1234` straddles the 4 MiB mark.
+        let tail = "a 1\nq{engine=\"0\"} 7\nq{engine=\"1\"} 12";
+        let mut cut = "#".repeat(MAX_INPUT_BYTES - tail.len() - 1).into_bytes();
+        cut.push(b'\n');
+        cut.extend_from_slice(tail.as_bytes());
+        assert_eq!(cut.len(), MAX_INPUT_BYTES);
+        let e = parse(&cut);
+        assert_eq!(e.stats.truncated, Some(Truncation::InputBytes));
+        let q: Vec<f64> = e.series("q").map(|s| s.value).collect();
+        assert_eq!(q, vec![7.0], "the partial `12` is dropped, not read as 12");
+        assert_eq!(e.open_family.as_deref(), Some("q"));
+        assert!(!e.is_complete("q"), "engine 1 may lie past the cut");
+        assert!(e.is_complete("a"), "a whole family before the cut");
+        assert!(
+            !e.is_complete("absent"),
+            "absent from a cut page proves nothing"
+        );
+
+        // One byte shorter than the limit: a whole page, read as is.
+        let mut whole = cut.clone();
+        whole.truncate(MAX_INPUT_BYTES - 1);
+        let e = parse(&whole);
+        assert_eq!(e.stats.truncated, None);
+        assert_eq!(e.open_family, None);
+        assert!(e.is_complete("absent"));
+    }
+
+    #[test]
+    fn a_producer_limit_cuts_a_smaller_page() {
+        let text =
+            "# TYPE w_total counter\nw_total{e=\"0\"} 5\nw_created{e=\"0\"} 1.7e9\nx 1\ny 22";
+        // Higress-style: the body was cut at 64 KiB; here at the page's own length.
+        let e = parse_page(text.as_bytes(), text.len(), |_| true);
+        assert_eq!(e.stats.truncated, Some(Truncation::InputBytes));
+        assert!(e.series("y").next().is_none(), "`y 22` may be `y 2234`");
+        assert_eq!(e.open_family.as_deref(), Some("x"));
+        assert!(!e.is_complete("x") && !e.is_complete("y"));
+        assert!(e.is_complete("w_total"), "its family closed before the cut");
+        let e = parse_page(text.as_bytes(), text.len() + 1, |_| true);
+        assert_eq!(
+            (e.stats.truncated, e.series("y").next().map(|s| s.value)),
+            (None, Some(22.0))
+        );
+        // The family of a filtered line counts as open too: `w_created` is `w`'s.
+        let t2 = "w_total 5\nw_created 1.7e9\n";
+        let e = parse_page(t2.as_bytes(), t2.len(), |n| n == "w_total");
+        assert_eq!(e.open_family.as_deref(), Some("w"));
+        assert!(!e.is_complete("w_total"));
+    }
+
+    #[test]
+    fn families_strip_counter_and_histogram_suffixes() {
+        for (name, fam) in [
+            ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits"),
+            ("vllm:prefix_cache_hits_created", "vllm:prefix_cache_hits"),
+            ("h_bucket", "h"),
+            ("h_sum", "h"),
+            ("h_count", "h"),
+            ("vllm:num_requests_waiting", "vllm:num_requests_waiting"),
+        ] {
+            assert_eq!(family(name), fam);
+        }
     }
 }

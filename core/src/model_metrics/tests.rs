@@ -342,3 +342,171 @@ fn end_to_end_pick() {
         "busy pod has 8 waiting > 5"
     );
 }
+
+/// A vLLM V1 page as `vllm/v1/metrics/loggers.py` renders it with two data-parallel engines and
+/// `--enable-lora`: process metrics, then the scheduler gauges in registration order (running,
+/// waiting, sleep state), LoRA info, KV use, prefix-cache counters with `_created`, histograms,
+/// cache config (docs/model-server-metrics.md §1.1).
+fn vllm_v1_page(waiting: [u32; 2], histogram_buckets: usize) -> String {
+    use std::fmt::Write as _;
+    let mut p = String::from(
+        "# HELP python_gc_objects_collected_total Objects collected during gc\n\
+         # TYPE python_gc_objects_collected_total counter\n\
+         python_gc_objects_collected_total{generation=\"0\"} 12187.0\n\
+         # HELP process_resident_memory_bytes Resident memory size in bytes.\n\
+         # TYPE process_resident_memory_bytes gauge\n\
+         process_resident_memory_bytes 1.2345e+09\n",
+    );
+    let l = |e: usize| format!("engine=\"{e}\",model_name=\"meta-llama/Llama-3.1-8B-Instruct\"");
+    let gauge = |p: &mut String, name: &str, help: &str, vals: [String; 2]| {
+        let _ = writeln!(p, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for (e, v) in vals.iter().enumerate() {
+            let _ = writeln!(p, "{name}{{{}}} {v}", l(e));
+        }
+    };
+    gauge(
+        &mut p,
+        "vllm:num_requests_running",
+        "Number of requests in model execution batches.",
+        ["12.0".into(), "9.0".into()],
+    );
+    gauge(
+        &mut p,
+        "vllm:num_requests_waiting",
+        "Number of requests waiting to be processed.",
+        waiting.map(|w| format!("{w}.0")),
+    );
+    let _ = writeln!(
+        p,
+        "# HELP vllm:engine_sleep_state Engine sleep state\n# TYPE vllm:engine_sleep_state gauge"
+    );
+    for e in 0..2 {
+        for (s, v) in [("awake", 1), ("weights_offloaded", 0), ("discard_all", 0)] {
+            let _ = writeln!(
+                p,
+                "vllm:engine_sleep_state{{{},sleep_state=\"{s}\"}} {v}.0",
+                l(e)
+            );
+        }
+    }
+    p.push_str(
+        "# HELP vllm:lora_requests_info Running stats on lora requests.\n\
+         # TYPE vllm:lora_requests_info gauge\n\
+         vllm:lora_requests_info{max_lora=\"2\",running_lora_adapters=\"sql-lora\",waiting_lora_adapters=\"\"} 1.7502e+09\n\
+         vllm:lora_requests_info{max_lora=\"2\",running_lora_adapters=\"sql-lora,tweet-lora\",waiting_lora_adapters=\"tweet-lora\"} 1.7503e+09\n",
+    );
+    gauge(
+        &mut p,
+        "vllm:kv_cache_usage_perc",
+        "KV-cache usage. 1 means 100 percent usage.",
+        ["0.25".into(), "0.75".into()],
+    );
+    for name in ["vllm:prefix_cache_queries", "vllm:prefix_cache_hits"] {
+        let _ = writeln!(p, "# HELP {name} Prefix cache.\n# TYPE {name} counter");
+        for e in 0..2 {
+            let _ = writeln!(p, "{name}_total{{{}}} 4096.0", l(e));
+            let _ = writeln!(p, "{name}_created{{{}}} 1.7501e+09", l(e));
+        }
+    }
+    for name in [
+        "vllm:iteration_tokens_total",
+        "vllm:e2e_request_latency_seconds",
+    ] {
+        let _ = writeln!(p, "# HELP {name} Histogram.\n# TYPE {name} histogram");
+        for e in 0..2 {
+            for b in 0..histogram_buckets {
+                let _ = writeln!(p, "{name}_bucket{{{},le=\"{b}.0\"}} {}.0", l(e), b * 3);
+            }
+            let _ = writeln!(p, "{name}_bucket{{{},le=\"+Inf\"}} 999.0", l(e));
+            let _ = writeln!(
+                p,
+                "{name}_count{{{}}} 999.0\n{name}_sum{{{}}} 1234.5",
+                l(e),
+                l(e)
+            );
+        }
+    }
+    p.push_str(
+        "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n\
+         # TYPE vllm:cache_config_info gauge\n\
+         vllm:cache_config_info{block_size=\"16\",engine=\"0\",num_gpu_blocks=\"33676\"} 1.0\n",
+    );
+    p
+}
+
+/// Property over every cut of a real-format page (the Higress host's 64 KiB cut, the scraper's
+/// 4 MiB one): a cut page either makes the pod unknown or reads exactly what the whole page
+/// reads; it never makes the pod look idler. The same cuts read the old way (a page under the
+/// limit taken as whole) do look idler, so this test catches the defect.
+#[test]
+fn every_cut_of_a_page_reads_unknown_or_the_whole_truth() {
+    let page = vllm_v1_page([3, 1234], 6);
+    let full = engines::scrape_page(page.as_bytes(), usize::MAX, None);
+    assert!(full.unknown.is_empty(), "{:?}", full.unknown);
+    let full = full.result.unwrap();
+    assert_eq!(
+        (full.waiting, full.running, full.kv_usage),
+        (1237.0, 21.0, Some(0.5))
+    );
+    let (mut unknown, mut known, mut idler_the_old_way) = (0, 0, 0);
+    for len in 0..page.len() {
+        let cut = &page.as_bytes()[..len];
+        let out = engines::scrape_page(cut, len, None);
+        match out.result {
+            Ok(m) => {
+                known += 1;
+                assert_eq!(
+                    (m.waiting, m.running, m.kv_usage, m.dp_groups),
+                    (full.waiting, full.running, full.kv_usage, full.dp_groups),
+                    "cut at {len}"
+                );
+                assert!(m.lora.is_none() || m.lora == full.lora, "cut at {len}");
+                assert!(
+                    m.prefix_cache_counters.is_none()
+                        || m.prefix_cache_counters == full.prefix_cache_counters
+                );
+            }
+            Err(e) => {
+                unknown += 1;
+                assert!(
+                    matches!(e, MapError::LoadUnknown(_) | MapError::UnknownEngine),
+                    "cut at {len}: {e:?}"
+                );
+            }
+        }
+        if let (Ok(old), _) = engines::scrape(cut, None) {
+            if old.waiting < full.waiting || old.running < full.running {
+                idler_the_old_way += 1;
+            }
+        }
+    }
+    assert!(known > 1000 && unknown > 500, "{known} {unknown}");
+    assert!(idler_the_old_way > 100, "{idler_the_old_way}");
+}
+
+/// The scraper reads at most 4 MiB of a page (`MAX_SCRAPE_BYTES`, `prom::MAX_INPUT_BYTES`): a
+/// vLLM page with big histograms before its queue gauge arrives cut before the gauge. Before,
+/// the gauge read as absent = 0 waiting: the busiest pod looked idle.
+#[test]
+fn a_queue_gauge_past_the_four_mib_cut_is_unknown_not_zero() {
+    use std::fmt::Write as _;
+    let mut page = String::from("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine=\"0\",model_name=\"m\"} 7.0\n");
+    let mut i = 0u64;
+    while page.len() < 5 * 1024 * 1024 {
+        let _ = writeln!(
+            page,
+            "vllm:request_prompt_tokens_bucket{{engine=\"0\",le=\"{i}.0\",model_name=\"m\"}} {i}.0"
+        );
+        i += 1;
+    }
+    page.push_str("vllm:num_requests_waiting{engine=\"0\",model_name=\"m\"} 250.0\n");
+    // What the scraper reads, and what it gets from the host when the body is bigger.
+    let read = &page.as_bytes()[..prom::MAX_INPUT_BYTES];
+    let out = engines::scrape_page(read, prom::MAX_INPUT_BYTES, None);
+    assert_eq!(out.result, Err(MapError::LoadUnknown(ModelServer::Vllm)));
+    assert_eq!(out.stats.truncated, Some(prom::Truncation::InputBytes));
+    assert!(out
+        .unknown
+        .iter()
+        .any(|u| u.metric == "vllm:num_requests_waiting" && u.why == engines::Unknown::Cut));
+}

@@ -2,6 +2,7 @@
 //! metrics body of its health check, parsed only when that text changes (never per request);
 //! the list itself is re-read at most every `hostListCacheMs`.
 
+use super::report::{Report, Source};
 use super::snapshot::clamp_u32;
 use crate::balancer::telemetry::Telemetry;
 use crate::config::MetricsConfig;
@@ -31,6 +32,7 @@ pub struct HostList {
     hosts: HashMap<String, HostEntry>,
     /// Healthy hosts per cluster and when the host list was last read (`hostListCacheMs`).
     lists: HashMap<String, (u64, Rc<Vec<String>>)>,
+    report: Report,
 }
 
 impl HostList {
@@ -110,9 +112,13 @@ impl HostList {
                     None
                 } else {
                     tel.inc(host, Counter::MetricsParsed);
-                    upstream::unescape_json_string(h.raw_metrics)
-                        .and_then(|text| engines::scrape(text.as_bytes(), mc.extra.as_ref()).0.ok())
-                        .map(Rc::new)
+                    upstream::unescape_json_string(h.raw_metrics).and_then(|text| {
+                        let limit = upstream::HOST_METRICS_LIMIT;
+                        let out = engines::scrape_page(text.as_bytes(), limit, mc.extra.as_ref());
+                        self.report
+                            .text(host, tel, h.address, Source::HealthCheck, &out);
+                        out.result.ok().map(Rc::new)
+                    })
                 };
                 self.hosts.insert(
                     h.address.to_string(),

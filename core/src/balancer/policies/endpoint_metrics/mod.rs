@@ -4,6 +4,7 @@
 //! metrics were taken, then the scheduler's choice (docs/model-server-metrics.md).
 
 mod host_list;
+mod report;
 mod scrape;
 mod snapshot;
 

@@ -2,6 +2,7 @@
 //! proxy process) sends one `GET /metrics` callout per pod from the root context; each answer
 //! is parsed once, here, and the snapshot is written to shared data for every worker VM.
 
+use super::report::{Report, Source};
 use super::snapshot::{self, snapshot_key, targets_key, SnapEntry, SENT_KEY};
 use crate::balancer::shared;
 use crate::balancer::telemetry::Telemetry;
@@ -12,7 +13,8 @@ use crate::stats::Counter;
 use std::collections::HashMap;
 use std::rc::Rc;
 
-/// Largest scrape body read (the parser is bounded too; this bounds the copy).
+/// Largest scrape body read (the parser is bounded too; this bounds the copy). A body this long
+/// is read as cut there (`engines::scrape_page`).
 const MAX_SCRAPE_BYTES: usize = 4 << 20;
 
 /// One scrape target (pods × path × cluster), shared by every route that scrapes it the same way.
@@ -46,6 +48,7 @@ pub struct Scraper {
     pending: HashMap<u32, PendingScrape>,
     vm_id: String,
     tick_ms: u32,
+    report: Report,
 }
 
 impl Scraper {
@@ -87,6 +90,7 @@ impl Scraper {
             pending: HashMap::new(),
             vm_id: format!("{seed:016x}"),
             tick_ms,
+            report: Report::default(),
         }
     }
 
@@ -252,8 +256,11 @@ impl Scraper {
                 let body = host
                     .http_call_body(body_size.min(MAX_SCRAPE_BYTES))
                     .unwrap_or_default();
-                let (res, _) = engines::scrape(&body, job.config.extra.as_ref());
-                res.ok()
+                let out = engines::scrape_page(&body, MAX_SCRAPE_BYTES, job.config.extra.as_ref());
+                let path = job.config.scrape.as_ref().map_or("", |s| s.path.as_str());
+                self.report
+                    .text(host, tel, &p.addr, Source::Scrape { path }, &out);
+                out.result.ok()
             }
             _ => None,
         };

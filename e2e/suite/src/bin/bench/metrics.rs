@@ -8,11 +8,15 @@ use ailb_fakepod::load::{self, LoadConfig, Workload};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
-/// A vLLM V1 page of about `bytes` (the fake pod's families plus padding histograms).
+/// A vLLM V1 page of about `bytes` (the fake pod's families, the sleep state current vLLM emits
+/// after the queue gauge, padding histograms). At 64 KiB Higress's host cuts the page: the sleep
+/// family must be on it, or the plugin cannot tell an old vLLM from one asleep past the cut
+/// (docs/model-server-metrics.md §2).
 fn vllm_text(waiting: u32, bytes: usize) -> String {
     let mut s = format!(
         "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{{engine=\"0\",model_name=\"fake-model\"}} 1\n\
          # TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{{engine=\"0\",model_name=\"fake-model\"}} {waiting}\n\
+         # TYPE vllm:engine_sleep_state gauge\nvllm:engine_sleep_state{{engine=\"0\",model_name=\"fake-model\",sleep_state=\"awake\"}} 1\n\
          # TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{{engine=\"0\",model_name=\"fake-model\"}} 0.2\n"
     );
     let mut i = 0;
