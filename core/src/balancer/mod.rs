@@ -170,7 +170,10 @@ impl Balancer {
             .map(|(g, r)| Rc::new(InflightKeys::new(&g.key_prefix, r)));
         let mut request = Request::new(config, keys);
         request.inflight = inflight;
-        request.since_ms = host.now_ms();
+        if request.config.common.max_body_wait_ms > 0 {
+            // Only a route with a body deadline (plain Envoy) needs the clock here.
+            request.since_ms = host.now_ms();
+        }
         self.requests.insert(ctx, request);
         let withheld = self.body_flow == BodyFlow::Withheld;
         self.callback(

@@ -264,15 +264,7 @@ impl RedisClient {
             },
             Ok(AcquireReply::Sync | AcquireReply::Empty) => PickReply::Resync,
             Ok(AcquireReply::Full) => PickReply::Full,
-            Err(ReplyError::NoScript) => PickReply::NoScript,
-            Err(e) => {
-                tel.inc(host, crate::stats::Counter::RedisErrors);
-                tel.log(host, LogLevel::Debug, ctx, format_args!("{e}"));
-                PickReply::Failed(match e {
-                    ReplyError::Malformed(_) => Cause::BadReply,
-                    ReplyError::Redis(_) | ReplyError::NoScript => Cause::RedisError,
-                })
-            }
+            Err(e) => reply_error(host, tel, ctx, e),
         }
     }
 
@@ -392,14 +384,20 @@ fn decode_service_pick(
     match inflight::parse_acquire(bytes) {
         Ok(Some(service)) => PickReply::Service(service),
         Ok(None) => PickReply::Failed(Cause::BadReply),
-        Err(ReplyError::NoScript) => PickReply::NoScript,
-        Err(e) => {
-            tel.inc(host, crate::stats::Counter::RedisErrors);
-            tel.log(host, LogLevel::Debug, ctx, format_args!("{e}"));
-            PickReply::Failed(match e {
-                ReplyError::Malformed(_) => Cause::BadReply,
-                ReplyError::Redis(_) | ReplyError::NoScript => Cause::RedisError,
-            })
-        }
+        Err(e) => reply_error(host, tel, ctx, e),
     }
+}
+
+/// A pick's reply that is not what its script returns: NOSCRIPT is resent by text, anything
+/// else is counted and logged and fails the pick.
+fn reply_error(host: &mut dyn Host, tel: &mut Telemetry, ctx: u32, e: ReplyError) -> PickReply {
+    if e == ReplyError::NoScript {
+        return PickReply::NoScript;
+    }
+    tel.inc(host, crate::stats::Counter::RedisErrors);
+    tel.log(host, LogLevel::Debug, ctx, format_args!("{e}"));
+    PickReply::Failed(match e {
+        ReplyError::Malformed(_) => Cause::BadReply,
+        ReplyError::Redis(_) | ReplyError::NoScript => Cause::RedisError,
+    })
 }

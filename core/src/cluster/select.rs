@@ -291,13 +291,19 @@ fn lowest_score(
     now_ms: i64,
 ) -> Option<usize> {
     let scores = adaptive_scores(params, table, candidates, now_ms);
+    lowest(&scores).and_then(|i| candidates.get(i).copied())
+}
+
+/// Position of the lowest of `scores`, the first one on a tie (Go's strict `<`, CM 391–402);
+/// also the global in-flight path's local choice.
+pub fn lowest(scores: &[f64]) -> Option<usize> {
     let mut best: Option<(usize, f64)> = None;
-    for (&c, &score) in candidates.iter().zip(&scores) {
+    for (i, &score) in scores.iter().enumerate() {
         if best.is_none_or(|(_, b)| score < b) {
-            best = Some((c, score));
+            best = Some((i, score));
         }
     }
-    best.map(|(c, _)| c)
+    best.map(|(i, _)| i)
 }
 
 #[cfg(test)]

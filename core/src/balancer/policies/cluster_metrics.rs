@@ -121,19 +121,15 @@ fn global_pick(
         }
     }
     let scores = select::adaptive_scores(&stats.params, &table, &distinct, now_ms);
+    // The local path's choice, should Redis not answer.
+    let local = select::lowest(&scores)
+        .and_then(|i| distinct.get(i))
+        .and_then(|&i| table.names().get(i).cloned());
     let candidates: Vec<(String, f64)> = distinct
         .iter()
         .zip(scores)
         .filter_map(|(&i, score)| Some((table.names().get(i)?.clone(), score)))
         .collect();
-    // The local path's choice: the lowest score, the first one on a tie (Go's strict `<`).
-    let local = candidates
-        .iter()
-        .fold(None::<&(String, f64)>, |best, c| match best {
-            Some(b) if b.1 <= c.1 => Some(b),
-            _ => Some(c),
-        })
-        .map(|(name, _)| name.clone());
     let Some(local) = local else {
         return Decision::Fallback(Cause::NoHealthyEndpoint);
     };
