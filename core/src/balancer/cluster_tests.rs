@@ -71,8 +71,10 @@ fn table(host: &MockHost) -> ServiceTable {
     let mut records = shared.iter().filter(|(k, _)| k.starts_with("ailb.cm."));
     let (_, (bytes, _)) = records.next().expect("a record");
     assert!(records.next().is_none(), "one record per route config");
-    ServiceTable::new(&[A, B, C], 100)
-        .read(bytes)
+    // Rings are kept only by the Least*Latency modes (`Mode::ring_capacity`).
+    [100, 0]
+        .into_iter()
+        .find_map(|capacity| ServiceTable::new(&[A, B, C], capacity).read(bytes))
         .expect("the record reads back")
 }
 
@@ -230,11 +232,15 @@ fn ttft_is_recorded_at_the_first_body_chunk_and_total_latency_at_the_end() {
     host.now_ms = t0 + 400;
     e.on_response_body(&mut host, 2);
     let s = stats(&host, &svc);
-    assert_eq!((s.ttft.mean(), s.ewma_ttft), (300.0, Some(300.0)));
+    assert!(
+        s.ttft.is_empty() && s.ewma_ttft.is_none(),
+        "held by the worker until its next write"
+    );
     assert!(s.total.is_empty());
     host.now_ms = t0 + 1000;
     end(&mut host, &mut e, 2);
     let s = stats(&host, &svc);
+    assert_eq!((s.ttft.mean(), s.ewma_ttft), (300.0, Some(300.0)));
     assert_eq!((s.total.mean(), s.ewma_total), (1000.0, Some(1000.0)));
     assert_eq!((s.ongoing, s.success, s.errors), (0, 1, 0));
     // Now the fastest service by TTFT is one without samples (mean 0) and then this one.
@@ -242,6 +248,59 @@ fn ttft_is_recorded_at_the_first_body_chunk_and_total_latency_at_the_end() {
     assert_ne!(
         next, svc,
         "the measured one is slower than the unmeasured ones"
+    );
+}
+
+#[test]
+fn a_held_ttft_sample_is_written_by_the_workers_next_decision_which_sees_it() {
+    let (mut host, mut e) = metrics_engine("LeastFirstTokenLatency", "");
+    let t0 = host.now_ms;
+    let slow = send(&mut host, &mut e, 2, &[]).unwrap();
+    respond(&mut host, &mut e, 2, "200");
+    host.now_ms = t0 + 300;
+    e.on_response_body(&mut host, 2);
+    assert!(stats(&host, &slow).ttft.is_empty());
+    // The next decision writes the sample in its own compare-and-swap, after reading it: the
+    // measured service (mean 300) loses to the unmeasured ones (mean 0).
+    for ctx in 3..9 {
+        let next = send(&mut host, &mut e, ctx, &[]).unwrap();
+        assert_ne!(next, slow, "the decision saw the held sample");
+        assert_eq!(stats(&host, &slow).ttft.mean(), 300.0);
+    }
+}
+
+#[test]
+fn a_worker_holding_32_samples_writes_them_at_once() {
+    let (mut host, mut e) = metrics_engine("AdaptiveScore", "");
+    let t0 = host.now_ms;
+    let picks: Vec<String> = (2..34)
+        .map(|ctx| send(&mut host, &mut e, ctx, &[]).unwrap())
+        .collect();
+    host.now_ms = t0 + 50;
+    let measured = |host: &MockHost| {
+        table(host)
+            .stats()
+            .iter()
+            .filter(|s| s.ewma_ttft.is_some())
+            .count()
+    };
+    for ctx in 2..33 {
+        respond(&mut host, &mut e, ctx, "200");
+        e.on_response_body(&mut host, ctx);
+    }
+    assert_eq!(measured(&host), 0, "31 samples are held");
+    respond(&mut host, &mut e, 33, "200");
+    e.on_response_body(&mut host, 33);
+    let mut services = picks.clone();
+    services.sort();
+    services.dedup();
+    assert_eq!(measured(&host), services.len(), "the 32nd writes them all");
+    for ctx in 2..34 {
+        end(&mut host, &mut e, ctx);
+    }
+    assert_eq!(
+        table(&host).stats().iter().map(|s| s.ongoing).sum::<i64>(),
+        0
     );
 }
 
@@ -257,7 +316,8 @@ fn errors_are_penalised_and_the_service_cools_down() {
     end(&mut host, &mut e, 2);
     let s = stats(&host, &bad);
     assert_eq!((s.errors, s.consecutive_errors, s.success), (1, 1, 0));
-    assert_eq!(s.ttft.mean(), 100.0, "a failure counts double");
+    assert_eq!(s.ewma_ttft, Some(100.0), "a failure counts double");
+    assert!(s.ttft.is_empty(), "AdaptiveScore keeps no rings");
     assert_eq!(s.cooldown_until_ms, (t0 + 60 + 30_000) as i64);
     for ctx in 3..23 {
         let got = send(&mut host, &mut e, ctx, &[]).unwrap();

@@ -68,6 +68,17 @@ impl Mode {
         }
     }
 
+    /// Samples to keep per latency ring: only the Least*Latency modes read ring means, so the
+    /// others keep none. Go fills its rings in every mode, but nothing reads them there; an
+    /// empty ring keeps the shared-data record a few hundred bytes instead of ~5 KB, which
+    /// every request copies in and out three times (docs/higress-cluster-policies.md §6.1).
+    pub fn ring_capacity(self, params: &MetricsParams) -> usize {
+        match self {
+            Mode::LeastTotalLatency | Mode::LeastFirstTokenLatency => params.ring_capacity(),
+            Mode::LeastBusy | Mode::AdaptiveScore | Mode::Random => 0,
+        }
+    }
+
     /// The Go spelling (`Random` has none; Go's global in-flight key uses the mode string).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -176,6 +187,16 @@ mod tests {
         assert_eq!(with(1).ring_capacity(), 1);
         assert_eq!(with(250).ring_capacity(), 250);
         assert_eq!(MetricsParams::default().ring_capacity(), 100);
+    }
+
+    #[test]
+    fn only_the_latency_modes_keep_rings() {
+        let p = MetricsParams::default();
+        assert_eq!(Mode::LeastTotalLatency.ring_capacity(&p), 100);
+        assert_eq!(Mode::LeastFirstTokenLatency.ring_capacity(&p), 100);
+        for mode in [Mode::LeastBusy, Mode::AdaptiveScore, Mode::Random] {
+            assert_eq!(mode.ring_capacity(&p), 0, "{mode:?}");
+        }
     }
 
     #[test]

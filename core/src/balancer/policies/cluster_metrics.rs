@@ -21,10 +21,11 @@ pub use crate::balancer::service_stats::SharedStats;
 use crate::balancer::shared;
 use crate::balancer::telemetry::Telemetry;
 use crate::cluster::select::{self, Decision as Pick};
+use crate::cluster::stats::record::Record;
 use crate::cluster::stats::Table;
 use crate::cluster::Mode;
 use crate::config::GlobalInflight;
-use crate::host::{Host, LogLevel};
+use crate::host::{Host, HostError, LogLevel};
 use crate::reason::{Cause, Reason};
 use crate::redis::inflight::InflightKeys;
 use crate::stats::Counter;
@@ -40,23 +41,22 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input, stats: &Rc<SharedSta
         }
     }
     let rng = &mut *env.rng;
-    let mut reset = false;
-    let result = shared::update(host, &stats.key, |current| {
-        let (mut record, bad) = stats.load(current);
-        reset = bad;
+    let result = write(host, stats, |record| {
         let mut next = || rng.next_u64();
-        let chosen = match select::select(stats.mode, &stats.params, &record, now_ms, &mut next) {
+        match select::select(stats.mode, &stats.params, &*record, now_ms, &mut next) {
             Pick::Pick(i) => {
                 record.on_request_start(i);
                 record.names().get(i).cloned()
             }
             Pick::NoServices => None,
-        };
-        (record.into_bytes(), chosen)
+        }
     });
-    if reset {
-        env.tel.inc(host, Counter::ClusterStatsReset);
-    }
+    let result = result.map(|(chosen, reset)| {
+        if reset {
+            env.tel.inc(host, Counter::ClusterStatsReset);
+        }
+        chosen
+    });
     match result {
         Ok(Some(service)) => Decision::Route {
             hold: Some(Hold::Service(ServiceLease {
@@ -112,7 +112,8 @@ fn global_pick(
             None
         }
     };
-    let (table, _) = stats.load(current);
+    let (mut table, _) = stats.load(current);
+    stats.apply_pending(&mut table);
     let mut next = || env.rng.next_u64();
     let mut distinct: Vec<usize> = Vec::new();
     for i in select::adaptive_candidates(&stats.params, &table, now_ms, &mut next) {
@@ -149,31 +150,27 @@ fn global_pick(
 /// A global pick was answered (or fell to the local path): count the service in this proxy,
 /// as the local path does at its decision.
 pub fn start(host: &mut dyn Host, tel: &Telemetry, lease: &ServiceLease) {
-    let stats = &lease.stats;
-    let result = shared::update(host, &stats.key, |current| {
-        let (mut record, _) = stats.load(current);
+    let result = write(host, &lease.stats, |record| {
         if let Some(i) = record.index_of(&lease.service) {
             record.on_request_start(i);
         }
-        (record.into_bytes(), ())
     });
     if result.is_err() {
         tel.inc(host, Counter::ClusterStatsFailed);
     }
 }
 
-/// The first response-body chunk: a TTFT sample (Higress measures at the first streamed chunk).
+/// The first response-body chunk: a TTFT sample (Higress measures at the first streamed chunk),
+/// written with this worker's next update of the record (`SharedStats::pending`).
 pub fn first_byte(host: &mut dyn Host, tel: &Telemetry, lease: &ServiceLease, success: bool) {
     let elapsed = elapsed_ms(host.now_ms(), lease);
-    let stats = &lease.stats;
-    let result = shared::update(host, &stats.key, |current| {
-        let (mut record, _) = stats.load(current);
-        if let Some(i) = record.index_of(&lease.service) {
-            record.on_first_byte(i, elapsed, success, stats.params.ewma_beta);
-        }
-        (record.into_bytes(), ())
-    });
-    if result.is_err() {
+    if !lease
+        .stats
+        .defer_first_byte(&lease.service, elapsed, success)
+    {
+        return;
+    }
+    if write(host, &lease.stats, |_| ()).is_err() {
         tel.inc(host, Counter::ClusterStatsFailed);
     }
 }
@@ -185,19 +182,36 @@ pub fn done(host: &mut dyn Host, tel: &Telemetry, lease: ServiceLease, outcome: 
     let now = host.now_ms();
     let elapsed = elapsed_ms(now, &lease);
     let now_ms = i64::try_from(now).unwrap_or(i64::MAX);
-    let stats = &lease.stats;
-    let result = shared::update(host, &stats.key, |current| {
-        let (mut record, _) = stats.load(current);
+    let params = &lease.stats.params;
+    let result = write(host, &lease.stats, |record| {
         if let Some(i) = record.index_of(&lease.service) {
             let sample = outcome.map(|_| elapsed);
             let success = outcome.unwrap_or(true);
-            record.on_stream_end(i, sample, success, now_ms, &stats.params);
+            record.on_stream_end(i, sample, success, now_ms, params);
         }
-        (record.into_bytes(), ())
     });
     if result.is_err() {
         tel.inc(host, Counter::ReleaseFailures);
     }
+}
+
+/// One compare-and-swap of the route's record: this worker's held samples first, then
+/// `change`. Also answers whether a record was there but not ours (it started fresh).
+fn write<T>(
+    host: &mut dyn Host,
+    stats: &SharedStats,
+    mut change: impl FnMut(&mut Record) -> T,
+) -> Result<(T, bool), HostError> {
+    let result = shared::update(host, &stats.key, |current| {
+        let (mut record, reset) = stats.load(current);
+        stats.apply_pending(&mut record);
+        let out = change(&mut record);
+        (record.into_bytes(), (out, reset))
+    });
+    if result.is_ok() {
+        stats.written();
+    }
+    result
 }
 
 fn elapsed_ms(now: u64, lease: &ServiceLease) -> i64 {

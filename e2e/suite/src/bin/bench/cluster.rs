@@ -214,16 +214,28 @@ pub fn cluster_hash_slot_agreement() -> anyhow::Result<()> {
 }
 
 /// Plugin CPU per request for AdaptiveScore: the emulator's VM time over the 10-turn chat on
-/// one gateway in front of 3 healthy services.
+/// one gateway in front of 3 healthy services; beside it, in the same run, `cluster_hash` over
+/// the same services (a decision with no statistics: the floor of a cluster policy).
 pub fn cluster_plugin_cpu() -> anyhow::Result<()> {
     let bed = Bed::new(3, |c| {
         c.decode_us_per_token = 100;
         c.prefill_us_per_token = 1;
     });
     let svcs = services(&NAMES, 1);
-    let spec = bed.spec("cpu", Some(metrics_plugin(&svcs, "AdaptiveScore")));
-    let gw = Gateway::start_config(&cluster_config(&bed, &spec, &svcs), &spec.id)?;
-    let us = vm_us_per_request(&gw, 50, 500)?;
-    println!("BENCH plugin_us_per_request_cluster_adaptive {us:.1} us");
+    let thirds: Vec<(&str, i64)> = NAMES
+        .iter()
+        .zip([34, 33, 33])
+        .map(|(n, w)| (*n, w))
+        .collect();
+    for (name, plugin) in [
+        ("adaptive", metrics_plugin(&svcs, "AdaptiveScore")),
+        // post_chat10 always sends content-type, so every request has the hash header.
+        ("hash", hash_plugin("content-type", &thirds)),
+    ] {
+        let spec = bed.spec(&format!("cpu-{name}"), Some(plugin));
+        let gw = Gateway::start_config(&cluster_config(&bed, &spec, &svcs), &spec.id)?;
+        let us = vm_us_per_request(&gw, 50, 500)?;
+        println!("BENCH plugin_us_per_request_cluster_{name} {us:.1} us");
+    }
     Ok(())
 }
