@@ -79,12 +79,7 @@ impl EndpointMetrics {
         mc: &MetricsConfig,
     ) -> Decision {
         let config = input.config;
-        let sent = host
-            .shared_get(SENT_KEY)
-            .ok()
-            .flatten()
-            .map(|(v, _)| shared::decode_counts(&v))
-            .unwrap_or_default();
+        let sent = sent_counts(host);
         let candidates = match mc.source {
             MetricsSource::Host => {
                 let cluster = host::text_property(host, "cluster_name").unwrap_or_default();
@@ -163,6 +158,38 @@ impl EndpointMetrics {
         }
     }
 
+    /// A plain-Envoy prefix_cache's metrics guard: for each of `config.endpoints`, whether its
+    /// scraped metrics, corrected by what this proxy sent since, say it is saturated
+    /// ([`scheduler::is_saturated`]); unknown or stale metrics never are (fail open).
+    pub fn saturated(
+        &mut self,
+        host: &mut dyn Host,
+        config: &RouteConfig,
+        mc: &MetricsConfig,
+    ) -> Vec<bool> {
+        let sent = sent_counts(host);
+        let candidates = self
+            .scraped_candidates(host, config, mc, &sent)
+            .unwrap_or_default();
+        config
+            .endpoints
+            .iter()
+            .map(|addr| {
+                candidates
+                    .iter()
+                    .find(|c| c.addr == *addr)
+                    .and_then(|c| scheduler::is_saturated(c, &mc.scheduler))
+                    .unwrap_or(false)
+            })
+            .collect()
+    }
+
+    /// A request this proxy sent to `endpoint` outside endpoint_metrics' own pick (the
+    /// prefix_cache guard's): counted so the guard's queue correction sees it.
+    pub fn sent(&self, host: &mut dyn Host, endpoint: &str) {
+        count_sent(host, endpoint);
+    }
+
     /// The scraper's snapshot (decoded again only when its CAS moved); stale entries unknown.
     fn scraped_candidates(
         &mut self,
@@ -235,6 +262,15 @@ impl EndpointMetrics {
         self.snapshots.insert(ns.to_string(), (cas, snap.clone()));
         snap
     }
+}
+
+/// Requests this proxy sent to each endpoint since it started (the in-flight correction's base).
+fn sent_counts(host: &dyn Host) -> HashMap<String, u64> {
+    host.shared_get(SENT_KEY)
+        .ok()
+        .flatten()
+        .map(|(v, _)| shared::decode_counts(&v))
+        .unwrap_or_default()
 }
 
 /// The choice is made in this proxy: count it as sent (the in-flight correction).
