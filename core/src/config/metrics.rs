@@ -84,8 +84,7 @@ impl TryFrom<In<'_, '_, RawLbConfig>> for MetricsConfig {
         let defaults = SchedulerConfig::default();
         let (policy, extra) = higress_keys(raw, r);
         let rate_limit = rate_limit(raw, r);
-        let (queue_threshold_critical, kv_cache_threshold, max_running_hint) =
-            saturation_keys(raw, r)?;
+        let (queue_threshold_critical, kv_cache_threshold) = saturation_keys(raw, r)?;
         let queueing_threshold_lora = number_in(
             r,
             "queueingThresholdLora",
@@ -107,6 +106,10 @@ impl TryFrom<In<'_, '_, RawLbConfig>> for MetricsConfig {
             }
             Some(_) => return Err(r.err("weights", "must be an object")),
         };
+        let max_running_hint = r.own("maxRunningHint", &raw.max_running_hint)?;
+        if max_running_hint == Some(0) {
+            return Err(r.err("maxRunningHint", "must be at least 1"));
+        }
         let source = match (
             r.own("metricsSource", &raw.metrics_source)?.as_deref(),
             build,
@@ -169,14 +172,13 @@ impl TryFrom<In<'_, '_, RawLbConfig>> for MetricsConfig {
     }
 }
 
-/// What makes a pod saturated (its effective queue over `queueThresholdCritical`, or its KV
-/// cache use over `kvCacheThreshold`) and the batch size that corrects the queue for requests
-/// sent since the scrape (`maxRunningHint`): endpoint_metrics' shedding and the plain-Envoy
-/// prefix_cache's metrics guard (prefix.rs) read them the same way.
+/// What makes a pod saturated (its queue over `queueThresholdCritical`, or its KV cache use
+/// over `kvCacheThreshold`): endpoint_metrics' shedding and the plain-Envoy prefix_cache's
+/// metrics guard (prefix.rs) read them the same way.
 pub(super) fn saturation_keys(
     raw: &RawLbConfig,
     r: &Reader<'_>,
-) -> Result<(f64, f64, Option<u32>), ConfigError> {
+) -> Result<(f64, f64), ConfigError> {
     let defaults = SchedulerConfig::default();
     let queue = number_in(
         r,
@@ -192,11 +194,7 @@ pub(super) fn saturation_keys(
         defaults.kv_cache_threshold,
         1.0,
     )?;
-    let max_running_hint = r.own("maxRunningHint", &raw.max_running_hint)?;
-    if max_running_hint == Some(0) {
-        return Err(r.err("maxRunningHint", "must be at least 1"));
-    }
-    Ok((queue, kv, max_running_hint))
+    Ok((queue, kv))
 }
 
 /// `metric_policy` and `target_metric` as Higress reads them: any policy other than `least` /

@@ -4,9 +4,9 @@
 //! metrics its load guard also reads (ours, strict).
 
 use super::error::ConfigError;
+use super::metrics::{saturation_keys, MetricsConfig, DEFAULT_CRITICALITY_HEADER};
 use super::raw::RawLbConfig;
 use super::read::In;
-use super::metrics::{saturation_keys, MetricsConfig, DEFAULT_CRITICALITY_HEADER};
 use super::scrape;
 use super::values::{Build, MetricsSource};
 use crate::model_metrics::SchedulerConfig;
@@ -31,11 +31,11 @@ pub const PREFIX_KEYS: &[&str] = &[
     "metricsMaxAgeMs",
     "queueThresholdCritical",
     "kvCacheThreshold",
-    "maxRunningHint",
 ];
 
 /// The keys that turn on the plain-Envoy metrics guard (the scraper's and the saturation
-/// thresholds, read as endpoint_metrics reads them).
+/// thresholds, read as endpoint_metrics reads them; `maxRunningHint` only corrects
+/// endpoint_metrics' picks, so it is not among them).
 const GUARD_KEYS: &[&str] = &[
     "scrapeCluster",
     "scrapePath",
@@ -46,7 +46,6 @@ const GUARD_KEYS: &[&str] = &[
     "metricsMaxAgeMs",
     "queueThresholdCritical",
     "kvCacheThreshold",
-    "maxRunningHint",
 ];
 
 /// A prefix_cache route's settings.
@@ -150,10 +149,7 @@ impl TryFrom<(In<'_, '_, RawLbConfig>, usize)> for PrefixSettings {
             Some(name) => Anchor::from_name(&name).ok_or_else(|| {
                 r.err(
                     "prefixAnchor",
-                    format!(
-                        "unknown value `{name}` ({})",
-                        Anchor::NAMES.join(", ")
-                    ),
+                    format!("unknown value `{name}` ({})", Anchor::NAMES.join(", ")),
                 )
             })?,
         };
@@ -196,13 +192,12 @@ fn guard(
             "only in the plain-Envoy build (Higress's prefix_cache guard is the Redis script's)",
         ));
     }
-    let (queue, kv, max_running_hint) = saturation_keys(raw, r)?;
+    let (queue, kv) = saturation_keys(raw, r)?;
     let scrape = scrape::read(raw, r, MetricsSource::Scrape)?;
     Ok(Some(MetricsConfig {
         scheduler: SchedulerConfig {
             queue_threshold_critical: queue,
             kv_cache_threshold: kv,
-            max_running_hint,
             ..SchedulerConfig::default()
         },
         extra: None,

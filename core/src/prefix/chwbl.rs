@@ -225,13 +225,22 @@ mod tests {
         let order: Vec<usize> = ring.walk(key).collect();
         assert_eq!(order.len(), 8, "the walk meets every endpoint once");
         let mut loads = vec![2u64; 8];
-        assert_eq!(pick(&ring, key, &loads, 1, CLASSIC, |_| true), Some(order[0]));
+        assert_eq!(
+            pick(&ring, key, &loads, 1, CLASSIC, |_| true),
+            Some(order[0])
+        );
         // 16 + 1 in flight over 8: the bound is ⌈1.25 × 17/8⌉ = 3; the home endpoint at 3 is full.
         loads[order[0]] = 3;
         assert_eq!(CLASSIC.limit(17, 8, 1), 3);
-        assert_eq!(pick(&ring, key, &loads, 1, CLASSIC, |_| true), Some(order[1]));
+        assert_eq!(
+            pick(&ring, key, &loads, 1, CLASSIC, |_| true),
+            Some(order[1])
+        );
         loads[order[1]] = 3;
-        assert_eq!(pick(&ring, key, &loads, 1, CLASSIC, |_| true), Some(order[2]));
+        assert_eq!(
+            pick(&ring, key, &loads, 1, CLASSIC, |_| true),
+            Some(order[2])
+        );
         // Slack: the same loads are within ⌈avg⌉ + 2, so the key stays home.
         let slack = Bound {
             factor: 1.25,
@@ -301,5 +310,41 @@ mod tests {
         let big = Ring::new(&endpoints(5_000));
         assert!(big.points.len() <= MAX_POINTS.max(5_000 * MIN_VNODES));
         assert_eq!(big.walk(7).count(), 5_000);
+    }
+
+    #[test]
+    fn costs_count_in_the_bound_and_an_idle_endpoint_takes_any_cost() {
+        let list = endpoints(4);
+        let ring = Ring::new(&list);
+        let key = 0xfeed;
+        let order: Vec<usize> = ring.walk(key).collect();
+        let bound = Bound {
+            factor: 1.5,
+            slack: 100,
+        };
+        // Idle: a request costlier than the bound still goes to its key's endpoint.
+        assert!(bound.limit(0, 4, 5_000) < 5_000);
+        assert_eq!(
+            pick(&ring, key, &[0; 4], 5_000, bound, |_| true),
+            Some(order[0])
+        );
+        // 1000 in flight there: (1000 + 1000) / 4 = 500 avg, limit max(750, 600) = 750 < 2000.
+        let mut loads = vec![0u64; 4];
+        loads[order[0]] = 1_000;
+        assert_eq!(bound.limit(1_000, 4, 1_000), 750);
+        assert_eq!(
+            pick(&ring, key, &loads, 1_000, bound, |_| true),
+            Some(order[1])
+        );
+        // The slack is in the same units: 1500 of it keeps the key home (500 avg + 1500 = 2000).
+        let wide = Bound {
+            factor: 1.5,
+            slack: 1_500,
+        };
+        assert_eq!(wide.limit(1_000, 4, 1_000), 2_000);
+        assert_eq!(
+            pick(&ring, key, &loads, 1_000, wide, |_| true),
+            Some(order[0])
+        );
     }
 }

@@ -113,7 +113,10 @@ pub fn decide(
     }
     let body = host.request_body(0, input.body_bytes).unwrap_or_default();
     let (keys, at) = match canonicalize(&body, &settings.canon) {
-        Ok(canon) => (canon.chain_keys(), anchor_of(canon.blocks(), settings.anchor)),
+        Ok(canon) => (
+            canon.chain_keys(),
+            anchor_of(canon.blocks(), settings.anchor),
+        ),
         Err(e) => {
             env.tel.inc(host, Counter::Fallback(Cause::BadRequest));
             env.tel.log(
@@ -146,9 +149,6 @@ pub fn decide(
             let Some(address) = endpoints.get(chosen).cloned() else {
                 return Decision::Fallback(Cause::NoHealthyEndpoint);
             };
-            if settings.guard.is_some() {
-                metrics.sent(host, &address);
-            }
             state.record(host, env.tel, input.ctx, &keys, &window, known, chosen, now);
             let fallbacks = state
                 .ring

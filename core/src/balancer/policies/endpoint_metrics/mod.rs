@@ -159,17 +159,19 @@ impl EndpointMetrics {
     }
 
     /// A plain-Envoy prefix_cache's metrics guard: for each of `config.endpoints`, whether its
-    /// scraped metrics, corrected by what this proxy sent since, say it is saturated
-    /// ([`scheduler::is_saturated`]); unknown or stale metrics never are (fail open).
+    /// scraped metrics say it is saturated ([`scheduler::is_saturated`]); unknown or stale
+    /// metrics never are (fail open). Read as scraped, without the sent-since-scrape
+    /// correction: the guard's other half is this proxy's in-flight load already, and the
+    /// correction (every request sent since the scrape queues, unless `maxRunningHint` says
+    /// there is room) would call a busy but healthy pod saturated between two scrapes.
     pub fn saturated(
         &mut self,
         host: &mut dyn Host,
         config: &RouteConfig,
         mc: &MetricsConfig,
     ) -> Vec<bool> {
-        let sent = sent_counts(host);
         let candidates = self
-            .scraped_candidates(host, config, mc, &sent)
+            .scraped_candidates(host, config, mc, &HashMap::new())
             .unwrap_or_default();
         config
             .endpoints
@@ -182,12 +184,6 @@ impl EndpointMetrics {
                     .unwrap_or(false)
             })
             .collect()
-    }
-
-    /// A request this proxy sent to `endpoint` outside endpoint_metrics' own pick (the
-    /// prefix_cache guard's): counted so the guard's queue correction sees it.
-    pub fn sent(&self, host: &mut dyn Host, endpoint: &str) {
-        count_sent(host, endpoint);
     }
 
     /// The scraper's snapshot (decoded again only when its CAS moved); stale entries unknown.
@@ -329,4 +325,4 @@ fn fallback_order(candidates: &[Candidate], chosen: usize) -> Vec<String> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
