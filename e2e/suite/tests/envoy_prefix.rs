@@ -26,10 +26,6 @@ fn bed(pods: usize) -> Bed {
     })
 }
 
-fn plugin(pods: &[String]) -> Value {
-    plugin_with(pods, json!({}))
-}
-
 /// The prefix_cache config with `extra` merged into its `lb_config`.
 fn plugin_with(pods: &[String], extra: Value) -> Value {
     let mut lb = json!({"endpoints": pods, "debugHeader": "x-ai-lb-debug"});
@@ -242,7 +238,10 @@ fn envoy_a_dead_pods_conversations_move_to_one_pod_from_both_proxies() {
 
 /// A long system prompt (several blocks) many users share, then `user`'s own conversation.
 fn shared_prompt_body(user: &str, turn: usize, max_tokens: u64) -> Vec<u8> {
-    let system = format!("{SYSTEM} {}", "Quote the runbook step by step. ".repeat(300));
+    let system = format!(
+        "{SYSTEM} {}",
+        "Quote the runbook step by step. ".repeat(300)
+    );
     let mut messages = vec![
         json!({"role": "system", "content": system}),
         json!({"role": "user", "content": format!("{user}: where is my data?")}),
@@ -286,7 +285,10 @@ fn envoy_a_shared_system_prompt_lands_together_across_two_proxies_with_the_pream
         let s = p.state();
         (h + s.prefix_hit_tokens, q + s.prefix_query_tokens)
     });
-    assert!(hit * 10 >= query * 9, "pod prefix hits {hit} of {query} tokens");
+    assert!(
+        hit * 10 >= query * 9,
+        "pod prefix hits {hit} of {query} tokens"
+    );
     // A burst of 24 new users at once (12 per proxy, each 1.5 s long): each proxy keeps the
     // prompt's pod until it is over the guard, then spills along the ring walk from the
     // prompt's key, the same walk on both: one spill pod.
