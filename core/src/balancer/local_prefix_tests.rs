@@ -669,10 +669,22 @@ fn a_pod_whose_scraped_queue_is_full_is_left_and_taken_back_when_it_recovers() {
     assert_eq!(spilled.reason, "prefix_spill");
     assert_ne!(spilled.to, home.to);
     // New conversations avoid it too, whatever their ring says.
+    assert_eq!(host.metric("ai_lb.prefix.saturated"), 1);
+    // A proxy without the guard shows where each new conversation hashes.
+    let (mut plain, mut pp) = proxy_on(3);
+    let mut passed_by = 0;
     for c in 0..12u32 {
-        let r = request(&mut host, &mut e, 10 + c, &chat(&format!("new {c}"), 0));
+        let body = chat(&format!("new {c}"), 0);
+        let r = request(&mut host, &mut e, 10 + c, &body);
         assert_ne!(r.to, home.to, "conversation {c}");
+        passed_by += usize::from(request(&mut plain, &mut pp, 1 + c, &body).to == home.to);
     }
+    // Those that hash to the saturated pod were counted as passing it by.
+    assert!(
+        passed_by >= 1,
+        "some new conversation hashes to the saturated pod"
+    );
+    assert_eq!(host.metric("ai_lb.prefix.saturated"), 1 + passed_by as i64);
     // A full KV cache is saturation too (kvCacheThreshold 0.8).
     let kv: Vec<(String, u32, f64)> = pods
         .iter()

@@ -364,6 +364,7 @@ fn envoy_a_pod_whose_scraped_queue_is_full_is_left_until_it_recovers() {
     assert_eq!(status, 200, "{debug}");
     assert_ne!(moved, home, "{debug}");
     assert!(debug.contains("prefix_spill"), "{debug}");
+    assert_eq!(envoy.stat("ai_lb.prefix.saturated"), 1);
     for c in 0..12 {
         let body = turn_body(&format!("n{c}"), &format!("n{c}: a new question"), 0, 2);
         let (status, pod, debug) = send(&envoy.url, &body);

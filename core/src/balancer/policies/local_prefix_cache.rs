@@ -142,13 +142,18 @@ pub fn decide(
     let cap = input.config.common.max_load;
     let cost = cost_of(input.config, input.body_bytes);
     let taken = local_least_request::take(host, &state.counts_key, endpoints, cost, |loads| {
-        state.choose(loads, cost, cap, &hot, known, home)
+        state
+            .choose(loads, cost, cap, &hot, known, home)
+            .map(|(e, reason, passed)| (e, (reason, passed)))
     });
     match taken {
-        Ok(Some((chosen, reason))) => {
+        Ok(Some((chosen, (reason, passed)))) => {
             let Some(address) = endpoints.get(chosen).cloned() else {
                 return Decision::Fallback(Cause::NoHealthyEndpoint);
             };
+            if passed {
+                env.tel.inc(host, Counter::PrefixSaturated);
+            }
             state.record(host, env.tel, input.ctx, &keys, &window, known, chosen, now);
             let fallbacks = state
                 .ring
@@ -240,7 +245,8 @@ impl LocalPrefix {
     /// saturated by its scraped metrics (`hot`, by position; empty without a metrics guard);
     /// otherwise CHWBL on the anchor key, never back to the endpoint just left and past the
     /// saturated ones. The metrics only steer while some endpoint with room is not saturated:
-    /// when all are, the loads decide alone. None: every endpoint is at the cap.
+    /// when all are, the loads decide alone. The flag: a saturated endpoint was passed by (the
+    /// known one, or the one the walk would have taken). None: every endpoint is at the cap.
     fn choose(
         &self,
         loads: &[u64],
@@ -249,11 +255,12 @@ impl LocalPrefix {
         hot: &[bool],
         known: Option<Known>,
         home: u64,
-    ) -> Option<(usize, Reason)> {
+    ) -> Option<(usize, Reason, bool)> {
         let room = |e: usize| cap == 0 || loads.get(e).is_some_and(|&l| l < cap);
         let saturated = |e: usize| hot.get(e).copied().unwrap_or(false);
         let steer = (0..loads.len()).any(|e| room(e) && !saturated(e));
         let hot = |e: usize| steer && saturated(e);
+        let any_hot = (0..loads.len()).any(hot);
         let min = loads.iter().copied().min()?;
         let mut left = None;
         if let Some(k) = known {
@@ -261,10 +268,11 @@ impl LocalPrefix {
             let crowded = load.saturating_sub(min) > self.bound.slack
                 && load as f64 > min as f64 * self.bound.factor;
             if room(k.endpoint) && !crowded && !hot(k.endpoint) {
-                return Some((k.endpoint, Reason::PrefixHit));
+                return Some((k.endpoint, Reason::PrefixHit, false));
             }
             left = Some(k.endpoint);
         }
+        let mut passed = left.is_some_and(hot);
         let reason = match left {
             Some(_) => Reason::PrefixSpill,
             None => Reason::PrefixMiss,
@@ -280,7 +288,13 @@ impl LocalPrefix {
             // unsaturated first.
             .or_else(|| least(&|e| room(e) && !hot(e)))
             .or_else(|| least(&room))?;
-        Some((e, reason))
+        if !passed && any_hot {
+            // Only when some pod is saturated: would the walk have taken one?
+            let unguarded = |e: usize| room(e) && Some(e) != left;
+            passed = chwbl::pick(&self.ring, home, loads, cost, self.bound, unguarded)
+                .is_some_and(|u| u != e && hot(u));
+        }
+        Some((e, reason, passed))
     }
 
     /// Records the choice as the Redis script does: the matched key's life is extended and the
