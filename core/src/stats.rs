@@ -55,6 +55,9 @@ pub enum Counter {
     /// prefix_cache, plain Envoy: a prefix-index record could not be written (the request is
     /// still routed; its prefixes are not remembered).
     PrefixIndexFailed,
+    /// prefix_cache, plain Envoy with scraped metrics: the request's endpoint (known or
+    /// hashed) was saturated by its scraped metrics and passed by (docs/redis-data-model.md §9).
+    PrefixSaturated,
     /// endpoint_metrics: a metrics text was parsed (per scrape or host-text change, never per request).
     MetricsParsed,
     /// endpoint_metrics: `rate_limit` moved a pick to another endpoint.
@@ -91,7 +94,7 @@ pub enum Counter {
     BodyWithheldDetected,
 }
 
-const FIXED: [(Counter, &str); 26] = [
+const FIXED: [(Counter, &str); 27] = [
     (Counter::RedisCalls, "ai_lb.redis.calls"),
     (Counter::RedisErrors, "ai_lb.redis.errors"),
     (Counter::RedisTimeouts, "ai_lb.redis.timeouts"),
@@ -104,6 +107,7 @@ const FIXED: [(Counter, &str); 26] = [
     (Counter::PrefixSpill, "ai_lb.prefix.spill"),
     (Counter::PrefixIndexReset, "ai_lb.prefix.index_reset"),
     (Counter::PrefixIndexFailed, "ai_lb.prefix.index_failed"),
+    (Counter::PrefixSaturated, "ai_lb.prefix.saturated"),
     (Counter::MetricsParsed, "ai_lb.metrics.parsed"),
     (Counter::MetricsRateLimited, "ai_lb.metrics.rate_limited"),
     (Counter::ScrapeOk, "ai_lb.metrics.scrape_ok"),

@@ -487,3 +487,322 @@ fn shared_data_trouble_falls_back_without_holding_a_count() {
     host.shared_set_status = None;
     assert_eq!(in_flight(&host), 0);
 }
+
+/// A chat with a long shared system prompt (cut into several blocks), then `user`'s own
+/// conversation: `turns` earlier exchanges and the next question.
+fn shared_prompt_chat(user: &str, turns: usize) -> Vec<u8> {
+    let system = format!("{SYSTEM} {}", "Follow the style guide. ".repeat(400));
+    let mut messages = vec![json!({"role": "system", "content": system})];
+    for t in 0..turns {
+        messages.push(json!({"role": "user", "content": format!("{user}: question {t}")}));
+        messages.push(json!({"role": "assistant", "content": format!("{user}: answer {t}")}));
+    }
+    messages.push(json!({"role": "user", "content": format!("{user}: question {turns}")}));
+    json!({"model": "m", "messages": messages})
+        .to_string()
+        .into_bytes()
+}
+
+#[test]
+fn with_the_preamble_anchor_a_shared_system_prompt_lands_together_on_both_proxies() {
+    let preamble = || {
+        proxy(config(
+            &endpoints(16),
+            json!({}),
+            json!({"prefixAnchor": "preamble"}),
+            65_536,
+        ))
+    };
+    let (mut a, mut pa) = preamble();
+    let (mut b, mut pb) = preamble();
+    let mut landed = std::collections::BTreeSet::new();
+    for u in 0..20u32 {
+        // Even users through one proxy, odd ones through the other: neither saw the other's.
+        let (host, p) = if u.is_multiple_of(2) {
+            (&mut a, &mut pa)
+        } else {
+            (&mut b, &mut pb)
+        };
+        let r = request(host, p, u + 1, &shared_prompt_chat(&format!("user {u}"), 0));
+        assert!(u < 2 || r.reason == "prefix_hit", "user {u}: {r:?}");
+        landed.insert(r.to);
+    }
+    assert_eq!(landed.len(), 1, "{landed:?}");
+    let home = landed.into_iter().next().unwrap();
+    // Later turns stay there, through either proxy.
+    for t in 1..4 {
+        for u in 0..4u32 {
+            let (host, p) = if (u + t as u32).is_multiple_of(2) {
+                (&mut a, &mut pa)
+            } else {
+                (&mut b, &mut pb)
+            };
+            let r = request(
+                host,
+                p,
+                100 + u,
+                &shared_prompt_chat(&format!("user {u}"), t),
+            );
+            assert_eq!(r.to, home, "user {u} turn {t}");
+        }
+    }
+    // Under load the bounded-load guard spills the prompt to one next pod (the same ring walk
+    // on every proxy): 9 in flight at home (the 9th is 8 above the idle pods), then the next.
+    let mut by_pod = std::collections::BTreeMap::<String, usize>::new();
+    for u in 0..12u32 {
+        let r = send(
+            &mut a,
+            &mut pa,
+            200 + u,
+            &shared_prompt_chat(&format!("burst {u}"), 0),
+        );
+        *by_pod.entry(r.to).or_default() += 1;
+    }
+    assert_eq!(by_pod.get(&home), Some(&9), "{by_pod:?}");
+    assert_eq!(by_pod.len(), 2, "{by_pod:?}");
+    for u in 0..12u32 {
+        end(&mut a, &mut pa, 200 + u);
+    }
+    assert_eq!(in_flight(&a), 0);
+    // The default anchor is the conversation: the same prompt spreads.
+    let (mut c, mut pc) = proxy_on(16);
+    let spread: std::collections::BTreeSet<String> = (0..20u32)
+        .map(|u| {
+            request(
+                &mut c,
+                &mut pc,
+                u + 1,
+                &shared_prompt_chat(&format!("user {u}"), 0),
+            )
+            .to
+        })
+        .collect();
+    assert!(spread.len() >= 8, "{spread:?}");
+}
+
+#[test]
+fn the_prefix_anchor_key_is_checked_and_plain_envoy_only() {
+    let parse = |build, anchor: Value| {
+        let cfg = json!({"lb_policy": "prefix_cache", "lb_config": {
+            "endpoints": endpoints(2), "prefixAnchor": anchor,
+            "serviceFQDN": "redis.static", "servicePort": 6379}});
+        let mut cfg = cfg;
+        if build == Build::Envoy {
+            let lb = cfg["lb_config"].as_object_mut().unwrap();
+            lb.remove("serviceFQDN");
+            lb.remove("servicePort");
+        } else {
+            cfg["lb_config"]
+                .as_object_mut()
+                .unwrap()
+                .remove("endpoints");
+        }
+        PluginConfig::parse_for(cfg.to_string().as_bytes(), build)
+    };
+    let anchor_of = |c: PluginConfig| match &c.global.unwrap().policy {
+        PolicyConfig::PrefixCache(s) => s.anchor,
+        _ => unreachable!(),
+    };
+    use crate::prefix::Anchor;
+    assert_eq!(
+        anchor_of(parse(Build::Envoy, json!("preamble")).unwrap()),
+        Anchor::Preamble
+    );
+    assert_eq!(
+        anchor_of(parse(Build::Envoy, json!("conversation")).unwrap()),
+        Anchor::Conversation
+    );
+    let e = parse(Build::Envoy, json!("system"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("prefixAnchor") && e.contains("conversation, preamble"),
+        "{e}"
+    );
+    let e = parse(Build::Envoy, json!(1)).unwrap_err().to_string();
+    assert!(e.contains("prefixAnchor"), "{e}");
+    let e = parse(Build::Higress, json!("preamble"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("plain-Envoy"), "{e}");
+}
+
+/// A plain-Envoy prefix_cache route over 3 pods whose guard also reads scraped metrics.
+fn guarded(extra: Value) -> (MockHost, Balancer) {
+    let mut lb = json!({"scrapeCluster": "scrape", "scrapeIntervalMs": 1000,
+        "metricsMaxAgeMs": 3000});
+    merge(&mut lb, extra);
+    proxy(config(&endpoints(3), json!({}), lb, 65_536))
+}
+
+/// One scrape round answering each pod with (waiting, kv) as a vLLM page.
+fn scrape(host: &mut MockHost, e: &mut Balancer, pods: &[(String, u32, f64)]) {
+    use super::policies::endpoint_metrics::tests::{scrape_round, vllm};
+    host.now_ms += 1000;
+    let texts: Vec<(&str, Option<u16>, String)> = pods
+        .iter()
+        .map(|(a, waiting, kv)| (a.as_str(), Some(200), vllm(*waiting, 4, *kv)))
+        .collect();
+    scrape_round(host, e, &texts);
+}
+
+#[test]
+fn a_pod_whose_scraped_queue_is_full_is_left_and_taken_back_when_it_recovers() {
+    let (mut host, mut e) = guarded(json!({"queueThresholdCritical": 5}));
+    let pods = endpoints(3);
+    let idle: Vec<(String, u32, f64)> = pods.iter().map(|p| (p.clone(), 0, 0.1)).collect();
+    scrape(&mut host, &mut e, &idle);
+    assert_eq!(host.http_calls.len(), 3, "the guard's pods are scraped");
+    let home = request(&mut host, &mut e, 1, &chat("q", 0));
+    assert_eq!(
+        request(&mut host, &mut e, 2, &chat("q", 1)).to,
+        home.to,
+        "a hit"
+    );
+    // Its pod reports a full queue (6 > 5): the known prefix spills, and the next turn with it.
+    let full: Vec<(String, u32, f64)> = pods
+        .iter()
+        .map(|p| (p.clone(), if *p == home.to { 6 } else { 0 }, 0.1))
+        .collect();
+    scrape(&mut host, &mut e, &full);
+    let spilled = request(&mut host, &mut e, 3, &chat("q", 1));
+    assert_eq!(spilled.reason, "prefix_spill");
+    assert_ne!(spilled.to, home.to);
+    // New conversations avoid it too, whatever their ring says.
+    assert_eq!(host.metric("ai_lb.prefix.saturated"), 1);
+    // A proxy without the guard shows where each new conversation hashes.
+    let (mut plain, mut pp) = proxy_on(3);
+    let mut passed_by = 0;
+    for c in 0..12u32 {
+        let body = chat(&format!("new {c}"), 0);
+        let r = request(&mut host, &mut e, 10 + c, &body);
+        assert_ne!(r.to, home.to, "conversation {c}");
+        passed_by += usize::from(request(&mut plain, &mut pp, 1 + c, &body).to == home.to);
+    }
+    // Those that hash to the saturated pod were counted as passing it by.
+    assert!(
+        passed_by >= 1,
+        "some new conversation hashes to the saturated pod"
+    );
+    assert_eq!(host.metric("ai_lb.prefix.saturated"), 1 + passed_by as i64);
+    // A full KV cache is saturation too (kvCacheThreshold 0.8).
+    let kv: Vec<(String, u32, f64)> = pods
+        .iter()
+        .map(|p| (p.clone(), 0, if *p == home.to { 0.95 } else { 0.1 }))
+        .collect();
+    scrape(&mut host, &mut e, &kv);
+    assert_ne!(request(&mut host, &mut e, 30, &chat("q", 1)).to, home.to);
+    // Recovered: the prefix's own pod again (the first turn's key still names it).
+    scrape(&mut host, &mut e, &idle);
+    let back = request(&mut host, &mut e, 31, &chat("q", 0));
+    assert_eq!(
+        (back.to.as_str(), back.reason.as_str()),
+        (home.to.as_str(), "prefix_hit")
+    );
+    // Every pod saturated: the metrics cannot steer, the loads decide (the hit stays).
+    let all: Vec<(String, u32, f64)> = pods.iter().map(|p| (p.clone(), 9, 0.1)).collect();
+    scrape(&mut host, &mut e, &all);
+    assert_eq!(request(&mut host, &mut e, 32, &chat("q", 0)).to, home.to);
+    // Stale metrics (no scrape for longer than metricsMaxAgeMs) are unknown, never saturated.
+    scrape(&mut host, &mut e, &full);
+    host.now_ms += 5_000;
+    assert_eq!(request(&mut host, &mut e, 33, &chat("q", 0)).to, home.to);
+    assert_eq!(in_flight(&host), 0);
+}
+
+#[test]
+fn the_metrics_guard_keys_are_checked_and_plain_envoy_only() {
+    let envoy = |lb: Value| {
+        let mut all = json!({"endpoints": endpoints(2)});
+        merge(&mut all, lb);
+        let cfg = json!({"lb_policy": "prefix_cache", "lb_config": all});
+        PluginConfig::parse_for(cfg.to_string().as_bytes(), Build::Envoy)
+    };
+    let guard = |c: PluginConfig| match &c.global.unwrap().policy {
+        PolicyConfig::PrefixCache(s) => s.guard.clone(),
+        _ => unreachable!(),
+    };
+    assert!(guard(envoy(json!({})).unwrap()).is_none());
+    let g = guard(envoy(json!({"scrapeCluster": "s", "kvCacheThreshold": 0.5})).unwrap()).unwrap();
+    assert_eq!(g.scrape.as_ref().unwrap().cluster, "s");
+    assert_eq!(g.scheduler.kv_cache_threshold, 0.5);
+    assert_eq!(g.scheduler.queue_threshold_critical, 5.0);
+    // A threshold without a scrape cluster has nothing to read.
+    let e = envoy(json!({"queueThresholdCritical": 3}))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("scrapeCluster"), "{e}");
+    let e = envoy(json!({"scrapeCluster": "s", "kvCacheThreshold": 2}))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("kvCacheThreshold"), "{e}");
+    // endpoint_metrics-only keys are not read by prefix_cache (a warning, not a guard).
+    let c = envoy(json!({"weights": {"queue": 1}})).unwrap();
+    assert!(guard(c).is_none());
+    let cfg = json!({"lb_policy": "prefix_cache", "lb_config": {
+        "serviceFQDN": "redis.static", "servicePort": 6379, "scrapeCluster": "s"}});
+    let e = PluginConfig::parse_for(cfg.to_string().as_bytes(), Build::Higress)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("scrapeCluster") && e.contains("plain-Envoy"),
+        "{e}"
+    );
+}
+
+#[test]
+fn the_prefix_load_is_counted_in_cost_mode_units_like_least_request() {
+    let (mut host, mut e) = proxy(config(
+        &endpoints(4),
+        json!({"costMode": "bytes"}),
+        json!({}),
+        65_536,
+    ));
+    let body = chat("cost", 0);
+    let r = send(&mut host, &mut e, 1, &body);
+    let load = |host: &MockHost, ep: &str| {
+        let shared = host.shared.borrow();
+        shared
+            .iter()
+            .filter(|(k, _)| k.starts_with("ailb.glr."))
+            .map(|(_, (v, _))| shared::decode_counts(v).get(ep).copied().unwrap_or(0))
+            .sum::<u64>()
+    };
+    assert_eq!(load(&host, &r.to), body.len() as u64, "the body's bytes");
+    let tokens = (body.len() as u64 / 4).max(1);
+    end(&mut host, &mut e, 1);
+    assert_eq!(in_flight(&host), 0, "given back in full");
+    // Tokens: body bytes / 4, as least request counts them.
+    let (mut host, mut e) = proxy(config(
+        &endpoints(4),
+        json!({"costMode": "tokens"}),
+        json!({}),
+        65_536,
+    ));
+    let r = send(&mut host, &mut e, 1, &body);
+    assert_eq!(load(&host, &r.to), tokens);
+    // A costly request still goes where its key hashes when that pod is idle, and stays with
+    // its prefix while the imbalance (in bytes here) is within the guard.
+    let (mut host, mut e) = proxy(config(
+        &endpoints(4),
+        json!({"costMode": "bytes"}),
+        json!({"affinityMaxImbalance": 4 * body.len()}),
+        65_536,
+    ));
+    let first = send(&mut host, &mut e, 1, &body);
+    assert_eq!(first.reason, "prefix_miss");
+    for ctx in 2..=5 {
+        let r = send(&mut host, &mut e, ctx, &body);
+        assert_eq!(
+            (r.to.as_str(), r.reason.as_str()),
+            (first.to.as_str(), "prefix_hit")
+        );
+    }
+    // 5 bodies in flight there, 0 elsewhere: 5 × len > 4 × len → spill.
+    let spilled = send(&mut host, &mut e, 6, &body);
+    assert_eq!(spilled.reason, "prefix_spill");
+    for ctx in 1..=6 {
+        end(&mut host, &mut e, ctx);
+    }
+    assert_eq!(in_flight(&host), 0);
+}

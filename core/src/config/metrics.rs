@@ -84,20 +84,7 @@ impl TryFrom<In<'_, '_, RawLbConfig>> for MetricsConfig {
         let defaults = SchedulerConfig::default();
         let (policy, extra) = higress_keys(raw, r);
         let rate_limit = rate_limit(raw, r);
-        let queue_threshold_critical = number_in(
-            r,
-            "queueThresholdCritical",
-            &raw.queue_threshold_critical,
-            defaults.queue_threshold_critical,
-            1e9,
-        )?;
-        let kv_cache_threshold = number_in(
-            r,
-            "kvCacheThreshold",
-            &raw.kv_cache_threshold,
-            defaults.kv_cache_threshold,
-            1.0,
-        )?;
+        let (queue_threshold_critical, kv_cache_threshold) = saturation_keys(raw, r)?;
         let queueing_threshold_lora = number_in(
             r,
             "queueingThresholdLora",
@@ -183,6 +170,31 @@ impl TryFrom<In<'_, '_, RawLbConfig>> for MetricsConfig {
             host_list_cache_ms,
         })
     }
+}
+
+/// What makes a pod saturated (its queue over `queueThresholdCritical`, or its KV cache use
+/// over `kvCacheThreshold`): endpoint_metrics' shedding and the plain-Envoy prefix_cache's
+/// metrics guard (prefix.rs) read them the same way.
+pub(super) fn saturation_keys(
+    raw: &RawLbConfig,
+    r: &Reader<'_>,
+) -> Result<(f64, f64), ConfigError> {
+    let defaults = SchedulerConfig::default();
+    let queue = number_in(
+        r,
+        "queueThresholdCritical",
+        &raw.queue_threshold_critical,
+        defaults.queue_threshold_critical,
+        1e9,
+    )?;
+    let kv = number_in(
+        r,
+        "kvCacheThreshold",
+        &raw.kv_cache_threshold,
+        defaults.kv_cache_threshold,
+        1.0,
+    )?;
+    Ok((queue, kv))
 }
 
 /// `metric_policy` and `target_metric` as Higress reads them: any policy other than `least` /

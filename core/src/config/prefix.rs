@@ -1,13 +1,18 @@
 //! `prefix_cache` keys: Higress's `redisKeyTTL` (read as Go reads it), plus how prompts are cut
 //! into blocks, how much imbalance an affinity may cost and, in the plain-Envoy build, how large
-//! the per-proxy prefix index may grow (ours, strict).
+//! the per-proxy prefix index may grow, which block a request is hashed by, and the scraped
+//! metrics its load guard also reads (ours, strict).
 
 use super::error::ConfigError;
+use super::metrics::{saturation_keys, MetricsConfig, DEFAULT_CRITICALITY_HEADER};
 use super::raw::RawLbConfig;
 use super::read::In;
-use super::values::Build;
+use super::scrape;
+use super::values::{Build, MetricsSource};
+use crate::model_metrics::SchedulerConfig;
 use crate::prefix::local_index;
-use crate::prefix::CanonConfig;
+use crate::prefix::{Anchor, CanonConfig};
+use std::rc::Rc;
 
 pub const PREFIX_KEYS: &[&str] = &[
     "redisKeyTTL",
@@ -16,6 +21,31 @@ pub const PREFIX_KEYS: &[&str] = &[
     "affinityMaxImbalance",
     "affinityMaxImbalanceRatio",
     "localIndexMaxEntries",
+    "prefixAnchor",
+    "scrapeCluster",
+    "scrapePath",
+    "scrapePort",
+    "scrapeHostHeader",
+    "scrapeIntervalMs",
+    "scrapeTimeoutMs",
+    "metricsMaxAgeMs",
+    "queueThresholdCritical",
+    "kvCacheThreshold",
+];
+
+/// The keys that turn on the plain-Envoy metrics guard (the scraper's and the saturation
+/// thresholds, read as endpoint_metrics reads them; `maxRunningHint` only corrects
+/// endpoint_metrics' picks, so it is not among them).
+const GUARD_KEYS: &[&str] = &[
+    "scrapeCluster",
+    "scrapePath",
+    "scrapePort",
+    "scrapeHostHeader",
+    "scrapeIntervalMs",
+    "scrapeTimeoutMs",
+    "metricsMaxAgeMs",
+    "queueThresholdCritical",
+    "kvCacheThreshold",
 ];
 
 /// A prefix_cache route's settings.
@@ -33,6 +63,12 @@ pub struct PrefixSettings {
     /// Plain-Envoy build: most prefix keys the per-proxy index holds (`localIndexMaxEntries`;
     /// docs/redis-data-model.md §9).
     pub index_max_entries: usize,
+    /// Plain-Envoy build: the block a request is hashed by where the index knows nothing
+    /// (`prefixAnchor`, docs/redis-data-model.md §9).
+    pub anchor: Anchor,
+    /// Plain-Envoy build: the scraped engine metrics the load guard also reads (present when
+    /// `scrapeCluster` is set): a saturated pod is left and not chosen while another is not.
+    pub guard: Option<Rc<MetricsConfig>>,
 }
 
 const DEFAULT_TTL_S: i64 = 1800;
@@ -108,6 +144,22 @@ impl TryFrom<(In<'_, '_, RawLbConfig>, usize)> for PrefixSettings {
                 ),
             ));
         }
+        let anchor = match r.own("prefixAnchor", &raw.prefix_anchor)? {
+            None => Anchor::default(),
+            Some(name) => Anchor::from_name(&name).ok_or_else(|| {
+                r.err(
+                    "prefixAnchor",
+                    format!("unknown value `{name}` ({})", Anchor::NAMES.join(", ")),
+                )
+            })?,
+        };
+        if raw.prefix_anchor.is_some() && i.build == Build::Higress {
+            return Err(r.err(
+                "prefixAnchor",
+                "only in the plain-Envoy build (Higress shares its prefix index in Redis)",
+            ));
+        }
+        let guard = guard(raw, r, i.build)?.map(Rc::new);
         Ok(PrefixSettings {
             ttl_s,
             canon: CanonConfig {
@@ -118,8 +170,43 @@ impl TryFrom<(In<'_, '_, RawLbConfig>, usize)> for PrefixSettings {
             max_imbalance,
             max_imbalance_ratio: ratio,
             index_max_entries: index_max_entries as usize,
+            anchor,
+            guard,
         })
     }
+}
+
+/// The metrics guard's settings: an endpoint_metrics scrape config (its scraper, snapshot and
+/// saturation rule), None when no guard key is set. `scrapeCluster` is then required.
+fn guard(
+    raw: &RawLbConfig,
+    r: &super::read::Reader<'_>,
+    build: Build,
+) -> Result<Option<MetricsConfig>, ConfigError> {
+    let Some(key) = raw.present().into_iter().find(|k| GUARD_KEYS.contains(k)) else {
+        return Ok(None);
+    };
+    if build == Build::Higress {
+        return Err(r.err(
+            key,
+            "only in the plain-Envoy build (Higress's prefix_cache guard is the Redis script's)",
+        ));
+    }
+    let (queue, kv) = saturation_keys(raw, r)?;
+    let scrape = scrape::read(raw, r, MetricsSource::Scrape)?;
+    Ok(Some(MetricsConfig {
+        scheduler: SchedulerConfig {
+            queue_threshold_critical: queue,
+            kv_cache_threshold: kv,
+            ..SchedulerConfig::default()
+        },
+        extra: None,
+        source: MetricsSource::Scrape,
+        scrape,
+        criticality_header: DEFAULT_CRITICALITY_HEADER.to_string(),
+        sheddable_models: Vec::new(),
+        host_list_cache_ms: 0,
+    }))
 }
 
 #[cfg(test)]

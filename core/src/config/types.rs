@@ -116,10 +116,12 @@ impl PolicyConfig {
         }
     }
 
-    /// endpoint_metrics settings, if this is that policy.
+    /// The scraped-metrics settings a route uses: endpoint_metrics', or a plain-Envoy
+    /// prefix_cache's load guard (the scraper serves both, endpoint_metrics/scrape.rs).
     pub fn metrics(&self) -> Option<&Rc<MetricsConfig>> {
         match self {
             PolicyConfig::EndpointMetrics(m) => Some(m),
+            PolicyConfig::PrefixCache(p) => p.guard.as_ref(),
             _ => None,
         }
     }

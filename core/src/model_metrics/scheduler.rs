@@ -157,7 +157,20 @@ fn finish(
 }
 
 fn saturated(v: &View<'_>, cfg: &SchedulerConfig) -> bool {
-    v.waiting > cfg.queue_threshold_critical || v.kv.is_some_and(|k| k > cfg.kv_cache_threshold)
+    over_thresholds(v.waiting, v.kv, cfg)
+}
+
+/// Whether a candidate is saturated by the shedding rule (effective waiting over
+/// `queue_threshold_critical`, or KV use over `kv_cache_threshold`); None when its metrics are
+/// unknown. The plain-Envoy prefix_cache's load guard leaves such a pod.
+pub fn is_saturated(c: &Candidate, cfg: &SchedulerConfig) -> Option<bool> {
+    let m = c.metrics.as_ref()?;
+    let (waiting, _) = effective_load(m, c.in_flight_since_scrape, cfg.max_running_hint);
+    Some(over_thresholds(waiting, m.kv_usage, cfg))
+}
+
+fn over_thresholds(waiting: f64, kv: Option<f64>, cfg: &SchedulerConfig) -> bool {
+    waiting > cfg.queue_threshold_critical || kv.is_some_and(|k| k > cfg.kv_cache_threshold)
 }
 
 /// GIE v0 decision tree (docs/model-server-metrics.md §3.1): a filter that empties the set hands

@@ -9,26 +9,68 @@ use super::block::{KIND_CONTINUATION, KIND_MESSAGE, KIND_TOOLS};
 /// Roles whose messages belong to the shared preamble.
 const PREAMBLE_ROLES: &[&[u8]] = &[b"system", b"developer"];
 
-/// Position of the anchor block among `blocks`: the first block that is neither a tools block,
-/// a system / developer message, nor a continuation piece of one. When every block is preamble
-/// (a request with no user content), the last one; 0 for no blocks.
+/// Which block a plain-Envoy prefix_cache route knows a request by (`prefixAnchor`,
+/// docs/redis-data-model.md §9).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Anchor {
+    /// The first block after the preamble: each conversation hashes on its own, so the
+    /// conversations sharing a system prompt spread over the pods.
+    #[default]
+    Conversation,
+    /// The last block of the preamble: every conversation sharing a system prompt (and tools)
+    /// hashes to the same pod, within the bounded load. A request with no preamble is known by
+    /// its first block, as with `Conversation`.
+    Preamble,
+}
+
+impl Anchor {
+    pub const NAMES: &'static [&'static str] = &["conversation", "preamble"];
+
+    pub fn from_name(name: &str) -> Option<Anchor> {
+        match name {
+            "conversation" => Some(Anchor::Conversation),
+            "preamble" => Some(Anchor::Preamble),
+            _ => None,
+        }
+    }
+}
+
+/// Position of the conversation anchor among `blocks`: the first block that is neither a tools
+/// block, a system / developer message, nor a continuation piece of one. When every block is
+/// preamble (a request with no user content), the last one; 0 for no blocks.
 pub fn anchor<'a>(blocks: impl IntoIterator<Item = &'a [u8]>) -> usize {
-    let mut last = 0;
-    let mut in_preamble = false;
+    anchor_of(blocks, Anchor::Conversation)
+}
+
+/// Position of the `which` anchor among `blocks` (0 for no blocks).
+pub fn anchor_of<'a>(blocks: impl IntoIterator<Item = &'a [u8]>, which: Anchor) -> usize {
+    let (preamble, len) = preamble_len(blocks);
+    match which {
+        Anchor::Conversation if preamble < len => preamble,
+        Anchor::Conversation | Anchor::Preamble => preamble.max(1).min(len.max(1)) - 1,
+    }
+}
+
+/// (blocks of the leading preamble, all blocks).
+fn preamble_len<'a>(blocks: impl IntoIterator<Item = &'a [u8]>) -> (usize, usize) {
+    let mut len = 0;
+    let mut preamble = None;
     for (i, block) in blocks.into_iter().enumerate() {
-        last = i;
-        let preamble = match block.first() {
+        len = i + 1;
+        if preamble.is_some() {
+            continue;
+        }
+        let is_preamble = match block.first() {
             Some(&KIND_TOOLS) => true,
             Some(&KIND_MESSAGE) => is_preamble_message(block),
-            Some(&KIND_CONTINUATION) => in_preamble,
+            Some(&KIND_CONTINUATION) => i > 0,
             _ => false,
         };
-        if !preamble {
-            return i;
+        if !is_preamble {
+            preamble = Some(i);
         }
-        in_preamble = true;
     }
-    last
+    (preamble.unwrap_or(len), len)
 }
 
 /// A message block starts `M r <role> 00 00` (prefix/canon.rs "Block encoding"); role names
@@ -49,7 +91,7 @@ mod tests {
     use crate::prefix::{canonicalize, CanonConfig};
     use serde_json::json;
 
-    fn anchor_of(body: serde_json::Value, chunk_bytes: usize) -> (usize, usize) {
+    fn positions(body: serde_json::Value, chunk_bytes: usize) -> (usize, usize) {
         let cfg = CanonConfig {
             chunk_bytes,
             ..CanonConfig::default()
@@ -68,19 +110,19 @@ mod tests {
             {"role": "assistant", "content": "hello"},
             {"role": "user", "content": "more"},
         ]});
-        assert_eq!(anchor_of(chat, 4096), (3, 6));
+        assert_eq!(positions(chat, 4096), (3, 6));
         // No preamble: the first message.
         let plain = json!({"messages": [{"role": "user", "content": "hi"}]});
-        assert_eq!(anchor_of(plain, 4096), (0, 1));
+        assert_eq!(positions(plain, 4096), (0, 1));
         // A role that merely starts like a preamble role is not one.
         let odd = json!({"messages": [{"role": "systemic", "content": "x"}]});
-        assert_eq!(anchor_of(odd, 4096).0, 0);
+        assert_eq!(positions(odd, 4096).0, 0);
         // Completions prompt, Anthropic top-level system, Responses instructions.
-        assert_eq!(anchor_of(json!({"prompt": "once upon"}), 4096), (0, 1));
+        assert_eq!(positions(json!({"prompt": "once upon"}), 4096), (0, 1));
         let anthropic = json!({"system": "s", "messages": [{"role": "user", "content": "q"}]});
-        assert_eq!(anchor_of(anthropic, 4096), (1, 2));
+        assert_eq!(positions(anthropic, 4096), (1, 2));
         let responses = json!({"instructions": "s", "input": "q"});
-        assert_eq!(anchor_of(responses, 4096), (1, 2));
+        assert_eq!(positions(responses, 4096), (1, 2));
     }
 
     #[test]
@@ -91,7 +133,7 @@ mod tests {
             {"role": "user", "content": "y".repeat(300)},
         ]});
         // 64-byte pieces: the system prompt takes 5 blocks, the user message starts at 5.
-        let (at, len) = anchor_of(chat, 64);
+        let (at, len) = positions(chat, 64);
         assert_eq!(at, 5);
         assert!(len > 6, "the user message has continuation pieces too");
     }
@@ -99,10 +141,60 @@ mod tests {
     #[test]
     fn a_request_of_preamble_only_is_known_by_its_last_block() {
         let chat = json!({"messages": [{"role": "system", "content": "s"}]});
-        assert_eq!(anchor_of(chat, 4096), (0, 1));
+        assert_eq!(positions(chat, 4096), (0, 1));
         let two =
             json!({"tools": [{"name": "t"}], "messages": [{"role": "system", "content": "s"}]});
-        assert_eq!(anchor_of(two, 4096), (1, 2));
+        assert_eq!(positions(two, 4096), (1, 2));
         assert_eq!(anchor(std::iter::empty()), 0);
+    }
+
+    #[test]
+    fn the_preamble_anchor_is_the_last_preamble_block() {
+        let cfg = CanonConfig {
+            chunk_bytes: 64,
+            ..CanonConfig::default()
+        };
+        let at = |body: serde_json::Value| {
+            let c = canonicalize(body.to_string().as_bytes(), &cfg).unwrap();
+            (
+                anchor_of(c.blocks(), Anchor::Preamble),
+                anchor_of(c.blocks(), Anchor::Conversation),
+            )
+        };
+        let tools = json!([{"type": "function", "function": {"name": "f"}}]);
+        // Tools, a system prompt cut into 5 pieces, then two users: the preamble ends at 5.
+        let long = "x".repeat(300);
+        let with = |user: &str| {
+            json!({"model": "m", "tools": tools, "messages": [
+                {"role": "system", "content": long},
+                {"role": "user", "content": user},
+            ]})
+        };
+        assert_eq!(at(with("a")), (5, 6));
+        assert_eq!(at(with("b")), (5, 6));
+        // The preamble's chain key is the same for both users; the conversation's is not.
+        let key = |body: serde_json::Value, which| {
+            let c = canonicalize(body.to_string().as_bytes(), &cfg).unwrap();
+            c.chain_keys()[anchor_of(c.blocks(), which)]
+        };
+        assert_eq!(
+            key(with("a"), Anchor::Preamble),
+            key(with("b"), Anchor::Preamble)
+        );
+        assert_ne!(
+            key(with("a"), Anchor::Conversation),
+            key(with("b"), Anchor::Conversation)
+        );
+        // No preamble: the first block, as the conversation anchor.
+        assert_eq!(
+            at(json!({"messages": [{"role": "user", "content": "hi"}]})),
+            (0, 0)
+        );
+        // Preamble only: its last block either way.
+        let only = json!({"tools": tools, "messages": [{"role": "system", "content": "s"}]});
+        assert_eq!(at(only), (1, 1));
+        assert_eq!(anchor_of(std::iter::empty(), Anchor::Preamble), 0);
+        assert_eq!(Anchor::from_name("preamble"), Some(Anchor::Preamble));
+        assert_eq!(Anchor::from_name("Preamble"), None);
     }
 }

@@ -93,7 +93,8 @@ impl Iterator for Walk<'_> {
 }
 
 /// The load bound: an endpoint may take a request only if its load then stays within
-/// `max(⌈factor × avg⌉, ⌈avg⌉ + slack)`, where avg = (in flight + 1) / endpoints. `factor` is
+/// `max(⌈factor × avg⌉, ⌈avg⌉ + slack)`, where avg = (in flight + this request) / endpoints,
+/// loads and slack in `costMode` units (1 per request by default). `factor` is
 /// the paper's c (≥ 1); `slack` keeps the bound from biting at small loads, where ⌈c × avg⌉ is
 /// barely above the average and would move keys on every burst.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -103,11 +104,12 @@ pub struct Bound {
 }
 
 impl Bound {
-    /// The most load an endpoint may have after taking one more request, with `total` requests
-    /// in flight over `n` endpoints. Never below ⌈avg⌉, so some endpoint is always within it.
-    pub fn limit(&self, total: u64, n: usize) -> u64 {
+    /// The most load an endpoint may have after taking a request of `cost`, with `total` in
+    /// flight over `n` endpoints. Never below ⌈avg⌉, so with unit costs some endpoint is
+    /// always within it.
+    pub fn limit(&self, total: u64, n: usize, cost: u64) -> u64 {
         let n = n.max(1) as u64;
-        let balls = total.saturating_add(1);
+        let balls = total.saturating_add(cost);
         let even = balls.div_ceil(n);
         let factor = if self.factor.is_finite() {
             self.factor.max(1.0)
@@ -119,19 +121,25 @@ impl Bound {
     }
 }
 
-/// The first endpoint of the walk from `key` that `allowed` accepts and whose load plus one is
-/// within the bound. With every endpoint allowed there always is one (the least loaded is).
+/// The first endpoint of the walk from `key` that `allowed` accepts and whose load plus `cost`
+/// is within the bound, or that is idle: an idle endpoint always takes a request, even one
+/// costlier than the bound (as the cap, docs/redis-data-model.md §4), so a large body still
+/// goes where its key hashes. With every endpoint allowed there always is one (the least loaded
+/// is within the bound, or idle, when costs are units).
 pub fn pick(
     ring: &Ring,
     key: u64,
     loads: &[u64],
+    cost: u64,
     bound: Bound,
     allowed: impl Fn(usize) -> bool,
 ) -> Option<usize> {
     let total: u64 = loads.iter().sum();
-    let limit = bound.limit(total, ring.len());
-    ring.walk(key)
-        .find(|&e| allowed(e) && loads.get(e).copied().unwrap_or(0).saturating_add(1) <= limit)
+    let limit = bound.limit(total, ring.len(), cost);
+    ring.walk(key).find(|&e| {
+        let load = loads.get(e).copied().unwrap_or(0);
+        allowed(e) && (load == 0 || load.saturating_add(cost) <= limit)
+    })
 }
 
 #[cfg(test)]
@@ -159,7 +167,7 @@ mod tests {
 
     fn owner(ring: &Ring, list: &[String], key: u64) -> String {
         let loads = vec![0; ring.len()];
-        let e = pick(ring, key, &loads, UNBOUNDED, |_| true).unwrap();
+        let e = pick(ring, key, &loads, 1, UNBOUNDED, |_| true).unwrap();
         list[e].clone()
     }
 
@@ -170,14 +178,14 @@ mod tests {
         let loads = vec![3; 16];
         for k in keys(1_000) {
             assert_eq!(
-                pick(&a, k, &loads, CLASSIC, |_| true),
-                pick(&b, k, &loads, CLASSIC, |_| true)
+                pick(&a, k, &loads, 1, CLASSIC, |_| true),
+                pick(&b, k, &loads, 1, CLASSIC, |_| true)
             );
         }
         // Every endpoint gets its share of the keys (within ±25% of 1/16).
         let mut per = [0u32; 16];
         for k in keys(16_000) {
-            per[pick(&a, k, &[0; 16], CLASSIC, |_| true).unwrap()] += 1;
+            per[pick(&a, k, &[0; 16], 1, CLASSIC, |_| true).unwrap()] += 1;
         }
         assert!(per.iter().all(|&c| (750..1250).contains(&c)), "{per:?}");
     }
@@ -217,26 +225,35 @@ mod tests {
         let order: Vec<usize> = ring.walk(key).collect();
         assert_eq!(order.len(), 8, "the walk meets every endpoint once");
         let mut loads = vec![2u64; 8];
-        assert_eq!(pick(&ring, key, &loads, CLASSIC, |_| true), Some(order[0]));
+        assert_eq!(
+            pick(&ring, key, &loads, 1, CLASSIC, |_| true),
+            Some(order[0])
+        );
         // 16 + 1 in flight over 8: the bound is ⌈1.25 × 17/8⌉ = 3; the home endpoint at 3 is full.
         loads[order[0]] = 3;
-        assert_eq!(CLASSIC.limit(17, 8), 3);
-        assert_eq!(pick(&ring, key, &loads, CLASSIC, |_| true), Some(order[1]));
+        assert_eq!(CLASSIC.limit(17, 8, 1), 3);
+        assert_eq!(
+            pick(&ring, key, &loads, 1, CLASSIC, |_| true),
+            Some(order[1])
+        );
         loads[order[1]] = 3;
-        assert_eq!(pick(&ring, key, &loads, CLASSIC, |_| true), Some(order[2]));
+        assert_eq!(
+            pick(&ring, key, &loads, 1, CLASSIC, |_| true),
+            Some(order[2])
+        );
         // Slack: the same loads are within ⌈avg⌉ + 2, so the key stays home.
         let slack = Bound {
             factor: 1.25,
             slack: 2,
         };
-        assert_eq!(pick(&ring, key, &loads, slack, |_| true), Some(order[0]));
+        assert_eq!(pick(&ring, key, &loads, 1, slack, |_| true), Some(order[0]));
         // A refused endpoint is walked past.
         let skip = order[0];
         assert_eq!(
-            pick(&ring, key, &[0; 8], CLASSIC, |e| e != skip),
+            pick(&ring, key, &[0; 8], 1, CLASSIC, |e| e != skip),
             Some(order[1])
         );
-        assert_eq!(pick(&ring, key, &[0; 8], CLASSIC, |_| false), None);
+        assert_eq!(pick(&ring, key, &[0; 8], 1, CLASSIC, |_| false), None);
     }
 
     #[test]
@@ -258,8 +275,8 @@ mod tests {
                 let r = rng.next_u64();
                 let key = if r.is_multiple_of(4) { r } else { 42 };
                 let total: u64 = loads.iter().sum();
-                let limit = bound.limit(total, 12);
-                let e = pick(&ring, key, &loads, bound, |_| true).unwrap();
+                let limit = bound.limit(total, 12, 1);
+                let e = pick(&ring, key, &loads, 1, bound, |_| true).unwrap();
                 loads[e] += 1;
                 live.push(e);
                 assert!(loads[e] <= limit, "step {step}: {loads:?} over {limit}");
@@ -275,17 +292,17 @@ mod tests {
     fn the_limit_is_never_below_the_even_share() {
         for n in 1..20 {
             for total in 0..200 {
-                let l = CLASSIC.limit(total, n);
+                let l = CLASSIC.limit(total, n, 1);
                 assert!(l >= (total + 1).div_ceil(n as u64));
             }
         }
-        assert_eq!(CLASSIC.limit(0, 4), 1);
+        assert_eq!(CLASSIC.limit(0, 4, 1), 1);
         assert_eq!(
             Bound {
                 factor: f64::NAN,
                 slack: 0
             }
-            .limit(7, 4),
+            .limit(7, 4, 1),
             2
         );
         assert!(Ring::new::<&str>(&[]).walk(1).next().is_none());
@@ -293,5 +310,41 @@ mod tests {
         let big = Ring::new(&endpoints(5_000));
         assert!(big.points.len() <= MAX_POINTS.max(5_000 * MIN_VNODES));
         assert_eq!(big.walk(7).count(), 5_000);
+    }
+
+    #[test]
+    fn costs_count_in_the_bound_and_an_idle_endpoint_takes_any_cost() {
+        let list = endpoints(4);
+        let ring = Ring::new(&list);
+        let key = 0xfeed;
+        let order: Vec<usize> = ring.walk(key).collect();
+        let bound = Bound {
+            factor: 1.5,
+            slack: 100,
+        };
+        // Idle: a request costlier than the bound still goes to its key's endpoint.
+        assert!(bound.limit(0, 4, 5_000) < 5_000);
+        assert_eq!(
+            pick(&ring, key, &[0; 4], 5_000, bound, |_| true),
+            Some(order[0])
+        );
+        // 1000 in flight there: (1000 + 1000) / 4 = 500 avg, limit max(750, 600) = 750 < 2000.
+        let mut loads = vec![0u64; 4];
+        loads[order[0]] = 1_000;
+        assert_eq!(bound.limit(1_000, 4, 1_000), 750);
+        assert_eq!(
+            pick(&ring, key, &loads, 1_000, bound, |_| true),
+            Some(order[1])
+        );
+        // The slack is in the same units: 1500 of it keeps the key home (500 avg + 1500 = 2000).
+        let wide = Bound {
+            factor: 1.5,
+            slack: 1_500,
+        };
+        assert_eq!(wide.limit(1_000, 4, 1_000), 2_000);
+        assert_eq!(
+            pick(&ring, key, &loads, 1_000, wide, |_| true),
+            Some(order[0])
+        );
     }
 }

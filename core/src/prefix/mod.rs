@@ -17,7 +17,7 @@ mod json;
 pub mod local_index;
 mod message;
 
-pub use anchor::anchor;
+pub use anchor::{anchor, anchor_of, Anchor};
 pub use block::{KIND_CONTINUATION, KIND_MESSAGE, KIND_PROMPT, KIND_TOOLS};
 pub use canon::{canonicalize, Api, CanonConfig, Canonical};
 pub use chain::{block_hash, chain_keys, key_hex, prefix_key, PrefixKey};

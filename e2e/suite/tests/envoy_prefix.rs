@@ -1,12 +1,14 @@
 //! prefix_cache without Redis in real Envoy 1.40: two Envoy processes × two workers in front of
 //! the same fake pods, sharing nothing (docs/redis-data-model.md §9). Conversations keep their
-//! pod across both proxies, identical openings land together, a hot conversation spills to
-//! the same next pod, and a dead pod's conversations move to one pod (the ring's next, used by
-//! Envoy's retry) from both proxies.
+//! pod across both proxies, identical openings land together, with `prefixAnchor: preamble` a
+//! shared system prompt lands together too, a hot conversation spills to the same next pod, a
+//! dead pod's conversations move to one pod (the ring's next, used by Envoy's retry) from both
+//! proxies, and a pod whose scraped queue is full is left until it recovers.
 
 use ailb_e2e::bed::Bed;
-use ailb_e2e::envoy::Envoy;
-use ailb_e2e::gateway::http;
+use ailb_e2e::envoy::{Envoy, SCRAPE_CLUSTER};
+use ailb_e2e::gateway::{http, wait_until};
+use ailb_fakepod::MetricsSource;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -24,17 +26,25 @@ fn bed(pods: usize) -> Bed {
     })
 }
 
-fn plugin(pods: &[String]) -> Value {
-    json!({"lb_policy": "prefix_cache", "lb_config": {
-        "endpoints": pods, "debugHeader": "x-ai-lb-debug"}})
+/// The prefix_cache config with `extra` merged into its `lb_config`.
+fn plugin_with(pods: &[String], extra: Value) -> Value {
+    let mut lb = json!({"endpoints": pods, "debugHeader": "x-ai-lb-debug"});
+    if let (Some(lb), Some(extra)) = (lb.as_object_mut(), extra.as_object()) {
+        lb.extend(extra.clone());
+    }
+    json!({"lb_policy": "prefix_cache", "lb_config": lb})
 }
 
 /// Two Envoys (2 workers each) with the same prefix_cache config.
 fn envoys(bed: &Bed) -> [Envoy; 2] {
+    envoys_with(bed, json!({}))
+}
+
+fn envoys_with(bed: &Bed, extra: Value) -> [Envoy; 2] {
     let pods = bed.pod_addrs();
     [
-        Envoy::start(&pods, &plugin(&pods)),
-        Envoy::start(&pods, &plugin(&pods)),
+        Envoy::start(&pods, &plugin_with(&pods, extra.clone())),
+        Envoy::start(&pods, &plugin_with(&pods, extra)),
     ]
 }
 
@@ -224,4 +234,149 @@ fn envoy_a_dead_pods_conversations_move_to_one_pod_from_both_proxies() {
             assert_eq!(*now, home[*c], "conversation {c} on a live pod moved");
         }
     }
+}
+
+/// A long system prompt (several blocks) many users share, then `user`'s own conversation.
+fn shared_prompt_body(user: &str, turn: usize, max_tokens: u64) -> Vec<u8> {
+    let system = format!(
+        "{SYSTEM} {}",
+        "Quote the runbook step by step. ".repeat(300)
+    );
+    let mut messages = vec![
+        json!({"role": "system", "content": system}),
+        json!({"role": "user", "content": format!("{user}: where is my data?")}),
+    ];
+    for t in 1..=turn {
+        messages.push(json!({"role": "assistant", "content": format!("{user}: answer {t}")}));
+        messages.push(json!({"role": "user", "content": format!("{user}: follow-up {t}")}));
+    }
+    json!({"model": "m", "messages": messages, "max_tokens": max_tokens})
+        .to_string()
+        .into_bytes()
+}
+
+#[test]
+fn envoy_a_shared_system_prompt_lands_together_across_two_proxies_with_the_preamble_anchor() {
+    let bed = bed(4);
+    let envoys = envoys_with(&bed, json!({"prefixAnchor": "preamble"}));
+    // 16 users, the same long system prompt, different questions, alternating proxies: each
+    // proxy hashes the prompt to the same pod, then knows it.
+    let mut landed = BTreeSet::new();
+    for u in 0..16 {
+        let body = shared_prompt_body(&format!("user {u}"), 0, 2);
+        let (status, pod, debug) = send(&envoys[u % 2].url, &body);
+        assert_eq!(status, 200, "{debug}");
+        landed.insert(pod);
+    }
+    assert_eq!(landed.len(), 1, "{landed:?}");
+    let home = landed.into_iter().next().unwrap();
+    // Their later turns stay on it, each turn through the other proxy than the last.
+    for turn in 1..4 {
+        for u in 0..8 {
+            let body = shared_prompt_body(&format!("user {u}"), turn, 2);
+            let (status, pod, debug) = send(&envoys[(u + turn) % 2].url, &body);
+            assert_eq!(status, 200, "{debug}");
+            assert_eq!(pod, home, "user {u} turn {turn}: {debug}");
+        }
+    }
+    assert_eq!(stat(&envoys, "ai_lb.prefix.spill"), 0);
+    // The pod prefilled the prompt once: nearly every later request found it cached.
+    let (hit, query) = bed.pods.iter().fold((0, 0), |(h, q), p| {
+        let s = p.state();
+        (h + s.prefix_hit_tokens, q + s.prefix_query_tokens)
+    });
+    assert!(
+        hit * 10 >= query * 9,
+        "pod prefix hits {hit} of {query} tokens"
+    );
+    // A burst of 24 new users at once (12 per proxy, each 1.5 s long): each proxy keeps the
+    // prompt's pod until it is over the guard, then spills along the ring walk from the
+    // prompt's key, the same walk on both: one spill pod.
+    let urls: Vec<String> = envoys.iter().map(|e| e.url.clone()).collect();
+    let mut threads = Vec::new();
+    for u in 0..24 {
+        let url = urls[u % 2].clone();
+        let body = shared_prompt_body(&format!("burst {u}"), 0, 150);
+        threads.push(std::thread::spawn(move || send(&url, &body)));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut by_pod: BTreeMap<String, usize> = BTreeMap::new();
+    for t in threads {
+        let (status, pod, debug) = t.join().unwrap();
+        assert_eq!(status, 200, "{debug}");
+        *by_pod.entry(pod).or_default() += 1;
+    }
+    let at_home = by_pod.get(&home).copied().unwrap_or(0);
+    assert!((10..=18).contains(&at_home), "{home}: {by_pod:?}");
+    assert_eq!(by_pod.len(), 2, "one spill pod: {by_pod:?}");
+}
+
+/// A vLLM metrics page with this queue.
+fn vllm_page(waiting: u32) -> String {
+    format!(
+        "# TYPE vllm:num_requests_waiting gauge\n\
+         vllm:num_requests_waiting{{model_name=\"m\"}} {waiting}\n\
+         # TYPE vllm:num_requests_running gauge\n\
+         vllm:num_requests_running{{model_name=\"m\"}} 1\n\
+         # TYPE vllm:gpu_cache_usage_perc gauge\n\
+         vllm:gpu_cache_usage_perc{{model_name=\"m\"}} 0.1\n"
+    )
+}
+
+#[test]
+fn envoy_a_pod_whose_scraped_queue_is_full_is_left_until_it_recovers() {
+    // Each pod serves its /metrics from a file the test rewrites.
+    let dir = std::env::temp_dir().join(format!("ailb-envoy-guard-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let page = |name: &str| dir.join(format!("{name}.prom"));
+    for i in 0..4 {
+        std::fs::write(page(&format!("pod-{i}")), vllm_page(0)).unwrap();
+    }
+    let bed = Bed::new(4, |c| {
+        c.max_running = 64;
+        c.decode_us_per_token = 1_000;
+        c.metrics = MetricsSource::File(page(&c.name));
+    });
+    let pods = bed.pod_addrs();
+    let guard = json!({"scrapeCluster": SCRAPE_CLUSTER, "scrapeIntervalMs": 100,
+        "scrapeTimeoutMs": 300, "queueThresholdCritical": 5});
+    let envoy = Envoy::start(&pods, &plugin_with(&pods, guard));
+    let scrapes = || envoy.stat("ai_lb.metrics.scrape_ok");
+    // Two full rounds over the 4 pods after `since` scrapes: every pod's page read anew.
+    let rescraped = |since: i64| {
+        assert!(
+            wait_until(Duration::from_secs(10), || scrapes() >= since + 8),
+            "no scrapes: {}",
+            envoy.logs()
+        );
+    };
+    rescraped(0);
+    let conv = |turn: usize| turn_body("g", "g: my upload stalls", turn, 2);
+    let (status, home, debug) = send(&envoy.url, &conv(0));
+    assert_eq!(status, 200, "{debug}");
+    let (_, again, debug) = send(&envoy.url, &conv(1));
+    assert_eq!(again, home, "{debug}");
+    assert!(debug.contains("prefix_hit"), "{debug}");
+    // Its pod reports 50 waiting: the known conversation spills, and new ones avoid it.
+    std::fs::write(page(&home), vllm_page(50)).unwrap();
+    rescraped(scrapes());
+    let (status, moved, debug) = send(&envoy.url, &conv(2));
+    assert_eq!(status, 200, "{debug}");
+    assert_ne!(moved, home, "{debug}");
+    assert!(debug.contains("prefix_spill"), "{debug}");
+    assert_eq!(envoy.stat("ai_lb.prefix.saturated"), 1);
+    for c in 0..12 {
+        let body = turn_body(&format!("n{c}"), &format!("n{c}: a new question"), 0, 2);
+        let (status, pod, debug) = send(&envoy.url, &body);
+        assert_eq!(status, 200, "{debug}");
+        assert_ne!(pod, home, "conversation {c}: {debug}");
+    }
+    // Recovered: the conversation's first turns are served from their pod again.
+    std::fs::write(page(&home), vllm_page(0)).unwrap();
+    rescraped(scrapes());
+    let (status, back, debug) = send(&envoy.url, &conv(1));
+    assert_eq!(status, 200, "{debug}");
+    assert_eq!(back, home, "{debug}");
+    assert!(debug.contains("prefix_hit"), "{debug}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

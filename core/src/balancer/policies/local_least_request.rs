@@ -7,53 +7,47 @@ use super::input::{Env, Input};
 use crate::balancer::pick::{cost_of, LocalLease};
 use crate::balancer::request::{Decision, Hold, Rejection};
 use crate::balancer::shared;
-use crate::host::{Host, LogLevel};
+use crate::host::{Host, HostError, LogLevel};
 use crate::reason::{Cause, Reason};
 use crate::stats::Counter;
 use crate::upstream;
-use std::collections::HashMap;
 use std::rc::Rc;
 
 pub fn decide(host: &mut dyn Host, env: Env, input: &Input) -> Decision {
-    let endpoints = input.config.endpoints.clone();
+    let endpoints = &input.config.endpoints;
     if endpoints.is_empty() {
         return Decision::Fallback(Cause::NoHealthyEndpoint);
     }
-    let key = counts_key(&endpoints);
+    let key = counts_key(endpoints);
     let start = env.rng.next_u64();
     let cap = input.config.common.max_load;
     let cost = cost_of(input.config, input.body_bytes);
-    let picked = shared::update(host, &key, |cur| {
-        let mut counts = cur
-            .as_deref()
-            .map(shared::decode_counts)
-            .unwrap_or_default();
-        let order = least_first(&endpoints, &counts, start);
-        let Some(&best) = order.first() else {
-            return (shared::encode_counts(&counts), None);
-        };
-        let load = counts.get(best).copied().unwrap_or(0);
+    let picked = take(host, &key, endpoints, cost, |loads| {
+        let order = least_first(loads, start);
+        let best = *order.first()?;
+        let load = loads.get(best).copied().unwrap_or(0);
         if cap > 0 && load >= cap {
-            return (shared::encode_counts(&counts), None);
+            return None;
         }
-        counts.insert(best.to_string(), load.saturating_add(cost));
-        let order: Vec<String> = order.iter().map(|s| s.to_string()).collect();
-        (shared::encode_counts(&counts), Some(order))
+        Some((best, order))
     });
     match picked {
-        Ok(Some(order)) => {
-            let mut order = order.into_iter();
-            let Some(chosen) = order.next() else {
+        Ok(Some((chosen, order))) => {
+            let Some(address) = endpoints.get(chosen).cloned() else {
                 return Decision::Fallback(Cause::NoHealthyEndpoint);
             };
             Decision::Route {
                 hold: Some(Hold::Local(LocalLease {
                     key,
-                    endpoint: chosen.clone(),
+                    endpoint: address.clone(),
                     cost,
                 })),
-                endpoint: chosen,
-                fallbacks: order.collect(),
+                endpoint: address,
+                fallbacks: order
+                    .into_iter()
+                    .skip(1)
+                    .filter_map(|e| endpoints.get(e).cloned())
+                    .collect(),
                 reason: Reason::LeastRequest,
             }
         }
@@ -64,6 +58,36 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input) -> Decision {
             Decision::Fallback(Cause::SharedData)
         }
     }
+}
+
+/// The one counting path of the plain-Envoy policies (least request here, prefix_cache in
+/// local_prefix_cache.rs): in one CAS update of the counts record `key`, `choose` is shown this
+/// proxy's load of each of `endpoints` (by position, in `costMode` units) and the endpoint it
+/// picks is charged `cost`, the weight its lease gives back at stream end. `Ok(None)`: `choose`
+/// picked none and nothing was counted. `choose` may run again when the CAS is lost.
+pub fn take<T>(
+    host: &mut dyn Host,
+    key: &str,
+    endpoints: &[String],
+    cost: u64,
+    mut choose: impl FnMut(&[u64]) -> Option<(usize, T)>,
+) -> Result<Option<(usize, T)>, HostError> {
+    shared::update(host, key, |cur| {
+        let mut counts = cur
+            .as_deref()
+            .map(shared::decode_counts)
+            .unwrap_or_default();
+        let loads: Vec<u64> = endpoints
+            .iter()
+            .map(|e| counts.get(e).copied().unwrap_or(0))
+            .collect();
+        let choice = choose(&loads).filter(|(e, _)| *e < endpoints.len());
+        if let Some(address) = choice.as_ref().and_then(|(e, _)| endpoints.get(*e)) {
+            let n = counts.entry(address.clone()).or_insert(0);
+            *n = n.saturating_add(cost);
+        }
+        (shared::encode_counts(&counts), choice)
+    })
 }
 
 /// The shared-data record of this proxy's in-flight counts over `endpoints` (also the load
@@ -93,25 +117,15 @@ pub fn release(
     }
 }
 
-/// Endpoints by load, ties rotated by `start` so equal endpoints share the traffic.
-fn least_first<'a>(
-    endpoints: &'a [String],
-    counts: &HashMap<String, u64>,
-    start: u64,
-) -> Vec<&'a str> {
-    let n = endpoints.len().max(1);
+/// Endpoint positions by load, ties rotated by `start` so equal endpoints share the traffic.
+fn least_first(loads: &[u64], start: u64) -> Vec<usize> {
+    let n = loads.len().max(1);
     let offset = (start % n as u64) as usize;
-    let mut v: Vec<(u64, usize, &str)> = endpoints
+    let mut v: Vec<(u64, usize, usize)> = loads
         .iter()
         .enumerate()
-        .map(|(i, e)| {
-            (
-                counts.get(e).copied().unwrap_or(0),
-                (i + n - offset) % n,
-                e.as_str(),
-            )
-        })
+        .map(|(i, &load)| (load, (i + n - offset) % n, i))
         .collect();
     v.sort_unstable();
-    v.into_iter().map(|(_, _, e)| e).collect()
+    v.into_iter().map(|(_, _, i)| i).collect()
 }

@@ -6,15 +6,19 @@
 //!   bounded loads puts its anchor key (prefix/chwbl.rs). Every proxy computes the same, so
 //!   replicas that share nothing send a conversation to the same pod while it is within the
 //!   bound;
-//! - the load is this proxy's in-flight count, taken with CAS in local_least_request's record
-//!   and held as a `Hold::Local` lease: stream end gives it back on the existing path.
+//! - the load is this proxy's in-flight load, counted by local least-request's own path
+//!   (`local_least_request::take`: the same record, the same `costMode` weight) and held as a
+//!   `Hold::Local` lease: stream end gives it back on the existing path;
+//! - with a metrics guard configured (`scrapeCluster`), the scraped engine metrics count too: a
+//!   pod whose queue or KV cache is saturated is left, and not chosen while another pod is not.
 //!
 //! A body that is not a usable prompt (or too large to read) gets a plain-Envoy least-request
 //! pick.
 
+use super::endpoint_metrics::EndpointMetrics;
 use super::input::{Env, Input};
 use super::local_least_request;
-use crate::balancer::pick::LocalLease;
+use crate::balancer::pick::{cost_of, LocalLease};
 use crate::balancer::request::{Decision, Hold, Rejection};
 use crate::balancer::shared;
 use crate::balancer::telemetry::Telemetry;
@@ -23,7 +27,7 @@ use crate::hash;
 use crate::host::{Host, LogLevel};
 use crate::prefix::chwbl::{self, Bound, Ring};
 use crate::prefix::local_index::{self, Layout, Shard};
-use crate::prefix::{anchor, canonicalize, PrefixKey};
+use crate::prefix::{anchor_of, canonicalize, PrefixKey};
 use crate::reason::{Cause, Reason};
 use crate::stats::Counter;
 use std::rc::Rc;
@@ -98,6 +102,7 @@ pub fn decide(
     input: &Input,
     settings: &PrefixSettings,
     state: &LocalPrefix,
+    metrics: &mut EndpointMetrics,
 ) -> Decision {
     let endpoints = &input.config.endpoints;
     if endpoints.is_empty() {
@@ -108,7 +113,10 @@ pub fn decide(
     }
     let body = host.request_body(0, input.body_bytes).unwrap_or_default();
     let (keys, at) = match canonicalize(&body, &settings.canon) {
-        Ok(canon) => (canon.chain_keys(), anchor(canon.blocks())),
+        Ok(canon) => (
+            canon.chain_keys(),
+            anchor_of(canon.blocks(), settings.anchor),
+        ),
         Err(e) => {
             env.tel.inc(host, Counter::Fallback(Cause::BadRequest));
             env.tel.log(
@@ -127,26 +135,25 @@ pub fn decide(
     let window = window(keys.len(), at);
     let now = host.now_ms();
     let known = state.lookup(host, &keys, &window, now);
+    let hot = match &settings.guard {
+        Some(mc) => metrics.saturated(host, input.config, mc),
+        None => Vec::new(),
+    };
     let cap = input.config.common.max_load;
-    let taken = shared::update(host, &state.counts_key, |cur| {
-        let mut counts = cur
-            .as_deref()
-            .map(shared::decode_counts)
-            .unwrap_or_default();
-        let loads: Vec<u64> = endpoints
-            .iter()
-            .map(|e| counts.get(e).copied().unwrap_or(0))
-            .collect();
-        let choice = state
-            .choose(&loads, cap, known, home)
-            .and_then(|(e, reason)| Some((e, endpoints.get(e)?.clone(), reason)));
-        if let Some((_, address, _)) = &choice {
-            *counts.entry(address.clone()).or_insert(0) += 1;
-        }
-        (shared::encode_counts(&counts), choice)
+    let cost = cost_of(input.config, input.body_bytes);
+    let taken = local_least_request::take(host, &state.counts_key, endpoints, cost, |loads| {
+        state
+            .choose(loads, cost, cap, &hot, known, home)
+            .map(|(e, reason, passed)| (e, (reason, passed)))
     });
     match taken {
-        Ok(Some((chosen, address, reason))) => {
+        Ok(Some((chosen, (reason, passed)))) => {
+            let Some(address) = endpoints.get(chosen).cloned() else {
+                return Decision::Fallback(Cause::NoHealthyEndpoint);
+            };
+            if passed {
+                env.tel.inc(host, Counter::PrefixSaturated);
+            }
             state.record(host, env.tel, input.ctx, &keys, &window, known, chosen, now);
             let fallbacks = state
                 .ring
@@ -159,8 +166,7 @@ pub fn decide(
                 hold: Some(Hold::Local(LocalLease {
                     key: state.counts_key.clone(),
                     endpoint: address.clone(),
-                    // One request, as counted above (the guard's slack is in requests).
-                    cost: 1,
+                    cost,
                 })),
                 endpoint: address,
                 fallbacks,
@@ -232,42 +238,63 @@ impl LocalPrefix {
         found.next().is_none().then_some(first)
     }
 
-    /// Where the request goes, by the loads it is about to join. A known endpoint is kept unless
-    /// it is at `maxRequestCount` or over the guard of the Redis script (its load exceeds the
-    /// least-loaded one's by more than `affinityMaxImbalance` and is more than
-    /// `affinityMaxImbalanceRatio` times it, docs/redis-data-model.md §5); otherwise CHWBL on the
-    /// anchor key, never back to the endpoint just left. None: every endpoint is at the cap.
+    /// Where the request goes, by the loads (`costMode` units) it is about to join with `cost`.
+    /// A known endpoint is kept unless it is at `maxRequestCount`, over the guard of the Redis
+    /// script (its load exceeds the least-loaded one's by more than `affinityMaxImbalance` and
+    /// is more than `affinityMaxImbalanceRatio` times it, docs/redis-data-model.md §5), or
+    /// saturated by its scraped metrics (`hot`, by position; empty without a metrics guard);
+    /// otherwise CHWBL on the anchor key, never back to the endpoint just left and past the
+    /// saturated ones. The metrics only steer while some endpoint with room is not saturated:
+    /// when all are, the loads decide alone. The flag: a saturated endpoint was passed by (the
+    /// known one, or the one the walk would have taken). None: every endpoint is at the cap.
     fn choose(
         &self,
         loads: &[u64],
+        cost: u64,
         cap: u64,
+        hot: &[bool],
         known: Option<Known>,
         home: u64,
-    ) -> Option<(usize, Reason)> {
+    ) -> Option<(usize, Reason, bool)> {
         let room = |e: usize| cap == 0 || loads.get(e).is_some_and(|&l| l < cap);
+        let saturated = |e: usize| hot.get(e).copied().unwrap_or(false);
+        let steer = (0..loads.len()).any(|e| room(e) && !saturated(e));
+        let hot = |e: usize| steer && saturated(e);
+        let any_hot = (0..loads.len()).any(hot);
         let min = loads.iter().copied().min()?;
         let mut left = None;
         if let Some(k) = known {
             let load = loads.get(k.endpoint).copied().unwrap_or(0);
             let crowded = load.saturating_sub(min) > self.bound.slack
                 && load as f64 > min as f64 * self.bound.factor;
-            if room(k.endpoint) && !crowded {
-                return Some((k.endpoint, Reason::PrefixHit));
+            if room(k.endpoint) && !crowded && !hot(k.endpoint) {
+                return Some((k.endpoint, Reason::PrefixHit, false));
             }
             left = Some(k.endpoint);
         }
+        let mut passed = left.is_some_and(hot);
         let reason = match left {
             Some(_) => Reason::PrefixSpill,
             None => Reason::PrefixMiss,
         };
-        let allowed = |e: usize| room(e) && Some(e) != left;
-        let e = chwbl::pick(&self.ring, home, loads, self.bound, allowed).or_else(|| {
-            // Only when the bound and the exclusion leave nothing: the least loaded with room.
+        let allowed = |e: usize| room(e) && Some(e) != left && !hot(e);
+        let least = |ok: &dyn Fn(usize) -> bool| {
             (0..loads.len())
-                .filter(|&e| room(e))
+                .filter(|&e| ok(e))
                 .min_by_key(|&e| loads.get(e).copied().unwrap_or(u64::MAX))
-        })?;
-        Some((e, reason))
+        };
+        let e = chwbl::pick(&self.ring, home, loads, cost, self.bound, allowed)
+            // Only when the bound and the exclusions leave nothing: the least loaded with room,
+            // unsaturated first.
+            .or_else(|| least(&|e| room(e) && !hot(e)))
+            .or_else(|| least(&room))?;
+        if !passed && any_hot {
+            // Only when some pod is saturated: would the walk have taken one?
+            let unguarded = |e: usize| room(e) && Some(e) != left;
+            passed = chwbl::pick(&self.ring, home, loads, cost, self.bound, unguarded)
+                .is_some_and(|u| u != e && hot(u));
+        }
+        Some((e, reason, passed))
     }
 
     /// Records the choice as the Redis script does: the matched key's life is extended and the

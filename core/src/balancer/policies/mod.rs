@@ -75,9 +75,14 @@ impl Policies {
                     .iter()
                     .find(|(c, _)| Rc::ptr_eq(c, input.config))
                 {
-                    Some((_, state)) => {
-                        local_prefix_cache::decide(host, env, input, settings, state)
-                    }
+                    Some((_, state)) => local_prefix_cache::decide(
+                        host,
+                        env,
+                        input,
+                        settings,
+                        state,
+                        &mut self.metrics,
+                    ),
                     None => Decision::Fallback(crate::reason::Cause::NoRoute),
                 }
             }

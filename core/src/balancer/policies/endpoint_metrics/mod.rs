@@ -79,12 +79,7 @@ impl EndpointMetrics {
         mc: &MetricsConfig,
     ) -> Decision {
         let config = input.config;
-        let sent = host
-            .shared_get(SENT_KEY)
-            .ok()
-            .flatten()
-            .map(|(v, _)| shared::decode_counts(&v))
-            .unwrap_or_default();
+        let sent = sent_counts(host);
         let candidates = match mc.source {
             MetricsSource::Host => {
                 let cluster = host::text_property(host, "cluster_name").unwrap_or_default();
@@ -163,6 +158,34 @@ impl EndpointMetrics {
         }
     }
 
+    /// A plain-Envoy prefix_cache's metrics guard: for each of `config.endpoints`, whether its
+    /// scraped metrics say it is saturated ([`scheduler::is_saturated`]); unknown or stale
+    /// metrics never are (fail open). Read as scraped, without the sent-since-scrape
+    /// correction: the guard's other half is this proxy's in-flight load already, and the
+    /// correction (every request sent since the scrape queues, unless `maxRunningHint` says
+    /// there is room) would call a busy but healthy pod saturated between two scrapes.
+    pub fn saturated(
+        &mut self,
+        host: &mut dyn Host,
+        config: &RouteConfig,
+        mc: &MetricsConfig,
+    ) -> Vec<bool> {
+        let candidates = self
+            .scraped_candidates(host, config, mc, &HashMap::new())
+            .unwrap_or_default();
+        config
+            .endpoints
+            .iter()
+            .map(|addr| {
+                candidates
+                    .iter()
+                    .find(|c| c.addr == *addr)
+                    .and_then(|c| scheduler::is_saturated(c, &mc.scheduler))
+                    .unwrap_or(false)
+            })
+            .collect()
+    }
+
     /// The scraper's snapshot (decoded again only when its CAS moved); stale entries unknown.
     fn scraped_candidates(
         &mut self,
@@ -237,6 +260,15 @@ impl EndpointMetrics {
     }
 }
 
+/// Requests this proxy sent to each endpoint since it started (the in-flight correction's base).
+fn sent_counts(host: &dyn Host) -> HashMap<String, u64> {
+    host.shared_get(SENT_KEY)
+        .ok()
+        .flatten()
+        .map(|(v, _)| shared::decode_counts(&v))
+        .unwrap_or_default()
+}
+
 /// The choice is made in this proxy: count it as sent (the in-flight correction).
 fn count_sent(host: &mut dyn Host, endpoint: &str) {
     let _ = shared::update(host, SENT_KEY, |cur| {
@@ -293,4 +325,4 @@ fn fallback_order(candidates: &[Candidate], chosen: usize) -> Vec<String> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

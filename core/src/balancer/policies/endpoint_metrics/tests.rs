@@ -9,7 +9,7 @@ use serde_json::json;
 
 const CLUSTER: &str = "outbound|8000||llm.static";
 
-fn vllm(waiting: u32, running: u32, kv: f64) -> String {
+pub(crate) fn vllm(waiting: u32, running: u32, kv: f64) -> String {
     format!(
         "# TYPE vllm:num_requests_waiting gauge\n\
          vllm:num_requests_waiting{{model_name=\"m\"}} {waiting}\n\
@@ -259,7 +259,11 @@ fn answer(host: &mut MockHost, engine: &mut Balancer, token: u32, status: Option
 }
 
 /// Ticks and answers every callout with `texts[addr]`; returns the tokens by address.
-fn scrape_round(host: &mut MockHost, engine: &mut Balancer, texts: &[(&str, Option<u16>, String)]) {
+pub(crate) fn scrape_round(
+    host: &mut MockHost,
+    engine: &mut Balancer,
+    texts: &[(&str, Option<u16>, String)],
+) {
     let before = host.http_calls.len();
     let first_token = host.next_token;
     engine.on_tick(host);
