@@ -549,3 +549,29 @@ fn fail_reload_a_fresh_vm_serves_new_requests_after_the_backoff() {
         .contains("token=11 status=0"));
     assert_eq!(stat(&gw, "gateway.vm_traps"), 1);
 }
+
+#[test]
+fn wasi_poll_oneoff_answers_success_with_zero_events() {
+    // Fails (traps) unless poll_oneoff returns 0 and writes nevents = 0 over the 99 there.
+    let wat = r#"(module
+      (import "wasi_snapshot_preview1" "poll_oneoff" (func $poll (param i32 i32 i32 i32) (result i32)))
+      (memory (export "memory") 1)
+      (func (export "proxy_abi_version_0_2_100"))
+      (func (export "proxy_on_request_headers") (param i32 i32 i32) (result i32)
+        (i32.store (i32.const 128) (i32.const 99))
+        (if (i32.ne (call $poll (i32.const 0) (i32.const 64) (i32.const 1) (i32.const 128)) (i32.const 0))
+          (then unreachable))
+        (if (i32.ne (i32.load (i32.const 128)) (i32.const 0)) (then unreachable))
+        (i32.const 0)))"#;
+    let path = std::env::temp_dir().join(format!("ailb-poll-{}.wat", std::process::id()));
+    std::fs::write(&path, wat).unwrap();
+    let gw = gateway(&format!(
+        "workers: 1\n{}{}",
+        cluster_yaml(&[echo_upstream()]),
+        plugin_yaml(&path, "{}")
+    ));
+    for _ in 0..3 {
+        assert_eq!(get(gw.listen, "/v1", &[]).status, 200);
+    }
+    assert_eq!(stat(&gw, "gateway.vm_traps"), 0);
+}
