@@ -124,6 +124,11 @@ impl RedisServer {
         self.try_cmd(args).expect("redis command failed")
     }
 
+    /// The server process (e.g. to SIGSTOP it: a stall no command can cause).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Stops the server (connections drop, pending calls fail).
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {

@@ -147,6 +147,7 @@ fn stats(shared: &Shared) -> String {
         ("redis_calls", c.redis_calls.load(Relaxed)),
         ("redis_failures", c.redis_failures.load(Relaxed)),
         ("vm_traps", c.vm_traps.load(Relaxed)),
+        ("vm_reloads", c.vm_reloads.load(Relaxed)),
         ("vm_call_ns", c.vm_call_ns.load(Relaxed)),
     ] {
         out.push_str(&format!("gateway.{k} {v}\n"));

@@ -162,8 +162,34 @@ pub struct PluginCfg {
     pub vm_config: String,
     #[serde(default = "default_root_id")]
     pub root_id: String,
+    /// What a dead VM (a trap in any callback) does to requests: Envoy's
+    /// `PluginConfig.failure_policy`, FAIL_CLOSED by default (README "VM failure").
+    #[serde(default)]
+    pub failure_policy: FailurePolicy,
+    /// FAIL_RELOAD: a new VM is built for a new request once this long has passed since the
+    /// failure (Envoy's `ReloadConfig.backoff`, base interval 1 s by default).
+    #[serde(default = "default_reload_backoff")]
+    pub reload_backoff_ms: u64,
 }
 
+/// Envoy's `envoy.extensions.wasm.v3.FailurePolicy` (the deprecated `fail_open: true` is
+/// FAIL_OPEN).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum FailurePolicy {
+    /// Every stream of the dead VM, and every later one, gets a 503 local reply.
+    #[default]
+    FailClosed,
+    /// Every callback of the dead VM answers Continue: streams go on without the plugin.
+    FailOpen,
+    /// As FAIL_CLOSED for the streams of the dead VM; new requests get a fresh VM (after the
+    /// backoff).
+    FailReload,
+}
+
+fn default_reload_backoff() -> u64 {
+    1000
+}
 fn default_listen() -> String {
     "127.0.0.1:0".into()
 }

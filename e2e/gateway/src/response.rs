@@ -89,6 +89,11 @@ pub fn local_reply(
     })
 }
 
+/// FAIL_CLOSED on a dead VM before the response started: Envoy's 503 `wasm_fail_stream`.
+fn vm_failed_reply(w: &Rc<Worker>, guard: StreamGuard) -> Response<OutBody> {
+    local_reply(w, Some(guard), 503, b"wasm vm failed".to_vec(), vec![])
+}
+
 pub async fn proxy_response(
     w: &Rc<Worker>,
     guard: StreamGuard,
@@ -121,28 +126,38 @@ pub async fn proxy_response(
     for (k, v) in parts.headers.iter() {
         pairs.push((k.as_str().as_bytes().to_vec(), v.as_bytes().to_vec()));
     }
-    let plugin = w.has_plugin();
+    // Context 0: the request went on without the plugin (FAIL_OPEN on a dead VM).
+    let mut plugin = w.has_plugin() && ctx != 0;
+    let fail_open = w.fail_open();
+    let signals = w.with_stream(ctx, |s| s.signals.clone());
+    let dead = || signals.as_ref().is_some_and(|s| s.vm_failed());
+    if plugin && dead() {
+        if !fail_open {
+            return Ok(vm_failed_reply(w, guard));
+        }
+        plugin = false;
+    }
     if plugin {
         let n = pairs.len();
         w.with_stream(ctx, |s| s.resp_headers = pairs.clone());
         let eos = rbody.is_end_stream();
         let st = match w.with_vm(|vm| vm.on_response_headers(ctx, n, eos)) {
             Some(Ok(ret)) => response_header_status(ret),
-            _ => {
-                return Ok(local_reply(
-                    w,
-                    Some(guard),
-                    503,
-                    b"wasm vm failed".to_vec(),
-                    vec![],
-                ))
+            _ if fail_open => {
+                plugin = false;
+                HeaderStatus::Continue
             }
+            _ => return Ok(vm_failed_reply(w, guard)),
         };
-        let signals = w.with_stream(ctx, |s| s.signals.clone());
         loop {
-            let sig = w
-                .with_stream(ctx, |s| std::mem::take(&mut *s.signals.flags.borrow_mut()))
-                .unwrap_or_default();
+            if dead() {
+                if !fail_open {
+                    return Ok(vm_failed_reply(w, guard));
+                }
+                plugin = false;
+                break;
+            }
+            let sig = w.with_stream(ctx, |s| s.signals.take()).unwrap_or_default();
             if let Some(lr) = sig.local_reply {
                 return Ok(local_reply(w, Some(guard), lr.status, lr.body, lr.headers));
             }
@@ -178,7 +193,8 @@ pub async fn proxy_response(
 
 type Tx = UnboundedSender<Result<Frame<Bytes>, BodyError>>;
 
-/// Run on_response_body for what is buffered; `None` if the stream is gone or the VM trapped.
+/// Run on_response_body for what is buffered; `None` if the stream is gone or the VM trapped
+/// (the buffer is kept when the stream still is there, for FAIL_OPEN).
 fn body_call(w: &Worker, ctx: u32, buf: &mut Vec<u8>, eos: bool) -> Option<bool> {
     let data = std::mem::take(buf);
     let len = data.len();
@@ -191,10 +207,17 @@ fn body_call(w: &Worker, ctx: u32, buf: &mut Vec<u8>, eos: bool) -> Option<bool>
     }
 }
 
+/// The stream's VM died: FAIL_OPEN goes on without the plugin, FAIL_CLOSED ends the stream
+/// (its headers are out, so Envoy's local reply becomes a reset).
+fn vm_died(w: &Worker, ctx: u32) -> bool {
+    w.with_stream(ctx, |s| s.signals.vm_failed())
+        .unwrap_or(true)
+}
+
 async fn pump(
     w: Rc<Worker>,
     ctx: u32,
-    plugin: bool,
+    mut plugin: bool,
     mut rbody: Incoming,
     tx: Tx,
     _guards: (crate::shared::ActiveGuard, LocalActive),
@@ -238,6 +261,7 @@ async fn pump(
                         .unwrap_or_default();
                 }
                 Some(false) => {}
+                None if w.fail_open() && vm_died(&w, ctx) => plugin = false,
                 None => return,
             }
         }
@@ -263,6 +287,9 @@ async fn wait_resume(w: &Worker, ctx: u32, tx: &Tx) -> bool {
         return false;
     };
     loop {
+        if signals.vm_failed() {
+            return w.fail_open();
+        }
         let resumed = w.with_stream(ctx, |s| {
             std::mem::take(&mut s.signals.flags.borrow_mut().resume_response)
         });

@@ -111,6 +111,7 @@ pub struct Counters {
     pub redis_calls: AtomicU64,
     pub redis_failures: AtomicU64,
     pub vm_traps: AtomicU64,
+    pub vm_reloads: AtomicU64,
     /// Wall time spent inside VM calls (plugin code plus the host calls it makes), for the
     /// per-request plugin CPU benchmark.
     pub vm_call_ns: AtomicU64,

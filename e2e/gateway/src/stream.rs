@@ -3,6 +3,7 @@
 //! released, then the response phases in `response.rs`.
 
 use crate::abi::{request_header_status, HeaderStatus};
+use crate::config::FailurePolicy;
 use crate::response::{local_reply, proxy_response, OutBody};
 use crate::stream_data::{LocalReply, Pairs, Signals};
 use crate::upstream::{
@@ -72,8 +73,13 @@ fn header<'a>(h: &'a Pairs, name: &[u8]) -> Option<&'a [u8]> {
 
 /// Take the plugin's pending actions for this stream.
 fn take_signals(w: &Worker, ctx: u32) -> Signals {
-    w.with_stream(ctx, |s| std::mem::take(&mut *s.signals.flags.borrow_mut()))
-        .unwrap_or_default()
+    w.with_stream(ctx, |s| s.signals.take()).unwrap_or_default()
+}
+
+/// Envoy's answer on a stream whose VM died, FAIL_CLOSED: a 503 local reply
+/// (`wasm_fail_stream`).
+fn vm_failed_reply(w: &Rc<Worker>, guard: Option<StreamGuard>) -> Response<OutBody> {
+    local_reply(w, guard, 503, b"wasm vm failed".to_vec(), vec![])
 }
 
 pub async fn handle(w: Rc<Worker>, req: Request<Incoming>) -> Result<Response<OutBody>, Reset> {
@@ -81,28 +87,24 @@ pub async fn handle(w: Rc<Worker>, req: Request<Incoming>) -> Result<Response<Ou
     let (parts, mut body) = req.into_parts();
     let headers = request_pairs(&parts);
     let route = match_route(&w.shared.cfg.routes, parts.uri.path());
-    if w.vm_failed() {
-        return Ok(local_reply(
-            &w,
-            None,
-            503,
-            b"wasm vm failed".to_vec(),
-            vec![],
-        ));
+    // A dead VM (README "VM failure"): FAIL_RELOAD builds a new one when its backoff allows,
+    // FAIL_OPEN serves the request without the plugin, FAIL_CLOSED answers 503.
+    let fail_open = w.fail_open();
+    let dead =
+        w.vm_failed() && !(w.failure_policy() == FailurePolicy::FailReload && w.try_reload());
+    if dead && !fail_open {
+        return Ok(vm_failed_reply(&w, None));
     }
-    let plugin = w.has_plugin();
-    let ctx = match w.new_stream(headers.clone(), route) {
-        Ok(c) => c,
-        Err(_) => {
-            return Ok(local_reply(
-                &w,
-                None,
-                503,
-                b"wasm vm failed".to_vec(),
-                vec![],
-            ))
+    let mut plugin = w.has_plugin() && !dead;
+    // Context 0 is no stream of any VM: the plugin never sees this request.
+    let mut ctx = 0;
+    if plugin {
+        match w.new_stream(headers.clone(), route) {
+            Ok(c) => ctx = c,
+            Err(_) if fail_open => plugin = false,
+            Err(_) => return Ok(vm_failed_reply(&w, None)),
         }
-    };
+    }
     let guard = StreamGuard {
         worker: w.clone(),
         ctx,
@@ -120,6 +122,18 @@ pub async fn handle(w: Rc<Worker>, req: Request<Incoming>) -> Result<Response<Ou
     let mut watermark = false;
     let mut pending: Vec<u8> = Vec::new();
     let mut local_headers = headers;
+    // FAIL_OPEN on a dead VM: every later callback would answer Continue, so the stream goes
+    // on without the plugin, with what it buffered.
+    macro_rules! bypass_plugin {
+        () => {{
+            plugin = false;
+            held = false;
+            data_paused = false;
+            watermark = false;
+            deliver_buffered = false;
+            plugin_sees_data = true;
+        }};
+    }
     if plugin {
         let n = local_headers.len();
         let r = w.with_vm(|vm| vm.on_request_headers(ctx, n, body_done));
@@ -134,15 +148,8 @@ pub async fn handle(w: Rc<Worker>, req: Request<Incoming>) -> Result<Response<Ou
                     plugin_sees_data = false;
                 }
             },
-            _ => {
-                return Ok(local_reply(
-                    &w,
-                    Some(guard),
-                    503,
-                    b"wasm vm failed".to_vec(),
-                    vec![],
-                ))
-            }
+            _ if fail_open => bypass_plugin!(),
+            _ => return Ok(vm_failed_reply(&w, Some(guard))),
         }
     }
     let mut upstream: Option<Upstream> = None;
@@ -168,6 +175,12 @@ pub async fn handle(w: Rc<Worker>, req: Request<Incoming>) -> Result<Response<Ou
         };
 
     loop {
+        if plugin && signals.as_ref().is_some_and(|s| s.vm_failed()) {
+            if !fail_open {
+                return Ok(vm_failed_reply(&w, Some(guard)));
+            }
+            bypass_plugin!();
+        }
         if plugin {
             let sig = take_signals(&w, ctx);
             if let Some(lr) = sig.local_reply {
@@ -190,19 +203,16 @@ pub async fn handle(w: Rc<Worker>, req: Request<Incoming>) -> Result<Response<Ou
             if deliver_buffered {
                 deliver_buffered = false;
                 if !call_body(&mut pending, body_done, &mut data_paused, &mut watermark) {
-                    return Ok(local_reply(
-                        &w,
-                        Some(guard),
-                        503,
-                        b"wasm vm failed".to_vec(),
-                        vec![],
-                    ));
+                    if !fail_open {
+                        return Ok(vm_failed_reply(&w, Some(guard)));
+                    }
+                    bypass_plugin!();
                 }
                 continue;
             }
         }
         if !held && upstream.is_none() {
-            if plugin {
+            if ctx != 0 {
                 local_headers = w
                     .with_stream(ctx, |s| {
                         s.headers_released = true;
@@ -266,7 +276,11 @@ pub async fn handle(w: Rc<Worker>, req: Request<Incoming>) -> Result<Response<Ou
                 if body_done || !pending.is_empty() {
                     if plugin && plugin_sees_data && !(upstream.is_some() && data_paused && pending.is_empty()) {
                         if !call_body(&mut pending, body_done, &mut data_paused, &mut watermark) {
-                            return Ok(local_reply(&w, Some(guard), 503, b"wasm vm failed".to_vec(), vec![]));
+                            if !fail_open {
+                                return Ok(vm_failed_reply(&w, Some(guard)));
+                            }
+                            bypass_plugin!();
+                            continue;
                         }
                         // Data Continue while headers are held continues the headers too.
                         if held && !data_paused {

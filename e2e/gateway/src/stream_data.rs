@@ -25,12 +25,35 @@ pub struct Signals {
     pub resume_response: bool,
     pub local_reply: Option<LocalReply>,
     pub close: bool,
+    /// The VM died (a trap in any callback): set by the host on every live stream of that VM
+    /// and never taken, so a stream paused on a callout is failed or passed at once.
+    pub vm_failed: bool,
 }
 
 #[derive(Default)]
 pub struct StreamSignals {
     pub flags: RefCell<Signals>,
     pub notify: Notify,
+}
+
+impl StreamSignals {
+    /// The pending requests, cleared; `vm_failed` stays set.
+    pub fn take(&self) -> Signals {
+        let mut flags = self.flags.borrow_mut();
+        let out = std::mem::take(&mut *flags);
+        flags.vm_failed = out.vm_failed;
+        out
+    }
+
+    pub fn vm_failed(&self) -> bool {
+        self.flags.borrow().vm_failed
+    }
+
+    /// Marks the stream's VM dead and wakes the stream task.
+    pub fn fail_vm(&self) {
+        self.flags.borrow_mut().vm_failed = true;
+        self.notify.notify_one();
+    }
 }
 
 /// Host-side data of one HTTP stream context.

@@ -154,6 +154,10 @@ impl Vm {
         if self.failed {
             bail!("VM failed earlier");
         }
+        // A stream of a VM that FAIL_RELOAD replaced is not a context of this one.
+        if ctx != 0 && !self.store.data().is_live_context(ctx) {
+            bail!("context {ctx} does not exist in this VM");
+        }
         let Some(f) = f else { return Ok(R::default()) };
         self.enter(ctx);
         let started = std::time::Instant::now();
@@ -226,17 +230,18 @@ impl Vm {
             .map(|r| r as u32)
     }
 
-    /// on_done → on_log → on_delete, then forget the stream. Runs even on a failed VM's
-    /// bookkeeping (the host data is dropped either way).
-    pub fn destroy_stream(&mut self, ctx: u32) {
+    /// on_done → on_log → on_delete, then forget the stream; false if it was not a stream of
+    /// this VM. Runs even on a failed VM's bookkeeping (the host data is dropped either way).
+    pub fn destroy_stream(&mut self, ctx: u32) -> bool {
         if !self.store.data().streams.contains_key(&ctx) {
-            return;
+            return false;
         }
         let c = ctx as i32;
         let _ = self.call(ctx, "proxy_on_done", self.ex.on_done.clone(), c);
         let _ = self.call(ctx, "proxy_on_log", self.ex.on_log.clone(), c);
         let _ = self.call(ctx, "proxy_on_delete", self.ex.on_delete.clone(), c);
         self.store.data_mut().streams.remove(&ctx);
+        true
     }
 
     pub fn on_tick(&mut self) -> Result<()> {

@@ -1,5 +1,5 @@
 //! The few WASI preview1 calls a Rust wasm32-wasip1 cdylib makes (stdio writes, clocks,
-//! randomness, args/environ, proc_exit). Implemented here rather than with wasmtime-wasi
+//! randomness, args/environ, proc_exit, and poll_oneoff as Higress answers it). Implemented here rather than with wasmtime-wasi
 //! because its sync adapter blocks on a Tokio runtime, which panics inside our worker loops.
 //! Any other WASI import the module declares answers ENOSYS instead of failing the load.
 
@@ -132,6 +132,19 @@ pub fn add_to_linker(l: &mut Linker<HostState>, module: &Module) -> Result<()> {
             },
         )?;
         l.func_wrap(m, "sched_yield", |_: C| -> i32 { ERRNO_SUCCESS })?;
+        // Higress's host answers poll_oneoff with success and zero events, without waiting
+        // (docs/higress-abi.md §3): the Go runtime polls a clock subscription to sleep and
+        // aborts the VM on any error (its first garbage collection, in practice).
+        l.func_wrap(
+            m,
+            "poll_oneoff",
+            |mut c: C, _in: i32, _out: i32, _n: i32, nevents: i32| -> i32 {
+                match write_u32(&mut c, nevents, 0) {
+                    Ok(()) => ERRNO_SUCCESS,
+                    Err(_) => ERRNO_FAULT,
+                }
+            },
+        )?;
         l.func_wrap(m, "fd_prestat_get", |_: C, _: i32, _: i32| -> i32 {
             ERRNO_BADF
         })?;
@@ -148,6 +161,7 @@ pub fn add_to_linker(l: &mut Linker<HostState>, module: &Module) -> Result<()> {
         "proc_exit",
         "sched_yield",
         "fd_prestat_get",
+        "poll_oneoff",
     ];
     for imp in module.imports() {
         let wasi = imp.module() == "wasi_snapshot_preview1" || imp.module() == "wasi_unstable";

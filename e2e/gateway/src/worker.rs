@@ -4,11 +4,11 @@
 //! the event loop, never from inside a host call.
 
 use crate::abi::AbiVersion;
-use crate::config::RouteCfg;
+use crate::config::{FailurePolicy, RouteCfg};
 use crate::host_state::HostState;
 use crate::redis::{spawn_connection, RedisTx};
 use crate::shared::Shared;
-use crate::stream_data::{HttpCallResp, HttpOut, Pairs, StreamData};
+use crate::stream_data::{HttpCallResp, HttpOut, Pairs, StreamData, StreamSignals};
 use crate::upstream::{ChanBody, Upstreams};
 use crate::vm::{Plugin, Vm};
 use anyhow::Result;
@@ -19,13 +19,19 @@ use std::collections::HashMap;
 use std::rc::{Rc, Weak};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub struct Worker {
     pub idx: usize,
     pub shared: Arc<Shared>,
     pub abi: AbiVersion,
     vm: Option<RefCell<Vm>>,
+    plugin: Option<Arc<Plugin>>,
+    /// Bumped when FAIL_RELOAD replaces the VM: callout replies of an older VM are dropped.
+    vm_gen: Cell<u64>,
+    /// When the current VM died (FAIL_RELOAD's backoff runs from here, and from each failed
+    /// reload).
+    failed_at: Cell<Option<Instant>>,
     redis: RefCell<HashMap<String, RedisTx>>,
     next_ctx: Cell<u32>,
     tick_gen: Cell<u64>,
@@ -38,14 +44,10 @@ impl Worker {
     /// on_configure is reported as an error mentioning "on_configure".
     pub fn new(idx: usize, shared: Arc<Shared>, plugin: Option<Arc<Plugin>>) -> Result<Rc<Worker>> {
         let (vm, abi) = match &plugin {
-            Some(p) => {
-                let mut host = HostState::new(shared.clone(), idx, p.abi);
-                if let Some(pc) = &shared.cfg.plugin {
-                    host.vm_config = pc.vm_config.clone().into_bytes();
-                    host.root_name = pc.root_id.clone();
-                }
-                (Some(RefCell::new(Vm::instantiate(p, host)?)), p.abi)
-            }
+            Some(p) => (
+                Some(RefCell::new(Self::instantiate(idx, &shared, p)?)),
+                p.abi,
+            ),
             None => (None, AbiVersion::V0_2_100),
         };
         let w = Rc::new_cyclic(|me| Worker {
@@ -53,6 +55,9 @@ impl Worker {
             shared: shared.clone(),
             abi,
             vm,
+            plugin,
+            vm_gen: Cell::new(0),
+            failed_at: Cell::new(None),
             redis: RefCell::new(HashMap::new()),
             next_ctx: Cell::new(2),
             tick_gen: Cell::new(0),
@@ -77,6 +82,15 @@ impl Worker {
         Ok(w)
     }
 
+    fn instantiate(idx: usize, shared: &Arc<Shared>, plugin: &Plugin) -> Result<Vm> {
+        let mut host = HostState::new(shared.clone(), idx, plugin.abi);
+        if let Some(pc) = &shared.cfg.plugin {
+            host.vm_config = pc.vm_config.clone().into_bytes();
+            host.root_name = pc.root_id.clone();
+        }
+        Vm::instantiate(plugin, host)
+    }
+
     pub fn has_plugin(&self) -> bool {
         self.vm.is_some()
     }
@@ -85,12 +99,109 @@ impl Worker {
         self.vm.as_ref().map(|v| v.borrow().failed).unwrap_or(false)
     }
 
-    /// Run `f` on the VM, then flush what the plugin queued. `None` without a plugin.
+    pub fn failure_policy(&self) -> FailurePolicy {
+        self.shared
+            .cfg
+            .plugin
+            .as_ref()
+            .map(|p| p.failure_policy)
+            .unwrap_or_default()
+    }
+
+    /// FAIL_OPEN: the streams of a dead VM go on as if it had answered Continue.
+    pub fn fail_open(&self) -> bool {
+        self.failure_policy() == FailurePolicy::FailOpen
+    }
+
+    /// Run `f` on the VM, then flush what the plugin queued. `None` without a plugin. If `f`
+    /// killed the VM, every stream it holds is told at once (a stream paused on a Redis reply
+    /// or an HTTP callout would otherwise wait for a callback that can no longer come).
     pub fn with_vm<R>(&self, f: impl FnOnce(&mut Vm) -> R) -> Option<R> {
         let cell = self.vm.as_ref()?;
-        let r = f(&mut cell.borrow_mut());
+        let (r, died) = {
+            let mut vm = cell.borrow_mut();
+            let was_failed = vm.failed;
+            let r = f(&mut vm);
+            (r, !was_failed && vm.failed)
+        };
+        if died {
+            self.on_vm_death();
+        }
         self.after_vm_call();
         Some(r)
+    }
+
+    fn on_vm_death(&self) {
+        let Some(cell) = &self.vm else { return };
+        self.failed_at.set(Some(Instant::now()));
+        // Stop the dead VM's ticker.
+        self.tick_gen.set(self.tick_gen.get() + 1);
+        let signals: Vec<Rc<StreamSignals>> = {
+            let mut vm = cell.borrow_mut();
+            let h = vm.store.data_mut();
+            // What the trapping call queued is never sent: nothing could take the reply.
+            h.redis_out.clear();
+            h.http_out.clear();
+            h.tick_period_ms = None;
+            h.streams.values().map(|s| s.signals.clone()).collect()
+        };
+        for s in signals {
+            s.fail_vm();
+        }
+    }
+
+    /// FAIL_RELOAD: a dead VM is replaced by a fresh one (instantiate, vm_start, configure)
+    /// for a new request, once `reload_backoff_ms` has passed since the failure or since the
+    /// last failed reload. Returns whether the worker now has a live VM.
+    pub fn try_reload(&self) -> bool {
+        let (Some(cell), Some(plugin)) = (&self.vm, &self.plugin) else {
+            return false;
+        };
+        if !self.vm_failed() {
+            return true;
+        }
+        let backoff = self
+            .shared
+            .cfg
+            .plugin
+            .as_ref()
+            .map(|p| p.reload_backoff_ms)
+            .unwrap_or(1000);
+        let due = self
+            .failed_at
+            .get()
+            .is_none_or(|t| t.elapsed() >= Duration::from_millis(backoff));
+        if !due {
+            return false;
+        }
+        self.failed_at.set(Some(Instant::now()));
+        let Ok(vm) = Self::instantiate(self.idx, &self.shared, plugin) else {
+            return false;
+        };
+        // The old VM and its streams' host data go; its Redis connections (whose replies
+        // carry the old VM's tokens) and ticker go with them.
+        *cell.borrow_mut() = vm;
+        self.vm_gen.set(self.vm_gen.get() + 1);
+        self.redis.borrow_mut().clear();
+        self.tick_gen.set(self.tick_gen.get() + 1);
+        let len = self.shared.plugin_config.len();
+        let started = matches!(self.with_vm(|vm| vm.start(len)), Some(Ok(true)));
+        if let Some(c) = &self.vm {
+            c.borrow_mut().store.data_mut().startup_log = None;
+        }
+        if !started {
+            // A VM that refuses its configuration is as dead as one that trapped.
+            if let Some(c) = &self.vm {
+                c.borrow_mut().failed = true;
+            }
+            return false;
+        }
+        self.shared.counters.vm_reloads.fetch_add(1, Relaxed);
+        eprintln!(
+            "[gw {}][worker {}][warn] wasm VM reloaded after a failure (FAIL_RELOAD)",
+            self.shared.cfg.gateway_id, self.idx
+        );
+        true
     }
 
     /// Access host-side stream data without entering the VM.
@@ -142,9 +253,11 @@ impl Worker {
         let Some(cell) = &self.vm else { return };
         match cell.try_borrow_mut() {
             Ok(mut vm) => {
-                vm.destroy_stream(ctx);
+                let known = vm.destroy_stream(ctx);
                 drop(vm);
-                self.shared.counters.streams_destroyed.fetch_add(1, Relaxed);
+                if known {
+                    self.shared.counters.streams_destroyed.fetch_add(1, Relaxed);
+                }
                 self.after_vm_call();
             }
             Err(_) => {
@@ -184,11 +297,12 @@ impl Worker {
             .unwrap_or_default();
         let me = self.me.clone();
         let shared = self.shared.clone();
+        let gen = self.vm_gen.get();
         let deliver = Rc::new(move |token: u32, reply: Option<Vec<u8>>| {
             if reply.is_none() {
                 shared.counters.redis_failures.fetch_add(1, Relaxed);
             }
-            if let Some(w) = me.upgrade() {
+            if let Some(w) = me.upgrade().filter(|w| w.vm_gen.get() == gen) {
                 w.with_vm(|vm| {
                     let _ = vm.on_redis_call_response(token, reply);
                 });
@@ -225,9 +339,13 @@ impl Worker {
 
     fn spawn_http_call(&self, out: HttpOut) {
         let me = self.me.clone();
+        let gen = self.vm_gen.get();
         tokio::task::spawn_local(async move {
             let Some(w) = me.upgrade() else { return };
             let resp = w.do_http_call(&out).await;
+            if w.vm_gen.get() != gen {
+                return;
+            }
             w.with_vm(|vm| {
                 let _ = vm.on_http_call_response(out.context_id, out.token, resp);
             });

@@ -440,3 +440,138 @@ fn one_compiled_plugin_serves_many_gateways_and_a_dropped_gateway_stops() {
     }
     assert_eq!(get(b.listen, "/v1", &[]).status, 200);
 }
+
+/// Blocks its Redis connection for 5 s: a request pauses on it until then.
+const BLPOP_5S: &str = "*3\\r\\n$5\\r\\nBLPOP\\r\\n$5\\r\\nnokey\\r\\n$1\\r\\n5\\r\\n";
+
+/// One worker running the test plugin under `policy`; a request paused on a 5 s Redis reply
+/// while another request kills the VM. Returns the gateway, the paused request's answer and
+/// how long it took, and the killing request's answer.
+fn kill_vm_while_a_request_waits_for_redis(
+    policy: &str,
+    rs: &RedisServer,
+) -> (ailb_gateway::gateway::Gateway, Option<Resp>, Duration, Resp) {
+    let (_, p100) = test_plugins();
+    let pcfg = format!("{{\"redis\":\"{RC}\",\"timeout\":8000}}");
+    let y = format!(
+        "{}  failure_policy: {policy}\n  reload_backoff_ms: 1000\n",
+        base(
+            1,
+            &[echo_upstream()],
+            &redis_yaml(RC, rs.port, false),
+            p100,
+            &pcfg
+        )
+    );
+    let gw = gateway(&y);
+    let listen = gw.listen;
+    let paused = std::thread::spawn(move || {
+        let t = std::time::Instant::now();
+        let r = http(
+            listen,
+            "GET",
+            "/v1",
+            &[("x-tp-mode", "redis"), ("x-tp-query", BLPOP_5S)],
+            b"",
+            Duration::from_secs(10),
+        );
+        (r, t.elapsed())
+    });
+    assert_eq!(wait_stat(&gw, "gateway.redis_calls", 1), 1);
+    std::thread::sleep(Duration::from_millis(100));
+    let trap = get(gw.listen, "/v1", &[("x-tp-mode", "trap")]);
+    let (r, took) = paused.join().unwrap();
+    assert_eq!(stat(&gw, "gateway.vm_traps"), 1);
+    (gw, r, took, trap)
+}
+
+#[test]
+fn fail_closed_a_dead_vm_fails_its_paused_streams_at_once_and_every_later_one() {
+    let rs = RedisServer::start();
+    let (gw, paused, took, trap) = kill_vm_while_a_request_waits_for_redis("FAIL_CLOSED", &rs);
+    assert_eq!(trap.status, 503);
+    let paused = paused.expect("the paused request must be answered");
+    assert_eq!(paused.status, 503, "{}", paused.body);
+    assert!(
+        took < Duration::from_secs(2),
+        "failed when the VM died, not when Redis answered: {took:?}"
+    );
+    for _ in 0..3 {
+        assert_eq!(get(gw.listen, "/v1", &[]).status, 503);
+    }
+    assert_eq!(stat(&gw, "gateway.vm_reloads"), 0);
+}
+
+#[test]
+fn fail_open_a_dead_vm_passes_its_paused_streams_at_once_and_later_ones_skip_it() {
+    let rs = RedisServer::start();
+    let (gw, paused, took, trap) = kill_vm_while_a_request_waits_for_redis("FAIL_OPEN", &rs);
+    assert_eq!(
+        trap.status, 200,
+        "the killing request goes on: {}",
+        trap.body
+    );
+    let paused = paused.expect("the paused request must be answered");
+    assert_eq!(paused.status, 200, "{}", paused.body);
+    assert!(took < Duration::from_secs(2), "passed late: {took:?}");
+    assert_eq!(paused.echoed("x-tp-redis"), None, "no callback came");
+    // The plugin added x-tp-route in on_request_headers before it died.
+    assert!(paused.echoed("x-tp-route").is_some());
+    let later = get(gw.listen, "/v1", &[]);
+    assert_eq!(later.status, 200);
+    assert_eq!(later.echoed("x-tp-route"), None, "the dead VM is skipped");
+}
+
+#[test]
+fn fail_reload_a_fresh_vm_serves_new_requests_after_the_backoff() {
+    let rs = RedisServer::start();
+    let (gw, paused, took, trap) = kill_vm_while_a_request_waits_for_redis("FAIL_RELOAD", &rs);
+    assert_eq!(trap.status, 503);
+    let paused = paused.expect("the paused request must be answered");
+    assert_eq!(paused.status, 503);
+    assert!(took < Duration::from_secs(2), "failed late: {took:?}");
+    // Within the 1 s backoff: still the dead VM.
+    assert_eq!(get(gw.listen, "/v1", &[]).status, 503);
+    std::thread::sleep(Duration::from_millis(1100));
+    // A fresh VM: configured again, Redis tokens from 7 again, on a new connection (the old
+    // one is still blocked in BLPOP).
+    let r = get(gw.listen, "/v1", &[("x-tp-mode", "redis")]);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let info = r.echoed("x-tp-redis").unwrap();
+    assert!(info.contains("token=7 status=0"), "{info}");
+    assert_eq!(stat(&gw, "gateway.vm_reloads"), 1);
+    // The old VM's BLPOP answer (at 5 s) comes on the dropped connection; the new VM goes on.
+    std::thread::sleep(Duration::from_millis(4000));
+    let r = get(gw.listen, "/v1", &[("x-tp-mode", "redis")]);
+    assert!(r
+        .echoed("x-tp-redis")
+        .unwrap()
+        .contains("token=11 status=0"));
+    assert_eq!(stat(&gw, "gateway.vm_traps"), 1);
+}
+
+#[test]
+fn wasi_poll_oneoff_answers_success_with_zero_events() {
+    // Fails (traps) unless poll_oneoff returns 0 and writes nevents = 0 over the 99 there.
+    let wat = r#"(module
+      (import "wasi_snapshot_preview1" "poll_oneoff" (func $poll (param i32 i32 i32 i32) (result i32)))
+      (memory (export "memory") 1)
+      (func (export "proxy_abi_version_0_2_100"))
+      (func (export "proxy_on_request_headers") (param i32 i32 i32) (result i32)
+        (i32.store (i32.const 128) (i32.const 99))
+        (if (i32.ne (call $poll (i32.const 0) (i32.const 64) (i32.const 1) (i32.const 128)) (i32.const 0))
+          (then unreachable))
+        (if (i32.ne (i32.load (i32.const 128)) (i32.const 0)) (then unreachable))
+        (i32.const 0)))"#;
+    let path = std::env::temp_dir().join(format!("ailb-poll-{}.wat", std::process::id()));
+    std::fs::write(&path, wat).unwrap();
+    let gw = gateway(&format!(
+        "workers: 1\n{}{}",
+        cluster_yaml(&[echo_upstream()]),
+        plugin_yaml(&path, "{}")
+    ));
+    for _ in 0..3 {
+        assert_eq!(get(gw.listen, "/v1", &[]).status, 200);
+    }
+    assert_eq!(stat(&gw, "gateway.vm_traps"), 0);
+}

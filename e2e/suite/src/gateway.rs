@@ -196,6 +196,20 @@ impl Gateway {
         let _ = self.child.wait();
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Resident memory of the process (`VmRSS` of /proc/<pid>/status), in KiB.
+    pub fn rss_kb(&self) -> anyhow::Result<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .ok_or_else(|| anyhow::anyhow!("no VmRSS for gateway {}", self.id))
+    }
+
     pub fn logs(&self) -> String {
         self.logs.lock().map(|l| l.join("\n")).unwrap_or_default()
     }

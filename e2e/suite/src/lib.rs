@@ -9,6 +9,7 @@ pub mod gateway;
 pub mod metrics;
 pub mod redis;
 pub mod storm;
+pub mod thirdparty;
 
 use std::path::PathBuf;
 

@@ -192,6 +192,8 @@ pub extern "C" fn proxy_on_request_headers(ctx: u32, _n: usize, eos: u32) -> u32
         "pause_end" if eos != 0 => 1,
         "override" => { set_override(&ovr); 0 }
         "local" => { local(418, "teapot"); 1 }
+        // Kills the VM (a wasm trap), as a Go plugin's runtime abort does.
+        "trap" => core::arch::wasm32::unreachable(),
         "hosts" => {
             let (mut p, mut n) = (std::ptr::null_mut(), 0);
             let s = unsafe { proxy_get_upstream_hosts(&mut p, &mut n) };

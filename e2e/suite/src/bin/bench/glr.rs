@@ -2,7 +2,7 @@
 //! and the p99 against each gateway's local least-request.
 
 use crate::common::{chat10, lognormal_sizes, percentile};
-use ailb_e2e::bed::{wait_for_zero, Bed};
+use ailb_e2e::bed::Bed;
 use ailb_e2e::gateway::{glr_config, http, Gateway};
 use ailb_e2e::storm;
 use ailb_fakepod::load::Workload;
@@ -71,23 +71,33 @@ pub fn plugin_cpu_and_added_latency() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The fault storm of the e2e suite, sized for the benchmark: every count must come back to 0.
+/// The fault storm of the e2e suite at length (storm::long_run): 10,000 requests with
+/// aborts, resets, 429/503/504, Redis stalls (DEBUG SLEEP, SIGSTOP) and a restart, and two
+/// gateway SIGKILLs; every count must come back to 0 and the surviving gateway's memory must
+/// not grow beyond noise.
 pub fn leak_check() -> anyhow::Result<()> {
     let mut bed = storm::bed();
-    let (a, b) = storm::gateways(&bed, 15)?;
-    let lc = storm::load(
-        vec![a.url.clone(), b.url.clone()],
-        2000,
-        Duration::from_secs(15),
-        11,
+    let started = Instant::now();
+    let run = storm::long_run(&mut bed, 10_000, Duration::from_secs(50), 15, 11)?;
+    eprintln!(
+        "leak check: {} | faults {:?} | 429s {} orphaned picks {} | RSS {} -> {} KiB | left {:?} | {:.0} s",
+        run.summary.line(),
+        storm::LONG_RUN_CHAOS,
+        run.rejected_429,
+        run.orphaned,
+        run.rss_start_kb,
+        run.rss_end_kb,
+        run.left,
+        started.elapsed().as_secs_f64()
     );
-    let summary = storm::run_with_chaos(&mut bed, lc, 3, Duration::from_millis(2500))?;
-    let left = wait_for_zero(&bed, Duration::from_secs(20));
-    eprintln!("leak check: {}", summary.line());
-    println!("BENCH leak_check_requests {} requests", summary.count);
+    println!("BENCH leak_check_requests {} requests", run.summary.count);
     println!(
         "BENCH leaked_counts {} counts",
-        left.total() as i64 + left.leases.max(0)
+        run.left.total() as i64 + run.left.leases.max(0)
+    );
+    println!(
+        "BENCH gateway_rss_growth_mb {:.1} MB",
+        (run.rss_end_kb as f64 - run.rss_start_kb as f64) / 1024.0
     );
     Ok(())
 }
