@@ -2,6 +2,7 @@
 //! `global_inflight_*` keys and, when `global_inflight_enabled` is on, its Redis keys. The
 //! timeout and TTL are checked even when the count is off, as Go checks them.
 
+use super::common::DEFAULT_LEASE_TTL_S;
 use super::error::ConfigError;
 use super::raw::RawLbConfig;
 use super::read::header_or;
@@ -10,13 +11,15 @@ use super::redis;
 use super::values::Build;
 use super::values::RedisTarget;
 
-/// Read only when `global_inflight_enabled` is on.
+/// Read only when `global_inflight_enabled` is on: the Redis target, and our own `leaseTTL` for
+/// the counts' leases (docs/redis-data-model.md §8).
 pub const INFLIGHT_REDIS_KEYS: &[&str] = &[
     "serviceFQDN",
     "servicePort",
     "username",
     "password",
     "database",
+    "leaseTTL",
 ];
 pub const DEFAULT_INFLIGHT_KEY_PREFIX: &str = "higress:adaptive_score_inflight";
 
@@ -29,6 +32,9 @@ pub struct GlobalInflight {
     pub key_prefix: String,
     /// Refreshed on every selection.
     pub key_ttl_s: u64,
+    /// `leaseTTL`: a count not given back within this (crashed gateway, a release lost in a
+    /// Redis failover) is reclaimed.
+    pub lease_ttl_ms: u64,
 }
 
 pub fn read(
@@ -73,6 +79,12 @@ pub fn read(
         return Ok(None);
     }
     let redis = redis::target(raw, r, "global_inflight_timeout", timeout)?;
+    let lease_ttl_s = r
+        .own("leaseTTL", &raw.lease_ttl)?
+        .unwrap_or(DEFAULT_LEASE_TTL_S);
+    if !(1..=86_400).contains(&lease_ttl_s) {
+        return Err(r.err("leaseTTL", format!("{lease_ttl_s} s is outside 1-86400")));
+    }
     if build == Build::Envoy {
         r.warn(
             "global_inflight_enabled",
@@ -84,5 +96,6 @@ pub fn read(
         redis,
         key_prefix,
         key_ttl_s: u64::try_from(ttl).unwrap_or(1800),
+        lease_ttl_ms: lease_ttl_s * 1000,
     }))
 }

@@ -171,7 +171,17 @@ fn compile(
             let publish = Publish::ClusterHeader {
                 name: name.to_ascii_lowercase(),
             };
-            (p, redis, Common::defaults(), Vec::new(), publish)
+            let common = match &p {
+                PolicyConfig::ClusterMetrics(c) => match &c.global_inflight {
+                    Some(g) => Common {
+                        lease_ttl_ms: g.lease_ttl_ms,
+                        ..Common::defaults()
+                    },
+                    None => Common::defaults(),
+                },
+                _ => Common::defaults(),
+            };
+            (p, redis, common, Vec::new(), publish)
         }
         _ => {
             let kind = match policy {
