@@ -85,16 +85,19 @@ fn it_balances_200_routes_per_policy_on_every_shard() {
     }
 
     // Two turns of one conversation per route, over both gateways (new connection each, so
-    // over both workers): 1,200 requests.
-    let jobs: Vec<_> = routes
-        .iter()
-        .enumerate()
-        .flat_map(|(i, r)| {
-            let text = format!("{} {}", r.name, "a long shared system prompt. ".repeat(40));
-            [(i, r.clone(), text.clone(), 2), (i + 1, r.clone(), text, 2)]
-        })
-        .collect();
-    let statuses = send_all(&gws, jobs);
+    // over both workers): every first turn, then every second turn; 1,200 requests.
+    let mut statuses = Vec::new();
+    for turn in 0..2 {
+        let jobs: Vec<_> = routes
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let text = format!("{} {}", r.name, "a long shared system prompt. ".repeat(40));
+                (i + turn, r.clone(), text, 2)
+            })
+            .collect();
+        statuses.extend(send_all(&gws, jobs));
+    }
     assert_eq!(statuses.len(), 1200);
     assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
     let logs = || gws.iter().map(|g| g.logs()).collect::<Vec<_>>().join("\n");

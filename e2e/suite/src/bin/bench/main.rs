@@ -2,13 +2,14 @@
 //! Every ratio is measured side by side in the same run.
 
 mod cluster;
+mod cluster3;
 mod common;
 mod envoy_prefix;
 mod glr;
 mod metrics;
 mod prefix;
 
-/// `ailb-bench [cpu] [leak] [p99] [prefix] [metrics] [cluster|cluster-cpu|cluster-hash|cluster-p99] [envoy-prefix]`: the named sections only (all by default).
+/// `ailb-bench [cpu] [leak] [p99] [prefix] [metrics] [cluster|cluster-cpu|cluster-hash|cluster-p99] [envoy-prefix] [cluster3]`: the named sections only (all by default).
 fn main() -> anyhow::Result<()> {
     let only: Vec<String> = std::env::args().skip(1).collect();
     let run = |name: &str| only.is_empty() || only.iter().any(|a| a == name);
@@ -44,6 +45,9 @@ fn main() -> anyhow::Result<()> {
     if run("envoy-prefix") {
         envoy_prefix::envoy_prefix_vs_round_robin_and_redis()?;
         envoy_prefix::envoy_added_latency()?;
+    }
+    if run("cluster3") {
+        cluster3::cluster3()?;
     }
     Ok(())
 }
