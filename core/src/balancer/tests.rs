@@ -362,17 +362,29 @@ fn refused_credentials_are_warned_once_per_interval_without_the_password() {
     };
     for ctx in 2..6 {
         let t = start(&mut host, &mut e, ctx);
-        deliver(&mut host, &mut e, t, b"-NOAUTH Authentication required.\r\n");
+        deliver(
+            &mut host,
+            &mut e,
+            t,
+            b"-NOAUTH Authentication required.\r\n",
+        );
         assert_eq!(host.resumed, ctx - 1, "fell back");
         end(&mut host, &mut e, ctx);
     }
     assert_eq!(warned(&host), 1, "{:?}", host.logs.borrow());
     host.now_ms += 10_000;
     let t = start(&mut host, &mut e, 9);
-    deliver(&mut host, &mut e, t, b"-WRONGPASS invalid username-password pair\r\n");
+    deliver(
+        &mut host,
+        &mut e,
+        t,
+        b"-WRONGPASS invalid username-password pair\r\n",
+    );
     assert_eq!(warned(&host), 2, "warned again after the interval");
     let logs = host.logs.borrow();
-    assert!(logs.iter().any(|(_, m)| m.contains("(NOAUTH Authentication required.)")));
+    assert!(logs
+        .iter()
+        .any(|(_, m)| m.contains("(NOAUTH Authentication required.)")));
     assert!(logs.iter().all(|(_, m)| !m.contains("hunter2-secret")));
 }
 

@@ -32,9 +32,6 @@ pub struct GlobalInflight {
     pub key_prefix: String,
     /// Refreshed on every selection.
     pub key_ttl_s: u64,
-    /// `leaseTTL`: a count not given back within this (crashed gateway, a release lost in a
-    /// Redis failover) is reclaimed.
-    pub lease_ttl_ms: u64,
 }
 
 pub fn read(
@@ -79,12 +76,6 @@ pub fn read(
         return Ok(None);
     }
     let redis = redis::target(raw, r, "global_inflight_timeout", timeout)?;
-    let lease_ttl_s = r
-        .own("leaseTTL", &raw.lease_ttl)?
-        .unwrap_or(DEFAULT_LEASE_TTL_S);
-    if !(1..=86_400).contains(&lease_ttl_s) {
-        return Err(r.err("leaseTTL", format!("{lease_ttl_s} s is outside 1-86400")));
-    }
     if build == Build::Envoy {
         r.warn(
             "global_inflight_enabled",
@@ -96,6 +87,17 @@ pub fn read(
         redis,
         key_prefix,
         key_ttl_s: u64::try_from(ttl).unwrap_or(1800),
-        lease_ttl_ms: lease_ttl_s * 1000,
     }))
+}
+
+/// `leaseTTL` of the counts' leases (ms), read when the global count is on: a count not given
+/// back within it (crashed gateway, a release lost in a Redis failover) is reclaimed.
+pub fn lease_ttl_ms(raw: &RawLbConfig, r: &mut Reader<'_>) -> Result<u64, ConfigError> {
+    let lease_ttl_s = r
+        .own("leaseTTL", &raw.lease_ttl)?
+        .unwrap_or(DEFAULT_LEASE_TTL_S);
+    if !(1..=86_400).contains(&lease_ttl_s) {
+        return Err(r.err("leaseTTL", format!("{lease_ttl_s} s is outside 1-86400")));
+    }
+    Ok(lease_ttl_s * 1000)
 }

@@ -172,12 +172,9 @@ fn compile(
                 name: name.to_ascii_lowercase(),
             };
             let common = match &p {
-                PolicyConfig::ClusterMetrics(c) => match &c.global_inflight {
-                    Some(g) => Common {
-                        lease_ttl_ms: g.lease_ttl_ms,
-                        ..Common::defaults()
-                    },
-                    None => Common::defaults(),
+                PolicyConfig::ClusterMetrics(c) if c.global_inflight.is_some() => Common {
+                    lease_ttl_ms: super::inflight::lease_ttl_ms(lb, r)?,
+                    ..Common::defaults()
                 },
                 _ => Common::defaults(),
             };
