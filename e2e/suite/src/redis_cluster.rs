@@ -76,10 +76,12 @@ impl Node {
         let port = ailb_testkit::free_port();
         let dir = root.join(format!("node-{port}"));
         std::fs::create_dir_all(&dir).expect("node dir");
-        // Cluster bus port = port + 10000: free_port hands out ephemeral ports well below 55535.
+        // The cluster bus port is set, not left at port + 10000: an ephemeral port above 55535
+        // would put that past 65535.
+        let bus = ailb_testkit::free_port();
         let conf = format!(
             "port {port}\nbind 127.0.0.1\nsave \"\"\nappendonly no\n\
-             cluster-enabled yes\ncluster-config-file nodes.conf\n\
+             cluster-enabled yes\ncluster-port {bus}\ncluster-config-file nodes.conf\n\
              cluster-node-timeout {NODE_TIMEOUT_MS}\n\
              # a replica takes over however long it was cut off\n\
              cluster-replica-validity-factor 0\n\
@@ -228,8 +230,6 @@ pub struct RedisProxy {
     pub port: u16,
     pub admin: u16,
     seeds: Vec<u16>,
-    /// What clients must send (`downstream_auth_*`).
-    downstream: (String, String),
     child: Option<Child>,
     config: PathBuf,
     log: PathBuf,
@@ -242,7 +242,6 @@ impl RedisProxy {
             port,
             admin: ailb_testkit::free_port(),
             seeds,
-            downstream: (USER.into(), PASSWORD.into()),
             child: None,
             config: dir.join(format!("envoy-redis-{port}.json")),
             log: dir.join(format!("envoy-redis-{port}.log")),
@@ -273,8 +272,8 @@ impl RedisProxy {
                   "settings": {"op_timeout": "1s", "enable_redirection": true,
                                "enable_hashtagging": true},
                   "prefix_routes": {"catch_all_route": {"cluster": "redis_cluster"}},
-                  "downstream_auth_username": {"inline_string": self.downstream.0},
-                  "downstream_auth_passwords": [{"inline_string": self.downstream.1}]}}]}]}],
+                  "downstream_auth_username": {"inline_string": USER},
+                  "downstream_auth_passwords": [{"inline_string": PASSWORD}]}}]}]}],
             "clusters": [{"name": "redis_cluster", "connect_timeout": "0.5s",
               "lb_policy": "CLUSTER_PROVIDED",
               "load_assignment": {"cluster_name": "redis_cluster",
