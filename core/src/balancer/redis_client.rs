@@ -395,7 +395,17 @@ fn reply_error(host: &mut dyn Host, tel: &mut Telemetry, ctx: u32, e: ReplyError
         return PickReply::NoScript;
     }
     tel.inc(host, crate::stats::Counter::RedisErrors);
-    tel.log(host, LogLevel::Debug, ctx, format_args!("{e}"));
+    match &e {
+        // Redis's ACL errors (and Envoy redis_proxy's downstream auth, which answers NOAUTH).
+        ReplyError::Redis(text)
+            if ["NOAUTH", "WRONGPASS", "NOPERM"]
+                .iter()
+                .any(|p| text.starts_with(p)) =>
+        {
+            tel.redis_refused(host, ctx, text)
+        }
+        _ => tel.log(host, LogLevel::Debug, ctx, format_args!("{e}")),
+    }
     PickReply::Failed(match e {
         ReplyError::Malformed(_) => Cause::BadReply,
         ReplyError::Redis(_) | ReplyError::NoScript => Cause::RedisError,

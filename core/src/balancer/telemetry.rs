@@ -15,6 +15,8 @@ pub struct Telemetry {
     stats: Stats,
     level: LogLevel,
     last_warn: HashMap<Cause, u64>,
+    /// When [`Telemetry::redis_refused`] last warned.
+    last_refused: Option<u64>,
 }
 
 impl Telemetry {
@@ -23,6 +25,7 @@ impl Telemetry {
             stats: Stats::define(host),
             level,
             last_warn: HashMap::new(),
+            last_refused: None,
         }
     }
 
@@ -51,6 +54,31 @@ impl Telemetry {
         } else {
             LogLevel::Debug
         }
+    }
+
+    /// Redis (or the proxy in front of it) refused this VM's credentials: every pick will fall
+    /// back until the config is fixed, so say so plainly, at warn at most once per interval.
+    /// `error` is Redis's own text (`NOAUTH ...`, `WRONGPASS ...`), which never holds the
+    /// password.
+    pub fn redis_refused(&mut self, host: &dyn Host, ctx: u32, error: &str) {
+        let now = host.now_ms();
+        let level = if self
+            .last_refused
+            .is_none_or(|t| now.saturating_sub(t) >= WARN_INTERVAL_MS)
+        {
+            self.last_refused = Some(now);
+            LogLevel::Warn
+        } else {
+            LogLevel::Debug
+        };
+        self.log(
+            host,
+            level,
+            ctx,
+            format_args!(
+                "Redis refused the credentials ({error}): check lb_config username and password; requests fall back until then"
+            ),
+        );
     }
 
     pub fn fell_back(&mut self, host: &mut dyn Host, ctx: u32, cause: Cause, denied: bool) {

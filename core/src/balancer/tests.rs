@@ -351,6 +351,44 @@ fn error_and_garbage_replies_fall_back() {
 }
 
 #[test]
+fn refused_credentials_are_warned_once_per_interval_without_the_password() {
+    let (mut host, mut e) = setup(r#","username":"gw","password":"hunter2-secret""#);
+    let warned = |host: &MockHost| {
+        host.logs
+            .borrow()
+            .iter()
+            .filter(|(l, m)| *l == LogLevel::Warn && m.contains("Redis refused the credentials"))
+            .count()
+    };
+    for ctx in 2..6 {
+        let t = start(&mut host, &mut e, ctx);
+        deliver(
+            &mut host,
+            &mut e,
+            t,
+            b"-NOAUTH Authentication required.\r\n",
+        );
+        assert_eq!(host.resumed, ctx - 1, "fell back");
+        end(&mut host, &mut e, ctx);
+    }
+    assert_eq!(warned(&host), 1, "{:?}", host.logs.borrow());
+    host.now_ms += 10_000;
+    let t = start(&mut host, &mut e, 9);
+    deliver(
+        &mut host,
+        &mut e,
+        t,
+        b"-WRONGPASS invalid username-password pair\r\n",
+    );
+    assert_eq!(warned(&host), 2, "warned again after the interval");
+    let logs = host.logs.borrow();
+    assert!(logs
+        .iter()
+        .any(|(_, m)| m.contains("(NOAUTH Authentication required.)")));
+    assert!(logs.iter().all(|(_, m)| !m.contains("hunter2-secret")));
+}
+
+#[test]
 fn oversized_body_is_balanced_by_load_without_holding_it() {
     let (mut host, mut e) = setup(r#","maxBodyBytes":100"#);
     host.live_contexts.push(2);

@@ -2,6 +2,7 @@
 //! `global_inflight_*` keys and, when `global_inflight_enabled` is on, its Redis keys. The
 //! timeout and TTL are checked even when the count is off, as Go checks them.
 
+use super::common::DEFAULT_LEASE_TTL_S;
 use super::error::ConfigError;
 use super::raw::RawLbConfig;
 use super::read::header_or;
@@ -10,13 +11,15 @@ use super::redis;
 use super::values::Build;
 use super::values::RedisTarget;
 
-/// Read only when `global_inflight_enabled` is on.
+/// Read only when `global_inflight_enabled` is on: the Redis target, and our own `leaseTTL` for
+/// the counts' leases (docs/redis-data-model.md §8).
 pub const INFLIGHT_REDIS_KEYS: &[&str] = &[
     "serviceFQDN",
     "servicePort",
     "username",
     "password",
     "database",
+    "leaseTTL",
 ];
 pub const DEFAULT_INFLIGHT_KEY_PREFIX: &str = "higress:adaptive_score_inflight";
 
@@ -85,4 +88,16 @@ pub fn read(
         key_prefix,
         key_ttl_s: u64::try_from(ttl).unwrap_or(1800),
     }))
+}
+
+/// `leaseTTL` of the counts' leases (ms), read when the global count is on: a count not given
+/// back within it (crashed gateway, a release lost in a Redis failover) is reclaimed.
+pub fn lease_ttl_ms(raw: &RawLbConfig, r: &mut Reader<'_>) -> Result<u64, ConfigError> {
+    let lease_ttl_s = r
+        .own("leaseTTL", &raw.lease_ttl)?
+        .unwrap_or(DEFAULT_LEASE_TTL_S);
+    if !(1..=86_400).contains(&lease_ttl_s) {
+        return Err(r.err("leaseTTL", format!("{lease_ttl_s} s is outside 1-86400")));
+    }
+    Ok(lease_ttl_s * 1000)
 }

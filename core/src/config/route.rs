@@ -171,7 +171,14 @@ fn compile(
             let publish = Publish::ClusterHeader {
                 name: name.to_ascii_lowercase(),
             };
-            (p, redis, Common::defaults(), Vec::new(), publish)
+            let common = match &p {
+                PolicyConfig::ClusterMetrics(c) if c.global_inflight.is_some() => Common {
+                    lease_ttl_ms: super::inflight::lease_ttl_ms(lb, r)?,
+                    ..Common::defaults()
+                },
+                _ => Common::defaults(),
+            };
+            (p, redis, common, Vec::new(), publish)
         }
         _ => {
             let kind = match policy {

@@ -279,3 +279,34 @@ fn max_body_wait_is_a_plain_envoy_key_within_bounds() {
     let e = parse(cfg.to_string().as_bytes(), Build::Higress).unwrap_err();
     assert!(e.to_string().contains("plain-Envoy build"), "{e}");
 }
+
+#[test]
+fn cluster_metrics_global_inflight_reads_the_lease_ttl() {
+    let lb = |extra: serde_json::Value| {
+        let mut lb = json!({"mode": "AdaptiveScore", "service_list": ["a", "b"]});
+        if let (Some(o), Some(e)) = (lb.as_object_mut(), extra.as_object()) {
+            o.extend(e.clone());
+        }
+        json!({"lb_type": "cluster", "lb_policy": "cluster_metrics", "lb_config": lb}).to_string()
+    };
+    let on = json!({"global_inflight_enabled": true, "serviceFQDN": "redis.static",
+                    "servicePort": 6379, "leaseTTL": 3});
+    let parsed = parse(lb(on.clone()).as_bytes(), Build::Higress).unwrap();
+    assert!(parsed.warnings.is_empty(), "{:?}", parsed.warnings);
+    assert_eq!(parsed.config.global.unwrap().common.lease_ttl_ms, 3000);
+    let mut bad = on;
+    bad["leaseTTL"] = json!(0);
+    let err = parse(lb(bad).as_bytes(), Build::Higress).unwrap_err();
+    assert!(err.to_string().contains("lb_config.leaseTTL"), "{err}");
+    // Without the count there is no lease: the key is ignored, and said so.
+    let parsed = parse(lb(json!({"leaseTTL": 3})).as_bytes(), Build::Higress).unwrap();
+    assert_eq!(
+        parsed.config.global.unwrap().common.lease_ttl_ms,
+        common::DEFAULT_LEASE_TTL_S * 1000
+    );
+    assert!(
+        format!("{:?}", parsed.warnings).contains("read only with global_inflight_enabled"),
+        "{:?}",
+        parsed.warnings
+    );
+}

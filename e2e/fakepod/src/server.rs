@@ -201,9 +201,12 @@ async fn handle(
     let engine = &ctx.engine;
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or("").to_string();
+    // A gateway route may keep its own path prefix (`/<route>/v1/chat/completions`, the
+    // Redis Cluster bed's many routes, e2e/suite/src/redis_cluster.rs): the API is what follows.
+    let api = path.find("/v1/").map_or(path.as_str(), |i| &path[i..]);
     let kind = match (req.method(), path.as_str()) {
-        (&Method::POST, "/v1/chat/completions") => ApiKind::Chat,
-        (&Method::POST, "/v1/completions") => ApiKind::Completions,
+        (&Method::POST, _) if api == "/v1/chat/completions" => ApiKind::Chat,
+        (&Method::POST, _) if api == "/v1/completions" => ApiKind::Completions,
         (&Method::GET, "/metrics") => return Ok(metrics_resp(engine)),
         (&Method::GET, "/admin/state") => {
             let body = serde_json::to_string(&engine.snapshot()).unwrap_or_default();

@@ -2,6 +2,7 @@
 //! Every ratio is measured side by side in the same run.
 
 mod cluster;
+mod cluster3;
 mod common;
 mod envoy_prefix;
 mod glr;
@@ -9,7 +10,7 @@ mod metrics;
 mod prefix;
 mod thirdparty;
 
-/// `ailb-bench [cpu] [leak] [p99] [prefix] [metrics] [cluster|cluster-cpu|cluster-hash|cluster-p99] [envoy-prefix] [thirdparty]`: the named sections only (all by default).
+/// `ailb-bench [cpu] [leak] [p99] [prefix] [metrics] [cluster|cluster-cpu|cluster-hash|cluster-p99] [envoy-prefix] [thirdparty] [cluster3]`: the named sections only (all by default).
 fn main() -> anyhow::Result<()> {
     let only: Vec<String> = std::env::args().skip(1).collect();
     let run = |name: &str| only.is_empty() || only.iter().any(|a| a == name);
@@ -48,6 +49,9 @@ fn main() -> anyhow::Result<()> {
     }
     if run("thirdparty") {
         thirdparty::thirdparty_vs_ours_vm_time()?;
+    }
+    if run("cluster3") {
+        cluster3::cluster3()?;
     }
     Ok(())
 }
