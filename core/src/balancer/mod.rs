@@ -416,10 +416,8 @@ impl Balancer {
                 Some(Event::Decided(self.decide(host, ctx, read_body)?))
             }
             Effect::Send(pick) => {
-                let random = (self.rng.next_u64() >> 32) as u32;
-                let result = self
-                    .redis
-                    .send_pick(host, &mut self.tel, ctx, &pick, random);
+                let draw = self.rng.next_u64();
+                let result = self.redis.send_pick(host, &mut self.tel, ctx, &pick, draw);
                 Some(Event::Sent { result, pick })
             }
             Effect::Publish {

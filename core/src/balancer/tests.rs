@@ -601,3 +601,42 @@ fn prefix_falls_back_to_least_request_on_bad_bodies() {
         assert_eq!(e.tracked().0, 0);
     }
 }
+
+#[test]
+fn reclaiming_picks_are_drawn_not_every_16th() {
+    // Traffic cycling through 16 routes in a fixed order must not reclaim on the same route
+    // every time (a counter did; the other routes' expired leases then never healed).
+    let (mut host, mut e) = setup("");
+    let mut positions = std::collections::BTreeSet::new();
+    let mut reclaiming = 0;
+    for i in 0..640u32 {
+        let ctx = 2 + i;
+        let token = start(&mut host, &mut e, ctx);
+        let args = host.last_query_args();
+        let numkeys: usize = args[2].parse().unwrap();
+        // EVALSHA sha numkeys keys… now lease_ttl id cost cap random fingerprint reclaim
+        let reclaim: u32 = args[3 + numkeys + 7].parse().unwrap();
+        if reclaim > 0 {
+            reclaiming += 1;
+            positions.insert(i % 16);
+        }
+        deliver(
+            &mut host,
+            &mut e,
+            token,
+            &bulk_array(&["OK", "10.0.0.1:80", "0"]),
+        );
+        end(&mut host, &mut e, ctx);
+        let release = host.next_token - 4;
+        deliver(&mut host, &mut e, release, b":1\r\n");
+    }
+    assert!(
+        (15..=80).contains(&reclaiming),
+        "{reclaiming} of 640 reclaim"
+    );
+    assert!(
+        positions.len() >= 8,
+        "reclaims fall on {positions:?} of a 16-cycle"
+    );
+    assert_eq!(e.tracked(), (0, 0));
+}
