@@ -218,15 +218,18 @@ impl Balancer {
     }
 
     pub fn on_response_headers(&mut self, host: &mut dyn Host, ctx: u32) {
-        if !self.requests.contains_key(&ctx) {
+        let Some(req) = self.requests.get(&ctx) else {
             return;
+        };
+        // Only cluster_metrics' statistics read the status: a host call saved elsewhere.
+        if req.wants_status() {
+            let status = host
+                .response_header(":status")
+                .ok()
+                .flatten()
+                .and_then(|s| s.parse::<u32>().ok());
+            self.drive(host, ctx, Event::ResponseHeaders { status });
         }
-        let status = host
-            .response_header(":status")
-            .ok()
-            .flatten()
-            .and_then(|s| s.parse::<u32>().ok());
-        self.drive(host, ctx, Event::ResponseHeaders { status });
         let Some(req) = self.requests.get(&ctx) else {
             return;
         };

@@ -126,6 +126,17 @@ impl Request {
         (self.wants_body() && wait > 0).then(|| self.since_ms.saturating_add(wait))
     }
 
+    /// Whether the response status matters (cluster_metrics' success test).
+    pub fn wants_status(&self) -> bool {
+        matches!(
+            self.phase,
+            Phase::Routed {
+                held: Held::Service { .. },
+                ..
+            }
+        )
+    }
+
     /// Whether response body chunks still matter (cluster_metrics before its first byte).
     pub fn wants_response_body(&self) -> bool {
         matches!(
