@@ -115,6 +115,8 @@ pub struct LongRun {
     pub summary: Summary,
     /// The surviving gateway's resident memory after the warm-up and after the run (KiB).
     pub rss_start_kb: u64,
+    /// Halfway through the run: a leak keeps growing after it, a warm-up plateau does not.
+    pub rss_mid_kb: u64,
     pub rss_end_kb: u64,
     /// Redis counts once every lease could have expired and been reclaimed (truth: zero).
     pub left: crate::redis::Counts,
@@ -177,8 +179,12 @@ pub fn long_run(
     let every = duration / (LONG_RUN_CHAOS.len() as u32 + 1);
     let mut orphaned = 0;
     let mut rejected_429 = 0;
-    for chaos in LONG_RUN_CHAOS {
+    let mut rss_mid_kb = rss_start_kb;
+    for (i, chaos) in LONG_RUN_CHAOS.into_iter().enumerate() {
         std::thread::sleep(every);
+        if i + 1 == (LONG_RUN_CHAOS.len() + 1) / 2 {
+            rss_mid_kb = a.rss_kb()?;
+        }
         match chaos {
             Chaos::RedisSleep => {
                 let reply = bed.redis.try_cmd(&["DEBUG", "SLEEP", "0.5"]);
@@ -229,6 +235,7 @@ pub fn long_run(
     Ok(LongRun {
         summary,
         rss_start_kb,
+        rss_mid_kb,
         rss_end_kb,
         left,
         orphaned,
