@@ -189,6 +189,13 @@ pub enum PickReply {
 }
 
 impl EndpointPick {
+    /// A pick for a request of priority `class`: its class cap goes to the script.
+    pub fn with_class(mut self, class: Option<Class>) -> EndpointPick {
+        self.cap = class_cap(&self.config, class);
+        self.class = class;
+        self
+    }
+
     /// Plans a pick for `config`: the healthy endpoints from the host list, and whether Redis
     /// needs them (`synced` is the fingerprint this VM last synced for these keys).
     pub fn plan(
@@ -199,7 +206,6 @@ impl EndpointPick {
         chain: Option<Rc<Vec<String>>>,
         synced: Option<&Rc<str>>,
         rng: &mut VmRng,
-        class: Option<Class>,
     ) -> Result<EndpointPick, Cause> {
         let endpoints = match host.upstream_hosts().map(|b| upstream::decode_hosts(&b)) {
             Ok(Ok(list)) => list,
@@ -220,8 +226,8 @@ impl EndpointPick {
             fingerprint,
             by_sha: true,
             chain,
-            cap: class_cap(config, class),
-            class,
+            cap: config.common.max_load,
+            class: None,
         })
     }
 

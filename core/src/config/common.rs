@@ -173,6 +173,12 @@ impl TryFrom<In<'_, '_, RawLbConfig>> for Common {
         }
         let priority = Priority::read(raw, r)?;
         if let Some(p) = &priority {
+            if !is_header_name(&p.header) {
+                return Err(r.err(
+                    "priorityHeader",
+                    "must be a header name (letters, digits, '-', '_')",
+                ));
+            }
             if max_request_count <= 0 {
                 return Err(r.err(
                     "priorityHeader",

@@ -2,7 +2,6 @@
 //! when every endpoint is at `maxRequestCount` the lower classes are refused first (429 with
 //! `Retry-After`), and the highest class may go `criticalHeadroom` above the cap.
 
-use super::common::is_header_name;
 use super::error::ConfigError;
 use super::raw::RawLbConfig;
 use super::read::Reader;
@@ -57,12 +56,7 @@ impl Priority {
             }
             return Ok(None);
         };
-        if !is_header_name(&header) {
-            return Err(r.err(
-                "priorityHeader",
-                "must be a header name (letters, digits, '-', '_')",
-            ));
-        }
+        // The header name itself is checked by the caller (common.rs, with the other headers).
         let classes: Vec<String> = match classes {
             None => DEFAULT_CLASSES.iter().map(|c| c.to_string()).collect(),
             Some(list) => list.iter().map(|c| c.trim().to_ascii_lowercase()).collect(),

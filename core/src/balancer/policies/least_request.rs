@@ -31,9 +31,8 @@ pub fn acquire(
         chain,
         input.synced,
         env.rng,
-        class,
     ) {
-        Ok(pick) => Decision::Acquire(Box::new(Pick::Endpoint(pick))),
+        Ok(pick) => Decision::Acquire(Box::new(Pick::Endpoint(pick.with_class(class)))),
         Err(cause) => Decision::Fallback(cause),
     }
 }
