@@ -100,8 +100,16 @@ impl Host for WasmHost {
         })
     }
 
-    fn send_local_response(&mut self, status: u32, details: &str, body: &[u8]) -> HostResult<()> {
-        let headers = pairs::encode(&[("content-type", "text/plain")]);
+    fn send_local_response(
+        &mut self,
+        status: u32,
+        details: &str,
+        body: &[u8],
+        extra: &[(&str, &str)],
+    ) -> HostResult<()> {
+        let mut all: Vec<(&str, &str)> = vec![("content-type", "text/plain")];
+        all.extend_from_slice(extra);
+        let headers = pairs::encode(&all);
         // SAFETY: pointers/lengths of live buffers.
         check("send_local_response", unsafe {
             proxy_send_local_response(

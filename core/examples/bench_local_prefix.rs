@@ -65,7 +65,13 @@ impl Host for BenchHost {
     fn resume_request(&mut self) -> HostResult<()> {
         Ok(())
     }
-    fn send_local_response(&mut self, _s: u32, _d: &str, _b: &[u8]) -> HostResult<()> {
+    fn send_local_response(
+        &mut self,
+        _s: u32,
+        _d: &str,
+        _b: &[u8],
+        _h: &[(&str, &str)],
+    ) -> HostResult<()> {
         Ok(())
     }
     fn set_effective_context(&mut self, _context_id: u32) -> HostResult<()> {

@@ -86,6 +86,8 @@ pub enum Reason {
     Rejected429,
     /// Every endpoint saturated and the request sheddable: 429.
     Shed429,
+    /// Priority classes: every endpoint at the request's class cap: 429 (README "Priority classes").
+    ShedPriority,
     /// cluster_hash: the `hash_header` value's slot.
     ClusterHash,
     /// cluster_metrics: the service its `mode` chose.
@@ -110,6 +112,7 @@ impl Reason {
             Reason::Metrics => "metrics",
             Reason::Rejected429 => "rejected_429",
             Reason::Shed429 => "shed_429",
+            Reason::ShedPriority => "shed_priority",
             Reason::ClusterHash => "cluster_hash",
             Reason::ClusterMetrics => "cluster_metrics",
             Reason::HashHeaderMissing403 => "hash_header_missing_403",

@@ -92,9 +92,16 @@ pub enum Counter {
     /// Plain Envoy: a worker VM saw Envoy withhold a held request's body (the wasm filter
     /// lacks `allow_on_headers_stop_iteration`); counted once per VM.
     BodyWithheldDetected,
+    /// Priority classes: a request refused (429) because every endpoint was at its class cap.
+    PriorityShed,
+    /// Priority classes: a highest-class request admitted above `maxRequestCount` (plain Envoy,
+    /// where the chosen endpoint's load is known).
+    PriorityAdmittedHeadroom,
+    /// Priority classes: a `priorityHeader` value naming no class (the default class used).
+    PriorityUnknownClass,
 }
 
-const FIXED: [(Counter, &str); 27] = [
+const FIXED: [(Counter, &str); 30] = [
     (Counter::RedisCalls, "ai_lb.redis.calls"),
     (Counter::RedisErrors, "ai_lb.redis.errors"),
     (Counter::RedisTimeouts, "ai_lb.redis.timeouts"),
@@ -145,6 +152,15 @@ const FIXED: [(Counter, &str); 27] = [
     (
         Counter::BodyWithheldDetected,
         "ai_lb.body.withheld_detected",
+    ),
+    (Counter::PriorityShed, "ai_lb.priority.shed"),
+    (
+        Counter::PriorityAdmittedHeadroom,
+        "ai_lb.priority.admitted_headroom",
+    ),
+    (
+        Counter::PriorityUnknownClass,
+        "ai_lb.priority.unknown_class",
     ),
 ];
 

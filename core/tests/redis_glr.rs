@@ -478,3 +478,81 @@ fn it_runs_on_a_redis_cluster_node() {
         "{bad:?}"
     );
 }
+
+#[test]
+fn priority_class_caps_shed_lower_classes_first_across_gateways() {
+    // The class cap each gateway sends (README "Priority classes"), from the plugin's own
+    // config reading; two connections stand for two gateways sharing the counts.
+    let doc = r#"{"lb_policy":"global_least_request","lb_config":{"serviceFQDN":"redis.static",
+        "servicePort":6379,"maxRequestCount":4,"priorityHeader":"x-priority",
+        "criticalHeadroom":2,"priorityReserve":1}}"#;
+    let cfg = ailb_core::config::PluginConfig::parse(doc.as_bytes()).unwrap();
+    let route = cfg.global.unwrap();
+    let p = route.common.priority.clone().unwrap();
+    let cap = |value: &str| p.cap_for(p.class_of(Some(value)).rank, route.common.max_load);
+    assert_eq!(
+        [cap("critical"), cap("standard"), cap("sheddable")],
+        [6, 4, 3]
+    );
+
+    let redis = RedisServer::start();
+    let mut gateways = [redis.conn(), redis.conn()];
+    let g = Glr::new(2);
+    g.sync(&mut gateways[0]);
+    let mut leases = Vec::new();
+    let mut n = 0u32;
+    // Admits requests of `class` until the first Full; how many got in.
+    let mut fill = |gateways: &mut [Conn; 2], class: &str| -> usize {
+        let mut admitted = 0;
+        loop {
+            n += 1;
+            let rid = format!("r{n}");
+            let c = &mut gateways[n as usize % 2];
+            let r = g.acquire(
+                c,
+                Acq {
+                    rid: &rid,
+                    cap: cap(class),
+                    random: n,
+                    ..Acq::default()
+                },
+            );
+            match r {
+                Ok(AcquireReply::Picked { endpoint, .. }) => {
+                    leases.push(scripts::lease_member(&rid, &endpoint, 1));
+                    admitted += 1;
+                }
+                Ok(AcquireReply::Full) => return admitted,
+                other => panic!("{other:?}"),
+            }
+        }
+    };
+    assert_eq!(
+        fill(&mut gateways, "sheddable"),
+        6,
+        "sheddable: up to 3 per endpoint"
+    );
+    assert_eq!(fill(&mut gateways, "sheddable"), 0);
+    assert_eq!(
+        fill(&mut gateways, "standard"),
+        2,
+        "standard: up to the cap of 4"
+    );
+    assert_eq!(
+        fill(&mut gateways, "critical"),
+        4,
+        "critical: 2 of headroom each"
+    );
+    assert_eq!(fill(&mut gateways, "standard"), 0);
+    assert_eq!(g.loads(&mut gateways[0]).values().sum::<f64>(), 12.0);
+    assert_eq!(
+        g.lease_count(&mut gateways[1]),
+        12,
+        "a Full writes no lease"
+    );
+    for (i, m) in leases.iter().enumerate() {
+        assert!(g.release(&mut gateways[i % 2], std::slice::from_ref(m)));
+    }
+    assert_eq!(g.loads(&mut gateways[0]).values().sum::<f64>(), 0.0);
+    assert_eq!(g.lease_count(&mut gateways[0]), 0);
+}

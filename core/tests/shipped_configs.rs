@@ -85,6 +85,10 @@ fn it_accepts_every_schema_key_with_its_default() {
             if envoy {
                 lb.insert("endpoints".into(), json!(["10.0.0.1:8000"]));
             }
+            // A key that only means something with others (priority classes) names them.
+            if let Some(companions) = p["x-requires"].as_object() {
+                lb.extend(companions.clone());
+            }
             lb.insert(key.clone(), value.clone());
             cfg["lb_config"] = Value::Object(lb);
             let build = if envoy { Build::Envoy } else { Build::Higress };

@@ -40,6 +40,9 @@ pub enum Rejection {
     MaxRequestCount,
     /// A sheddable request while every endpoint is saturated (endpoint_metrics).
     Shed,
+    /// Priority classes: every endpoint is at this request's class cap (README "Priority
+    /// classes"); 429 with `Retry-After`.
+    ShedPriority,
     /// cluster_hash: `hash_header` missing or empty (Higress answers 403).
     HashHeaderMissing,
     /// A cluster policy could not write `cluster_header` (Higress answers 500).
@@ -52,13 +55,19 @@ pub struct LocalReply {
     pub status: u32,
     pub details: &'static str,
     pub body: &'static [u8],
+    /// A `retry-after` header of this many seconds (0: none).
+    pub retry_after_s: u32,
 }
+
+/// The `Retry-After` of a priority shed: load moves within about a second.
+pub const SHED_RETRY_AFTER_S: u32 = 1;
 
 impl Rejection {
     pub fn reason(self) -> Reason {
         match self {
             Rejection::MaxRequestCount => Reason::Rejected429,
             Rejection::Shed => Reason::Shed429,
+            Rejection::ShedPriority => Reason::ShedPriority,
             Rejection::HashHeaderMissing => Reason::HashHeaderMissing403,
             Rejection::ClusterHeaderFailed => Reason::ClusterHeaderFailed500,
         }
@@ -70,23 +79,33 @@ impl Rejection {
                 status: 429,
                 details: "ai_lb_max_request_count",
                 body: b"Exceeded maximum request limit from ai-load-balancer.",
+                retry_after_s: 0,
+            },
+            Rejection::ShedPriority => LocalReply {
+                status: 429,
+                details: "ai_lb_shed_priority",
+                body: b"Every endpoint is saturated for this priority class: rejected by ai-load-balancer.",
+                retry_after_s: SHED_RETRY_AFTER_S,
             },
             Rejection::Shed => LocalReply {
                 status: 429,
                 details: "ai_lb_shed",
                 body:
                     b"Every endpoint is saturated: sheddable request rejected by ai-load-balancer.",
+                retry_after_s: 0,
             },
             // Higress's exact answers (docs/higress-cluster-policies.md §2, §3.3).
             Rejection::HashHeaderMissing => LocalReply {
                 status: crate::cluster::hash::MISSING_HEADER_STATUS,
                 details: "ai_lb_hash_header_required",
                 body: crate::cluster::hash::MISSING_HEADER_BODY.as_bytes(),
+                retry_after_s: 0,
             },
             Rejection::ClusterHeaderFailed => LocalReply {
                 status: crate::cluster::hash::HEADER_WRITE_FAILED_STATUS,
                 details: "ai_lb_cluster_header_failed",
                 body: crate::cluster::hash::HEADER_WRITE_FAILED_BODY.as_bytes(),
+                retry_after_s: 0,
             },
         }
     }
@@ -97,6 +116,7 @@ pub const DENIED: LocalReply = LocalReply {
     status: 503,
     details: "ai_lb_failure",
     body: b"ai-load-balancer could not pick an endpoint",
+    retry_after_s: 0,
 };
 
 /// Everything that happens to a request, in the order the host and Redis deliver it.

@@ -447,7 +447,13 @@ impl Balancer {
                 ))
             }
             Effect::Reply(r) => {
-                let _ = host.send_local_response(r.status, r.details, r.body);
+                let retry;
+                let mut headers: Vec<(&str, &str)> = Vec::new();
+                if r.retry_after_s > 0 {
+                    retry = r.retry_after_s.to_string();
+                    headers.push(("retry-after", retry.as_str()));
+                }
+                let _ = host.send_local_response(r.status, r.details, r.body, &headers);
                 None
             }
             Effect::Release(lease) => {
@@ -573,5 +579,7 @@ mod body_tests;
 mod cluster_tests;
 #[cfg(test)]
 mod local_prefix_tests;
+#[cfg(test)]
+mod priority_tests;
 #[cfg(test)]
 mod tests;

@@ -5,6 +5,7 @@
 //! end gives back (docs/redis-data-model.md §6, §8).
 
 use super::rng::VmRng;
+use crate::config::Class;
 use crate::config::RouteConfig;
 use crate::host::Host;
 use crate::reason::{Cause, Reason};
@@ -162,6 +163,10 @@ pub struct EndpointPick {
     pub by_sha: bool,
     /// prefix_cache: the prompt's prefix-chain keys (possibly empty); None = least-request.
     pub chain: Option<Rc<Vec<String>>>,
+    /// The load cap the script refuses at: `maxRequestCount`, or the request's class cap.
+    pub cap: u64,
+    /// The request's priority class (None: priority classes off).
+    pub class: Option<Class>,
 }
 
 /// What Redis answered to a pick, decoded.
@@ -184,6 +189,13 @@ pub enum PickReply {
 }
 
 impl EndpointPick {
+    /// A pick for a request of priority `class`: its class cap goes to the script.
+    pub fn with_class(mut self, class: Option<Class>) -> EndpointPick {
+        self.cap = class_cap(&self.config, class);
+        self.class = class;
+        self
+    }
+
     /// Plans a pick for `config`: the healthy endpoints from the host list, and whether Redis
     /// needs them (`synced` is the fingerprint this VM last synced for these keys).
     pub fn plan(
@@ -214,6 +226,8 @@ impl EndpointPick {
             fingerprint,
             by_sha: true,
             chain,
+            cap: config.common.max_load,
+            class: None,
         })
     }
 
@@ -252,5 +266,15 @@ pub fn cost_of(config: &RouteConfig, body_bytes: usize) -> u64 {
         crate::config::CostMode::Requests => 1,
         crate::config::CostMode::Bytes => (body_bytes as u64).max(1),
         crate::config::CostMode::Tokens => (body_bytes as u64 / 4).max(1),
+    }
+}
+
+/// The load cap a request of `class` is refused at: `maxRequestCount` (0 = none) without
+/// priority classes, else its class's cap (README "Priority classes").
+pub fn class_cap(config: &RouteConfig, class: Option<Class>) -> u64 {
+    let cap = config.common.max_load;
+    match (&config.common.priority, class) {
+        (Some(p), Some(c)) if cap > 0 => p.cap_for(c.rank, cap),
+        _ => cap,
     }
 }

@@ -166,7 +166,7 @@ impl RedisClient {
             lease_ttl_ms: pick.config.common.lease_ttl_ms,
             request_id: &pick.request_id,
             cost: pick.cost,
-            cap: pick.config.common.max_load,
+            cap: pick.cap,
             random,
             fingerprint: &pick.fingerprint,
             reclaim,

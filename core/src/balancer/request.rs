@@ -340,6 +340,7 @@ impl Request {
                 e.extend(self.fall_back(Cause::BadReply));
                 e
             }
+            PickReply::Full if pick.class.is_some() => self.reject(Rejection::ShedPriority),
             PickReply::Full => self.reject(Rejection::MaxRequestCount),
             PickReply::NoScript if pick.by_sha => {
                 // Redis restarted or flushed its script cache: EVAL reloads it.
@@ -487,6 +488,14 @@ impl Request {
         let counter = match r {
             Rejection::MaxRequestCount | Rejection::Shed => {
                 Counter::Decision(self.config.policy.kind(), Outcome::Rejected429)
+            }
+            Rejection::ShedPriority => {
+                let c = Counter::Decision(self.config.policy.kind(), Outcome::Rejected429);
+                return vec![
+                    Effect::Count(c),
+                    Effect::Count(Counter::PriorityShed),
+                    Effect::Reply(r.reply()),
+                ];
             }
             Rejection::HashHeaderMissing => Counter::HashHeaderMissing,
             Rejection::ClusterHeaderFailed => Counter::ClusterHeaderFailed,

@@ -4,6 +4,7 @@
 //! `endpoints`, `destinationHeader`, `fallbackCount`, `maxBodyWaitMs` (strict).
 
 use super::error::ConfigError;
+pub use super::priority::Priority;
 use super::raw::RawLbConfig;
 use super::read::In;
 use super::values::Build;
@@ -19,6 +20,11 @@ pub const COMMON_KEYS: &[&str] = &[
     "debugHeader",
     "maxBodyBytes",
     "redisKeyPrefix",
+    "priorityHeader",
+    "priorityClasses",
+    "defaultPriorityClass",
+    "criticalHeadroom",
+    "priorityReserve",
 ];
 pub const ENVOY_KEYS: &[&str] = &[
     "endpoints",
@@ -49,6 +55,8 @@ pub struct Common {
     /// Higress build, where the host always delivers the body of a held request).
     pub max_body_wait_ms: u64,
     pub detail_log: bool,
+    /// Priority classes (README "Priority classes"); None: every request alike.
+    pub priority: Option<Priority>,
 }
 
 impl Common {
@@ -64,6 +72,7 @@ impl Common {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES as usize,
             max_body_wait_ms: 0,
             detail_log: true,
+            priority: None,
         }
     }
 }
@@ -162,7 +171,29 @@ impl TryFrom<In<'_, '_, RawLbConfig>> for Common {
                 "must be non-empty letters, digits, '-', '_' or '.'",
             ));
         }
+        let priority = Priority::read(raw, r)?;
+        if let Some(p) = &priority {
+            if !is_header_name(&p.header) {
+                return Err(r.err(
+                    "priorityHeader",
+                    "must be a header name (letters, digits, '-', '_')",
+                ));
+            }
+            if max_request_count <= 0 {
+                return Err(r.err(
+                    "priorityHeader",
+                    "priority classes need `maxRequestCount` (the cap classes are refused against)",
+                ));
+            }
+            if i64::try_from(p.reserve).map_or(true, |v| v >= max_request_count) {
+                return Err(r.err(
+                    "priorityReserve",
+                    "must be below `maxRequestCount` (the lowest class would never be admitted)",
+                ));
+            }
+        }
         Ok(Common {
+            priority,
             key_prefix,
             lease_ttl_ms: lease_ttl_s * 1000,
             cost,

@@ -21,6 +21,7 @@ mod inflight;
 mod json;
 mod metrics;
 mod prefix;
+mod priority;
 mod raw;
 mod read;
 mod redis;
@@ -41,6 +42,7 @@ pub use error::{ConfigError, ErrorKind};
 pub use inflight::{GlobalInflight, DEFAULT_INFLIGHT_KEY_PREFIX};
 pub use metrics::{MetricsConfig, MetricsSource, DEFAULT_CRITICALITY_HEADER};
 pub use prefix::PrefixSettings;
+pub use priority::{Class, Priority};
 pub use rules::{Matcher, RequestKeys};
 pub use scrape::ScrapeConfig;
 pub use types::{

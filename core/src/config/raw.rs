@@ -118,6 +118,11 @@ raw_object! {
         debug_header: Own<String> = "debugHeader",
         max_body_bytes: Own<u64> = "maxBodyBytes",
         redis_key_prefix: Own<String> = "redisKeyPrefix",
+        priority_header: Own<String> = "priorityHeader",
+        priority_classes: Own<Vec<String>> = "priorityClasses",
+        default_priority_class: Own<String> = "defaultPriorityClass",
+        critical_headroom: Own<u64> = "criticalHeadroom",
+        priority_reserve: Own<u64> = "priorityReserve",
         // Ours: cluster_metrics AdaptiveScore.
         inflight_capacity: Own<u64> = "inflight_capacity",
         // Ours: the plain-Envoy build.

@@ -31,6 +31,8 @@ pub struct MockHost {
     pub reply: Option<Vec<u8>>,
     pub resumed: u32,
     pub local_responses: Vec<(u32, String)>,
+    /// The extra headers of each local response, in order.
+    pub local_response_headers: Vec<Vec<(String, String)>>,
     pub effective_context: Option<u32>,
     pub live_contexts: Vec<u32>,
     pub metrics: Vec<(String, i64)>,
@@ -168,8 +170,20 @@ impl Host for MockHost {
         Ok(())
     }
 
-    fn send_local_response(&mut self, status: u32, details: &str, _body: &[u8]) -> HostResult<()> {
+    fn send_local_response(
+        &mut self,
+        status: u32,
+        details: &str,
+        _body: &[u8],
+        headers: &[(&str, &str)],
+    ) -> HostResult<()> {
         self.local_responses.push((status, details.to_string()));
+        self.local_response_headers.push(
+            headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
         Ok(())
     }
 

@@ -98,7 +98,14 @@ pub trait Host {
     fn response_header(&self, name: &str) -> HostResult<Option<String>>;
     fn request_body(&self, start: usize, len: usize) -> HostResult<Vec<u8>>;
     fn resume_request(&mut self) -> HostResult<()>;
-    fn send_local_response(&mut self, status: u32, details: &str, body: &[u8]) -> HostResult<()>;
+    /// `headers` ride along besides `content-type: text/plain` (e.g. `retry-after`).
+    fn send_local_response(
+        &mut self,
+        status: u32,
+        details: &str,
+        body: &[u8],
+        headers: &[(&str, &str)],
+    ) -> HostResult<()>;
     fn set_effective_context(&mut self, context_id: u32) -> HostResult<()>;
     fn define_metric(&mut self, kind: MetricType, name: &str) -> HostResult<u32>;
     fn increment_metric(&mut self, id: u32, delta: i64) -> HostResult<()>;

@@ -131,3 +131,57 @@ fn envoy_least_request_spreads_long_requests_per_proxy() {
     assert_eq!(peaks, vec![3, 3, 3], "{}", envoy.logs());
     assert_eq!(envoy.stat("ai_lb.glr.routed"), 9);
 }
+
+#[test]
+fn envoy_priority_classes_shed_the_lowest_class_first_with_retry_after() {
+    // Per pod: sheddable up to 1 in flight, standard 2, critical 3 (README "Priority classes").
+    let bed = Bed::new(2, |c| {
+        c.max_running = 64;
+        c.decode_us_per_token = 10_000;
+        c.decode_batch_penalty = 0.0;
+        c.prefill_us_per_token = 1;
+    });
+    let pods = bed.pod_addrs();
+    let plugin = json!({"lb_policy": "global_least_request", "lb_config": {"endpoints": pods,
+        "maxRequestCount": 2, "priorityHeader": "x-priority", "criticalHeadroom": 1,
+        "priorityReserve": 1}});
+    let envoy = Envoy::start(&pods, &plugin);
+    let send = |class: &'static str| {
+        let url = envoy.url.clone();
+        let t = std::thread::spawn(move || {
+            let body = ailb_e2e::bed::chat_body(class, 400);
+            let headers = [("content-type", "application/json"), ("x-priority", class)];
+            let (status, hdrs, _) =
+                ailb_e2e::gateway::http(&url, "POST", "/v1/chat/completions", &headers, &body)
+                    .unwrap();
+            let retry = hdrs
+                .iter()
+                .find(|(k, _)| k == "retry-after")
+                .map(|(_, v)| v.clone());
+            (status, retry)
+        });
+        std::thread::sleep(Duration::from_millis(250));
+        t
+    };
+    let order = [
+        ("sheddable", 200),
+        ("sheddable", 200),
+        ("sheddable", 429),
+        ("standard", 200),
+        ("standard", 200),
+        ("standard", 429),
+        ("critical", 200),
+        ("critical", 200),
+        ("critical", 429),
+    ];
+    let threads: Vec<_> = order.iter().map(|(class, _)| send(class)).collect();
+    for (t, (class, want)) in threads.into_iter().zip(order) {
+        let (status, retry) = t.join().unwrap();
+        assert_eq!(status, want, "{class}: {}", envoy.logs());
+        let want_retry = (want == 429).then(|| "1".to_string());
+        assert_eq!(retry, want_retry, "{class}");
+    }
+    assert_eq!(envoy.stat("ai_lb.priority.shed"), 3);
+    assert_eq!(envoy.stat("ai_lb.priority.admitted_headroom"), 2);
+    assert_eq!(envoy.stat("ai_lb.glr.routed"), 6);
+}

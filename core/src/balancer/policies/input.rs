@@ -3,9 +3,11 @@
 
 use crate::balancer::rng::VmRng;
 use crate::balancer::telemetry::Telemetry;
-use crate::config::RouteConfig;
+use crate::config::{Class, RouteConfig};
+use crate::host::Host;
 use crate::redis::inflight::InflightKeys;
 use crate::redis::scripts::Keys;
+use crate::stats::Counter;
 use std::rc::Rc;
 
 /// What a policy knows about the request it decides for.
@@ -28,4 +30,16 @@ pub struct Input<'a> {
 pub struct Env<'a> {
     pub tel: &'a mut Telemetry,
     pub rng: &'a mut VmRng,
+}
+
+/// The request's priority class (None when the route has no `priorityHeader`); a value
+/// naming no class is counted (README "Priority classes").
+pub fn priority_class(host: &mut dyn Host, tel: &Telemetry, config: &RouteConfig) -> Option<Class> {
+    let p = config.common.priority.as_ref()?;
+    let value = host.request_header(&p.header).ok().flatten();
+    let class = p.class_of(value.as_deref());
+    if class.unknown {
+        tel.inc(host, Counter::PriorityUnknownClass);
+    }
+    Some(class)
 }

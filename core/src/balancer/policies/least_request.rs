@@ -1,7 +1,7 @@
 //! global_least_request (Higress build): one atomic script call picks the least-loaded healthy
 //! endpoint across every gateway and counts it (docs/redis-data-model.md §4).
 
-use super::input::{Env, Input};
+use super::input::{priority_class, Env, Input};
 use crate::balancer::pick::{EndpointPick, Pick};
 use crate::balancer::request::Decision;
 use crate::host::Host;
@@ -22,6 +22,7 @@ pub fn acquire(
     let Some(keys) = input.keys else {
         return Decision::Fallback(Cause::NoRoute);
     };
+    let class = priority_class(host, env.tel, input.config);
     match EndpointPick::plan(
         host,
         input.config,
@@ -31,7 +32,7 @@ pub fn acquire(
         input.synced,
         env.rng,
     ) {
-        Ok(pick) => Decision::Acquire(Box::new(Pick::Endpoint(pick))),
+        Ok(pick) => Decision::Acquire(Box::new(Pick::Endpoint(pick.with_class(class)))),
         Err(cause) => Decision::Fallback(cause),
     }
 }

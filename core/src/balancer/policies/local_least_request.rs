@@ -3,8 +3,8 @@
 //! back at stream end. Each request counts its `costMode` weight (the body's bytes or
 //! estimated tokens: such routes hold the request for its body).
 
-use super::input::{Env, Input};
-use crate::balancer::pick::{cost_of, LocalLease};
+use super::input::{priority_class, Env, Input};
+use crate::balancer::pick::{class_cap, cost_of, LocalLease};
 use crate::balancer::request::{Decision, Hold, Rejection};
 use crate::balancer::shared;
 use crate::host::{Host, HostError, LogLevel};
@@ -20,7 +20,9 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input) -> Decision {
     }
     let key = counts_key(endpoints);
     let start = env.rng.next_u64();
-    let cap = input.config.common.max_load;
+    let class = priority_class(host, env.tel, input.config);
+    let base_cap = input.config.common.max_load;
+    let cap = class_cap(input.config, class);
     let cost = cost_of(input.config, input.body_bytes);
     let picked = take(host, &key, endpoints, cost, |loads| {
         let order = least_first(loads, start);
@@ -29,10 +31,14 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input) -> Decision {
         if cap > 0 && load >= cap {
             return None;
         }
-        Some((best, order))
+        Some((best, (order, load)))
     });
     match picked {
-        Ok(Some((chosen, order))) => {
+        Ok(Some((chosen, (order, load)))) => {
+            if base_cap > 0 && load >= base_cap {
+                // Only the highest class gets past `maxRequestCount`: its headroom.
+                env.tel.inc(host, Counter::PriorityAdmittedHeadroom);
+            }
             let Some(address) = endpoints.get(chosen).cloned() else {
                 return Decision::Fallback(Cause::NoHealthyEndpoint);
             };
@@ -51,6 +57,7 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input) -> Decision {
                 reason: Reason::LeastRequest,
             }
         }
+        Ok(None) if class.is_some() => Decision::Reject(Rejection::ShedPriority),
         Ok(None) => Decision::Reject(Rejection::MaxRequestCount),
         Err(e) => {
             env.tel

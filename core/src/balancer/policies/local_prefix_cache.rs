@@ -16,9 +16,9 @@
 //! pick.
 
 use super::endpoint_metrics::EndpointMetrics;
-use super::input::{Env, Input};
+use super::input::{priority_class, Env, Input};
 use super::local_least_request;
-use crate::balancer::pick::{cost_of, LocalLease};
+use crate::balancer::pick::{class_cap, cost_of, LocalLease};
 use crate::balancer::request::{Decision, Hold, Rejection};
 use crate::balancer::shared;
 use crate::balancer::telemetry::Telemetry;
@@ -139,7 +139,8 @@ pub fn decide(
         Some(mc) => metrics.saturated(host, input.config, mc),
         None => Vec::new(),
     };
-    let cap = input.config.common.max_load;
+    let class = priority_class(host, env.tel, input.config);
+    let cap = class_cap(input.config, class);
     let cost = cost_of(input.config, input.body_bytes);
     let taken = local_least_request::take(host, &state.counts_key, endpoints, cost, |loads| {
         state
@@ -173,6 +174,7 @@ pub fn decide(
                 reason,
             }
         }
+        Ok(None) if class.is_some() => Decision::Reject(Rejection::ShedPriority),
         Ok(None) => Decision::Reject(Rejection::MaxRequestCount),
         Err(e) => {
             env.tel

@@ -37,6 +37,8 @@ fn pick(config: &Rc<RouteConfig>, id: &str) -> Box<Pick> {
         sent_list: false,
         by_sha: true,
         chain: None,
+        cap: config.common.max_load,
+        class: None,
     }))
 }
 

@@ -8,7 +8,7 @@ mod report;
 mod scrape;
 mod snapshot;
 
-use super::input::{Env, Input};
+use super::input::{priority_class, Env, Input};
 use crate::balancer::request::{Decision, Rejection};
 use crate::balancer::shared;
 use crate::balancer::telemetry::Telemetry;
@@ -110,10 +110,19 @@ impl EndpointMetrics {
         let model_shed = model
             .as_deref()
             .is_some_and(|m| mc.sheddable_models.iter().any(|s| s == m));
+        // Priority classes: the lowest class is sheddable by the engine metrics too (README
+        // "Priority classes"); its 429 carries Retry-After and counts as a priority shed.
+        let class_shed = priority_class(host, env.tel, config).is_some_and(|c| {
+            config
+                .common
+                .priority
+                .as_ref()
+                .is_some_and(|p| p.is_lowest(c.rank))
+        });
         let info = RequestInfo {
             model: model.as_deref().unwrap_or(""),
             lora_adapter,
-            sheddable: header_shed || model_shed,
+            sheddable: header_shed || model_shed || class_shed,
         };
         let ns = mc
             .scrape_namespace(&config.endpoints)
@@ -152,6 +161,7 @@ impl EndpointMetrics {
                     hold: None,
                 }
             }
+            Choice::Shed if class_shed => Decision::Reject(Rejection::ShedPriority),
             Choice::Shed => Decision::Reject(Rejection::Shed),
             Choice::NoMetrics => Decision::Fallback(Cause::NoMetrics),
             Choice::NoCandidates => Decision::Fallback(Cause::NoHealthyEndpoint),

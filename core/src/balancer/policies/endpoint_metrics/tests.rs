@@ -212,6 +212,39 @@ fn sheddable_requests_get_429_when_every_pod_is_saturated() {
 }
 
 #[test]
+fn the_lowest_priority_class_is_shed_by_engine_metrics_with_retry_after() {
+    let (mut host, mut engine) =
+        higress(json!({"maxRequestCount": 4, "priorityHeader": "x-priority"}));
+    host.hosts = hosts_with_metrics(&[
+        ("10.0.0.1:80", "Healthy", &vllm(9, 8, 0.5)),
+        ("10.0.0.2:80", "Healthy", &vllm(1, 8, 0.95)),
+    ]);
+    host.request_headers = vec![("x-priority".into(), "Sheddable".into())];
+    assert_eq!(request(&mut host, &mut engine, 1), Verdict::Pause);
+    assert_eq!(
+        host.local_responses,
+        vec![(429, "ai_lb_shed_priority".to_string())]
+    );
+    assert_eq!(
+        host.local_response_headers[0],
+        vec![("retry-after".to_string(), "1".to_string())]
+    );
+    assert_eq!(host.metric("ai_lb.priority.shed"), 1);
+    // Standard (the default) and critical are not shed by the metrics; an unknown value is
+    // the default class, counted.
+    for (ctx, value) in [(2, "standard"), (3, "critical"), (4, "nonsense")] {
+        host.request_headers = vec![("x-priority".into(), value.into())];
+        assert_eq!(
+            request(&mut host, &mut engine, ctx),
+            Verdict::Continue,
+            "{value}"
+        );
+    }
+    assert_eq!(host.local_responses.len(), 1);
+    assert_eq!(host.metric("ai_lb.priority.unknown_class"), 1);
+}
+
+#[test]
 fn rate_limit_is_kept_per_proxy_in_shared_data() {
     let (mut host, mut engine) = higress(
         json!({"rate_limit": 0.5, "metric_policy": "least", "target_metric": "vllm:gpu_cache_usage_perc"}),

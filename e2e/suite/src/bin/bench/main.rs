@@ -8,9 +8,10 @@ mod envoy_prefix;
 mod glr;
 mod metrics;
 mod prefix;
+mod priority;
 mod thirdparty;
 
-/// `ailb-bench [cpu] [leak] [p99] [prefix] [metrics] [cluster|cluster-cpu|cluster-hash|cluster-p99] [envoy-prefix] [thirdparty] [cluster3]`: the named sections only (all by default).
+/// `ailb-bench [cpu] [leak] [p99] [prefix] [metrics] [cluster|cluster-cpu|cluster-hash|cluster-p99] [envoy-prefix] [thirdparty] [cluster3] [priority]`: the named sections only (all by default).
 fn main() -> anyhow::Result<()> {
     let only: Vec<String> = std::env::args().skip(1).collect();
     let run = |name: &str| only.is_empty() || only.iter().any(|a| a == name);
@@ -52,6 +53,9 @@ fn main() -> anyhow::Result<()> {
     }
     if run("cluster3") {
         cluster3::cluster3()?;
+    }
+    if run("priority") {
+        priority::priority_under_overload()?;
     }
     Ok(())
 }

@@ -1,0 +1,166 @@
+//! Priority classes (README "Priority classes"): a request's class comes from `priorityHeader`;
+//! when every endpoint is at `maxRequestCount` the lower classes are refused first (429 with
+//! `Retry-After`), and the highest class may go `criticalHeadroom` above the cap.
+
+use super::error::ConfigError;
+use super::raw::RawLbConfig;
+use super::read::Reader;
+
+/// The classes when `priorityClasses` is absent, highest first.
+pub const DEFAULT_CLASSES: [&str; 3] = ["critical", "standard", "sheddable"];
+/// At most this many classes: the per-class counters are defined up front.
+pub const MAX_CLASSES: usize = 8;
+
+/// The route's priority settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Priority {
+    /// Lower-case header name.
+    pub header: String,
+    /// Class names, highest first (lower-case).
+    pub classes: Vec<String>,
+    /// The rank given to a request without the header, or with a value naming no class.
+    pub default_rank: usize,
+    /// How far above `maxRequestCount` the highest class may load an endpoint.
+    pub critical_headroom: u64,
+    /// How far below `maxRequestCount` the lowest class is already refused.
+    pub reserve: u64,
+}
+
+/// A request's class: its rank (0 = highest) and whether its value named no class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Class {
+    pub rank: usize,
+    pub unknown: bool,
+}
+
+impl Priority {
+    pub(super) fn read(
+        raw: &RawLbConfig,
+        r: &mut Reader<'_>,
+    ) -> Result<Option<Priority>, ConfigError> {
+        let header = r.own("priorityHeader", &raw.priority_header)?;
+        let classes = r.own("priorityClasses", &raw.priority_classes)?;
+        let default = r.own("defaultPriorityClass", &raw.default_priority_class)?;
+        let headroom = r.own("criticalHeadroom", &raw.critical_headroom)?;
+        let reserve = r.own("priorityReserve", &raw.priority_reserve)?;
+        let Some(header) = header else {
+            for (key, set) in [
+                ("priorityClasses", classes.is_some()),
+                ("defaultPriorityClass", default.is_some()),
+                ("criticalHeadroom", headroom.is_some()),
+                ("priorityReserve", reserve.is_some()),
+            ] {
+                if set {
+                    return Err(r.err(key, "needs `priorityHeader` (priority classes are off)"));
+                }
+            }
+            return Ok(None);
+        };
+        // The header name itself is checked by the caller (common.rs, with the other headers).
+        let classes: Vec<String> = match classes {
+            None => DEFAULT_CLASSES.iter().map(|c| c.to_string()).collect(),
+            Some(list) => list.iter().map(|c| c.trim().to_ascii_lowercase()).collect(),
+        };
+        if !(2..=MAX_CLASSES).contains(&classes.len()) {
+            return Err(r.err(
+                "priorityClasses",
+                format!("needs 2 to {MAX_CLASSES} class names, highest first"),
+            ));
+        }
+        for (n, c) in classes.iter().enumerate() {
+            let valid = !c.is_empty()
+                && c.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                && c.parse::<u64>().is_err();
+            if !valid {
+                return Err(r.err(
+                    &format!("priorityClasses[{n}]"),
+                    "must be a non-numeric name of letters, digits, '-', '_' (integer header values are ranks)",
+                ));
+            }
+            if classes[..n].contains(c) {
+                return Err(r.err(&format!("priorityClasses[{n}]"), format!("`{c}` twice")));
+            }
+        }
+        let default_rank = match default {
+            Some(d) => {
+                let d = d.trim().to_ascii_lowercase();
+                match classes.iter().position(|c| *c == d) {
+                    Some(rank) => rank,
+                    None => {
+                        return Err(r.err(
+                            "defaultPriorityClass",
+                            format!("`{d}` is not one of `priorityClasses`"),
+                        ))
+                    }
+                }
+            }
+            None => classes
+                .iter()
+                .position(|c| c == "standard")
+                .unwrap_or(classes.len() - 1),
+        };
+        Ok(Some(Priority {
+            header: header.to_ascii_lowercase(),
+            classes,
+            default_rank,
+            critical_headroom: headroom.unwrap_or(0),
+            reserve: reserve.unwrap_or(0),
+        }))
+    }
+
+    /// The class of a request whose `priorityHeader` is `value`: a class name (any case) or
+    /// its rank as an integer (0 = highest). A repeated header (values joined by `,`) gets the
+    /// lowest class it names, so repeating the header never raises a request; a value naming
+    /// no class (empty, unknown, out of range) gets the default class and `unknown`.
+    pub fn class_of(&self, value: Option<&str>) -> Class {
+        let Some(value) = value else {
+            return Class {
+                rank: self.default_rank,
+                unknown: false,
+            };
+        };
+        let mut lowest: Option<usize> = None;
+        for part in value.split(',') {
+            let part = part.trim();
+            let rank = match part.parse::<usize>() {
+                Ok(n) if n < self.classes.len() => Some(n),
+                Ok(_) => None,
+                Err(_) => self
+                    .classes
+                    .iter()
+                    .position(|c| c.eq_ignore_ascii_case(part)),
+            };
+            match rank {
+                Some(rank) => lowest = Some(lowest.map_or(rank, |l| l.max(rank))),
+                None => {
+                    return Class {
+                        rank: self.default_rank,
+                        unknown: true,
+                    }
+                }
+            }
+        }
+        Class {
+            rank: lowest.unwrap_or(self.default_rank),
+            unknown: lowest.is_none(),
+        }
+    }
+
+    /// The load cap a request of `rank` is refused at, from `maxRequestCount` = `cap` (> 0):
+    /// the highest class `cap + criticalHeadroom`, the lowest `cap - priorityReserve` (at
+    /// least 1), the classes between `cap`.
+    pub fn cap_for(&self, rank: usize, cap: u64) -> u64 {
+        if rank == 0 {
+            cap.saturating_add(self.critical_headroom)
+        } else if rank + 1 >= self.classes.len() {
+            cap.saturating_sub(self.reserve).max(1)
+        } else {
+            cap
+        }
+    }
+
+    pub fn is_lowest(&self, rank: usize) -> bool {
+        rank + 1 >= self.classes.len()
+    }
+}
