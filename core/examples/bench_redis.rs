@@ -65,6 +65,7 @@ fn measure(redis: &RedisServer, hosts: usize, blocks: usize) -> Measured {
         fingerprint: &fp,
         reclaim: 0,
         endpoints: Some(&eps),
+        session: None,
     };
     c.cmd_raw(&scripts::acquire_call(&scripts, true, &keys, &args));
 
@@ -133,6 +134,7 @@ fn measure(redis: &RedisServer, hosts: usize, blocks: usize) -> Measured {
                                 fingerprint: &fp,
                                 reclaim: if seq.is_multiple_of(16) { 4 } else { 0 },
                                 endpoints: None,
+                                session: None,
                             };
                             // The conversation's known prefix plus this turn's two new blocks.
                             let mut chain = sessions[(rng as usize) % sessions.len()].clone();

@@ -85,6 +85,10 @@ fn it_accepts_every_schema_key_with_its_default() {
             if envoy {
                 lb.insert("endpoints".into(), json!(["10.0.0.1:8000"]));
             }
+            if key == "sessionTTL" {
+                // A TTL alone names no session and is refused.
+                lb.insert("sessionHeader".into(), json!("x-session-id"));
+            }
             lb.insert(key.clone(), value.clone());
             cfg["lb_config"] = Value::Object(lb);
             let build = if envoy { Build::Envoy } else { Build::Higress };

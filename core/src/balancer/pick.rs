@@ -9,7 +9,7 @@ use crate::config::RouteConfig;
 use crate::host::Host;
 use crate::reason::{Cause, Reason};
 use crate::redis::inflight::{self, InflightKeys};
-use crate::redis::scripts::{self, Keys};
+use crate::redis::scripts::{self, Keys, SessionState};
 use crate::upstream;
 use std::rc::Rc;
 
@@ -162,6 +162,9 @@ pub struct EndpointPick {
     pub by_sha: bool,
     /// prefix_cache: the prompt's prefix-chain keys (possibly empty); None = least-request.
     pub chain: Option<Rc<Vec<String>>>,
+    /// The request's session key (`scripts::session_key`), when the route is sticky and the
+    /// request names a session.
+    pub session: Option<Rc<str>>,
 }
 
 /// What Redis answered to a pick, decoded.
@@ -171,6 +174,7 @@ pub enum PickReply {
         endpoint: String,
         depth: u32,
         spilled: bool,
+        session: SessionState,
     },
     /// A service pick: Redis counted this service.
     Service(String),
@@ -192,6 +196,7 @@ impl EndpointPick {
         keys: &Rc<Keys>,
         body_bytes: usize,
         chain: Option<Rc<Vec<String>>>,
+        session: Option<Rc<str>>,
         synced: Option<&Rc<str>>,
         rng: &mut VmRng,
     ) -> Result<EndpointPick, Cause> {
@@ -214,6 +219,7 @@ impl EndpointPick {
             fingerprint,
             by_sha: true,
             chain,
+            session,
         })
     }
 
@@ -235,8 +241,14 @@ impl EndpointPick {
             .collect()
     }
 
-    /// How the script's answer reads as a decision reason.
-    pub fn reason(&self, depth: u32, spilled: bool) -> Reason {
+    /// How the script's answer reads as a decision reason: a kept or rebound session names
+    /// the decision; a new one is placed by the policy.
+    pub fn reason(&self, depth: u32, spilled: bool, session: SessionState) -> Reason {
+        match session {
+            SessionState::Kept => return Reason::Session,
+            SessionState::Rebound => return Reason::SessionRebound,
+            SessionState::None | SessionState::New => {}
+        }
         match (&self.chain, depth, spilled) {
             (None, _, _) => Reason::LeastRequest,
             (Some(_), _, true) => Reason::PrefixSpill,

@@ -27,6 +27,7 @@ mod redis;
 mod route;
 mod rules;
 mod scrape;
+mod session;
 mod types;
 mod values;
 mod warning;
@@ -43,6 +44,7 @@ pub use metrics::{MetricsConfig, MetricsSource, DEFAULT_CRITICALITY_HEADER};
 pub use prefix::PrefixSettings;
 pub use rules::{Matcher, RequestKeys};
 pub use scrape::ScrapeConfig;
+pub use session::{BodyField, SessionConfig, SESSION_MAX_IMBALANCE, SESSION_MAX_IMBALANCE_RATIO};
 pub use types::{
     CostMode, FailureMode, Policy, PolicyConfig, Publish, RedisTarget, RouteConfig, Secret,
 };

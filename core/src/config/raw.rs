@@ -118,6 +118,11 @@ raw_object! {
         debug_header: Own<String> = "debugHeader",
         max_body_bytes: Own<u64> = "maxBodyBytes",
         redis_key_prefix: Own<String> = "redisKeyPrefix",
+        // Ours: session stickiness (global_least_request, prefix_cache).
+        session_header: Own<String> = "sessionHeader",
+        session_cookie: Own<String> = "sessionCookie",
+        session_body_field: Own<String> = "sessionBodyField",
+        session_ttl: Own<u64> = "sessionTTL",
         // Ours: cluster_metrics AdaptiveScore.
         inflight_capacity: Own<u64> = "inflight_capacity",
         // Ours: the plain-Envoy build.

@@ -28,6 +28,7 @@ pub fn acquire(
         keys,
         input.body_bytes,
         chain,
+        super::session::key(host, input),
         input.synced,
         env.rng,
     ) {

@@ -11,6 +11,7 @@ pub mod least_request;
 pub mod local_least_request;
 pub mod local_prefix_cache;
 pub mod prefix_cache;
+pub mod session;
 
 use super::request::Decision;
 use super::telemetry::Telemetry;

@@ -37,6 +37,7 @@ fn pick(config: &Rc<RouteConfig>, id: &str) -> Box<Pick> {
         sent_list: false,
         by_sha: true,
         chain: None,
+        session: None,
     }))
 }
 
@@ -85,6 +86,7 @@ fn picked(endpoint: &str) -> Event {
         endpoint: endpoint.into(),
         depth: 0,
         spilled: false,
+        session: SessionState::None,
     })
 }
 
@@ -210,6 +212,7 @@ fn stream_end_during_the_pick_orphans_it_and_undo_releases_on_arrival() {
         endpoint: "10.0.0.1:80".into(),
         depth: 0,
         spilled: false,
+        session: SessionState::None,
     };
     assert_eq!(released(&undo(pick.clone(), &reply)), ["rid|10.0.0.1:80|1"]);
     let lost = undo(pick.clone(), &PickReply::Failed(Cause::RedisTimeout));
@@ -329,6 +332,7 @@ fn every_acquire_is_released_exactly_once_in_any_event_order() {
                         endpoint: "10.0.0.2:80".into(),
                         depth: 1,
                         spilled: false,
+                        session: SessionState::None,
                     },
                     4 => PickReply::Resync,
                     5 => PickReply::NoScript,
@@ -384,6 +388,7 @@ fn every_acquire_is_released_exactly_once_in_any_event_order() {
                 endpoint: "10.0.0.2:80".into(),
                 depth: 0,
                 spilled: false,
+                session: SessionState::None,
             };
             acquired.push("rid|10.0.0.2:80|1".into());
             released_members.extend(released(&undo(p, &reply)));
