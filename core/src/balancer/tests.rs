@@ -6,6 +6,9 @@ use crate::host::HostErrorKind;
 use crate::redis::resp::encode_command;
 use crate::redis::scripts::Scripts;
 
+#[path = "session_tests.rs"]
+mod session_tests;
+
 const CLUSTER: &str = "outbound|8000||llm.static";
 const REDIS: &str = "outbound|6379||redis.static";
 

@@ -429,6 +429,81 @@ mod tests {
     }
 
     #[test]
+    fn session_calls_carry_the_key_last_and_the_ttl_before_the_list() {
+        let s = Scripts::new();
+        let k = Keys::new("p", "r", "c");
+        let key = session_key(&k.namespace, "\u{4f1a}\u{8bdd}".as_bytes());
+        assert!(key.starts_with("p:{r|c}:session:") && key.len() == "p:{r|c}:session:".len() + 40);
+        assert_ne!(key, session_key(&k.namespace, b""));
+        let eps = vec!["a:1".to_string()];
+        let session = SessionArgs {
+            key: &key,
+            ttl_s: 60,
+            max_imbalance: 8,
+            max_imbalance_ratio: 1.5,
+        };
+        let args = AcquireArgs {
+            now_ms: 5,
+            lease_ttl_ms: 6,
+            request_id: "rid",
+            cost: 1,
+            cap: 0,
+            random: 9,
+            fingerprint: "fp",
+            reclaim: 2,
+            endpoints: Some(&eps),
+            session: Some(session),
+        };
+        let words = |q: Vec<u8>| -> Vec<String> {
+            let Value::Array(Some(items)) = resp::decode_exact(&q).unwrap() else {
+                panic!()
+            };
+            items
+                .iter()
+                .map(|v| v.as_str().unwrap().to_string())
+                .collect()
+        };
+        let glr = words(acquire_call(&s, true, &k, &args));
+        assert_eq!(glr[2], "4");
+        assert_eq!(glr[6], key);
+        assert_eq!(&glr[15..], ["60", "8", "1.5", "a:1"]);
+        let chain = vec!["p:{r|c}:px:1".to_string()];
+        let prefix = PrefixArgs {
+            chain: &chain,
+            ttl_s: 30,
+            max_imbalance: 4,
+            max_imbalance_ratio: 2.0,
+        };
+        let px = words(pick_call(&s, true, &k, &args, Some(&prefix)));
+        assert_eq!(px[2], "5");
+        assert_eq!(&px[6..8], [chain[0].as_str(), key.as_str()]);
+        assert_eq!(&px[16..], ["30", "4", "2", "60", "a:1"]);
+    }
+
+    #[test]
+    fn parses_session_states() {
+        for (state, want) in [
+            ("1", SessionState::Kept),
+            ("2", SessionState::New),
+            ("3", SessionState::Rebound),
+        ] {
+            let reply =
+                resp::encode_command(&[b"OK".as_slice(), b"h:1", b"2", b"0", state.as_bytes()]);
+            assert_eq!(
+                parse_acquire(&reply),
+                Ok(AcquireReply::Picked {
+                    endpoint: "h:1".into(),
+                    depth: 2,
+                    spilled: false,
+                    session: want
+                })
+            );
+        }
+        let bad = resp::encode_command(&[b"OK".as_slice(), b"h:1", b"0", b"0", b"x"]);
+        assert!(matches!(parse_acquire(&bad), Err(ReplyError::Malformed(_))));
+    }
+
+    #[test]
     fn parses_replies() {
         assert_eq!(
             parse_acquire(b"*3\r\n$2\r\nOK\r\n$6\r\nh:8000\r\n$1\r\n0\r\n"),
