@@ -196,7 +196,6 @@ impl EndpointPick {
         keys: &Rc<Keys>,
         body_bytes: usize,
         chain: Option<Rc<Vec<String>>>,
-        session: Option<Rc<str>>,
         synced: Option<&Rc<str>>,
         rng: &mut VmRng,
     ) -> Result<EndpointPick, Cause> {
@@ -219,7 +218,7 @@ impl EndpointPick {
             fingerprint,
             by_sha: true,
             chain,
-            session,
+            session: None,
         })
     }
 

@@ -28,11 +28,13 @@ pub fn acquire(
         keys,
         input.body_bytes,
         chain,
-        super::session::key(host, input),
         input.synced,
         env.rng,
     ) {
-        Ok(pick) => Decision::Acquire(Box::new(Pick::Endpoint(pick))),
+        Ok(mut pick) => {
+            pick.session = super::session::key(host, input);
+            Decision::Acquire(Box::new(Pick::Endpoint(pick)))
+        }
         Err(cause) => Decision::Fallback(cause),
     }
 }
