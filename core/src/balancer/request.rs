@@ -530,7 +530,8 @@ impl Request {
 }
 
 /// A sticky request that fell back (Redis down, timed out, answered garbage) degrades to the
-/// cluster's own balancing: counted, as the session could not be honoured (README "Sessions").
+/// cluster's own balancing: counted, as the session could not be honoured
+/// (docs/redis-data-model.md §10).
 fn session_fallback(sticky: bool, mut e: Vec<Effect>) -> Vec<Effect> {
     if sticky && e.iter().any(|x| matches!(x, Effect::FellBack { .. })) {
         e.push(Effect::Count(Counter::SessionFallback));

@@ -37,7 +37,12 @@ if not pick then
 end
 take(load, leases, pick, ARGV[4], now + tonumber(ARGV[2]), ARGV[3])
 if session_ttl > 0 then
-  redis.call('SET', KEYS[4], pick, 'EX', session_ttl)
+  -- A kept binding only needs its TTL refreshed; a new or moved one is written.
+  if session == 1 then
+    redis.call('EXPIRE', KEYS[4], session_ttl)
+  else
+    redis.call('SET', KEYS[4], pick, 'EX', session_ttl)
+  end
   return {'OK', pick, 0, 0, session}
 end
 return {'OK', pick, min}

@@ -86,7 +86,12 @@ for i = depth + 1, n do
 end
 take(load, leases, pick, ARGV[4], now + tonumber(ARGV[2]), ARGV[3])
 if session_ttl > 0 then
-  redis.call('SET', KEYS[#KEYS], pick, 'EX', session_ttl)
+  -- A kept binding only needs its TTL refreshed; a new or moved one is written.
+  if session == 1 then
+    redis.call('EXPIRE', KEYS[#KEYS], session_ttl)
+  else
+    redis.call('SET', KEYS[#KEYS], pick, 'EX', session_ttl)
+  end
   return {'OK', pick, depth, spilled, session}
 end
 return {'OK', pick, depth, spilled}
