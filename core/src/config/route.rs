@@ -257,7 +257,16 @@ fn sticky(
     reads_body: bool,
 ) -> Result<Option<session::SessionConfig>, ConfigError> {
     let given = lb.present().into_iter().find(|k| SESSION_KEYS.contains(k));
-    match (given, kind.uses_redis(build)) {
+    // Plain Envoy: global_least_request hashes the session onto its endpoints' ring (no
+    // binding is stored, so no TTL).
+    let envoy_glr = build == Build::Envoy && kind == Policy::GlobalLeastRequest;
+    if envoy_glr && lb.session_ttl.is_some() {
+        return Err(r.err(
+            "sessionTTL",
+            "the plain-Envoy build stores no binding (sessions are consistent-hashed)",
+        ));
+    }
+    match (given, kind.uses_redis(build) || envoy_glr) {
         (None, _) => Ok(None),
         (Some(_), true) => session::session(
             In { raw: lb, r, build },
@@ -267,8 +276,8 @@ fn sticky(
         (Some(key), false) => Err(r.err(
             key,
             format!(
-                "session stickiness needs global_least_request or prefix_cache in the Higress \
-                 build (not {} in the {} build)",
+                "session stickiness needs global_least_request (either build) or prefix_cache \
+                 (Higress build) (not {} in the {} build)",
                 kind.name(),
                 build.name()
             ),

@@ -403,11 +403,30 @@ fn session_keys_are_refused_where_they_would_be_ignored() {
         .unwrap_err()
         .to_string()
         .contains("needs global_least_request"));
-    let e = session_cfg(
+    // Plain Envoy: global_least_request consistent-hashes sessions (no TTL, no body field at
+    // the headers); prefix_cache there does not take them.
+    let ok = session_cfg(
         "global_least_request",
         r#","sessionHeader":"s""#,
         Build::Envoy,
     );
+    assert!(ok.unwrap().config.global.unwrap().session.is_some());
+    let e = session_cfg(
+        "global_least_request",
+        r#","sessionHeader":"s","sessionTTL":5"#,
+        Build::Envoy,
+    );
+    assert!(e.unwrap_err().to_string().contains("stores no binding"));
+    let e = session_cfg(
+        "global_least_request",
+        r#","sessionBodyField":"user""#,
+        Build::Envoy,
+    );
+    assert!(e
+        .unwrap_err()
+        .to_string()
+        .contains("decides at the request headers"));
+    let e = session_cfg("prefix_cache", r#","sessionHeader":"s""#, Build::Envoy);
     assert!(e.unwrap_err().to_string().contains("plain-Envoy build"));
     // A cluster policy does not read them: warned, as every foreign key.
     let json = br#"{"lb_type":"cluster","lb_policy":"cluster_hash","lb_config":{"clusters":[{"cluster":"a","weight":100}],"sessionHeader":"s"}}"#;
