@@ -194,3 +194,44 @@ fn sessions_degrade_to_the_cluster_when_redis_is_down() {
     }
     assert!(wait_for_zero(&bed, Duration::from_secs(10)).is_zero());
 }
+
+/// The plain-Envoy artifact in two real Envoy proxies sharing nothing: a session's turns reach
+/// the same pod through either (consistent hashing on the session id).
+#[test]
+fn envoy_replicas_agree_on_a_sessions_pod_without_talking() {
+    let bed = Bed::new(3, |c| c.decode_us_per_token = 100);
+    let pods = bed.pod_addrs();
+    let plugin = json!({"lb_policy": "global_least_request",
+        "lb_config": {"endpoints": pods, "sessionHeader": "x-session-id"}});
+    let one = ailb_e2e::envoy::Envoy::start(&pods, &plugin);
+    let two = ailb_e2e::envoy::Envoy::start(&pods, &plugin);
+    let send = |url: &str, sid: &str, t: usize| {
+        let (status, headers, _) = http(
+            url,
+            "POST",
+            "/v1/chat/completions",
+            &[("content-type", "application/json"), ("x-session-id", sid)],
+            &chat_body(&format!("{sid} turn {t}"), 2),
+        )
+        .unwrap();
+        assert_eq!(status, 200);
+        headers
+            .iter()
+            .find(|(k, _)| k == "x-pod")
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    let mut homes = std::collections::HashSet::new();
+    for s in 0..12 {
+        let sid = format!("conv-{s}");
+        let home = send(&one.url, &sid, 0);
+        for t in 1..4 {
+            let url = if t % 2 == 0 { &one.url } else { &two.url };
+            assert_eq!(send(url, &sid, t), home, "{sid} turn {t}");
+        }
+        homes.insert(home);
+    }
+    assert!(homes.len() >= 2, "sessions spread: {homes:?}");
+    let hits = one.stat("ai_lb.session.hit") + two.stat("ai_lb.session.hit");
+    assert_eq!(hits, 48, "{}", one.logs());
+}
