@@ -10,7 +10,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use ailb_core::redis::resp::Value;
-use ailb_core::redis::scripts::{self, AcquireArgs, Keys, PrefixArgs, Scripts};
+use ailb_core::redis::scripts::{self, AcquireArgs, Keys, PrefixArgs, Scripts, SessionArgs};
 use ailb_core::upstream::fingerprint;
 use ailb_testkit::{command_stats, Conn, RedisServer};
 use std::collections::VecDeque;
@@ -35,17 +35,24 @@ fn endpoints(n: usize) -> Vec<String> {
 
 /// Alternating measured phases; returns usec per acquire and per release.
 fn measure_glr(redis: &RedisServer, hosts: usize) -> Measured {
-    measure(redis, hosts, 0)
+    measure(redis, hosts, 0, false)
 }
+
+/// Distinct sessions the sticky measurement draws from: most picks find their session bound
+/// (kept), a few bind it (docs/redis-data-model.md §10).
+const STICKY_SESSIONS: u64 = 2048;
 
 /// Like `measure_glr`, but each pick is a prefix_cache pick of a prompt of `blocks` blocks whose
 /// first `blocks - 2` are known (the previous turn of its conversation) and whose last two are
 /// new (the answer and the next question): the steady state of a multi-turn chat.
-fn measure(redis: &RedisServer, hosts: usize, blocks: usize) -> Measured {
+/// `sticky`: every pick also carries a session (`sessionHeader`), drawn from
+/// [`STICKY_SESSIONS`].
+fn measure(redis: &RedisServer, hosts: usize, blocks: usize, sticky: bool) -> Measured {
+    let tag = if sticky { "s" } else { "" };
     let keys = Arc::new(Keys::new(
         "ailb",
         "bench",
-        &format!("outbound|8000||llm{hosts}.static"),
+        &format!("outbound|8000||llm{hosts}{tag}.static"),
     ));
     let scripts = Arc::new(Scripts::new());
     let eps = Arc::new(endpoints(hosts));
@@ -65,6 +72,7 @@ fn measure(redis: &RedisServer, hosts: usize, blocks: usize) -> Measured {
         fingerprint: &fp,
         reclaim: 0,
         endpoints: Some(&eps),
+        session: None,
     };
     c.cmd_raw(&scripts::acquire_call(&scripts, true, &keys, &args));
 
@@ -123,6 +131,10 @@ fn measure(redis: &RedisServer, hosts: usize, blocks: usize) -> Measured {
                             rng ^= rng >> 7;
                             rng ^= rng << 17;
                             let rid = format!("b{t:02}{seq:x}");
+                            let session = sticky.then(|| {
+                                let id = format!("user-{}", (rng >> 16) % STICKY_SESSIONS);
+                                scripts::session_key(&keys.namespace, id.as_bytes())
+                            });
                             let args = AcquireArgs {
                                 now_ms: 1_000_000 + seq,
                                 lease_ttl_ms: 600_000,
@@ -133,6 +145,12 @@ fn measure(redis: &RedisServer, hosts: usize, blocks: usize) -> Measured {
                                 fingerprint: &fp,
                                 reclaim: if seq.is_multiple_of(16) { 4 } else { 0 },
                                 endpoints: None,
+                                session: session.as_deref().map(|key| SessionArgs {
+                                    key,
+                                    ttl_s: 1800,
+                                    max_imbalance: 8,
+                                    max_imbalance_ratio: 1.5,
+                                }),
                             };
                             // The conversation's known prefix plus this turn's two new blocks.
                             let mut chain = sessions[(rng as usize) % sessions.len()].clone();
@@ -258,7 +276,15 @@ fn main() {
         ("turns20", 40),
         ("blocks100", 100),
     ] {
-        prefix.push((name, measure(&redis, 64, blocks).pick_us));
+        prefix.push((name, measure(&redis, 64, blocks, false).pick_us));
+    }
+    // Session stickiness on top of least-request, side by side with plain least-request at the
+    // same endpoint count (measured again next to it: the machine's noise moves both alike).
+    // Alternated three times, the least of each kept: a shared machine's noise only adds.
+    let (mut plain256, mut sticky256) = (f64::MAX, f64::MAX);
+    for _ in 0..3 {
+        plain256 = plain256.min(measure_glr(&redis, 256).pick_us);
+        sticky256 = sticky256.min(measure(&redis, 256, 0, true).pick_us);
     }
     // Floor measured before and after; the mean is the reference for the ratio.
     let floor = (floor_before + measure_floor(&redis)) / 2.0;
@@ -274,6 +300,14 @@ fn main() {
     println!(
         "BENCH redis_pick_over_floor_glr_hosts256 {:.1} ratio",
         at256 / floor
+    );
+    println!(
+        "BENCH redis_pick_over_floor_glr_session {:.1} ratio",
+        sticky256 / floor
+    );
+    println!(
+        "BENCH redis_pick_over_floor_glr_session_vs_plain_hosts256 {:.1} ratio",
+        (sticky256 - plain256) / floor
     );
     let turns20 = prefix
         .iter()

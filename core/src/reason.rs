@@ -80,6 +80,10 @@ pub enum Reason {
     PrefixMiss,
     /// prefix_cache: the prefix's pod was over the load guard; the request spilled.
     PrefixSpill,
+    /// A sticky session stayed on its endpoint.
+    Session,
+    /// A session's endpoint left or was over the load guard: placed and bound anew.
+    SessionRebound,
     /// endpoint_metrics: chosen from the model servers' metrics.
     Metrics,
     /// Every endpoint was at `maxRequestCount`: 429.
@@ -109,6 +113,8 @@ impl Reason {
             Reason::PrefixHit => "prefix_hit",
             Reason::PrefixMiss => "prefix_miss",
             Reason::PrefixSpill => "prefix_spill",
+            Reason::Session => "session",
+            Reason::SessionRebound => "session_rebound",
             Reason::Metrics => "metrics",
             Reason::Rejected429 => "rejected_429",
             Reason::Shed429 => "shed_429",

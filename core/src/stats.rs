@@ -45,6 +45,14 @@ pub enum Counter {
     Releases,
     ReleasesOrphaned,
     ReleaseFailures,
+    /// A sticky request stayed on its session's endpoint.
+    SessionHit,
+    /// A session without an endpoint was bound to the one picked.
+    SessionBound,
+    /// A session's endpoint left or was over the load guard: bound to the one picked.
+    SessionRebound,
+    /// A sticky request fell back (Redis down, timeout, bad reply): the session not honoured.
+    SessionFallback,
     /// prefix_cache: a known prefix was found.
     PrefixHit,
     /// prefix_cache: the matched endpoint was too loaded; the request spilled.
@@ -101,7 +109,7 @@ pub enum Counter {
     PriorityUnknownClass,
 }
 
-const FIXED: [(Counter, &str); 30] = [
+const FIXED: [(Counter, &str); 34] = [
     (Counter::RedisCalls, "ai_lb.redis.calls"),
     (Counter::RedisErrors, "ai_lb.redis.errors"),
     (Counter::RedisTimeouts, "ai_lb.redis.timeouts"),
@@ -110,6 +118,10 @@ const FIXED: [(Counter, &str); 30] = [
     (Counter::Releases, "ai_lb.release.sent"),
     (Counter::ReleasesOrphaned, "ai_lb.release.orphaned"),
     (Counter::ReleaseFailures, "ai_lb.release.failed"),
+    (Counter::SessionHit, "ai_lb.session.hit"),
+    (Counter::SessionBound, "ai_lb.session.bound"),
+    (Counter::SessionRebound, "ai_lb.session.rebound"),
+    (Counter::SessionFallback, "ai_lb.session.fallback"),
     (Counter::PrefixHit, "ai_lb.prefix.hit"),
     (Counter::PrefixSpill, "ai_lb.prefix.spill"),
     (Counter::PrefixIndexReset, "ai_lb.prefix.index_reset"),

@@ -46,6 +46,7 @@ impl Glr {
             fingerprint: &self.fp,
             reclaim: a.reclaim,
             endpoints: a.sync.then_some(self.eps.as_slice()),
+            session: None,
         };
         let q = scripts::acquire_call(&self.scripts, false, &self.keys, &args);
         scripts::parse_acquire(&c.raw_reply(&q))
@@ -351,6 +352,7 @@ fn it_reports_noscript_for_an_unknown_sha() {
         fingerprint: &g.fp,
         reclaim: 0,
         endpoints: None,
+        session: None,
     };
     let q = scripts::acquire_call(&g.scripts, true, &g.keys, &args);
     assert_eq!(

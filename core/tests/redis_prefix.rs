@@ -59,6 +59,7 @@ impl Px {
             fingerprint: &self.fp,
             reclaim: 0,
             endpoints: sync.then_some(self.eps.as_slice()),
+            session: None,
         };
         let prefix = PrefixArgs {
             chain,
@@ -76,6 +77,7 @@ impl Px {
                 endpoint,
                 depth,
                 spilled,
+                ..
             } => Pick {
                 endpoint,
                 depth,

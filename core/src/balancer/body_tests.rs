@@ -273,3 +273,54 @@ fn the_tick_scrapes_on_the_root_before_it_resumes_held_requests() {
         "scraped as the root"
     );
 }
+
+/// Plain Envoy: a session is consistent-hashed onto the endpoints' ring, so two proxies that
+/// share nothing send it to the same pod; a pod over the guard is walked past (rebound).
+#[test]
+fn envoy_sessions_hash_to_one_pod_across_proxies_and_move_past_a_busy_one() {
+    let lb = json!({"endpoints": ["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"],
+        "sessionHeader": "x-session-id", "maxRequestCount": 2});
+    let route = |host: &mut MockHost, b: &mut Balancer, ctx: u32, sid: &str| {
+        host.live_contexts.push(ctx);
+        host.request_headers = vec![("x-session-id".into(), sid.into())];
+        b.on_request_headers(host, ctx, false);
+        dest(host).unwrap()
+    };
+    let (mut h1, mut b1) = envoy(lb.clone());
+    let (mut h2, mut b2) = envoy(lb);
+    let mut homes = std::collections::HashSet::new();
+    for s in 0..12 {
+        let sid = format!("conv-{s}");
+        let one = route(&mut h1, &mut b1, 10 + s, &sid);
+        b1.on_done(&mut h1, 10 + s);
+        let two = route(&mut h2, &mut b2, 10 + s, &sid);
+        b2.on_done(&mut h2, 10 + s);
+        assert_eq!(one, two, "replicas agree on {sid}");
+        homes.insert(one);
+    }
+    assert!(homes.len() >= 2, "sessions spread: {homes:?}");
+    assert_eq!(h1.metric("ai_lb.session.hit"), 12);
+    // Two turns of one session held on its pod fill it to maxRequestCount: the third moves.
+    let home = route(&mut h1, &mut b1, 40, "hot");
+    assert_eq!(route(&mut h1, &mut b1, 41, "hot"), home);
+    let moved = route(&mut h1, &mut b1, 42, "hot");
+    assert_ne!(moved, home);
+    assert_eq!(h1.metric("ai_lb.session.rebound"), 1);
+    for ctx in 40..=42 {
+        b1.on_done(&mut h1, ctx);
+    }
+    assert!(
+        counts(&h1).lines().all(|l| l.ends_with(" 0")),
+        "{}",
+        counts(&h1)
+    );
+    // Freed: back home. Without a session header: plain least request.
+    assert_eq!(route(&mut h1, &mut b1, 43, "hot"), home);
+    b1.on_done(&mut h1, 43);
+    route(&mut h1, &mut b1, 44, "");
+    assert_eq!(
+        h1.metric("ai_lb.session.hit"),
+        15,
+        "the header-less request is no session"
+    );
+}

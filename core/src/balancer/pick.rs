@@ -10,7 +10,7 @@ use crate::config::RouteConfig;
 use crate::host::Host;
 use crate::reason::{Cause, Reason};
 use crate::redis::inflight::{self, InflightKeys};
-use crate::redis::scripts::{self, Keys};
+use crate::redis::scripts::{self, Keys, SessionState};
 use crate::upstream;
 use std::rc::Rc;
 
@@ -167,6 +167,9 @@ pub struct EndpointPick {
     pub cap: u64,
     /// The request's priority class (None: priority classes off).
     pub class: Option<Class>,
+    /// The request's session key (`scripts::session_key`), when the route is sticky and the
+    /// request names a session.
+    pub session: Option<Rc<str>>,
 }
 
 /// What Redis answered to a pick, decoded.
@@ -176,6 +179,7 @@ pub enum PickReply {
         endpoint: String,
         depth: u32,
         spilled: bool,
+        session: SessionState,
     },
     /// A service pick: Redis counted this service.
     Service(String),
@@ -228,6 +232,7 @@ impl EndpointPick {
             chain,
             cap: config.common.max_load,
             class: None,
+            session: None,
         })
     }
 
@@ -249,8 +254,14 @@ impl EndpointPick {
             .collect()
     }
 
-    /// How the script's answer reads as a decision reason.
-    pub fn reason(&self, depth: u32, spilled: bool) -> Reason {
+    /// How the script's answer reads as a decision reason: a kept or rebound session names
+    /// the decision; a new one is placed by the policy.
+    pub fn reason(&self, depth: u32, spilled: bool, session: SessionState) -> Reason {
+        match session {
+            SessionState::Kept => return Reason::Session,
+            SessionState::Rebound => return Reason::SessionRebound,
+            SessionState::None | SessionState::New => {}
+        }
         match (&self.chain, depth, spilled) {
             (None, _, _) => Reason::LeastRequest,
             (Some(_), _, true) => Reason::PrefixSpill,

@@ -12,7 +12,7 @@ use crate::host::{Host, HostErrorKind, LogLevel};
 use crate::reason::Cause;
 use crate::redis::inflight::{self, InflightKeys, ServiceAcquireArgs};
 use crate::redis::scripts::{
-    self, AcquireArgs, AcquireReply, Keys, PrefixArgs, ReplyError, Scripts,
+    self, AcquireArgs, AcquireReply, Keys, PrefixArgs, ReplyError, Scripts, SessionArgs,
 };
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -171,7 +171,24 @@ impl RedisClient {
             fingerprint: &pick.fingerprint,
             reclaim,
             endpoints: pick.sent_list.then_some(pick.candidates.as_slice()),
+            session: None,
         };
+        let mut args = args;
+        if let (Some(key), Some(session)) = (&pick.session, &pick.config.session) {
+            let (max_imbalance, max_imbalance_ratio) = match &pick.config.policy {
+                PolicyConfig::PrefixCache(p) => (p.max_imbalance, p.max_imbalance_ratio),
+                _ => (
+                    crate::config::SESSION_MAX_IMBALANCE,
+                    crate::config::SESSION_MAX_IMBALANCE_RATIO,
+                ),
+            };
+            args.session = Some(SessionArgs {
+                key,
+                ttl_s: session.ttl_s,
+                max_imbalance,
+                max_imbalance_ratio,
+            });
+        }
         let prefix = match (&pick.chain, &pick.config.policy) {
             (Some(chain), PolicyConfig::PrefixCache(p)) => Some(PrefixArgs {
                 chain,
@@ -260,10 +277,12 @@ impl RedisClient {
                 endpoint,
                 depth,
                 spilled,
+                session,
             }) => PickReply::Picked {
                 endpoint,
                 depth,
                 spilled,
+                session,
             },
             Ok(AcquireReply::Sync | AcquireReply::Empty) => PickReply::Resync,
             Ok(AcquireReply::Full) => PickReply::Full,

@@ -20,7 +20,7 @@ use super::pick::{EndpointPick, Pick, PickReply, ServiceLease, ServicePick};
 use crate::config::{FailureMode, RouteConfig};
 use crate::reason::{Cause, Reason};
 use crate::redis::inflight::InflightKeys;
-use crate::redis::scripts::Keys;
+use crate::redis::scripts::{Keys, SessionState};
 use crate::stats::{Counter, Outcome};
 use std::rc::Rc;
 
@@ -280,7 +280,10 @@ impl Request {
             }
             // Never sent: nothing acquired. A service pick still has its local choice.
             (Err(cause), Pick::Service(p)) => self.route_locally(p, cause),
-            (Err(cause), Pick::Endpoint(_)) => self.fall_back(cause),
+            (Err(cause), Pick::Endpoint(p)) => {
+                let sticky = p.session.is_some();
+                session_fallback(sticky, self.fall_back(cause))
+            }
         }
     }
 
@@ -290,7 +293,11 @@ impl Request {
             return Vec::new();
         };
         match *pick {
-            Pick::Endpoint(p) => self.on_endpoint_reply(p, reply),
+            Pick::Endpoint(p) => {
+                let sticky = p.session.is_some();
+                let e = self.on_endpoint_reply(p, reply);
+                session_fallback(sticky, e)
+            }
             Pick::Service(p) => self.on_service_reply(p, reply),
         }
     }
@@ -302,6 +309,7 @@ impl Request {
                 endpoint,
                 depth,
                 spilled,
+                session,
             } => {
                 let lease = pick.lease(&endpoint);
                 if !pick.candidates.contains(&endpoint) {
@@ -312,19 +320,26 @@ impl Request {
                 }
                 self.phase = Phase::Routed {
                     endpoint: endpoint.clone(),
-                    reason: pick.reason(depth, spilled),
+                    reason: pick.reason(depth, spilled, session),
                     held: Held::Lease(lease),
                 };
-                vec![
-                    Effect::Synced {
-                        namespace,
-                        fingerprint: pick.fingerprint.clone(),
-                    },
-                    Effect::Publish {
-                        endpoint,
-                        fallbacks: Vec::new(),
-                    },
-                ]
+                let mut e = Vec::with_capacity(3);
+                let counted = match session {
+                    SessionState::None => None,
+                    SessionState::Kept => Some(Counter::SessionHit),
+                    SessionState::New => Some(Counter::SessionBound),
+                    SessionState::Rebound => Some(Counter::SessionRebound),
+                };
+                e.extend(counted.map(Effect::Count));
+                e.push(Effect::Synced {
+                    namespace,
+                    fingerprint: pick.fingerprint.clone(),
+                });
+                e.push(Effect::Publish {
+                    endpoint,
+                    fallbacks: Vec::new(),
+                });
+                e
             }
             PickReply::Resync if !pick.sent_list => {
                 // Redis lost or never had our endpoint set: resend the pick with it, once.
@@ -521,6 +536,16 @@ impl Request {
         };
         e
     }
+}
+
+/// A sticky request that fell back (Redis down, timed out, answered garbage) degrades to the
+/// cluster's own balancing: counted, as the session could not be honoured
+/// (docs/redis-data-model.md §10).
+fn session_fallback(sticky: bool, mut e: Vec<Effect>) -> Vec<Effect> {
+    if sticky && e.iter().any(|x| matches!(x, Effect::FellBack { .. })) {
+        e.push(Effect::Count(Counter::SessionFallback));
+    }
+    e
 }
 
 #[cfg(test)]

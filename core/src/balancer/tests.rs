@@ -6,6 +6,9 @@ use crate::host::HostErrorKind;
 use crate::redis::resp::encode_command;
 use crate::redis::scripts::Scripts;
 
+#[path = "session_tests.rs"]
+mod session_tests;
+
 const CLUSTER: &str = "outbound|8000||llm.static";
 const REDIS: &str = "outbound|6379||redis.static";
 
@@ -85,7 +88,7 @@ fn routes_then_releases_exactly_once() {
         ]
     );
     // First pick of this VM: the healthy set (sorted, unhealthy excluded) rides along.
-    assert_eq!(&args[14..], ["10.0.0.1:80", "10.0.0.2:80"]);
+    assert_eq!(&args[17..], ["10.0.0.1:80", "10.0.0.2:80"]);
     let rid = args[8].clone();
     deliver(
         &mut host,
@@ -125,7 +128,7 @@ fn steady_state_picks_skip_the_endpoint_list() {
     start(&mut host, &mut e, 3);
     assert_eq!(
         host.last_query_args().len(),
-        14,
+        17,
         "no endpoint list once synced"
     );
     // The healthy set changes: the list is sent again.
@@ -136,7 +139,7 @@ fn steady_state_picks_skip_the_endpoint_list() {
         ..host
     };
     start(&mut host, &mut e, 4);
-    assert_eq!(&host.last_query_args()[14..], ["10.0.0.1:80"]);
+    assert_eq!(&host.last_query_args()[17..], ["10.0.0.1:80"]);
 }
 
 #[test]
@@ -225,11 +228,11 @@ fn sync_resends_the_list_once_then_gives_up() {
         &bulk_array(&["OK", "10.0.0.1:80", "0"]),
     );
     let t = start(&mut host, &mut e, 3);
-    assert_eq!(host.last_query_args().len(), 14);
+    assert_eq!(host.last_query_args().len(), 17);
     deliver(&mut host, &mut e, t, &bulk_array(&["SYNC"]));
     assert_eq!(
         host.last_query_args().len(),
-        16,
+        19,
         "resent with the endpoint list"
     );
     let last = host.next_token - 4;

@@ -28,6 +28,7 @@ mod redis;
 mod route;
 mod rules;
 mod scrape;
+mod session;
 mod types;
 mod values;
 mod warning;
@@ -45,6 +46,7 @@ pub use prefix::PrefixSettings;
 pub use priority::{Class, Priority};
 pub use rules::{Matcher, RequestKeys};
 pub use scrape::ScrapeConfig;
+pub use session::{BodyField, SessionConfig, SESSION_MAX_IMBALANCE, SESSION_MAX_IMBALANCE_RATIO};
 pub use types::{
     CostMode, FailureMode, Policy, PolicyConfig, Publish, RedisTarget, RouteConfig, Secret,
 };

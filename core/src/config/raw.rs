@@ -123,6 +123,11 @@ raw_object! {
         default_priority_class: Own<String> = "defaultPriorityClass",
         critical_headroom: Own<u64> = "criticalHeadroom",
         priority_reserve: Own<u64> = "priorityReserve",
+        // Ours: session stickiness (global_least_request, prefix_cache).
+        session_header: Own<String> = "sessionHeader",
+        session_cookie: Own<String> = "sessionCookie",
+        session_body_field: Own<String> = "sessionBodyField",
+        session_ttl: Own<u64> = "sessionTTL",
         // Ours: cluster_metrics AdaptiveScore.
         inflight_capacity: Own<u64> = "inflight_capacity",
         // Ours: the plain-Envoy build.

@@ -12,6 +12,7 @@ use super::prefix::{PrefixSettings, PREFIX_KEYS};
 use super::raw::{RawLbConfig, RawRoute, LEGACY_KEYS};
 use super::read::{In, Reader};
 use super::redis;
+use super::session::{self, SESSION_KEYS};
 use super::types::{CostMode, Policy, PolicyConfig, Publish, RouteConfig};
 use super::values::Build;
 use super::warning::nearest;
@@ -32,11 +33,17 @@ const DEFAULT_REDIS_TIMEOUT_MS: i64 = 3000;
 const OWNERS: &[(&str, &[&[&str]])] = &[
     (
         "global_least_request",
-        &[REDIS_KEYS, COMMON_KEYS, ENVOY_KEYS],
+        &[REDIS_KEYS, COMMON_KEYS, ENVOY_KEYS, SESSION_KEYS],
     ),
     (
         "prefix_cache",
-        &[REDIS_KEYS, COMMON_KEYS, ENVOY_KEYS, PREFIX_KEYS],
+        &[
+            REDIS_KEYS,
+            COMMON_KEYS,
+            ENVOY_KEYS,
+            PREFIX_KEYS,
+            SESSION_KEYS,
+        ],
     ),
     ("endpoint_metrics", &[COMMON_KEYS, ENVOY_KEYS, METRICS_KEYS]),
     (
@@ -141,6 +148,7 @@ fn compile(
     if policy == "cluster_metrics" && !inflight {
         reads.retain(|k| !INFLIGHT_REDIS_KEYS.contains(k));
     }
+    let mut session = None;
     let (policy_config, redis, common, endpoints, publish) = match policy {
         "cluster_metrics" | "cluster_hash" => {
             let (p, redis) = if policy == "cluster_metrics" {
@@ -217,6 +225,7 @@ fn compile(
                 ))?),
                 _ => PolicyConfig::GlobalLeastRequest,
             };
+            session = sticky(kind, lb, r, build, reads_body(&p, &common))?;
             (p, redis, common, endpoints, publish)
         }
     };
@@ -233,8 +242,47 @@ fn compile(
         endpoints: Rc::new(endpoints),
         publish,
         decide_at_headers,
+        session: session.map(Rc::new),
     };
     Ok((config, reads))
+}
+
+/// Session stickiness: global_least_request and prefix_cache in the Higress build (the binding
+/// lives in Redis, docs/redis-data-model.md §10). Refused where it would be silently ignored.
+fn sticky(
+    kind: Policy,
+    lb: &RawLbConfig,
+    r: &mut Reader<'_>,
+    build: Build,
+    reads_body: bool,
+) -> Result<Option<session::SessionConfig>, ConfigError> {
+    let given = lb.present().into_iter().find(|k| SESSION_KEYS.contains(k));
+    // Plain Envoy: global_least_request hashes the session onto its endpoints' ring (no
+    // binding is stored, so no TTL).
+    let envoy_glr = build == Build::Envoy && kind == Policy::GlobalLeastRequest;
+    if envoy_glr && lb.session_ttl.is_some() {
+        return Err(r.err(
+            "sessionTTL",
+            "the plain-Envoy build stores no binding (sessions are consistent-hashed)",
+        ));
+    }
+    match (given, kind.uses_redis(build) || envoy_glr) {
+        (None, _) => Ok(None),
+        (Some(_), true) => session::session(
+            In { raw: lb, r, build },
+            // The Higress build always waits for the body (see decide_at_headers below).
+            reads_body || build == Build::Higress,
+        ),
+        (Some(key), false) => Err(r.err(
+            key,
+            format!(
+                "session stickiness needs global_least_request (either build) or prefix_cache \
+                 (Higress build) (not {} in the {} build)",
+                kind.name(),
+                build.name()
+            ),
+        )),
+    }
 }
 
 /// Whether an endpoint policy uses the request body to decide.

@@ -310,3 +310,130 @@ fn cluster_metrics_global_inflight_reads_the_lease_ttl() {
         parsed.warnings
     );
 }
+
+fn session_cfg(policy: &str, extra: &str, build: Build) -> Result<Parsed, ConfigError> {
+    let redis = if build == Build::Higress {
+        r#""serviceFQDN":"redis.static","servicePort":6379"#
+    } else {
+        r#""endpoints":["10.0.0.1:80"]"#
+    };
+    let json = format!(r#"{{"lb_policy":"{policy}","lb_config":{{{redis}{extra}}}}}"#);
+    parse(json.as_bytes(), build)
+}
+
+#[test]
+fn session_keys_are_read_for_both_redis_policies() {
+    for policy in ["global_least_request", "prefix_cache"] {
+        let extra = r#","sessionHeader":"X-Session-Id","sessionCookie":"sid","sessionBodyField":"metadata.conv","sessionTTL":60"#;
+        let parsed = session_cfg(policy, extra, Build::Higress).unwrap();
+        assert!(parsed.warnings.is_empty(), "{:?}", parsed.warnings);
+        let s = parsed.config.global.unwrap().session.clone().unwrap();
+        assert_eq!(s.header.as_deref(), Some("x-session-id"));
+        assert_eq!(s.cookie.as_deref(), Some("sid"));
+        assert_eq!(s.body_field, Some(BodyField::Metadata("conv".into())));
+        assert_eq!(s.ttl_s, 60);
+    }
+    let s = session_cfg(
+        "global_least_request",
+        r#","sessionBodyField":"user""#,
+        Build::Higress,
+    )
+    .unwrap()
+    .config
+    .global
+    .unwrap()
+    .session
+    .clone()
+    .unwrap();
+    assert_eq!((&s.header, &s.cookie), (&None, &None));
+    assert_eq!(s.body_field, Some(BodyField::User));
+    assert_eq!(s.ttl_s, 1800);
+    let none = session_cfg("global_least_request", "", Build::Higress).unwrap();
+    assert!(none.config.global.unwrap().session.is_none());
+}
+
+#[test]
+fn session_keys_are_strict() {
+    for (extra, key, part) in [
+        (
+            r#","sessionHeader":"x session""#,
+            "sessionHeader",
+            "header name",
+        ),
+        (r#","sessionHeader":"""#, "sessionHeader", "header name"),
+        (r#","sessionHeader":7"#, "sessionHeader", ""),
+        (r#","sessionCookie":"a=b""#, "sessionCookie", "cookie name"),
+        (
+            r#","sessionBodyField":"metadata.""#,
+            "sessionBodyField",
+            "user, metadata.<key>",
+        ),
+        (
+            r#","sessionBodyField":"messages""#,
+            "sessionBodyField",
+            "unknown value",
+        ),
+        (
+            r#","sessionHeader":"s","sessionTTL":0"#,
+            "sessionTTL",
+            "outside 1-604800",
+        ),
+        (r#","sessionHeader":"s","sessionTTL":-5"#, "sessionTTL", ""),
+        (r#","sessionTTL":60"#, "sessionTTL", "there is no session"),
+    ] {
+        let e = session_cfg("global_least_request", extra, Build::Higress).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains(&format!("lb_config.{key}")),
+            "{extra}: {text}"
+        );
+        assert!(text.contains(part), "{extra}: {text}");
+    }
+}
+
+#[test]
+fn session_keys_are_refused_where_they_would_be_ignored() {
+    // endpoint_metrics keeps no binding; the plain-Envoy build has no Redis for it.
+    let e = session_cfg(
+        "endpoint_metrics",
+        r#","sessionHeader":"s""#,
+        Build::Higress,
+    );
+    assert!(e
+        .unwrap_err()
+        .to_string()
+        .contains("needs global_least_request"));
+    // Plain Envoy: global_least_request consistent-hashes sessions (no TTL, no body field at
+    // the headers); prefix_cache there does not take them.
+    let ok = session_cfg(
+        "global_least_request",
+        r#","sessionHeader":"s""#,
+        Build::Envoy,
+    );
+    assert!(ok.unwrap().config.global.unwrap().session.is_some());
+    let e = session_cfg(
+        "global_least_request",
+        r#","sessionHeader":"s","sessionTTL":5"#,
+        Build::Envoy,
+    );
+    assert!(e.unwrap_err().to_string().contains("stores no binding"));
+    let e = session_cfg(
+        "global_least_request",
+        r#","sessionBodyField":"user""#,
+        Build::Envoy,
+    );
+    assert!(e
+        .unwrap_err()
+        .to_string()
+        .contains("decides at the request headers"));
+    let e = session_cfg("prefix_cache", r#","sessionHeader":"s""#, Build::Envoy);
+    assert!(e.unwrap_err().to_string().contains("plain-Envoy build"));
+    // A cluster policy does not read them: warned, as every foreign key.
+    let json = br#"{"lb_type":"cluster","lb_policy":"cluster_hash","lb_config":{"clusters":[{"cluster":"a","weight":100}],"sessionHeader":"s"}}"#;
+    let parsed = parse(json, Build::Higress).unwrap();
+    assert!(
+        format!("{:?}", parsed.warnings).contains("sessionHeader"),
+        "{:?}",
+        parsed.warnings
+    );
+}

@@ -144,4 +144,6 @@ pub struct RouteConfig {
     /// Higress) and plain-Envoy routes whose policy does not use the body (least request by
     /// `requests`): no request is held there for nothing.
     pub decide_at_headers: bool,
+    /// Session stickiness (global_least_request, prefix_cache; docs/redis-data-model.md §10).
+    pub session: Option<Rc<super::session::SessionConfig>>,
 }

@@ -91,4 +91,11 @@ impl Build {
     } else {
         Build::Higress
     };
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Build::Higress => "Higress",
+            Build::Envoy => "plain-Envoy",
+        }
+    }
 }

@@ -146,6 +146,39 @@ pub struct AcquireArgs<'a> {
     pub reclaim: u32,
     /// The full healthy set, sent only when Redis may not have it.
     pub endpoints: Option<&'a [String]>,
+    /// Session stickiness: the session's binding rides in the same call.
+    pub session: Option<SessionArgs<'a>>,
+}
+
+/// What a session adds to an acquire (docs/redis-data-model.md §10).
+#[derive(Debug, Clone)]
+pub struct SessionArgs<'a> {
+    /// The session's full Redis key ([`session_key`]).
+    pub key: &'a str,
+    pub ttl_s: u64,
+    /// The guard (global_least_request; prefix_cache uses its own affinity bounds).
+    pub max_imbalance: u64,
+    pub max_imbalance_ratio: f64,
+}
+
+/// A session's key: `<namespace>:session:<SHA-1 of the id>`. Hashed so that any id (10 KB,
+/// unicode, binary) is a short key; in the route's hash tag so the call stays in one slot.
+pub fn session_key(namespace: &str, id: &[u8]) -> String {
+    format!("{namespace}:session:{}", hex::encode(Sha1::digest(id)))
+}
+
+/// How the session fared in an acquire (the script's fifth reply item).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SessionState {
+    /// No session in this request.
+    #[default]
+    None,
+    /// The session stayed on its endpoint.
+    Kept,
+    /// The session had no endpoint: bound to the one picked.
+    New,
+    /// The session's endpoint left or was over the guard: bound to the one picked.
+    Rebound,
 }
 
 /// What a prefix_cache pick adds to an acquire.
@@ -181,16 +214,22 @@ pub fn pick_call(
         a.reclaim.to_string(),
     ];
     let mut args: Vec<&[u8]> = fixed.iter().map(|s| s.as_bytes()).collect();
-    let prefix_args = prefix.map(|p| {
-        [
+    let session_ttl = a.session.as_ref().map_or(0, |s| s.ttl_s).to_string();
+    let policy_args: Vec<String> = match (prefix, &a.session) {
+        (Some(p), _) => vec![
             p.ttl_s.to_string(),
             p.max_imbalance.to_string(),
             p.max_imbalance_ratio.to_string(),
-        ]
-    });
-    if let Some(pa) = &prefix_args {
-        args.extend(pa.iter().map(|s| s.as_bytes()));
-    }
+            session_ttl,
+        ],
+        (None, Some(s)) => vec![
+            session_ttl,
+            s.max_imbalance.to_string(),
+            s.max_imbalance_ratio.to_string(),
+        ],
+        (None, None) => vec![session_ttl, "0".into(), "0".into()],
+    };
+    args.extend(policy_args.iter().map(|s| s.as_bytes()));
     if let Some(eps) = a.endpoints {
         args.extend(eps.iter().map(|e| e.as_bytes()));
     }
@@ -202,6 +241,9 @@ pub fn pick_call(
             &scripts.prefix_acquire
         }
     };
+    if let Some(s) = &a.session {
+        all_keys.push(s.key);
+    }
     call(script, by_sha, &all_keys, &args)
 }
 
@@ -223,6 +265,7 @@ pub enum AcquireReply {
         endpoint: String,
         depth: u32,
         spilled: bool,
+        session: SessionState,
     },
     /// Every endpoint is at the cap: nothing was incremented.
     Full,
@@ -272,13 +315,26 @@ pub fn parse_acquire(raw: &[u8]) -> Result<AcquireReply, ReplyError> {
     let tag = items.first().and_then(Value::as_str);
     match (tag, items.get(1).and_then(Value::as_str)) {
         (Some("OK"), Some(ep)) if !ep.is_empty() => {
-            // Only prefix replies have 4 items; a least-request reply's third is the load.
-            let prefix = items.len() == 4;
+            // Prefix and session replies have 4 or 5 items; a plain least-request reply's
+            // third is the load.
+            let prefix = items.len() >= 4;
             let depth = items.get(2).and_then(Value::as_i64).filter(|_| prefix);
+            let session = match items.get(4).map(Value::as_i64) {
+                None => SessionState::None,
+                Some(Some(1)) => SessionState::Kept,
+                Some(Some(2)) => SessionState::New,
+                Some(Some(3)) => SessionState::Rebound,
+                Some(_) => {
+                    return Err(ReplyError::Malformed(format!(
+                        "unexpected session state in {items:?}"
+                    )))
+                }
+            };
             Ok(AcquireReply::Picked {
                 endpoint: ep.to_string(),
                 depth: depth.unwrap_or(0).clamp(0, i64::from(u32::MAX)) as u32,
                 spilled: prefix && items.get(3).and_then(Value::as_i64) == Some(1),
+                session,
             })
         }
         (Some("FULL"), _) => Ok(AcquireReply::Full),
@@ -339,6 +395,7 @@ mod tests {
             fingerprint: "fp",
             reclaim: 2,
             endpoints: Some(&eps),
+            session: None,
         };
         let q = acquire_call(&s, true, &k, &args);
         let Value::Array(Some(items)) = resp::decode_exact(&q).unwrap() else {
@@ -362,10 +419,88 @@ mod tests {
                 "9",
                 "fp",
                 "2",
+                "0",
+                "0",
+                "0",
                 "a:1",
                 "b:2"
             ]
         );
+    }
+
+    #[test]
+    fn session_calls_carry_the_key_last_and_the_ttl_before_the_list() {
+        let s = Scripts::new();
+        let k = Keys::new("p", "r", "c");
+        let key = session_key(&k.namespace, "\u{4f1a}\u{8bdd}".as_bytes());
+        assert!(key.starts_with("p:{r|c}:session:") && key.len() == "p:{r|c}:session:".len() + 40);
+        assert_ne!(key, session_key(&k.namespace, b""));
+        let eps = vec!["a:1".to_string()];
+        let session = SessionArgs {
+            key: &key,
+            ttl_s: 60,
+            max_imbalance: 8,
+            max_imbalance_ratio: 1.5,
+        };
+        let args = AcquireArgs {
+            now_ms: 5,
+            lease_ttl_ms: 6,
+            request_id: "rid",
+            cost: 1,
+            cap: 0,
+            random: 9,
+            fingerprint: "fp",
+            reclaim: 2,
+            endpoints: Some(&eps),
+            session: Some(session),
+        };
+        let words = |q: Vec<u8>| -> Vec<String> {
+            let Value::Array(Some(items)) = resp::decode_exact(&q).unwrap() else {
+                panic!()
+            };
+            items
+                .iter()
+                .map(|v| v.as_str().unwrap().to_string())
+                .collect()
+        };
+        let glr = words(acquire_call(&s, true, &k, &args));
+        assert_eq!(glr[2], "4");
+        assert_eq!(glr[6], key);
+        assert_eq!(&glr[15..], ["60", "8", "1.5", "a:1"]);
+        let chain = vec!["p:{r|c}:px:1".to_string()];
+        let prefix = PrefixArgs {
+            chain: &chain,
+            ttl_s: 30,
+            max_imbalance: 4,
+            max_imbalance_ratio: 2.0,
+        };
+        let px = words(pick_call(&s, true, &k, &args, Some(&prefix)));
+        assert_eq!(px[2], "5");
+        assert_eq!(&px[6..8], [chain[0].as_str(), key.as_str()]);
+        assert_eq!(&px[16..], ["30", "4", "2", "60", "a:1"]);
+    }
+
+    #[test]
+    fn parses_session_states() {
+        for (state, want) in [
+            ("1", SessionState::Kept),
+            ("2", SessionState::New),
+            ("3", SessionState::Rebound),
+        ] {
+            let reply =
+                resp::encode_command(&[b"OK".as_slice(), b"h:1", b"2", b"0", state.as_bytes()]);
+            assert_eq!(
+                parse_acquire(&reply),
+                Ok(AcquireReply::Picked {
+                    endpoint: "h:1".into(),
+                    depth: 2,
+                    spilled: false,
+                    session: want
+                })
+            );
+        }
+        let bad = resp::encode_command(&[b"OK".as_slice(), b"h:1", b"0", b"0", b"x"]);
+        assert!(matches!(parse_acquire(&bad), Err(ReplyError::Malformed(_))));
     }
 
     #[test]
@@ -375,7 +510,8 @@ mod tests {
             Ok(AcquireReply::Picked {
                 endpoint: "h:8000".into(),
                 depth: 0,
-                spilled: false
+                spilled: false,
+                session: SessionState::None
             })
         );
         assert_eq!(
@@ -383,7 +519,8 @@ mod tests {
             Ok(AcquireReply::Picked {
                 endpoint: "h:8000".into(),
                 depth: 3,
-                spilled: true
+                spilled: true,
+                session: SessionState::None
             })
         );
         assert_eq!(

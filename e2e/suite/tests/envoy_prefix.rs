@@ -112,13 +112,23 @@ fn envoy_conversations_keep_their_pod_across_two_proxies() {
         assert_eq!(pods.len(), 1, "conversation {c} moved: {pods:?}");
     }
     let used: BTreeSet<&String> = homes.values().flatten().collect();
-    assert!(used.len() >= 3, "{CONVERSATIONS} conversations spread: {used:?}");
+    assert!(
+        used.len() >= 3,
+        "{CONVERSATIONS} conversations spread: {used:?}"
+    );
     // Each proxy knew the conversations it had seen (hits), and agreed on the rest (misses
     // decided by the same ring walk).
     for e in &envoys {
-        assert!(e.stat("ai_lb.prefix.hit") >= CONVERSATIONS as i64, "{}", e.logs());
+        assert!(
+            e.stat("ai_lb.prefix.hit") >= CONVERSATIONS as i64,
+            "{}",
+            e.logs()
+        );
     }
-    assert_eq!(stat(&envoys, "ai_lb.prefix.routed"), 5 * CONVERSATIONS as i64);
+    assert_eq!(
+        stat(&envoys, "ai_lb.prefix.routed"),
+        5 * CONVERSATIONS as i64
+    );
     assert_eq!(stat(&envoys, "ai_lb.prefix.spill"), 0);
     assert_eq!(stat(&envoys, "ai_lb.fallback.body_timeout"), 0);
     // Every later turn found its earlier turns' KV blocks on its pod.

@@ -32,7 +32,10 @@ pub fn acquire(
         input.synced,
         env.rng,
     ) {
-        Ok(pick) => Decision::Acquire(Box::new(Pick::Endpoint(pick.with_class(class)))),
+        Ok(mut pick) => {
+            pick.session = super::session::key(host, input);
+            Decision::Acquire(Box::new(Pick::Endpoint(pick.with_class(class))))
+        }
         Err(cause) => Decision::Fallback(cause),
     }
 }

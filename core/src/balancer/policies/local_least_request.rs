@@ -7,16 +7,26 @@ use super::input::{priority_class, Env, Input};
 use crate::balancer::pick::{class_cap, cost_of, LocalLease};
 use crate::balancer::request::{Decision, Hold, Rejection};
 use crate::balancer::shared;
+use crate::config::{SESSION_MAX_IMBALANCE, SESSION_MAX_IMBALANCE_RATIO};
+use crate::hash::{self, SplitMix64};
 use crate::host::{Host, HostError, LogLevel};
+use crate::prefix::chwbl::Ring;
 use crate::reason::{Cause, Reason};
 use crate::stats::Counter;
 use crate::upstream;
 use std::rc::Rc;
 
-pub fn decide(host: &mut dyn Host, env: Env, input: &Input) -> Decision {
+pub fn decide(host: &mut dyn Host, env: Env, input: &Input, ring: Option<&Ring>) -> Decision {
     let endpoints = &input.config.endpoints;
     if endpoints.is_empty() {
         return Decision::Fallback(Cause::NoHealthyEndpoint);
+    }
+    if let (Some(ring), Some(session)) = (ring, &input.config.session) {
+        if let Some(id) =
+            super::session::session_id(&*host, session, input.read_body.then_some(input.body_bytes))
+        {
+            return sticky(host, env, input, ring, &id);
+        }
     }
     let key = counts_key(endpoints);
     let start = env.rng.next_u64();
@@ -62,6 +72,67 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input) -> Decision {
         Err(e) => {
             env.tel
                 .log(host, LogLevel::Debug, input.ctx, format_args!("{e}"));
+            Decision::Fallback(Cause::SharedData)
+        }
+    }
+}
+
+/// Plain Envoy with a session: no binding is stored; the session id is consistent-hashed onto
+/// the ring of the configured endpoints, so every worker and every replica sends it to the
+/// same pod without talking (docs/redis-data-model.md §10). It walks on past a pod over the
+/// guard Redis applies (the cap, or busier than this proxy's least-loaded pod by more than 8
+/// and 1.5 times): `session_rebound`.
+fn sticky(host: &mut dyn Host, env: Env, input: &Input, ring: &Ring, id: &[u8]) -> Decision {
+    let endpoints = &input.config.endpoints;
+    let key = SplitMix64(hash::fnv1a(hash::FNV_OFFSET, id)).next_u64();
+    let home = ring.walk(key).next();
+    let cap = input.config.common.max_load;
+    let cost = cost_of(input.config, input.body_bytes);
+    let counts = counts_key(endpoints);
+    let picked = take(host, &counts, endpoints, cost, |loads| {
+        let min = loads.iter().copied().min().unwrap_or(0) as f64;
+        let ok = |e: usize| {
+            let load = loads.get(e).copied().unwrap_or(0);
+            let over_cap = cap > 0 && load.saturating_add(cost) > cap;
+            let load = load as f64;
+            let imbalanced = load - min > SESSION_MAX_IMBALANCE as f64
+                && load > min * SESSION_MAX_IMBALANCE_RATIO;
+            !over_cap && !imbalanced
+        };
+        ring.walk(key).find(|&e| ok(e)).map(|e| (e, ()))
+    });
+    match picked {
+        Ok(Some((chosen, ()))) => {
+            let Some(address) = endpoints.get(chosen).cloned() else {
+                return Decision::Fallback(Cause::NoHealthyEndpoint);
+            };
+            let (reason, counter) = if home == Some(chosen) {
+                (Reason::Session, Counter::SessionHit)
+            } else {
+                (Reason::SessionRebound, Counter::SessionRebound)
+            };
+            env.tel.inc(host, counter);
+            Decision::Route {
+                hold: Some(Hold::Local(LocalLease {
+                    key: counts,
+                    endpoint: address.clone(),
+                    cost,
+                })),
+                endpoint: address,
+                fallbacks: ring
+                    .walk(key)
+                    .filter(|&e| e != chosen)
+                    .filter_map(|e| endpoints.get(e).cloned())
+                    .take(16)
+                    .collect(),
+                reason,
+            }
+        }
+        Ok(None) => Decision::Reject(Rejection::MaxRequestCount),
+        Err(e) => {
+            env.tel
+                .log(host, LogLevel::Debug, input.ctx, format_args!("{e}"));
+            env.tel.inc(host, Counter::SessionFallback);
             Decision::Fallback(Cause::SharedData)
         }
     }

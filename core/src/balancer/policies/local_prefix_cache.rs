@@ -109,7 +109,7 @@ pub fn decide(
         return Decision::Fallback(Cause::NoHealthyEndpoint);
     }
     if !input.read_body {
-        return local_least_request::decide(host, env, input);
+        return local_least_request::decide(host, env, input, None);
     }
     let body = host.request_body(0, input.body_bytes).unwrap_or_default();
     let (keys, at) = match canonicalize(&body, &settings.canon) {
@@ -125,11 +125,11 @@ pub fn decide(
                 input.ctx,
                 format_args!("no prefix ({e}); least-request"),
             );
-            return local_least_request::decide(host, env, input);
+            return local_least_request::decide(host, env, input, None);
         }
     };
     let Some(&home) = keys.get(at) else {
-        return local_least_request::decide(host, env, input);
+        return local_least_request::decide(host, env, input, None);
     };
     let home = u64::from_le_bytes(home);
     let window = window(keys.len(), at);

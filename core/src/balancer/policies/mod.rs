@@ -11,6 +11,7 @@ pub mod least_request;
 pub mod local_least_request;
 pub mod local_prefix_cache;
 pub mod prefix_cache;
+pub mod session;
 
 use super::request::Decision;
 use super::telemetry::Telemetry;
@@ -29,6 +30,9 @@ pub struct Policies {
     services: Vec<(Rc<RouteConfig>, Rc<cluster_metrics::SharedStats>)>,
     /// prefix_cache without Redis (plain Envoy): each route config's index and ring.
     prefixes: Vec<(Rc<RouteConfig>, Rc<local_prefix_cache::LocalPrefix>)>,
+    /// global_least_request with a session without Redis (plain Envoy): each route config's
+    /// ring of its endpoints, built once.
+    rings: Vec<(Rc<RouteConfig>, crate::prefix::chwbl::Ring)>,
 }
 
 impl Policies {
@@ -36,8 +40,12 @@ impl Policies {
         let mut slots = Vec::new();
         let mut services = Vec::new();
         let mut prefixes = Vec::new();
+        let mut rings = Vec::new();
         for (position, c) in config.routes().enumerate() {
             match &c.policy {
+                PolicyConfig::GlobalLeastRequest if c.redis.is_none() && c.session.is_some() => {
+                    rings.push((c.clone(), crate::prefix::chwbl::Ring::new(&c.endpoints)))
+                }
                 PolicyConfig::PrefixCache(p) if c.redis.is_none() => prefixes.push((
                     c.clone(),
                     Rc::new(local_prefix_cache::LocalPrefix::new(position, c, p)),
@@ -55,6 +63,7 @@ impl Policies {
             slots,
             services,
             prefixes,
+            rings,
         }
     }
 
@@ -64,7 +73,14 @@ impl Policies {
                 least_request::decide(host, env, input)
             }
             // Plain Envoy: per-proxy counts in shared data.
-            PolicyConfig::GlobalLeastRequest => local_least_request::decide(host, env, input),
+            PolicyConfig::GlobalLeastRequest => {
+                let ring = self
+                    .rings
+                    .iter()
+                    .find(|(c, _)| Rc::ptr_eq(c, input.config))
+                    .map(|(_, r)| r);
+                local_least_request::decide(host, env, input, ring)
+            }
             PolicyConfig::PrefixCache(settings) if input.config.redis.is_some() => {
                 prefix_cache::decide(host, env, input, settings)
             }

@@ -39,6 +39,7 @@ fn pick(config: &Rc<RouteConfig>, id: &str) -> Box<Pick> {
         chain: None,
         cap: config.common.max_load,
         class: None,
+        session: None,
     }))
 }
 
@@ -87,6 +88,7 @@ fn picked(endpoint: &str) -> Event {
         endpoint: endpoint.into(),
         depth: 0,
         spilled: false,
+        session: SessionState::None,
     })
 }
 
@@ -212,6 +214,7 @@ fn stream_end_during_the_pick_orphans_it_and_undo_releases_on_arrival() {
         endpoint: "10.0.0.1:80".into(),
         depth: 0,
         spilled: false,
+        session: SessionState::None,
     };
     assert_eq!(released(&undo(pick.clone(), &reply)), ["rid|10.0.0.1:80|1"]);
     let lost = undo(pick.clone(), &PickReply::Failed(Cause::RedisTimeout));
@@ -331,6 +334,7 @@ fn every_acquire_is_released_exactly_once_in_any_event_order() {
                         endpoint: "10.0.0.2:80".into(),
                         depth: 1,
                         spilled: false,
+                        session: SessionState::None,
                     },
                     4 => PickReply::Resync,
                     5 => PickReply::NoScript,
@@ -386,6 +390,7 @@ fn every_acquire_is_released_exactly_once_in_any_event_order() {
                 endpoint: "10.0.0.2:80".into(),
                 depth: 0,
                 spilled: false,
+                session: SessionState::None,
             };
             acquired.push("rid|10.0.0.2:80|1".into());
             released_members.extend(released(&undo(p, &reply)));

@@ -52,3 +52,20 @@ local function take(load, leases, ep, cost, expiry, request_id)
   redis.call('ZADD', leases, expiry, request_id .. '|' .. ep .. '|' .. cost)
 end
 
+
+-- Session stickiness (docs/redis-data-model.md §10). `skey` holds the session's endpoint. It
+-- keeps the session while it is a member (healthy, in the synced set) and not over the guard:
+-- the cap, or busier than the least-loaded endpoint `min` by more than both imbalance bounds.
+-- Returns the endpoint (nil when the session must be placed) and the session's state:
+-- 1 kept, 2 new (no binding), 3 rebound (its endpoint left or is over the guard).
+local function session_pick(load, skey, cost, cap, min, max_abs, max_ratio)
+  local ep = redis.call('GET', skey)
+  if not ep then return nil, 2 end
+  local score = redis.call('ZSCORE', load, ep)
+  if not score then return nil, 3 end
+  score = tonumber(score)
+  if (cap > 0 and score + cost > cap) or (score - min > max_abs and score > min * max_ratio) then
+    return nil, 3
+  end
+  return ep, 1
+end

@@ -29,6 +29,12 @@ pub async fn run(cfg: &LoadConfig) -> Result<Summary> {
 /// Runs `plan` (made from `cfg` by [`plan()`], then edited: e.g. a routing header the caller
 /// chooses per request) and returns its summary; `sequence` is the edited plan's fingerprint.
 pub async fn run_plan(cfg: &LoadConfig, plan: &Plan) -> Result<Summary> {
+    Ok(run_plan_outcomes(cfg, plan).await?.0)
+}
+
+/// [`run_plan`], also returning every request's outcome in plan order (e.g. which pod served
+/// each round of a session).
+pub async fn run_plan_outcomes(cfg: &LoadConfig, plan: &Plan) -> Result<(Summary, Vec<Outcome>)> {
     if cfg.targets.is_empty() {
         bail!("no target URLs");
     }
@@ -58,7 +64,7 @@ pub async fn run_plan(cfg: &LoadConfig, plan: &Plan) -> Result<Summary> {
         }
         summary.pods = Some(PodReport::from_pods(pods));
     }
-    Ok(summary)
+    Ok((summary, outcomes))
 }
 
 /// Closed loop: sessions start in index order as one of `concurrency` slots frees; a session's

@@ -50,6 +50,7 @@ fn picks_per_s(fleet: &Fleet, seconds: f64) -> anyhow::Result<f64> {
             fingerprint: &fp,
             reclaim: 0,
             endpoints: Some(&eps),
+            session: None,
         };
         let r = c.cmd_raw(&scripts::acquire_call(&scripts, true, k, &args));
         let Value::Array(Some(items)) = r else {
@@ -90,6 +91,7 @@ fn picks_per_s(fleet: &Fleet, seconds: f64) -> anyhow::Result<f64> {
                                 fingerprint: &fp,
                                 reclaim: if seq.is_multiple_of(16) { 4 } else { 0 },
                                 endpoints: None,
+                                session: None,
                             };
                             let q = scripts::acquire_call(&scripts, true, k, &args);
                             picked.push((k, rid));

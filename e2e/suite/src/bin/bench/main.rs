@@ -9,9 +9,10 @@ mod glr;
 mod metrics;
 mod prefix;
 mod priority;
+mod session;
 mod thirdparty;
 
-/// `ailb-bench [cpu] [leak] [p99] [prefix] [metrics] [cluster|cluster-cpu|cluster-hash|cluster-p99] [envoy-prefix] [thirdparty] [cluster3] [priority]`: the named sections only (all by default).
+/// `ailb-bench [cpu] [leak] [p99] [prefix] [session] [metrics] [cluster|cluster-cpu|cluster-hash|cluster-p99] [envoy-prefix] [thirdparty] [cluster3] [priority]`: the named sections only (all by default).
 fn main() -> anyhow::Result<()> {
     let only: Vec<String> = std::env::args().skip(1).collect();
     let run = |name: &str| only.is_empty() || only.iter().any(|a| a == name);
@@ -27,6 +28,9 @@ fn main() -> anyhow::Result<()> {
     if run("prefix") {
         prefix::prefix_cpu()?;
         prefix::prefix_vs_round_robin()?;
+    }
+    if run("session") {
+        session::session_stickiness_and_ttft()?;
     }
     if run("metrics") {
         metrics::metrics_plugin_cpu()?;
