@@ -180,9 +180,9 @@ pub fn long_run(
     let mut orphaned = 0;
     let mut rejected_429 = 0;
     let mut rss_mid_kb = rss_start_kb;
-    for (i, chaos) in LONG_RUN_CHAOS.into_iter().enumerate() {
+    for (i, chaos) in LONG_RUN_CHAOS.iter().enumerate() {
         std::thread::sleep(every);
-        if i + 1 == (LONG_RUN_CHAOS.len() + 1) / 2 {
+        if i + 1 == LONG_RUN_CHAOS.len().div_ceil(2) {
             rss_mid_kb = a.rss_kb()?;
         }
         match chaos {
