@@ -17,6 +17,17 @@ pub const METRICS_KEYS: &[&str] = &[
     "rate_limit",
     "metricsSource",
     "hostListCacheMs",
+    "queueingThresholdLora",
+    "loraAffinityThreshold",
+    "weights",
+    "maxRunningHint",
+    "criticalityHeader",
+    "sheddableModels",
+];
+
+/// The scraper's keys and the saturation thresholds (`saturation_keys`): read alike by
+/// endpoint_metrics and by the plain-Envoy prefix_cache's metrics guard (prefix.rs).
+pub const SATURATION_SCRAPE_KEYS: &[&str] = &[
     "scrapeCluster",
     "scrapePath",
     "scrapePort",
@@ -26,12 +37,6 @@ pub const METRICS_KEYS: &[&str] = &[
     "metricsMaxAgeMs",
     "queueThresholdCritical",
     "kvCacheThreshold",
-    "queueingThresholdLora",
-    "loraAffinityThreshold",
-    "weights",
-    "maxRunningHint",
-    "criticalityHeader",
-    "sheddableModels",
 ];
 
 pub use super::values::MetricsSource;

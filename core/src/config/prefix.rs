@@ -22,31 +22,12 @@ pub const PREFIX_KEYS: &[&str] = &[
     "affinityMaxImbalanceRatio",
     "localIndexMaxEntries",
     "prefixAnchor",
-    "scrapeCluster",
-    "scrapePath",
-    "scrapePort",
-    "scrapeHostHeader",
-    "scrapeIntervalMs",
-    "scrapeTimeoutMs",
-    "metricsMaxAgeMs",
-    "queueThresholdCritical",
-    "kvCacheThreshold",
 ];
 
-/// The keys that turn on the plain-Envoy metrics guard (the scraper's and the saturation
-/// thresholds, read as endpoint_metrics reads them; `maxRunningHint` only corrects
+/// The keys that turn on the plain-Envoy metrics guard: the scraper's and the saturation
+/// thresholds, read as endpoint_metrics reads them (`maxRunningHint` only corrects
 /// endpoint_metrics' picks, so it is not among them).
-const GUARD_KEYS: &[&str] = &[
-    "scrapeCluster",
-    "scrapePath",
-    "scrapePort",
-    "scrapeHostHeader",
-    "scrapeIntervalMs",
-    "scrapeTimeoutMs",
-    "metricsMaxAgeMs",
-    "queueThresholdCritical",
-    "kvCacheThreshold",
-];
+pub use super::metrics::SATURATION_SCRAPE_KEYS as GUARD_KEYS;
 
 /// A prefix_cache route's settings.
 #[derive(Debug, Clone, PartialEq)]

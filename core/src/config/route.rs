@@ -7,8 +7,8 @@ use super::cluster_metrics::{ClusterMetricsConfig, CLUSTER_METRICS_KEYS, DEFAULT
 use super::common::{self, Common, COMMON_KEYS, ENVOY_KEYS};
 use super::error::ConfigError;
 use super::inflight::INFLIGHT_REDIS_KEYS;
-use super::metrics::{MetricsConfig, METRICS_KEYS};
-use super::prefix::{PrefixSettings, PREFIX_KEYS};
+use super::metrics::{MetricsConfig, METRICS_KEYS, SATURATION_SCRAPE_KEYS};
+use super::prefix::{PrefixSettings, GUARD_KEYS, PREFIX_KEYS};
 use super::raw::{RawLbConfig, RawRoute, LEGACY_KEYS};
 use super::read::{In, Reader};
 use super::redis;
@@ -42,10 +42,19 @@ const OWNERS: &[(&str, &[&[&str]])] = &[
             COMMON_KEYS,
             ENVOY_KEYS,
             PREFIX_KEYS,
+            GUARD_KEYS,
             SESSION_KEYS,
         ],
     ),
-    ("endpoint_metrics", &[COMMON_KEYS, ENVOY_KEYS, METRICS_KEYS]),
+    (
+        "endpoint_metrics",
+        &[
+            COMMON_KEYS,
+            ENVOY_KEYS,
+            METRICS_KEYS,
+            SATURATION_SCRAPE_KEYS,
+        ],
+    ),
     (
         "cluster_metrics",
         &[CLUSTER_METRICS_KEYS, INFLIGHT_REDIS_KEYS],

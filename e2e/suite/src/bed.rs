@@ -14,24 +14,33 @@ pub struct Bed {
     pub pods: Vec<PodHandle>,
 }
 
+/// A runtime and `n` in-process fake pods named `pod-<i>`, each configured by `tune`.
+pub fn spawn_pods(
+    n: usize,
+    tune: impl Fn(&mut PodConfig),
+) -> (tokio::runtime::Runtime, Vec<PodHandle>) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let pods = (0..n)
+        .map(|i| {
+            let mut cfg = PodConfig {
+                name: format!("pod-{i}"),
+                ..PodConfig::default()
+            };
+            tune(&mut cfg);
+            rt.block_on(spawn_pod(cfg)).expect("fake pod")
+        })
+        .collect();
+    (rt, pods)
+}
+
 impl Bed {
     /// `pods` fake pods configured by `tune` (timings in microseconds).
     pub fn new(pods: usize, tune: impl Fn(&mut PodConfig)) -> Bed {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("tokio runtime");
-        let handles = (0..pods)
-            .map(|i| {
-                let mut cfg = PodConfig {
-                    name: format!("pod-{i}"),
-                    ..PodConfig::default()
-                };
-                tune(&mut cfg);
-                rt.block_on(spawn_pod(cfg)).expect("fake pod")
-            })
-            .collect();
+        let (rt, handles) = spawn_pods(pods, tune);
         Bed {
             rt,
             // DEBUG enabled: the fault tests stall Redis with DEBUG SLEEP (storm.rs).

@@ -16,7 +16,7 @@ use crate::redis_cluster::{auth_cmd, RedisCluster, PASSWORD, USER};
 use ailb_core::redis::inflight::InflightKeys;
 use ailb_core::redis::resp::Value;
 use ailb_core::redis::scripts::Keys;
-use ailb_fakepod::{spawn_pod, PodConfig, PodHandle};
+use ailb_fakepod::{PodConfig, PodHandle};
 use serde_json::{json, Value as Json};
 use std::collections::BTreeMap;
 
@@ -119,21 +119,7 @@ pub struct Fleet {
 impl Fleet {
     /// 3 fake pods (`tune` adjusts them) and the cluster; `per_policy` routes of each policy.
     pub fn new(per_policy: usize, tune: impl Fn(&mut PodConfig)) -> Fleet {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("tokio runtime");
-        let pods = (0..3)
-            .map(|i| {
-                let mut cfg = PodConfig {
-                    name: format!("pod-{i}"),
-                    ..PodConfig::default()
-                };
-                tune(&mut cfg);
-                rt.block_on(spawn_pod(cfg)).expect("fake pod")
-            })
-            .collect();
+        let (rt, pods) = crate::bed::spawn_pods(3, tune);
         Fleet {
             rt,
             pods,
