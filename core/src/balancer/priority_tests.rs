@@ -136,7 +136,20 @@ fn envoy(lb: Value) -> (MockHost, Balancer) {
 /// Sends request `ctx` of class `value` and leaves it open: whether it was admitted, and the
 /// debug reason.
 fn envoy_send(host: &mut MockHost, e: &mut Balancer, ctx: u32, value: &str) -> (bool, String) {
+    envoy_send_with(host, e, ctx, value, &[])
+}
+
+/// [`envoy_send`] with `more` request headers.
+fn envoy_send_with(
+    host: &mut MockHost,
+    e: &mut Balancer,
+    ctx: u32,
+    value: &str,
+    more: &[(&str, &str)],
+) -> (bool, String) {
     host.request_headers = vec![(PRIO.into(), value.into())];
+    host.request_headers
+        .extend(more.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     host.response_headers = vec![(":status".into(), "200".into())];
     host.body = br#"{"model":"m","prompt":"hi"}"#.to_vec();
     let before = host.local_responses.len();
@@ -294,4 +307,44 @@ fn priority_keys_are_checked() {
             .default_rank,
         1
     );
+}
+
+#[test]
+fn sticky_requests_are_held_to_their_class_cap_too() {
+    // The same pool as above, every request of one session: the session's pod fills first,
+    // then the ring walk, and each class still stops at its own cap.
+    let mut lb = LB();
+    lb["sessionHeader"] = json!("x-session-id");
+    let (mut host, mut e) = envoy(lb);
+    let mut ctx = 2;
+    let mut send = |host: &mut MockHost, e: &mut Balancer, class: &str| {
+        ctx += 1;
+        let (ok, reason) = envoy_send_with(host, e, ctx, class, &[("x-session-id", "s1")]);
+        (ok, reason, ctx)
+    };
+    for n in 0..6 {
+        let (ok, reason, _) = send(&mut host, &mut e, "sheddable");
+        assert!(ok, "sheddable {n}");
+        assert!(reason.starts_with("session"), "{reason}");
+    }
+    assert_eq!(send(&mut host, &mut e, "sheddable").1, "shed_priority");
+    assert!(send(&mut host, &mut e, "standard").0);
+    assert!(send(&mut host, &mut e, "standard").0);
+    assert!(
+        !send(&mut host, &mut e, "standard").0,
+        "standard stops at the cap"
+    );
+    for n in 0..4 {
+        assert!(send(&mut host, &mut e, "critical").0, "critical {n}");
+    }
+    assert_eq!(host.metric("ai_lb.priority.admitted_headroom"), 4);
+    let (ok, _, last) = send(&mut host, &mut e, "critical");
+    assert!(!ok, "critical stops at cap + headroom");
+    assert_eq!(host.metric("ai_lb.priority.shed"), 3);
+    assert_eq!(in_flight(&host), 12, "shed requests hold no count");
+    for c in 3..=last {
+        host.live_contexts.retain(|&x| x != c);
+        e.on_done(&mut host, c);
+    }
+    assert_eq!(in_flight(&host), 0);
 }

@@ -7,6 +7,8 @@ use super::input::{priority_class, Env, Input};
 use crate::balancer::pick::{class_cap, cost_of, LocalLease};
 use crate::balancer::request::{Decision, Hold, Rejection};
 use crate::balancer::shared;
+use crate::balancer::telemetry::Telemetry;
+use crate::config::Class;
 use crate::config::{SESSION_MAX_IMBALANCE, SESSION_MAX_IMBALANCE_RATIO};
 use crate::hash::{self, SplitMix64};
 use crate::host::{Host, HostError, LogLevel};
@@ -21,16 +23,17 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input, ring: Option<&Ring>)
     if endpoints.is_empty() {
         return Decision::Fallback(Cause::NoHealthyEndpoint);
     }
+    // The class first: a sticky request is held to its class cap like any other.
+    let class = priority_class(host, env.tel, input.config);
     if let (Some(ring), Some(session)) = (ring, &input.config.session) {
         if let Some(id) =
             super::session::session_id(&*host, session, input.read_body.then_some(input.body_bytes))
         {
-            return sticky(host, env, input, ring, &id);
+            return sticky(host, env, input, ring, &id, class);
         }
     }
     let key = counts_key(endpoints);
     let start = env.rng.next_u64();
-    let class = priority_class(host, env.tel, input.config);
     let base_cap = input.config.common.max_load;
     let cap = class_cap(input.config, class);
     let cost = cost_of(input.config, input.body_bytes);
@@ -52,29 +55,59 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input, ring: Option<&Ring>)
             let Some(address) = endpoints.get(chosen).cloned() else {
                 return Decision::Fallback(Cause::NoHealthyEndpoint);
             };
-            Decision::Route {
-                hold: Some(Hold::Local(LocalLease {
-                    key,
-                    endpoint: address.clone(),
-                    cost,
-                })),
-                endpoint: address,
-                fallbacks: order
-                    .into_iter()
-                    .skip(1)
-                    .filter_map(|e| endpoints.get(e).cloned())
-                    .collect(),
-                reason: Reason::LeastRequest,
-            }
+            let fallbacks = order
+                .into_iter()
+                .skip(1)
+                .filter_map(|e| endpoints.get(e).cloned())
+                .collect();
+            routed(key, address, cost, fallbacks, Reason::LeastRequest)
         }
-        Ok(None) if class.is_some() => Decision::Reject(Rejection::ShedPriority),
-        Ok(None) => Decision::Reject(Rejection::MaxRequestCount),
-        Err(e) => {
-            env.tel
-                .log(host, LogLevel::Debug, input.ctx, format_args!("{e}"));
-            Decision::Fallback(Cause::SharedData)
-        }
+        Ok(None) => no_room(class),
+        Err(e) => shared_data_failed(host, env.tel, input.ctx, &e),
     }
+}
+
+/// A plain-Envoy pick that took `cost` at `address` in the counts under `key`: routed,
+/// holding that cost until stream end.
+pub(super) fn routed(
+    key: Rc<str>,
+    address: String,
+    cost: u64,
+    fallbacks: Vec<String>,
+    reason: Reason,
+) -> Decision {
+    Decision::Route {
+        hold: Some(Hold::Local(LocalLease {
+            key,
+            endpoint: address.clone(),
+            cost,
+        })),
+        endpoint: address,
+        fallbacks,
+        reason,
+    }
+}
+
+/// No endpoint had room: a request with a priority class was shed at its class cap
+/// (`shed_priority`), any other refused at `maxRequestCount`.
+pub(super) fn no_room(class: Option<Class>) -> Decision {
+    if class.is_some() {
+        Decision::Reject(Rejection::ShedPriority)
+    } else {
+        Decision::Reject(Rejection::MaxRequestCount)
+    }
+}
+
+/// The counts could not be read or written: nothing was taken, so the request goes to the
+/// cluster's own balancing.
+pub(super) fn shared_data_failed(
+    host: &mut dyn Host,
+    tel: &Telemetry,
+    ctx: u32,
+    e: &HostError,
+) -> Decision {
+    tel.log(host, LogLevel::Debug, ctx, format_args!("{e}"));
+    Decision::Fallback(Cause::SharedData)
 }
 
 /// Plain Envoy with a session: no binding is stored; the session id is consistent-hashed onto
@@ -82,11 +115,19 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input, ring: Option<&Ring>)
 /// same pod without talking (docs/redis-data-model.md §10). It walks on past a pod over the
 /// guard Redis applies (the cap, or busier than this proxy's least-loaded pod by more than 8
 /// and 1.5 times): `session_rebound`.
-fn sticky(host: &mut dyn Host, env: Env, input: &Input, ring: &Ring, id: &[u8]) -> Decision {
+fn sticky(
+    host: &mut dyn Host,
+    env: Env,
+    input: &Input,
+    ring: &Ring,
+    id: &[u8],
+    class: Option<Class>,
+) -> Decision {
     let endpoints = &input.config.endpoints;
     let key = SplitMix64(hash::fnv1a(hash::FNV_OFFSET, id)).next_u64();
     let home = ring.walk(key).next();
-    let cap = input.config.common.max_load;
+    let base_cap = input.config.common.max_load;
+    let cap = class_cap(input.config, class);
     let cost = cost_of(input.config, input.body_bytes);
     let counts = counts_key(endpoints);
     let picked = take(host, &counts, endpoints, cost, |loads| {
@@ -99,10 +140,16 @@ fn sticky(host: &mut dyn Host, env: Env, input: &Input, ring: &Ring, id: &[u8]) 
                 && load > min * SESSION_MAX_IMBALANCE_RATIO;
             !over_cap && !imbalanced
         };
-        ring.walk(key).find(|&e| ok(e)).map(|e| (e, ()))
+        ring.walk(key)
+            .find(|&e| ok(e))
+            .map(|e| (e, loads.get(e).copied().unwrap_or(0)))
     });
     match picked {
-        Ok(Some((chosen, ()))) => {
+        Ok(Some((chosen, load))) => {
+            if base_cap > 0 && load >= base_cap {
+                // Only the highest class gets past `maxRequestCount`: its headroom.
+                env.tel.inc(host, Counter::PriorityAdmittedHeadroom);
+            }
             let Some(address) = endpoints.get(chosen).cloned() else {
                 return Decision::Fallback(Cause::NoHealthyEndpoint);
             };
@@ -112,28 +159,18 @@ fn sticky(host: &mut dyn Host, env: Env, input: &Input, ring: &Ring, id: &[u8]) 
                 (Reason::SessionRebound, Counter::SessionRebound)
             };
             env.tel.inc(host, counter);
-            Decision::Route {
-                hold: Some(Hold::Local(LocalLease {
-                    key: counts,
-                    endpoint: address.clone(),
-                    cost,
-                })),
-                endpoint: address,
-                fallbacks: ring
-                    .walk(key)
-                    .filter(|&e| e != chosen)
-                    .filter_map(|e| endpoints.get(e).cloned())
-                    .take(16)
-                    .collect(),
-                reason,
-            }
+            let fallbacks = ring
+                .walk(key)
+                .filter(|&e| e != chosen)
+                .filter_map(|e| endpoints.get(e).cloned())
+                .take(16)
+                .collect();
+            routed(counts, address, cost, fallbacks, reason)
         }
-        Ok(None) => Decision::Reject(Rejection::MaxRequestCount),
+        Ok(None) => no_room(class),
         Err(e) => {
-            env.tel
-                .log(host, LogLevel::Debug, input.ctx, format_args!("{e}"));
             env.tel.inc(host, Counter::SessionFallback);
-            Decision::Fallback(Cause::SharedData)
+            shared_data_failed(host, env.tel, input.ctx, &e)
         }
     }
 }

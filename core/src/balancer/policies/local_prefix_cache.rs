@@ -18,8 +18,8 @@
 use super::endpoint_metrics::EndpointMetrics;
 use super::input::{priority_class, Env, Input};
 use super::local_least_request;
-use crate::balancer::pick::{class_cap, cost_of, LocalLease};
-use crate::balancer::request::{Decision, Hold, Rejection};
+use crate::balancer::pick::{class_cap, cost_of};
+use crate::balancer::request::Decision;
 use crate::balancer::shared;
 use crate::balancer::telemetry::Telemetry;
 use crate::config::{PrefixSettings, RouteConfig};
@@ -163,24 +163,10 @@ pub fn decide(
                 .take(MAX_FALLBACKS)
                 .filter_map(|e| endpoints.get(e).cloned())
                 .collect();
-            Decision::Route {
-                hold: Some(Hold::Local(LocalLease {
-                    key: state.counts_key.clone(),
-                    endpoint: address.clone(),
-                    cost,
-                })),
-                endpoint: address,
-                fallbacks,
-                reason,
-            }
+            local_least_request::routed(state.counts_key.clone(), address, cost, fallbacks, reason)
         }
-        Ok(None) if class.is_some() => Decision::Reject(Rejection::ShedPriority),
-        Ok(None) => Decision::Reject(Rejection::MaxRequestCount),
-        Err(e) => {
-            env.tel
-                .log(host, LogLevel::Debug, input.ctx, format_args!("{e}"));
-            Decision::Fallback(Cause::SharedData)
-        }
+        Ok(None) => local_least_request::no_room(class),
+        Err(e) => local_least_request::shared_data_failed(host, env.tel, input.ctx, &e),
     }
 }
 
