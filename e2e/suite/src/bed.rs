@@ -52,6 +52,26 @@ impl Bed {
         }
     }
 
+    /// Marks pod `name` unhealthy in `gateways`' upstream cluster (the emulator's admin API,
+    /// as Envoy's health checking would); returns its address.
+    pub fn mark_unhealthy(&self, name: &str, gateways: &[&Gateway]) -> String {
+        let addr = self
+            .pods
+            .iter()
+            .find(|p| p.name == name)
+            .unwrap_or_else(|| panic!("no pod {name}"))
+            .addr
+            .to_string();
+        let path = format!(
+            "/admin/health?cluster={}&address={addr}&status=Unhealthy",
+            CLUSTER.replace('|', "%7C")
+        );
+        for gw in gateways {
+            assert_eq!(gw.admin_post(&path).ok(), Some(200), "{path}");
+        }
+        addr
+    }
+
     pub fn pod_addrs(&self) -> Vec<String> {
         self.pods.iter().map(|p| p.addr.to_string()).collect()
     }

@@ -2,7 +2,7 @@
 //! fake pods with per-pod prefix caches, one real redis-server.
 
 use ailb_e2e::bed::{wait_for_zero, Bed};
-use ailb_e2e::gateway::{http, Gateway, CLUSTER};
+use ailb_e2e::gateway::{http, Gateway};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -177,20 +177,7 @@ fn it_moves_a_dead_pods_prefixes() {
         user("first".into()),
     ];
     let home = send(&a, &messages, 1);
-    let home_addr = bed
-        .pods
-        .iter()
-        .find(|p| p.name == home)
-        .unwrap()
-        .addr
-        .to_string();
-    for gw in [&a, &b] {
-        let path = format!(
-            "/admin/health?cluster={}&address={home_addr}&status=Unhealthy",
-            CLUSTER.replace('|', "%7C")
-        );
-        assert_eq!(gw.admin_post(&path).unwrap(), 200);
-    }
+    bed.mark_unhealthy(&home, &[&a, &b]);
     messages.push(json!({"role": "assistant", "content": "ok"}));
     messages.push(user("second".into()));
     let moved = send(&b, &messages, 1);

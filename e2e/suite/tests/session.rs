@@ -3,7 +3,7 @@
 //! worker takes them, move when that pod dies, and leave no count behind.
 
 use ailb_e2e::bed::{chat_body, wait_for_zero, Bed};
-use ailb_e2e::gateway::{glr_config, http, wait_until, Gateway, CLUSTER};
+use ailb_e2e::gateway::{glr_config, http, wait_until, Gateway};
 use serde_json::json;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -115,20 +115,7 @@ fn sessions_stay_put_across_gateways_and_move_when_their_pod_dies() {
     }
     let (dead, _) = per_pod.into_iter().max_by_key(|(_, n)| *n).unwrap();
     let dead = dead.clone();
-    let addr = bed
-        .pods
-        .iter()
-        .find(|p| p.name == dead)
-        .unwrap()
-        .addr
-        .to_string();
-    for gw in [&a, &b] {
-        let path = format!(
-            "/admin/health?cluster={}&address={addr}&status=Unhealthy",
-            CLUSTER.replace('|', "%7C")
-        );
-        assert_eq!(gw.admin_post(&path).unwrap(), 200);
-    }
+    bed.mark_unhealthy(&dead, &[&a, &b]);
     let runs = converse(&a, &b, &sessions, 3, "after");
     let mut moved = 0;
     for (sid, run) in sessions.iter().zip(&runs) {
