@@ -26,7 +26,7 @@ local cost, cap = tonumber(ARGV[4]), tonumber(ARGV[5])
 local session_ttl = tonumber(ARGV[9])
 local pick, session = nil, 0
 if session_ttl > 0 then
-  pick, session = session_pick(load, KEYS[4], cost, cap, tonumber(min),
+  pick, session = session_pick(load, KEYS[4], session_ttl, cost, cap, tonumber(min),
     tonumber(ARGV[10]), tonumber(ARGV[11]))
 end
 if not pick then
@@ -37,10 +37,8 @@ if not pick then
 end
 take(load, leases, pick, ARGV[4], now + tonumber(ARGV[2]), ARGV[3])
 if session_ttl > 0 then
-  -- A kept binding only needs its TTL refreshed; a new or moved one is written.
-  if session == 1 then
-    redis.call('EXPIRE', KEYS[4], session_ttl)
-  else
+  -- A kept binding's TTL was refreshed by its read; a new or moved one is written.
+  if session ~= 1 then
     redis.call('SET', KEYS[4], pick, 'EX', session_ttl)
   end
   return {'OK', pick, 0, 0, session}

@@ -53,13 +53,25 @@ local function take(load, leases, ep, cost, expiry, request_id)
 end
 
 
+-- Read the session's endpoint and refresh its TTL in one command: GETEX (Redis >= 6.2). An
+-- older server answers an error; it then takes GET + EXPIRE (docs/redis-data-model.md §10).
+local function session_get(skey, ttl)
+  local ep = redis.pcall('GETEX', skey, 'EX', ttl)
+  if type(ep) == 'table' and ep.err then
+    ep = redis.call('GET', skey)
+    if ep then redis.call('EXPIRE', skey, ttl) end
+  end
+  return ep
+end
+
 -- Session stickiness (docs/redis-data-model.md §10). `skey` holds the session's endpoint. It
 -- keeps the session while it is a member (healthy, in the synced set) and not over the guard:
 -- the cap, or busier than the least-loaded endpoint `min` by more than both imbalance bounds.
+-- The read refreshes the binding's TTL, so a kept session costs no further write.
 -- Returns the endpoint (nil when the session must be placed) and the session's state:
 -- 1 kept, 2 new (no binding), 3 rebound (its endpoint left or is over the guard).
-local function session_pick(load, skey, cost, cap, min, max_abs, max_ratio)
-  local ep = redis.call('GET', skey)
+local function session_pick(load, skey, ttl, cost, cap, min, max_abs, max_ratio)
+  local ep = session_get(skey, ttl)
   if not ep then return nil, 2 end
   local score = redis.call('ZSCORE', load, ep)
   if not score then return nil, 3 end

@@ -54,7 +54,7 @@ local kept = nil
 if session_ttl > 0 then
   -- A session kept on its endpoint wins over the prefix match (issue: sessions compose with
   -- prefix routing); over the guard, the prefix match and then the least-loaded decide.
-  kept, session = session_pick(load, KEYS[#KEYS], cost, cap, min,
+  kept, session = session_pick(load, KEYS[#KEYS], session_ttl, cost, cap, min,
     tonumber(ARGV[10]), tonumber(ARGV[11]))
 end
 if kept then
@@ -86,10 +86,8 @@ for i = depth + 1, n do
 end
 take(load, leases, pick, ARGV[4], now + tonumber(ARGV[2]), ARGV[3])
 if session_ttl > 0 then
-  -- A kept binding only needs its TTL refreshed; a new or moved one is written.
-  if session == 1 then
-    redis.call('EXPIRE', KEYS[#KEYS], session_ttl)
-  else
+  -- A kept binding's TTL was refreshed by its read; a new or moved one is written.
+  if session ~= 1 then
     redis.call('SET', KEYS[#KEYS], pick, 'EX', session_ttl)
   end
   return {'OK', pick, depth, spilled, session}
