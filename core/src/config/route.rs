@@ -12,6 +12,7 @@ use super::prefix::{PrefixSettings, GUARD_KEYS, PREFIX_KEYS};
 use super::raw::{RawLbConfig, RawRoute, LEGACY_KEYS};
 use super::read::{In, Reader};
 use super::redis;
+use super::fairness::FAIRNESS_KEYS;
 use super::session::{self, SESSION_KEYS};
 use super::types::{CostMode, Policy, PolicyConfig, Publish, RouteConfig};
 use super::values::Build;
@@ -33,7 +34,13 @@ const DEFAULT_REDIS_TIMEOUT_MS: i64 = 3000;
 const OWNERS: &[(&str, &[&[&str]])] = &[
     (
         "global_least_request",
-        &[REDIS_KEYS, COMMON_KEYS, ENVOY_KEYS, SESSION_KEYS],
+        &[
+            REDIS_KEYS,
+            COMMON_KEYS,
+            ENVOY_KEYS,
+            SESSION_KEYS,
+            FAIRNESS_KEYS,
+        ],
     ),
     (
         "prefix_cache",
@@ -44,6 +51,7 @@ const OWNERS: &[(&str, &[&[&str]])] = &[
             PREFIX_KEYS,
             GUARD_KEYS,
             SESSION_KEYS,
+            FAIRNESS_KEYS,
         ],
     ),
     (
@@ -217,6 +225,16 @@ fn compile(
                 r: &mut *r,
                 build,
             })?;
+            if kind == Policy::EndpointMetrics {
+                // The pool cap and tenant counts ride in the acquire (Redis script or the
+                // plain-Envoy counts record): endpoint_metrics takes neither.
+                if let Some(key) = lb.present().into_iter().find(|k| FAIRNESS_KEYS.contains(k)) {
+                    return Err(r.err(
+                        key,
+                        "the pool cap and tenant fairness need global_least_request or prefix_cache",
+                    ));
+                }
+            }
             let common = Common::try_from(In {
                 raw: lb,
                 r: &mut *r,

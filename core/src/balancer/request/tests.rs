@@ -40,6 +40,8 @@ fn pick(config: &Rc<RouteConfig>, id: &str) -> Box<Pick> {
         cap: config.common.max_load,
         class: None,
         session: None,
+        pool_cap: 0,
+        tenant: None,
     }))
 }
 
