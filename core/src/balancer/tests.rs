@@ -232,7 +232,7 @@ fn sync_resends_the_list_once_then_gives_up() {
     deliver(&mut host, &mut e, t, &bulk_array(&["SYNC"]));
     assert_eq!(
         host.last_query_args().len(),
-        19,
+        25,
         "resent with the endpoint list"
     );
     let last = host.next_token - 4;
