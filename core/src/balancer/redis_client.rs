@@ -12,8 +12,7 @@ use crate::host::{Host, HostErrorKind, LogLevel};
 use crate::reason::Cause;
 use crate::redis::inflight::{self, InflightKeys, ServiceAcquireArgs};
 use crate::redis::scripts::{
-    self, AcquireArgs, AcquireReply, Keys, PrefixArgs, ReplyError, Scripts, SessionArgs,
-    TenantArgs,
+    self, AcquireArgs, AcquireReply, Keys, PrefixArgs, ReplyError, Scripts, SessionArgs, TenantArgs,
 };
 use std::collections::HashMap;
 use std::rc::Rc;

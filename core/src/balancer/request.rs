@@ -421,9 +421,7 @@ impl Request {
             | PickReply::Resync
             | PickReply::Full
             | PickReply::PoolFull
-            | PickReply::Tenant => {
-                self.route_locally(&pick, Cause::BadReply)
-            }
+            | PickReply::Tenant => self.route_locally(&pick, Cause::BadReply),
         }
     }
 
@@ -524,7 +522,11 @@ impl Request {
                     Rejection::ShedTenant => Counter::TenantShed,
                     _ => Counter::PriorityShed,
                 };
-                return vec![Effect::Count(c), Effect::Count(why), Effect::Reply(r.reply())];
+                return vec![
+                    Effect::Count(c),
+                    Effect::Count(why),
+                    Effect::Reply(r.reply()),
+                ];
             }
             Rejection::HashHeaderMissing => Counter::HashHeaderMissing,
             Rejection::ClusterHeaderFailed => Counter::ClusterHeaderFailed,

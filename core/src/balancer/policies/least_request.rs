@@ -3,8 +3,8 @@
 
 use super::input::{priority_class, Env, Input};
 use crate::balancer::pick::{tenant_capacity, EndpointPick, Pick};
-use crate::config::{Fairness, RouteConfig};
 use crate::balancer::request::Decision;
+use crate::config::{Fairness, RouteConfig};
 use crate::host::Host;
 use crate::reason::Cause;
 use std::rc::Rc;

@@ -59,25 +59,35 @@ end
 -- cost) and `seen` (zset: tenant -> its last request, ms) say which tenants are active: in
 -- flight, or seen within `window` ms. A tenant at `limit` (its share of the capacity) is
 -- refused while another tenant is active; alone, it may use everything. Like the endpoint cap,
--- an idle pool or tenant always admits one request. Returns nil (admitted) or the refusal.
+-- an idle pool or tenant always admits one request. A refused tenant is waiting: it is
+-- marked seen, so the room the others free goes to it. Returns nil (admitted) or the refusal.
 local function admit(load, tenants, seen, now, cost, pool_cap, tenant, limit, window)
+  local function waiting()
+    redis.call('ZADD', seen, now, tenant)
+    redis.call('PEXPIRE', seen, window)
+  end
+  if tenant ~= '' then
+    redis.call('ZREMRANGEBYSCORE', seen, '-inf', now - window)
+  end
   if pool_cap > 0 then
     local total = 0
     local all = redis.call('ZRANGE', load, 0, -1, 'WITHSCORES')
     for i = 2, #all, 2 do total = total + tonumber(all[i]) end
-    if total > 0 and total + cost > pool_cap then return {'POOL', tostring(total)} end
+    if total > 0 and total + cost > pool_cap then
+      if tenant ~= '' then waiting() end
+      return {'POOL', tostring(total)}
+    end
   end
   if tenant ~= '' then
-    redis.call('ZREMRANGEBYSCORE', seen, '-inf', now - window)
     local held = tonumber(redis.call('HGET', tenants, tenant) or '0')
     if held > 0 and held + cost > limit then
       local others = redis.call('ZCARD', seen)
       if redis.call('ZSCORE', seen, tenant) then others = others - 1 end
       local busy = redis.call('HLEN', tenants) - 1
-      -- A refused tenant is waiting: active too.
-      redis.call('ZADD', seen, now, tenant)
-      redis.call('PEXPIRE', seen, window)
-      if others > 0 or busy > 0 then return {'TENANT', tostring(held)} end
+      if others > 0 or busy > 0 then
+        waiting()
+        return {'TENANT', tostring(held)}
+      end
     end
   end
   return nil
