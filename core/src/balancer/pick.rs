@@ -36,6 +36,8 @@ pub struct LocalLease {
     pub key: Rc<str>,
     pub endpoint: String,
     pub cost: u64,
+    /// Tenant fairness: the tenant id whose in-flight count this request holds too.
+    pub tenant: Option<String>,
 }
 
 /// cluster_metrics: the service a request was sent to, recorded at first byte and stream end
