@@ -211,6 +211,16 @@ fn compile(
                 "prefix_cache" => Policy::PrefixCache,
                 _ => Policy::EndpointMetrics,
             };
+            if kind == Policy::EndpointMetrics {
+                // The pool cap and tenant counts ride in the acquire (Redis script or the
+                // plain-Envoy counts record): endpoint_metrics takes neither.
+                if let Some(key) = lb.present().into_iter().find(|k| FAIRNESS_KEYS.contains(k)) {
+                    return Err(r.err(
+                        key,
+                        "the pool cap and tenant fairness need global_least_request or prefix_cache",
+                    ));
+                }
+            }
             let redis = redis_for(kind, lb, r, build)?;
             let metrics = match kind {
                 Policy::EndpointMetrics => Some(MetricsConfig::try_from(In {
@@ -225,16 +235,6 @@ fn compile(
                 r: &mut *r,
                 build,
             })?;
-            if kind == Policy::EndpointMetrics {
-                // The pool cap and tenant counts ride in the acquire (Redis script or the
-                // plain-Envoy counts record): endpoint_metrics takes neither.
-                if let Some(key) = lb.present().into_iter().find(|k| FAIRNESS_KEYS.contains(k)) {
-                    return Err(r.err(
-                        key,
-                        "the pool cap and tenant fairness need global_least_request or prefix_cache",
-                    ));
-                }
-            }
             let common = Common::try_from(In {
                 raw: lb,
                 r: &mut *r,
