@@ -190,7 +190,8 @@ fn the_acquire_carries_the_class_pool_cap_and_the_tenant_limit() {
         "tenantShares": {"gold": 0.8}, "tenantWindow": 2000}));
     let gold = crate::config::tenant_id(b"gold");
     let free = crate::config::tenant_id(b"free");
-    let cases: [(&[(&str, &str)], [&str; 4]); 4] = [
+    type Case<'a> = (&'a [(&'a str, &'a str)], [&'a str; 4]);
+    let cases: [Case; 4] = [
         (&[], ["10", "", "0", "1"]),
         (
             &[("x-p", "critical"), (TENANT, "gold")],

@@ -178,6 +178,15 @@ impl TryFrom<In<'_, '_, RawLbConfig>> for Common {
             ));
         }
         let (max_pool, fairness) = super::fairness::read(raw, r)?;
+        if fairness
+            .as_ref()
+            .is_some_and(|f| !is_header_name(&f.header))
+        {
+            return Err(r.err(
+                "tenantHeader",
+                "must be a header name (letters, digits, '-', '_')",
+            ));
+        }
         if fairness.is_some() && max_pool == 0 && max_request_count <= 0 {
             return Err(r.err(
                 "tenantHeader",

@@ -62,12 +62,7 @@ pub(super) fn read(
         }
         return Ok((pool.unwrap_or(0), None));
     };
-    if !super::common::is_header_name(&header) {
-        return Err(r.err(
-            "tenantHeader",
-            "must be a header name (letters, digits, '-', '_')",
-        ));
-    }
+    // The header name itself is checked by the caller (common.rs, with the other headers).
     let valid = |s: f64| s.is_finite() && s > 0.0 && s <= 1.0;
     let default_share = default.unwrap_or(DEFAULT_TENANT_SHARE);
     if !valid(default_share) {

@@ -59,7 +59,12 @@ fn picks_per_s(fleet: &Fleet, seconds: f64) -> anyhow::Result<f64> {
             anyhow::bail!("sync: {r:?}");
         };
         let ep = items.get(1).and_then(|v| v.as_str()).unwrap_or_default();
-        let rel = scripts::release_call(&scripts, true, k, &[scripts::lease_member("sync", ep, 1, None)]);
+        let rel = scripts::release_call(
+            &scripts,
+            true,
+            k,
+            &[scripts::lease_member("sync", ep, 1, None)],
+        );
         anyhow::ensure!(c.cmd_raw(&rel) == Value::Integer(1), "sync release");
     }
     let deadline = Instant::now() + Duration::from_secs_f64(seconds);
