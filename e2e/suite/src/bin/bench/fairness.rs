@@ -1,7 +1,8 @@
 //! Tenant fairness (README "Tenant fairness"): 2 gateways x 2 workers in front of 4 fake pods,
 //! the pool capped at its pods' slots (`maxPoolRequests`). A quiet tenant and a tenant sending
 //! 10x as much (more than the whole pool can serve) share it; the same arrival sequence's quiet
-//! requests alone give the baseline. Also the peak pool load seen in Redis against the cap.
+//! requests alone give the baseline. Also the peak pool load seen in Redis against the cap, and
+//! for contrast the same flood through plain least request (no pool cap, no shares).
 
 use crate::common::percentile;
 use ailb_e2e::bed::{chat_body, wait_for_zero, Bed};
@@ -158,6 +159,18 @@ pub fn fairness_under_a_flood() -> anyhow::Result<()> {
     println!(
         "BENCH fairness_pool_peak_over_cap {:.2} ratio",
         peak / cap as f64
+    );
+
+    // Contrast: the same sequence without the pool cap or shares queues in the pods.
+    let plain = glr_config(bed.redis.port, json!({}));
+    let c = bed.gateway(&bed.spec("plain-a", Some(plain.clone())));
+    let d = bed.gateway(&bed.spec("plain-b", Some(plain)));
+    bed.reset_pods();
+    let unfair = replay(&[&c, &d], &seq);
+    anyhow::ensure!(wait_for_zero(&bed, Duration::from_secs(30)).is_zero());
+    println!(
+        "BENCH fairness_quiet_tenant_p99_ratio_without_shares {:.2} ratio",
+        quiet_p99(&unfair)? / quiet_p99(&alone)?
     );
     Ok(())
 }
