@@ -73,6 +73,8 @@ fn measure(redis: &RedisServer, hosts: usize, blocks: usize, sticky: bool) -> Me
         reclaim: 0,
         endpoints: Some(&eps),
         session: None,
+        pool_cap: 0,
+        tenant: None,
     };
     c.cmd_raw(&scripts::acquire_call(&scripts, true, &keys, &args));
 
@@ -151,6 +153,8 @@ fn measure(redis: &RedisServer, hosts: usize, blocks: usize, sticky: bool) -> Me
                                     max_imbalance: 8,
                                     max_imbalance_ratio: 1.5,
                                 }),
+                                pool_cap: 0,
+                                tenant: None,
                             };
                             // The conversation's known prefix plus this turn's two new blocks.
                             let mut chain = sessions[(rng as usize) % sessions.len()].clone();
@@ -180,7 +184,7 @@ fn measure(redis: &RedisServer, hosts: usize, blocks: usize, sticky: bool) -> Me
                             panic!("acquire failed: {reply:?}")
                         };
                         let ep = items[1].as_str().unwrap().to_string();
-                        held.push_back(scripts::lease_member(rid, &ep, 1));
+                        held.push_back(scripts::lease_member(rid, &ep, 1, None));
                     }
                 };
                 // Warm up to the steady-state number of leases (not measured).

@@ -107,9 +107,18 @@ pub enum Counter {
     PriorityAdmittedHeadroom,
     /// Priority classes: a `priorityHeader` value naming no class (the default class used).
     PriorityUnknownClass,
+    /// Tenant fairness: a request refused (429) because its tenant held its share of the pool
+    /// while another tenant was active.
+    TenantShed,
+    /// Tenant fairness: a tenant's request that fell back (Redis down, shared data failed):
+    /// not held to its share.
+    TenantFallback,
+    /// A request refused (429) because the pool was at `maxPoolRequests` (or its class's cap
+    /// of it).
+    PoolFull,
 }
 
-const FIXED: [(Counter, &str); 34] = [
+const FIXED: [(Counter, &str); 37] = [
     (Counter::RedisCalls, "ai_lb.redis.calls"),
     (Counter::RedisErrors, "ai_lb.redis.errors"),
     (Counter::RedisTimeouts, "ai_lb.redis.timeouts"),
@@ -174,6 +183,9 @@ const FIXED: [(Counter, &str); 34] = [
         Counter::PriorityUnknownClass,
         "ai_lb.priority.unknown_class",
     ),
+    (Counter::TenantShed, "ai_lb.tenant.shed"),
+    (Counter::TenantFallback, "ai_lb.tenant.fallback"),
+    (Counter::PoolFull, "ai_lb.pool.full"),
 ];
 
 /// Metric ids in the order of [`Stats::names`].

@@ -60,6 +60,8 @@ impl Px {
             reclaim: 0,
             endpoints: sync.then_some(self.eps.as_slice()),
             session: None,
+            pool_cap: 0,
+            tenant: None,
         };
         let prefix = PrefixArgs {
             chain,
@@ -99,7 +101,7 @@ impl Px {
             &self.scripts,
             false,
             &self.keys,
-            &[scripts::lease_member(rid, ep, 1)],
+            &[scripts::lease_member(rid, ep, 1, None)],
         );
         assert!(
             scripts::parse_release(&c.raw_reply(&q)).unwrap(),

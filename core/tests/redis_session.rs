@@ -70,6 +70,8 @@ impl Bed {
                 max_imbalance: 8,
                 max_imbalance_ratio: 1.5,
             }),
+            pool_cap: 0,
+            tenant: None,
         };
         let prefix = chain.map(|chain| PrefixArgs {
             chain,
@@ -110,7 +112,7 @@ impl Bed {
             &self.scripts,
             false,
             &self.keys,
-            &[scripts::lease_member(rid, ep, 1)],
+            &[scripts::lease_member(rid, ep, 1, None)],
         );
         assert!(scripts::parse_release(&c.raw_reply(&q)).unwrap());
     }

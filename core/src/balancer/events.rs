@@ -43,6 +43,9 @@ pub enum Rejection {
     /// Priority classes: every endpoint is at this request's class cap (README "Priority
     /// classes"); 429 with `Retry-After`.
     ShedPriority,
+    /// Tenant fairness: the request's tenant holds its share of the pool while another tenant
+    /// is active (README "Tenant fairness"); 429 with `Retry-After`.
+    ShedTenant,
     /// cluster_hash: `hash_header` missing or empty (Higress answers 403).
     HashHeaderMissing,
     /// A cluster policy could not write `cluster_header` (Higress answers 500).
@@ -68,6 +71,7 @@ impl Rejection {
             Rejection::MaxRequestCount => Reason::Rejected429,
             Rejection::Shed => Reason::Shed429,
             Rejection::ShedPriority => Reason::ShedPriority,
+            Rejection::ShedTenant => Reason::ShedTenant,
             Rejection::HashHeaderMissing => Reason::HashHeaderMissing403,
             Rejection::ClusterHeaderFailed => Reason::ClusterHeaderFailed500,
         }
@@ -85,6 +89,12 @@ impl Rejection {
                 status: 429,
                 details: "ai_lb_shed_priority",
                 body: b"Every endpoint is saturated for this priority class: rejected by ai-load-balancer.",
+                retry_after_s: SHED_RETRY_AFTER_S,
+            },
+            Rejection::ShedTenant => LocalReply {
+                status: 429,
+                details: "ai_lb_shed_tenant",
+                body: b"This tenant holds its share of the pool while others wait: rejected by ai-load-balancer.",
                 retry_after_s: SHED_RETRY_AFTER_S,
             },
             Rejection::Shed => LocalReply {

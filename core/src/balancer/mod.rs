@@ -578,6 +578,8 @@ mod body_tests;
 #[cfg(test)]
 mod cluster_tests;
 #[cfg(test)]
+mod fairness_tests;
+#[cfg(test)]
 mod local_prefix_tests;
 #[cfg(test)]
 mod priority_tests;

@@ -12,7 +12,7 @@ use crate::host::{Host, HostErrorKind, LogLevel};
 use crate::reason::Cause;
 use crate::redis::inflight::{self, InflightKeys, ServiceAcquireArgs};
 use crate::redis::scripts::{
-    self, AcquireArgs, AcquireReply, Keys, PrefixArgs, ReplyError, Scripts, SessionArgs,
+    self, AcquireArgs, AcquireReply, Keys, PrefixArgs, ReplyError, Scripts, SessionArgs, TenantArgs,
 };
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -172,6 +172,15 @@ impl RedisClient {
             reclaim,
             endpoints: pick.sent_list.then_some(pick.candidates.as_slice()),
             session: None,
+            pool_cap: pick.pool_cap,
+            tenant: match (&pick.tenant, &pick.config.common.fairness) {
+                (Some((id, limit)), Some(f)) => Some(TenantArgs {
+                    id,
+                    limit: *limit,
+                    window_ms: f.window_ms,
+                }),
+                _ => None,
+            },
         };
         let mut args = args;
         if let (Some(key), Some(session)) = (&pick.session, &pick.config.session) {
@@ -286,6 +295,8 @@ impl RedisClient {
             },
             Ok(AcquireReply::Sync | AcquireReply::Empty) => PickReply::Resync,
             Ok(AcquireReply::Full) => PickReply::Full,
+            Ok(AcquireReply::Tenant) => PickReply::Tenant,
+            Ok(AcquireReply::PoolFull) => PickReply::PoolFull,
             Err(e) => reply_error(host, tel, ctx, e),
         }
     }

@@ -95,6 +95,10 @@ pub struct Keys {
     pub load: String,
     pub leases: String,
     pub members: String,
+    /// Tenant fairness (docs/redis-data-model.md §11): tenant -> in-flight cost (hash), and
+    /// tenant -> its last request (zset).
+    pub tenants: String,
+    pub seen: String,
 }
 
 impl Keys {
@@ -106,6 +110,8 @@ impl Keys {
             load: format!("{namespace}:load"),
             leases: format!("{namespace}:leases"),
             members: format!("{namespace}:members"),
+            tenants: format!("{namespace}:tenants"),
+            seen: format!("{namespace}:tenants_seen"),
             namespace,
         }
     }
@@ -148,6 +154,20 @@ pub struct AcquireArgs<'a> {
     pub endpoints: Option<&'a [String]>,
     /// Session stickiness: the session's binding rides in the same call.
     pub session: Option<SessionArgs<'a>>,
+    /// `maxPoolRequests` (or the request's class cap of it); 0 = none.
+    pub pool_cap: u64,
+    /// Tenant fairness: the request's tenant.
+    pub tenant: Option<TenantArgs<'a>>,
+}
+
+/// What a tenant adds to an acquire (docs/redis-data-model.md §11).
+#[derive(Debug, Clone)]
+pub struct TenantArgs<'a> {
+    /// The tenant id (`config::fairness::tenant_id`: hex).
+    pub id: &'a str,
+    /// The most the tenant may hold while another tenant is active.
+    pub limit: u64,
+    pub window_ms: u64,
 }
 
 /// What a session adds to an acquire (docs/redis-data-model.md §10).
@@ -230,6 +250,13 @@ pub fn pick_call(
         (None, None) => vec![session_ttl, "0".into(), "0".into()],
     };
     args.extend(policy_args.iter().map(|s| s.as_bytes()));
+    let admission = [
+        a.pool_cap.to_string(),
+        a.tenant.as_ref().map_or("", |t| t.id).to_string(),
+        a.tenant.as_ref().map_or(0, |t| t.limit).to_string(),
+        a.tenant.as_ref().map_or(1, |t| t.window_ms).to_string(),
+    ];
+    args.extend(admission.iter().map(|s| s.as_bytes()));
     if let Some(eps) = a.endpoints {
         args.extend(eps.iter().map(|e| e.as_bytes()));
     }
@@ -244,17 +271,27 @@ pub fn pick_call(
     if let Some(s) = &a.session {
         all_keys.push(s.key);
     }
+    all_keys.extend([keys.tenants.as_str(), keys.seen.as_str()]);
     call(script, by_sha, &all_keys, &args)
 }
 
-/// The lease member a successful acquire wrote: `<request id>|<endpoint>|<cost>`.
-pub fn lease_member(request_id: &str, endpoint: &str, cost: u64) -> String {
-    format!("{request_id}|{endpoint}|{cost}")
+/// The lease member a successful acquire wrote: `<request id>|<endpoint>|<cost>`, with
+/// `<request id>~<tenant id>` as the first part for a tenant's request (lease.lua).
+pub fn lease_member(request_id: &str, endpoint: &str, cost: u64, tenant: Option<&str>) -> String {
+    match tenant {
+        Some(t) => format!("{request_id}~{t}|{endpoint}|{cost}"),
+        None => format!("{request_id}|{endpoint}|{cost}"),
+    }
 }
 
 pub fn release_call(scripts: &Scripts, by_sha: bool, keys: &Keys, members: &[String]) -> Vec<u8> {
     let args: Vec<&[u8]> = members.iter().map(|m| m.as_bytes()).collect();
-    call(&scripts.release, by_sha, &[&keys.load, &keys.leases], &args)
+    call(
+        &scripts.release,
+        by_sha,
+        &[&keys.load, &keys.leases, &keys.tenants],
+        &args,
+    )
 }
 
 /// What an acquire answered.
@@ -267,8 +304,12 @@ pub enum AcquireReply {
         spilled: bool,
         session: SessionState,
     },
-    /// Every endpoint is at the cap: nothing was incremented.
+    /// Every endpoint is at the cap, or the pool at its cap: nothing was incremented.
     Full,
+    /// The pool is at its cap: nothing was incremented.
+    PoolFull,
+    /// The request's tenant is at its share while another tenant is active.
+    Tenant,
     /// Redis does not have this caller's endpoint set: resend with the list.
     Sync,
     /// No endpoints at all in Redis.
@@ -338,6 +379,8 @@ pub fn parse_acquire(raw: &[u8]) -> Result<AcquireReply, ReplyError> {
             })
         }
         (Some("FULL"), _) => Ok(AcquireReply::Full),
+        (Some("TENANT"), _) => Ok(AcquireReply::Tenant),
+        (Some("POOL"), _) => Ok(AcquireReply::PoolFull),
         (Some("SYNC"), _) => Ok(AcquireReply::Sync),
         (Some("EMPTY"), _) => Ok(AcquireReply::Empty),
         _ => Err(ReplyError::Malformed(format!(
@@ -396,6 +439,8 @@ mod tests {
             reclaim: 2,
             endpoints: Some(&eps),
             session: None,
+            pool_cap: 0,
+            tenant: None,
         };
         let q = acquire_call(&s, true, &k, &args);
         let Value::Array(Some(items)) = resp::decode_exact(&q).unwrap() else {
@@ -407,10 +452,12 @@ mod tests {
             [
                 "EVALSHA",
                 s.acquire.sha.as_str(),
-                "3",
+                "5",
                 "p:{r|c}:load",
                 "p:{r|c}:leases",
                 "p:{r|c}:members",
+                "p:{r|c}:tenants",
+                "p:{r|c}:tenants_seen",
                 "5",
                 "6",
                 "rid",
@@ -422,6 +469,10 @@ mod tests {
                 "0",
                 "0",
                 "0",
+                "0",
+                "",
+                "0",
+                "1",
                 "a:1",
                 "b:2"
             ]
@@ -453,6 +504,8 @@ mod tests {
             reclaim: 2,
             endpoints: Some(&eps),
             session: Some(session),
+            pool_cap: 0,
+            tenant: None,
         };
         let words = |q: Vec<u8>| -> Vec<String> {
             let Value::Array(Some(items)) = resp::decode_exact(&q).unwrap() else {
@@ -464,9 +517,9 @@ mod tests {
                 .collect()
         };
         let glr = words(acquire_call(&s, true, &k, &args));
-        assert_eq!(glr[2], "4");
+        assert_eq!(glr[2], "6");
         assert_eq!(glr[6], key);
-        assert_eq!(&glr[15..], ["60", "8", "1.5", "a:1"]);
+        assert_eq!(&glr[17..], ["60", "8", "1.5", "0", "", "0", "1", "a:1"]);
         let chain = vec!["p:{r|c}:px:1".to_string()];
         let prefix = PrefixArgs {
             chain: &chain,
@@ -475,9 +528,9 @@ mod tests {
             max_imbalance_ratio: 2.0,
         };
         let px = words(pick_call(&s, true, &k, &args, Some(&prefix)));
-        assert_eq!(px[2], "5");
+        assert_eq!(px[2], "7");
         assert_eq!(&px[6..8], [chain[0].as_str(), key.as_str()]);
-        assert_eq!(&px[16..], ["30", "4", "2", "60", "a:1"]);
+        assert_eq!(&px[18..], ["30", "4", "2", "60", "0", "", "0", "1", "a:1"]);
     }
 
     #[test]

@@ -40,6 +40,8 @@ fn pick(config: &Rc<RouteConfig>, id: &str) -> Box<Pick> {
         cap: config.common.max_load,
         class: None,
         session: None,
+        pool_cap: 0,
+        tenant: None,
     }))
 }
 
@@ -283,6 +285,7 @@ fn local_decisions_give_back_their_count_once() {
     let mut r = request("");
     to_decision(&mut r);
     let local = LocalLease {
+        tenant: None,
         key: "k".into(),
         endpoint: "10.0.0.1:80".into(),
         cost: 1,

@@ -15,11 +15,12 @@ local function sync_members(load, members_key, fingerprint, first, argv)
 end
 
 -- Amortised self-healing: give back up to `limit` leases whose holder never released them.
-local function reclaim(load, leases, now, limit)
+-- The tenant counts heal with them.
+local function reclaim(load, leases, now, limit, tenants)
   if limit > 0 then
     for _, m in ipairs(redis.call('ZRANGEBYSCORE', leases, '-inf', now, 'LIMIT', 0, limit)) do
       redis.call('ZREM', leases, m)
-      give_back(load, m)
+      give_back(load, m, tenants)
     end
   end
 end
@@ -50,6 +51,61 @@ end
 local function take(load, leases, ep, cost, expiry, request_id)
   redis.call('ZINCRBY', load, cost, ep)
   redis.call('ZADD', leases, expiry, request_id .. '|' .. ep .. '|' .. cost)
+end
+
+-- The pool cap and tenant fairness (docs/redis-data-model.md §11), checked before the pick.
+-- The pool's load is the sum of the endpoints' loads: kept by the same take / give_back /
+-- reclaim as each endpoint's, so it heals with them. `tenants` (hash: tenant -> in-flight
+-- cost) and `seen` (zset: tenant -> its last request, ms) say which tenants are active: in
+-- flight, or seen within `window` ms. A tenant at `limit` (its share of the capacity) is
+-- refused while another tenant is active; alone, it may use everything. Like the endpoint cap,
+-- an idle pool or tenant always admits one request. A refused tenant is waiting: it is
+-- marked seen, so the room the others free goes to it. Returns nil (admitted) or the refusal.
+local function admit(load, tenants, seen, now, cost, pool_cap, tenant, limit, window)
+  local function waiting()
+    redis.call('ZADD', seen, now, tenant)
+    redis.call('PEXPIRE', seen, window)
+  end
+  if tenant ~= '' then
+    redis.call('ZREMRANGEBYSCORE', seen, '-inf', now - window)
+  end
+  if pool_cap > 0 then
+    local total = 0
+    local all = redis.call('ZRANGE', load, 0, -1, 'WITHSCORES')
+    for i = 2, #all, 2 do total = total + tonumber(all[i]) end
+    if total > 0 and total + cost > pool_cap then
+      if tenant ~= '' then waiting() end
+      return {'POOL', tostring(total)}
+    end
+  end
+  if tenant ~= '' then
+    local held = tonumber(redis.call('HGET', tenants, tenant) or '0')
+    if held > 0 and held + cost > limit then
+      local others = redis.call('ZCARD', seen)
+      if redis.call('ZSCORE', seen, tenant) then others = others - 1 end
+      local busy = redis.call('HLEN', tenants) - 1
+      if others > 0 or busy > 0 then
+        waiting()
+        return {'TENANT', tostring(held)}
+      end
+    end
+  end
+  return nil
+end
+
+-- The tenant's share of a request just taken (its lease id carries the tenant: lease.lua).
+local function tenant_take(tenants, seen, now, cost, tenant, window)
+  if tenant ~= '' then
+    redis.call('HINCRBY', tenants, tenant, cost)
+    redis.call('ZADD', seen, now, tenant)
+    redis.call('PEXPIRE', seen, window)
+  end
+end
+
+-- The lease id of a request: its request id, and its tenant when it has one.
+local function lease_id(request_id, tenant)
+  if tenant ~= '' then return request_id .. '~' .. tenant end
+  return request_id
 end
 
 
