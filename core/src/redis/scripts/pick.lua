@@ -61,11 +61,13 @@ end
 -- refused while another tenant is active; alone, it may use everything. Like the endpoint cap,
 -- an idle pool or tenant always admits one request. A refused tenant is waiting: it is
 -- marked seen, so the room the others free goes to it. Returns nil (admitted) or the refusal.
+local function mark_waiting(seen, now, tenant, window)
+  redis.call('ZADD', seen, now, tenant)
+  redis.call('PEXPIRE', seen, window)
+end
+
 local function admit(load, tenants, seen, now, cost, pool_cap, tenant, limit, window)
-  local function waiting()
-    redis.call('ZADD', seen, now, tenant)
-    redis.call('PEXPIRE', seen, window)
-  end
+  if pool_cap <= 0 and tenant == '' then return nil end
   if tenant ~= '' then
     redis.call('ZREMRANGEBYSCORE', seen, '-inf', now - window)
   end
@@ -74,7 +76,7 @@ local function admit(load, tenants, seen, now, cost, pool_cap, tenant, limit, wi
     local all = redis.call('ZRANGE', load, 0, -1, 'WITHSCORES')
     for i = 2, #all, 2 do total = total + tonumber(all[i]) end
     if total > 0 and total + cost > pool_cap then
-      if tenant ~= '' then waiting() end
+      if tenant ~= '' then mark_waiting(seen, now, tenant, window) end
       return {'POOL', tostring(total)}
     end
   end
@@ -85,7 +87,7 @@ local function admit(load, tenants, seen, now, cost, pool_cap, tenant, limit, wi
       if redis.call('ZSCORE', seen, tenant) then others = others - 1 end
       local busy = redis.call('HLEN', tenants) - 1
       if others > 0 or busy > 0 then
-        waiting()
+        mark_waiting(seen, now, tenant, window)
         return {'TENANT', tostring(held)}
       end
     end
