@@ -53,6 +53,7 @@ const OWNERS: &[(&str, &[&[&str]])] = &[
             ENVOY_KEYS,
             METRICS_KEYS,
             SATURATION_SCRAPE_KEYS,
+            SESSION_KEYS,
         ],
     ),
     (
@@ -256,8 +257,11 @@ fn compile(
     Ok((config, reads))
 }
 
-/// Session stickiness: global_least_request and prefix_cache in the Higress build (the binding
-/// lives in Redis, docs/redis-data-model.md §10). Refused where it would be silently ignored.
+/// Session stickiness, an option of every endpoint policy (README "Sessions"). The binding
+/// lives in Redis where the policy keeps its state there (global_least_request and prefix_cache,
+/// Higress build; docs/redis-data-model.md §10); elsewhere (plain Envoy, endpoint_metrics) the
+/// session id is consistent-hashed onto the endpoints and no binding is stored, so `sessionTTL`
+/// would be silently ignored: refused.
 fn sticky(
     kind: Policy,
     lb: &RawLbConfig,
@@ -265,33 +269,24 @@ fn sticky(
     build: Build,
     reads_body: bool,
 ) -> Result<Option<session::SessionConfig>, ConfigError> {
-    let given = lb.present().into_iter().find(|k| SESSION_KEYS.contains(k));
-    // Plain Envoy: global_least_request hashes the session onto its endpoints' ring (no
-    // binding is stored, so no TTL).
-    let envoy_glr = build == Build::Envoy && kind == Policy::GlobalLeastRequest;
-    if envoy_glr && lb.session_ttl.is_some() {
+    if !lb.present().into_iter().any(|k| SESSION_KEYS.contains(&k)) {
+        return Ok(None);
+    }
+    if !kind.uses_redis(build) && lb.session_ttl.is_some() {
         return Err(r.err(
             "sessionTTL",
-            "the plain-Envoy build stores no binding (sessions are consistent-hashed)",
-        ));
-    }
-    match (given, kind.uses_redis(build) || envoy_glr) {
-        (None, _) => Ok(None),
-        (Some(_), true) => session::session(
-            In { raw: lb, r, build },
-            // The Higress build always waits for the body (see decide_at_headers below).
-            reads_body || build == Build::Higress,
-        ),
-        (Some(key), false) => Err(r.err(
-            key,
             format!(
-                "session stickiness needs global_least_request (either build) or prefix_cache \
-                 (Higress build) (not {} in the {} build)",
+                "{} in the {} build stores no binding (sessions are consistent-hashed)",
                 kind.name(),
                 build.name()
             ),
-        )),
+        ));
     }
+    session::session(
+        In { raw: lb, r, build },
+        // The Higress build always waits for the body (see decide_at_headers below).
+        reads_body || build == Build::Higress,
+    )
 }
 
 /// Whether an endpoint policy uses the request body to decide.

@@ -392,19 +392,81 @@ fn session_keys_are_strict() {
 }
 
 #[test]
-fn session_keys_are_refused_where_they_would_be_ignored() {
-    // endpoint_metrics keeps no binding; the plain-Envoy build has no Redis for it.
+fn session_keys_are_taken_by_every_endpoint_policy_and_ttl_only_with_a_binding() {
+    // endpoint_metrics consistent-hashes sessions in both builds: no binding, so no TTL.
+    let s = session_cfg(
+        "endpoint_metrics",
+        r#","sessionHeader":"s","sessionBodyField":"user""#,
+        Build::Higress,
+    )
+    .unwrap()
+    .config
+    .global
+    .unwrap()
+    .session
+    .clone()
+    .unwrap();
+    assert_eq!(s.header.as_deref(), Some("s"));
+    assert_eq!(s.body_field, Some(BodyField::User));
     let e = session_cfg(
         "endpoint_metrics",
-        r#","sessionHeader":"s""#,
+        r#","sessionHeader":"s","sessionTTL":60"#,
         Build::Higress,
     );
-    assert!(e
-        .unwrap_err()
-        .to_string()
-        .contains("needs global_least_request"));
+    let e = e.unwrap_err().to_string();
+    assert!(
+        e.contains("lb_config.sessionTTL") && e.contains("endpoint_metrics in the Higress build"),
+        "{e}"
+    );
+    let envoy_metrics = r#","scrapeCluster":"scrape","sessionCookie":"sid""#;
+    let s = session_cfg("endpoint_metrics", envoy_metrics, Build::Envoy)
+        .unwrap()
+        .config
+        .global
+        .unwrap()
+        .session
+        .clone()
+        .unwrap();
+    assert_eq!(s.cookie.as_deref(), Some("sid"));
+    let e = session_cfg(
+        "endpoint_metrics",
+        r#","scrapeCluster":"scrape","sessionCookie":"sid","sessionTTL":5"#,
+        Build::Envoy,
+    );
+    assert!(e.unwrap_err().to_string().contains("stores no binding"));
+    // The keys stay strict there too.
+    let e = session_cfg(
+        "endpoint_metrics",
+        r#","scrapeCluster":"scrape","sessionCookie":"a;b""#,
+        Build::Envoy,
+    );
+    assert!(e.unwrap_err().to_string().contains("cookie name"));
+    // Plain-Envoy prefix_cache: the body is read, so the body field is taken; no TTL.
+    let s = session_cfg(
+        "prefix_cache",
+        r#","sessionHeader":"s","sessionBodyField":"metadata.conv""#,
+        Build::Envoy,
+    )
+    .unwrap()
+    .config
+    .global
+    .unwrap()
+    .session
+    .clone()
+    .unwrap();
+    assert_eq!(s.body_field, Some(BodyField::Metadata("conv".into())));
+    let e = session_cfg(
+        "prefix_cache",
+        r#","sessionHeader":"s","sessionTTL":5"#,
+        Build::Envoy,
+    );
+    let e = e.unwrap_err().to_string();
+    assert!(
+        e.contains("prefix_cache in the plain-Envoy build stores no binding"),
+        "{e}"
+    );
     // Plain Envoy: global_least_request consistent-hashes sessions (no TTL, no body field at
-    // the headers); prefix_cache there does not take them.
+    // the headers).
     let ok = session_cfg(
         "global_least_request",
         r#","sessionHeader":"s""#,
@@ -426,8 +488,6 @@ fn session_keys_are_refused_where_they_would_be_ignored() {
         .unwrap_err()
         .to_string()
         .contains("decides at the request headers"));
-    let e = session_cfg("prefix_cache", r#","sessionHeader":"s""#, Build::Envoy);
-    assert!(e.unwrap_err().to_string().contains("plain-Envoy build"));
     // A cluster policy does not read them: warned, as every foreign key.
     let json = br#"{"lb_type":"cluster","lb_policy":"cluster_hash","lb_config":{"clusters":[{"cluster":"a","weight":100}],"sessionHeader":"s"}}"#;
     let parsed = parse(json, Build::Higress).unwrap();
