@@ -81,10 +81,18 @@ fn envoy_prefix_sessions_win_over_the_prefix_and_leave_a_saturated_pod() {
         "queueThresholdCritical": 5}});
     let envoys = [Envoy::start(&pods, &plugin), Envoy::start(&pods, &plugin)];
     // Two full rounds over the 4 pods on each proxy after `since`: every page read anew.
-    let scrapes = || envoys.iter().map(|e| e.stat("ai_lb.metrics.scrape_ok")).collect::<Vec<_>>();
+    let scrapes = || {
+        envoys
+            .iter()
+            .map(|e| e.stat("ai_lb.metrics.scrape_ok"))
+            .collect::<Vec<_>>()
+    };
     let rescraped = |since: Vec<i64>| {
         let ok = wait_until(Duration::from_secs(10), || {
-            scrapes().iter().zip(&since).all(|(now, was)| *now >= was + 8)
+            scrapes()
+                .iter()
+                .zip(&since)
+                .all(|(now, was)| *now >= was + 8)
         });
         assert!(ok, "no scrapes: {}", envoys[0].logs());
     };
@@ -138,7 +146,10 @@ fn envoy_prefix_sessions_win_over_the_prefix_and_leave_a_saturated_pod() {
     rescraped(scrapes());
     for sid in &sessions {
         for e in &envoys {
-            assert_eq!(send(&e.url, sid, &shared_turn(5)), (home[sid].clone(), "session".into()));
+            assert_eq!(
+                send(&e.url, sid, &shared_turn(5)),
+                (home[sid].clone(), "session".into())
+            );
         }
     }
     let _ = std::fs::remove_dir_all(&dir);

@@ -131,7 +131,11 @@ fn metrics_sessions_stay_put_across_gateways_leave_a_saturated_pod_and_a_dead_on
         let first = both(&a, &b, sid, "t0");
         assert_eq!(first.1, "session", "{sid:.12}");
         for t in 1..3 {
-            assert_eq!(both(&a, &b, sid, &format!("t{t}")), first, "{sid:.12} turn {t}");
+            assert_eq!(
+                both(&a, &b, sid, &format!("t{t}")),
+                first,
+                "{sid:.12} turn {t}"
+            );
         }
         home.insert(sid.clone(), first.0);
     }
@@ -160,7 +164,11 @@ fn metrics_sessions_stay_put_across_gateways_leave_a_saturated_pod_and_a_dead_on
                 assert_ne!(pod, hot, "{sid:.12}");
                 assert_eq!(reason, "session_rebound", "{sid:.12}");
             } else {
-                assert_eq!((&pod, reason.as_str()), (&home[sid], "session"), "{sid:.12}");
+                assert_eq!(
+                    (&pod, reason.as_str()),
+                    (&home[sid], "session"),
+                    "{sid:.12}"
+                );
             }
         }
     }
@@ -170,7 +178,10 @@ fn metrics_sessions_stay_put_across_gateways_leave_a_saturated_pod_and_a_dead_on
     std::fs::write(page(&hot), vllm_page(0, 0.1)).unwrap();
     std::thread::sleep(Duration::from_millis(400));
     for sid in &sessions {
-        assert_eq!(both(&a, &b, sid, "recovered"), (home[sid].clone(), "session".into()));
+        assert_eq!(
+            both(&a, &b, sid, "recovered"),
+            (home[sid].clone(), "session".into())
+        );
     }
 
     // It dies: the health checks take it out of both gateways' healthy set, its sessions move
@@ -189,11 +200,18 @@ fn metrics_sessions_stay_put_across_gateways_leave_a_saturated_pod_and_a_dead_on
     for sid in &sessions {
         let now = both(&a, &b, sid, "after");
         assert_ne!(now.0, hot);
-        assert_eq!(now.1, "session", "the ring of the healthy pods names its pod");
+        assert_eq!(
+            now.1, "session",
+            "the ring of the healthy pods names its pod"
+        );
         if home[sid] != hot {
             assert_eq!(now.0, home[sid], "an unaffected session stays");
         }
-        assert_eq!(both(&a, &b, sid, "after 2"), now, "and stays on its new pod");
+        assert_eq!(
+            both(&a, &b, sid, "after 2"),
+            now,
+            "and stays on its new pod"
+        );
     }
     assert_eq!(sum([&a, &b], "ai_lb.fallback.no_metrics"), 0);
     let _ = std::fs::remove_dir_all(&dir);
