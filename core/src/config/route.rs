@@ -204,7 +204,19 @@ fn compile(
                 "prefix_cache" => Policy::PrefixCache,
                 _ => Policy::EndpointMetrics,
             };
-            let redis = redis_for(kind, lb, r, build)?;
+            // endpoint_metrics keeps session bindings in Redis when a sticky route names a
+            // Redis service (Higress build; README "Sessions"), else nothing.
+            let binds = kind == Policy::EndpointMetrics
+                && build == Build::Higress
+                && lb.service_fqdn.is_some()
+                && lb.present().into_iter().any(|k| SESSION_KEYS.contains(&k));
+            let redis = if binds {
+                reads.extend_from_slice(REDIS_KEYS);
+                let timeout = r.int_or("timeout", &lb.timeout, DEFAULT_REDIS_TIMEOUT_MS, " ms");
+                Some(redis::target(lb, r, "timeout", timeout)?)
+            } else {
+                redis_for(kind, lb, r, build)?
+            };
             let metrics = match kind {
                 Policy::EndpointMetrics => Some(MetricsConfig::try_from(In {
                     raw: lb,
@@ -235,7 +247,7 @@ fn compile(
                 ))?),
                 _ => PolicyConfig::GlobalLeastRequest,
             };
-            session = sticky(kind, lb, r, build, reads_body(&p, &common))?;
+            session = sticky(kind, lb, r, build, reads_body(&p, &common), redis.is_some())?;
             (p, redis, common, endpoints, publish)
         }
     };
@@ -258,29 +270,34 @@ fn compile(
 }
 
 /// Session stickiness, an option of every endpoint policy (README "Sessions"). The binding
-/// lives in Redis where the policy keeps its state there (global_least_request and prefix_cache,
-/// Higress build; docs/redis-data-model.md §10); elsewhere (plain Envoy, endpoint_metrics) the
-/// session id is consistent-hashed onto the endpoints and no binding is stored, so `sessionTTL`
-/// would be silently ignored: refused.
+/// lives in Redis where the route has Redis (`redis`: global_least_request and prefix_cache,
+/// and endpoint_metrics naming a Redis service, Higress build; docs/redis-data-model.md §10);
+/// elsewhere the session id is consistent-hashed onto the endpoints and no binding is stored,
+/// so `sessionTTL` would be silently ignored: refused.
 fn sticky(
     kind: Policy,
     lb: &RawLbConfig,
     r: &mut Reader<'_>,
     build: Build,
     reads_body: bool,
+    redis: bool,
 ) -> Result<Option<session::SessionConfig>, ConfigError> {
     if !lb.present().into_iter().any(|k| SESSION_KEYS.contains(&k)) {
         return Ok(None);
     }
-    if !kind.uses_redis(build) && lb.session_ttl.is_some() {
-        return Err(r.err(
-            "sessionTTL",
+    if !redis && lb.session_ttl.is_some() {
+        let why = if kind == Policy::EndpointMetrics && build == Build::Higress {
+            "endpoint_metrics without serviceFQDN stores no binding (sessions are \
+             consistent-hashed)"
+                .to_string()
+        } else {
             format!(
                 "{} in the {} build stores no binding (sessions are consistent-hashed)",
                 kind.name(),
                 build.name()
-            ),
-        ));
+            )
+        };
+        return Err(r.err("sessionTTL", why));
     }
     session::session(
         In { raw: lb, r, build },

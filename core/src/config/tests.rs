@@ -393,7 +393,8 @@ fn session_keys_are_strict() {
 
 #[test]
 fn session_keys_are_taken_by_every_endpoint_policy_and_ttl_only_with_a_binding() {
-    // endpoint_metrics consistent-hashes sessions in both builds: no binding, so no TTL.
+    // endpoint_metrics consistent-hashes sessions without Redis (below), and keeps their
+    // binding in Redis with it (Higress build).
     let s = session_cfg(
         "endpoint_metrics",
         r#","sessionHeader":"s","sessionBodyField":"user""#,
@@ -408,16 +409,31 @@ fn session_keys_are_taken_by_every_endpoint_policy_and_ttl_only_with_a_binding()
     .unwrap();
     assert_eq!(s.header.as_deref(), Some("s"));
     assert_eq!(s.body_field, Some(BodyField::User));
-    let e = session_cfg(
+    // With a Redis service the binding is kept there, with its TTL, and the Redis keys are read.
+    let parsed = session_cfg(
         "endpoint_metrics",
         r#","sessionHeader":"s","sessionTTL":60"#,
         Build::Higress,
-    );
-    let e = e.unwrap_err().to_string();
+    )
+    .unwrap();
+    assert!(parsed.warnings.is_empty(), "{:?}", parsed.warnings);
+    let route = parsed.config.global.unwrap();
+    assert!(route.redis.is_some());
+    assert_eq!(route.session.as_ref().unwrap().ttl_s, 60);
+    // Without one: consistent hashing, no TTL; Redis keys without a session are ignored.
+    let json =
+        br#"{"lb_policy":"endpoint_metrics","lb_config":{"sessionHeader":"s","sessionTTL":60}}"#;
+    let e = parse(json, Build::Higress).unwrap_err().to_string();
     assert!(
-        e.contains("lb_config.sessionTTL") && e.contains("endpoint_metrics in the Higress build"),
+        e.contains("lb_config.sessionTTL") && e.contains("without serviceFQDN"),
         "{e}"
     );
+    let json = br#"{"lb_policy":"endpoint_metrics","lb_config":{"sessionHeader":"s"}}"#;
+    let route = parse(json, Build::Higress).unwrap().config.global.unwrap();
+    assert!(route.redis.is_none() && route.session.is_some());
+    let plain = session_cfg("endpoint_metrics", "", Build::Higress).unwrap();
+    assert!(plain.config.global.unwrap().redis.is_none());
+    assert!(format!("{:?}", plain.warnings).contains("serviceFQDN"));
     let envoy_metrics = r#","scrapeCluster":"scrape","sessionCookie":"sid""#;
     let s = session_cfg("endpoint_metrics", envoy_metrics, Build::Envoy)
         .unwrap()

@@ -11,6 +11,7 @@ mod scrape;
 mod snapshot;
 
 use super::input::{priority_class, Env, Input};
+use crate::balancer::pick::{Pick, SessionPick};
 use crate::balancer::request::{Decision, Rejection};
 use crate::balancer::shared;
 use crate::balancer::telemetry::Telemetry;
@@ -21,6 +22,7 @@ use crate::model_metrics::{
 };
 use crate::prefix::chwbl::Ring;
 use crate::reason::{Cause, Reason};
+use crate::redis::scripts;
 use crate::stats::Counter;
 use crate::upstream;
 use host_list::HostList;
@@ -134,12 +136,23 @@ impl EndpointMetrics {
         let ns = mc
             .scrape_namespace(&config.endpoints)
             .unwrap_or_else(|| "host".to_string());
-        // A session's pod wins while it has metrics that do not say saturated.
-        let home = config.session.as_ref().and_then(|s| {
+        // A session's pod wins while it has metrics that do not say saturated: the pod Redis
+        // binds it to (Higress build, a route with Redis), else its consistent-hash pod.
+        let session = config.session.as_ref().and_then(|s| {
             let id =
                 super::session::session_id(&*host, s, input.read_body.then_some(input.body_bytes))?;
-            Some(self.session_home(&candidates, &id))
+            Some((s, id))
         });
+        let bind = match (&session, input.keys, &config.redis) {
+            (Some((s, id)), Some(keys), Some(_)) => {
+                Some((scripts::session_key(&keys.namespace, id), s.ttl_s))
+            }
+            _ => None,
+        };
+        let home = match (&session, &bind) {
+            (Some((_, id)), None) => Some(self.session_home(&candidates, id)),
+            _ => None,
+        };
         if let Some(Some(h)) = home {
             if let Some(c) = candidates.get(h).filter(|c| keeps_session(c, mc)) {
                 env.tel.inc(host, Counter::SessionHit);
@@ -177,6 +190,22 @@ impl EndpointMetrics {
                 }
                 if rate_limited {
                     env.tel.inc(host, Counter::MetricsRateLimited);
+                }
+                if let Some((key, ttl_s)) = bind {
+                    // One script call keeps or binds the session; the reply routes.
+                    let keep = candidates
+                        .iter()
+                        .filter(|c| keeps_session(c, mc))
+                        .map(|c| c.addr.clone())
+                        .collect();
+                    return Decision::Acquire(Box::new(Pick::Session(SessionPick {
+                        config: config.clone(),
+                        key: key.into(),
+                        ttl_s,
+                        choice: chosen.addr.clone(),
+                        keep,
+                        by_sha: true,
+                    })));
                 }
                 count_sent(host, &chosen.addr);
                 // With a session: its pod was passed by (or the scheduler took it anyway, every
@@ -356,7 +385,7 @@ fn sent_counts(host: &dyn Host) -> HashMap<String, u64> {
 }
 
 /// The choice is made in this proxy: count it as sent (the in-flight correction).
-fn count_sent(host: &mut dyn Host, endpoint: &str) {
+pub fn count_sent(host: &mut dyn Host, endpoint: &str) {
     let _ = shared::update(host, SENT_KEY, |cur| {
         let mut m = cur
             .as_deref()

@@ -968,3 +968,139 @@ fn plain_envoy_scraped_sessions_stay_and_leave_a_pod_whose_scrape_fails() {
     assert_eq!(host.metric("ai_lb.session.hit"), 21);
     assert_eq!(host.metric("ai_lb.session.rebound"), 1);
 }
+
+/// Higress build, a sticky endpoint_metrics route naming a Redis service: bindings in Redis.
+fn bound_higress() -> (MockHost, Balancer) {
+    let (mut host, mut engine) = higress(json!({"serviceFQDN": "redis.static",
+        "servicePort": 6379, "sessionHeader": "x-session-id", "sessionTTL": 90,
+        "debugHeader": "x-dbg"}));
+    assert_eq!(
+        host.redis_calls.len(),
+        1,
+        "only the binding script is loaded"
+    );
+    let sha = b"$40\r\n0123456789012345678901234567890123456789\r\n";
+    redis_reply(&mut host, &mut engine, 7, sha);
+    host.redis_calls.clear();
+    (host, engine)
+}
+
+fn redis_reply(host: &mut MockHost, engine: &mut Balancer, token: u32, reply: &[u8]) {
+    use crate::balancer::redis_client::CallStatus;
+    host.reply = Some(reply.to_vec());
+    engine.on_redis_reply(host, token, CallStatus::Ok, reply.len());
+    host.reply = None;
+}
+
+/// A sticky request up to its binding call: (the call's args, its token).
+fn bind_call(host: &mut MockHost, engine: &mut Balancer, ctx: u32) -> (Vec<String>, u32) {
+    host.request_headers = vec![("x-session-id".into(), "conv".into())];
+    host.response_headers = vec![(":status".into(), "200".into())];
+    let before = host.redis_calls.len();
+    assert_eq!(request(host, engine, ctx), Verdict::Pause);
+    assert_eq!(host.redis_calls.len(), before + 1, "one call per request");
+    (host.last_query_args(), host.next_token - 4)
+}
+
+/// After the reply: (override host, debug reason); the stream ends.
+fn finish(host: &mut MockHost, engine: &mut Balancer, ctx: u32) -> (String, String) {
+    engine.on_response_headers(host, ctx);
+    let reason = host
+        .response_headers
+        .iter()
+        .find(|(k, _)| k == "x-dbg")
+        .map(|(_, v)| v.rsplit("reason=").next().unwrap_or("").to_string())
+        .unwrap_or_default();
+    engine.on_done(host, ctx);
+    (host.override_host.clone().unwrap_or_default(), reason)
+}
+
+fn picked(endpoint: &str, state: &str) -> Vec<u8> {
+    crate::redis::resp::encode_command(&["OK", endpoint, "0", "0", state])
+}
+
+#[test]
+fn with_redis_a_session_is_kept_or_bound_in_one_call_and_redis_trouble_is_the_schedulers_pick() {
+    use crate::redis::scripts::{session_key, Keys};
+    let (mut host, mut engine) = bound_higress();
+    host.hosts = pool(None, ("", ""));
+    let (args, token) = bind_call(&mut host, &mut engine, 1);
+    let ns = Keys::new("ailb", "chat", CLUSTER).namespace;
+    // EVALSHA sha 1 <session key> <ttl> <scheduler's pick> <pods that may keep it>...
+    assert_eq!(args[0], "EVALSHA");
+    assert_eq!(args[2..5], ["1", &session_key(&ns, b"conv"), "90"]);
+    let choice = args[5].clone();
+    assert!(PODS.contains(&choice.as_str()));
+    assert_eq!(args[6..], PODS, "every idle pod may keep a session");
+    redis_reply(&mut host, &mut engine, token, &picked(&choice, "2"));
+    assert_eq!(
+        finish(&mut host, &mut engine, 1),
+        (choice.clone(), "metrics".into())
+    );
+    assert_eq!(host.metric("ai_lb.session.bound"), 1);
+    // Kept on its bound pod, whatever the scheduler chose this time.
+    let (args, token) = bind_call(&mut host, &mut engine, 2);
+    let other = PODS.iter().find(|p| **p != args[5]).unwrap();
+    redis_reply(&mut host, &mut engine, token, &picked(other, "1"));
+    assert_eq!(
+        finish(&mut host, &mut engine, 2),
+        (other.to_string(), "session".into())
+    );
+    assert_eq!(host.metric("ai_lb.session.hit"), 1);
+    // A saturated pod is not offered to keep a session; a rebound reads as such.
+    host.hosts = pool(Some(PODS[1]), ("Healthy", &vllm(9, 4, 0.5)));
+    let (args, token) = bind_call(&mut host, &mut engine, 3);
+    assert_eq!(args[6..], [PODS[0], PODS[2]]);
+    redis_reply(&mut host, &mut engine, token, &picked(&args[5], "3"));
+    assert_eq!(finish(&mut host, &mut engine, 3).1, "session_rebound");
+    assert_eq!(host.metric("ai_lb.session.rebound"), 1);
+    // A reply naming a pod not offered, a failed call, an error reply: the scheduler's pick,
+    // counted as a session fallback.
+    let (args, token) = bind_call(&mut host, &mut engine, 4);
+    redis_reply(&mut host, &mut engine, token, &picked("9.9.9.9:1", "1"));
+    assert_eq!(
+        finish(&mut host, &mut engine, 4),
+        (args[5].clone(), "metrics".into())
+    );
+    let (args, token) = bind_call(&mut host, &mut engine, 5);
+    engine.on_redis_reply(
+        &mut host,
+        token,
+        crate::balancer::redis_client::CallStatus::Failed,
+        0,
+    );
+    assert_eq!(
+        finish(&mut host, &mut engine, 5),
+        (args[5].clone(), "metrics".into())
+    );
+    let (args, token) = bind_call(&mut host, &mut engine, 6);
+    redis_reply(&mut host, &mut engine, token, b"-ERR boom\r\n");
+    assert_eq!(finish(&mut host, &mut engine, 6).0, args[5]);
+    assert_eq!(host.metric("ai_lb.session.fallback"), 3);
+    // NOSCRIPT: sent again once as EVAL.
+    let (_, token) = bind_call(&mut host, &mut engine, 7);
+    redis_reply(
+        &mut host,
+        &mut engine,
+        token,
+        b"-NOSCRIPT No matching script\r\n",
+    );
+    assert_eq!(host.last_query_args()[0], "EVAL");
+    let resent = host.next_token - 4;
+    redis_reply(&mut host, &mut engine, resent, &picked(PODS[0], "1"));
+    assert_eq!(
+        finish(&mut host, &mut engine, 7),
+        (PODS[0].into(), "session".into())
+    );
+    // A request that ends while its call is in flight leaves nothing behind.
+    let (_, token) = bind_call(&mut host, &mut engine, 8);
+    host.live_contexts.retain(|&c| c != 8);
+    engine.on_done(&mut host, 8);
+    redis_reply(&mut host, &mut engine, token, &picked(PODS[0], "1"));
+    assert_eq!(engine.tracked(), (0, 0));
+    // Without a session header: the scheduler alone, no call.
+    host.request_headers.clear();
+    let before = host.redis_calls.len();
+    assert_eq!(request(&mut host, &mut engine, 9), Verdict::Continue);
+    assert_eq!(host.redis_calls.len(), before);
+}
