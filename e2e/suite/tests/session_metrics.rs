@@ -3,7 +3,8 @@
 //! health checks (`store_metrics`). A session's turns stay on one pod whichever gateway takes
 //! them (consistent hashing over the healthy pods, nothing shared between the gateways), leave
 //! it while its page says saturated (`session_rebound`, counted), come back when it recovers,
-//! and move for good when the pod dies.
+//! and move for good when the pod dies. With Redis configured the binding lives there: a moved
+//! session stays on its new pod, and Redis down is the scheduler's pick, counted.
 
 use ailb_e2e::bed::{chat_body, Bed};
 use ailb_e2e::gateway::{http, wait_until, Gateway, GatewaySpec};
@@ -29,6 +30,10 @@ fn vllm_page(waiting: u32, kv: f64) -> String {
 
 fn gateway_spec(bed: &Bed, id: &str) -> GatewaySpec {
     let lb = json!({"sessionHeader": "x-session-id", "debugHeader": DEBUG});
+    spec_with(bed, id, lb)
+}
+
+fn spec_with(bed: &Bed, id: &str, lb: serde_json::Value) -> GatewaySpec {
     let mut spec = bed.spec(
         id,
         Some(json!({"lb_policy": "endpoint_metrics", "lb_config": lb})),
@@ -214,5 +219,96 @@ fn metrics_sessions_stay_put_across_gateways_leave_a_saturated_pod_and_a_dead_on
         );
     }
     assert_eq!(sum([&a, &b], "ai_lb.fallback.no_metrics"), 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn redis_bound_metrics_sessions_follow_their_binding_and_survive_redis_down() {
+    let dir: PathBuf =
+        std::env::temp_dir().join(format!("ailb-session-bound-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let page = |name: &str| dir.join(format!("{name}.prom"));
+    for i in 0..3 {
+        std::fs::write(page(&format!("pod-{i}")), vllm_page(0, 0.1)).unwrap();
+    }
+    let mut bed = Bed::new(3, |c| {
+        c.max_running = 64;
+        c.decode_us_per_token = 1_000;
+        c.metrics = MetricsSource::File(page(&c.name));
+    });
+    let lb = json!({"serviceFQDN": "redis.static", "servicePort": bed.redis.port,
+        "timeout": 1000, "sessionHeader": "x-session-id", "sessionTTL": 60,
+        "debugHeader": DEBUG});
+    let a = bed.gateway(&spec_with(&bed, "gw-a", lb.clone()));
+    let b = bed.gateway(&spec_with(&bed, "gw-b", lb));
+    std::thread::sleep(Duration::from_millis(400));
+    let mut sessions: Vec<String> = (0..10).map(|i| format!("conv-{i}")).collect();
+    sessions.push("x".repeat(10 * 1024));
+    sessions.push("\u{4f1a}\u{8bdd}-\u{00e9}".into());
+    // Bound by the first turn (the scheduler's pick), kept by both gateways after.
+    let mut home = BTreeMap::new();
+    for sid in &sessions {
+        let (first, reason) = turn(&a, sid, "t0");
+        assert_eq!(
+            reason, "metrics",
+            "a new session is placed by the scheduler"
+        );
+        for t in 1..4 {
+            let gw = if t % 2 == 1 { &b } else { &a };
+            let got = turn(gw, sid, &format!("t{t}"));
+            assert_eq!(got, (first.clone(), "session".into()), "{sid:.12} turn {t}");
+        }
+        home.insert(sid.clone(), first);
+    }
+    let n = sessions.len() as i64;
+    assert_eq!(sum([&a, &b], "ai_lb.session.bound"), n);
+    assert_eq!(sum([&a, &b], "ai_lb.session.hit"), 3 * n);
+    // The busiest pod saturates: its sessions are rebound (counted) and their new binding
+    // holds on both gateways, even once the pod recovers.
+    let mut per_pod: BTreeMap<&String, usize> = BTreeMap::new();
+    for p in home.values() {
+        *per_pod.entry(p).or_default() += 1;
+    }
+    let (hot, _) = per_pod.into_iter().max_by_key(|(_, n)| *n).unwrap();
+    let hot = hot.clone();
+    std::fs::write(page(&hot), vllm_page(50, 0.1)).unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    let mut moved = BTreeMap::new();
+    for sid in &sessions {
+        let (pod, reason) = turn(&a, sid, "saturated");
+        if home[sid] == hot {
+            assert_ne!(pod, hot, "{sid:.12}");
+            assert_eq!(reason, "session_rebound", "{sid:.12}");
+            moved.insert(sid.clone(), pod.clone());
+        } else {
+            assert_eq!(
+                (&pod, reason.as_str()),
+                (&home[sid], "session"),
+                "{sid:.12}"
+            );
+        }
+        let now = moved.get(sid).unwrap_or(&home[sid]).clone();
+        assert_eq!(turn(&b, sid, "saturated b"), (now, "session".into()));
+    }
+    assert!(!moved.is_empty());
+    assert_eq!(sum([&a, &b], "ai_lb.session.rebound"), moved.len() as i64);
+    std::fs::write(page(&hot), vllm_page(0, 0.1)).unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    for (sid, pod) in &moved {
+        assert_eq!(turn(&b, sid, "recovered"), (pod.clone(), "session".into()));
+    }
+    // Redis down: every turn is still served, by the scheduler's pick, counted.
+    bed.redis.stop();
+    for sid in sessions.iter().take(4) {
+        let (pod, reason) = turn(&a, sid, "redis down");
+        assert!(!pod.is_empty());
+        assert_eq!(reason, "metrics");
+    }
+    assert_eq!(a.stat("ai_lb.session.fallback"), 4);
+    bed.redis.restart();
+    let back = wait_until(Duration::from_secs(10), || {
+        turn(&a, &sessions[0], "back").1 == "session"
+    });
+    assert!(back, "the binding is used again once Redis is back");
     let _ = std::fs::remove_dir_all(&dir);
 }
