@@ -2,8 +2,9 @@
 //! list ([`host_list`]) or this proxy's own scraper ([`scrape`], published to every worker
 //! through shared data, [`snapshot`]) — corrected by the requests this proxy sent since the
 //! metrics were taken, then the scheduler's choice (docs/model-server-metrics.md). A request
-//! naming a session goes to its pod ([`EndpointMetrics::session_home`]) ahead of the scheduler
-//! while that pod is not saturated.
+//! naming a session goes to its pod ahead of the scheduler while that pod is not saturated: its
+//! consistent-hash pod ([`EndpointMetrics::session_home`]), or with Redis (Higress build) the pod
+//! one script call keeps it bound to (`pick::SessionPick`; docs/redis-data-model.md §10).
 
 mod host_list;
 mod report;
