@@ -15,6 +15,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 const DEBUG: &str = "x-ai-lb-debug";
+/// Long enough for several health-check rounds (every 100 ms) to store a rewritten page, with
+/// room for a loaded machine.
+const HEALTH_ROUNDS: Duration = Duration::from_millis(1000);
 
 /// A vLLM metrics page with this queue and KV-cache use.
 fn vllm_page(waiting: u32, kv: f64) -> String {
@@ -126,7 +129,7 @@ fn metrics_sessions_stay_put_across_gateways_leave_a_saturated_pod_and_a_dead_on
     let a = bed.gateway(&gateway_spec(&bed, "gw-a"));
     let b = bed.gateway(&gateway_spec(&bed, "gw-b"));
     // Both gateways have stored every pod's page.
-    std::thread::sleep(Duration::from_millis(400));
+    std::thread::sleep(HEALTH_ROUNDS);
     // Ids of every shape: short, 10 KB, unicode.
     let mut sessions: Vec<String> = (0..14).map(|i| format!("conv-{i}")).collect();
     sessions.push("x".repeat(10 * 1024));
@@ -159,7 +162,7 @@ fn metrics_sessions_stay_put_across_gateways_leave_a_saturated_pod_and_a_dead_on
     let (hot, _) = per_pod.into_iter().max_by_key(|(_, n)| *n).unwrap();
     let hot = hot.clone();
     std::fs::write(page(&hot), vllm_page(50, 0.1)).unwrap();
-    std::thread::sleep(Duration::from_millis(400));
+    std::thread::sleep(HEALTH_ROUNDS);
     let mut moved = 0;
     for sid in &sessions {
         for gw in [&a, &b] {
@@ -181,7 +184,7 @@ fn metrics_sessions_stay_put_across_gateways_leave_a_saturated_pod_and_a_dead_on
     assert_eq!(sum([&a, &b], "ai_lb.session.rebound"), moved);
     // It recovers: its sessions are back on it.
     std::fs::write(page(&hot), vllm_page(0, 0.1)).unwrap();
-    std::thread::sleep(Duration::from_millis(400));
+    std::thread::sleep(HEALTH_ROUNDS);
     for sid in &sessions {
         assert_eq!(
             both(&a, &b, sid, "recovered"),
@@ -241,7 +244,7 @@ fn redis_bound_metrics_sessions_follow_their_binding_and_survive_redis_down() {
         "debugHeader": DEBUG});
     let a = bed.gateway(&spec_with(&bed, "gw-a", lb.clone()));
     let b = bed.gateway(&spec_with(&bed, "gw-b", lb));
-    std::thread::sleep(Duration::from_millis(400));
+    std::thread::sleep(HEALTH_ROUNDS);
     let mut sessions: Vec<String> = (0..10).map(|i| format!("conv-{i}")).collect();
     sessions.push("x".repeat(10 * 1024));
     sessions.push("\u{4f1a}\u{8bdd}-\u{00e9}".into());
@@ -272,7 +275,7 @@ fn redis_bound_metrics_sessions_follow_their_binding_and_survive_redis_down() {
     let (hot, _) = per_pod.into_iter().max_by_key(|(_, n)| *n).unwrap();
     let hot = hot.clone();
     std::fs::write(page(&hot), vllm_page(50, 0.1)).unwrap();
-    std::thread::sleep(Duration::from_millis(400));
+    std::thread::sleep(HEALTH_ROUNDS);
     let mut moved = BTreeMap::new();
     for sid in &sessions {
         let (pod, reason) = turn(&a, sid, "saturated");
@@ -293,7 +296,7 @@ fn redis_bound_metrics_sessions_follow_their_binding_and_survive_redis_down() {
     assert!(!moved.is_empty());
     assert_eq!(sum([&a, &b], "ai_lb.session.rebound"), moved.len() as i64);
     std::fs::write(page(&hot), vllm_page(0, 0.1)).unwrap();
-    std::thread::sleep(Duration::from_millis(400));
+    std::thread::sleep(HEALTH_ROUNDS);
     for (sid, pod) in &moved {
         assert_eq!(turn(&b, sid, "recovered"), (pod.clone(), "session".into()));
     }
