@@ -321,3 +321,53 @@ fn odd_ids_are_fixed_size_keys_and_the_call_stays_in_one_cluster_slot() {
     let (_, state) = bed.acquire_chain(&mut c, "p", Some("plain"), Some(&chain));
     assert_eq!(state, SessionState::Kept);
 }
+
+/// endpoint_metrics' binding call: (endpoint, state) for a session whose scheduler pick is
+/// `choice` and which may stay on `keep`.
+fn bind(c: &mut Conn, key: &str, choice: &str, keep: &[&str]) -> Got {
+    let keep: Vec<String> = keep.iter().map(|k| k.to_string()).collect();
+    let q = scripts::session_bind_call(&Scripts::new(), false, key, 120, choice, &keep);
+    match scripts::parse_acquire(&c.raw_reply(&q)).unwrap() {
+        AcquireReply::Picked {
+            endpoint, session, ..
+        } => (endpoint, session),
+        other => panic!("expected a pick, got {other:?}"),
+    }
+}
+
+#[test]
+fn endpoint_metrics_sessions_are_kept_while_their_pod_may_keep_them_else_rebound() {
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    let bed = Bed::new(&[A, B, C]);
+    let key = session_key(&bed.keys.namespace, "chat".as_bytes());
+    // New: bound to the scheduler's pick, with the TTL.
+    assert_eq!(
+        bind(&mut c, &key, A, &[A, B, C]),
+        (A.into(), SessionState::New)
+    );
+    assert_eq!(bed.bound(&mut c, "chat").as_deref(), Some(A));
+    // Kept while its pod may keep it, whatever the scheduler prefers; the TTL is refreshed.
+    c.cmd(&["EXPIRE", key.as_str(), "5"]);
+    assert_eq!(
+        bind(&mut c, &key, B, &[A, B]),
+        (A.into(), SessionState::Kept)
+    );
+    assert!(bed.ttl(&mut c, "chat") > 5);
+    // Its pod saturated, gone or unknown (not offered): rebound to the scheduler's pick.
+    assert_eq!(
+        bind(&mut c, &key, C, &[B, C]),
+        (C.into(), SessionState::Rebound)
+    );
+    assert_eq!(bed.bound(&mut c, "chat").as_deref(), Some(C));
+    // The scheduler picks the bound pod itself (every pod as saturated): kept.
+    assert_eq!(bind(&mut c, &key, C, &[]), (C.into(), SessionState::Kept));
+    // Expired: new again.
+    c.cmd(&["DEL", key.as_str()]);
+    assert_eq!(bind(&mut c, &key, B, &[A]), (B.into(), SessionState::New));
+    // The binding is the only key written.
+    let Value::Array(Some(keys)) = c.cmd(&["KEYS", "*"]) else {
+        panic!()
+    };
+    assert_eq!(keys.len(), 1, "{keys:?}");
+}

@@ -207,6 +207,9 @@ pub enum Effect {
         pick: Box<Pick>,
     },
     Count(Counter),
+    /// endpoint_metrics: this proxy sends the request to this endpoint (the in-flight
+    /// correction's count), once Redis has said where a session goes.
+    SentTo(String),
     /// Balanced without the body it waited for (timeout, or the host withholds it): count
     /// the cause and say why (rate-limited).
     NoBody(Cause),

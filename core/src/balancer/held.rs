@@ -60,6 +60,9 @@ pub fn success(status: Option<u32>) -> bool {
 /// the pick acquired.
 pub fn undo(pick: Box<Pick>, reply: &PickReply) -> Vec<Effect> {
     let mut e = vec![Effect::Count(Counter::ReleasesOrphaned)];
+    if matches!(*pick, Pick::Session(_)) {
+        return e; // a session binding holds no count
+    }
     let release = match (&*pick, reply) {
         (Pick::Endpoint(p), PickReply::Picked { endpoint, .. }) => {
             Some(Effect::Release(p.lease(endpoint)))

@@ -80,7 +80,20 @@ struct Routed {
 
 /// Headers and the whole body of request `ctx`; the stream stays open until [`end`].
 fn send(host: &mut MockHost, e: &mut Balancer, ctx: u32, body: &[u8]) -> Routed {
+    send_with(host, e, ctx, body, &[])
+}
+
+/// [`send`] with these request headers besides the client's destination attempt.
+fn send_with(
+    host: &mut MockHost,
+    e: &mut Balancer,
+    ctx: u32,
+    body: &[u8],
+    headers: &[(&str, &str)],
+) -> Routed {
     host.request_headers = vec![(DEST.into(), "10.9.9.9:1".into())]; // a client's attempt
+    host.request_headers
+        .extend(headers.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     host.response_headers = vec![(":status".into(), "200".into())];
     host.body = body.to_vec();
     host.live_contexts.push(ctx);
@@ -804,5 +817,193 @@ fn the_prefix_load_is_counted_in_cost_mode_units_like_least_request() {
     for ctx in 1..=6 {
         end(&mut host, &mut e, ctx);
     }
+    assert_eq!(in_flight(&host), 0);
+}
+
+/// A plain-Envoy prefix_cache route over 4 pods with sessions from `x-session-id` or the body's
+/// `metadata.conv`; `extra` merged into its `lb_config`.
+fn sticky(extra: Value) -> (MockHost, Balancer) {
+    let mut lb = json!({"sessionHeader": "x-session-id", "sessionBodyField": "metadata.conv"});
+    merge(&mut lb, extra);
+    proxy(config(&endpoints(4), json!({}), lb, 65_536))
+}
+
+fn in_session(host: &mut MockHost, e: &mut Balancer, ctx: u32, body: &[u8], sid: &str) -> Routed {
+    send_with(host, e, ctx, body, &[("x-session-id", sid)])
+}
+
+/// A session id whose pod is not `avoid` (ids tried in order; 4 pods, so one comes soon).
+fn session_not_on(avoid: &str) -> (String, String) {
+    let (mut host, mut e) = sticky(json!({}));
+    for i in 0..64u32 {
+        let sid = format!("sess-{i}");
+        let r = in_session(&mut host, &mut e, i, &chat(&sid, 0), &sid);
+        end(&mut host, &mut e, i);
+        assert_eq!(r.reason, "session");
+        if r.to != avoid {
+            return (sid, r.to);
+        }
+    }
+    panic!("every session hashes to {avoid}");
+}
+
+#[test]
+fn a_session_wins_over_a_prefix_match_on_every_proxy() {
+    let (mut host, mut e) = sticky(json!({}));
+    let body = chat("shared", 2);
+    let prefix_pod = request(&mut host, &mut e, 1, &body).to;
+    assert_eq!(request(&mut host, &mut e, 2, &body).reason, "prefix_hit");
+    let (sid, pod) = session_not_on(&prefix_pod);
+    // The known prefix names another pod: the session's pod wins, on this proxy and on one
+    // that shares nothing with it.
+    let (mut other, mut oe) = sticky(json!({}));
+    for ctx in 3..=6 {
+        let r = in_session(&mut host, &mut e, ctx, &body, &sid);
+        assert_eq!(
+            (r.to.as_str(), r.reason.as_str()),
+            (pod.as_str(), "session")
+        );
+        end(&mut host, &mut e, ctx);
+        let r = in_session(&mut other, &mut oe, ctx, &chat("elsewhere", 1), &sid);
+        assert_eq!(r.to, pod);
+        end(&mut other, &mut oe, ctx);
+    }
+    // The body field names the session when the header does not.
+    let meta = json!({"model": "m", "metadata": {"conv": sid},
+        "messages": [{"role": "user", "content": "hi"}]});
+    let r = request(&mut host, &mut e, 7, meta.to_string().as_bytes());
+    assert_eq!(
+        (r.to.as_str(), r.reason.as_str()),
+        (pod.as_str(), "session")
+    );
+    assert_eq!(host.metric("ai_lb.session.hit"), 5);
+    assert_eq!(host.metric("ai_lb.session.rebound"), 0);
+    // Without a session the prefix still routes.
+    assert_eq!(request(&mut host, &mut e, 8, &body).to, prefix_pod);
+    assert_eq!(in_flight(&host), 0);
+}
+
+#[test]
+fn a_session_is_rebound_past_its_pod_over_the_cap_or_the_imbalance_guard() {
+    // maxRequestCount 2: the session's two open turns fill its pod; the third is rebound.
+    let (mut host, mut e) = sticky(json!({"maxRequestCount": 2}));
+    let body = chat("capped", 0);
+    let first = in_session(&mut host, &mut e, 1, &body, "cap-1");
+    assert_eq!(first.reason, "session");
+    assert_eq!(
+        in_session(&mut host, &mut e, 2, &body, "cap-1").to,
+        first.to
+    );
+    let moved = in_session(&mut host, &mut e, 3, &body, "cap-1");
+    assert_eq!(moved.reason, "session_rebound");
+    assert_ne!(moved.to, first.to);
+    assert_eq!(host.metric("ai_lb.session.rebound"), 1);
+    for ctx in 1..=3 {
+        end(&mut host, &mut e, ctx);
+    }
+    let back = request_in(&mut host, &mut e, 4, &body, "cap-1");
+    assert_eq!(
+        (back.to.as_str(), back.reason.as_str()),
+        (first.to.as_str(), "session")
+    );
+    // The imbalance guard (load - min > 2 and > 1.5 × min): three open turns on one pod.
+    let (mut host, mut e) = sticky(json!({"affinityMaxImbalance": 2}));
+    let home = in_session(&mut host, &mut e, 1, &body, "hot").to;
+    for ctx in 2..=3 {
+        assert_eq!(
+            in_session(&mut host, &mut e, ctx, &body, "hot").reason,
+            "session"
+        );
+    }
+    let r = in_session(&mut host, &mut e, 4, &body, "hot");
+    assert_eq!(r.reason, "session_rebound");
+    assert_ne!(r.to, home);
+    for ctx in 1..=4 {
+        end(&mut host, &mut e, ctx);
+    }
+    assert_eq!(in_flight(&host), 0);
+}
+
+fn request_in(host: &mut MockHost, e: &mut Balancer, ctx: u32, body: &[u8], sid: &str) -> Routed {
+    let r = in_session(host, e, ctx, body, sid);
+    end(host, e, ctx);
+    r
+}
+
+#[test]
+fn a_session_leaves_a_pod_its_scraped_metrics_call_saturated_and_comes_back() {
+    let lb = json!({"scrapeCluster": "scrape", "scrapeIntervalMs": 1000,
+        "metricsMaxAgeMs": 3000, "sessionHeader": "x-session-id"});
+    let (mut host, mut e) = proxy(config(&endpoints(3), json!({}), lb, 65_536));
+    let pods = endpoints(3);
+    let idle: Vec<(String, u32, f64)> = pods.iter().map(|p| (p.clone(), 0, 0.1)).collect();
+    scrape(&mut host, &mut e, &idle);
+    let body = chat("metrics", 1);
+    let home = request_in(&mut host, &mut e, 1, &body, "m-1");
+    assert_eq!(home.reason, "session");
+    for (waiting, kv) in [(6, 0.1), (0, 0.95)] {
+        let hot: Vec<(String, u32, f64)> = pods
+            .iter()
+            .map(|p| {
+                if *p == home.to {
+                    (p.clone(), waiting, kv)
+                } else {
+                    (p.clone(), 0, 0.1)
+                }
+            })
+            .collect();
+        scrape(&mut host, &mut e, &hot);
+        let r = request_in(&mut host, &mut e, 2, &body, "m-1");
+        assert_eq!(r.reason, "session_rebound");
+        assert_ne!(r.to, home.to);
+    }
+    assert_eq!(host.metric("ai_lb.session.rebound"), 2);
+    assert_eq!(host.metric("ai_lb.prefix.saturated"), 2);
+    scrape(&mut host, &mut e, &idle);
+    let back = request_in(&mut host, &mut e, 3, &body, "m-1");
+    assert_eq!(
+        (back.to.as_str(), back.reason.as_str()),
+        (home.to.as_str(), "session")
+    );
+    assert_eq!(in_flight(&host), 0);
+}
+
+#[test]
+fn long_unicode_and_empty_session_ids_on_plain_envoy_prefix() {
+    let (mut host, mut e) = sticky(json!({}));
+    let (mut other, mut oe) = sticky(json!({}));
+    let long = "x".repeat(10 * 1024);
+    let unicode = "\u{7528}\u{6237}-\u{1F600}".to_string();
+    for (i, sid) in [long, unicode].iter().enumerate() {
+        let ctx = 10 * i as u32;
+        // Through the body field: a header value must be visible ASCII on the wire.
+        let meta = |turn: usize| {
+            json!({"model": "m", "metadata": {"conv": sid},
+                "messages": [{"role": "user", "content": format!("turn {turn}")}]})
+            .to_string()
+        };
+        let first = request(&mut host, &mut e, ctx, meta(0).as_bytes());
+        assert_eq!(first.reason, "session");
+        for turn in 1..=3 {
+            let r = request(&mut host, &mut e, ctx + turn as u32, meta(turn).as_bytes());
+            assert_eq!(
+                (r.to.as_str(), r.reason.as_str()),
+                (first.to.as_str(), "session")
+            );
+        }
+        assert_eq!(
+            request(&mut other, &mut oe, ctx, meta(9).as_bytes()).to,
+            first.to
+        );
+    }
+    let long_header = "y".repeat(10 * 1024);
+    let r = request_in(&mut host, &mut e, 40, &chat("h", 0), &long_header);
+    assert_eq!(r.reason, "session");
+    // An empty header and an empty body field name no session: the prefix decides.
+    let empty = json!({"model": "m", "metadata": {"conv": ""},
+        "messages": [{"role": "user", "content": "plain"}]});
+    let r = request_in(&mut host, &mut e, 41, empty.to_string().as_bytes(), "");
+    assert_eq!(r.reason, "prefix_miss");
+    assert_eq!(host.metric("ai_lb.session.hit"), 9);
     assert_eq!(in_flight(&host), 0);
 }

@@ -474,6 +474,7 @@ impl Balancer {
                 let (keys, members) = match &*pick {
                     Pick::Endpoint(p) => (LeaseKeys::Endpoint(p.keys.clone()), p.every_lease()),
                     Pick::Service(p) => (LeaseKeys::Service(p.keys.clone()), p.every_member()),
+                    Pick::Session(_) => return None, // a session binding holds no count
                 };
                 self.redis
                     .release(host, &mut self.tel, pick.config(), keys, members);
@@ -485,6 +486,10 @@ impl Balancer {
             }
             Effect::InflightLocal(cause) => {
                 self.tel.inflight_local(host, ctx, cause);
+                None
+            }
+            Effect::SentTo(endpoint) => {
+                policies::endpoint_metrics::count_sent(host, &endpoint);
                 None
             }
             Effect::ReleaseLocal(lease) => {

@@ -65,6 +65,24 @@ pub struct GlobalLease {
 pub enum Pick {
     Endpoint(EndpointPick),
     Service(ServicePick),
+    Session(SessionPick),
+}
+
+/// endpoint_metrics with a session and Redis (Higress build): the scheduler has chosen; one
+/// script call keeps the session on its bound pod when that pod may keep it, else binds it to
+/// the scheduler's choice (docs/redis-data-model.md §10). Nothing is counted, so nothing is
+/// ever released.
+#[derive(Debug, Clone)]
+pub struct SessionPick {
+    pub config: Rc<RouteConfig>,
+    /// `scripts::session_key` of the request's session id.
+    pub key: Rc<str>,
+    pub ttl_s: u64,
+    /// The scheduler's pick: the new binding, and the route when Redis cannot answer.
+    pub choice: String,
+    /// The candidates a session may stay on: healthy, with metrics, not saturated.
+    pub keep: Vec<String>,
+    pub by_sha: bool,
 }
 
 impl Pick {
@@ -72,6 +90,7 @@ impl Pick {
         match self {
             Pick::Endpoint(p) => &p.config,
             Pick::Service(p) => &p.config,
+            Pick::Session(p) => &p.config,
         }
     }
 
@@ -80,6 +99,7 @@ impl Pick {
         match self {
             Pick::Endpoint(p) => p.by_sha,
             Pick::Service(p) => p.by_sha,
+            Pick::Session(p) => p.by_sha,
         }
     }
 
@@ -87,6 +107,7 @@ impl Pick {
         match self {
             Pick::Endpoint(p) => p.by_sha = false,
             Pick::Service(p) => p.by_sha = false,
+            Pick::Session(p) => p.by_sha = false,
         }
     }
 }

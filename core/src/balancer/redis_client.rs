@@ -88,7 +88,11 @@ impl RedisClient {
         for cfg in configs {
             let Some(redis) = &cfg.redis else { continue };
             if self.ensure_ready(host, tel, cfg) {
-                for script in self.scripts.for_route(cfg.policy.is_cluster()) {
+                let scripts = match cfg.policy {
+                    PolicyConfig::EndpointMetrics(_) => vec![&self.scripts.session_bind],
+                    _ => self.scripts.for_route(cfg.policy.is_cluster()),
+                };
+                for script in scripts {
                     if let Ok(token) = host.redis_call(&redis.cluster, &scripts::load(script)) {
                         self.pending.insert(token, Op::ScriptLoad);
                     }
@@ -146,6 +150,14 @@ impl RedisClient {
                     reclaim,
                     candidates: &p.candidates,
                 },
+            ),
+            Pick::Session(p) => scripts::session_bind_call(
+                &self.scripts,
+                p.by_sha,
+                &p.key,
+                p.ttl_s,
+                &p.choice,
+                &p.keep,
             ),
         };
         let token = self.call(host, tel, pick.config(), &query)?;

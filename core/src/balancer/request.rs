@@ -16,8 +16,8 @@ use super::events::DENIED;
 pub use super::events::{Decision, Effect, Event, Hold, LocalReply, Rejection};
 pub use super::held::undo;
 use super::held::{success, Held};
-use super::pick::{EndpointPick, Pick, PickReply, ServiceLease, ServicePick};
-use crate::config::{FailureMode, RouteConfig};
+use super::pick::{EndpointPick, Pick, PickReply, ServiceLease, ServicePick, SessionPick};
+use crate::config::{FailureMode, PolicyConfig, RouteConfig};
 use crate::reason::{Cause, Reason};
 use crate::redis::inflight::InflightKeys;
 use crate::redis::scripts::{Keys, SessionState};
@@ -209,8 +209,13 @@ impl Request {
 
     fn on_headers(&mut self, end_of_stream: bool, withheld: bool) -> Vec<Effect> {
         // The Redis keys are named after the route and cluster: without them nothing to pick.
-        // Cluster policies name no route keys (they choose the cluster).
-        if self.keys.is_none() && self.config.redis.is_some() && !self.config.policy.is_cluster() {
+        // Cluster policies name no route keys (they choose the cluster); endpoint_metrics keeps
+        // only session bindings there and consistent-hashes sessions without them.
+        if self.keys.is_none()
+            && self.config.redis.is_some()
+            && !self.config.policy.is_cluster()
+            && !matches!(self.config.policy, PolicyConfig::EndpointMetrics(_))
+        {
             return self.fall_back(Cause::NoRoute);
         }
         if end_of_stream || self.config.decide_at_headers {
@@ -284,6 +289,7 @@ impl Request {
                 let (sticky, tenant) = (p.session.is_some(), p.tenant.is_some());
                 session_fallback(sticky, tenant, self.fall_back(cause))
             }
+            (Err(_), Pick::Session(p)) => self.route_unbound(p.choice.clone()),
         }
     }
 
@@ -299,7 +305,61 @@ impl Request {
                 session_fallback(sticky, tenant, e)
             }
             Pick::Service(p) => self.on_service_reply(p, reply),
+            Pick::Session(p) => self.on_session_reply(p, reply),
         }
+    }
+
+    /// endpoint_metrics with a session and Redis: the pod Redis kept or bound the session to
+    /// (one the request offered), else the scheduler's pick, as without a session.
+    fn on_session_reply(&mut self, mut pick: SessionPick, reply: PickReply) -> Vec<Effect> {
+        match reply {
+            PickReply::Picked {
+                endpoint, session, ..
+            } if endpoint == pick.choice || pick.keep.contains(&endpoint) => {
+                let (reason, counter) = match session {
+                    SessionState::Kept => (Reason::Session, Counter::SessionHit),
+                    SessionState::Rebound => (Reason::SessionRebound, Counter::SessionRebound),
+                    SessionState::New | SessionState::None => {
+                        (Reason::Metrics, Counter::SessionBound)
+                    }
+                };
+                self.route_metrics(endpoint, reason, Effect::Count(counter))
+            }
+            PickReply::NoScript if pick.by_sha => {
+                pick.by_sha = false;
+                vec![
+                    Effect::Count(Counter::RedisNoScript),
+                    Effect::Send(Box::new(Pick::Session(pick))),
+                ]
+            }
+            _ => self.route_unbound(pick.choice),
+        }
+    }
+
+    /// Redis could not keep or bind the session (down, timeout, error, a reply naming a pod
+    /// not offered): the scheduler's pick, counted (README "Sessions").
+    fn route_unbound(&mut self, choice: String) -> Vec<Effect> {
+        self.route_metrics(
+            choice,
+            Reason::Metrics,
+            Effect::Count(Counter::SessionFallback),
+        )
+    }
+
+    fn route_metrics(&mut self, endpoint: String, reason: Reason, count: Effect) -> Vec<Effect> {
+        self.phase = Phase::Routed {
+            endpoint: endpoint.clone(),
+            reason,
+            held: Held::Nothing,
+        };
+        vec![
+            count,
+            Effect::SentTo(endpoint.clone()),
+            Effect::Publish {
+                endpoint,
+                fallbacks: Vec::new(),
+            },
+        ]
     }
 
     fn on_endpoint_reply(&mut self, mut pick: EndpointPick, reply: PickReply) -> Vec<Effect> {

@@ -123,7 +123,7 @@ raw_object! {
         default_priority_class: Own<String> = "defaultPriorityClass",
         critical_headroom: Own<u64> = "criticalHeadroom",
         priority_reserve: Own<u64> = "priorityReserve",
-        // Ours: session stickiness (global_least_request, prefix_cache).
+        // Ours: session stickiness (every endpoint policy).
         session_header: Own<String> = "sessionHeader",
         session_cookie: Own<String> = "sessionCookie",
         session_body_field: Own<String> = "sessionBodyField",

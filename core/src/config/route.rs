@@ -61,6 +61,7 @@ const OWNERS: &[(&str, &[&[&str]])] = &[
             ENVOY_KEYS,
             METRICS_KEYS,
             SATURATION_SCRAPE_KEYS,
+            SESSION_KEYS,
         ],
     ),
     (
@@ -221,7 +222,19 @@ fn compile(
                     ));
                 }
             }
-            let redis = redis_for(kind, lb, r, build)?;
+            // endpoint_metrics keeps session bindings in Redis when a sticky route names a
+            // Redis service (Higress build; README "Sessions"), else nothing.
+            let binds = kind == Policy::EndpointMetrics
+                && build == Build::Higress
+                && lb.service_fqdn.is_some()
+                && lb.present().into_iter().any(|k| SESSION_KEYS.contains(&k));
+            let redis = if binds {
+                reads.extend_from_slice(REDIS_KEYS);
+                let timeout = r.int_or("timeout", &lb.timeout, DEFAULT_REDIS_TIMEOUT_MS, " ms");
+                Some(redis::target(lb, r, "timeout", timeout)?)
+            } else {
+                redis_for(kind, lb, r, build)?
+            };
             let metrics = match kind {
                 Policy::EndpointMetrics => Some(MetricsConfig::try_from(In {
                     raw: lb,
@@ -252,7 +265,7 @@ fn compile(
                 ))?),
                 _ => PolicyConfig::GlobalLeastRequest,
             };
-            session = sticky(kind, lb, r, build, reads_body(&p, &common))?;
+            session = sticky(kind, lb, r, build, reads_body(&p, &common), redis.is_some())?;
             (p, redis, common, endpoints, publish)
         }
     };
@@ -274,42 +287,41 @@ fn compile(
     Ok((config, reads))
 }
 
-/// Session stickiness: global_least_request and prefix_cache in the Higress build (the binding
-/// lives in Redis, docs/redis-data-model.md §10). Refused where it would be silently ignored.
+/// Session stickiness, an option of every endpoint policy (README "Sessions"). The binding
+/// lives in Redis where the route has Redis (`redis`: global_least_request and prefix_cache,
+/// and endpoint_metrics naming a Redis service, Higress build; docs/redis-data-model.md §10);
+/// elsewhere the session id is consistent-hashed onto the endpoints and no binding is stored,
+/// so `sessionTTL` would be silently ignored: refused.
 fn sticky(
     kind: Policy,
     lb: &RawLbConfig,
     r: &mut Reader<'_>,
     build: Build,
     reads_body: bool,
+    redis: bool,
 ) -> Result<Option<session::SessionConfig>, ConfigError> {
-    let given = lb.present().into_iter().find(|k| SESSION_KEYS.contains(k));
-    // Plain Envoy: global_least_request hashes the session onto its endpoints' ring (no
-    // binding is stored, so no TTL).
-    let envoy_glr = build == Build::Envoy && kind == Policy::GlobalLeastRequest;
-    if envoy_glr && lb.session_ttl.is_some() {
-        return Err(r.err(
-            "sessionTTL",
-            "the plain-Envoy build stores no binding (sessions are consistent-hashed)",
-        ));
+    if !lb.present().into_iter().any(|k| SESSION_KEYS.contains(&k)) {
+        return Ok(None);
     }
-    match (given, kind.uses_redis(build) || envoy_glr) {
-        (None, _) => Ok(None),
-        (Some(_), true) => session::session(
-            In { raw: lb, r, build },
-            // The Higress build always waits for the body (see decide_at_headers below).
-            reads_body || build == Build::Higress,
-        ),
-        (Some(key), false) => Err(r.err(
-            key,
+    if !redis && lb.session_ttl.is_some() {
+        let why = if kind == Policy::EndpointMetrics && build == Build::Higress {
+            "endpoint_metrics without serviceFQDN stores no binding (sessions are \
+             consistent-hashed)"
+                .to_string()
+        } else {
             format!(
-                "session stickiness needs global_least_request (either build) or prefix_cache \
-                 (Higress build) (not {} in the {} build)",
+                "{} in the {} build stores no binding (sessions are consistent-hashed)",
                 kind.name(),
                 build.name()
-            ),
-        )),
+            )
+        };
+        return Err(r.err("sessionTTL", why));
     }
+    session::session(
+        In { raw: lb, r, build },
+        // The Higress build always waits for the body (see decide_at_headers below).
+        reads_body || build == Build::Higress,
+    )
 }
 
 /// Whether an endpoint policy uses the request body to decide.

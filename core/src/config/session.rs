@@ -1,7 +1,7 @@
 //! Session stickiness keys (ours, strict; README "Configuration"): where a request's session id
 //! is read (`sessionHeader`, `sessionCookie`, `sessionBodyField`, tried in that order) and how
-//! long a session keeps its pod without a request (`sessionTTL`, refreshed on use). An option of
-//! global_least_request and prefix_cache (docs/redis-data-model.md §10).
+//! long a session keeps its pod without a request (`sessionTTL`, refreshed on use; only where a
+//! binding is stored in Redis). An option of every endpoint policy (docs/redis-data-model.md §10).
 
 use super::common::is_header_name;
 use super::error::ConfigError;

@@ -392,19 +392,97 @@ fn session_keys_are_strict() {
 }
 
 #[test]
-fn session_keys_are_refused_where_they_would_be_ignored() {
-    // endpoint_metrics keeps no binding; the plain-Envoy build has no Redis for it.
+fn session_keys_are_taken_by_every_endpoint_policy_and_ttl_only_with_a_binding() {
+    // endpoint_metrics consistent-hashes sessions without Redis (below), and keeps their
+    // binding in Redis with it (Higress build).
+    let s = session_cfg(
+        "endpoint_metrics",
+        r#","sessionHeader":"s","sessionBodyField":"user""#,
+        Build::Higress,
+    )
+    .unwrap()
+    .config
+    .global
+    .unwrap()
+    .session
+    .clone()
+    .unwrap();
+    assert_eq!(s.header.as_deref(), Some("s"));
+    assert_eq!(s.body_field, Some(BodyField::User));
+    // With a Redis service the binding is kept there, with its TTL, and the Redis keys are read.
+    let parsed = session_cfg(
+        "endpoint_metrics",
+        r#","sessionHeader":"s","sessionTTL":60"#,
+        Build::Higress,
+    )
+    .unwrap();
+    assert!(parsed.warnings.is_empty(), "{:?}", parsed.warnings);
+    let route = parsed.config.global.unwrap();
+    assert!(route.redis.is_some());
+    assert_eq!(route.session.as_ref().unwrap().ttl_s, 60);
+    // Without one: consistent hashing, no TTL; Redis keys without a session are ignored.
+    let json =
+        br#"{"lb_policy":"endpoint_metrics","lb_config":{"sessionHeader":"s","sessionTTL":60}}"#;
+    let e = parse(json, Build::Higress).unwrap_err().to_string();
+    assert!(
+        e.contains("lb_config.sessionTTL") && e.contains("without serviceFQDN"),
+        "{e}"
+    );
+    let json = br#"{"lb_policy":"endpoint_metrics","lb_config":{"sessionHeader":"s"}}"#;
+    let route = parse(json, Build::Higress).unwrap().config.global.unwrap();
+    assert!(route.redis.is_none() && route.session.is_some());
+    let plain = session_cfg("endpoint_metrics", "", Build::Higress).unwrap();
+    assert!(plain.config.global.unwrap().redis.is_none());
+    assert!(format!("{:?}", plain.warnings).contains("serviceFQDN"));
+    let envoy_metrics = r#","scrapeCluster":"scrape","sessionCookie":"sid""#;
+    let s = session_cfg("endpoint_metrics", envoy_metrics, Build::Envoy)
+        .unwrap()
+        .config
+        .global
+        .unwrap()
+        .session
+        .clone()
+        .unwrap();
+    assert_eq!(s.cookie.as_deref(), Some("sid"));
     let e = session_cfg(
         "endpoint_metrics",
-        r#","sessionHeader":"s""#,
-        Build::Higress,
+        r#","scrapeCluster":"scrape","sessionCookie":"sid","sessionTTL":5"#,
+        Build::Envoy,
     );
-    assert!(e
-        .unwrap_err()
-        .to_string()
-        .contains("needs global_least_request"));
+    assert!(e.unwrap_err().to_string().contains("stores no binding"));
+    // The keys stay strict there too.
+    let e = session_cfg(
+        "endpoint_metrics",
+        r#","scrapeCluster":"scrape","sessionCookie":"a;b""#,
+        Build::Envoy,
+    );
+    assert!(e.unwrap_err().to_string().contains("cookie name"));
+    // Plain-Envoy prefix_cache: the body is read, so the body field is taken; no TTL.
+    let s = session_cfg(
+        "prefix_cache",
+        r#","sessionHeader":"s","sessionBodyField":"metadata.conv""#,
+        Build::Envoy,
+    )
+    .unwrap()
+    .config
+    .global
+    .unwrap()
+    .session
+    .clone()
+    .unwrap();
+    assert_eq!(s.body_field, Some(BodyField::Metadata("conv".into())));
+    let e = session_cfg(
+        "prefix_cache",
+        r#","sessionHeader":"s","sessionTTL":5"#,
+        Build::Envoy,
+    );
+    let e = e.unwrap_err().to_string();
+    assert!(
+        e.contains("prefix_cache in the plain-Envoy build stores no binding"),
+        "{e}"
+    );
     // Plain Envoy: global_least_request consistent-hashes sessions (no TTL, no body field at
-    // the headers); prefix_cache there does not take them.
+    // the headers).
     let ok = session_cfg(
         "global_least_request",
         r#","sessionHeader":"s""#,
@@ -426,8 +504,6 @@ fn session_keys_are_refused_where_they_would_be_ignored() {
         .unwrap_err()
         .to_string()
         .contains("decides at the request headers"));
-    let e = session_cfg("prefix_cache", r#","sessionHeader":"s""#, Build::Envoy);
-    assert!(e.unwrap_err().to_string().contains("plain-Envoy build"));
     // A cluster policy does not read them: warned, as every foreign key.
     let json = br#"{"lb_type":"cluster","lb_policy":"cluster_hash","lb_config":{"clusters":[{"cluster":"a","weight":100}],"sessionHeader":"s"}}"#;
     let parsed = parse(json, Build::Higress).unwrap();

@@ -39,6 +39,8 @@ pub const SERVICE_ACQUIRE: &str = concat!(
     include_str!("scripts/service_lease.lua"),
     include_str!("scripts/service_acquire.lua")
 );
+/// endpoint_metrics sessions with Redis (Higress build): keep, or bind anew, in one call.
+pub const SESSION_BIND: &str = include_str!("scripts/session_bind.lua");
 pub const SERVICE_RELEASE: &str = concat!(
     include_str!("scripts/service_lease.lua"),
     include_str!("scripts/service_release.lua")
@@ -53,6 +55,8 @@ pub struct Scripts {
     /// cluster_metrics global in-flight (`super::inflight`).
     pub service_acquire: Script,
     pub service_release: Script,
+    /// endpoint_metrics session binding (its routes' only script).
+    pub session_bind: Script,
 }
 
 impl Scripts {
@@ -63,6 +67,7 @@ impl Scripts {
             release: Script::new(RELEASE),
             service_acquire: Script::new(SERVICE_ACQUIRE),
             service_release: Script::new(SERVICE_RELEASE),
+            session_bind: Script::new(SESSION_BIND),
         }
     }
 
@@ -132,6 +137,25 @@ pub fn call(script: &Script, by_sha: bool, keys: &[&str], args: &[&[u8]]) -> Vec
     parts.extend(keys.iter().map(|k| k.as_bytes()));
     parts.extend_from_slice(args);
     resp::encode_command(&parts)
+}
+
+/// endpoint_metrics: keep the session `key` on its pod if it is one of `keep` (or `choice`),
+/// else bind it to `choice`; either way its TTL is `ttl_s` from now (docs/redis-data-model.md
+/// §10). The reply parses as an acquire's ([`parse_acquire`]).
+pub fn session_bind_call(
+    scripts: &Scripts,
+    by_sha: bool,
+    key: &str,
+    ttl_s: u64,
+    choice: &str,
+    keep: &[String],
+) -> Vec<u8> {
+    let ttl = ttl_s.to_string();
+    let mut args: Vec<&[u8]> = Vec::with_capacity(2 + keep.len());
+    args.push(ttl.as_bytes());
+    args.push(choice.as_bytes());
+    args.extend(keep.iter().map(|k| k.as_bytes()));
+    call(&scripts.session_bind, by_sha, &[key], &args)
 }
 
 /// `SCRIPT LOAD text`.

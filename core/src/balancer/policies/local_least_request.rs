@@ -11,7 +11,6 @@ use crate::balancer::telemetry::Telemetry;
 use crate::config::Class;
 use crate::config::RouteConfig;
 use crate::config::{SESSION_MAX_IMBALANCE, SESSION_MAX_IMBALANCE_RATIO};
-use crate::hash::{self, SplitMix64};
 use crate::host::{Host, HostError, LogLevel};
 use crate::prefix::chwbl::Ring;
 use crate::reason::{Cause, Reason};
@@ -159,7 +158,7 @@ fn sticky(
     class: Option<Class>,
 ) -> Decision {
     let endpoints = &input.config.endpoints;
-    let key = SplitMix64(hash::fnv1a(hash::FNV_OFFSET, id)).next_u64();
+    let key = super::session::ring_key(id);
     let home = ring.walk(key).next();
     let base_cap = input.config.common.max_load;
     let cap = class_cap(input.config, class);

@@ -10,7 +10,11 @@
 //!   (`local_least_request::take`: the same record, the same `costMode` weight) and held as a
 //!   `Hold::Local` lease: stream end gives it back on the existing path;
 //! - with a metrics guard configured (`scrapeCluster`), the scraped engine metrics count too: a
-//!   pod whose queue or KV cache is saturated is left, and not chosen while another pod is not.
+//!   pod whose queue or KV cache is saturated is left, and not chosen while another pod is not;
+//! - a request naming a session (`sessionHeader`, ...) goes to the first endpoint of its session
+//!   id's walk over the same ring, ahead of any prefix match, unless that pod is over the guard
+//!   (then it is placed as without a session, past that pod: `session_rebound`;
+//!   docs/redis-data-model.md §10).
 //!
 //! A body that is not a usable prompt (or too large to read) gets a plain-Envoy least-request
 //! pick.
@@ -109,7 +113,7 @@ pub fn decide(
         return Decision::Fallback(Cause::NoHealthyEndpoint);
     }
     if !input.read_body {
-        return local_least_request::decide(host, env, input, None);
+        return local_least_request::decide(host, env, input, Some(&state.ring));
     }
     let body = host.request_body(0, input.body_bytes).unwrap_or_default();
     let (keys, at) = match canonicalize(&body, &settings.canon) {
@@ -125,11 +129,11 @@ pub fn decide(
                 input.ctx,
                 format_args!("no prefix ({e}); least-request"),
             );
-            return local_least_request::decide(host, env, input, None);
+            return local_least_request::decide(host, env, input, Some(&state.ring));
         }
     };
     let Some(&home) = keys.get(at) else {
-        return local_least_request::decide(host, env, input, None);
+        return local_least_request::decide(host, env, input, Some(&state.ring));
     };
     let home = u64::from_le_bytes(home);
     let window = window(keys.len(), at);
@@ -139,6 +143,10 @@ pub fn decide(
         Some(mc) => metrics.saturated(host, input.config, mc),
         None => Vec::new(),
     };
+    let session = input.config.session.as_ref().and_then(|s| {
+        let id = super::session::session_id(&*host, s, Some(input.body_bytes))?;
+        state.ring.walk(super::session::ring_key(&id)).next()
+    });
     let class = priority_class(host, env.tel, input.config);
     let cap = class_cap(input.config, class);
     let cost = cost_of(input.config, input.body_bytes);
@@ -151,7 +159,7 @@ pub fn decide(
         &admission,
         |loads| {
             state
-                .choose(loads, cost, cap, &hot, known, home)
+                .choose(loads, cost, cap, &hot, known, home, session)
                 .map(|(e, reason, passed)| (e, (reason, passed)))
         },
     );
@@ -162,6 +170,11 @@ pub fn decide(
             };
             if passed {
                 env.tel.inc(host, Counter::PrefixSaturated);
+            }
+            match reason {
+                Reason::Session => env.tel.inc(host, Counter::SessionHit),
+                Reason::SessionRebound => env.tel.inc(host, Counter::SessionRebound),
+                _ => {}
             }
             state.record(host, env.tel, input.ctx, &keys, &window, known, chosen, now);
             let fallbacks = state
@@ -182,7 +195,12 @@ pub fn decide(
         }
         Ok(Ok(None)) => local_least_request::no_room(class),
         Ok(Err(refused)) => local_least_request::refusal(host, env.tel, refused, class),
-        Err(e) => local_least_request::shared_data_failed(host, env.tel, input.ctx, &admission, &e),
+        Err(e) => {
+            if session.is_some() {
+                env.tel.inc(host, Counter::SessionFallback);
+            }
+            local_least_request::shared_data_failed(host, env.tel, input.ctx, &admission, &e)
+        }
     }
 }
 
@@ -249,8 +267,13 @@ impl LocalPrefix {
     /// saturated by its scraped metrics (`hot`, by position; empty without a metrics guard);
     /// otherwise CHWBL on the anchor key, never back to the endpoint just left and past the
     /// saturated ones. The metrics only steer while some endpoint with room is not saturated:
-    /// when all are, the loads decide alone. The flag: a saturated endpoint was passed by (the
-    /// known one, or the one the walk would have taken). None: every endpoint is at the cap.
+    /// when all are, the loads decide alone. `session`: the session's pod (its id's ring walk's
+    /// first endpoint), kept ahead of any prefix match under the same guard; when it is over
+    /// the guard the request is placed as without a session but never on it, and reads
+    /// `session_rebound` (docs/redis-data-model.md §10). The flag: a saturated endpoint was
+    /// passed by (the session's or known one, or the one the walk would have taken). None:
+    /// every endpoint is at the cap.
+    #[allow(clippy::too_many_arguments)] // one call site; a struct would only rename them
     fn choose(
         &self,
         loads: &[u64],
@@ -259,6 +282,7 @@ impl LocalPrefix {
         hot: &[bool],
         known: Option<Known>,
         home: u64,
+        session: Option<usize>,
     ) -> Option<(usize, Reason, bool)> {
         let room = |e: usize| cap == 0 || loads.get(e).is_some_and(|&l| l < cap);
         let saturated = |e: usize| hot.get(e).copied().unwrap_or(false);
@@ -266,22 +290,33 @@ impl LocalPrefix {
         let hot = |e: usize| steer && saturated(e);
         let any_hot = (0..loads.len()).any(hot);
         let min = loads.iter().copied().min()?;
-        let mut left = None;
-        if let Some(k) = known {
-            let load = loads.get(k.endpoint).copied().unwrap_or(0);
+        let within = |e: usize| {
+            let load = loads.get(e).copied().unwrap_or(0);
             let crowded = load.saturating_sub(min) > self.bound.slack
                 && load as f64 > min as f64 * self.bound.factor;
-            if room(k.endpoint) && !crowded && !hot(k.endpoint) {
-                return Some((k.endpoint, Reason::PrefixHit, false));
+            room(e) && !crowded && !hot(e)
+        };
+        if let Some(s) = session.filter(|&s| within(s)) {
+            return Some((s, Reason::Session, false));
+        }
+        let mut left = None;
+        if let Some(k) = known {
+            if Some(k.endpoint) != session && within(k.endpoint) {
+                let reason = match session {
+                    Some(_) => Reason::SessionRebound,
+                    None => Reason::PrefixHit,
+                };
+                return Some((k.endpoint, reason, session.is_some_and(hot)));
             }
             left = Some(k.endpoint);
         }
-        let mut passed = left.is_some_and(hot);
-        let reason = match left {
-            Some(_) => Reason::PrefixSpill,
-            None => Reason::PrefixMiss,
+        let mut passed = left.is_some_and(hot) || session.is_some_and(hot);
+        let reason = match (session, left) {
+            (Some(_), _) => Reason::SessionRebound,
+            (None, Some(_)) => Reason::PrefixSpill,
+            (None, None) => Reason::PrefixMiss,
         };
-        let allowed = |e: usize| room(e) && Some(e) != left && !hot(e);
+        let allowed = |e: usize| room(e) && Some(e) != left && Some(e) != session && !hot(e);
         let least = |ok: &dyn Fn(usize) -> bool| {
             (0..loads.len())
                 .filter(|&e| ok(e))
@@ -294,10 +329,16 @@ impl LocalPrefix {
             .or_else(|| least(&room))?;
         if !passed && any_hot {
             // Only when some pod is saturated: would the walk have taken one?
-            let unguarded = |e: usize| room(e) && Some(e) != left;
+            let unguarded = |e: usize| room(e) && Some(e) != left && Some(e) != session;
             passed = chwbl::pick(&self.ring, home, loads, cost, self.bound, unguarded)
                 .is_some_and(|u| u != e && hot(u));
         }
+        // Nothing else had room: the session's own pod after all.
+        let reason = if session == Some(e) {
+            Reason::Session
+        } else {
+            reason
+        };
         Some((e, reason, passed))
     }
 

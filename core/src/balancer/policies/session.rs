@@ -2,10 +2,12 @@
 //! cookie or body field (in that order; the first non-empty one names the session), and its
 //! Redis key. The binding itself is made in the acquire script (docs/redis-data-model.md §10).
 //! An empty value means no session; any other value, however long or whatever its bytes, is
-//! hashed into a fixed-size key.
+//! hashed into a fixed-size key. Where no binding is stored (plain Envoy, endpoint_metrics) the
+//! id is hashed onto the CHWBL ring of the endpoints instead ([`ring_key`]).
 
 use super::input::Input;
 use crate::config::{BodyField, SessionConfig};
+use crate::hash::{self, SplitMix64};
 use crate::host::Host;
 use crate::redis::scripts::session_key;
 use serde_json::Value;
@@ -17,6 +19,13 @@ pub fn key(host: &dyn Host, input: &Input) -> Option<Rc<str>> {
     let keys = input.keys?;
     let id = session_id(host, config, input.read_body.then_some(input.body_bytes))?;
     Some(session_key(&keys.namespace, &id).into())
+}
+
+/// Where a session id lands on a CHWBL ring (`prefix/chwbl.rs`): FNV-1a, then SplitMix64 to
+/// spread the bits. Every worker and every replica computes the same point, so the ring's
+/// first endpoint is the session's pod without a stored binding (docs/redis-data-model.md §10).
+pub fn ring_key(id: &[u8]) -> u64 {
+    SplitMix64(hash::fnv1a(hash::FNV_OFFSET, id)).next_u64()
 }
 
 /// The session id: the configured header (a repeated header reads as the host gives it, the

@@ -1,7 +1,10 @@
 //! endpoint_metrics (GPU-aware): the candidates and their model-server metrics — Higress's host
 //! list ([`host_list`]) or this proxy's own scraper ([`scrape`], published to every worker
 //! through shared data, [`snapshot`]) — corrected by the requests this proxy sent since the
-//! metrics were taken, then the scheduler's choice (docs/model-server-metrics.md).
+//! metrics were taken, then the scheduler's choice (docs/model-server-metrics.md). A request
+//! naming a session goes to its pod ahead of the scheduler while that pod is not saturated: its
+//! consistent-hash pod ([`EndpointMetrics::session_home`]), or with Redis (Higress build) the pod
+//! one script call keeps it bound to (`pick::SessionPick`; docs/redis-data-model.md §10).
 
 mod host_list;
 mod report;
@@ -9,6 +12,7 @@ mod scrape;
 mod snapshot;
 
 use super::input::{priority_class, Env, Input};
+use crate::balancer::pick::{Pick, SessionPick};
 use crate::balancer::request::{Decision, Rejection};
 use crate::balancer::shared;
 use crate::balancer::telemetry::Telemetry;
@@ -17,7 +21,9 @@ use crate::host::{self, Host};
 use crate::model_metrics::{
     scheduler, Candidate, Decision as Choice, RateLimitWindow, RequestInfo,
 };
+use crate::prefix::chwbl::Ring;
 use crate::reason::{Cause, Reason};
+use crate::redis::scripts;
 use crate::stats::Counter;
 use crate::upstream;
 use host_list::HostList;
@@ -40,6 +46,9 @@ pub struct EndpointMetrics {
     /// Fingerprint of the target list this VM last published, per namespace (Higress scrape).
     targets: HashMap<String, String>,
     scraper: Scraper,
+    /// Sessions: the ring of the last candidate list seen, with that list's fingerprint (the
+    /// healthy set changes rarely; the ring is rebuilt only then).
+    ring: Option<(String, Rc<Ring>)>,
 }
 
 impl EndpointMetrics {
@@ -49,6 +58,7 @@ impl EndpointMetrics {
             snapshots: HashMap::new(),
             targets: HashMap::new(),
             scraper: Scraper::new(config, seed),
+            ring: None,
         }
     }
 
@@ -127,6 +137,35 @@ impl EndpointMetrics {
         let ns = mc
             .scrape_namespace(&config.endpoints)
             .unwrap_or_else(|| "host".to_string());
+        // A session's pod wins while it has metrics that do not say saturated: the pod Redis
+        // binds it to (Higress build, a route with Redis), else its consistent-hash pod.
+        let session = config.session.as_ref().and_then(|s| {
+            let id =
+                super::session::session_id(&*host, s, input.read_body.then_some(input.body_bytes))?;
+            Some((s, id))
+        });
+        let bind = match (&session, input.keys, &config.redis) {
+            (Some((s, id)), Some(keys), Some(_)) => {
+                Some((scripts::session_key(&keys.namespace, id), s.ttl_s))
+            }
+            _ => None,
+        };
+        let home = match (&session, &bind) {
+            (Some((_, id)), None) => Some(self.session_home(&candidates, id)),
+            _ => None,
+        };
+        if let Some(Some(h)) = home {
+            if let Some(c) = candidates.get(h).filter(|c| keeps_session(c, mc)) {
+                env.tel.inc(host, Counter::SessionHit);
+                count_sent(host, &c.addr);
+                return Decision::Route {
+                    endpoint: c.addr.clone(),
+                    fallbacks: fallback_order(&candidates, h),
+                    reason: Reason::Session,
+                    hold: None,
+                };
+            }
+        }
         let mut window = (mc.scheduler.rate_limit < 1.0).then(|| {
             let h = host
                 .shared_get(&snapshot::window_key(&ns))
@@ -153,11 +192,40 @@ impl EndpointMetrics {
                 if rate_limited {
                     env.tel.inc(host, Counter::MetricsRateLimited);
                 }
+                if let Some((key, ttl_s)) = bind {
+                    // One script call keeps or binds the session; the reply routes.
+                    let keep = candidates
+                        .iter()
+                        .filter(|c| keeps_session(c, mc))
+                        .map(|c| c.addr.clone())
+                        .collect();
+                    return Decision::Acquire(Box::new(Pick::Session(SessionPick {
+                        config: config.clone(),
+                        key: key.into(),
+                        ttl_s,
+                        choice: chosen.addr.clone(),
+                        keep,
+                        by_sha: true,
+                    })));
+                }
                 count_sent(host, &chosen.addr);
+                // With a session: its pod was passed by (or the scheduler took it anyway, every
+                // pod being as saturated).
+                let reason = match home {
+                    Some(h) if h == Some(index) => {
+                        env.tel.inc(host, Counter::SessionHit);
+                        Reason::Session
+                    }
+                    Some(_) => {
+                        env.tel.inc(host, Counter::SessionRebound);
+                        Reason::SessionRebound
+                    }
+                    None => Reason::Metrics,
+                };
                 Decision::Route {
                     endpoint: chosen.addr.clone(),
                     fallbacks: fallback_order(&candidates, index),
-                    reason: Reason::Metrics,
+                    reason,
                     hold: None,
                 }
             }
@@ -166,6 +234,27 @@ impl EndpointMetrics {
             Choice::NoMetrics => Decision::Fallback(Cause::NoMetrics),
             Choice::NoCandidates => Decision::Fallback(Cause::NoHealthyEndpoint),
         }
+    }
+
+    /// The session's pod among `candidates` (by position): the first of its id's walk over the
+    /// CHWBL ring of the candidates' addresses (`session::ring_key`), the rule plain-Envoy
+    /// global_least_request uses. Every worker and every gateway that sees the same healthy set
+    /// puts a session on the same pod without storing a binding; an address keeps its points
+    /// whatever else joins or leaves, so only the sessions of a departed pod move
+    /// (docs/redis-data-model.md §10).
+    fn session_home(&mut self, candidates: &[Candidate], id: &[u8]) -> Option<usize> {
+        let addrs: Vec<String> = candidates.iter().map(|c| c.addr.clone()).collect();
+        let fp = upstream::fingerprint(&addrs);
+        let ring = match &self.ring {
+            Some((f, ring)) if *f == fp => ring.clone(),
+            _ => {
+                let ring = Rc::new(Ring::new(&addrs));
+                self.ring = Some((fp, ring.clone()));
+                ring
+            }
+        };
+        let home = ring.walk(super::session::ring_key(id)).next();
+        home.filter(|&h| h < candidates.len())
     }
 
     /// A plain-Envoy prefix_cache's metrics guard: for each of `config.endpoints`, whether its
@@ -270,6 +359,23 @@ impl EndpointMetrics {
     }
 }
 
+/// Whether a session stays on candidate `c`: it has metrics (a pod never scraped, failed, stale
+/// or of an unknown engine is not kept) and they do not say saturated by the scheduler's rule
+/// ([`scheduler::is_saturated`]: waiting over `queueThresholdCritical`, KV use over
+/// `kvCacheThreshold`). Read as scraped, without the sent-since-scrape correction: that
+/// correction counts every request sent since the scrape as queued (it never learns they
+/// finished), so one session's quick turns would read as a queue and move it between two
+/// scrapes; a real queue shows in the next scrape (the plain-Envoy prefix guard reads the
+/// metrics the same way).
+fn keeps_session(c: &Candidate, mc: &MetricsConfig) -> bool {
+    let scraped = Candidate {
+        addr: String::new(),
+        metrics: c.metrics.clone(),
+        in_flight_since_scrape: 0,
+    };
+    scheduler::is_saturated(&scraped, &mc.scheduler) == Some(false)
+}
+
 /// Requests this proxy sent to each endpoint since it started (the in-flight correction's base).
 fn sent_counts(host: &dyn Host) -> HashMap<String, u64> {
     host.shared_get(SENT_KEY)
@@ -280,7 +386,7 @@ fn sent_counts(host: &dyn Host) -> HashMap<String, u64> {
 }
 
 /// The choice is made in this proxy: count it as sent (the in-flight correction).
-fn count_sent(host: &mut dyn Host, endpoint: &str) {
+pub fn count_sent(host: &mut dyn Host, endpoint: &str) {
     let _ = shared::update(host, SENT_KEY, |cur| {
         let mut m = cur
             .as_deref()

@@ -741,3 +741,366 @@ fn plain_envoy_reads_the_model_from_the_held_body_for_lora_affinity() {
         engine.on_done(&mut host, ctx);
     }
 }
+
+/// A request naming session `sid` (no header when empty), finished; returns where it went
+/// (the chosen pod: Higress's override host, or the first of Envoy's destination list) and
+/// its debug reason.
+fn session_request(
+    host: &mut MockHost,
+    engine: &mut Balancer,
+    ctx: u32,
+    sid: &[u8],
+) -> (String, String) {
+    host.request_headers = vec![(
+        "x-session-id".into(),
+        String::from_utf8(sid.to_vec()).unwrap(),
+    )];
+    if sid.is_empty() {
+        host.request_headers.clear();
+    }
+    host.response_headers = vec![(":status".into(), "200".into())];
+    assert_eq!(request(host, engine, ctx), Verdict::Continue);
+    engine.on_response_headers(host, ctx);
+    let reason = host
+        .response_headers
+        .iter()
+        .find(|(k, _)| k == "x-dbg")
+        .map(|(_, v)| v.rsplit("reason=").next().unwrap_or("").to_string())
+        .unwrap_or_default();
+    let to = match dest(host) {
+        Some(d) => d.split(',').next().unwrap_or("").to_string(),
+        None => host.override_host.clone().unwrap_or_default(),
+    };
+    engine.on_done(host, ctx);
+    (to, reason)
+}
+
+const PODS: [&str; 3] = ["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"];
+
+/// The three pods' host list; `pod` gets `special` (health, metrics), the others are idle.
+/// Each call is a new health-check round: the idle pods' text changes (`gen`), so the requests
+/// sent before it no longer count as queued on them (the in-flight correction).
+fn pool(pod: Option<&str>, special: (&str, &str)) -> Vec<u8> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static GEN: AtomicU32 = AtomicU32::new(0);
+    let gen = GEN.fetch_add(1, Ordering::Relaxed) % 100;
+    let idle = vllm(0, 1, 0.1 + f64::from(gen) / 1000.0);
+    let list: Vec<(&str, &str, &str)> = PODS
+        .iter()
+        .map(|&p| {
+            if Some(p) == pod {
+                (p, special.0, special.1)
+            } else {
+                (p, "Healthy", idle.as_str())
+            }
+        })
+        .collect();
+    hosts_with_metrics(&list)
+}
+
+fn sticky_higress() -> (MockHost, Balancer) {
+    higress(json!({"sessionHeader": "X-Session-Id", "debugHeader": "x-dbg"}))
+}
+
+#[test]
+fn a_session_stays_on_its_pod_while_it_is_not_saturated_on_every_gateway() {
+    let (mut host, mut engine) = sticky_higress();
+    let (mut host2, mut engine2) = sticky_higress();
+    let busy = vllm(4, 4, 0.7); // under both thresholds (5 waiting, 0.8 KV)
+    host.hosts = pool(None, ("", ""));
+    let (home, reason) = session_request(&mut host, &mut engine, 1, b"conv-1");
+    assert_eq!(reason, "session");
+    // Its pod gets busier than the others, yet not saturated: the session stays, on both
+    // gateways (nothing shared but the host list), while a request without one moves on.
+    host.hosts = pool(Some(&home), ("Healthy", &busy));
+    host2.hosts = host.hosts.clone();
+    for ctx in 2..=6 {
+        assert_eq!(
+            session_request(&mut host, &mut engine, ctx, b"conv-1"),
+            (home.clone(), "session".to_string())
+        );
+        assert_eq!(
+            session_request(&mut host2, &mut engine2, ctx, b"conv-1"),
+            (home.clone(), "session".to_string())
+        );
+    }
+    let (free, reason) = session_request(&mut host, &mut engine, 7, b"");
+    assert_ne!(free, home, "the scheduler prefers an idle pod");
+    assert_eq!(reason, "metrics");
+    assert_eq!(host.metric("ai_lb.session.hit"), 6);
+    assert_eq!(host.metric("ai_lb.session.rebound"), 0);
+    // Sessions spread over the pods, and both gateways place every one alike.
+    host.hosts = pool(None, ("", ""));
+    host2.hosts = host.hosts.clone();
+    let mut homes = std::collections::BTreeSet::new();
+    for s in 0..24u32 {
+        let sid = format!("user-{s}");
+        let a = session_request(&mut host, &mut engine, 100 + s, sid.as_bytes());
+        let b = session_request(&mut host2, &mut engine2, 100 + s, sid.as_bytes());
+        assert_eq!(a, b, "{sid}");
+        homes.insert(a.0);
+    }
+    assert_eq!(homes.len(), 3, "sessions spread: {homes:?}");
+}
+
+#[test]
+fn a_session_is_rebound_when_its_pod_saturates_or_goes_and_comes_back_after() {
+    let (mut host, mut engine) = sticky_higress();
+    host.hosts = pool(None, ("", ""));
+    let sessions: Vec<String> = (0..30).map(|s| format!("s-{s}")).collect();
+    let mut homes = Vec::new();
+    for (i, sid) in sessions.iter().enumerate() {
+        homes.push(session_request(&mut host, &mut engine, i as u32, sid.as_bytes()).0);
+    }
+    let home = homes[0].clone();
+    let mut ctx = 100;
+    // Saturated by the scheduler's rule: a queue over queueThresholdCritical (6 > 5), then KV
+    // over kvCacheThreshold (0.9 > 0.8). Rebound to the scheduler's pick, counted.
+    for metrics in [vllm(6, 4, 0.5), vllm(0, 4, 0.9)] {
+        host.hosts = pool(Some(&home), ("Healthy", &metrics));
+        ctx += 1;
+        let (to, reason) = session_request(&mut host, &mut engine, ctx, sessions[0].as_bytes());
+        assert_ne!(to, home);
+        assert_eq!(reason, "session_rebound");
+    }
+    assert_eq!(host.metric("ai_lb.session.rebound"), 2);
+    // Recovered: back on its pod.
+    host.hosts = pool(None, ("", ""));
+    ctx += 1;
+    let back = session_request(&mut host, &mut engine, ctx, sessions[0].as_bytes());
+    assert_eq!(back, (home.clone(), "session".to_string()));
+    // Unhealthy (gone from the healthy set): its sessions move, every other one stays put.
+    host.hosts = pool(Some(&home), ("Unhealthy", &vllm(0, 0, 0.0)));
+    let mut moved = 0;
+    for (sid, was) in sessions.iter().zip(&homes) {
+        ctx += 1;
+        let (to, reason) = session_request(&mut host, &mut engine, ctx, sid.as_bytes());
+        assert_ne!(to, home, "{sid}");
+        if *was == home {
+            moved += 1;
+        } else {
+            assert_eq!((&to, reason.as_str()), (was, "session"), "{sid} stays");
+        }
+    }
+    assert!(moved >= 1, "some session lived on the pod that went");
+    // Unknown metrics (a page without the load gauges) do not keep a session either.
+    host.hosts = pool(Some(&home), ("Healthy", "no metrics here\n"));
+    ctx += 1;
+    let (to, reason) = session_request(&mut host, &mut engine, ctx, sessions[0].as_bytes());
+    assert_ne!(to, home);
+    assert_eq!(reason, "session_rebound");
+    assert_eq!(engine.tracked().1, 0);
+}
+
+#[test]
+fn long_unicode_and_empty_session_ids() {
+    let (mut host, mut engine) = sticky_higress();
+    let (mut host2, mut engine2) = sticky_higress();
+    host.hosts = pool(None, ("", ""));
+    host2.hosts = host.hosts.clone();
+    let long = vec![b'x'; 10 * 1024];
+    let unicode = "\u{7528}\u{6237}-\u{1F600}".as_bytes().to_vec();
+    for (i, sid) in [long, unicode].iter().enumerate() {
+        let ctx = 10 * i as u32;
+        let first = session_request(&mut host, &mut engine, ctx, sid);
+        assert_eq!(first.1, "session");
+        assert!(PODS.contains(&first.0.as_str()));
+        for c in 1..=3 {
+            assert_eq!(session_request(&mut host, &mut engine, ctx + c, sid), first);
+        }
+        assert_eq!(session_request(&mut host2, &mut engine2, ctx, sid), first);
+    }
+    // An empty header names no session: the scheduler decides, nothing counted.
+    host.request_headers = vec![("x-session-id".into(), String::new())];
+    assert_eq!(request(&mut host, &mut engine, 50), Verdict::Continue);
+    engine.on_done(&mut host, 50);
+    assert_eq!(host.metric("ai_lb.session.hit"), 8);
+    assert_eq!(host.metric("ai_lb.metrics.routed"), 9);
+}
+
+#[test]
+fn plain_envoy_scraped_sessions_stay_and_leave_a_pod_whose_scrape_fails() {
+    let mut lb = scrape_cfg();
+    lb["sessionCookie"] = json!("sid");
+    lb["debugHeader"] = json!("x-dbg");
+    let (mut host, mut engine) = envoy(lb);
+    let pods = ["10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"];
+    let round = |host: &mut MockHost, engine: &mut Balancer, bad: Option<&str>| {
+        host.now_ms += 1000;
+        let texts: Vec<(&str, Option<u16>, String)> = pods
+            .iter()
+            .map(|&p| match bad {
+                Some(b) if b == p => (p, Some(500), "oops".to_string()),
+                _ => (p, Some(200), vllm(0, 2, 0.2)),
+            })
+            .collect();
+        scrape_round(host, engine, &texts);
+    };
+    let send = |host: &mut MockHost, engine: &mut Balancer, ctx: u32| {
+        host.request_headers = vec![("cookie".into(), "a=1; sid=chat-7".into())];
+        host.response_headers = vec![(":status".into(), "200".into())];
+        assert_eq!(request(host, engine, ctx), Verdict::Continue);
+        engine.on_response_headers(host, ctx);
+        engine.on_done(host, ctx);
+        let to = dest(host).unwrap_or_default();
+        let reason = host
+            .response_headers
+            .iter()
+            .find(|(k, _)| k == "x-dbg")
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default();
+        (to.split(',').next().unwrap_or("").to_string(), reason)
+    };
+    round(&mut host, &mut engine, None);
+    let (home, reason) = send(&mut host, &mut engine, 1);
+    assert!(reason.ends_with("reason=session"), "{reason}");
+    // Many quick turns between two scrapes: still kept (the scraped queue is what counts).
+    for ctx in 2..=20 {
+        assert_eq!(send(&mut host, &mut engine, ctx).0, home);
+    }
+    // Its scrape fails: no metrics, no session there until it answers again.
+    round(&mut host, &mut engine, Some(&home));
+    let (to, reason) = send(&mut host, &mut engine, 30);
+    assert_ne!(to, home);
+    assert!(reason.ends_with("reason=session_rebound"), "{reason}");
+    round(&mut host, &mut engine, None);
+    assert_eq!(send(&mut host, &mut engine, 31).0, home);
+    assert_eq!(host.metric("ai_lb.session.hit"), 21);
+    assert_eq!(host.metric("ai_lb.session.rebound"), 1);
+}
+
+/// Higress build, a sticky endpoint_metrics route naming a Redis service: bindings in Redis.
+fn bound_higress() -> (MockHost, Balancer) {
+    let (mut host, mut engine) = higress(json!({"serviceFQDN": "redis.static",
+        "servicePort": 6379, "sessionHeader": "x-session-id", "sessionTTL": 90,
+        "debugHeader": "x-dbg"}));
+    assert_eq!(
+        host.redis_calls.len(),
+        1,
+        "only the binding script is loaded"
+    );
+    let sha = b"$40\r\n0123456789012345678901234567890123456789\r\n";
+    redis_reply(&mut host, &mut engine, 7, sha);
+    host.redis_calls.clear();
+    (host, engine)
+}
+
+fn redis_reply(host: &mut MockHost, engine: &mut Balancer, token: u32, reply: &[u8]) {
+    use crate::balancer::redis_client::CallStatus;
+    host.reply = Some(reply.to_vec());
+    engine.on_redis_reply(host, token, CallStatus::Ok, reply.len());
+    host.reply = None;
+}
+
+/// A sticky request up to its binding call: (the call's args, its token).
+fn bind_call(host: &mut MockHost, engine: &mut Balancer, ctx: u32) -> (Vec<String>, u32) {
+    host.request_headers = vec![("x-session-id".into(), "conv".into())];
+    host.response_headers = vec![(":status".into(), "200".into())];
+    let before = host.redis_calls.len();
+    assert_eq!(request(host, engine, ctx), Verdict::Pause);
+    assert_eq!(host.redis_calls.len(), before + 1, "one call per request");
+    (host.last_query_args(), host.next_token - 4)
+}
+
+/// After the reply: (override host, debug reason); the stream ends.
+fn finish(host: &mut MockHost, engine: &mut Balancer, ctx: u32) -> (String, String) {
+    engine.on_response_headers(host, ctx);
+    let reason = host
+        .response_headers
+        .iter()
+        .find(|(k, _)| k == "x-dbg")
+        .map(|(_, v)| v.rsplit("reason=").next().unwrap_or("").to_string())
+        .unwrap_or_default();
+    engine.on_done(host, ctx);
+    (host.override_host.clone().unwrap_or_default(), reason)
+}
+
+fn picked(endpoint: &str, state: &str) -> Vec<u8> {
+    crate::redis::resp::encode_command(&["OK", endpoint, "0", "0", state])
+}
+
+#[test]
+fn with_redis_a_session_is_kept_or_bound_in_one_call_and_redis_trouble_is_the_schedulers_pick() {
+    use crate::redis::scripts::{session_key, Keys};
+    let (mut host, mut engine) = bound_higress();
+    host.hosts = pool(None, ("", ""));
+    let (args, token) = bind_call(&mut host, &mut engine, 1);
+    let ns = Keys::new("ailb", "chat", CLUSTER).namespace;
+    // EVALSHA sha 1 <session key> <ttl> <scheduler's pick> <pods that may keep it>...
+    assert_eq!(args[0], "EVALSHA");
+    assert_eq!(args[2..5], ["1", &session_key(&ns, b"conv"), "90"]);
+    let choice = args[5].clone();
+    assert!(PODS.contains(&choice.as_str()));
+    assert_eq!(args[6..], PODS, "every idle pod may keep a session");
+    redis_reply(&mut host, &mut engine, token, &picked(&choice, "2"));
+    assert_eq!(
+        finish(&mut host, &mut engine, 1),
+        (choice.clone(), "metrics".into())
+    );
+    assert_eq!(host.metric("ai_lb.session.bound"), 1);
+    // Kept on its bound pod, whatever the scheduler chose this time.
+    let (args, token) = bind_call(&mut host, &mut engine, 2);
+    let other = PODS.iter().find(|p| **p != args[5]).unwrap();
+    redis_reply(&mut host, &mut engine, token, &picked(other, "1"));
+    assert_eq!(
+        finish(&mut host, &mut engine, 2),
+        (other.to_string(), "session".into())
+    );
+    assert_eq!(host.metric("ai_lb.session.hit"), 1);
+    // A saturated pod is not offered to keep a session; a rebound reads as such.
+    host.hosts = pool(Some(PODS[1]), ("Healthy", &vllm(9, 4, 0.5)));
+    let (args, token) = bind_call(&mut host, &mut engine, 3);
+    assert_eq!(args[6..], [PODS[0], PODS[2]]);
+    redis_reply(&mut host, &mut engine, token, &picked(&args[5], "3"));
+    assert_eq!(finish(&mut host, &mut engine, 3).1, "session_rebound");
+    assert_eq!(host.metric("ai_lb.session.rebound"), 1);
+    // A reply naming a pod not offered, a failed call, an error reply: the scheduler's pick,
+    // counted as a session fallback.
+    let (args, token) = bind_call(&mut host, &mut engine, 4);
+    redis_reply(&mut host, &mut engine, token, &picked("9.9.9.9:1", "1"));
+    assert_eq!(
+        finish(&mut host, &mut engine, 4),
+        (args[5].clone(), "metrics".into())
+    );
+    let (args, token) = bind_call(&mut host, &mut engine, 5);
+    engine.on_redis_reply(
+        &mut host,
+        token,
+        crate::balancer::redis_client::CallStatus::Failed,
+        0,
+    );
+    assert_eq!(
+        finish(&mut host, &mut engine, 5),
+        (args[5].clone(), "metrics".into())
+    );
+    let (args, token) = bind_call(&mut host, &mut engine, 6);
+    redis_reply(&mut host, &mut engine, token, b"-ERR boom\r\n");
+    assert_eq!(finish(&mut host, &mut engine, 6).0, args[5]);
+    assert_eq!(host.metric("ai_lb.session.fallback"), 3);
+    // NOSCRIPT: sent again once as EVAL.
+    let (_, token) = bind_call(&mut host, &mut engine, 7);
+    redis_reply(
+        &mut host,
+        &mut engine,
+        token,
+        b"-NOSCRIPT No matching script\r\n",
+    );
+    assert_eq!(host.last_query_args()[0], "EVAL");
+    let resent = host.next_token - 4;
+    redis_reply(&mut host, &mut engine, resent, &picked(PODS[0], "1"));
+    assert_eq!(
+        finish(&mut host, &mut engine, 7),
+        (PODS[0].into(), "session".into())
+    );
+    // A request that ends while its call is in flight leaves nothing behind.
+    let (_, token) = bind_call(&mut host, &mut engine, 8);
+    host.live_contexts.retain(|&c| c != 8);
+    engine.on_done(&mut host, 8);
+    redis_reply(&mut host, &mut engine, token, &picked(PODS[0], "1"));
+    assert_eq!(engine.tracked(), (0, 0));
+    // Without a session header: the scheduler alone, no call.
+    host.request_headers.clear();
+    let before = host.redis_calls.len();
+    assert_eq!(request(&mut host, &mut engine, 9), Verdict::Continue);
+    assert_eq!(host.redis_calls.len(), before);
+}
