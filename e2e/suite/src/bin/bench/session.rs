@@ -1,11 +1,12 @@
 //! Session stickiness: the prefix benchmark's sessions (60 sessions × 5 rounds, shared system
 //! prompts, 2 gateways, 4 pods), each round sent to the other gateway and carrying its session
 //! id. The same plan once through prefix_cache with `sessionHeader` and once through
-//! prefix_cache alone (which ignores the header).
+//! prefix_cache alone (which ignores the header); then the same through global_least_request
+//! with and without the header, where nothing but the session keeps a conversation on its pod.
 
 use crate::prefix::prefix_config;
 use ailb_e2e::bed::Bed;
-use ailb_e2e::gateway::Gateway;
+use ailb_e2e::gateway::{glr_config, Gateway};
 use ailb_fakepod::load::{self, client::Outcome, LoadConfig, Plan, Summary, Workload};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -36,6 +37,8 @@ pub fn session_stickiness_and_ttft() -> anyhow::Result<()> {
         c.decode_batch_penalty = 0.0;
     });
     let run = |plugin: Value, tag: &str| -> anyhow::Result<(Summary, f64, [i64; 4])> {
+        // Every run starts from an empty Redis: no binding or prefix key of the previous one.
+        bed.redis.cmd(&["FLUSHALL"]);
         let gws: Vec<Gateway> = (0..2)
             .map(|i| Gateway::start(&bed.spec(&format!("{tag}-{i}"), Some(plugin.clone()))))
             .collect::<anyhow::Result<_>>()?;
@@ -88,5 +91,19 @@ pub fn session_stickiness_and_ttft() -> anyhow::Result<()> {
         "BENCH session_ttft_p50_ratio_vs_prefix_only {:.2} ratio",
         sticky.ttft_ms.p50 / plain.ttft_ms.p50
     );
+    // What the session option adds on its own: the prefix run's prompts keep a session on its
+    // pod through the cache keys too, least request has nothing else that would.
+    let mut lr_cfg = glr_config(bed.redis.port, serde_json::json!({}));
+    let (_, lr_plain_share, _) = run(lr_cfg.clone(), "least-request")?;
+    lr_cfg["lb_config"]["sessionHeader"] = HEADER.into();
+    let (lr, lr_share, lr_counters) = run(lr_cfg, "least-request-session")?;
+    anyhow::ensure!(
+        lr.ok == lr.count,
+        "least-request session run failed requests: {}",
+        lr.line()
+    );
+    eprintln!("least-request session counters hit/bound/rebound/fallback {lr_counters:?}");
+    println!("BENCH session_stickiness_least_request {lr_share:.3} ratio");
+    println!("BENCH session_stickiness_least_request_without_sessions {lr_plain_share:.3} ratio");
     Ok(())
 }
