@@ -73,6 +73,7 @@ fn measure(redis: &RedisServer, hosts: usize, blocks: usize, sticky: bool) -> Me
         reclaim: 0,
         endpoints: Some(&eps),
         session: None,
+        wait_rank: None,
     };
     c.cmd_raw(&scripts::acquire_call(&scripts, true, &keys, &args));
 
@@ -151,6 +152,7 @@ fn measure(redis: &RedisServer, hosts: usize, blocks: usize, sticky: bool) -> Me
                                     max_imbalance: 8,
                                     max_imbalance_ratio: 1.5,
                                 }),
+                                wait_rank: None,
                             };
                             // The conversation's known prefix plus this turn's two new blocks.
                             let mut chain = sessions[(rng as usize) % sessions.len()].clone();

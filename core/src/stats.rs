@@ -107,9 +107,17 @@ pub enum Counter {
     PriorityAdmittedHeadroom,
     /// Priority classes: a `priorityHeader` value naming no class (the default class used).
     PriorityUnknownClass,
+    /// Waiting queue: a request refused for want of room waits instead (README "Waiting queue").
+    QueueQueued,
+    /// Waiting queue: a waiting request got room and was routed.
+    QueueAdmitted,
+    /// Waiting queue: a waiting request reached `queueTimeoutMs`: 429 with `Retry-After`.
+    QueueTimeout,
+    /// Waiting queue: the client went away while its request waited (nothing held, nothing leaked).
+    QueueAbandoned,
 }
 
-const FIXED: [(Counter, &str); 34] = [
+const FIXED: [(Counter, &str); 38] = [
     (Counter::RedisCalls, "ai_lb.redis.calls"),
     (Counter::RedisErrors, "ai_lb.redis.errors"),
     (Counter::RedisTimeouts, "ai_lb.redis.timeouts"),
@@ -174,6 +182,10 @@ const FIXED: [(Counter, &str); 34] = [
         Counter::PriorityUnknownClass,
         "ai_lb.priority.unknown_class",
     ),
+    (Counter::QueueQueued, "ai_lb.queue.queued"),
+    (Counter::QueueAdmitted, "ai_lb.queue.admitted"),
+    (Counter::QueueTimeout, "ai_lb.queue.timeout"),
+    (Counter::QueueAbandoned, "ai_lb.queue.abandoned"),
 ];
 
 /// Metric ids in the order of [`Stats::names`].

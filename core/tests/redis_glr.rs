@@ -47,6 +47,7 @@ impl Glr {
             reclaim: a.reclaim,
             endpoints: a.sync.then_some(self.eps.as_slice()),
             session: None,
+            wait_rank: None,
         };
         let q = scripts::acquire_call(&self.scripts, false, &self.keys, &args);
         scripts::parse_acquire(&c.raw_reply(&q))
@@ -353,6 +354,7 @@ fn it_reports_noscript_for_an_unknown_sha() {
         reclaim: 0,
         endpoints: None,
         session: None,
+        wait_rank: None,
     };
     let q = scripts::acquire_call(&g.scripts, true, &g.keys, &args);
     assert_eq!(

@@ -170,6 +170,9 @@ pub struct EndpointPick {
     /// The request's session key (`scripts::session_key`), when the route is sticky and the
     /// request names a session.
     pub session: Option<Rc<str>>,
+    /// Waiting queue with priority classes: the class rank the script checks against the
+    /// waiters of higher classes (docs/redis-data-model.md §11).
+    pub wait_rank: Option<usize>,
 }
 
 /// What Redis answered to a pick, decoded.
@@ -197,6 +200,9 @@ impl EndpointPick {
     pub fn with_class(mut self, class: Option<Class>) -> EndpointPick {
         self.cap = class_cap(&self.config, class);
         self.class = class;
+        self.wait_rank = class
+            .filter(|_| self.config.common.queue.is_some())
+            .map(|c| c.rank);
         self
     }
 
@@ -211,15 +217,7 @@ impl EndpointPick {
         synced: Option<&Rc<str>>,
         rng: &mut VmRng,
     ) -> Result<EndpointPick, Cause> {
-        let endpoints = match host.upstream_hosts().map(|b| upstream::decode_hosts(&b)) {
-            Ok(Ok(list)) => list,
-            _ => return Err(Cause::HostListUnavailable),
-        };
-        let healthy = upstream::healthy_addresses(&endpoints);
-        if healthy.is_empty() {
-            return Err(Cause::NoHealthyEndpoint);
-        }
-        let fingerprint: Rc<str> = upstream::fingerprint(&healthy).into();
+        let (healthy, fingerprint) = healthy_set(host)?;
         Ok(EndpointPick {
             sent_list: synced != Some(&fingerprint),
             config: config.clone(),
@@ -233,7 +231,19 @@ impl EndpointPick {
             cap: config.common.max_load,
             class: None,
             session: None,
+            wait_rank: None,
         })
+    }
+
+    /// A waiting request's pick, sent again when room may have freed: the endpoints as they
+    /// are now (a pod may have come or gone while it waited). Nothing was acquired by the
+    /// refused attempt, so the request id is kept.
+    pub fn refresh(&mut self, host: &dyn Host, synced: Option<&Rc<str>>) -> Result<(), Cause> {
+        let (healthy, fingerprint) = healthy_set(host)?;
+        self.sent_list = synced != Some(&fingerprint);
+        self.candidates = Rc::new(healthy);
+        self.fingerprint = fingerprint;
+        Ok(())
     }
 
     /// The lease the script wrote if it chose `endpoint`.
@@ -269,6 +279,20 @@ impl EndpointPick {
             (Some(_), _, false) => Reason::PrefixHit,
         }
     }
+}
+
+/// The healthy endpoints of the host's list (sorted) and their fingerprint.
+fn healthy_set(host: &dyn Host) -> Result<(Vec<String>, Rc<str>), Cause> {
+    let endpoints = match host.upstream_hosts().map(|b| upstream::decode_hosts(&b)) {
+        Ok(Ok(list)) => list,
+        _ => return Err(Cause::HostListUnavailable),
+    };
+    let healthy = upstream::healthy_addresses(&endpoints);
+    if healthy.is_empty() {
+        return Err(Cause::NoHealthyEndpoint);
+    }
+    let fingerprint: Rc<str> = upstream::fingerprint(&healthy).into();
+    Ok((healthy, fingerprint))
 }
 
 /// What one request adds to its endpoint's load (`costMode`).

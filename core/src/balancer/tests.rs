@@ -88,7 +88,8 @@ fn routes_then_releases_exactly_once() {
         ]
     );
     // First pick of this VM: the healthy set (sorted, unhealthy excluded) rides along.
-    assert_eq!(&args[17..], ["10.0.0.1:80", "10.0.0.2:80"]);
+    assert_eq!(args[17], "-1", "no waiting-queue check");
+    assert_eq!(&args[18..], ["10.0.0.1:80", "10.0.0.2:80"]);
     let rid = args[8].clone();
     deliver(
         &mut host,
@@ -128,7 +129,7 @@ fn steady_state_picks_skip_the_endpoint_list() {
     start(&mut host, &mut e, 3);
     assert_eq!(
         host.last_query_args().len(),
-        17,
+        18,
         "no endpoint list once synced"
     );
     // The healthy set changes: the list is sent again.
@@ -139,7 +140,7 @@ fn steady_state_picks_skip_the_endpoint_list() {
         ..host
     };
     start(&mut host, &mut e, 4);
-    assert_eq!(&host.last_query_args()[17..], ["10.0.0.1:80"]);
+    assert_eq!(&host.last_query_args()[18..], ["10.0.0.1:80"]);
 }
 
 #[test]
@@ -228,11 +229,11 @@ fn sync_resends_the_list_once_then_gives_up() {
         &bulk_array(&["OK", "10.0.0.1:80", "0"]),
     );
     let t = start(&mut host, &mut e, 3);
-    assert_eq!(host.last_query_args().len(), 17);
+    assert_eq!(host.last_query_args().len(), 18);
     deliver(&mut host, &mut e, t, &bulk_array(&["SYNC"]));
     assert_eq!(
         host.last_query_args().len(),
-        19,
+        20,
         "resent with the endpoint list"
     );
     let last = host.next_token - 4;

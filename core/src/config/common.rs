@@ -5,6 +5,7 @@
 
 use super::error::ConfigError;
 pub use super::priority::Priority;
+pub use super::queue::Queue;
 use super::raw::RawLbConfig;
 use super::read::In;
 use super::values::Build;
@@ -25,6 +26,8 @@ pub const COMMON_KEYS: &[&str] = &[
     "defaultPriorityClass",
     "criticalHeadroom",
     "priorityReserve",
+    "queueTimeoutMs",
+    "maxQueued",
 ];
 pub const ENVOY_KEYS: &[&str] = &[
     "endpoints",
@@ -57,6 +60,8 @@ pub struct Common {
     pub detail_log: bool,
     /// Priority classes (README "Priority classes"); None: every request alike.
     pub priority: Option<Priority>,
+    /// The waiting queue (README "Waiting queue"); None: refuse at once.
+    pub queue: Option<Queue>,
 }
 
 impl Common {
@@ -73,6 +78,7 @@ impl Common {
             max_body_wait_ms: 0,
             detail_log: true,
             priority: None,
+            queue: None,
         }
     }
 }
@@ -192,8 +198,10 @@ impl TryFrom<In<'_, '_, RawLbConfig>> for Common {
                 ));
             }
         }
+        let queue = Queue::read(raw, r)?;
         Ok(Common {
             priority,
+            queue,
             key_prefix,
             lease_ttl_ms: lease_ttl_s * 1000,
             cost,

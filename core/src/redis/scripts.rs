@@ -95,6 +95,8 @@ pub struct Keys {
     pub load: String,
     pub leases: String,
     pub members: String,
+    /// The waiting queue's waiters of every gateway (docs/redis-data-model.md §11).
+    pub wait: String,
 }
 
 impl Keys {
@@ -106,6 +108,7 @@ impl Keys {
             load: format!("{namespace}:load"),
             leases: format!("{namespace}:leases"),
             members: format!("{namespace}:members"),
+            wait: format!("{namespace}:wait"),
             namespace,
         }
     }
@@ -148,6 +151,9 @@ pub struct AcquireArgs<'a> {
     pub endpoints: Option<&'a [String]>,
     /// Session stickiness: the session's binding rides in the same call.
     pub session: Option<SessionArgs<'a>>,
+    /// Waiting queue: the request's class rank, checked against the waiters of higher classes
+    /// (`Keys::wait`); None: no check (no queue, or no priority classes).
+    pub wait_rank: Option<usize>,
 }
 
 /// What a session adds to an acquire (docs/redis-data-model.md §10).
@@ -230,6 +236,8 @@ pub fn pick_call(
         (None, None) => vec![session_ttl, "0".into(), "0".into()],
     };
     args.extend(policy_args.iter().map(|s| s.as_bytes()));
+    let rank = a.wait_rank.map_or("-1".to_string(), |r| r.to_string());
+    args.push(rank.as_bytes());
     if let Some(eps) = a.endpoints {
         args.extend(eps.iter().map(|e| e.as_bytes()));
     }
@@ -243,6 +251,9 @@ pub fn pick_call(
     };
     if let Some(s) = &a.session {
         all_keys.push(s.key);
+    }
+    if a.wait_rank.is_some() {
+        all_keys.push(&keys.wait);
     }
     call(script, by_sha, &all_keys, &args)
 }
@@ -396,6 +407,7 @@ mod tests {
             reclaim: 2,
             endpoints: Some(&eps),
             session: None,
+            wait_rank: None,
         };
         let q = acquire_call(&s, true, &k, &args);
         let Value::Array(Some(items)) = resp::decode_exact(&q).unwrap() else {
@@ -422,6 +434,7 @@ mod tests {
                 "0",
                 "0",
                 "0",
+                "-1",
                 "a:1",
                 "b:2"
             ]
@@ -453,6 +466,7 @@ mod tests {
             reclaim: 2,
             endpoints: Some(&eps),
             session: Some(session),
+            wait_rank: None,
         };
         let words = |q: Vec<u8>| -> Vec<String> {
             let Value::Array(Some(items)) = resp::decode_exact(&q).unwrap() else {
@@ -466,7 +480,7 @@ mod tests {
         let glr = words(acquire_call(&s, true, &k, &args));
         assert_eq!(glr[2], "4");
         assert_eq!(glr[6], key);
-        assert_eq!(&glr[15..], ["60", "8", "1.5", "a:1"]);
+        assert_eq!(&glr[15..], ["60", "8", "1.5", "-1", "a:1"]);
         let chain = vec!["p:{r|c}:px:1".to_string()];
         let prefix = PrefixArgs {
             chain: &chain,
@@ -477,7 +491,7 @@ mod tests {
         let px = words(pick_call(&s, true, &k, &args, Some(&prefix)));
         assert_eq!(px[2], "5");
         assert_eq!(&px[6..8], [chain[0].as_str(), key.as_str()]);
-        assert_eq!(&px[16..], ["30", "4", "2", "60", "a:1"]);
+        assert_eq!(&px[16..], ["30", "4", "2", "60", "-1", "a:1"]);
     }
 
     #[test]

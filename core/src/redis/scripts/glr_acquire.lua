@@ -3,18 +3,20 @@
 -- KEYS[2] leases  zset  member = "<request id>|<endpoint>|<cost>", score = expiry (ms)
 -- KEYS[3] members string fingerprint of the endpoint set synced into KEYS[1]
 -- KEYS[4] session string the session's endpoint (only when ARGV[9] > 0)
+-- KEYS[last] wait  zset   the waiting queue's waiters (only when ARGV[12] >= 0, pick.lua)
 -- ARGV[1] now (ms)  ARGV[2] lease ttl (ms)  ARGV[3] request id  ARGV[4] cost
 -- ARGV[5] cap (0 = none)  ARGV[6] random u32  ARGV[7] fingerprint  ARGV[8] reclaim limit
 -- ARGV[9] session TTL (s, 0 = no session)  ARGV[10] session max imbalance, absolute
 -- ARGV[11] session max imbalance, ratio
--- ARGV[12..] the healthy endpoints, sent only when the caller's set changed.
+-- ARGV[12] the request's class rank for the waiting queue (-1 = no queue check)
+-- ARGV[13..] the healthy endpoints, sent only when the caller's set changed.
 -- Reply: {"OK", endpoint, load before} without a session, {"OK", endpoint, 0, 0, session
 -- state (pick.lua's session_pick)} with one | {"FULL", min load} | {"SYNC"} | {"EMPTY"}
 local load, leases = KEYS[1], KEYS[2]
 local now = tonumber(ARGV[1])
 
-if #ARGV > 11 then
-  sync_members(load, KEYS[3], ARGV[7], 12, ARGV)
+if #ARGV > 12 then
+  sync_members(load, KEYS[3], ARGV[7], 13, ARGV)
 elseif redis.call('GET', KEYS[3]) ~= ARGV[7] then
   return {'SYNC'}
 end
@@ -23,6 +25,10 @@ reclaim(load, leases, now, tonumber(ARGV[8]))
 local first, min = lowest(load)
 if not first then return {'EMPTY'} end
 local cost, cap = tonumber(ARGV[4]), tonumber(ARGV[5])
+local rank = tonumber(ARGV[12])
+if rank >= 0 and outranked(KEYS[#KEYS], rank, now, load, cap, cost) then
+  return {'FULL', min}
+end
 local session_ttl = tonumber(ARGV[9])
 local pick, session = nil, 0
 if session_ttl > 0 then

@@ -69,3 +69,29 @@ local function session_pick(load, skey, cost, cap, min, max_abs, max_ratio)
   end
   return ep, 1
 end
+
+-- Waiting queue (docs/redis-data-model.md §11). `wait` holds every gateway's waiting requests,
+-- score = rank * WAIT_RANK + expiry (ms), so one range per class counts its live waiters and
+-- drops the expired ones (a crashed gateway's waiters leave at their deadline). A request of
+-- `rank` is outranked while higher classes wait and the free room at its `cap` (in requests of
+-- its `cost`) is no more than their number: that room is theirs.
+local WAIT_RANK = 4398046511104 -- 2^42 ms: past year 2109, and 8 classes stay exact in a double
+local function outranked(wait, rank, now, load, cap, cost)
+  if rank <= 0 or cap <= 0 then return false end
+  local above = 0
+  for r = 0, rank - 1 do
+    local base = r * WAIT_RANK
+    redis.call('ZREMRANGEBYSCORE', wait, string.format('%.0f', base),
+      string.format('%.0f', base + now))
+    above = above + redis.call('ZCOUNT', wait, string.format('(%.0f', base + now),
+      string.format('(%.0f', base + WAIT_RANK))
+  end
+  if above == 0 then return false end
+  local free = 0
+  local open = redis.call('ZRANGEBYSCORE', load, '-inf', '(' .. cap, 'WITHSCORES')
+  for i = 2, #open, 2 do
+    free = free + math.floor((cap - tonumber(open[i])) / cost)
+    if free > above then return false end
+  end
+  return true
+end

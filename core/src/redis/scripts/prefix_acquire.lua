@@ -2,18 +2,20 @@
 -- it is too loaded; then count the request exactly as global_least_request does.
 -- KEYS[1] load, KEYS[2] leases, KEYS[3] members (as in glr_acquire.lua)
 -- KEYS[4..] the prompt's chained prefix keys, shortest prefix first (computed by the plugin),
--- then, only when ARGV[12] > 0, the session key (as in glr_acquire.lua).
+-- then, only when ARGV[12] > 0, the session key (as in glr_acquire.lua), then, only when
+-- ARGV[13] >= 0, the waiting queue's key (as in glr_acquire.lua).
 -- ARGV[1..8] as in glr_acquire.lua
 -- ARGV[9] prefix key TTL (s)  ARGV[10] max imbalance, absolute  ARGV[11] max imbalance, ratio
 -- ARGV[12] session TTL (s, 0 = no session); the session's guard is ARGV[10], ARGV[11]
--- ARGV[13..] the healthy endpoints, sent only when the caller's set changed.
+-- ARGV[13] the request's class rank for the waiting queue (-1 = no queue check)
+-- ARGV[14..] the healthy endpoints, sent only when the caller's set changed.
 -- Reply: {"OK", endpoint, matched depth, spilled 0|1} without a session, {.., session state}
 -- with one (pick.lua's session_pick) | {"FULL", min load} | {"SYNC"} | {"EMPTY"}
 local load, leases = KEYS[1], KEYS[2]
 local now = tonumber(ARGV[1])
 
-if #ARGV > 12 then
-  sync_members(load, KEYS[3], ARGV[7], 13, ARGV)
+if #ARGV > 13 then
+  sync_members(load, KEYS[3], ARGV[7], 14, ARGV)
 elseif redis.call('GET', KEYS[3]) ~= ARGV[7] then
   return {'SYNC'}
 end
@@ -24,7 +26,10 @@ reclaim(load, leases, now, tonumber(ARGV[8]))
 -- Deepest first, in two reads: a conversation's next turn matches all but its newest blocks,
 -- so the last few keys usually answer; the rest are read only when they do not.
 local session_ttl = tonumber(ARGV[12])
-local n = #KEYS - 3
+local rank = tonumber(ARGV[13])
+local last = #KEYS -- the session key's index
+if rank >= 0 then last = last - 1 end
+local n = last - 3
 if session_ttl > 0 then n = n - 1 end
 local depth, matched, matched_load = 0, nil, nil
 local function scan(lo, hi)
@@ -49,12 +54,15 @@ local cost, cap = tonumber(ARGV[4]), tonumber(ARGV[5])
 local first, min_s = lowest(load)
 if not first then return {'EMPTY'} end
 local min = tonumber(min_s)
+if rank >= 0 and outranked(KEYS[#KEYS], rank, now, load, cap, cost) then
+  return {'FULL', min_s}
+end
 local pick, spilled, session = matched, 0, 0
 local kept = nil
 if session_ttl > 0 then
   -- A session kept on its endpoint wins over the prefix match (issue: sessions compose with
   -- prefix routing); over the guard, the prefix match and then the least-loaded decide.
-  kept, session = session_pick(load, KEYS[#KEYS], cost, cap, min,
+  kept, session = session_pick(load, KEYS[last], cost, cap, min,
     tonumber(ARGV[10]), tonumber(ARGV[11]))
 end
 if kept then
@@ -88,9 +96,9 @@ take(load, leases, pick, ARGV[4], now + tonumber(ARGV[2]), ARGV[3])
 if session_ttl > 0 then
   -- A kept binding only needs its TTL refreshed; a new or moved one is written.
   if session == 1 then
-    redis.call('EXPIRE', KEYS[#KEYS], session_ttl)
+    redis.call('EXPIRE', KEYS[last], session_ttl)
   else
-    redis.call('SET', KEYS[#KEYS], pick, 'EX', session_ttl)
+    redis.call('SET', KEYS[last], pick, 'EX', session_ttl)
   end
   return {'OK', pick, depth, spilled, session}
 end

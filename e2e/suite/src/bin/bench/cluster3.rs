@@ -51,6 +51,7 @@ fn picks_per_s(fleet: &Fleet, seconds: f64) -> anyhow::Result<f64> {
             reclaim: 0,
             endpoints: Some(&eps),
             session: None,
+            wait_rank: None,
         };
         let r = c.cmd_raw(&scripts::acquire_call(&scripts, true, k, &args));
         let Value::Array(Some(items)) = r else {
@@ -92,6 +93,7 @@ fn picks_per_s(fleet: &Fleet, seconds: f64) -> anyhow::Result<f64> {
                                 reclaim: if seq.is_multiple_of(16) { 4 } else { 0 },
                                 endpoints: None,
                                 session: None,
+                                wait_rank: None,
                             };
                             let q = scripts::acquire_call(&scripts, true, k, &args);
                             picked.push((k, rid));

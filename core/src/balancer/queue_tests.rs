@@ -1,0 +1,462 @@
+//! The waiting queue (README "Waiting queue") against the mock host: a request refused for want
+//! of room waits (held) instead, is admitted on a tick or a local release, highest class then
+//! arrival first, one acquire per chance; its deadline answers the 429 it would have got; a
+//! client gone while waiting leaves nothing; the Redis waiter entry comes and goes.
+
+use super::*;
+use crate::config::Build;
+use crate::host::mock::MockHost;
+use crate::redis::resp::encode_command;
+use crate::redis::scripts::Scripts;
+use serde_json::{json, Value};
+
+const CLUSTER: &str = "outbound|8000||llm.static";
+const PRIO: &str = "x-priority";
+const DEBUG: &str = "x-ai-lb-debug";
+const WAIT_KEY: &str = "ailb:{chat|outbound|8000||llm.static}:wait";
+
+fn higress(lb: Value) -> (MockHost, Balancer) {
+    let mut cfg = json!({"serviceFQDN": "redis.static", "servicePort": 6379,
+                         "maxRequestCount": 1, "priorityHeader": PRIO, "debugHeader": DEBUG,
+                         "queueTimeoutMs": 1000});
+    if let (Value::Object(a), Value::Object(b)) = (&mut cfg, lb) {
+        a.extend(b);
+    }
+    let doc = json!({"lb_policy": "global_least_request", "lb_config": cfg});
+    let config = PluginConfig::parse(doc.to_string().as_bytes()).unwrap();
+    let mut host = MockHost::new()
+        .with_route("chat", CLUSTER)
+        .with_hosts(&[("10.0.0.1:80", "Healthy"), ("10.0.0.2:80", "Healthy")]);
+    host.now_ms = 1_000_000;
+    let mut e = Balancer::configure(&mut host, config, 42, LogLevel::Trace);
+    let loads = host.redis_calls.len();
+    assert_eq!(loads, Scripts::new().all().len());
+    for n in 0..loads as u32 {
+        let sha = b"$40\r\n0123456789012345678901234567890123456789\r\n";
+        deliver(&mut host, &mut e, 7 + 4 * n, sha);
+    }
+    host.redis_calls.clear();
+    (host, e)
+}
+
+fn deliver(host: &mut MockHost, e: &mut Balancer, token: u32, reply: &[u8]) {
+    host.reply = Some(reply.to_vec());
+    e.on_redis_reply(host, token, CallStatus::Ok, reply.len());
+    host.reply = None;
+}
+
+fn words(q: &[u8]) -> Vec<String> {
+    match crate::redis::resp::decode_exact(q).unwrap() {
+        crate::redis::resp::Value::Array(Some(items)) => items
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect(),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The acquire calls sent since `from`: (token, request id, wait rank argument).
+fn acquires(host: &MockHost, from: usize, first_token: u32) -> Vec<(u32, String, String)> {
+    host.redis_calls
+        .iter()
+        .enumerate()
+        .skip(from)
+        .filter_map(|(n, (_, q))| {
+            let w = words(q);
+            (w[0] == "EVALSHA" || w[0] == "EVAL").then(|| {
+                let keys: usize = w[2].parse().unwrap();
+                let argv = |i: usize| w[2 + keys + i].clone();
+                (first_token + 4 * (n - from) as u32, argv(3), argv(12))
+            })
+        })
+        .collect()
+}
+
+/// The plain commands (ZADD / ZREM) sent to the wait set.
+fn waiter_calls(host: &MockHost) -> Vec<Vec<String>> {
+    host.redis_calls
+        .iter()
+        .map(|(_, q)| words(q))
+        .filter(|w| w.get(1).map(String::as_str) == Some(WAIT_KEY))
+        .collect()
+}
+
+/// Starts a Higress request of `class` whose acquire Redis answers FULL: it waits.
+/// Returns its request id.
+fn queued(host: &mut MockHost, e: &mut Balancer, ctx: u32, class: &str) -> String {
+    host.request_headers = vec![(PRIO.to_string(), class.to_string())];
+    host.live_contexts.push(ctx);
+    assert_eq!(e.on_request_headers(host, ctx, false), Verdict::Pause);
+    let from = host.redis_calls.len();
+    let token = host.next_token;
+    assert_eq!(e.on_request_body(host, ctx, 20, true), Verdict::Pause);
+    let sent = acquires(host, from, token);
+    assert_eq!(sent.len(), 1);
+    deliver(host, e, token, &encode_command(&["FULL", "1"]));
+    assert!(host.local_responses.is_empty(), "it waits instead of a 429");
+    sent[0].1.clone()
+}
+
+fn picked(endpoint: &str) -> Vec<u8> {
+    encode_command(&["OK", endpoint, "0"])
+}
+
+fn debug_header(host: &MockHost) -> String {
+    host.response_headers
+        .iter()
+        .find(|(k, _)| k == DEBUG)
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_full_pool_queues_and_a_tick_admits_with_queued_ms() {
+    let (mut host, mut e) = higress(json!({}));
+    queued(&mut host, &mut e, 2, "sheddable");
+    assert_eq!(host.metric("ai_lb.queue.queued"), 1);
+    assert_eq!(e.queued(), 1);
+    assert_eq!(host.resumed, 0);
+    // The waiter is in the route's wait set, scored by class and deadline.
+    let w = waiter_calls(&host);
+    assert_eq!(w.len(), 1);
+    assert_eq!(w[0][0], "ZADD");
+    assert_eq!(w[0][2], (2 * WAIT_RANK + 1_001_000).to_string());
+    let member = w[0][3].clone();
+    assert_eq!(host.tick_ms, Some(50), "the queue ticks");
+
+    host.now_ms += 120;
+    let from = host.redis_calls.len();
+    let token = host.next_token;
+    e.on_tick(&mut host);
+    let retry = acquires(&host, from, token);
+    assert_eq!(retry.len(), 1, "one acquire per tick");
+    assert_eq!(retry[0].2, "2", "the retry carries its class rank");
+    deliver(&mut host, &mut e, token, &picked("10.0.0.2:80"));
+    assert_eq!(host.resumed, 1, "admitted: the held request goes on");
+    assert_eq!(host.override_host.as_deref(), Some("10.0.0.2:80"));
+    assert_eq!(host.metric("ai_lb.queue.admitted"), 1);
+    assert_eq!(host.metric("ai_lb.glr.routed"), 1);
+    assert_eq!(e.queued(), 0);
+    let w = waiter_calls(&host);
+    assert_eq!(w.last().unwrap(), &["ZREM", WAIT_KEY, member.as_str()]);
+
+    host.response_headers = vec![(":status".into(), "200".into())];
+    e.on_response_headers(&mut host, 2);
+    assert_eq!(
+        debug_header(&host),
+        "endpoint=10.0.0.2:80; reason=least_request; queued_ms=120"
+    );
+    host.live_contexts.clear();
+    e.on_done(&mut host, 2);
+    assert_eq!(
+        e.tracked(),
+        (0, 3),
+        "in flight: the waiter's ZADD and ZREM, the release"
+    );
+}
+
+#[test]
+fn the_deadline_answers_429_with_retry_after_and_holds_nothing() {
+    let (mut host, mut e) = higress(json!({}));
+    queued(&mut host, &mut e, 2, "standard");
+    host.now_ms += 999;
+    let from = host.redis_calls.len();
+    let token = host.next_token;
+    e.on_tick(&mut host);
+    // Still in time: the head retries and finds no room again.
+    assert_eq!(acquires(&host, from, token).len(), 1);
+    deliver(&mut host, &mut e, token, &encode_command(&["FULL", "1"]));
+    assert!(host.local_responses.is_empty());
+    host.now_ms += 1;
+    e.on_tick(&mut host);
+    assert_eq!(
+        host.local_responses,
+        vec![(429, "ai_lb_shed_priority".to_string())]
+    );
+    assert_eq!(
+        host.local_response_headers,
+        vec![vec![("retry-after".to_string(), "1".to_string())]]
+    );
+    assert_eq!(host.metric("ai_lb.queue.timeout"), 1);
+    assert_eq!(host.metric("ai_lb.queue.admitted"), 0);
+    assert_eq!(host.metric("ai_lb.priority.shed"), 1);
+    assert_eq!(host.resumed, 0);
+    assert_eq!(waiter_calls(&host).last().unwrap()[0], "ZREM");
+    let calls = host.redis_calls.len();
+    host.live_contexts.clear();
+    e.on_done(&mut host, 2);
+    assert_eq!(host.redis_calls.len(), calls, "nothing to release");
+    assert_eq!(
+        (e.tracked(), e.queued()),
+        ((0, 2), 0),
+        "in flight: ZADD, ZREM"
+    );
+    assert_eq!(host.metric("ai_lb.queue.abandoned"), 0);
+}
+
+#[test]
+fn a_retry_that_finds_no_room_after_the_deadline_times_out() {
+    let (mut host, mut e) = higress(json!({}));
+    queued(&mut host, &mut e, 2, "standard");
+    host.now_ms += 990;
+    let token = host.next_token;
+    e.on_tick(&mut host);
+    host.now_ms += 20;
+    deliver(&mut host, &mut e, token, &encode_command(&["FULL", "1"]));
+    assert_eq!(host.local_responses.len(), 1);
+    assert_eq!(host.metric("ai_lb.queue.timeout"), 1);
+    assert_eq!(e.queued(), 0);
+}
+
+#[test]
+fn a_client_gone_while_waiting_leaks_nothing() {
+    let (mut host, mut e) = higress(json!({}));
+    // Gone while waiting.
+    queued(&mut host, &mut e, 2, "standard");
+    host.live_contexts.retain(|&c| c != 2);
+    e.on_done(&mut host, 2);
+    assert_eq!(host.metric("ai_lb.queue.abandoned"), 1);
+    assert_eq!(waiter_calls(&host).last().unwrap()[0], "ZREM");
+    assert_eq!((e.tracked().0, e.queued()), (0, 0));
+
+    // Gone while its retry is in flight: the retry's lease is undone when Redis answers.
+    let rid = queued(&mut host, &mut e, 3, "standard");
+    let token = host.next_token;
+    e.on_tick(&mut host);
+    host.live_contexts.retain(|&c| c != 3);
+    e.on_done(&mut host, 3);
+    assert_eq!(host.metric("ai_lb.queue.abandoned"), 2);
+    assert_eq!(e.queued(), 0);
+    deliver(&mut host, &mut e, token, &picked("10.0.0.1:80"));
+    let last = words(&host.redis_calls.last().unwrap().1);
+    assert!(
+        last.contains(&format!("{rid}|10.0.0.1:80|1")),
+        "the orphaned retry's lease is released: {last:?}"
+    );
+    assert_eq!(host.metric("ai_lb.queue.admitted"), 0);
+    assert_eq!(host.resumed, 0);
+}
+
+#[test]
+fn the_highest_class_then_the_earliest_is_admitted_first() {
+    let (mut host, mut e) = higress(json!({}));
+    let ids = [
+        (2, queued(&mut host, &mut e, 2, "sheddable")),
+        (3, queued(&mut host, &mut e, 3, "standard")),
+        (4, queued(&mut host, &mut e, 4, "critical")),
+        (5, queued(&mut host, &mut e, 5, "critical")),
+        (6, queued(&mut host, &mut e, 6, "standard")),
+    ];
+    let ctx_of = |rid: &str| ids.iter().find(|(_, r)| r == rid).unwrap().0;
+    assert_eq!(e.queued(), 5);
+    // A tick tries the head once; no room: it stays the head.
+    let token = host.next_token;
+    let from = host.redis_calls.len();
+    e.on_tick(&mut host);
+    let a = acquires(&host, from, token);
+    assert_eq!((a.len(), ctx_of(&a[0].1), a[0].2.as_str()), (1, 4, "0"));
+    deliver(&mut host, &mut e, token, &encode_command(&["FULL", "1"]));
+    let mut order = Vec::new();
+    // Room frees: each admission lets the next one try (one acquire each) until one finds
+    // none.
+    let token = host.next_token;
+    let from = host.redis_calls.len();
+    e.on_tick(&mut host);
+    let mut next = acquires(&host, from, token);
+    while let Some((token, rid, _)) = next.pop() {
+        order.push(ctx_of(&rid));
+        let from = host.redis_calls.len();
+        let after = host.next_token;
+        let reply = if order.len() < 4 {
+            picked("10.0.0.1:80")
+        } else {
+            encode_command(&["FULL", "1"])
+        };
+        deliver(&mut host, &mut e, token, &reply);
+        next = acquires(&host, from, after);
+        assert!(next.len() <= 1, "one acquire at a time");
+    }
+    assert_eq!(order, [4, 5, 3, 6]);
+    assert_eq!(host.metric("ai_lb.queue.admitted"), 3);
+    assert_eq!(e.queued(), 2, "6 and 2 still wait");
+    assert_eq!(host.resumed, 3);
+}
+
+#[test]
+fn over_max_queued_the_429_comes_at_once() {
+    let (mut host, mut e) = higress(json!({"maxQueued": 1}));
+    queued(&mut host, &mut e, 2, "standard");
+    host.request_headers = vec![(PRIO.to_string(), "critical".to_string())];
+    host.live_contexts.push(3);
+    e.on_request_headers(&mut host, 3, false);
+    let token = host.next_token;
+    e.on_request_body(&mut host, 3, 20, true);
+    deliver(&mut host, &mut e, token, &encode_command(&["FULL", "1"]));
+    assert_eq!(
+        host.local_responses,
+        vec![(429, "ai_lb_shed_priority".to_string())]
+    );
+    assert_eq!(host.metric("ai_lb.queue.queued"), 1);
+    assert_eq!(e.queued(), 1);
+}
+
+#[test]
+fn redis_down_while_waiting_falls_back_as_usual() {
+    let (mut host, mut e) = higress(json!({}));
+    queued(&mut host, &mut e, 2, "standard");
+    host.redis_call_status = Some(crate::host::HostErrorKind::BadArgument);
+    e.on_tick(&mut host);
+    assert_eq!(host.resumed, 1, "released to the cluster's own balancing");
+    assert_eq!(host.metric("ai_lb.fallback.redis_unavailable"), 1);
+    assert_eq!(host.metric("ai_lb.queue.admitted"), 0);
+    assert_eq!(e.queued(), 0);
+    assert!(host.local_responses.is_empty());
+}
+
+#[test]
+fn without_a_queue_the_acquire_carries_no_wait_check() {
+    let (mut host, mut e) = higress(json!({"queueTimeoutMs": 0}));
+    host.request_headers = vec![(PRIO.to_string(), "standard".to_string())];
+    host.live_contexts.push(2);
+    e.on_request_headers(&mut host, 2, false);
+    let token = host.next_token;
+    e.on_request_body(&mut host, 2, 20, true);
+    let a = acquires(&host, 0, token);
+    assert_eq!(a[0].2, "-1");
+    assert!(!words(&host.redis_calls[0].1).contains(&WAIT_KEY.to_string()));
+    deliver(&mut host, &mut e, token, &encode_command(&["FULL", "1"]));
+    assert_eq!(host.local_responses.len(), 1, "refused at once");
+    assert_eq!(host.metric("ai_lb.queue.queued"), 0);
+}
+
+// ---- plain Envoy: the per-proxy counts; a local release admits the head at once ----
+
+fn envoy(lb: Value) -> (MockHost, Balancer) {
+    let mut cfg = json!({"endpoints": ["10.0.0.1:8000", "10.0.0.2:8000"], "debugHeader": DEBUG,
+                         "maxRequestCount": 1, "priorityHeader": PRIO, "queueTimeoutMs": 1000});
+    if let (Value::Object(a), Value::Object(b)) = (&mut cfg, lb) {
+        a.extend(b);
+    }
+    let doc = json!({"lb_policy": "global_least_request", "lb_config": cfg});
+    let config = PluginConfig::parse_for(doc.to_string().as_bytes(), Build::Envoy).unwrap();
+    let mut host = MockHost::new();
+    host.now_ms = 5_000;
+    let e = Balancer::configure(&mut host, config, 42, LogLevel::Trace);
+    (host, e)
+}
+
+/// Sends request `ctx` of `class`: whether it was routed at once (not held).
+fn envoy_send(host: &mut MockHost, e: &mut Balancer, ctx: u32, class: &str) -> bool {
+    host.request_headers = vec![(PRIO.into(), class.into())];
+    host.body = br#"{"model":"m","prompt":"hi"}"#.to_vec();
+    host.live_contexts.push(ctx);
+    e.on_request_headers(host, ctx, false);
+    let len = host.body.len();
+    e.on_request_body(host, ctx, len, true) == Verdict::Continue
+}
+
+fn done(host: &mut MockHost, e: &mut Balancer, ctx: u32) {
+    host.live_contexts.retain(|&c| c != ctx);
+    e.on_done(host, ctx);
+}
+
+#[test]
+fn envoy_a_local_release_admits_the_highest_class_waiting() {
+    let (mut host, mut e) = envoy(json!({}));
+    assert!(envoy_send(&mut host, &mut e, 2, "standard"));
+    assert!(envoy_send(&mut host, &mut e, 3, "standard"));
+    assert!(!envoy_send(&mut host, &mut e, 4, "sheddable"), "waits");
+    assert!(!envoy_send(&mut host, &mut e, 5, "critical"), "waits");
+    assert!(host.local_responses.is_empty());
+    assert_eq!((host.metric("ai_lb.queue.queued"), e.queued()), (2, 2));
+    // A tick finds no room: nothing admitted, nobody refused.
+    e.on_tick(&mut host);
+    assert_eq!(host.resumed, 0);
+    host.now_ms += 30;
+    done(&mut host, &mut e, 2);
+    assert_eq!(host.resumed, 1);
+    assert_eq!(e.queued(), 1);
+    // (The mock's request headers are the last request's; the ticket keeps each class.)
+    host.response_headers = vec![(":status".into(), "200".into())];
+    e.on_response_headers(&mut host, 5);
+    assert!(
+        debug_header(&host).ends_with("; queued_ms=30"),
+        "critical first: {}",
+        debug_header(&host)
+    );
+    done(&mut host, &mut e, 3);
+    assert_eq!(host.effective_context, Some(4));
+    assert_eq!(host.metric("ai_lb.queue.admitted"), 2);
+    for c in [4, 5] {
+        done(&mut host, &mut e, c);
+    }
+    assert_eq!((e.tracked(), e.queued()), ((0, 0), 0));
+    let shared = host.shared.borrow();
+    let left: u64 = shared
+        .iter()
+        .filter(|(k, _)| k.starts_with("ailb.glr."))
+        .map(|(_, (v, _))| shared::decode_counts(v).values().sum::<u64>())
+        .sum();
+    assert_eq!(left, 0, "every count came back");
+}
+
+#[test]
+fn envoy_timeout_and_abandon() {
+    let (mut host, mut e) = envoy(json!({}));
+    assert!(envoy_send(&mut host, &mut e, 2, "standard"));
+    assert!(envoy_send(&mut host, &mut e, 3, "standard"));
+    assert!(!envoy_send(&mut host, &mut e, 4, "standard"));
+    assert!(!envoy_send(&mut host, &mut e, 5, "standard"));
+    done(&mut host, &mut e, 5);
+    assert_eq!(host.metric("ai_lb.queue.abandoned"), 1);
+    host.now_ms += 1000;
+    e.on_tick(&mut host);
+    assert_eq!(
+        host.local_responses,
+        vec![(429, "ai_lb_shed_priority".into())]
+    );
+    assert_eq!(host.metric("ai_lb.queue.timeout"), 1);
+    assert_eq!(e.queued(), 0);
+}
+
+#[test]
+fn queue_keys_are_checked() {
+    let bad = [
+        (json!({"maxQueued": 4}), "maxQueued"),
+        (json!({"queueTimeoutMs": 300_001}), "queueTimeoutMs"),
+        (json!({"queueTimeoutMs": -1}), "queueTimeoutMs"),
+        (json!({"queueTimeoutMs": "1s"}), "queueTimeoutMs"),
+        (json!({"queueTimeoutMs": 10, "maxQueued": 0}), "maxQueued"),
+        (
+            json!({"queueTimeoutMs": 10, "maxQueued": 100_001}),
+            "maxQueued",
+        ),
+    ];
+    for (lb, key) in bad {
+        let mut cfg = json!({"serviceFQDN": "redis.static", "servicePort": 6379,
+                             "maxRequestCount": 2});
+        if let (Value::Object(a), Value::Object(b)) = (&mut cfg, lb.clone()) {
+            a.extend(b);
+        }
+        let doc = json!({"lb_policy": "global_least_request", "lb_config": cfg});
+        let err = PluginConfig::parse(doc.to_string().as_bytes())
+            .err()
+            .unwrap_or_else(|| panic!("{lb} must be refused"));
+        assert!(err.to_string().contains(key), "{lb}: {err}");
+    }
+    let doc = json!({"lb_policy": "prefix_cache", "lb_config": {
+        "serviceFQDN": "redis.static", "servicePort": 6379, "maxRequestCount": 2,
+        "queueTimeoutMs": 0}});
+    let cfg = PluginConfig::parse(doc.to_string().as_bytes()).unwrap();
+    assert_eq!(cfg.global.unwrap().common.queue, None, "0: no queue");
+    let doc = json!({"lb_policy": "prefix_cache", "lb_config": {
+        "serviceFQDN": "redis.static", "servicePort": 6379, "queueTimeoutMs": 2000}});
+    let cfg = PluginConfig::parse(doc.to_string().as_bytes()).unwrap();
+    assert_eq!(
+        cfg.global.unwrap().common.queue,
+        Some(crate::config::Queue {
+            timeout_ms: 2000,
+            max_queued: crate::config::DEFAULT_MAX_QUEUED
+        })
+    );
+}
