@@ -98,7 +98,11 @@ fn critical_waiting_on_one_gateway_gets_in_before_standard_waiting_on_the_other(
         .collect();
     std::thread::sleep(Duration::from_millis(300));
     let stat = |name: &str| a.stat(name) + b.stat(name);
-    assert_eq!(stat("ai_lb.queue.queued"), 6, "every request over the pool waits");
+    assert_eq!(
+        stat("ai_lb.queue.queued"),
+        6,
+        "every request over the pool waits"
+    );
     assert_eq!(waiters(&bed), 6, "each waiter is in the Redis wait set");
 
     let holders = join(holders);
@@ -109,7 +113,10 @@ fn critical_waiting_on_one_gateway_gets_in_before_standard_waiting_on_the_other(
     }
     for w in standard.iter().chain(&critical) {
         assert_eq!(w.status, 200, "waited, then served: {w:?}");
-        assert!(w.queued_ms.is_some(), "queued_ms in the debug header: {w:?}");
+        assert!(
+            w.queued_ms.is_some(),
+            "queued_ms in the debug header: {w:?}"
+        );
     }
     // The room freed on B went to A's critical requests although B's standard requests
     // waited longer and B's own releases retried them first.
@@ -164,7 +171,8 @@ fn a_deadline_answers_429_and_a_client_gone_while_waiting_leaks_nothing() {
     }
     let stat = |name: &str| a.stat(name) + b.stat(name);
     assert!(
-        wait_until(Duration::from_secs(5), || stat("ai_lb.queue.abandoned") == 4),
+        wait_until(Duration::from_secs(5), || stat("ai_lb.queue.abandoned")
+            == 4),
         "abandoned: {}",
         stat("ai_lb.queue.abandoned")
     );

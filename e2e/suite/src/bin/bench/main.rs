@@ -12,7 +12,7 @@ mod priority;
 mod session;
 mod thirdparty;
 
-/// `ailb-bench [cpu] [leak] [p99] [prefix] [session] [metrics] [cluster|cluster-cpu|cluster-hash|cluster-p99] [envoy-prefix] [thirdparty] [cluster3] [priority]`: the named sections only (all by default).
+/// `ailb-bench [cpu] [leak] [p99] [prefix] [session] [metrics] [cluster|cluster-cpu|cluster-hash|cluster-p99] [envoy-prefix] [thirdparty] [cluster3] [priority] [queue]`: the named sections only (all by default).
 fn main() -> anyhow::Result<()> {
     let only: Vec<String> = std::env::args().skip(1).collect();
     let run = |name: &str| only.is_empty() || only.iter().any(|a| a == name);
@@ -60,6 +60,9 @@ fn main() -> anyhow::Result<()> {
     }
     if run("priority") {
         priority::priority_under_overload()?;
+    }
+    if run("queue") {
+        priority::queue_under_overload()?;
     }
     Ok(())
 }
