@@ -139,16 +139,23 @@ pub struct Ticket {
     /// When it started waiting and when it gives up (host clock, ms).
     pub since_ms: u64,
     pub deadline_ms: u64,
-    /// Its entry among every gateway's waiters in Redis (priority classes, Higress build).
+    /// Its entry among every gateway's (Redis) or worker's (shared data) waiters, with
+    /// priority classes.
     pub waiter: Option<Rc<Waiter>>,
 }
 
-/// A waiter entry in the route's Redis wait set (docs/redis-data-model.md §11).
+/// A waiting request's entry among every gateway's (or worker's) waiters
+/// (docs/redis-data-model.md §11).
 #[derive(Debug)]
-pub struct Waiter {
-    pub config: Rc<RouteConfig>,
-    pub keys: Rc<Keys>,
-    pub member: String,
+pub enum Waiter {
+    /// In the route's Redis wait set (Higress build).
+    Redis {
+        config: Rc<RouteConfig>,
+        keys: Rc<Keys>,
+        member: String,
+    },
+    /// In the proxy-wide wait set in shared data (plain Envoy, `super::waiters`).
+    Shared { key: Rc<str>, id: u64 },
 }
 
 /// The balancer's answer to [`Effect::Wait`].

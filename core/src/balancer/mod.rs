@@ -16,6 +16,7 @@ mod rng;
 mod service_stats;
 mod shared;
 mod telemetry;
+pub(crate) mod waiters;
 
 pub use redis_client::CallStatus;
 
@@ -692,18 +693,33 @@ impl Balancer {
             p.class_of(value.as_deref()).rank
         });
         let deadline_ms = now.saturating_add(queue.timeout_ms);
-        // Only classes order waiters across gateways: without them no Redis entry is needed.
+        // Only classes order waiters across gateways and workers: without them no entry.
+        let id = self.rng.next_u64();
         let waiter = match (&req.keys, &req.config.redis, &req.config.common.priority) {
-            (Some(keys), Some(_), Some(_)) => Some(Rc::new(Waiter {
+            (_, _, None) => None,
+            (Some(keys), Some(_), Some(_)) => Some(Rc::new(Waiter::Redis {
                 config: req.config.clone(),
                 keys: keys.clone(),
-                member: format!("{:016x}", self.rng.next_u64()),
+                member: format!("{id:016x}"),
             })),
+            (_, None, Some(_)) if !req.config.endpoints.is_empty() => {
+                Some(Rc::new(Waiter::Shared {
+                    key: waiters::key(&req.config.endpoints),
+                    id,
+                }))
+            }
             _ => None,
         };
-        if let Some(w) = &waiter {
-            let score = (rank as u64).saturating_mul(WAIT_RANK) + deadline_ms % WAIT_RANK;
-            self.redis.waiter(host, &mut self.tel, w, Some(score));
+        match waiter.as_deref() {
+            Some(w @ Waiter::Redis { .. }) => {
+                let score = (rank as u64).saturating_mul(WAIT_RANK) + deadline_ms % WAIT_RANK;
+                self.redis.waiter(host, &mut self.tel, w, Some(score));
+            }
+            Some(Waiter::Shared { key, id }) => {
+                // Unwritten, this waiter only loses its class's precedence on other workers.
+                let _ = waiters::set(host, key, *id, Some(rank), deadline_ms);
+            }
+            None => {}
         }
         self.queue_seq += 1;
         self.queued += 1;
@@ -724,8 +740,13 @@ impl Balancer {
         use crate::stats::Counter;
         self.waiting.remove(&(ticket.rank, ticket.seq, ctx));
         self.queued = self.queued.saturating_sub(1);
-        if let Some(w) = &ticket.waiter {
-            self.redis.waiter(host, &mut self.tel, w, None);
+        match ticket.waiter.as_deref() {
+            Some(w @ Waiter::Redis { .. }) => self.redis.waiter(host, &mut self.tel, w, None),
+            Some(Waiter::Shared { key, id }) => {
+                // Not removed: the line expires at its deadline.
+                let _ = waiters::set(host, key, *id, None, 0);
+            }
+            None => {}
         }
         let counter = match why {
             Leave::Admitted => {

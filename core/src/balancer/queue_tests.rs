@@ -460,3 +460,39 @@ fn queue_keys_are_checked() {
         })
     );
 }
+
+#[test]
+fn envoy_a_worker_leaves_the_room_to_a_higher_class_waiting_on_another() {
+    // Two worker VMs of one proxy: their own queues, the shared data in common.
+    let (mut hx, mut x) = envoy(json!({}));
+    let (mut hy, mut y) = envoy(json!({}));
+    hy.shared = hx.shared.clone();
+    assert!(envoy_send(&mut hy, &mut y, 2, "standard"));
+    assert!(envoy_send(&mut hy, &mut y, 3, "standard"));
+    assert!(!envoy_send(&mut hx, &mut x, 2, "critical"), "waits on X");
+    assert!(!envoy_send(&mut hy, &mut y, 4, "standard"), "waits on Y");
+    // Room frees on Y: Y's own head is a standard request, and X's critical one waits.
+    done(&mut hy, &mut y, 2);
+    assert_eq!(hy.resumed, 0, "Y leaves the room to X's critical request");
+    assert_eq!(y.queued(), 1);
+    x.on_tick(&mut hx);
+    assert_eq!(hx.resumed, 1, "X's tick admits it");
+    assert_eq!(hx.metric("ai_lb.queue.admitted"), 1);
+    // The next room is Y's standard request's: no higher class waits any more.
+    done(&mut hy, &mut y, 3);
+    assert_eq!(hy.resumed, 1);
+    for (h, e, c) in [(&mut hx, &mut x, 2), (&mut hy, &mut y, 4)] {
+        done(h, e, c);
+        assert_eq!(e.queued(), 0);
+    }
+    let shared = hx.shared.borrow();
+    let waiting: Vec<&String> = shared
+        .iter()
+        .filter(|(k, (v, _))| k.starts_with("ailb.wait.") && !v.is_empty())
+        .map(|(k, _)| k)
+        .collect();
+    assert!(
+        waiting.is_empty(),
+        "the wait set is empty again: {waiting:?}"
+    );
+}

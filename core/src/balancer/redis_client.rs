@@ -239,23 +239,31 @@ impl RedisClient {
         w: &super::events::Waiter,
         score: Option<u64>,
     ) {
+        let super::events::Waiter::Redis {
+            config,
+            keys,
+            member,
+        } = w
+        else {
+            return;
+        };
         let query = match score {
             Some(score) => {
                 let score = score.to_string();
                 crate::redis::resp::encode_command(&[
                     b"ZADD".as_slice(),
-                    w.keys.wait.as_bytes(),
+                    keys.wait.as_bytes(),
                     score.as_bytes(),
-                    w.member.as_bytes(),
+                    member.as_bytes(),
                 ])
             }
             None => crate::redis::resp::encode_command(&[
                 b"ZREM".as_slice(),
-                w.keys.wait.as_bytes(),
-                w.member.as_bytes(),
+                keys.wait.as_bytes(),
+                member.as_bytes(),
             ]),
         };
-        if let Ok(token) = self.call(host, tel, &w.config, &query) {
+        if let Ok(token) = self.call(host, tel, config, &query) {
             self.pending.insert(token, Op::Waiter);
         }
     }

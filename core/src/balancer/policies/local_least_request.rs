@@ -8,6 +8,7 @@ use crate::balancer::pick::{class_cap, cost_of, LocalLease};
 use crate::balancer::request::{Decision, Hold, Rejection};
 use crate::balancer::shared;
 use crate::balancer::telemetry::Telemetry;
+use crate::balancer::waiters;
 use crate::config::Class;
 use crate::config::{SESSION_MAX_IMBALANCE, SESSION_MAX_IMBALANCE_RATIO};
 use crate::hash::{self, SplitMix64};
@@ -37,7 +38,11 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input, ring: Option<&Ring>)
     let base_cap = input.config.common.max_load;
     let cap = class_cap(input.config, class);
     let cost = cost_of(input.config, input.body_bytes);
+    let above = waiting_above(host, input, class);
     let picked = take(host, &key, endpoints, cost, |loads| {
+        if waiters::outranked(loads, cap, cost, above) {
+            return None;
+        }
         let order = least_first(loads, start);
         let best = *order.first()?;
         let load = loads.get(best).copied().unwrap_or(0);
@@ -88,6 +93,18 @@ pub(super) fn routed(
     }
 }
 
+/// Waiting queue with priority classes: how many requests of a higher class than `class` wait
+/// in this proxy (README "Waiting queue"); they hold back the room they wait for. 0 without a
+/// queue.
+pub(super) fn waiting_above(host: &dyn Host, input: &Input, class: Option<Class>) -> u64 {
+    match (input.config.common.queue, class) {
+        (Some(_), Some(c)) if c.rank > 0 => {
+            waiters::above(host, &waiters::key(&input.config.endpoints), c.rank)
+        }
+        _ => 0,
+    }
+}
+
 /// No endpoint had room: a request with a priority class was shed at its class cap
 /// (`shed_priority`), any other refused at `maxRequestCount`.
 pub(super) fn no_room(class: Option<Class>) -> Decision {
@@ -130,7 +147,11 @@ fn sticky(
     let cap = class_cap(input.config, class);
     let cost = cost_of(input.config, input.body_bytes);
     let counts = counts_key(endpoints);
+    let above = waiting_above(host, input, class);
     let picked = take(host, &counts, endpoints, cost, |loads| {
+        if waiters::outranked(loads, cap, cost, above) {
+            return None;
+        }
         let min = loads.iter().copied().min().unwrap_or(0) as f64;
         let ok = |e: usize| {
             let load = loads.get(e).copied().unwrap_or(0);

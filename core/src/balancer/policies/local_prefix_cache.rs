@@ -142,7 +142,11 @@ pub fn decide(
     let class = priority_class(host, env.tel, input.config);
     let cap = class_cap(input.config, class);
     let cost = cost_of(input.config, input.body_bytes);
+    let above = local_least_request::waiting_above(host, input, class);
     let taken = local_least_request::take(host, &state.counts_key, endpoints, cost, |loads| {
+        if crate::balancer::waiters::outranked(loads, cap, cost, above) {
+            return None;
+        }
         state
             .choose(loads, cost, cap, &hot, known, home)
             .map(|(e, reason, passed)| (e, (reason, passed)))
