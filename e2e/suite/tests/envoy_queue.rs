@@ -142,6 +142,13 @@ fn envoy_deadline_and_abandon_leave_the_pool_whole() {
     for w in &late {
         assert_eq!((w.status, w.retry_after.as_str()), (429, "1"), "{w:?}");
     }
+    for w in &late {
+        // Envoy runs its local reply through the filter: the 429 says how long it waited.
+        assert!(
+            w.queued_ms().is_some_and(|q| q >= 500) && w.debug.contains("reason=shed_priority"),
+            "{w:?}"
+        );
+    }
     assert_eq!(envoy.stat("ai_lb.queue.timeout"), 2);
     for h in join(holders) {
         assert_eq!(h.status, 200, "{h:?}");
