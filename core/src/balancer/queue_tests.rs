@@ -496,3 +496,121 @@ fn envoy_a_worker_leaves_the_room_to_a_higher_class_waiting_on_another() {
         "the wait set is empty again: {waiting:?}"
     );
 }
+
+/// Random interleavings of arrivals, replies (room, no room, lost), ticks, deadlines and
+/// clients going away: every lease taken is released exactly once, every waiter entry written
+/// is removed exactly once, and the queue ends empty.
+#[test]
+fn random_orders_leak_nothing() {
+    let sha = Scripts::new();
+    let (acquire_sha, release_sha) = (sha.acquire.sha.clone(), sha.release.sha.clone());
+    // Over all rounds, every way out of the queue was taken.
+    let mut ways = [0i64; 4];
+    for round in 0..200u64 {
+        let (mut host, mut e) = higress(json!({"maxQueued": 3}));
+        let mut rng = crate::hash::SplitMix64(round);
+        let mut seen = 0; // redis calls looked at
+        let mut pending: Vec<u32> = Vec::new(); // acquire tokens not answered yet
+        let mut acquired: Vec<String> = Vec::new();
+        let mut next_ctx = 2;
+        let scan = |host: &MockHost, seen: &mut usize, pending: &mut Vec<u32>| {
+            for (n, (_, q)) in host.redis_calls.iter().enumerate().skip(*seen) {
+                let w = words(q);
+                if w[0] == "EVALSHA" && w[1] == acquire_sha {
+                    pending.push(7 + 4 * (n as u32 + Scripts::new().all().len() as u32));
+                }
+            }
+            *seen = host.redis_calls.len();
+        };
+        for _ in 0..80 {
+            match rng.next_u64() % 10 {
+                0..=2 => {
+                    let class =
+                        ["critical", "standard", "sheddable"][(rng.next_u64() % 3) as usize];
+                    host.request_headers = vec![(PRIO.to_string(), class.to_string())];
+                    host.live_contexts.push(next_ctx);
+                    e.on_request_headers(&mut host, next_ctx, false);
+                    e.on_request_body(&mut host, next_ctx, 20, true);
+                    next_ctx += 1;
+                }
+                3..=5 if !pending.is_empty() => {
+                    let token = pending.remove((rng.next_u64() % pending.len() as u64) as usize);
+                    let q = &host.redis_calls[((token - 7) / 4) as usize - 3].1;
+                    let rid = words(q)[9].clone();
+                    match rng.next_u64() % 4 {
+                        0 => {
+                            acquired.push(format!("{rid}|10.0.0.1:80|1"));
+                            deliver(&mut host, &mut e, token, &picked("10.0.0.1:80"));
+                        }
+                        1 => e.on_redis_reply(&mut host, token, CallStatus::Failed, 0),
+                        _ => deliver(&mut host, &mut e, token, &encode_command(&["FULL", "1"])),
+                    }
+                }
+                6 | 7 => {
+                    host.now_ms += rng.next_u64() % 400;
+                    e.on_tick(&mut host);
+                }
+                8 if !host.live_contexts.is_empty() => {
+                    let i = (rng.next_u64() % host.live_contexts.len() as u64) as usize;
+                    let ctx = host.live_contexts.remove(i);
+                    e.on_done(&mut host, ctx);
+                }
+                _ => {}
+            }
+            scan(&host, &mut seen, &mut pending);
+        }
+        for ctx in std::mem::take(&mut host.live_contexts) {
+            e.on_done(&mut host, ctx);
+        }
+        scan(&host, &mut seen, &mut pending);
+        // Replies of streams already gone: their picks are undone.
+        for token in std::mem::take(&mut pending) {
+            let q = &host.redis_calls[((token - 7) / 4) as usize - 3].1;
+            let rid = words(q)[9].clone();
+            acquired.push(format!("{rid}|10.0.0.1:80|1"));
+            deliver(&mut host, &mut e, token, &picked("10.0.0.1:80"));
+        }
+        let calls: Vec<Vec<String>> = host.redis_calls.iter().map(|(_, q)| words(q)).collect();
+        for member in &acquired {
+            let releases = calls
+                .iter()
+                .filter(|w| w[0] == "EVALSHA" && w[1] == release_sha && w.contains(member))
+                .count();
+            assert_eq!(
+                releases, 1,
+                "round {round}: {member} released {releases} times"
+            );
+        }
+        let added: Vec<&String> = calls
+            .iter()
+            .filter(|w| w[0] == "ZADD")
+            .map(|w| &w[3])
+            .collect();
+        let mut removed: Vec<&String> = calls
+            .iter()
+            .filter(|w| w[0] == "ZREM")
+            .map(|w| &w[2])
+            .collect();
+        removed.sort();
+        let mut added_sorted = added.clone();
+        added_sorted.sort();
+        assert_eq!(
+            added_sorted, removed,
+            "round {round}: every waiter entry removed once"
+        );
+        assert_eq!((e.queued(), e.tracked().0), (0, 0), "round {round}");
+        let left = host.metric("ai_lb.queue.admitted")
+            + host.metric("ai_lb.queue.timeout")
+            + host.metric("ai_lb.queue.abandoned");
+        assert!(left <= host.metric("ai_lb.queue.queued"), "round {round}");
+        assert_eq!(host.metric("ai_lb.queue.queued"), added.len() as i64);
+        for (n, name) in ["admitted", "timeout", "abandoned"].iter().enumerate() {
+            ways[n] += host.metric(&format!("ai_lb.queue.{name}"));
+        }
+        ways[3] += acquired.len() as i64;
+    }
+    assert!(
+        ways.iter().all(|&n| n > 20),
+        "admitted, timeout, abandoned, leases: {ways:?}"
+    );
+}
