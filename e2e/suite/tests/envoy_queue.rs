@@ -93,6 +93,55 @@ fn envoy_holds_requests_over_the_pool_and_admits_them_as_room_frees() {
 }
 
 #[test]
+fn envoy_critical_requests_get_the_room_before_earlier_standard_ones_on_any_worker() {
+    let bed = Bed::new(2, |c| {
+        c.max_running = 64;
+        c.decode_us_per_token = 10_000;
+        c.decode_batch_penalty = 0.0;
+        c.prefill_us_per_token = 1;
+    });
+    let pods = bed.pod_addrs();
+    let plugin = json!({"lb_policy": "global_least_request", "lb_config": {
+        "endpoints": pods, "maxRequestCount": 1, "priorityHeader": "x-priority",
+        "debugHeader": DEBUG, "queueTimeoutMs": 20000}});
+    let envoy = Envoy::start(&pods, &plugin);
+    let t0 = Instant::now();
+    let timed = |class: &'static str, tokens: u64| {
+        let url = envoy.url.clone();
+        std::thread::spawn(move || {
+            let a = send(url, class, tokens).join().unwrap();
+            (a, t0.elapsed())
+        })
+    };
+    let holders: Vec<_> = (0..2).map(|_| timed("standard", 120)).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    // Standard requests wait first, critical ones later; the workers they land on are
+    // Envoy's choice, and their queues are per worker.
+    let standard: Vec<_> = (0..4).map(|_| timed("standard", 40)).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let critical: Vec<_> = (0..2).map(|_| timed("critical", 40)).collect();
+    let done = |t: Vec<JoinHandle<(Answer, Duration)>>| -> Vec<(Answer, Duration)> {
+        t.into_iter().map(|t| t.join().unwrap()).collect()
+    };
+    for (h, _) in done(holders) {
+        assert_eq!(h.status, 200, "{h:?}");
+    }
+    let standard = done(standard);
+    let critical = done(critical);
+    for (w, _) in standard.iter().chain(&critical) {
+        assert_eq!(w.status, 200, "{w:?}");
+        assert!(w.queued_ms().is_some(), "{w:?}");
+    }
+    let last_critical = critical.iter().map(|(_, d)| *d).max().unwrap();
+    let first_standard = standard.iter().map(|(_, d)| *d).min().unwrap();
+    assert!(
+        last_critical < first_standard,
+        "critical done by {last_critical:?}, a standard already at {first_standard:?}"
+    );
+    assert_eq!(envoy.stat("ai_lb.queue.admitted"), 6);
+}
+
+#[test]
 fn envoy_deadline_and_abandon_leave_the_pool_whole() {
     let bed = Bed::new(2, |c| {
         c.max_running = 64;
