@@ -92,6 +92,9 @@ pub enum Reason {
     Shed429,
     /// Priority classes: every endpoint at the request's class cap: 429 (README "Priority classes").
     ShedPriority,
+    /// Tenant fairness: the request's tenant at its share while another is active: 429
+    /// (README "Tenant fairness").
+    ShedTenant,
     /// cluster_hash: the `hash_header` value's slot.
     ClusterHash,
     /// cluster_metrics: the service its `mode` chose.
@@ -119,6 +122,7 @@ impl Reason {
             Reason::Rejected429 => "rejected_429",
             Reason::Shed429 => "shed_429",
             Reason::ShedPriority => "shed_priority",
+            Reason::ShedTenant => "shed_tenant",
             Reason::ClusterHash => "cluster_hash",
             Reason::ClusterMetrics => "cluster_metrics",
             Reason::HashHeaderMissing403 => "hash_header_missing_403",

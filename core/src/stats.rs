@@ -115,9 +115,18 @@ pub enum Counter {
     QueueTimeout,
     /// Waiting queue: the client went away while its request waited (nothing held, nothing leaked).
     QueueAbandoned,
+    /// Tenant fairness: a request refused (429) because its tenant held its share of the pool
+    /// while another tenant was active.
+    TenantShed,
+    /// Tenant fairness: a tenant's request that fell back (Redis down, shared data failed):
+    /// not held to its share.
+    TenantFallback,
+    /// An acquire refused because the pool was at `maxPoolRequests` (or its class's cap of
+    /// it): a 429, or with a waiting queue a wait (each retry of a waiting request counts).
+    PoolFull,
 }
 
-const FIXED: [(Counter, &str); 38] = [
+const FIXED: [(Counter, &str); 41] = [
     (Counter::RedisCalls, "ai_lb.redis.calls"),
     (Counter::RedisErrors, "ai_lb.redis.errors"),
     (Counter::RedisTimeouts, "ai_lb.redis.timeouts"),
@@ -186,6 +195,9 @@ const FIXED: [(Counter, &str); 38] = [
     (Counter::QueueAdmitted, "ai_lb.queue.admitted"),
     (Counter::QueueTimeout, "ai_lb.queue.timeout"),
     (Counter::QueueAbandoned, "ai_lb.queue.abandoned"),
+    (Counter::TenantShed, "ai_lb.tenant.shed"),
+    (Counter::TenantFallback, "ai_lb.tenant.fallback"),
+    (Counter::PoolFull, "ai_lb.pool.full"),
 ];
 
 /// Metric ids in the order of [`Stats::names`].

@@ -48,6 +48,8 @@ impl Glr {
             endpoints: a.sync.then_some(self.eps.as_slice()),
             session: None,
             wait_rank: None,
+            pool_cap: 0,
+            tenant: None,
         };
         let q = scripts::acquire_call(&self.scripts, false, &self.keys, &args);
         scripts::parse_acquire(&c.raw_reply(&q))
@@ -86,7 +88,7 @@ impl Glr {
             AcquireReply::Picked { endpoint, .. } => endpoint,
             other => panic!("{other:?}"),
         };
-        assert!(self.release(c, &[scripts::lease_member("sync", &ep, 1)]));
+        assert!(self.release(c, &[scripts::lease_member("sync", &ep, 1, None)]));
     }
 
     fn release(&self, c: &mut Conn, members: &[String]) -> bool {
@@ -163,7 +165,7 @@ fn it_releases_idempotently() {
     let g = Glr::new(2);
     g.sync(&mut c);
     let ep = g.pick(&mut c, "a", 0);
-    let lease = scripts::lease_member("a", &ep, 1);
+    let lease = scripts::lease_member("a", &ep, 1, None);
     assert!(g.release(&mut c, std::slice::from_ref(&lease)));
     assert!(!g.release(&mut c, &[lease]), "second release is a no-op");
     assert!(g.loads(&mut c).values().all(|&l| l == 0.0));
@@ -181,7 +183,7 @@ fn it_releases_the_one_present_lease_among_candidates() {
     let all: Vec<String> = g
         .eps
         .iter()
-        .map(|e| scripts::lease_member("lost", e, 1))
+        .map(|e| scripts::lease_member("lost", e, 1, None))
         .collect();
     assert!(g.release(&mut c, &all));
     assert_eq!(g.loads(&mut c)[&ep], 0.0);
@@ -225,7 +227,7 @@ fn it_reclaims_expired_leases() {
     );
     assert_eq!(g.loads(&mut c).values().sum::<f64>(), 2.0);
     // A reclaimed lease's late release does not subtract again.
-    assert!(!g.release(&mut c, &[scripts::lease_member("crashed0", &ep, 1)]));
+    assert!(!g.release(&mut c, &[scripts::lease_member("crashed0", &ep, 1, None)]));
     assert!(g.loads(&mut c).values().all(|&l| l >= 0.0));
 }
 
@@ -239,7 +241,7 @@ fn it_follows_membership_changes() {
     for i in 0..3 {
         let rid = format!("h{i}");
         let ep = abc.pick(&mut c, &rid, i);
-        held.push(scripts::lease_member(&rid, &ep, 1));
+        held.push(scripts::lease_member(&rid, &ep, 1, None));
     }
     // c leaves: another view of the set; the old fingerprint no longer matches.
     let ab = Glr::with(vec!["a:1".into(), "b:1".into()]);
@@ -334,7 +336,7 @@ fn it_weights_by_cost() {
     for i in 0..10 {
         assert_ne!(g.pick(&mut c, &format!("s{i}"), i), big);
     }
-    assert!(g.release(&mut c, &[scripts::lease_member("big", &big, 1000)]));
+    assert!(g.release(&mut c, &[scripts::lease_member("big", &big, 1000, None)]));
     assert_eq!(g.loads(&mut c)[&big], 0.0);
 }
 
@@ -355,6 +357,8 @@ fn it_reports_noscript_for_an_unknown_sha() {
         endpoints: None,
         session: None,
         wait_rank: None,
+        pool_cap: 0,
+        tenant: None,
     };
     let q = scripts::acquire_call(&g.scripts, true, &g.keys, &args);
     assert_eq!(
@@ -378,7 +382,7 @@ fn it_breaks_ties_uniformly() {
         rng ^= rng << 17;
         let rid = format!("t{i}");
         let ep = g.pick(&mut c, &rid, (rng >> 32) as u32);
-        assert!(g.release(&mut c, &[scripts::lease_member(&rid, &ep, 1)]));
+        assert!(g.release(&mut c, &[scripts::lease_member(&rid, &ep, 1, None)]));
         *counts.entry(ep).or_default() += 1;
     }
     let expected = trials as f64 / 4.0;
@@ -436,7 +440,7 @@ fn it_never_double_counts_under_concurrency() {
                 for i in 0..300u32 {
                     let rid = format!("w{t}-{i}");
                     let ep = g.pick(&mut c, &rid, i.wrapping_mul(2654435761) ^ t);
-                    held.push(scripts::lease_member(&rid, &ep, 1));
+                    held.push(scripts::lease_member(&rid, &ep, 1, None));
                     if held.len() > 3 || i % 5 == 0 {
                         let m = held.remove(0);
                         assert!(g.release(&mut c, std::slice::from_ref(&m)));
@@ -474,7 +478,7 @@ fn it_runs_on_a_redis_cluster_node() {
     let g = Glr::new(3);
     g.sync(&mut c);
     let ep = g.pick(&mut c, "k", 1);
-    assert!(g.release(&mut c, &[scripts::lease_member("k", &ep, 1)]));
+    assert!(g.release(&mut c, &[scripts::lease_member("k", &ep, 1, None)]));
     // The same test harness does see CROSSSLOT for keys in different slots.
     let bad = c.cmd(&["EVAL", "return 1", "2", "{a}x", "{b}y"]);
     assert!(
@@ -523,7 +527,7 @@ fn priority_class_caps_shed_lower_classes_first_across_gateways() {
             );
             match r {
                 Ok(AcquireReply::Picked { endpoint, .. }) => {
-                    leases.push(scripts::lease_member(&rid, &endpoint, 1));
+                    leases.push(scripts::lease_member(&rid, &endpoint, 1, None));
                     admitted += 1;
                 }
                 Ok(AcquireReply::Full) => return admitted,

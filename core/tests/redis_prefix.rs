@@ -61,6 +61,8 @@ impl Px {
             endpoints: sync.then_some(self.eps.as_slice()),
             session: None,
             wait_rank: None,
+            pool_cap: 0,
+            tenant: None,
         };
         let prefix = PrefixArgs {
             chain,
@@ -100,7 +102,7 @@ impl Px {
             &self.scripts,
             false,
             &self.keys,
-            &[scripts::lease_member(rid, ep, 1)],
+            &[scripts::lease_member(rid, ep, 1, None)],
         );
         assert!(
             scripts::parse_release(&c.raw_reply(&q)).unwrap(),

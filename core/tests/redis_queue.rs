@@ -1,4 +1,4 @@
-//! The waiting queue's Redis side (docs/redis-data-model.md §11) against a real redis-server:
+//! The waiting queue's Redis side (docs/redis-data-model.md §12) against a real redis-server:
 //! the acquire scripts refuse a lower class while higher classes wait (any gateway's entries in
 //! the route's wait set) and the free room at its cap is no more than their number; expired
 //! entries neither count nor stay; the same through the prefix_cache script with a session.
@@ -8,7 +8,7 @@
 
 use ailb_core::balancer::WAIT_RANK;
 use ailb_core::redis::scripts::{
-    self, AcquireArgs, AcquireReply, Keys, PrefixArgs, Scripts, SessionArgs,
+    self, AcquireArgs, AcquireReply, Keys, PrefixArgs, Scripts, SessionArgs, TenantArgs,
 };
 use ailb_core::upstream::fingerprint;
 use ailb_testkit::{Conn, RedisServer};
@@ -43,6 +43,21 @@ impl Route {
         rank: Option<usize>,
         prefix: bool,
     ) -> AcquireReply {
+        self.acquire_pool(c, rid, cap, 0, None, rank, prefix)
+    }
+
+    /// [`Route::acquire`] with `maxPoolRequests` `pool_cap` and a tenant (id, limit).
+    #[allow(clippy::too_many_arguments)]
+    fn acquire_pool(
+        &self,
+        c: &mut Conn,
+        rid: &str,
+        cap: u64,
+        pool_cap: u64,
+        tenant: Option<(&str, u64)>,
+        rank: Option<usize>,
+        prefix: bool,
+    ) -> AcquireReply {
         let session_key = scripts::session_key(&self.keys.namespace, b"s1");
         let chain = vec![format!("{}:px:0000000000000001", self.keys.namespace)];
         let args = AcquireArgs {
@@ -62,6 +77,12 @@ impl Route {
                 max_imbalance_ratio: 1.5,
             }),
             wait_rank: rank,
+            pool_cap,
+            tenant: tenant.map(|(id, limit)| TenantArgs {
+                id,
+                limit,
+                window_ms: 10_000,
+            }),
         };
         let px = PrefixArgs {
             chain: &chain,
@@ -207,4 +228,57 @@ fn the_prefix_script_checks_waiters_and_keeps_its_session_key() {
     r.wait(&mut c, "gw-a-1", 0, NOW + 1000);
     assert!(!r.picked(&mut c, "std", 4, Some(1), true));
     assert!(r.picked(&mut c, "crit", 4, Some(0), true));
+}
+
+#[test]
+fn a_full_pool_is_room_the_waiters_hold_too() {
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    let r = Route::new();
+    for prefix in [false, true] {
+        c.cmd(&["FLUSHALL"]);
+        let pool = |c: &mut Conn, rid: &str, rank: usize| {
+            r.acquire_pool(c, rid, 0, 7, Some(("0a", 100)), Some(rank), prefix)
+        };
+        assert!(matches!(
+            pool(&mut c, "sync", 1),
+            AcquireReply::Picked { .. }
+        ));
+        // maxPoolRequests 7, no endpoint cap: loads 4 + 2, one slot left in the pool.
+        r.set_loads(&mut c, 4, 2);
+        r.wait(&mut c, "gw-a-1", 0, NOW + 1000);
+        assert_eq!(
+            pool(&mut c, "std", 1),
+            AcquireReply::Full,
+            "prefix {prefix}: one critical waits for the pool's last slot"
+        );
+        assert!(matches!(
+            pool(&mut c, "crit", 0),
+            AcquireReply::Picked { .. }
+        ));
+        assert_eq!(
+            pool(&mut c, "crit2", 0),
+            AcquireReply::PoolFull,
+            "the pool is full for every class"
+        );
+        // Two slots, one critical waiting: the standard request takes the second.
+        r.set_loads(&mut c, 3, 2);
+        assert!(matches!(
+            pool(&mut c, "std2", 1),
+            AcquireReply::Picked { .. }
+        ));
+        let tenants = c.cmd(&["HGET", r.keys.tenants.as_str(), "0a"]);
+        assert_eq!(
+            tenants.as_str(),
+            Some("3"),
+            "prefix {prefix}: the tenant counted beside the wait key"
+        );
+        if prefix {
+            let session = scripts::session_key(&r.keys.namespace, b"s1");
+            assert!(c
+                .cmd(&["GET", session.as_str()])
+                .as_str()
+                .is_some_and(|ep| r.eps.iter().any(|e| e == ep)));
+        }
+    }
 }

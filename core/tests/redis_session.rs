@@ -10,7 +10,7 @@ use ailb_core::redis::scripts::{
     SessionState,
 };
 use ailb_core::upstream::fingerprint;
-use ailb_testkit::{Conn, RedisServer};
+use ailb_testkit::{Conn, Options, RedisServer};
 use std::collections::HashMap;
 
 struct Bed {
@@ -71,6 +71,8 @@ impl Bed {
                 max_imbalance_ratio: 1.5,
             }),
             wait_rank: None,
+            pool_cap: 0,
+            tenant: None,
         };
         let prefix = chain.map(|chain| PrefixArgs {
             chain,
@@ -111,7 +113,7 @@ impl Bed {
             &self.scripts,
             false,
             &self.keys,
-            &[scripts::lease_member(rid, ep, 1)],
+            &[scripts::lease_member(rid, ep, 1, None)],
         );
         assert!(scripts::parse_release(&c.raw_reply(&q)).unwrap());
     }
@@ -185,6 +187,30 @@ fn a_session_is_bound_then_kept_within_the_guard_and_counts_nothing_extra() {
     );
     // The binding outlives the requests (until its TTL), and each use refreshed it.
     assert_eq!(bed.bound(&mut c, "conv").as_deref(), Some(first.as_str()));
+}
+
+/// A kept session's TTL is refreshed by its read (GETEX), and by GET + EXPIRE on a server
+/// without GETEX (older than Redis 6.2).
+#[test]
+fn a_kept_session_has_its_ttl_refreshed_with_or_without_getex() {
+    for disabled in [vec![], vec!["GETEX"]] {
+        let redis = RedisServer::start_with(Options {
+            disabled_commands: disabled.clone(),
+            ..Options::default()
+        });
+        let mut c = redis.conn();
+        let bed = Bed::new(&[A, B]);
+        let (first, _) = bed.acquire(&mut c, "r0", Some("conv"));
+        let key = session_key(&bed.keys.namespace, b"conv");
+        c.cmd(&["EXPIRE", key.as_str(), "5"]);
+        let (ep, state) = bed.acquire(&mut c, "r1", Some("conv"));
+        assert_eq!((ep.as_str(), state), (first.as_str(), SessionState::Kept));
+        let t = bed.ttl(&mut c, "conv");
+        assert!(
+            (100..=120).contains(&t),
+            "TTL {t} refreshed ({disabled:?} disabled)"
+        );
+    }
 }
 
 #[test]

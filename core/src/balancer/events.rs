@@ -45,6 +45,9 @@ pub enum Rejection {
     /// Priority classes: every endpoint is at this request's class cap (README "Priority
     /// classes"); 429 with `Retry-After`.
     ShedPriority,
+    /// Tenant fairness: the request's tenant holds its share of the pool while another tenant
+    /// is active (README "Tenant fairness"); 429 with `Retry-After`.
+    ShedTenant,
     /// cluster_hash: `hash_header` missing or empty (Higress answers 403).
     HashHeaderMissing,
     /// A cluster policy could not write `cluster_header` (Higress answers 500).
@@ -66,11 +69,19 @@ pub const SHED_RETRY_AFTER_S: u32 = 1;
 
 impl Rejection {
     /// A refusal for want of room, which the waiting queue may turn into a wait (README
-    /// "Waiting queue"): any such rejection, whichever policy or cap refused.
+    /// "Waiting queue"): any such rejection, whichever policy or cap refused (a full pool,
+    /// `maxPoolRequests`, answers as `MaxRequestCount` / `ShedPriority`, so it waits too).
+    /// A tenant over its share does not wait: the room it is refused is free for the other
+    /// tenants, yet a waiter holds it back from lower classes everywhere (its Redis or
+    /// shared-data entry) and takes its VM queue's retries as the head, so quiet tenants
+    /// behind it would wait for the flooder's own requests to finish; the 429 with
+    /// `Retry-After` is the back-pressure fairness means (README "Tenant fairness").
     pub fn may_wait(self) -> bool {
         match self {
             Rejection::MaxRequestCount | Rejection::Shed | Rejection::ShedPriority => true,
-            Rejection::HashHeaderMissing | Rejection::ClusterHeaderFailed => false,
+            Rejection::ShedTenant
+            | Rejection::HashHeaderMissing
+            | Rejection::ClusterHeaderFailed => false,
         }
     }
 
@@ -79,6 +90,7 @@ impl Rejection {
             Rejection::MaxRequestCount => Reason::Rejected429,
             Rejection::Shed => Reason::Shed429,
             Rejection::ShedPriority => Reason::ShedPriority,
+            Rejection::ShedTenant => Reason::ShedTenant,
             Rejection::HashHeaderMissing => Reason::HashHeaderMissing403,
             Rejection::ClusterHeaderFailed => Reason::ClusterHeaderFailed500,
         }
@@ -96,6 +108,12 @@ impl Rejection {
                 status: 429,
                 details: "ai_lb_shed_priority",
                 body: b"Every endpoint is saturated for this priority class: rejected by ai-load-balancer.",
+                retry_after_s: SHED_RETRY_AFTER_S,
+            },
+            Rejection::ShedTenant => LocalReply {
+                status: 429,
+                details: "ai_lb_shed_tenant",
+                body: b"This tenant holds its share of the pool while others wait: rejected by ai-load-balancer.",
                 retry_after_s: SHED_RETRY_AFTER_S,
             },
             Rejection::Shed => LocalReply {
@@ -145,7 +163,7 @@ pub struct Ticket {
 }
 
 /// A waiting request's entry among every gateway's (or worker's) waiters
-/// (docs/redis-data-model.md §11).
+/// (docs/redis-data-model.md §12).
 #[derive(Debug)]
 pub enum Waiter {
     /// In the route's Redis wait set (Higress build).

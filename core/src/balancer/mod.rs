@@ -75,7 +75,7 @@ fn queue_tick_ms(config: &PluginConfig) -> u32 {
         .unwrap_or(0)
 }
 
-/// A score unit per class rank in the Redis wait set (docs/redis-data-model.md §11; the
+/// A score unit per class rank in the Redis wait set (docs/redis-data-model.md §12; the
 /// scripts' `WAIT_RANK`, 2^42 ms): `rank * WAIT_RANK + expiry`.
 pub const WAIT_RANK: u64 = 1 << 42;
 
@@ -804,6 +804,8 @@ impl Balancer {
 mod body_tests;
 #[cfg(test)]
 mod cluster_tests;
+#[cfg(test)]
+mod fairness_tests;
 #[cfg(test)]
 mod local_prefix_tests;
 #[cfg(test)]

@@ -36,6 +36,8 @@ pub struct LocalLease {
     pub key: Rc<str>,
     pub endpoint: String,
     pub cost: u64,
+    /// Tenant fairness: the tenant id whose in-flight count this request holds too.
+    pub tenant: Option<String>,
 }
 
 /// cluster_metrics: the service a request was sent to, recorded at first byte and stream end
@@ -171,8 +173,14 @@ pub struct EndpointPick {
     /// request names a session.
     pub session: Option<Rc<str>>,
     /// Waiting queue with priority classes: the class rank the script checks against the
-    /// waiters of higher classes (docs/redis-data-model.md §11).
+    /// waiters of higher classes (docs/redis-data-model.md §12).
     pub wait_rank: Option<usize>,
+    /// The pool load the script refuses at: `maxPoolRequests`, or the request's class cap of
+    /// it (0 = none).
+    pub pool_cap: u64,
+    /// Tenant fairness: the request's tenant id and the most it may hold while another tenant
+    /// is active (README "Tenant fairness").
+    pub tenant: Option<(String, u64)>,
 }
 
 /// What Redis answered to a pick, decoded.
@@ -188,8 +196,14 @@ pub enum PickReply {
     Service(String),
     /// Redis does not hold our endpoint set (restart, another gateway's view): resend it.
     Resync,
-    /// Every endpoint is at `maxRequestCount`; nothing was acquired.
+    /// Every endpoint is at `maxRequestCount` (or the pool at `maxPoolRequests`); nothing
+    /// was acquired.
     Full,
+    /// The pool is at `maxPoolRequests` (or the request's class cap of it); nothing acquired.
+    PoolFull,
+    /// The request's tenant is at its share while another tenant is active; nothing was
+    /// acquired.
+    Tenant,
     /// The script cache lost the script: resend with EVAL.
     NoScript,
     Failed(Cause),
@@ -199,6 +213,7 @@ impl EndpointPick {
     /// A pick for a request of priority `class`: its class cap goes to the script.
     pub fn with_class(mut self, class: Option<Class>) -> EndpointPick {
         self.cap = class_cap(&self.config, class);
+        self.pool_cap = pool_cap(&self.config, class);
         self.class = class;
         self.wait_rank = class
             .filter(|_| self.config.common.queue.is_some())
@@ -232,6 +247,8 @@ impl EndpointPick {
             class: None,
             session: None,
             wait_rank: None,
+            pool_cap: config.common.max_pool,
+            tenant: None,
         })
     }
 
@@ -251,7 +268,7 @@ impl EndpointPick {
         Lease {
             config: self.config.clone(),
             keys: self.keys.clone(),
-            member: scripts::lease_member(&self.request_id, endpoint, self.cost),
+            member: scripts::lease_member(&self.request_id, endpoint, self.cost, self.tenant_id()),
         }
     }
 
@@ -260,8 +277,12 @@ impl EndpointPick {
     pub fn every_lease(&self) -> Vec<String> {
         self.candidates
             .iter()
-            .map(|ep| scripts::lease_member(&self.request_id, ep, self.cost))
+            .map(|ep| scripts::lease_member(&self.request_id, ep, self.cost, self.tenant_id()))
             .collect()
+    }
+
+    pub fn tenant_id(&self) -> Option<&str> {
+        self.tenant.as_ref().map(|(id, _)| id.as_str())
     }
 
     /// How the script's answer reads as a decision reason: a kept or rebound session names
@@ -301,6 +322,24 @@ pub fn cost_of(config: &RouteConfig, body_bytes: usize) -> u64 {
         crate::config::CostMode::Requests => 1,
         crate::config::CostMode::Bytes => (body_bytes as u64).max(1),
         crate::config::CostMode::Tokens => (body_bytes as u64 / 4).max(1),
+    }
+}
+
+/// The pool load a request of `class` is refused at: `maxPoolRequests` (0 = none), with the
+/// class's headroom or reserve as for `maxRequestCount` (README "Priority classes").
+pub fn pool_cap(config: &RouteConfig, class: Option<Class>) -> u64 {
+    let cap = config.common.max_pool;
+    match (&config.common.priority, class) {
+        (Some(p), Some(c)) if cap > 0 => p.cap_for(c.rank, cap),
+        _ => cap,
+    }
+}
+
+/// The capacity tenant shares are of: `maxPoolRequests`, else `endpoints` × `maxRequestCount`.
+pub fn tenant_capacity(config: &RouteConfig, endpoints: usize) -> u64 {
+    match config.common.max_pool {
+        0 => config.common.max_load.saturating_mul(endpoints as u64),
+        pool => pool,
     }
 }
 

@@ -12,7 +12,7 @@ use crate::host::{Host, HostErrorKind, LogLevel};
 use crate::reason::Cause;
 use crate::redis::inflight::{self, InflightKeys, ServiceAcquireArgs};
 use crate::redis::scripts::{
-    self, AcquireArgs, AcquireReply, Keys, PrefixArgs, ReplyError, Scripts, SessionArgs,
+    self, AcquireArgs, AcquireReply, Keys, PrefixArgs, ReplyError, Scripts, SessionArgs, TenantArgs,
 };
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -175,6 +175,15 @@ impl RedisClient {
             endpoints: pick.sent_list.then_some(pick.candidates.as_slice()),
             session: None,
             wait_rank: pick.wait_rank,
+            pool_cap: pick.pool_cap,
+            tenant: match (&pick.tenant, &pick.config.common.fairness) {
+                (Some((id, limit)), Some(f)) => Some(TenantArgs {
+                    id,
+                    limit: *limit,
+                    window_ms: f.window_ms,
+                }),
+                _ => None,
+            },
         };
         let mut args = args;
         if let (Some(key), Some(session)) = (&pick.session, &pick.config.session) {
@@ -230,7 +239,7 @@ impl RedisClient {
     }
 
     /// Waiting queue: adds (`score` Some) or removes this waiter in the route's wait set
-    /// (docs/redis-data-model.md §11). Fire-and-forget: an entry never written only loses
+    /// (docs/redis-data-model.md §12). Fire-and-forget: an entry never written only loses
     /// its class's precedence on other gateways; one never removed expires at its deadline.
     pub fn waiter(
         &mut self,
@@ -328,6 +337,8 @@ impl RedisClient {
             },
             Ok(AcquireReply::Sync | AcquireReply::Empty) => PickReply::Resync,
             Ok(AcquireReply::Full) => PickReply::Full,
+            Ok(AcquireReply::Tenant) => PickReply::Tenant,
+            Ok(AcquireReply::PoolFull) => PickReply::PoolFull,
             Err(e) => reply_error(host, tel, ctx, e),
         }
     }

@@ -383,8 +383,8 @@ impl Request {
             // Never sent: nothing acquired. A service pick still has its local choice.
             (Err(cause), Pick::Service(p)) => self.route_locally(p, cause),
             (Err(cause), Pick::Endpoint(p)) => {
-                let sticky = p.session.is_some();
-                session_fallback(sticky, self.fall_back(cause))
+                let (sticky, tenant) = (p.session.is_some(), p.tenant.is_some());
+                session_fallback(sticky, tenant, self.fall_back(cause))
             }
         }
     }
@@ -396,9 +396,9 @@ impl Request {
         };
         match *pick {
             Pick::Endpoint(p) => {
-                let sticky = p.session.is_some();
+                let (sticky, tenant) = (p.session.is_some(), p.tenant.is_some());
                 let e = self.on_endpoint_reply(p, reply);
-                session_fallback(sticky, e)
+                session_fallback(sticky, tenant, e)
             }
             Pick::Service(p) => self.on_service_reply(p, reply),
         }
@@ -457,13 +457,20 @@ impl Request {
                 e.extend(self.fall_back(Cause::BadReply));
                 e
             }
-            PickReply::Full => {
+            full @ (PickReply::Full | PickReply::PoolFull) => {
                 let r = match pick.class {
                     Some(_) => Rejection::ShedPriority,
                     None => Rejection::MaxRequestCount,
                 };
-                self.refuse(r, Some(Box::new(Pick::Endpoint(pick))))
+                // A full pool answers as full endpoints do, and may wait the same way.
+                let mut e = Vec::new();
+                if matches!(full, PickReply::PoolFull) {
+                    e.push(Effect::Count(Counter::PoolFull));
+                }
+                e.extend(self.refuse(r, Some(Box::new(Pick::Endpoint(pick)))));
+                e
             }
+            PickReply::Tenant => self.reject(Rejection::ShedTenant),
             PickReply::NoScript if pick.by_sha => {
                 // Redis restarted or flushed its script cache: EVAL reloads it.
                 pick.by_sha = false;
@@ -514,9 +521,11 @@ impl Request {
             }
             PickReply::Failed(cause) => self.route_locally(&pick, cause),
             PickReply::NoScript => self.route_locally(&pick, Cause::RedisError),
-            PickReply::Picked { .. } | PickReply::Resync | PickReply::Full => {
-                self.route_locally(&pick, Cause::BadReply)
-            }
+            PickReply::Picked { .. }
+            | PickReply::Resync
+            | PickReply::Full
+            | PickReply::PoolFull
+            | PickReply::Tenant => self.route_locally(&pick, Cause::BadReply),
         }
     }
 
@@ -624,11 +633,15 @@ impl Request {
             Rejection::MaxRequestCount | Rejection::Shed => {
                 Counter::Decision(self.config.policy.kind(), Outcome::Rejected429)
             }
-            Rejection::ShedPriority => {
+            Rejection::ShedPriority | Rejection::ShedTenant => {
                 let c = Counter::Decision(self.config.policy.kind(), Outcome::Rejected429);
+                let why = match r {
+                    Rejection::ShedTenant => Counter::TenantShed,
+                    _ => Counter::PriorityShed,
+                };
                 return vec![
                     Effect::Count(c),
-                    Effect::Count(Counter::PriorityShed),
+                    Effect::Count(why),
                     Effect::Reply(r.reply()),
                 ];
             }
@@ -661,9 +674,16 @@ impl Request {
 /// A sticky request that fell back (Redis down, timed out, answered garbage) degrades to the
 /// cluster's own balancing: counted, as the session could not be honoured
 /// (docs/redis-data-model.md §10).
-fn session_fallback(sticky: bool, mut e: Vec<Effect>) -> Vec<Effect> {
-    if sticky && e.iter().any(|x| matches!(x, Effect::FellBack { .. })) {
-        e.push(Effect::Count(Counter::SessionFallback));
+/// A tenant's request that fell back is not held to its share (the cluster balances it):
+/// counted the same way (README "Tenant fairness").
+fn session_fallback(sticky: bool, tenant: bool, mut e: Vec<Effect>) -> Vec<Effect> {
+    if e.iter().any(|x| matches!(x, Effect::FellBack { .. })) {
+        if sticky {
+            e.push(Effect::Count(Counter::SessionFallback));
+        }
+        if tenant {
+            e.push(Effect::Count(Counter::TenantFallback));
+        }
     }
     e
 }

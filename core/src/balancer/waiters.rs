@@ -1,5 +1,5 @@
 //! Waiting queue, plain-Envoy build: the proxy-wide wait set in shared data, the counterpart of
-//! the Redis wait set (docs/redis-data-model.md §11). Every worker VM's waiting requests of a
+//! the Redis wait set (docs/redis-data-model.md §12). Every worker VM's waiting requests of a
 //! route with priority classes are lines `<id hex> <rank> <deadline ms>` of one record per
 //! endpoint set (`ailb.wait.<fingerprint>`), so a lower class on one worker does not take the
 //! room a higher class waits for on another. Expired lines neither count nor stay.
@@ -72,16 +72,22 @@ pub fn above(host: &dyn Host, key: &str, rank: usize) -> u64 {
 }
 
 /// The rule of `pick.lua`'s `outranked`: with `above` higher-class requests waiting, a request
-/// of `cost` at `cap` is refused while the free room (⌊(cap − load) / cost⌋ summed over the
-/// endpoints) is no more than their number.
-pub fn outranked(loads: &[u64], cap: u64, cost: u64, above: u64) -> bool {
-    if above == 0 || cap == 0 {
+/// of `cost` at `cap` is refused while the free room is no more than their number. The free
+/// room is the least of ⌊(cap − load) / cost⌋ summed over the endpoints and
+/// ⌊(pool_cap − Σ load) / cost⌋ (`maxPoolRequests`), whichever cap is set (0 = none).
+pub fn outranked(loads: &[u64], cap: u64, pool_cap: u64, cost: u64, above: u64) -> bool {
+    if above == 0 || (cap == 0 && pool_cap == 0) {
         return false;
     }
-    let free: u64 = loads
-        .iter()
-        .map(|&l| cap.saturating_sub(l) / cost.max(1))
-        .sum();
+    let cost = cost.max(1);
+    let mut free = u64::MAX;
+    if cap > 0 {
+        free = loads.iter().map(|&l| cap.saturating_sub(l) / cost).sum();
+    }
+    if pool_cap > 0 {
+        let total = loads.iter().fold(0u64, |t, &l| t.saturating_add(l));
+        free = free.min(pool_cap.saturating_sub(total) / cost);
+    }
     free <= above
 }
 
@@ -120,14 +126,29 @@ mod tests {
 
     #[test]
     fn room_beyond_the_waiters_is_free_to_take() {
-        assert!(!outranked(&[4, 3], 4, 1, 0));
-        assert!(outranked(&[4, 3], 4, 1, 1));
-        assert!(!outranked(&[3, 3], 4, 1, 1));
-        assert!(outranked(&[3, 3], 4, 1, 2));
+        assert!(!outranked(&[4, 3], 4, 0, 1, 0));
+        assert!(outranked(&[4, 3], 4, 0, 1, 1));
+        assert!(!outranked(&[3, 3], 4, 0, 1, 1));
+        assert!(outranked(&[3, 3], 4, 0, 1, 2));
         assert!(
-            outranked(&[2, 3], 4, 2, 1),
+            outranked(&[2, 3], 4, 0, 2, 1),
             "room counts in requests of this cost"
         );
-        assert!(!outranked(&[4, 4], 0, 1, 3), "no cap: no room to give");
+        assert!(!outranked(&[4, 4], 0, 0, 1, 3), "no cap: no room to give");
+        // maxPoolRequests: the pool's room counts too, the lesser of the two.
+        assert!(
+            outranked(&[1, 1], 0, 3, 1, 1),
+            "pool cap alone: one free, one waits"
+        );
+        assert!(!outranked(&[1, 1], 0, 4, 1, 1));
+        assert!(
+            outranked(&[1, 1], 4, 3, 1, 1),
+            "the endpoints have 6 free, the pool only 1"
+        );
+        assert!(
+            outranked(&[3, 3], 4, 100, 1, 2),
+            "the pool has room, the endpoints only 2"
+        );
+        assert!(!outranked(&[1, 1], 4, 5, 1, 2));
     }
 }

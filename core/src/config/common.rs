@@ -62,6 +62,10 @@ pub struct Common {
     pub priority: Option<Priority>,
     /// The waiting queue (README "Waiting queue"); None: refuse at once.
     pub queue: Option<Queue>,
+    /// `maxPoolRequests`: cap on the load summed over every endpoint (0 = none).
+    pub max_pool: u64,
+    /// Tenant fairness (README "Tenant fairness"); None: off.
+    pub fairness: Option<std::rc::Rc<super::fairness::Fairness>>,
 }
 
 impl Common {
@@ -79,6 +83,8 @@ impl Common {
             detail_log: true,
             priority: None,
             queue: None,
+            max_pool: 0,
+            fairness: None,
         }
     }
 }
@@ -177,6 +183,22 @@ impl TryFrom<In<'_, '_, RawLbConfig>> for Common {
                 "must be non-empty letters, digits, '-', '_' or '.'",
             ));
         }
+        let (max_pool, fairness) = super::fairness::read(raw, r)?;
+        if fairness
+            .as_ref()
+            .is_some_and(|f| !is_header_name(&f.header))
+        {
+            return Err(r.err(
+                "tenantHeader",
+                "must be a header name (letters, digits, '-', '_')",
+            ));
+        }
+        if fairness.is_some() && max_pool == 0 && max_request_count <= 0 {
+            return Err(r.err(
+                "tenantHeader",
+                "tenant fairness needs `maxPoolRequests` or `maxRequestCount` (the capacity shares are of)",
+            ));
+        }
         let priority = Priority::read(raw, r)?;
         if let Some(p) = &priority {
             if !is_header_name(&p.header) {
@@ -185,16 +207,24 @@ impl TryFrom<In<'_, '_, RawLbConfig>> for Common {
                     "must be a header name (letters, digits, '-', '_')",
                 ));
             }
-            if max_request_count <= 0 {
+            if max_request_count <= 0 && max_pool == 0 {
                 return Err(r.err(
                     "priorityHeader",
-                    "priority classes need `maxRequestCount` (the cap classes are refused against)",
+                    "priority classes need `maxRequestCount` or `maxPoolRequests` (the caps classes are refused against)",
                 ));
             }
-            if i64::try_from(p.reserve).map_or(true, |v| v >= max_request_count) {
+            if max_request_count > 0
+                && i64::try_from(p.reserve).map_or(true, |v| v >= max_request_count)
+            {
                 return Err(r.err(
                     "priorityReserve",
                     "must be below `maxRequestCount` (the lowest class would never be admitted)",
+                ));
+            }
+            if max_pool > 0 && p.reserve >= max_pool {
+                return Err(r.err(
+                    "priorityReserve",
+                    "must be below `maxPoolRequests` (the lowest class would never be admitted)",
                 ));
             }
         }
@@ -202,6 +232,8 @@ impl TryFrom<In<'_, '_, RawLbConfig>> for Common {
         Ok(Common {
             priority,
             queue,
+            max_pool,
+            fairness: fairness.map(std::rc::Rc::new),
             key_prefix,
             lease_ttl_ms: lease_ttl_s * 1000,
             cost,

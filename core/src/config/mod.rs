@@ -16,6 +16,7 @@ mod common;
 mod document;
 mod envelope;
 mod error;
+mod fairness;
 mod go;
 mod inflight;
 mod json;
@@ -41,6 +42,7 @@ pub use cluster_metrics::{
 pub use common::DEFAULT_DESTINATION_HEADER;
 pub use document::{plugin_configs, wasm_plugin, Delivered};
 pub use error::{ConfigError, ErrorKind};
+pub use fairness::{tenant_id, Fairness, Tenant, FAIRNESS_KEYS};
 pub use inflight::{GlobalInflight, DEFAULT_INFLIGHT_KEY_PREFIX};
 pub use metrics::{MetricsConfig, MetricsSource, DEFAULT_CRITICALITY_HEADER};
 pub use prefix::PrefixSettings;

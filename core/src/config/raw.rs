@@ -130,6 +130,12 @@ raw_object! {
         session_cookie: Own<String> = "sessionCookie",
         session_body_field: Own<String> = "sessionBodyField",
         session_ttl: Own<u64> = "sessionTTL",
+        // Ours: the pool cap and tenant fairness (global_least_request, prefix_cache).
+        max_pool_requests: Own<u64> = "maxPoolRequests",
+        tenant_header: Own<String> = "tenantHeader",
+        tenant_shares: Own<std::collections::BTreeMap<String, f64>> = "tenantShares",
+        default_tenant_share: Own<f64> = "defaultTenantShare",
+        tenant_window: Own<u64> = "tenantWindow",
         // Ours: cluster_metrics AdaptiveScore.
         inflight_capacity: Own<u64> = "inflight_capacity",
         // Ours: the plain-Envoy build.

@@ -6,6 +6,7 @@ use super::cluster_hash::{ClusterHashConfig, CLUSTER_HASH_KEYS};
 use super::cluster_metrics::{ClusterMetricsConfig, CLUSTER_METRICS_KEYS, DEFAULT_CLUSTER_HEADER};
 use super::common::{self, Common, COMMON_KEYS, ENVOY_KEYS};
 use super::error::ConfigError;
+use super::fairness::FAIRNESS_KEYS;
 use super::inflight::INFLIGHT_REDIS_KEYS;
 use super::metrics::{MetricsConfig, METRICS_KEYS, SATURATION_SCRAPE_KEYS};
 use super::prefix::{PrefixSettings, GUARD_KEYS, PREFIX_KEYS};
@@ -33,7 +34,13 @@ const DEFAULT_REDIS_TIMEOUT_MS: i64 = 3000;
 const OWNERS: &[(&str, &[&[&str]])] = &[
     (
         "global_least_request",
-        &[REDIS_KEYS, COMMON_KEYS, ENVOY_KEYS, SESSION_KEYS],
+        &[
+            REDIS_KEYS,
+            COMMON_KEYS,
+            ENVOY_KEYS,
+            SESSION_KEYS,
+            FAIRNESS_KEYS,
+        ],
     ),
     (
         "prefix_cache",
@@ -44,6 +51,7 @@ const OWNERS: &[(&str, &[&[&str]])] = &[
             PREFIX_KEYS,
             GUARD_KEYS,
             SESSION_KEYS,
+            FAIRNESS_KEYS,
         ],
     ),
     (
@@ -203,6 +211,16 @@ fn compile(
                 "prefix_cache" => Policy::PrefixCache,
                 _ => Policy::EndpointMetrics,
             };
+            if kind == Policy::EndpointMetrics {
+                // The pool cap and tenant counts ride in the acquire (Redis script or the
+                // plain-Envoy counts record): endpoint_metrics takes neither.
+                if let Some(key) = lb.present().into_iter().find(|k| FAIRNESS_KEYS.contains(k)) {
+                    return Err(r.err(
+                        key,
+                        "the pool cap and tenant fairness need global_least_request or prefix_cache",
+                    ));
+                }
+            }
             let redis = redis_for(kind, lb, r, build)?;
             let metrics = match kind {
                 Policy::EndpointMetrics => Some(MetricsConfig::try_from(In {

@@ -90,7 +90,7 @@ fn score_arg(score: f64) -> String {
 
 /// The lease member an acquire wrote for `service`.
 pub fn member(request_id: &str, service: &str) -> String {
-    lease_member(request_id, service, 1)
+    lease_member(request_id, service, 1, None)
 }
 
 pub fn release_call(

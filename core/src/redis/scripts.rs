@@ -95,8 +95,12 @@ pub struct Keys {
     pub load: String,
     pub leases: String,
     pub members: String,
-    /// The waiting queue's waiters of every gateway (docs/redis-data-model.md §11).
+    /// The waiting queue's waiters of every gateway (docs/redis-data-model.md §12).
     pub wait: String,
+    /// Tenant fairness (docs/redis-data-model.md §11): tenant -> in-flight cost (hash), and
+    /// tenant -> its last request (zset).
+    pub tenants: String,
+    pub seen: String,
 }
 
 impl Keys {
@@ -109,6 +113,8 @@ impl Keys {
             leases: format!("{namespace}:leases"),
             members: format!("{namespace}:members"),
             wait: format!("{namespace}:wait"),
+            tenants: format!("{namespace}:tenants"),
+            seen: format!("{namespace}:tenants_seen"),
             namespace,
         }
     }
@@ -154,6 +160,20 @@ pub struct AcquireArgs<'a> {
     /// Waiting queue: the request's class rank, checked against the waiters of higher classes
     /// (`Keys::wait`); None: no check (no queue, or no priority classes).
     pub wait_rank: Option<usize>,
+    /// `maxPoolRequests` (or the request's class cap of it); 0 = none.
+    pub pool_cap: u64,
+    /// Tenant fairness: the request's tenant.
+    pub tenant: Option<TenantArgs<'a>>,
+}
+
+/// What a tenant adds to an acquire (docs/redis-data-model.md §11).
+#[derive(Debug, Clone)]
+pub struct TenantArgs<'a> {
+    /// The tenant id (`config::fairness::tenant_id`: hex).
+    pub id: &'a str,
+    /// The most the tenant may hold while another tenant is active.
+    pub limit: u64,
+    pub window_ms: u64,
 }
 
 /// What a session adds to an acquire (docs/redis-data-model.md §10).
@@ -236,8 +256,14 @@ pub fn pick_call(
         (None, None) => vec![session_ttl, "0".into(), "0".into()],
     };
     args.extend(policy_args.iter().map(|s| s.as_bytes()));
-    let rank = a.wait_rank.map_or("-1".to_string(), |r| r.to_string());
-    args.push(rank.as_bytes());
+    let admission = [
+        a.pool_cap.to_string(),
+        a.tenant.as_ref().map_or("", |t| t.id).to_string(),
+        a.tenant.as_ref().map_or(0, |t| t.limit).to_string(),
+        a.tenant.as_ref().map_or(1, |t| t.window_ms).to_string(),
+        a.wait_rank.map_or("-1".to_string(), |r| r.to_string()),
+    ];
+    args.extend(admission.iter().map(|s| s.as_bytes()));
     if let Some(eps) = a.endpoints {
         args.extend(eps.iter().map(|e| e.as_bytes()));
     }
@@ -252,20 +278,32 @@ pub fn pick_call(
     if let Some(s) = &a.session {
         all_keys.push(s.key);
     }
-    if a.wait_rank.is_some() {
-        all_keys.push(&keys.wait);
-    }
+    // Always sent, so the scripts find them from the end (glr_acquire.lua).
+    all_keys.extend([
+        keys.wait.as_str(),
+        keys.tenants.as_str(),
+        keys.seen.as_str(),
+    ]);
     call(script, by_sha, &all_keys, &args)
 }
 
-/// The lease member a successful acquire wrote: `<request id>|<endpoint>|<cost>`.
-pub fn lease_member(request_id: &str, endpoint: &str, cost: u64) -> String {
-    format!("{request_id}|{endpoint}|{cost}")
+/// The lease member a successful acquire wrote: `<request id>|<endpoint>|<cost>`, with
+/// `<request id>~<tenant id>` as the first part for a tenant's request (lease.lua).
+pub fn lease_member(request_id: &str, endpoint: &str, cost: u64, tenant: Option<&str>) -> String {
+    match tenant {
+        Some(t) => format!("{request_id}~{t}|{endpoint}|{cost}"),
+        None => format!("{request_id}|{endpoint}|{cost}"),
+    }
 }
 
 pub fn release_call(scripts: &Scripts, by_sha: bool, keys: &Keys, members: &[String]) -> Vec<u8> {
     let args: Vec<&[u8]> = members.iter().map(|m| m.as_bytes()).collect();
-    call(&scripts.release, by_sha, &[&keys.load, &keys.leases], &args)
+    call(
+        &scripts.release,
+        by_sha,
+        &[&keys.load, &keys.leases, &keys.tenants],
+        &args,
+    )
 }
 
 /// What an acquire answered.
@@ -278,8 +316,12 @@ pub enum AcquireReply {
         spilled: bool,
         session: SessionState,
     },
-    /// Every endpoint is at the cap: nothing was incremented.
+    /// Every endpoint is at the cap, or the pool at its cap: nothing was incremented.
     Full,
+    /// The pool is at its cap: nothing was incremented.
+    PoolFull,
+    /// The request's tenant is at its share while another tenant is active.
+    Tenant,
     /// Redis does not have this caller's endpoint set: resend with the list.
     Sync,
     /// No endpoints at all in Redis.
@@ -349,6 +391,8 @@ pub fn parse_acquire(raw: &[u8]) -> Result<AcquireReply, ReplyError> {
             })
         }
         (Some("FULL"), _) => Ok(AcquireReply::Full),
+        (Some("TENANT"), _) => Ok(AcquireReply::Tenant),
+        (Some("POOL"), _) => Ok(AcquireReply::PoolFull),
         (Some("SYNC"), _) => Ok(AcquireReply::Sync),
         (Some("EMPTY"), _) => Ok(AcquireReply::Empty),
         _ => Err(ReplyError::Malformed(format!(
@@ -408,6 +452,8 @@ mod tests {
             endpoints: Some(&eps),
             session: None,
             wait_rank: None,
+            pool_cap: 0,
+            tenant: None,
         };
         let q = acquire_call(&s, true, &k, &args);
         let Value::Array(Some(items)) = resp::decode_exact(&q).unwrap() else {
@@ -419,10 +465,13 @@ mod tests {
             [
                 "EVALSHA",
                 s.acquire.sha.as_str(),
-                "3",
+                "6",
                 "p:{r|c}:load",
                 "p:{r|c}:leases",
                 "p:{r|c}:members",
+                "p:{r|c}:wait",
+                "p:{r|c}:tenants",
+                "p:{r|c}:tenants_seen",
                 "5",
                 "6",
                 "rid",
@@ -434,6 +483,10 @@ mod tests {
                 "0",
                 "0",
                 "0",
+                "0",
+                "",
+                "0",
+                "1",
                 "-1",
                 "a:1",
                 "b:2"
@@ -467,6 +520,8 @@ mod tests {
             endpoints: Some(&eps),
             session: Some(session),
             wait_rank: None,
+            pool_cap: 0,
+            tenant: None,
         };
         let words = |q: Vec<u8>| -> Vec<String> {
             let Value::Array(Some(items)) = resp::decode_exact(&q).unwrap() else {
@@ -478,9 +533,12 @@ mod tests {
                 .collect()
         };
         let glr = words(acquire_call(&s, true, &k, &args));
-        assert_eq!(glr[2], "4");
+        assert_eq!(glr[2], "7");
         assert_eq!(glr[6], key);
-        assert_eq!(&glr[15..], ["60", "8", "1.5", "-1", "a:1"]);
+        assert_eq!(
+            &glr[18..],
+            ["60", "8", "1.5", "0", "", "0", "1", "-1", "a:1"]
+        );
         let chain = vec!["p:{r|c}:px:1".to_string()];
         let prefix = PrefixArgs {
             chain: &chain,
@@ -489,9 +547,12 @@ mod tests {
             max_imbalance_ratio: 2.0,
         };
         let px = words(pick_call(&s, true, &k, &args, Some(&prefix)));
-        assert_eq!(px[2], "5");
+        assert_eq!(px[2], "8");
         assert_eq!(&px[6..8], [chain[0].as_str(), key.as_str()]);
-        assert_eq!(&px[16..], ["30", "4", "2", "60", "-1", "a:1"]);
+        assert_eq!(
+            &px[19..],
+            ["30", "4", "2", "60", "0", "", "0", "1", "-1", "a:1"]
+        );
     }
 
     #[test]

@@ -6,8 +6,8 @@ use ailb_core::redis::scripts::Keys;
 use ailb_testkit::try_cmd;
 use std::collections::BTreeMap;
 
-/// In-flight load per endpoint and the number of live leases of one (route, cluster) in the
-/// Redis on `port`, or None while that Redis is unreachable.
+/// In-flight load per endpoint, the number of live leases and of tenants holding a count, of
+/// one (route, cluster) in the Redis on `port`, or None while that Redis is unreachable.
 pub fn try_counts(port: u16, route: &str, cluster: &str) -> Option<Counts> {
     let keys = Keys::new("ailb", route, cluster);
     let mut load = BTreeMap::new();
@@ -25,7 +25,12 @@ pub fn try_counts(port: u16, route: &str, cluster: &str) -> Option<Counts> {
         }
     }
     let leases = try_cmd(port, &["ZCARD", &keys.leases])?.as_i64()?;
-    Some(Counts { load, leases })
+    let tenants = try_cmd(port, &["HLEN", &keys.tenants])?.as_i64()?;
+    Some(Counts {
+        load,
+        leases,
+        tenants,
+    })
 }
 
 /// [`try_counts`] for a Redis that must be up.
@@ -37,6 +42,8 @@ pub fn counts(port: u16, route: &str, cluster: &str) -> Counts {
 pub struct Counts {
     pub load: BTreeMap<String, f64>,
     pub leases: i64,
+    /// Tenants with a non-zero in-flight count (tenant fairness; a count at 0 is deleted).
+    pub tenants: i64,
 }
 
 impl Counts {
@@ -45,7 +52,7 @@ impl Counts {
     }
 
     pub fn is_zero(&self) -> bool {
-        self.leases == 0 && self.load.values().all(|&v| v == 0.0)
+        self.leases == 0 && self.tenants == 0 && self.load.values().all(|&v| v == 0.0)
     }
 
     pub fn any_negative(&self) -> bool {

@@ -4,12 +4,13 @@
 //! estimated tokens: such routes hold the request for its body).
 
 use super::input::{priority_class, Env, Input};
-use crate::balancer::pick::{class_cap, cost_of, LocalLease};
+use crate::balancer::pick::{class_cap, cost_of, pool_cap, LocalLease};
 use crate::balancer::request::{Decision, Hold, Rejection};
 use crate::balancer::shared;
 use crate::balancer::telemetry::Telemetry;
 use crate::balancer::waiters;
 use crate::config::Class;
+use crate::config::RouteConfig;
 use crate::config::{SESSION_MAX_IMBALANCE, SESSION_MAX_IMBALANCE_RATIO};
 use crate::hash::{self, SplitMix64};
 use crate::host::{Host, HostError, LogLevel};
@@ -17,6 +18,7 @@ use crate::prefix::chwbl::Ring;
 use crate::reason::{Cause, Reason};
 use crate::stats::Counter;
 use crate::upstream;
+use std::collections::HashMap;
 use std::rc::Rc;
 
 pub fn decide(host: &mut dyn Host, env: Env, input: &Input, ring: Option<&Ring>) -> Decision {
@@ -38,9 +40,10 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input, ring: Option<&Ring>)
     let base_cap = input.config.common.max_load;
     let cap = class_cap(input.config, class);
     let cost = cost_of(input.config, input.body_bytes);
+    let admission = Admission::of(host, input.config, class);
     let above = waiting_above(host, input, class);
-    let picked = take(host, &key, endpoints, cost, |loads| {
-        if waiters::outranked(loads, cap, cost, above) {
+    let picked = take(host, &key, endpoints, cost, &admission, |loads| {
+        if waiters::outranked(loads, cap, admission.pool_cap, cost, above) {
             return None;
         }
         let order = least_first(loads, start);
@@ -52,7 +55,7 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input, ring: Option<&Ring>)
         Some((best, (order, load)))
     });
     match picked {
-        Ok(Some((chosen, (order, load)))) => {
+        Ok(Ok(Some((chosen, (order, load))))) => {
             if base_cap > 0 && load >= base_cap {
                 // Only the highest class gets past `maxRequestCount`: its headroom.
                 env.tel.inc(host, Counter::PriorityAdmittedHeadroom);
@@ -65,10 +68,18 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input, ring: Option<&Ring>)
                 .skip(1)
                 .filter_map(|e| endpoints.get(e).cloned())
                 .collect();
-            routed(key, address, cost, fallbacks, Reason::LeastRequest)
+            routed(
+                key,
+                address,
+                cost,
+                &admission,
+                fallbacks,
+                Reason::LeastRequest,
+            )
         }
-        Ok(None) => no_room(class),
-        Err(e) => shared_data_failed(host, env.tel, input.ctx, &e),
+        Ok(Ok(None)) => no_room(class),
+        Ok(Err(refused)) => refusal(host, env.tel, refused, class),
+        Err(e) => shared_data_failed(host, env.tel, input.ctx, &admission, &e),
     }
 }
 
@@ -78,6 +89,7 @@ pub(super) fn routed(
     key: Rc<str>,
     address: String,
     cost: u64,
+    admission: &Admission,
     fallbacks: Vec<String>,
     reason: Reason,
 ) -> Decision {
@@ -86,6 +98,7 @@ pub(super) fn routed(
             key,
             endpoint: address.clone(),
             cost,
+            tenant: admission.tenant.as_ref().map(|(id, _)| id.clone()),
         })),
         endpoint: address,
         fallbacks,
@@ -115,14 +128,36 @@ pub(super) fn no_room(class: Option<Class>) -> Decision {
     }
 }
 
+/// The pool cap or the tenant's share refused the request (nothing was counted): the pool
+/// cap answers as the endpoint cap does (`shed_priority` with a class, else
+/// `maxRequestCount`), the tenant's share with `shed_tenant`.
+pub(super) fn refusal(
+    host: &mut dyn Host,
+    tel: &Telemetry,
+    refused: Refused,
+    class: Option<Class>,
+) -> Decision {
+    match refused {
+        Refused::Pool => {
+            tel.inc(host, Counter::PoolFull);
+            no_room(class)
+        }
+        Refused::Tenant => Decision::Reject(Rejection::ShedTenant),
+    }
+}
+
 /// The counts could not be read or written: nothing was taken, so the request goes to the
-/// cluster's own balancing.
+/// cluster's own balancing (a tenant's request unheld to its share: counted).
 pub(super) fn shared_data_failed(
     host: &mut dyn Host,
     tel: &Telemetry,
     ctx: u32,
+    admission: &Admission,
     e: &HostError,
 ) -> Decision {
+    if admission.tenant.is_some() {
+        tel.inc(host, Counter::TenantFallback);
+    }
     tel.log(host, LogLevel::Debug, ctx, format_args!("{e}"));
     Decision::Fallback(Cause::SharedData)
 }
@@ -147,9 +182,10 @@ fn sticky(
     let cap = class_cap(input.config, class);
     let cost = cost_of(input.config, input.body_bytes);
     let counts = counts_key(endpoints);
+    let admission = Admission::of(host, input.config, class);
     let above = waiting_above(host, input, class);
-    let picked = take(host, &counts, endpoints, cost, |loads| {
-        if waiters::outranked(loads, cap, cost, above) {
+    let picked = take(host, &counts, endpoints, cost, &admission, |loads| {
+        if waiters::outranked(loads, cap, admission.pool_cap, cost, above) {
             return None;
         }
         let min = loads.iter().copied().min().unwrap_or(0) as f64;
@@ -166,7 +202,7 @@ fn sticky(
             .map(|e| (e, loads.get(e).copied().unwrap_or(0)))
     });
     match picked {
-        Ok(Some((chosen, load))) => {
+        Ok(Ok(Some((chosen, load)))) => {
             if base_cap > 0 && load >= base_cap {
                 // Only the highest class gets past `maxRequestCount`: its headroom.
                 env.tel.inc(host, Counter::PriorityAdmittedHeadroom);
@@ -186,33 +222,129 @@ fn sticky(
                 .filter_map(|e| endpoints.get(e).cloned())
                 .take(16)
                 .collect();
-            routed(counts, address, cost, fallbacks, reason)
+            routed(counts, address, cost, &admission, fallbacks, reason)
         }
-        Ok(None) => no_room(class),
+        Ok(Ok(None)) => no_room(class),
+        Ok(Err(refused)) => refusal(host, env.tel, refused, class),
         Err(e) => {
             env.tel.inc(host, Counter::SessionFallback);
-            shared_data_failed(host, env.tel, input.ctx, &e)
+            shared_data_failed(host, env.tel, input.ctx, &admission, &e)
         }
     }
 }
 
+/// What a plain-Envoy pick is admitted against besides the endpoint cap: the pool cap and
+/// the tenant's share (README "Tenant fairness"), kept in the same counts record as the
+/// endpoints' loads (lines `~t<tenant> <in flight>` and `~s<tenant> <last request, ms>`), so
+/// one CAS update checks and counts all of it, as the Redis script does
+/// (docs/redis-data-model.md §11).
+#[derive(Debug, Clone, Default)]
+pub struct Admission {
+    /// `maxPoolRequests` or the request's class cap of it (0 = none).
+    pub pool_cap: u64,
+    /// The tenant id and the most it may hold while another tenant is active.
+    pub tenant: Option<(String, u64)>,
+    pub window_ms: u64,
+    pub now_ms: u64,
+}
+
+/// Why [`take`] refused before choosing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    Pool,
+    Tenant,
+}
+
+impl Admission {
+    pub fn of(host: &dyn Host, config: &RouteConfig, class: Option<Class>) -> Admission {
+        Admission {
+            pool_cap: pool_cap(config, class),
+            tenant: super::least_request::tenant(host, config, config.endpoints.len()),
+            window_ms: config.common.fairness.as_ref().map_or(0, |f| f.window_ms),
+            now_ms: host.now_ms(),
+        }
+    }
+
+    /// Checks the request against the pool cap and its tenant's share in `counts` (the
+    /// record's lines); a refused tenant is marked seen (it is waiting).
+    fn check(&self, counts: &mut HashMap<String, u64>, cost: u64) -> Result<(), Refused> {
+        if self.tenant.is_some() {
+            // Tenants quiet for the window are no longer active.
+            let oldest = self.now_ms.saturating_sub(self.window_ms);
+            counts.retain(|k, v| !k.starts_with(SEEN) || *v > oldest);
+        }
+        let mut refused = None;
+        if self.pool_cap > 0 {
+            let total: u64 = counts
+                .iter()
+                .filter(|(k, _)| !k.starts_with('~'))
+                .map(|(_, v)| *v)
+                .sum();
+            if total > 0 && total.saturating_add(cost) > self.pool_cap {
+                refused = Some(Refused::Pool);
+            }
+        }
+        if let (None, Some((id, limit))) = (refused, &self.tenant) {
+            let held = counts.get(&format!("{HELD}{id}")).copied().unwrap_or(0);
+            if held > 0 && held.saturating_add(cost) > *limit {
+                let (own_held, own_seen) = (format!("{HELD}{id}"), format!("{SEEN}{id}"));
+                let other_active = counts.iter().any(|(k, &v)| {
+                    (k.starts_with(SEEN) && *k != own_seen)
+                        || (k.starts_with(HELD) && *k != own_held && v > 0)
+                });
+                if other_active {
+                    refused = Some(Refused::Tenant);
+                }
+            }
+        }
+        match (refused, &self.tenant) {
+            (Some(r), Some((id, _))) => {
+                counts.insert(format!("{SEEN}{id}"), self.now_ms);
+                Err(r)
+            }
+            (Some(r), None) => Err(r),
+            (None, _) => Ok(()),
+        }
+    }
+
+    /// Counts an admitted request's tenant.
+    fn count(&self, counts: &mut HashMap<String, u64>, cost: u64) {
+        if let Some((id, _)) = &self.tenant {
+            let n = counts.entry(format!("{HELD}{id}")).or_insert(0);
+            *n = n.saturating_add(cost);
+            counts.insert(format!("{SEEN}{id}"), self.now_ms);
+        }
+    }
+}
+
+/// Counts-record line prefixes of a tenant's in-flight cost and its last request (never an
+/// endpoint address).
+const HELD: &str = "~t";
+const SEEN: &str = "~s";
+
 /// The one counting path of the plain-Envoy policies (least request here, prefix_cache in
-/// local_prefix_cache.rs): in one CAS update of the counts record `key`, `choose` is shown this
-/// proxy's load of each of `endpoints` (by position, in `costMode` units) and the endpoint it
-/// picks is charged `cost`, the weight its lease gives back at stream end. `Ok(None)`: `choose`
-/// picked none and nothing was counted. `choose` may run again when the CAS is lost.
+/// local_prefix_cache.rs): in one CAS update of the counts record `key`, the request is first
+/// checked against the pool cap and its tenant's share ([`Admission`]; `Err`: refused, nothing
+/// counted), then `choose` is shown this proxy's load of each of `endpoints` (by position, in
+/// `costMode` units) and the endpoint it picks is charged `cost` (and the tenant with it), the
+/// weight its lease gives back at stream end. `Ok(None)`: `choose` picked none and nothing was
+/// counted. `choose` may run again when the CAS is lost.
 pub fn take<T>(
     host: &mut dyn Host,
     key: &str,
     endpoints: &[String],
     cost: u64,
+    admission: &Admission,
     mut choose: impl FnMut(&[u64]) -> Option<(usize, T)>,
-) -> Result<Option<(usize, T)>, HostError> {
+) -> Result<Result<Option<(usize, T)>, Refused>, HostError> {
     shared::update(host, key, |cur| {
         let mut counts = cur
             .as_deref()
             .map(shared::decode_counts)
             .unwrap_or_default();
+        if let Err(r) = admission.check(&mut counts, cost) {
+            return (shared::encode_counts(&counts), Err(r));
+        }
         let loads: Vec<u64> = endpoints
             .iter()
             .map(|e| counts.get(e).copied().unwrap_or(0))
@@ -221,8 +353,9 @@ pub fn take<T>(
         if let Some(address) = choice.as_ref().and_then(|(e, _)| endpoints.get(*e)) {
             let n = counts.entry(address.clone()).or_insert(0);
             *n = n.saturating_add(cost);
+            admission.count(&mut counts, cost);
         }
-        (shared::encode_counts(&counts), choice)
+        (shared::encode_counts(&counts), Ok(choice))
     })
 }
 
@@ -245,6 +378,17 @@ pub fn release(
             .unwrap_or_default();
         if let Some(n) = counts.get_mut(&lease.endpoint) {
             *n = n.saturating_sub(lease.cost);
+        }
+        if let Some(id) = &lease.tenant {
+            let held = format!("{HELD}{id}");
+            let left = counts
+                .get(&held)
+                .map_or(0, |n| n.saturating_sub(lease.cost));
+            if left == 0 {
+                counts.remove(&held);
+            } else {
+                counts.insert(held, left);
+            }
         }
         (shared::encode_counts(&counts), ())
     });

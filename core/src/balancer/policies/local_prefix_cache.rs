@@ -142,17 +142,25 @@ pub fn decide(
     let class = priority_class(host, env.tel, input.config);
     let cap = class_cap(input.config, class);
     let cost = cost_of(input.config, input.body_bytes);
+    let admission = local_least_request::Admission::of(host, input.config, class);
     let above = local_least_request::waiting_above(host, input, class);
-    let taken = local_least_request::take(host, &state.counts_key, endpoints, cost, |loads| {
-        if crate::balancer::waiters::outranked(loads, cap, cost, above) {
-            return None;
-        }
-        state
-            .choose(loads, cost, cap, &hot, known, home)
-            .map(|(e, reason, passed)| (e, (reason, passed)))
-    });
+    let taken = local_least_request::take(
+        host,
+        &state.counts_key,
+        endpoints,
+        cost,
+        &admission,
+        |loads| {
+            if crate::balancer::waiters::outranked(loads, cap, admission.pool_cap, cost, above) {
+                return None;
+            }
+            state
+                .choose(loads, cost, cap, &hot, known, home)
+                .map(|(e, reason, passed)| (e, (reason, passed)))
+        },
+    );
     match taken {
-        Ok(Some((chosen, (reason, passed)))) => {
+        Ok(Ok(Some((chosen, (reason, passed))))) => {
             let Some(address) = endpoints.get(chosen).cloned() else {
                 return Decision::Fallback(Cause::NoHealthyEndpoint);
             };
@@ -167,10 +175,18 @@ pub fn decide(
                 .take(MAX_FALLBACKS)
                 .filter_map(|e| endpoints.get(e).cloned())
                 .collect();
-            local_least_request::routed(state.counts_key.clone(), address, cost, fallbacks, reason)
+            local_least_request::routed(
+                state.counts_key.clone(),
+                address,
+                cost,
+                &admission,
+                fallbacks,
+                reason,
+            )
         }
-        Ok(None) => local_least_request::no_room(class),
-        Err(e) => local_least_request::shared_data_failed(host, env.tel, input.ctx, &e),
+        Ok(Ok(None)) => local_least_request::no_room(class),
+        Ok(Err(refused)) => local_least_request::refusal(host, env.tel, refused, class),
+        Err(e) => local_least_request::shared_data_failed(host, env.tel, input.ctx, &admission, &e),
     }
 }
 

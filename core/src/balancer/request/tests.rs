@@ -41,6 +41,8 @@ fn pick(config: &Rc<RouteConfig>, id: &str) -> Box<Pick> {
         class: None,
         session: None,
         wait_rank: None,
+        pool_cap: 0,
+        tenant: None,
     }))
 }
 
@@ -284,6 +286,7 @@ fn local_decisions_give_back_their_count_once() {
     let mut r = request("");
     to_decision(&mut r);
     let local = LocalLease {
+        tenant: None,
         key: "k".into(),
         endpoint: "10.0.0.1:80".into(),
         cost: 1,

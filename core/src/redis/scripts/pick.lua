@@ -15,11 +15,12 @@ local function sync_members(load, members_key, fingerprint, first, argv)
 end
 
 -- Amortised self-healing: give back up to `limit` leases whose holder never released them.
-local function reclaim(load, leases, now, limit)
+-- The tenant counts heal with them.
+local function reclaim(load, leases, now, limit, tenants)
   if limit > 0 then
     for _, m in ipairs(redis.call('ZRANGEBYSCORE', leases, '-inf', now, 'LIMIT', 0, limit)) do
       redis.call('ZREM', leases, m)
-      give_back(load, m)
+      give_back(load, m, tenants)
     end
   end
 end
@@ -52,14 +53,83 @@ local function take(load, leases, ep, cost, expiry, request_id)
   redis.call('ZADD', leases, expiry, request_id .. '|' .. ep .. '|' .. cost)
 end
 
+-- The pool cap and tenant fairness (docs/redis-data-model.md §11), checked before the pick.
+-- The pool's load is the sum of the endpoints' loads: kept by the same take / give_back /
+-- reclaim as each endpoint's, so it heals with them. `tenants` (hash: tenant -> in-flight
+-- cost) and `seen` (zset: tenant -> its last request, ms) say which tenants are active: in
+-- flight, or seen within `window` ms. A tenant at `limit` (its share of the capacity) is
+-- refused while another tenant is active; alone, it may use everything. Like the endpoint cap,
+-- an idle pool or tenant always admits one request. A refused tenant is waiting: it is
+-- marked seen, so the room the others free goes to it. Returns nil (admitted) or the refusal.
+local function mark_waiting(seen, now, tenant, window)
+  redis.call('ZADD', seen, now, tenant)
+  redis.call('PEXPIRE', seen, window)
+end
+
+local function admit(load, tenants, seen, now, cost, pool_cap, tenant, limit, window)
+  if pool_cap <= 0 and tenant == '' then return nil end
+  if tenant ~= '' then
+    redis.call('ZREMRANGEBYSCORE', seen, '-inf', now - window)
+  end
+  if pool_cap > 0 then
+    local total = 0
+    local all = redis.call('ZRANGE', load, 0, -1, 'WITHSCORES')
+    for i = 2, #all, 2 do total = total + tonumber(all[i]) end
+    if total > 0 and total + cost > pool_cap then
+      if tenant ~= '' then mark_waiting(seen, now, tenant, window) end
+      return {'POOL', tostring(total)}
+    end
+  end
+  if tenant ~= '' then
+    local held = tonumber(redis.call('HGET', tenants, tenant) or '0')
+    if held > 0 and held + cost > limit then
+      local others = redis.call('ZCARD', seen)
+      if redis.call('ZSCORE', seen, tenant) then others = others - 1 end
+      local busy = redis.call('HLEN', tenants) - 1
+      if others > 0 or busy > 0 then
+        mark_waiting(seen, now, tenant, window)
+        return {'TENANT', tostring(held)}
+      end
+    end
+  end
+  return nil
+end
+
+-- The tenant's share of a request just taken (its lease id carries the tenant: lease.lua).
+local function tenant_take(tenants, seen, now, cost, tenant, window)
+  if tenant ~= '' then
+    redis.call('HINCRBY', tenants, tenant, cost)
+    redis.call('ZADD', seen, now, tenant)
+    redis.call('PEXPIRE', seen, window)
+  end
+end
+
+-- The lease id of a request: its request id, and its tenant when it has one.
+local function lease_id(request_id, tenant)
+  if tenant ~= '' then return request_id .. '~' .. tenant end
+  return request_id
+end
+
+
+-- Read the session's endpoint and refresh its TTL in one command: GETEX (Redis >= 6.2). An
+-- older server answers an error; it then takes GET + EXPIRE (docs/redis-data-model.md §10).
+local function session_get(skey, ttl)
+  local ep = redis.pcall('GETEX', skey, 'EX', ttl)
+  if type(ep) == 'table' and ep.err then
+    ep = redis.call('GET', skey)
+    if ep then redis.call('EXPIRE', skey, ttl) end
+  end
+  return ep
+end
 
 -- Session stickiness (docs/redis-data-model.md §10). `skey` holds the session's endpoint. It
 -- keeps the session while it is a member (healthy, in the synced set) and not over the guard:
 -- the cap, or busier than the least-loaded endpoint `min` by more than both imbalance bounds.
+-- The read refreshes the binding's TTL, so a kept session costs no further write.
 -- Returns the endpoint (nil when the session must be placed) and the session's state:
 -- 1 kept, 2 new (no binding), 3 rebound (its endpoint left or is over the guard).
-local function session_pick(load, skey, cost, cap, min, max_abs, max_ratio)
-  local ep = redis.call('GET', skey)
+local function session_pick(load, skey, ttl, cost, cap, min, max_abs, max_ratio)
+  local ep = session_get(skey, ttl)
   if not ep then return nil, 2 end
   local score = redis.call('ZSCORE', load, ep)
   if not score then return nil, 3 end
@@ -70,14 +140,16 @@ local function session_pick(load, skey, cost, cap, min, max_abs, max_ratio)
   return ep, 1
 end
 
--- Waiting queue (docs/redis-data-model.md §11). `wait` holds every gateway's waiting requests,
+-- Waiting queue (docs/redis-data-model.md §12). `wait` holds every gateway's waiting requests,
 -- score = rank * WAIT_RANK + expiry (ms), so one range per class counts its live waiters and
 -- drops the expired ones (a crashed gateway's waiters leave at their deadline). A request of
--- `rank` is outranked while higher classes wait and the free room at its `cap` (in requests of
--- its `cost`) is no more than their number: that room is theirs.
+-- `rank` is outranked while higher classes wait and the free room (in requests of its `cost`)
+-- is no more than their number: that room is theirs. The free room is the least of the room
+-- below its endpoint `cap` (summed over the endpoints) and the room below its `pool_cap`
+-- (maxPoolRequests), whichever of the two is set.
 local WAIT_RANK = 4398046511104 -- 2^42 ms: past year 2109, and 8 classes stay exact in a double
-local function outranked(wait, rank, now, load, cap, cost)
-  if rank <= 0 or cap <= 0 then return false end
+local function outranked(wait, rank, now, load, cap, pool_cap, cost)
+  if rank <= 0 or (cap <= 0 and pool_cap <= 0) then return false end
   local above = 0
   for r = 0, rank - 1 do
     local base = r * WAIT_RANK
@@ -87,6 +159,13 @@ local function outranked(wait, rank, now, load, cap, cost)
       string.format('(%.0f', base + WAIT_RANK))
   end
   if above == 0 then return false end
+  if pool_cap > 0 then
+    local total = 0
+    local all = redis.call('ZRANGE', load, 0, -1, 'WITHSCORES')
+    for i = 2, #all, 2 do total = total + tonumber(all[i]) end
+    if math.floor(math.max(pool_cap - total, 0) / cost) <= above then return true end
+  end
+  if cap <= 0 then return false end
   local free = 0
   local open = redis.call('ZRANGEBYSCORE', load, '-inf', '(' .. cap, 'WITHSCORES')
   for i = 2, #open, 2 do

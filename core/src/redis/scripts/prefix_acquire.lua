@@ -2,35 +2,37 @@
 -- it is too loaded; then count the request exactly as global_least_request does.
 -- KEYS[1] load, KEYS[2] leases, KEYS[3] members (as in glr_acquire.lua)
 -- KEYS[4..] the prompt's chained prefix keys, shortest prefix first (computed by the plugin),
--- then, only when ARGV[12] > 0, the session key (as in glr_acquire.lua), then, only when
--- ARGV[13] >= 0, the waiting queue's key (as in glr_acquire.lua).
+-- then, only when ARGV[12] > 0, the session key (as in glr_acquire.lua), then the wait zset,
+-- the tenants hash and the seen zset (as in glr_acquire.lua; always sent).
 -- ARGV[1..8] as in glr_acquire.lua
 -- ARGV[9] prefix key TTL (s)  ARGV[10] max imbalance, absolute  ARGV[11] max imbalance, ratio
 -- ARGV[12] session TTL (s, 0 = no session); the session's guard is ARGV[10], ARGV[11]
--- ARGV[13] the request's class rank for the waiting queue (-1 = no queue check)
--- ARGV[14..] the healthy endpoints, sent only when the caller's set changed.
+-- ARGV[13..16] pool cap, tenant id, tenant limit, tenant window (as glr_acquire.lua's 12..15)
+-- ARGV[17] the request's class rank for the waiting queue (-1 = no queue check)
+-- ARGV[18..] the healthy endpoints, sent only when the caller's set changed.
 -- Reply: {"OK", endpoint, matched depth, spilled 0|1} without a session, {.., session state}
--- with one (pick.lua's session_pick) | {"FULL", min load} | {"SYNC"} | {"EMPTY"}
+-- with one (pick.lua's session_pick) | {"FULL", min load} | {"POOL", pool load} | {"TENANT", tenant's load}
+-- | {"SYNC"} | {"EMPTY"}
 local load, leases = KEYS[1], KEYS[2]
+local tenants, seen = KEYS[#KEYS - 1], KEYS[#KEYS]
 local now = tonumber(ARGV[1])
 
-if #ARGV > 13 then
-  sync_members(load, KEYS[3], ARGV[7], 14, ARGV)
+if #ARGV > 17 then
+  sync_members(load, KEYS[3], ARGV[7], 18, ARGV)
 elseif redis.call('GET', KEYS[3]) ~= ARGV[7] then
   return {'SYNC'}
 end
-reclaim(load, leases, now, tonumber(ARGV[8]))
+reclaim(load, leases, now, tonumber(ARGV[8]), tenants)
+local tenant, window = ARGV[14], tonumber(ARGV[16])
 
 -- The deepest known prefix whose endpoint is still a member (healthy). A key pointing at an
 -- endpoint that left is skipped, not followed: the chain itself never depends on Redis.
 -- Deepest first, in two reads: a conversation's next turn matches all but its newest blocks,
 -- so the last few keys usually answer; the rest are read only when they do not.
 local session_ttl = tonumber(ARGV[12])
-local rank = tonumber(ARGV[13])
-local last = #KEYS -- the session key's index
-if rank >= 0 then last = last - 1 end
-local n = last - 3
+local n = #KEYS - 6
 if session_ttl > 0 then n = n - 1 end
+local skey = KEYS[#KEYS - 3]
 local depth, matched, matched_load = 0, nil, nil
 local function scan(lo, hi)
   if hi < lo then return false end
@@ -53,8 +55,13 @@ if not scan(tail_from, n) then scan(1, tail_from - 1) end
 local cost, cap = tonumber(ARGV[4]), tonumber(ARGV[5])
 local first, min_s = lowest(load)
 if not first then return {'EMPTY'} end
+local pool_cap = tonumber(ARGV[13])
+local refused = admit(load, tenants, seen, now, cost, pool_cap, tenant,
+  tonumber(ARGV[15]), window)
+if refused then return refused end
 local min = tonumber(min_s)
-if rank >= 0 and outranked(KEYS[#KEYS], rank, now, load, cap, cost) then
+local rank = tonumber(ARGV[17])
+if rank >= 0 and outranked(KEYS[#KEYS - 2], rank, now, load, cap, pool_cap, cost) then
   return {'FULL', min_s}
 end
 local pick, spilled, session = matched, 0, 0
@@ -62,7 +69,7 @@ local kept = nil
 if session_ttl > 0 then
   -- A session kept on its endpoint wins over the prefix match (issue: sessions compose with
   -- prefix routing); over the guard, the prefix match and then the least-loaded decide.
-  kept, session = session_pick(load, KEYS[last], cost, cap, min,
+  kept, session = session_pick(load, skey, session_ttl, cost, cap, min,
     tonumber(ARGV[10]), tonumber(ARGV[11]))
 end
 if kept then
@@ -92,13 +99,12 @@ end
 for i = depth + 1, n do
   redis.call('SET', KEYS[3 + i], pick, 'EX', ttl)
 end
-take(load, leases, pick, ARGV[4], now + tonumber(ARGV[2]), ARGV[3])
+take(load, leases, pick, ARGV[4], now + tonumber(ARGV[2]), lease_id(ARGV[3], tenant))
+tenant_take(tenants, seen, now, cost, tenant, window)
 if session_ttl > 0 then
-  -- A kept binding only needs its TTL refreshed; a new or moved one is written.
-  if session == 1 then
-    redis.call('EXPIRE', KEYS[last], session_ttl)
-  else
-    redis.call('SET', KEYS[last], pick, 'EX', session_ttl)
+  -- A kept binding's TTL was refreshed by its read; a new or moved one is written.
+  if session ~= 1 then
+    redis.call('SET', skey, pick, 'EX', session_ttl)
   end
   return {'OK', pick, depth, spilled, session}
 end

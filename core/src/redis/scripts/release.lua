@@ -1,11 +1,11 @@
 -- Release a lease: remove it and give its cost back, only if it was still there (idempotent).
--- KEYS[1] load zset, KEYS[2] leases zset
+-- KEYS[1] load zset, KEYS[2] leases zset, KEYS[3] tenants hash (docs/redis-data-model.md §11)
 -- ARGV[1..] candidate lease members; the first one present is released. A caller that knows
 -- its lease sends one; after a lost reply it sends one per endpoint the pick could have chosen.
 -- Reply: 1 if a lease was released, 0 otherwise.
 for i = 1, #ARGV do
   if redis.call('ZREM', KEYS[2], ARGV[i]) == 1 then
-    give_back(KEYS[1], ARGV[i])
+    give_back(KEYS[1], ARGV[i], KEYS[3])
     return 1
   end
 end

@@ -52,13 +52,20 @@ fn picks_per_s(fleet: &Fleet, seconds: f64) -> anyhow::Result<f64> {
             endpoints: Some(&eps),
             session: None,
             wait_rank: None,
+            pool_cap: 0,
+            tenant: None,
         };
         let r = c.cmd_raw(&scripts::acquire_call(&scripts, true, k, &args));
         let Value::Array(Some(items)) = r else {
             anyhow::bail!("sync: {r:?}");
         };
         let ep = items.get(1).and_then(|v| v.as_str()).unwrap_or_default();
-        let rel = scripts::release_call(&scripts, true, k, &[scripts::lease_member("sync", ep, 1)]);
+        let rel = scripts::release_call(
+            &scripts,
+            true,
+            k,
+            &[scripts::lease_member("sync", ep, 1, None)],
+        );
         anyhow::ensure!(c.cmd_raw(&rel) == Value::Integer(1), "sync release");
     }
     let deadline = Instant::now() + Duration::from_secs_f64(seconds);
@@ -94,6 +101,8 @@ fn picks_per_s(fleet: &Fleet, seconds: f64) -> anyhow::Result<f64> {
                                 endpoints: None,
                                 session: None,
                                 wait_rank: None,
+                                pool_cap: 0,
+                                tenant: None,
                             };
                             let q = scripts::acquire_call(&scripts, true, k, &args);
                             picked.push((k, rid));
@@ -110,7 +119,7 @@ fn picks_per_s(fleet: &Fleet, seconds: f64) -> anyhow::Result<f64> {
                             &scripts,
                             true,
                             k,
-                            &[scripts::lease_member(rid, ep, 1)],
+                            &[scripts::lease_member(rid, ep, 1, None)],
                         ));
                     }
                     for r in conn.pipeline(&releases) {
