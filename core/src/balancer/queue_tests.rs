@@ -626,3 +626,110 @@ fn random_orders_leak_nothing() {
         "admitted, timeout, abandoned, leases: {ways:?}"
     );
 }
+
+// ---- maxPoolRequests and tenant fairness (README "Tenant fairness") with the queue ----
+
+/// The acquire's `ARGV[i]`.
+fn argv(q: &[u8], i: usize) -> String {
+    let w = words(q);
+    let keys: usize = w[2].parse().unwrap();
+    w[2 + keys + i].clone()
+}
+
+#[test]
+fn a_full_pool_waits_and_a_tenant_over_its_share_does_not() {
+    let (mut host, mut e) = higress(json!({"maxPoolRequests": 2, "tenantHeader": "x-tenant"}));
+    host.request_headers = vec![
+        (PRIO.to_string(), "standard".to_string()),
+        ("x-tenant".to_string(), "a".to_string()),
+    ];
+    host.live_contexts.push(2);
+    assert_eq!(e.on_request_headers(&mut host, 2, false), Verdict::Pause);
+    let token = host.next_token;
+    assert_eq!(e.on_request_body(&mut host, 2, 20, true), Verdict::Pause);
+    let q = host.redis_calls.last().unwrap().1.clone();
+    assert_eq!(argv(&q, 12), "2", "the standard class's pool cap");
+    assert_eq!(argv(&q, 13).len(), 16, "the tenant id");
+    assert_eq!(argv(&q, 16), "1", "the class rank for the wait set");
+    deliver(&mut host, &mut e, token, &encode_command(&["POOL", "2"]));
+    assert!(host.local_responses.is_empty(), "a full pool waits");
+    assert_eq!(host.metric("ai_lb.pool.full"), 1);
+    assert_eq!((host.metric("ai_lb.queue.queued"), e.queued()), (1, 1));
+    assert_eq!(waiter_calls(&host).len(), 1, "its waiter entry");
+
+    // The retry finds the tenant over its share now: 429 shed_tenant, out of the queue.
+    host.now_ms += 100;
+    let from = host.redis_calls.len();
+    let token = host.next_token;
+    e.on_tick(&mut host);
+    let retry = acquires(&host, from, token);
+    assert_eq!(retry.len(), 1);
+    assert_eq!(
+        argv(&host.redis_calls[from].1, 13),
+        argv(&q, 13),
+        "same tenant"
+    );
+    deliver(&mut host, &mut e, token, &encode_command(&["TENANT", "1"]));
+    assert_eq!(
+        host.local_responses,
+        vec![(429, "ai_lb_shed_tenant".to_string())]
+    );
+    assert_eq!(host.metric("ai_lb.tenant.shed"), 1);
+    assert_eq!(e.queued(), 0);
+    assert_eq!(waiter_calls(&host).last().unwrap()[0], "ZREM");
+    assert_eq!(host.metric("ai_lb.queue.admitted"), 0);
+    assert_eq!(host.metric("ai_lb.queue.timeout"), 0);
+
+    // A tenant over its share at once: 429 at once, never queued.
+    host.request_headers = vec![
+        (PRIO.to_string(), "critical".to_string()),
+        ("x-tenant".to_string(), "b".to_string()),
+    ];
+    host.live_contexts.push(3);
+    e.on_request_headers(&mut host, 3, false);
+    let token = host.next_token;
+    e.on_request_body(&mut host, 3, 20, true);
+    deliver(&mut host, &mut e, token, &encode_command(&["TENANT", "1"]));
+    assert_eq!(host.local_responses.len(), 2);
+    assert_eq!(host.local_responses[1].1, "ai_lb_shed_tenant");
+    assert_eq!((host.metric("ai_lb.queue.queued"), e.queued()), (1, 0));
+}
+
+#[test]
+fn envoy_a_full_pool_is_left_to_a_higher_class_waiting_on_another_worker() {
+    // No endpoint cap: only maxPoolRequests (2) bounds the room.
+    let cfg = json!({"maxRequestCount": 0, "maxPoolRequests": 2, "criticalHeadroom": 0});
+    let (mut hx, mut x) = envoy(cfg.clone());
+    let (mut hy, mut y) = envoy(cfg);
+    hy.shared = hx.shared.clone();
+    assert!(envoy_send(&mut hy, &mut y, 2, "standard"));
+    assert!(envoy_send(&mut hy, &mut y, 3, "standard"));
+    assert!(
+        !envoy_send(&mut hx, &mut x, 2, "critical"),
+        "the pool is full: waits on X"
+    );
+    assert_eq!(hx.metric("ai_lb.pool.full"), 1);
+    assert!(!envoy_send(&mut hy, &mut y, 4, "standard"), "waits on Y");
+    assert!(hx.local_responses.is_empty() && hy.local_responses.is_empty());
+    // One slot frees on Y: it is the pool's last, and X's critical request waits for it.
+    done(&mut hy, &mut y, 2);
+    assert_eq!(
+        hy.resumed, 0,
+        "Y leaves the pool's room to X's critical request"
+    );
+    x.on_tick(&mut hx);
+    assert_eq!(hx.resumed, 1, "X's tick admits it");
+    done(&mut hy, &mut y, 3);
+    assert_eq!(hy.resumed, 1, "then Y's standard request");
+    for (h, e, c) in [(&mut hx, &mut x, 2), (&mut hy, &mut y, 4)] {
+        done(h, e, c);
+        assert_eq!((e.tracked(), e.queued()), ((0, 0), 0));
+    }
+    let shared = hx.shared.borrow();
+    let left: u64 = shared
+        .iter()
+        .filter(|(k, _)| k.starts_with("ailb.glr."))
+        .map(|(_, (v, _))| shared::decode_counts(v).values().sum::<u64>())
+        .sum();
+    assert_eq!(left, 0, "every count came back");
+}
