@@ -73,13 +73,32 @@ fn waiters(bed: &Bed) -> i64 {
 
 #[test]
 fn critical_waiting_on_one_gateway_gets_in_before_standard_waiting_on_the_other() {
-    let bed = slow_pods(2);
     // One slot per pod for every class: 2 in the pool, counted across both gateways.
-    let cfg = glr_config(
-        bed.redis.port,
-        json!({"maxRequestCount": 1, "priorityHeader": "x-priority", "debugHeader": DEBUG,
-               "queueTimeoutMs": 20000}),
+    critical_first(json!({"maxRequestCount": 1}));
+}
+
+#[test]
+fn a_full_pool_waits_and_critical_on_one_gateway_gets_in_first() {
+    // No endpoint cap: maxPoolRequests alone holds 2 in flight, for every class (POOL replies
+    // wait as FULL ones do; the wait set holds the pool's room for the critical requests).
+    let pool_full =
+        critical_first(json!({"maxRequestCount": 0, "maxPoolRequests": 2, "criticalHeadroom": 0}));
+    assert!(
+        pool_full >= 6,
+        "every waiter was refused by the pool: {pool_full}"
     );
+}
+
+/// Two ~1.5 s holders fill the pool through gateway B, then 4 standard requests wait on B and
+/// 2 critical ones on A: the critical ones are served first. Returns `ai_lb.pool.full`.
+fn critical_first(caps: serde_json::Value) -> i64 {
+    let bed = slow_pods(2);
+    let mut lb = json!({"priorityHeader": "x-priority", "debugHeader": DEBUG,
+                        "queueTimeoutMs": 20000});
+    if let (Some(lb), Some(caps)) = (lb.as_object_mut(), caps.as_object()) {
+        lb.extend(caps.clone());
+    }
+    let cfg = glr_config(bed.redis.port, lb);
     let a = bed.gateway(&bed.spec("gw-a", Some(cfg.clone())));
     let b = bed.gateway(&bed.spec("gw-b", Some(cfg)));
     let t0 = Instant::now();
@@ -133,6 +152,7 @@ fn critical_waiting_on_one_gateway_gets_in_before_standard_waiting_on_the_other(
     let left = wait_for_zero(&bed, Duration::from_secs(5));
     assert!(left.is_zero(), "counts or leases left: {left:?}");
     assert_eq!(waiters(&bed), 0, "the wait set is empty again");
+    stat("ai_lb.pool.full")
 }
 
 #[test]
