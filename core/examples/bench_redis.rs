@@ -73,6 +73,7 @@ fn measure(redis: &RedisServer, hosts: usize, blocks: usize, sticky: bool) -> Me
         reclaim: 0,
         endpoints: Some(&eps),
         session: None,
+        wait_rank: None,
         pool_cap: 0,
         tenant: None,
     };
@@ -153,6 +154,7 @@ fn measure(redis: &RedisServer, hosts: usize, blocks: usize, sticky: bool) -> Me
                                     max_imbalance: 8,
                                     max_imbalance_ratio: 1.5,
                                 }),
+                                wait_rank: None,
                                 pool_cap: 0,
                                 tenant: None,
                             };

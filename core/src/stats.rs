@@ -107,18 +107,26 @@ pub enum Counter {
     PriorityAdmittedHeadroom,
     /// Priority classes: a `priorityHeader` value naming no class (the default class used).
     PriorityUnknownClass,
+    /// Waiting queue: a request refused for want of room waits instead (README "Waiting queue").
+    QueueQueued,
+    /// Waiting queue: a waiting request got room and was routed.
+    QueueAdmitted,
+    /// Waiting queue: a waiting request reached `queueTimeoutMs`: 429 with `Retry-After`.
+    QueueTimeout,
+    /// Waiting queue: the client went away while its request waited (nothing held, nothing leaked).
+    QueueAbandoned,
     /// Tenant fairness: a request refused (429) because its tenant held its share of the pool
     /// while another tenant was active.
     TenantShed,
     /// Tenant fairness: a tenant's request that fell back (Redis down, shared data failed):
     /// not held to its share.
     TenantFallback,
-    /// A request refused (429) because the pool was at `maxPoolRequests` (or its class's cap
-    /// of it).
+    /// An acquire refused because the pool was at `maxPoolRequests` (or its class's cap of
+    /// it): a 429, or with a waiting queue a wait (each retry of a waiting request counts).
     PoolFull,
 }
 
-const FIXED: [(Counter, &str); 37] = [
+const FIXED: [(Counter, &str); 41] = [
     (Counter::RedisCalls, "ai_lb.redis.calls"),
     (Counter::RedisErrors, "ai_lb.redis.errors"),
     (Counter::RedisTimeouts, "ai_lb.redis.timeouts"),
@@ -183,6 +191,10 @@ const FIXED: [(Counter, &str); 37] = [
         Counter::PriorityUnknownClass,
         "ai_lb.priority.unknown_class",
     ),
+    (Counter::QueueQueued, "ai_lb.queue.queued"),
+    (Counter::QueueAdmitted, "ai_lb.queue.admitted"),
+    (Counter::QueueTimeout, "ai_lb.queue.timeout"),
+    (Counter::QueueAbandoned, "ai_lb.queue.abandoned"),
     (Counter::TenantShed, "ai_lb.tenant.shed"),
     (Counter::TenantFallback, "ai_lb.tenant.fallback"),
     (Counter::PoolFull, "ai_lb.pool.full"),

@@ -72,6 +72,7 @@ impl Bed {
             reclaim: a.reclaim,
             endpoints: sync.then_some(self.eps.as_slice()),
             session: None,
+            wait_rank: None,
             pool_cap: a.pool_cap,
             tenant: a.tenant.map(|(id, limit)| TenantArgs {
                 id,

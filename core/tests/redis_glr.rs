@@ -47,6 +47,7 @@ impl Glr {
             reclaim: a.reclaim,
             endpoints: a.sync.then_some(self.eps.as_slice()),
             session: None,
+            wait_rank: None,
             pool_cap: 0,
             tenant: None,
         };
@@ -355,6 +356,7 @@ fn it_reports_noscript_for_an_unknown_sha() {
         reclaim: 0,
         endpoints: None,
         session: None,
+        wait_rank: None,
         pool_cap: 0,
         tenant: None,
     };

@@ -60,6 +60,7 @@ impl Px {
             reclaim: 0,
             endpoints: sync.then_some(self.eps.as_slice()),
             session: None,
+            wait_rank: None,
             pool_cap: 0,
             tenant: None,
         };

@@ -70,6 +70,7 @@ impl Bed {
                 max_imbalance: 8,
                 max_imbalance_ratio: 1.5,
             }),
+            wait_rank: None,
             pool_cap: 0,
             tenant: None,
         };

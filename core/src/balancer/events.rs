@@ -2,7 +2,9 @@
 //! events a request receives and the effects it asks the balancer to perform.
 
 use super::pick::{GlobalLease, Lease, LocalLease, Pick, PickReply, ServiceLease};
+use crate::config::RouteConfig;
 use crate::reason::{Cause, Reason};
+use crate::redis::scripts::Keys;
 use crate::stats::Counter;
 use std::rc::Rc;
 
@@ -66,6 +68,23 @@ pub struct LocalReply {
 pub const SHED_RETRY_AFTER_S: u32 = 1;
 
 impl Rejection {
+    /// A refusal for want of room, which the waiting queue may turn into a wait (README
+    /// "Waiting queue"): any such rejection, whichever policy or cap refused (a full pool,
+    /// `maxPoolRequests`, answers as `MaxRequestCount` / `ShedPriority`, so it waits too).
+    /// A tenant over its share does not wait: the room it is refused is free for the other
+    /// tenants, yet a waiter holds it back from lower classes everywhere (its Redis or
+    /// shared-data entry) and takes its VM queue's retries as the head, so quiet tenants
+    /// behind it would wait for the flooder's own requests to finish; the 429 with
+    /// `Retry-After` is the back-pressure fairness means (README "Tenant fairness").
+    pub fn may_wait(self) -> bool {
+        match self {
+            Rejection::MaxRequestCount | Rejection::Shed | Rejection::ShedPriority => true,
+            Rejection::ShedTenant
+            | Rejection::HashHeaderMissing
+            | Rejection::ClusterHeaderFailed => false,
+        }
+    }
+
     pub fn reason(self) -> Reason {
         match self {
             Rejection::MaxRequestCount => Reason::Rejected429,
@@ -129,6 +148,58 @@ pub const DENIED: LocalReply = LocalReply {
     retry_after_s: 0,
 };
 
+/// A waiting request's place in its VM's queue (README "Waiting queue"): highest class
+/// (`rank` 0) first, then arrival order (`seq`).
+#[derive(Debug, Clone)]
+pub struct Ticket {
+    pub rank: usize,
+    pub seq: u64,
+    /// When it started waiting and when it gives up (host clock, ms).
+    pub since_ms: u64,
+    pub deadline_ms: u64,
+    /// Its entry among every gateway's (Redis) or worker's (shared data) waiters, with
+    /// priority classes.
+    pub waiter: Option<Rc<Waiter>>,
+}
+
+/// A waiting request's entry among every gateway's (or worker's) waiters
+/// (docs/redis-data-model.md §12).
+#[derive(Debug)]
+pub enum Waiter {
+    /// In the route's Redis wait set (Higress build).
+    Redis {
+        config: Rc<RouteConfig>,
+        keys: Rc<Keys>,
+        member: String,
+    },
+    /// In the proxy-wide wait set in shared data (plain Envoy, `super::waiters`).
+    Shared { key: Rc<str>, id: u64 },
+}
+
+/// The balancer's answer to [`Effect::Wait`].
+#[derive(Debug, Clone)]
+pub enum WaitAnswer {
+    /// Queued (or queued again after a retry found no room): wait for a slot.
+    Wait(Ticket),
+    /// `maxQueued` requests already wait in this VM: refused at once.
+    Full,
+    /// Its deadline passed: refused.
+    Timeout,
+}
+
+/// Why a request left the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leave {
+    /// Routed (`ai_lb.queue.admitted`).
+    Admitted,
+    /// `queueTimeoutMs` passed (`ai_lb.queue.timeout`).
+    Timeout,
+    /// The stream ended while it waited (`ai_lb.queue.abandoned`).
+    Abandoned,
+    /// Ended otherwise (a fallback while retrying: counted as that fallback).
+    Other,
+}
+
 /// Everything that happens to a request, in the order the host and Redis deliver it.
 #[derive(Debug)]
 pub enum Event {
@@ -160,10 +231,19 @@ pub enum Event {
     },
     /// A response body chunk (fed only while [`super::request::Request::wants_response_body`]).
     ResponseBody,
+    /// The answer to [`Effect::Wait`] for `rejection`.
+    Waited {
+        rejection: Rejection,
+        answer: WaitAnswer,
+    },
+    /// Room may have freed: a waiting request tries again (one acquire).
+    Admit,
+    /// A waiting request's deadline passed.
+    QueueTimeout,
 }
 
 /// What the balancer performs for a request. A batch holds at most one effect that answers
-/// with an event (`Decide`, `Send`, `Publish`), and it comes last.
+/// with an event (`Decide`, `Send`, `Retry`, `Wait`, `Publish`), and it comes last.
 #[derive(Debug)]
 pub enum Effect {
     /// Run the route's policy; `read_body`: the body may be read (false for an oversized one).
@@ -171,6 +251,16 @@ pub enum Effect {
         read_body: bool,
     },
     Send(Box<Pick>),
+    /// A waiting request's pick, sent again with the endpoints as they are now.
+    Retry(Box<Pick>),
+    /// Refused for want of room with a queue configured: queue (or re-queue) the request,
+    /// answered by [`Event::Waited`].
+    Wait(Rejection),
+    /// The request leaves the queue: drop its place and its Redis waiter entry, count why.
+    LeaveQueue {
+        ticket: Ticket,
+        why: Leave,
+    },
     Publish {
         endpoint: String,
         fallbacks: Vec<String>,

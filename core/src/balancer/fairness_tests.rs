@@ -255,7 +255,7 @@ fn a_tenant_refusal_is_a_429_with_retry_after_and_holds_nothing() {
 fn the_lease_carries_the_tenant_and_redis_trouble_is_counted() {
     let (mut host, mut e) = higress(json!({"maxPoolRequests": 4, "tenantHeader": TENANT}));
     start(&mut host, &mut e, 2, &[(TENANT, "t1")]);
-    let rid = host.last_query_args()[10].clone();
+    let rid = host.last_query_args()[11].clone();
     let token = host.next_token - 4;
     let reply = encode_command(&["OK", "10.0.0.2:80", "0"]);
     deliver(&mut host, &mut e, token, &reply);

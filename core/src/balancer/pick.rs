@@ -193,6 +193,9 @@ pub struct EndpointPick {
     /// The request's session key (`scripts::session_key`), when the route is sticky and the
     /// request names a session.
     pub session: Option<Rc<str>>,
+    /// Waiting queue with priority classes: the class rank the script checks against the
+    /// waiters of higher classes (docs/redis-data-model.md §12).
+    pub wait_rank: Option<usize>,
     /// The pool load the script refuses at: `maxPoolRequests`, or the request's class cap of
     /// it (0 = none).
     pub pool_cap: u64,
@@ -233,6 +236,9 @@ impl EndpointPick {
         self.cap = class_cap(&self.config, class);
         self.pool_cap = pool_cap(&self.config, class);
         self.class = class;
+        self.wait_rank = class
+            .filter(|_| self.config.common.queue.is_some())
+            .map(|c| c.rank);
         self
     }
 
@@ -247,15 +253,7 @@ impl EndpointPick {
         synced: Option<&Rc<str>>,
         rng: &mut VmRng,
     ) -> Result<EndpointPick, Cause> {
-        let endpoints = match host.upstream_hosts().map(|b| upstream::decode_hosts(&b)) {
-            Ok(Ok(list)) => list,
-            _ => return Err(Cause::HostListUnavailable),
-        };
-        let healthy = upstream::healthy_addresses(&endpoints);
-        if healthy.is_empty() {
-            return Err(Cause::NoHealthyEndpoint);
-        }
-        let fingerprint: Rc<str> = upstream::fingerprint(&healthy).into();
+        let (healthy, fingerprint) = healthy_set(host)?;
         Ok(EndpointPick {
             sent_list: synced != Some(&fingerprint),
             config: config.clone(),
@@ -269,9 +267,21 @@ impl EndpointPick {
             cap: config.common.max_load,
             class: None,
             session: None,
+            wait_rank: None,
             pool_cap: config.common.max_pool,
             tenant: None,
         })
+    }
+
+    /// A waiting request's pick, sent again when room may have freed: the endpoints as they
+    /// are now (a pod may have come or gone while it waited). Nothing was acquired by the
+    /// refused attempt, so the request id is kept.
+    pub fn refresh(&mut self, host: &dyn Host, synced: Option<&Rc<str>>) -> Result<(), Cause> {
+        let (healthy, fingerprint) = healthy_set(host)?;
+        self.sent_list = synced != Some(&fingerprint);
+        self.candidates = Rc::new(healthy);
+        self.fingerprint = fingerprint;
+        Ok(())
     }
 
     /// The lease the script wrote if it chose `endpoint`.
@@ -311,6 +321,20 @@ impl EndpointPick {
             (Some(_), _, false) => Reason::PrefixHit,
         }
     }
+}
+
+/// The healthy endpoints of the host's list (sorted) and their fingerprint.
+fn healthy_set(host: &dyn Host) -> Result<(Vec<String>, Rc<str>), Cause> {
+    let endpoints = match host.upstream_hosts().map(|b| upstream::decode_hosts(&b)) {
+        Ok(Ok(list)) => list,
+        _ => return Err(Cause::HostListUnavailable),
+    };
+    let healthy = upstream::healthy_addresses(&endpoints);
+    if healthy.is_empty() {
+        return Err(Cause::NoHealthyEndpoint);
+    }
+    let fingerprint: Rc<str> = upstream::fingerprint(&healthy).into();
+    Ok((healthy, fingerprint))
 }
 
 /// What one request adds to its endpoint's load (`costMode`).

@@ -58,6 +58,8 @@ enum Op {
     },
     Release(Release),
     ScriptLoad,
+    /// A waiting-queue entry written or removed (fire-and-forget).
+    Waiter,
 }
 
 /// A pick's reply, for the balancer to route to its request (or its orphan).
@@ -184,6 +186,7 @@ impl RedisClient {
             reclaim,
             endpoints: pick.sent_list.then_some(pick.candidates.as_slice()),
             session: None,
+            wait_rank: pick.wait_rank,
             pool_cap: pick.pool_cap,
             tenant: match (&pick.tenant, &pick.config.common.fairness) {
                 (Some((id, limit)), Some(f)) => Some(TenantArgs {
@@ -247,6 +250,45 @@ impl RedisClient {
         self.send_release(host, tel, rel);
     }
 
+    /// Waiting queue: adds (`score` Some) or removes this waiter in the route's wait set
+    /// (docs/redis-data-model.md §12). Fire-and-forget: an entry never written only loses
+    /// its class's precedence on other gateways; one never removed expires at its deadline.
+    pub fn waiter(
+        &mut self,
+        host: &mut dyn Host,
+        tel: &mut Telemetry,
+        w: &super::events::Waiter,
+        score: Option<u64>,
+    ) {
+        let super::events::Waiter::Redis {
+            config,
+            keys,
+            member,
+        } = w
+        else {
+            return;
+        };
+        let query = match score {
+            Some(score) => {
+                let score = score.to_string();
+                crate::redis::resp::encode_command(&[
+                    b"ZADD".as_slice(),
+                    keys.wait.as_bytes(),
+                    score.as_bytes(),
+                    member.as_bytes(),
+                ])
+            }
+            None => crate::redis::resp::encode_command(&[
+                b"ZREM".as_slice(),
+                keys.wait.as_bytes(),
+                member.as_bytes(),
+            ]),
+        };
+        if let Ok(token) = self.call(host, tel, config, &query) {
+            self.pending.insert(token, Op::Waiter);
+        }
+    }
+
     /// A callback arrived: a pick's answer is returned; releases and script loads end here.
     pub fn on_reply(
         &mut self,
@@ -277,7 +319,7 @@ impl RedisClient {
                 self.on_release_reply(host, tel, rel, reply);
                 None
             }
-            Op::ScriptLoad => {
+            Op::ScriptLoad | Op::Waiter => {
                 if reply.is_err() {
                     tel.inc(host, crate::stats::Counter::RedisErrors);
                 }

@@ -13,7 +13,9 @@
 //! asynchronous event moves it out of a held phase, unless a local reply ended it.
 
 use super::events::DENIED;
-pub use super::events::{Decision, Effect, Event, Hold, LocalReply, Rejection};
+pub use super::events::{
+    Decision, Effect, Event, Hold, Leave, LocalReply, Rejection, Ticket, WaitAnswer, Waiter,
+};
 pub use super::held::undo;
 use super::held::{success, Held};
 use super::pick::{EndpointPick, Pick, PickReply, ServiceLease, ServicePick, SessionPick};
@@ -32,6 +34,13 @@ enum Phase {
     Picking { token: u32, pick: Box<Pick> },
     /// A pick is being sent again (NOSCRIPT, resync) after its first reply; still held.
     Resending,
+    /// Waiting queue: refused for want of room, held until room frees, `rejection` at the
+    /// deadline. `retry` is the Redis pick to send again (it acquired nothing); None: decide
+    /// again (plain Envoy, where the policy counts in this proxy).
+    Waiting {
+        rejection: Rejection,
+        retry: Option<Box<Pick>>,
+    },
     /// The choice is published; `held` is given back at stream end.
     Routed {
         endpoint: String,
@@ -54,6 +63,10 @@ pub struct Request {
     pub body_bytes: usize,
     /// When the request headers arrived (host clock, ms): the body wait counts from here.
     pub since_ms: u64,
+    /// Waiting queue: its place while it waits or retries (None once it left the queue).
+    ticket: Option<Ticket>,
+    /// How long it waited in the queue (debug header `queued_ms=`), once it left.
+    pub queued_ms: Option<u64>,
     phase: Phase,
 }
 
@@ -65,11 +78,29 @@ impl Request {
             inflight: None,
             body_bytes: 0,
             since_ms: 0,
+            ticket: None,
+            queued_ms: None,
             phase: Phase::AwaitingBody,
         }
     }
 
     pub fn handle(&mut self, event: Event) -> Vec<Effect> {
+        let mut e = self.on_event(event);
+        // A queued request that ends up routed or settled leaves the queue, exactly once.
+        if matches!(self.phase, Phase::Routed { .. } | Phase::Settled { .. }) {
+            if let Some(ticket) = self.ticket.take() {
+                let why = match self.phase {
+                    Phase::Routed { .. } => Leave::Admitted,
+                    _ => Leave::Other,
+                };
+                // Before an effect that answers with an event, which must come last.
+                e.insert(0, Effect::LeaveQueue { ticket, why });
+            }
+        }
+        e
+    }
+
+    fn on_event(&mut self, event: Event) -> Vec<Effect> {
         match event {
             Event::Headers {
                 end_of_stream,
@@ -99,14 +130,83 @@ impl Request {
                 Vec::new()
             }
             Event::ResponseBody => self.on_response_body(),
+            Event::Waited { rejection, answer } => self.on_waited(rejection, answer),
+            Event::Admit => self.on_admit(),
+            Event::QueueTimeout => match &self.phase {
+                Phase::Waiting { rejection, .. } => {
+                    let r = *rejection;
+                    self.time_out(r)
+                }
+                _ => Vec::new(),
+            },
         }
+    }
+
+    /// The waiting queue's place of this request (the balancer's index follows it).
+    pub fn ticket(&self) -> Option<&Ticket> {
+        self.ticket.as_ref()
+    }
+
+    /// Whether it waits in the queue now (not retrying).
+    pub fn is_waiting(&self) -> bool {
+        matches!(self.phase, Phase::Waiting { .. })
+    }
+
+    /// Stream end while queued (waiting or retrying): its place and Redis waiter go. Whatever
+    /// a retry in flight acquired goes back through [`Request::finish`]'s orphan.
+    pub fn leave_queue(&mut self) -> Option<Effect> {
+        let ticket = self.ticket.take()?;
+        Some(Effect::LeaveQueue {
+            ticket,
+            why: Leave::Abandoned,
+        })
+    }
+
+    fn on_waited(&mut self, rejection: Rejection, answer: WaitAnswer) -> Vec<Effect> {
+        if !self.is_waiting() {
+            return Vec::new();
+        }
+        match answer {
+            WaitAnswer::Wait(ticket) => {
+                self.ticket = Some(ticket);
+                Vec::new()
+            }
+            WaitAnswer::Full => self.reject(rejection),
+            WaitAnswer::Timeout => self.time_out(rejection),
+        }
+    }
+
+    /// Room may have freed: one more acquire (the same pick, or the policy again).
+    fn on_admit(&mut self) -> Vec<Effect> {
+        let Phase::Waiting { retry, .. } = std::mem::replace(&mut self.phase, Phase::Resending)
+        else {
+            return Vec::new();
+        };
+        match retry {
+            Some(pick) => vec![Effect::Retry(pick)],
+            // The body is not read again: a held body is not readable outside its callback.
+            None => vec![Effect::Decide { read_body: false }],
+        }
+    }
+
+    /// The deadline passed: the 429 it would have got at once, and out of the queue.
+    fn time_out(&mut self, rejection: Rejection) -> Vec<Effect> {
+        let mut e = Vec::new();
+        if let Some(ticket) = self.ticket.take() {
+            e.push(Effect::LeaveQueue {
+                ticket,
+                why: Leave::Timeout,
+            });
+        }
+        e.extend(self.reject(rejection));
+        e
     }
 
     /// Held by the plugin: buffering the body, or waiting for Redis.
     pub fn is_held(&self) -> bool {
         matches!(
             self.phase,
-            Phase::AwaitingBody | Phase::Picking { .. } | Phase::Resending
+            Phase::AwaitingBody | Phase::Picking { .. } | Phase::Resending | Phase::Waiting { .. }
         )
     }
 
@@ -179,7 +279,9 @@ impl Request {
                 endpoint, reason, ..
             } => (Some(endpoint), *reason),
             Phase::Settled { reason, .. } => (None, *reason),
-            Phase::Picking { .. } | Phase::Resending => (None, Reason::Pending),
+            Phase::Picking { .. } | Phase::Resending | Phase::Waiting { .. } => {
+                (None, Reason::Pending)
+            }
             Phase::AwaitingBody => (None, Reason::AwaitingBody),
         }
     }
@@ -272,7 +374,7 @@ impl Request {
                     fallbacks,
                 }]
             }
-            Decision::Reject(r) => self.reject(r),
+            Decision::Reject(r) => self.refuse(r, None),
             Decision::Fallback(cause) => self.fall_back(cause),
         }
     }
@@ -415,15 +517,17 @@ impl Request {
                 e.extend(self.fall_back(Cause::BadReply));
                 e
             }
-            PickReply::Full if pick.class.is_some() => self.reject(Rejection::ShedPriority),
-            PickReply::Full => self.reject(Rejection::MaxRequestCount),
-            PickReply::PoolFull => {
+            full @ (PickReply::Full | PickReply::PoolFull) => {
                 let r = match pick.class {
                     Some(_) => Rejection::ShedPriority,
                     None => Rejection::MaxRequestCount,
                 };
-                let mut e = vec![Effect::Count(Counter::PoolFull)];
-                e.extend(self.reject(r));
+                // A full pool answers as full endpoints do, and may wait the same way.
+                let mut e = Vec::new();
+                if matches!(full, PickReply::PoolFull) {
+                    e.push(Effect::Count(Counter::PoolFull));
+                }
+                e.extend(self.refuse(r, Some(Box::new(Pick::Endpoint(pick)))));
                 e
             }
             PickReply::Tenant => self.reject(Rejection::ShedTenant),
@@ -565,6 +669,19 @@ impl Request {
             lease: lease.clone(),
             success: success(*status),
         }]
+    }
+
+    /// A refusal: with a waiting queue, one for want of room waits instead (README "Waiting
+    /// queue"); `retry` is what to try again.
+    fn refuse(&mut self, r: Rejection, retry: Option<Box<Pick>>) -> Vec<Effect> {
+        if self.config.common.queue.is_some() && r.may_wait() {
+            self.phase = Phase::Waiting {
+                rejection: r,
+                retry,
+            };
+            return vec![Effect::Wait(r)];
+        }
+        self.reject(r)
     }
 
     fn reject(&mut self, r: Rejection) -> Vec<Effect> {

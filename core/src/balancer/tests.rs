@@ -88,8 +88,9 @@ fn routes_then_releases_exactly_once() {
         ]
     );
     // First pick of this VM: the healthy set (sorted, unhealthy excluded) rides along.
-    assert_eq!(&args[23..], ["10.0.0.1:80", "10.0.0.2:80"]);
-    let rid = args[10].clone();
+    assert_eq!(args[24], "-1", "no waiting-queue check");
+    assert_eq!(&args[25..], ["10.0.0.1:80", "10.0.0.2:80"]);
+    let rid = args[11].clone();
     deliver(
         &mut host,
         &mut e,
@@ -128,7 +129,7 @@ fn steady_state_picks_skip_the_endpoint_list() {
     start(&mut host, &mut e, 3);
     assert_eq!(
         host.last_query_args().len(),
-        23,
+        25,
         "no endpoint list once synced"
     );
     // The healthy set changes: the list is sent again.
@@ -139,7 +140,7 @@ fn steady_state_picks_skip_the_endpoint_list() {
         ..host
     };
     start(&mut host, &mut e, 4);
-    assert_eq!(&host.last_query_args()[23..], ["10.0.0.1:80"]);
+    assert_eq!(&host.last_query_args()[25..], ["10.0.0.1:80"]);
 }
 
 #[test]
@@ -154,7 +155,7 @@ fn requests_without_body_are_balanced_at_headers() {
 fn abort_before_the_pick_returns_releases_on_arrival() {
     let (mut host, mut e) = setup("");
     let token = start(&mut host, &mut e, 2);
-    let rid = host.last_query_args()[10].clone();
+    let rid = host.last_query_args()[11].clone();
     end(&mut host, &mut e, 2);
     assert_eq!(host.redis_calls.len(), 1, "nothing to release yet");
     deliver(
@@ -176,7 +177,7 @@ fn abort_before_the_pick_returns_releases_on_arrival() {
 fn lost_reply_falls_back_and_releases_every_possible_lease() {
     let (mut host, mut e) = setup("");
     let token = start(&mut host, &mut e, 2);
-    let rid = host.last_query_args()[10].clone();
+    let rid = host.last_query_args()[11].clone();
     fail_call(&mut host, &mut e, token);
     assert_eq!(host.resumed, 1, "fail open");
     assert_eq!(host.override_host, None);
@@ -228,11 +229,11 @@ fn sync_resends_the_list_once_then_gives_up() {
         &bulk_array(&["OK", "10.0.0.1:80", "0"]),
     );
     let t = start(&mut host, &mut e, 3);
-    assert_eq!(host.last_query_args().len(), 23);
+    assert_eq!(host.last_query_args().len(), 25);
     deliver(&mut host, &mut e, t, &bulk_array(&["SYNC"]));
     assert_eq!(
         host.last_query_args().len(),
-        25,
+        27,
         "resent with the endpoint list"
     );
     let last = host.next_token - 4;
@@ -245,7 +246,7 @@ fn sync_resends_the_list_once_then_gives_up() {
 fn full_answers_429_and_releases_nothing() {
     let (mut host, mut e) = setup(r#","maxRequestCount":2"#);
     let t = start(&mut host, &mut e, 2);
-    assert_eq!(host.last_query_args()[12], "2", "cap sent to the script");
+    assert_eq!(host.last_query_args()[13], "2", "cap sent to the script");
     deliver(&mut host, &mut e, t, &bulk_array(&["FULL", "2"]));
     assert_eq!(
         host.local_responses,
@@ -418,10 +419,10 @@ fn oversized_body_is_balanced_by_load_without_holding_it() {
 fn cost_modes_weight_the_pick() {
     let (mut host, mut e) = setup(r#","costMode":"bytes""#);
     start(&mut host, &mut e, 2);
-    assert_eq!(host.last_query_args()[11], "20");
+    assert_eq!(host.last_query_args()[12], "20");
     let (mut host, mut e) = setup(r#","costMode":"tokens""#);
     start(&mut host, &mut e, 2);
-    assert_eq!(host.last_query_args()[11], "5");
+    assert_eq!(host.last_query_args()[12], "5");
 }
 
 #[test]
@@ -469,7 +470,7 @@ fn request_ids_are_unique_per_vm() {
     let mut ids = std::collections::HashSet::new();
     for ctx in 2..200 {
         start(&mut host, &mut e, ctx);
-        assert!(ids.insert(host.last_query_args()[10].clone()));
+        assert!(ids.insert(host.last_query_args()[11].clone()));
     }
 }
 
@@ -521,8 +522,8 @@ fn prefix_sends_the_chain_as_keys() {
     let args = host.last_query_args();
     assert_eq!(args[1], Scripts::new().prefix_acquire.sha);
     assert_eq!(
-        args[2], "7",
-        "load, leases, members + one key per message + tenants, seen"
+        args[2], "8",
+        "load, leases, members + one key per message + wait, tenants, seen"
     );
     for key in &args[6..8] {
         assert!(
@@ -535,7 +536,7 @@ fn prefix_sends_the_chain_as_keys() {
         );
     }
     assert_eq!(
-        args[18..21],
+        args[19..22],
         ["1800", "8", "1.5"],
         "ttl and imbalance thresholds"
     );

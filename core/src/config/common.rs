@@ -5,6 +5,7 @@
 
 use super::error::ConfigError;
 pub use super::priority::Priority;
+pub use super::queue::Queue;
 use super::raw::RawLbConfig;
 use super::read::In;
 use super::values::Build;
@@ -25,6 +26,8 @@ pub const COMMON_KEYS: &[&str] = &[
     "defaultPriorityClass",
     "criticalHeadroom",
     "priorityReserve",
+    "queueTimeoutMs",
+    "maxQueued",
 ];
 pub const ENVOY_KEYS: &[&str] = &[
     "endpoints",
@@ -57,6 +60,8 @@ pub struct Common {
     pub detail_log: bool,
     /// Priority classes (README "Priority classes"); None: every request alike.
     pub priority: Option<Priority>,
+    /// The waiting queue (README "Waiting queue"); None: refuse at once.
+    pub queue: Option<Queue>,
     /// `maxPoolRequests`: cap on the load summed over every endpoint (0 = none).
     pub max_pool: u64,
     /// Tenant fairness (README "Tenant fairness"); None: off.
@@ -77,6 +82,7 @@ impl Common {
             max_body_wait_ms: 0,
             detail_log: true,
             priority: None,
+            queue: None,
             max_pool: 0,
             fairness: None,
         }
@@ -222,8 +228,10 @@ impl TryFrom<In<'_, '_, RawLbConfig>> for Common {
                 ));
             }
         }
+        let queue = Queue::read(raw, r)?;
         Ok(Common {
             priority,
+            queue,
             max_pool,
             fairness: fairness.map(std::rc::Rc::new),
             key_prefix,

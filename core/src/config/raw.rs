@@ -123,6 +123,8 @@ raw_object! {
         default_priority_class: Own<String> = "defaultPriorityClass",
         critical_headroom: Own<u64> = "criticalHeadroom",
         priority_reserve: Own<u64> = "priorityReserve",
+        queue_timeout_ms: Own<u64> = "queueTimeoutMs",
+        max_queued: Own<u64> = "maxQueued",
         // Ours: session stickiness (every endpoint policy).
         session_header: Own<String> = "sessionHeader",
         session_cookie: Own<String> = "sessionCookie",

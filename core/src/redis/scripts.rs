@@ -100,6 +100,8 @@ pub struct Keys {
     pub load: String,
     pub leases: String,
     pub members: String,
+    /// The waiting queue's waiters of every gateway (docs/redis-data-model.md §12).
+    pub wait: String,
     /// Tenant fairness (docs/redis-data-model.md §11): tenant -> in-flight cost (hash), and
     /// tenant -> its last request (zset).
     pub tenants: String,
@@ -115,6 +117,7 @@ impl Keys {
             load: format!("{namespace}:load"),
             leases: format!("{namespace}:leases"),
             members: format!("{namespace}:members"),
+            wait: format!("{namespace}:wait"),
             tenants: format!("{namespace}:tenants"),
             seen: format!("{namespace}:tenants_seen"),
             namespace,
@@ -178,6 +181,9 @@ pub struct AcquireArgs<'a> {
     pub endpoints: Option<&'a [String]>,
     /// Session stickiness: the session's binding rides in the same call.
     pub session: Option<SessionArgs<'a>>,
+    /// Waiting queue: the request's class rank, checked against the waiters of higher classes
+    /// (`Keys::wait`); None: no check (no queue, or no priority classes).
+    pub wait_rank: Option<usize>,
     /// `maxPoolRequests` (or the request's class cap of it); 0 = none.
     pub pool_cap: u64,
     /// Tenant fairness: the request's tenant.
@@ -279,6 +285,7 @@ pub fn pick_call(
         a.tenant.as_ref().map_or("", |t| t.id).to_string(),
         a.tenant.as_ref().map_or(0, |t| t.limit).to_string(),
         a.tenant.as_ref().map_or(1, |t| t.window_ms).to_string(),
+        a.wait_rank.map_or("-1".to_string(), |r| r.to_string()),
     ];
     args.extend(admission.iter().map(|s| s.as_bytes()));
     if let Some(eps) = a.endpoints {
@@ -295,7 +302,12 @@ pub fn pick_call(
     if let Some(s) = &a.session {
         all_keys.push(s.key);
     }
-    all_keys.extend([keys.tenants.as_str(), keys.seen.as_str()]);
+    // Always sent, so the scripts find them from the end (glr_acquire.lua).
+    all_keys.extend([
+        keys.wait.as_str(),
+        keys.tenants.as_str(),
+        keys.seen.as_str(),
+    ]);
     call(script, by_sha, &all_keys, &args)
 }
 
@@ -463,6 +475,7 @@ mod tests {
             reclaim: 2,
             endpoints: Some(&eps),
             session: None,
+            wait_rank: None,
             pool_cap: 0,
             tenant: None,
         };
@@ -476,10 +489,11 @@ mod tests {
             [
                 "EVALSHA",
                 s.acquire.sha.as_str(),
-                "5",
+                "6",
                 "p:{r|c}:load",
                 "p:{r|c}:leases",
                 "p:{r|c}:members",
+                "p:{r|c}:wait",
                 "p:{r|c}:tenants",
                 "p:{r|c}:tenants_seen",
                 "5",
@@ -497,6 +511,7 @@ mod tests {
                 "",
                 "0",
                 "1",
+                "-1",
                 "a:1",
                 "b:2"
             ]
@@ -528,6 +543,7 @@ mod tests {
             reclaim: 2,
             endpoints: Some(&eps),
             session: Some(session),
+            wait_rank: None,
             pool_cap: 0,
             tenant: None,
         };
@@ -541,9 +557,12 @@ mod tests {
                 .collect()
         };
         let glr = words(acquire_call(&s, true, &k, &args));
-        assert_eq!(glr[2], "6");
+        assert_eq!(glr[2], "7");
         assert_eq!(glr[6], key);
-        assert_eq!(&glr[17..], ["60", "8", "1.5", "0", "", "0", "1", "a:1"]);
+        assert_eq!(
+            &glr[18..],
+            ["60", "8", "1.5", "0", "", "0", "1", "-1", "a:1"]
+        );
         let chain = vec!["p:{r|c}:px:1".to_string()];
         let prefix = PrefixArgs {
             chain: &chain,
@@ -552,9 +571,12 @@ mod tests {
             max_imbalance_ratio: 2.0,
         };
         let px = words(pick_call(&s, true, &k, &args, Some(&prefix)));
-        assert_eq!(px[2], "7");
+        assert_eq!(px[2], "8");
         assert_eq!(&px[6..8], [chain[0].as_str(), key.as_str()]);
-        assert_eq!(&px[18..], ["30", "4", "2", "60", "0", "", "0", "1", "a:1"]);
+        assert_eq!(
+            &px[19..],
+            ["30", "4", "2", "60", "0", "", "0", "1", "-1", "a:1"]
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@ use crate::balancer::pick::{class_cap, cost_of, pool_cap, LocalLease};
 use crate::balancer::request::{Decision, Hold, Rejection};
 use crate::balancer::shared;
 use crate::balancer::telemetry::Telemetry;
+use crate::balancer::waiters;
 use crate::config::Class;
 use crate::config::RouteConfig;
 use crate::config::{SESSION_MAX_IMBALANCE, SESSION_MAX_IMBALANCE_RATIO};
@@ -39,7 +40,11 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input, ring: Option<&Ring>)
     let cap = class_cap(input.config, class);
     let cost = cost_of(input.config, input.body_bytes);
     let admission = Admission::of(host, input.config, class);
+    let above = waiting_above(host, input, class);
     let picked = take(host, &key, endpoints, cost, &admission, |loads| {
+        if waiters::outranked(loads, cap, admission.pool_cap, cost, above) {
+            return None;
+        }
         let order = least_first(loads, start);
         let best = *order.first()?;
         let load = loads.get(best).copied().unwrap_or(0);
@@ -97,6 +102,18 @@ pub(super) fn routed(
         endpoint: address,
         fallbacks,
         reason,
+    }
+}
+
+/// Waiting queue with priority classes: how many requests of a higher class than `class` wait
+/// in this proxy (README "Waiting queue"); they hold back the room they wait for. 0 without a
+/// queue.
+pub(super) fn waiting_above(host: &dyn Host, input: &Input, class: Option<Class>) -> u64 {
+    match (input.config.common.queue, class) {
+        (Some(_), Some(c)) if c.rank > 0 => {
+            waiters::above(host, &waiters::key(&input.config.endpoints), c.rank)
+        }
+        _ => 0,
     }
 }
 
@@ -165,7 +182,11 @@ fn sticky(
     let cost = cost_of(input.config, input.body_bytes);
     let counts = counts_key(endpoints);
     let admission = Admission::of(host, input.config, class);
+    let above = waiting_above(host, input, class);
     let picked = take(host, &counts, endpoints, cost, &admission, |loads| {
+        if waiters::outranked(loads, cap, admission.pool_cap, cost, above) {
+            return None;
+        }
         let min = loads.iter().copied().min().unwrap_or(0) as f64;
         let ok = |e: usize| {
             let load = loads.get(e).copied().unwrap_or(0);

@@ -151,6 +151,7 @@ pub fn decide(
     let cap = class_cap(input.config, class);
     let cost = cost_of(input.config, input.body_bytes);
     let admission = local_least_request::Admission::of(host, input.config, class);
+    let above = local_least_request::waiting_above(host, input, class);
     let taken = local_least_request::take(
         host,
         &state.counts_key,
@@ -158,6 +159,9 @@ pub fn decide(
         cost,
         &admission,
         |loads| {
+            if crate::balancer::waiters::outranked(loads, cap, admission.pool_cap, cost, above) {
+                return None;
+            }
             state
                 .choose(loads, cost, cap, &hot, known, home, session)
                 .map(|(e, reason, passed)| (e, (reason, passed)))

@@ -40,6 +40,7 @@ fn pick(config: &Rc<RouteConfig>, id: &str) -> Box<Pick> {
         cap: config.common.max_load,
         class: None,
         session: None,
+        wait_rank: None,
         pool_cap: 0,
         tenant: None,
     }))

@@ -3,14 +3,16 @@
 -- KEYS[2] leases  zset  member = "<request id>|<endpoint>|<cost>", score = expiry (ms)
 -- KEYS[3] members string fingerprint of the endpoint set synced into KEYS[1]
 -- KEYS[4] session string the session's endpoint (only when ARGV[9] > 0)
+-- KEYS[#KEYS-2] wait zset, the waiting queue's waiters (pick.lua's outranked; always sent)
 -- KEYS[#KEYS-1] tenants hash, KEYS[#KEYS] seen zset (pick.lua's admit; always sent)
 -- ARGV[1] now (ms)  ARGV[2] lease ttl (ms)  ARGV[3] request id  ARGV[4] cost
 -- ARGV[5] cap (0 = none)  ARGV[6] random u32  ARGV[7] fingerprint  ARGV[8] reclaim limit
 -- ARGV[9] session TTL (s, 0 = no session)  ARGV[10] session max imbalance, absolute
 -- ARGV[11] session max imbalance, ratio
 -- ARGV[12] pool cap (0 = none)  ARGV[13] tenant id ('' = none)  ARGV[14] tenant limit
--- ARGV[15] tenant window (ms)
--- ARGV[16..] the healthy endpoints, sent only when the caller's set changed.
+-- ARGV[15] tenant window (ms)  ARGV[16] the request's class rank for the waiting queue
+-- (-1 = no queue check)
+-- ARGV[17..] the healthy endpoints, sent only when the caller's set changed.
 -- Reply: {"OK", endpoint, load before} without a session, {"OK", endpoint, 0, 0, session
 -- state (pick.lua's session_pick)} with one | {"FULL", min load} | {"POOL", pool load} |
 -- {"TENANT", tenant's load} | {"SYNC"} | {"EMPTY"}
@@ -18,8 +20,8 @@ local load, leases = KEYS[1], KEYS[2]
 local tenants, seen = KEYS[#KEYS - 1], KEYS[#KEYS]
 local now = tonumber(ARGV[1])
 
-if #ARGV > 15 then
-  sync_members(load, KEYS[3], ARGV[7], 16, ARGV)
+if #ARGV > 16 then
+  sync_members(load, KEYS[3], ARGV[7], 17, ARGV)
 elseif redis.call('GET', KEYS[3]) ~= ARGV[7] then
   return {'SYNC'}
 end
@@ -28,10 +30,14 @@ reclaim(load, leases, now, tonumber(ARGV[8]), tenants)
 local first, min = lowest(load)
 if not first then return {'EMPTY'} end
 local cost, cap = tonumber(ARGV[4]), tonumber(ARGV[5])
-local tenant, window = ARGV[13], tonumber(ARGV[15])
-local refused = admit(load, tenants, seen, now, cost, tonumber(ARGV[12]), tenant,
+local tenant, window, pool_cap = ARGV[13], tonumber(ARGV[15]), tonumber(ARGV[12])
+local refused = admit(load, tenants, seen, now, cost, pool_cap, tenant,
   tonumber(ARGV[14]), window)
 if refused then return refused end
+local rank = tonumber(ARGV[16])
+if rank >= 0 and outranked(KEYS[#KEYS - 2], rank, now, load, cap, pool_cap, cost) then
+  return {'FULL', min}
+end
 local session_ttl = tonumber(ARGV[9])
 local pick, session = nil, 0
 if session_ttl > 0 then

@@ -139,3 +139,38 @@ local function session_pick(load, skey, ttl, cost, cap, min, max_abs, max_ratio)
   end
   return ep, 1
 end
+
+-- Waiting queue (docs/redis-data-model.md §12). `wait` holds every gateway's waiting requests,
+-- score = rank * WAIT_RANK + expiry (ms), so one range per class counts its live waiters and
+-- drops the expired ones (a crashed gateway's waiters leave at their deadline). A request of
+-- `rank` is outranked while higher classes wait and the free room (in requests of its `cost`)
+-- is no more than their number: that room is theirs. The free room is the least of the room
+-- below its endpoint `cap` (summed over the endpoints) and the room below its `pool_cap`
+-- (maxPoolRequests), whichever of the two is set.
+local WAIT_RANK = 4398046511104 -- 2^42 ms: past year 2109, and 8 classes stay exact in a double
+local function outranked(wait, rank, now, load, cap, pool_cap, cost)
+  if rank <= 0 or (cap <= 0 and pool_cap <= 0) then return false end
+  local above = 0
+  for r = 0, rank - 1 do
+    local base = r * WAIT_RANK
+    redis.call('ZREMRANGEBYSCORE', wait, string.format('%.0f', base),
+      string.format('%.0f', base + now))
+    above = above + redis.call('ZCOUNT', wait, string.format('(%.0f', base + now),
+      string.format('(%.0f', base + WAIT_RANK))
+  end
+  if above == 0 then return false end
+  if pool_cap > 0 then
+    local total = 0
+    local all = redis.call('ZRANGE', load, 0, -1, 'WITHSCORES')
+    for i = 2, #all, 2 do total = total + tonumber(all[i]) end
+    if math.floor(math.max(pool_cap - total, 0) / cost) <= above then return true end
+  end
+  if cap <= 0 then return false end
+  local free = 0
+  local open = redis.call('ZRANGEBYSCORE', load, '-inf', '(' .. cap, 'WITHSCORES')
+  for i = 2, #open, 2 do
+    free = free + math.floor((cap - tonumber(open[i])) / cost)
+    if free > above then return false end
+  end
+  return true
+end

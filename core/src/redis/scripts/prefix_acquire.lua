@@ -2,13 +2,14 @@
 -- it is too loaded; then count the request exactly as global_least_request does.
 -- KEYS[1] load, KEYS[2] leases, KEYS[3] members (as in glr_acquire.lua)
 -- KEYS[4..] the prompt's chained prefix keys, shortest prefix first (computed by the plugin),
--- then, only when ARGV[12] > 0, the session key (as in glr_acquire.lua), then the tenants
--- hash and the seen zset (as in glr_acquire.lua; always sent).
+-- then, only when ARGV[12] > 0, the session key (as in glr_acquire.lua), then the wait zset,
+-- the tenants hash and the seen zset (as in glr_acquire.lua; always sent).
 -- ARGV[1..8] as in glr_acquire.lua
 -- ARGV[9] prefix key TTL (s)  ARGV[10] max imbalance, absolute  ARGV[11] max imbalance, ratio
 -- ARGV[12] session TTL (s, 0 = no session); the session's guard is ARGV[10], ARGV[11]
 -- ARGV[13..16] pool cap, tenant id, tenant limit, tenant window (as glr_acquire.lua's 12..15)
--- ARGV[17..] the healthy endpoints, sent only when the caller's set changed.
+-- ARGV[17] the request's class rank for the waiting queue (-1 = no queue check)
+-- ARGV[18..] the healthy endpoints, sent only when the caller's set changed.
 -- Reply: {"OK", endpoint, matched depth, spilled 0|1} without a session, {.., session state}
 -- with one (pick.lua's session_pick) | {"FULL", min load} | {"POOL", pool load} | {"TENANT", tenant's load}
 -- | {"SYNC"} | {"EMPTY"}
@@ -16,8 +17,8 @@ local load, leases = KEYS[1], KEYS[2]
 local tenants, seen = KEYS[#KEYS - 1], KEYS[#KEYS]
 local now = tonumber(ARGV[1])
 
-if #ARGV > 16 then
-  sync_members(load, KEYS[3], ARGV[7], 17, ARGV)
+if #ARGV > 17 then
+  sync_members(load, KEYS[3], ARGV[7], 18, ARGV)
 elseif redis.call('GET', KEYS[3]) ~= ARGV[7] then
   return {'SYNC'}
 end
@@ -29,9 +30,9 @@ local tenant, window = ARGV[14], tonumber(ARGV[16])
 -- Deepest first, in two reads: a conversation's next turn matches all but its newest blocks,
 -- so the last few keys usually answer; the rest are read only when they do not.
 local session_ttl = tonumber(ARGV[12])
-local n = #KEYS - 5
+local n = #KEYS - 6
 if session_ttl > 0 then n = n - 1 end
-local skey = KEYS[#KEYS - 2]
+local skey = KEYS[#KEYS - 3]
 local depth, matched, matched_load = 0, nil, nil
 local function scan(lo, hi)
   if hi < lo then return false end
@@ -54,10 +55,15 @@ if not scan(tail_from, n) then scan(1, tail_from - 1) end
 local cost, cap = tonumber(ARGV[4]), tonumber(ARGV[5])
 local first, min_s = lowest(load)
 if not first then return {'EMPTY'} end
-local refused = admit(load, tenants, seen, now, cost, tonumber(ARGV[13]), tenant,
+local pool_cap = tonumber(ARGV[13])
+local refused = admit(load, tenants, seen, now, cost, pool_cap, tenant,
   tonumber(ARGV[15]), window)
 if refused then return refused end
 local min = tonumber(min_s)
+local rank = tonumber(ARGV[17])
+if rank >= 0 and outranked(KEYS[#KEYS - 2], rank, now, load, cap, pool_cap, cost) then
+  return {'FULL', min_s}
+end
 local pick, spilled, session = matched, 0, 0
 local kept = nil
 if session_ttl > 0 then

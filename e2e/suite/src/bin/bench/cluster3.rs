@@ -51,6 +51,7 @@ fn picks_per_s(fleet: &Fleet, seconds: f64) -> anyhow::Result<f64> {
             reclaim: 0,
             endpoints: Some(&eps),
             session: None,
+            wait_rank: None,
             pool_cap: 0,
             tenant: None,
         };
@@ -99,6 +100,7 @@ fn picks_per_s(fleet: &Fleet, seconds: f64) -> anyhow::Result<f64> {
                                 reclaim: if seq.is_multiple_of(16) { 4 } else { 0 },
                                 endpoints: None,
                                 session: None,
+                                wait_rank: None,
                                 pool_cap: 0,
                                 tenant: None,
                             };

@@ -13,7 +13,7 @@ mod priority;
 mod session;
 mod thirdparty;
 
-/// `ailb-bench [cpu] [leak] [p99] [prefix] [session] [metrics] [cluster|cluster-cpu|cluster-hash|cluster-p99] [envoy-prefix] [thirdparty] [cluster3] [priority] [fairness]`: the named sections only (all by default).
+/// `ailb-bench [cpu] [leak] [p99] [prefix] [session] [metrics] [cluster|cluster-cpu|cluster-hash|cluster-p99] [envoy-prefix] [thirdparty] [cluster3] [priority] [queue] [fairness]`: the named sections only (all by default).
 fn main() -> anyhow::Result<()> {
     let only: Vec<String> = std::env::args().skip(1).collect();
     let run = |name: &str| only.is_empty() || only.iter().any(|a| a == name);
@@ -61,6 +61,9 @@ fn main() -> anyhow::Result<()> {
     }
     if run("priority") {
         priority::priority_under_overload()?;
+    }
+    if run("queue") {
+        priority::queue_under_overload()?;
     }
     if run("fairness") {
         fairness::fairness_under_a_flood()?;

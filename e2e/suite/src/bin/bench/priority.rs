@@ -16,6 +16,7 @@ const TOKENS: u64 = 20;
 const SERVICE_S: f64 = 0.2;
 const SECONDS: f64 = 10.0;
 const CLASSES: [&str; 3] = ["critical", "standard", "sheddable"];
+const DEBUG: &str = "x-ai-lb-debug";
 
 /// One arrival: when (from the start), which class.
 #[derive(Clone, Copy)]
@@ -59,6 +60,14 @@ fn arrivals(rate: f64) -> Vec<Arrival> {
 
 /// Replays `seq` through the gateways (alternating); per request: class, status, latency ms.
 fn replay(gws: &[&Gateway], seq: &[Arrival]) -> Vec<(usize, u16, f64)> {
+    replay_with(gws, seq)
+        .into_iter()
+        .map(|(c, s, ms, _)| (c, s, ms))
+        .collect()
+}
+
+/// [`replay`], also returning each answer's debug header ([`DEBUG`], empty when absent).
+fn replay_with(gws: &[&Gateway], seq: &[Arrival]) -> Vec<(usize, u16, f64, String)> {
     let start = Instant::now();
     let mut threads = Vec::new();
     for (i, a) in seq.iter().enumerate() {
@@ -74,10 +83,17 @@ fn replay(gws: &[&Gateway], seq: &[Arrival]) -> Vec<(usize, u16, f64)> {
                 ("x-priority", CLASSES[class]),
             ];
             let t0 = Instant::now();
-            let status = http(&url, "POST", "/v1/chat/completions", &headers, &body)
-                .map(|(s, _, _)| s)
-                .unwrap_or(0);
-            (class, status, t0.elapsed().as_secs_f64() * 1000.0)
+            let (status, debug) = http(&url, "POST", "/v1/chat/completions", &headers, &body)
+                .map(|(s, h, _)| {
+                    let d = h
+                        .into_iter()
+                        .find(|(k, _)| k == DEBUG)
+                        .map(|(_, v)| v)
+                        .unwrap_or_default();
+                    (s, d)
+                })
+                .unwrap_or((0, String::new()));
+            (class, status, t0.elapsed().as_secs_f64() * 1000.0, debug)
         }));
     }
     threads.into_iter().filter_map(|t| t.join().ok()).collect()
@@ -152,5 +168,100 @@ pub fn priority_under_overload() -> anyhow::Result<()> {
         critical_p99(&overload)? / critical_p99(&idle)?
     );
     println!("BENCH priority_sheddable_shed_share {:.3} ratio", share(2));
+    Ok(())
+}
+
+/// The waiting queue (README "Waiting queue") under the same 150% overload and the same
+/// arrival sequence as [`priority_under_overload`]: requests over the pool wait up to
+/// `QUEUE_TIMEOUT_MS` instead of a 429, highest class first across both gateways. Measured, not
+/// asserted: the critical p99 (and its ratio to the idle run of the critical requests alone),
+/// the share of waiting requests that reached the deadline, and each class's 429 share.
+pub fn queue_under_overload() -> anyhow::Result<()> {
+    const QUEUE_TIMEOUT_MS: u64 = 2000;
+    let bed = Bed::new(PODS, |c| {
+        c.max_running = SLOTS;
+        c.decode_us_per_token = 10_000;
+        c.decode_batch_penalty = 0.0;
+        c.prefill_us_per_token = 1;
+    });
+    let cfg = glr_config(
+        bed.redis.port,
+        json!({"maxRequestCount": 2, "priorityHeader": "x-priority", "criticalHeadroom": 1,
+               "priorityReserve": 1, "debugHeader": DEBUG, "queueTimeoutMs": QUEUE_TIMEOUT_MS}),
+    );
+    let a = bed.gateway(&bed.spec("queue-a", Some(cfg.clone())));
+    let b = bed.gateway(&bed.spec("queue-b", Some(cfg)));
+    let gws = [&a, &b];
+    let capacity = (PODS * SLOTS) as f64 / SERVICE_S;
+    let seq = arrivals(1.5 * capacity);
+    let critical_only: Vec<Arrival> = seq.iter().copied().filter(|a| a.class == 0).collect();
+
+    bed.reset_pods();
+    let idle = replay(&gws, &critical_only);
+    anyhow::ensure!(wait_for_zero(&bed, Duration::from_secs(10)).is_zero());
+    bed.reset_pods();
+    let overload = replay_with(&gws, &seq);
+    let left = wait_for_zero(&bed, Duration::from_secs(10));
+    anyhow::ensure!(left.is_zero(), "counts or leases left: {left:?}");
+
+    let stat = |name: &str| a.stat(name) + b.stat(name);
+    let (queued, timeout) = (stat("ai_lb.queue.queued"), stat("ai_lb.queue.timeout"));
+    let admitted = stat("ai_lb.queue.admitted");
+    anyhow::ensure!(
+        admitted + timeout == queued,
+        "queued {queued} = admitted {admitted} + timed out {timeout} (+ abandoned)"
+    );
+    let queued_ms = |class: usize| {
+        let mut ms: Vec<f64> = overload
+            .iter()
+            .filter(|r| r.0 == class && r.1 == 200)
+            .filter_map(|r| {
+                r.3.split("; ")
+                    .find_map(|kv| kv.strip_prefix("queued_ms="))
+                    .and_then(|v| v.parse::<f64>().ok())
+            })
+            .collect();
+        ms.sort_by(f64::total_cmp);
+        (
+            ms.len(),
+            if ms.is_empty() {
+                0.0
+            } else {
+                percentile(&ms, 0.5)
+            },
+        )
+    };
+    let share = |class: usize| {
+        let sent = overload.iter().filter(|r| r.0 == class).count();
+        let refused = overload
+            .iter()
+            .filter(|r| r.0 == class && r.1 == 429)
+            .count();
+        refused as f64 / sent.max(1) as f64
+    };
+    let plain: Vec<(usize, u16, f64)> = overload.iter().map(|r| (r.0, r.1, r.2)).collect();
+    let p99 = critical_p99(&plain)?;
+    eprintln!(
+        "queue: {} arrivals, queued {queued}, admitted {admitted}, timed out {timeout}; \
+         429 share critical {:.3} standard {:.3} sheddable {:.3}; waited (n, p50 ms) \
+         critical {:?} standard {:?} sheddable {:?}",
+        seq.len(),
+        share(0),
+        share(1),
+        share(2),
+        queued_ms(0),
+        queued_ms(1),
+        queued_ms(2)
+    );
+    println!("BENCH queue_critical_p99_ms {p99:.0} ms");
+    println!(
+        "BENCH queue_critical_p99_ratio_overload_vs_idle {:.2} ratio",
+        p99 / critical_p99(&idle)?
+    );
+    println!(
+        "BENCH queue_timeout_share {:.3} ratio",
+        timeout as f64 / queued.max(1) as f64
+    );
+    println!("BENCH queue_sheddable_429_share {:.3} ratio", share(2));
     Ok(())
 }
