@@ -27,22 +27,27 @@ elseif redis.call('GET', KEYS[3]) ~= ARGV[7] then
 end
 reclaim(load, leases, now, tonumber(ARGV[8]), tenants)
 
-local first, min = lowest(load)
-if not first then return {'EMPTY'} end
 local cost, cap = tonumber(ARGV[4]), tonumber(ARGV[5])
+local rank = tonumber(ARGV[16])
+local session_ttl = tonumber(ARGV[9])
+-- A sticky request reads its binding first: a kept session needs neither the least-loaded
+-- endpoint nor the tie-break (pick.lua's session_pick; nothing is counted before admission).
+local pick, session, min = nil, 0, nil
+if session_ttl > 0 then
+  pick, session, min = session_pick(load, KEYS[4], session_ttl, cost, cap, nil,
+    tonumber(ARGV[10]), tonumber(ARGV[11]))
+end
+local first
+if not pick or rank >= 0 then
+  first, min = lowest(load)
+  if not first then return {'EMPTY'} end
+end
 local tenant, window, pool_cap = ARGV[13], tonumber(ARGV[15]), tonumber(ARGV[12])
 local refused = admit(load, tenants, seen, now, cost, pool_cap, tenant,
   tonumber(ARGV[14]), window)
 if refused then return refused end
-local rank = tonumber(ARGV[16])
 if rank >= 0 and outranked(KEYS[#KEYS - 2], rank, now, load, cap, pool_cap, cost) then
   return {'FULL', min}
-end
-local session_ttl = tonumber(ARGV[9])
-local pick, session = nil, 0
-if session_ttl > 0 then
-  pick, session = session_pick(load, KEYS[4], session_ttl, cost, cap, tonumber(min),
-    tonumber(ARGV[10]), tonumber(ARGV[11]))
 end
 if not pick then
   if cap > 0 and tonumber(min) > 0 and tonumber(min) + cost > cap then

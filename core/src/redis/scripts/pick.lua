@@ -126,18 +126,26 @@ end
 -- keeps the session while it is a member (healthy, in the synced set) and not over the guard:
 -- the cap, or busier than the least-loaded endpoint `min` by more than both imbalance bounds.
 -- The read refreshes the binding's TTL, so a kept session costs no further write.
--- Returns the endpoint (nil when the session must be placed) and the session's state:
--- 1 kept, 2 new (no binding), 3 rebound (its endpoint left or is over the guard).
+-- `min` may be nil: it is then read only when the imbalance test needs it (a load above
+-- `max_abs`; at or below it no endpoint can be `max_abs` less busy), so a kept session
+-- usually costs no ZRANGE.
+-- Returns the endpoint (nil when the session must be placed), the session's state (1 kept,
+-- 2 new: no binding, 3 rebound: its endpoint left or is over the guard) and `min` if known.
 local function session_pick(load, skey, ttl, cost, cap, min, max_abs, max_ratio)
   local ep = session_get(skey, ttl)
-  if not ep then return nil, 2 end
+  if not ep then return nil, 2, min end
   local score = redis.call('ZSCORE', load, ep)
-  if not score then return nil, 3 end
+  if not score then return nil, 3, min end
   score = tonumber(score)
-  if (cap > 0 and score + cost > cap) or (score - min > max_abs and score > min * max_ratio) then
-    return nil, 3
+  if cap > 0 and score + cost > cap then return nil, 3, min end
+  if score > max_abs then
+    if not min then
+      local _, m = lowest(load)
+      min = tonumber(m)
+    end
+    if score - min > max_abs and score > min * max_ratio then return nil, 3, min end
   end
-  return ep, 1
+  return ep, 1, min
 end
 
 -- Waiting queue (docs/redis-data-model.md §12). `wait` holds every gateway's waiting requests,
