@@ -86,3 +86,26 @@ pub fn vm_us_per_request(gw: &Gateway, warm: usize, n: usize) -> anyhow::Result<
     );
     Ok((ns1 - ns0) as f64 / (n1 - n0) as f64 / 1e3)
 }
+
+/// Poisson arrival times at `rate` per second for `seconds`, each with a uniform draw in
+/// [0, 1) that labels it (a class, a tenant), from `seed` (SplitMix64): every run of a section
+/// replays the same sequence.
+pub fn poisson_arrivals(seed: u64, rate: f64, seconds: f64) -> Vec<(Duration, f64)> {
+    let mut state = seed;
+    let mut next = || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let mut t = 0.0;
+    let mut out = Vec::new();
+    loop {
+        t += -(1.0 - next()).ln() / rate;
+        if t >= seconds {
+            return out;
+        }
+        out.push((Duration::from_secs_f64(t), next()));
+    }
+}

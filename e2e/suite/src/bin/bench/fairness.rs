@@ -4,7 +4,7 @@
 //! requests alone give the baseline. Also the peak pool load seen in Redis against the cap, and
 //! for contrast the same flood through plain least request (no pool cap, no shares).
 
-use crate::common::percentile;
+use crate::common::{percentile, poisson_arrivals};
 use ailb_e2e::bed::{chat_body, wait_for_zero, Bed};
 use ailb_e2e::gateway::{glr_config, http, Gateway, CLUSTER, ROUTE};
 use serde_json::json;
@@ -32,27 +32,13 @@ struct Arrival {
 /// Poisson arrivals at `rate` per second for [`SECONDS`], 1 in 11 the quiet tenant's, from a
 /// fixed seed (SplitMix64), so every run replays the same sequence.
 fn arrivals(rate: f64) -> Vec<Arrival> {
-    let mut state: u64 = 0xfa12_5eed;
-    let mut next = || {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
-    };
-    let mut t = 0.0;
-    let mut out = Vec::new();
-    loop {
-        t += -(1.0 - next()).ln() / rate;
-        if t >= SECONDS {
-            return out;
-        }
-        let tenant = usize::from(next() >= 1.0 / 11.0);
-        out.push(Arrival {
-            at: Duration::from_secs_f64(t),
-            tenant,
-        });
-    }
+    poisson_arrivals(0xfa12_5eed, rate, SECONDS)
+        .into_iter()
+        .map(|(at, u)| Arrival {
+            at,
+            tenant: usize::from(u >= 1.0 / 11.0),
+        })
+        .collect()
 }
 
 /// Replays `seq` through the gateways (alternating); per request: tenant, status, latency ms.

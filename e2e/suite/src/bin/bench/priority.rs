@@ -2,7 +2,7 @@
 //! of 4 fake pods, 150% of the pool's capacity offered in 3 classes; the same arrival sequence's
 //! critical requests alone give the idle baseline.
 
-use crate::common::percentile;
+use crate::common::{percentile, poisson_arrivals};
 use ailb_e2e::bed::{chat_body, wait_for_zero, Bed};
 use ailb_e2e::gateway::{glr_config, http, Gateway};
 use serde_json::json;
@@ -28,34 +28,19 @@ struct Arrival {
 /// Poisson arrivals at `rate` per second for [`SECONDS`]; 20% critical, 40% standard, 40%
 /// sheddable, from a fixed seed (SplitMix64), so every run replays the same sequence.
 fn arrivals(rate: f64) -> Vec<Arrival> {
-    let mut state: u64 = 0x5eed_1234;
-    let mut next = || {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
-    };
-    let mut t = 0.0;
-    let mut out = Vec::new();
-    loop {
-        t += -(1.0 - next()).ln() / rate;
-        if t >= SECONDS {
-            return out;
-        }
-        let u = next();
-        let class = if u < 0.2 {
-            0
-        } else if u < 0.6 {
-            1
-        } else {
-            2
-        };
-        out.push(Arrival {
-            at: Duration::from_secs_f64(t),
-            class,
-        });
-    }
+    poisson_arrivals(0x5eed_1234, rate, SECONDS)
+        .into_iter()
+        .map(|(at, u)| Arrival {
+            at,
+            class: if u < 0.2 {
+                0
+            } else if u < 0.6 {
+                1
+            } else {
+                2
+            },
+        })
+        .collect()
 }
 
 /// Replays `seq` through the gateways (alternating); per request: class, status, latency ms.
