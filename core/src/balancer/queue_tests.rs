@@ -3,7 +3,6 @@
 //! arrival first, one acquire per chance; its deadline answers the 429 it would have got; a
 //! client gone while waiting leaves nothing; the Redis waiter entry comes and goes.
 
-use super::queue::WAIT_RANK;
 use super::*;
 use crate::config::Build;
 use crate::host::mock::MockHost;
