@@ -286,11 +286,11 @@ fn main() {
     }
     // Session stickiness on top of least-request, side by side with plain least-request at the
     // same endpoint count (measured again next to it: the machine's noise moves both alike).
-    // Seven adjacent pairs; the median of the pairs' differences is the session's cost (one
-    // noisy pair moves neither), the least of each side the absolute figures.
+    // Fifteen adjacent pairs; the median of the pairs' differences is the session's cost (a few
+    // noisy pairs move neither), the least of each side the absolute figures.
     let (mut plain256, mut sticky256) = (f64::MAX, f64::MAX);
     let mut diffs = Vec::new();
-    for _ in 0..7 {
+    for _ in 0..15 {
         let plain = measure_glr(&redis, 256).pick_us;
         let sticky = measure(&redis, 256, 0, true).pick_us;
         plain256 = plain256.min(plain);
