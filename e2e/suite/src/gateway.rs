@@ -270,11 +270,8 @@ pub fn http(
         req.push_str(&format!("{k}: {v}\r\n"));
     }
     req.push_str("\r\n");
-    // One write: a server that answers at the headers (a local reply) and closes must not see
-    // the body arrive after its close, which would reset the connection and lose the answer.
-    let mut bytes = req.into_bytes();
-    bytes.extend_from_slice(body);
-    s.write_all(&bytes)?;
+    s.write_all(req.as_bytes())?;
+    s.write_all(body)?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw)?;
     let split = raw
