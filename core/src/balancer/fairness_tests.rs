@@ -2,11 +2,11 @@
 //! strict keys, the tenant of a header value, what the Higress build sends to the acquire
 //! script and how it answers a refusal, and the plain-Envoy counts record deciding alone.
 
+use super::tests::{configured, deliver};
 use super::*;
 use crate::config::{Build, Fairness};
 use crate::host::mock::MockHost;
 use crate::redis::resp::encode_command;
-use crate::redis::scripts::Scripts;
 use serde_json::{json, Value};
 
 const CLUSTER: &str = "outbound|8000||llm.static";
@@ -144,24 +144,10 @@ fn the_tenant_of_a_header_value() {
 
 fn higress(lb: Value) -> (MockHost, Balancer) {
     let config = parse(Build::Higress, lb).unwrap();
-    let mut host = MockHost::new()
+    let host = MockHost::new()
         .with_route("chat", CLUSTER)
         .with_hosts(&[("10.0.0.1:80", "Healthy"), ("10.0.0.2:80", "Healthy")]);
-    let mut e = Balancer::configure(&mut host, config, 42, LogLevel::Trace);
-    let loads = host.redis_calls.len();
-    assert_eq!(loads, Scripts::new().all().len());
-    for n in 0..loads as u32 {
-        let sha = b"$40\r\n0123456789012345678901234567890123456789\r\n";
-        deliver(&mut host, &mut e, 7 + 4 * n, sha);
-    }
-    host.redis_calls.clear();
-    (host, e)
-}
-
-fn deliver(host: &mut MockHost, e: &mut Balancer, token: u32, reply: &[u8]) {
-    host.reply = Some(reply.to_vec());
-    e.on_redis_reply(host, token, CallStatus::Ok, reply.len());
-    host.reply = None;
+    configured(host, config)
 }
 
 /// Starts request `ctx` with `headers`; the acquire's arguments from the pool cap on

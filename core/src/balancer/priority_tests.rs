@@ -2,11 +2,11 @@
 //! the acquire script (Higress build), the plain-Envoy class order under a full pool, the 429
 //! with `Retry-After`, the counters, and that a shed request holds nothing.
 
+use super::tests::{configured, deliver};
 use super::*;
 use crate::config::Build;
 use crate::host::mock::MockHost;
 use crate::redis::resp::encode_command;
-use crate::redis::scripts::Scripts;
 use serde_json::{json, Value};
 
 const CLUSTER: &str = "outbound|8000||llm.static";
@@ -20,24 +20,10 @@ fn higress(lb: Value) -> (MockHost, Balancer) {
     }
     let doc = json!({"lb_policy": "global_least_request", "lb_config": cfg});
     let config = PluginConfig::parse(doc.to_string().as_bytes()).unwrap();
-    let mut host = MockHost::new()
+    let host = MockHost::new()
         .with_route("chat", CLUSTER)
         .with_hosts(&[("10.0.0.1:80", "Healthy"), ("10.0.0.2:80", "Healthy")]);
-    let mut e = Balancer::configure(&mut host, config, 42, LogLevel::Trace);
-    let loads = host.redis_calls.len();
-    assert_eq!(loads, Scripts::new().all().len());
-    for n in 0..loads as u32 {
-        let sha = b"$40\r\n0123456789012345678901234567890123456789\r\n";
-        deliver(&mut host, &mut e, 7 + 4 * n, sha);
-    }
-    host.redis_calls.clear();
-    (host, e)
-}
-
-fn deliver(host: &mut MockHost, e: &mut Balancer, token: u32, reply: &[u8]) {
-    host.reply = Some(reply.to_vec());
-    e.on_redis_reply(host, token, CallStatus::Ok, reply.len());
-    host.reply = None;
+    configured(host, config)
 }
 
 /// Starts a Higress request of class header `value` (None: no header); the cap it sent.

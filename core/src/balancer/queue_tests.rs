@@ -3,6 +3,7 @@
 //! arrival first, one acquire per chance; its deadline answers the 429 it would have got; a
 //! client gone while waiting leaves nothing; the Redis waiter entry comes and goes.
 
+use super::tests::{configured, deliver};
 use super::*;
 use crate::config::Build;
 use crate::host::mock::MockHost;
@@ -28,21 +29,7 @@ fn higress(lb: Value) -> (MockHost, Balancer) {
         .with_route("chat", CLUSTER)
         .with_hosts(&[("10.0.0.1:80", "Healthy"), ("10.0.0.2:80", "Healthy")]);
     host.now_ms = 1_000_000;
-    let mut e = Balancer::configure(&mut host, config, 42, LogLevel::Trace);
-    let loads = host.redis_calls.len();
-    assert_eq!(loads, Scripts::new().all().len());
-    for n in 0..loads as u32 {
-        let sha = b"$40\r\n0123456789012345678901234567890123456789\r\n";
-        deliver(&mut host, &mut e, 7 + 4 * n, sha);
-    }
-    host.redis_calls.clear();
-    (host, e)
-}
-
-fn deliver(host: &mut MockHost, e: &mut Balancer, token: u32, reply: &[u8]) {
-    host.reply = Some(reply.to_vec());
-    e.on_redis_reply(host, token, CallStatus::Ok, reply.len());
-    host.reply = None;
+    configured(host, config)
 }
 
 fn words(q: &[u8]) -> Vec<String> {

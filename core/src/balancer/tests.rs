@@ -20,20 +20,26 @@ fn config(extra: &str) -> PluginConfig {
 }
 
 fn setup(extra: &str) -> (MockHost, Balancer) {
-    let mut host = MockHost::new().with_route("chat", CLUSTER).with_hosts(&[
+    let host = MockHost::new().with_route("chat", CLUSTER).with_hosts(&[
         ("10.0.0.1:80", "Healthy"),
         ("10.0.0.2:80", "Healthy"),
         ("10.0.0.3:80", "Unhealthy"),
     ]);
-    let mut engine = Balancer::configure(&mut host, config(extra), 42, LogLevel::Trace);
-    // Answer the SCRIPT LOAD calls issued at configure (one per script), then forget them.
+    let (host, engine) = configured(host, config(extra));
+    assert_eq!(engine.tracked(), (0, 0));
+    (host, engine)
+}
+
+/// A balancer configured on `host` whose SCRIPT LOAD calls (one per script, issued at
+/// configure) are answered, then forgotten. Shared by the balancer's test modules.
+pub(super) fn configured(mut host: MockHost, config: PluginConfig) -> (MockHost, Balancer) {
+    let mut engine = Balancer::configure(&mut host, config, 42, LogLevel::Trace);
     let loads = host.redis_calls.len();
     assert_eq!(loads, Scripts::new().all().len());
     for n in 0..loads as u32 {
         let sha = b"$40\r\n0123456789012345678901234567890123456789\r\n";
         deliver(&mut host, &mut engine, 7 + 4 * n, sha);
     }
-    assert_eq!(engine.tracked(), (0, 0));
     host.redis_calls.clear();
     (host, engine)
 }
@@ -43,7 +49,7 @@ fn bulk_array(items: &[&str]) -> Vec<u8> {
     encode_command(items)
 }
 
-fn deliver(host: &mut MockHost, engine: &mut Balancer, token: u32, reply: &[u8]) {
+pub(super) fn deliver(host: &mut MockHost, engine: &mut Balancer, token: u32, reply: &[u8]) {
     host.reply = Some(reply.to_vec());
     engine.on_redis_reply(host, token, CallStatus::Ok, reply.len());
     host.reply = None;
