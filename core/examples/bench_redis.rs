@@ -23,6 +23,8 @@ const ROUNDS: usize = 60;
 struct Measured {
     pick_us: f64,
     release_us: f64,
+    /// Usec per acquire in each measured round, in order.
+    rounds: Vec<f64>,
 }
 
 fn endpoints(n: usize) -> Vec<String> {
@@ -42,18 +44,26 @@ fn measure_glr(redis: &RedisServer, hosts: usize) -> Measured {
 /// (kept), a few bind it (docs/redis-data-model.md §10).
 const STICKY_SESSIONS: u64 = 2048;
 
-/// Like `measure_glr`, but each pick is a prefix_cache pick of a prompt of `blocks` blocks whose
-/// first `blocks - 2` are known (the previous turn of its conversation) and whose last two are
-/// new (the answer and the next question): the steady state of a multi-turn chat.
-/// `sticky`: every pick also carries a session (`sessionHeader`), drawn from
-/// [`STICKY_SESSIONS`].
+/// One configuration of a route under measurement. `blocks > 0`: each pick is a prefix_cache
+/// pick of a prompt of `blocks` blocks whose first `blocks - 2` are known (the previous turn of
+/// its conversation) and whose last two are new (the answer and the next question): the steady
+/// state of a multi-turn chat; else a global_least_request pick. `sticky`: every pick also
+/// carries a session (`sessionHeader`), drawn from [`STICKY_SESSIONS`].
+#[derive(Clone, Copy)]
+struct Variant {
+    blocks: usize,
+    sticky: bool,
+}
+
 fn measure(redis: &RedisServer, hosts: usize, blocks: usize, sticky: bool) -> Measured {
-    let tag = if sticky { "s" } else { "" };
-    let keys = Arc::new(Keys::new(
-        "ailb",
-        "bench",
-        &format!("outbound|8000||llm{hosts}{tag}.static"),
-    ));
+    let mut m = measure_side_by_side(redis, hosts, &[Variant { blocks, sticky }]);
+    m.remove(0)
+}
+
+/// A route of its own per variant; each round measures every variant's acquire batch in turn,
+/// then every variant's release batch, so variants are compared within the same few
+/// milliseconds (the machine's noise moves them alike).
+fn measure_side_by_side(redis: &RedisServer, hosts: usize, variants: &[Variant]) -> Vec<Measured> {
     let scripts = Arc::new(Scripts::new());
     let eps = Arc::new(endpoints(hosts));
     let fp: Arc<str> = fingerprint(&eps).into();
@@ -61,80 +71,86 @@ fn measure(redis: &RedisServer, hosts: usize, blocks: usize, sticky: bool) -> Me
     for s in scripts.all() {
         c.cmd(&[b"SCRIPT".as_slice(), b"LOAD", s.text.as_bytes()]);
     }
-    // Sync the membership once, as the first pick of a gateway does.
-    let args = AcquireArgs {
-        now_ms: 1,
-        lease_ttl_ms: 600_000,
-        request_id: "sync",
-        cost: 1,
-        cap: 0,
-        random: 0,
-        fingerprint: &fp,
-        reclaim: 0,
-        endpoints: Some(&eps),
-        session: None,
-        wait_rank: None,
-        pool_cap: 0,
-        tenant: None,
-    };
-    c.cmd_raw(&scripts::acquire_call(&scripts, true, &keys, &args));
-
     // Conversations and their known prefixes (previous turns), pointing at some endpoint.
     const SESSIONS: usize = 64;
-    let known = blocks.saturating_sub(2);
-    let sessions: Arc<Vec<Vec<String>>> = Arc::new(
-        (0..SESSIONS)
+    let mut routes = Vec::new();
+    for (v, variant) in variants.iter().enumerate() {
+        let tag = if variant.sticky { "s" } else { "" };
+        let keys = Keys::new(
+            "ailb",
+            "bench",
+            &format!(
+                "outbound|8000||llm{hosts}{tag}v{v}b{}.static",
+                variant.blocks
+            ),
+        );
+        // Sync the membership once, as the first pick of a gateway does.
+        let args = AcquireArgs {
+            now_ms: 1,
+            lease_ttl_ms: 600_000,
+            request_id: "sync",
+            cost: 1,
+            cap: 0,
+            random: 0,
+            fingerprint: &fp,
+            reclaim: 0,
+            endpoints: Some(&eps),
+            session: None,
+            wait_rank: None,
+            pool_cap: 0,
+            tenant: None,
+        };
+        c.cmd_raw(&scripts::acquire_call(&scripts, true, &keys, &args));
+        let known = variant.blocks.saturating_sub(2);
+        let chains: Vec<Vec<String>> = (0..SESSIONS)
             .map(|s| {
                 (0..known)
                     .map(|b| format!("{}:px:{s:08x}{b:08x}", keys.namespace))
                     .collect()
             })
-            .collect(),
-    );
-    for (s, chain) in sessions.iter().enumerate() {
-        let owner = &eps[s % eps.len()];
-        let sets: Vec<Vec<u8>> = chain
-            .iter()
-            .map(|k| {
-                ailb_core::redis::resp::encode_command(&[
-                    "SET",
-                    k.as_str(),
-                    owner.as_str(),
-                    "EX",
-                    "3600",
-                ])
-            })
             .collect();
-        c.pipeline(&sets);
+        for (s, chain) in chains.iter().enumerate() {
+            let owner = &eps[s % eps.len()];
+            let sets: Vec<Vec<u8>> = chain
+                .iter()
+                .map(|k| {
+                    ailb_core::redis::resp::encode_command(&[
+                        "SET",
+                        k.as_str(),
+                        owner.as_str(),
+                        "EX",
+                        "3600",
+                    ])
+                })
+                .collect();
+            c.pipeline(&sets);
+        }
+        routes.push((*variant, keys, chains));
     }
+    let routes = Arc::new(routes);
     let in_flight_per_conn = (2 * hosts).div_ceil(CONNECTIONS).max(BATCH);
     let barrier = Arc::new(Barrier::new(CONNECTIONS + 1));
     let workers: Vec<_> = (0..CONNECTIONS)
         .map(|t| {
-            let (keys, scripts, eps, fp, barrier) = (
-                keys.clone(),
-                scripts.clone(),
-                eps.clone(),
-                fp.clone(),
-                barrier.clone(),
-            );
-            let sessions = sessions.clone();
+            let (routes, scripts, fp, barrier) =
+                (routes.clone(), scripts.clone(), fp.clone(), barrier.clone());
             let port = redis.port;
             std::thread::spawn(move || {
                 let mut conn = Conn::try_connect(port).unwrap();
-                let mut held: VecDeque<String> = VecDeque::new();
+                let mut held: Vec<VecDeque<String>> = vec![VecDeque::new(); routes.len()];
                 let mut seq: u64 = 0;
                 let mut rng: u64 = 0x2545_f491_4f6c_dd1d ^ t as u64;
-                let mut acquire_batch = |conn: &mut Conn, held: &mut VecDeque<String>, n: usize| {
-                    let mut rids = Vec::with_capacity(n);
-                    let queries: Vec<Vec<u8>> = (0..n)
+                let mut acquire_batch = |conn: &mut Conn, v: usize, held: &mut VecDeque<String>| {
+                    let (variant, keys, chains) = &routes[v];
+                    let mut rids = Vec::with_capacity(BATCH);
+                    let queries: Vec<Vec<u8>> = (0..BATCH)
                         .map(|_| {
                             seq += 1;
                             rng ^= rng << 13;
                             rng ^= rng >> 7;
                             rng ^= rng << 17;
                             let rid = format!("b{t:02}{seq:x}");
-                            let session = sticky.then(|| {
+                            let session = variant.sticky.then(|| {
                                 let id = format!("user-{}", (rng >> 16) % STICKY_SESSIONS);
                                 scripts::session_key(&keys.namespace, id.as_bytes())
                             });
@@ -159,8 +175,8 @@ fn measure(redis: &RedisServer, hosts: usize, blocks: usize, sticky: bool) -> Me
                                 tenant: None,
                             };
                             // The conversation's known prefix plus this turn's two new blocks.
-                            let mut chain = sessions[(rng as usize) % sessions.len()].clone();
-                            if blocks > 0 {
+                            let mut chain = chains[(rng as usize) % chains.len()].clone();
+                            if variant.blocks > 0 {
                                 chain.push(format!("{}:px:a{t:02}{seq:013x}", keys.namespace));
                                 chain.push(format!("{}:px:b{t:02}{seq:013x}", keys.namespace));
                             }
@@ -173,9 +189,9 @@ fn measure(redis: &RedisServer, hosts: usize, blocks: usize, sticky: bool) -> Me
                             let q = scripts::pick_call(
                                 &scripts,
                                 true,
-                                &keys,
+                                keys,
                                 &args,
-                                (blocks > 0).then_some(&prefix),
+                                (variant.blocks > 0).then_some(&prefix),
                             );
                             rids.push(rid);
                             q
@@ -190,47 +206,73 @@ fn measure(redis: &RedisServer, hosts: usize, blocks: usize, sticky: bool) -> Me
                     }
                 };
                 // Warm up to the steady-state number of leases (not measured).
-                while held.len() < in_flight_per_conn {
-                    acquire_batch(&mut conn, &mut held, BATCH);
-                }
-                let _ = &eps;
-                for _ in 0..ROUNDS {
-                    barrier.wait(); // measured: acquires
-                    acquire_batch(&mut conn, &mut held, BATCH);
-                    barrier.wait();
-                    barrier.wait(); // measured: releases of the oldest leases
-                    let queries: Vec<Vec<u8>> = held
-                        .drain(..BATCH)
-                        .map(|m| scripts::release_call(&scripts, true, &keys, &[m]))
-                        .collect();
-                    for r in conn.pipeline(&queries) {
-                        assert_eq!(r, Value::Integer(1), "release must find its lease");
+                for (v, h) in held.iter_mut().enumerate() {
+                    while h.len() < in_flight_per_conn {
+                        acquire_batch(&mut conn, v, h);
                     }
-                    barrier.wait();
+                }
+                for _ in 0..ROUNDS {
+                    for (v, h) in held.iter_mut().enumerate() {
+                        barrier.wait(); // measured: acquires of variant v
+                        acquire_batch(&mut conn, v, h);
+                        barrier.wait();
+                    }
+                    for (v, h) in held.iter_mut().enumerate() {
+                        barrier.wait(); // measured: releases of variant v's oldest leases
+                        let keys = &routes[v].1;
+                        let queries: Vec<Vec<u8>> = h
+                            .drain(..BATCH)
+                            .map(|m| scripts::release_call(&scripts, true, keys, &[m]))
+                            .collect();
+                        for r in conn.pipeline(&queries) {
+                            assert_eq!(r, Value::Integer(1), "release must find its lease");
+                        }
+                        barrier.wait();
+                    }
+                }
+                // Give back what is still held (not measured), so a later measurement of the
+                // same route starts from idle endpoints, not from this one's leftover load.
+                for (v, h) in held.iter_mut().enumerate() {
+                    let keys = &routes[v].1;
+                    let queries: Vec<Vec<u8>> = h
+                        .drain(..)
+                        .map(|m| scripts::release_call(&scripts, true, keys, &[m]))
+                        .collect();
+                    conn.pipeline(&queries);
                 }
             })
         })
         .collect();
-    let (mut pick, mut release) = ((0u64, 0u64), (0u64, 0u64));
+    let phase = |c: &mut ailb_testkit::Conn| {
+        c.cmd(&["CONFIG", "RESETSTAT"]);
+        barrier.wait();
+        barrier.wait();
+        command_stats(c, "evalsha")
+    };
+    let n = variants.len();
+    let (mut pick, mut release) = (vec![(0u64, 0u64); n], vec![(0u64, 0u64); n]);
+    let mut rounds = vec![Vec::with_capacity(ROUNDS); n];
     for _ in 0..ROUNDS {
-        c.cmd(&["CONFIG", "RESETSTAT"]);
-        barrier.wait();
-        barrier.wait();
-        let (calls, usec) = command_stats(&mut c, "evalsha");
-        pick = (pick.0 + calls, pick.1 + usec);
-        c.cmd(&["CONFIG", "RESETSTAT"]);
-        barrier.wait();
-        barrier.wait();
-        let (calls, usec) = command_stats(&mut c, "evalsha");
-        release = (release.0 + calls, release.1 + usec);
+        for v in 0..n {
+            let (calls, usec) = phase(&mut c);
+            pick[v] = (pick[v].0 + calls, pick[v].1 + usec);
+            rounds[v].push(usec as f64 / calls.max(1) as f64);
+        }
+        for r in release.iter_mut() {
+            let (calls, usec) = phase(&mut c);
+            *r = (r.0 + calls, r.1 + usec);
+        }
     }
     for w in workers {
         w.join().unwrap();
     }
-    Measured {
-        pick_us: pick.1 as f64 / pick.0 as f64,
-        release_us: release.1 as f64 / release.0 as f64,
-    }
+    (0..n)
+        .map(|v| Measured {
+            pick_us: pick[v].1 as f64 / pick[v].0 as f64,
+            release_us: release[v].1 as f64 / release[v].0 as f64,
+            rounds: std::mem::take(&mut rounds[v]),
+        })
+        .collect()
 }
 
 /// `return 1` under the same load shape.
@@ -285,18 +327,30 @@ fn main() {
         prefix.push((name, measure(&redis, 64, blocks, false).pick_us));
     }
     // Session stickiness on top of least-request, side by side with plain least-request at the
-    // same endpoint count (measured again next to it: the machine's noise moves both alike).
-    // Fifteen adjacent pairs; the median of the pairs' differences is the session's cost (a few
-    // noisy pairs move neither), the least of each side the absolute figures.
-    let (mut plain256, mut sticky256) = (f64::MAX, f64::MAX);
-    let mut diffs = Vec::new();
-    for _ in 0..15 {
-        let plain = measure_glr(&redis, 256).pick_us;
-        let sticky = measure(&redis, 256, 0, true).pick_us;
-        plain256 = plain256.min(plain);
-        sticky256 = sticky256.min(sticky);
-        diffs.push(sticky - plain);
-    }
+    // same endpoint count: in every round each is measured within the same milliseconds, and
+    // the median of the rounds' differences is the session's cost (a round the machine's noise
+    // hit moves it little).
+    let side = measure_side_by_side(
+        &redis,
+        256,
+        &[
+            Variant {
+                blocks: 0,
+                sticky: false,
+            },
+            Variant {
+                blocks: 0,
+                sticky: true,
+            },
+        ],
+    );
+    let sticky256 = side[1].pick_us;
+    let mut diffs: Vec<f64> = side[1]
+        .rounds
+        .iter()
+        .zip(&side[0].rounds)
+        .map(|(s, p)| s - p)
+        .collect();
     diffs.sort_by(f64::total_cmp);
     let session_cost = diffs[diffs.len() / 2];
     // Floor measured before and after; the mean is the reference for the ratio.

@@ -10,7 +10,7 @@ use ailb_core::redis::scripts::{
     SessionState,
 };
 use ailb_core::upstream::fingerprint;
-use ailb_testkit::{Conn, Options, RedisServer};
+use ailb_testkit::{Conn, RedisServer};
 use std::collections::HashMap;
 
 struct Bed {
@@ -189,27 +189,30 @@ fn a_session_is_bound_then_kept_within_the_guard_and_counts_nothing_extra() {
     assert_eq!(bed.bound(&mut c, "conv").as_deref(), Some(first.as_str()));
 }
 
-/// A kept session's TTL is refreshed by its read (GETEX), and by GET + EXPIRE on a server
-/// without GETEX (older than Redis 6.2).
+/// A kept session's TTL (120 s here) is refreshed once a tenth of it has passed (less than 108 s
+/// left), not on every turn: a refresh is a write, two reads are cheaper (pick.lua
+/// `session_get`, docs/redis-data-model.md §10).
 #[test]
-fn a_kept_session_has_its_ttl_refreshed_with_or_without_getex() {
-    for disabled in [vec![], vec!["GETEX"]] {
-        let redis = RedisServer::start_with(Options {
-            disabled_commands: disabled.clone(),
-            ..Options::default()
-        });
-        let mut c = redis.conn();
-        let bed = Bed::new(&[A, B]);
-        let (first, _) = bed.acquire(&mut c, "r0", Some("conv"));
-        let key = session_key(&bed.keys.namespace, b"conv");
-        c.cmd(&["EXPIRE", key.as_str(), "5"]);
+fn a_kept_session_has_its_ttl_refreshed_once_a_tenth_of_it_has_passed() {
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    let bed = Bed::new(&[A, B]);
+    let (first, _) = bed.acquire(&mut c, "r0", Some("conv"));
+    let key = session_key(&bed.keys.namespace, b"conv");
+    for (left, refreshed) in [(5, true), (107, true), (109, false), (115, false)] {
+        c.cmd(&["EXPIRE", key.as_str(), &left.to_string()]);
         let (ep, state) = bed.acquire(&mut c, "r1", Some("conv"));
         assert_eq!((ep.as_str(), state), (first.as_str(), SessionState::Kept));
+        bed.release(&mut c, "r1", &ep);
         let t = bed.ttl(&mut c, "conv");
-        assert!(
-            (100..=120).contains(&t),
-            "TTL {t} refreshed ({disabled:?} disabled)"
-        );
+        if refreshed {
+            assert!((115..=120).contains(&t), "{left} s left: TTL {t} refreshed");
+        } else {
+            assert!(
+                (left - 5..=left).contains(&t),
+                "{left} s left: TTL {t} kept"
+            );
+        }
     }
 }
 
@@ -348,13 +351,20 @@ fn endpoint_metrics_sessions_are_kept_while_their_pod_may_keep_them_else_rebound
         (A.into(), SessionState::New)
     );
     assert_eq!(bed.bound(&mut c, "chat").as_deref(), Some(A));
-    // Kept while its pod may keep it, whatever the scheduler prefers; the TTL is refreshed.
+    // Kept while its pod may keep it, whatever the scheduler prefers; the TTL is refreshed
+    // once a tenth of it (120 s) has passed, as for the acquire scripts.
     c.cmd(&["EXPIRE", key.as_str(), "5"]);
     assert_eq!(
         bind(&mut c, &key, B, &[A, B]),
         (A.into(), SessionState::Kept)
     );
-    assert!(bed.ttl(&mut c, "chat") > 5);
+    assert!(bed.ttl(&mut c, "chat") > 100);
+    c.cmd(&["EXPIRE", key.as_str(), "112"]);
+    assert_eq!(
+        bind(&mut c, &key, B, &[A, B]),
+        (A.into(), SessionState::Kept)
+    );
+    assert!(bed.ttl(&mut c, "chat") <= 112);
     // Its pod saturated, gone or unknown (not offered): rebound to the scheduler's pick.
     assert_eq!(
         bind(&mut c, &key, C, &[B, C]),

@@ -29,9 +29,6 @@ pub struct Options {
     /// Allow the DEBUG command (Redis 7 disables it by default): the e2e fault tests stall
     /// Redis with DEBUG SLEEP.
     pub debug_command: bool,
-    /// Commands renamed away (`rename-command X ""`): a server that answers them as unknown,
-    /// like one older than the command (GETEX is Redis >= 6.2).
-    pub disabled_commands: Vec<&'static str>,
 }
 
 pub struct RedisServer {
@@ -79,9 +76,6 @@ impl RedisServer {
             .args(["--save", "", "--appendonly", "no"]);
         if self.options.debug_command {
             cmd.args(["--enable-debug-command", "yes"]);
-        }
-        for c in &self.options.disabled_commands {
-            cmd.args(["--rename-command", c, ""]);
         }
         if self.options.cluster {
             cmd.args([

@@ -111,13 +111,14 @@ local function lease_id(request_id, tenant)
 end
 
 
--- Read the session's endpoint and refresh its TTL in one command: GETEX (Redis >= 6.2). An
--- older server answers an error; it then takes GET + EXPIRE (docs/redis-data-model.md §10).
+-- Read the session's endpoint; a binding in use has its TTL refreshed once a tenth of it has
+-- passed (PTTL below 90% of it), so an idle session is forgotten 0.9 to 1 TTL after its last
+-- turn. Two reads cost less than refreshing on every turn (a write: GETEX or EXPIRE), and work
+-- on any Redis version (docs/redis-data-model.md §10).
 local function session_get(skey, ttl)
-  local ep = redis.pcall('GETEX', skey, 'EX', ttl)
-  if type(ep) == 'table' and ep.err then
-    ep = redis.call('GET', skey)
-    if ep then redis.call('EXPIRE', skey, ttl) end
+  local ep = redis.call('GET', skey)
+  if ep and redis.call('PTTL', skey) < ttl * 900 then
+    redis.call('EXPIRE', skey, ttl)
   end
   return ep
 end
@@ -125,7 +126,7 @@ end
 -- Session stickiness (docs/redis-data-model.md §10). `skey` holds the session's endpoint. It
 -- keeps the session while it is a member (healthy, in the synced set) and not over the guard:
 -- the cap, or busier than the least-loaded endpoint `min` by more than both imbalance bounds.
--- The read refreshes the binding's TTL, so a kept session costs no further write.
+-- The read refreshes the binding's TTL when due (session_get), so a kept session seldom writes.
 -- `min` may be nil: it is then read only when the imbalance test needs it (a load above
 -- `max_abs`; at or below it no endpoint can be `max_abs` less busy), so a kept session
 -- usually costs no ZRANGE.
