@@ -43,10 +43,10 @@ if not pick or rank >= 0 then
   if not first then return {'EMPTY'} end
 end
 local tenant, window, pool_cap = ARGV[13], tonumber(ARGV[15]), tonumber(ARGV[12])
-local refused = admit(load, tenants, seen, now, cost, pool_cap, tenant,
+local refused, pool_total = admit(load, tenants, seen, now, cost, pool_cap, tenant,
   tonumber(ARGV[14]), window)
 if refused then return refused end
-if rank >= 0 and outranked(KEYS[#KEYS - 2], rank, now, load, cap, pool_cap, cost) then
+if rank >= 0 and outranked(KEYS[#KEYS - 2], rank, now, load, cap, pool_cap, cost, pool_total) then
   return {'FULL', min}
 end
 if not pick then

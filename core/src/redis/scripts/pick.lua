@@ -53,6 +53,14 @@ local function take(load, leases, ep, cost, expiry, request_id)
   redis.call('ZADD', leases, expiry, request_id .. '|' .. ep .. '|' .. cost)
 end
 
+-- The pool's load: the sum of its endpoints' loads, O(endpoints).
+local function pool_load(load)
+  local total = 0
+  local all = redis.call('ZRANGE', load, 0, -1, 'WITHSCORES')
+  for i = 2, #all, 2 do total = total + tonumber(all[i]) end
+  return total
+end
+
 -- The pool cap and tenant fairness (docs/redis-data-model.md §11), checked before the pick.
 -- The pool's load is the sum of the endpoints' loads: kept by the same take / give_back /
 -- reclaim as each endpoint's, so it heals with them. `tenants` (hash: tenant -> in-flight
@@ -60,7 +68,8 @@ end
 -- flight, or seen within `window` ms. A tenant at `limit` (its share of the capacity) is
 -- refused while another tenant is active; alone, it may use everything. Like the endpoint cap,
 -- an idle pool or tenant always admits one request. A refused tenant is waiting: it is
--- marked seen, so the room the others free goes to it. Returns nil (admitted) or the refusal.
+-- marked seen, so the room the others free goes to it. Returns nil (admitted) or the refusal,
+-- and the pool's load when `pool_cap` is set (nil otherwise), which `outranked` reuses.
 local function mark_waiting(seen, now, tenant, window)
   redis.call('ZADD', seen, now, tenant)
   redis.call('PEXPIRE', seen, window)
@@ -71,13 +80,12 @@ local function admit(load, tenants, seen, now, cost, pool_cap, tenant, limit, wi
   if tenant ~= '' then
     redis.call('ZREMRANGEBYSCORE', seen, '-inf', now - window)
   end
+  local total
   if pool_cap > 0 then
-    local total = 0
-    local all = redis.call('ZRANGE', load, 0, -1, 'WITHSCORES')
-    for i = 2, #all, 2 do total = total + tonumber(all[i]) end
+    total = pool_load(load)
     if total > 0 and total + cost > pool_cap then
       if tenant ~= '' then mark_waiting(seen, now, tenant, window) end
-      return {'POOL', tostring(total)}
+      return {'POOL', tostring(total)}, total
     end
   end
   if tenant ~= '' then
@@ -88,11 +96,11 @@ local function admit(load, tenants, seen, now, cost, pool_cap, tenant, limit, wi
       local busy = redis.call('HLEN', tenants) - 1
       if others > 0 or busy > 0 then
         mark_waiting(seen, now, tenant, window)
-        return {'TENANT', tostring(held)}
+        return {'TENANT', tostring(held)}, total
       end
     end
   end
-  return nil
+  return nil, total
 end
 
 -- The tenant's share of a request just taken (its lease id carries the tenant: lease.lua).
@@ -155,9 +163,10 @@ end
 -- `rank` is outranked while higher classes wait and the free room (in requests of its `cost`)
 -- is no more than their number: that room is theirs. The free room is the least of the room
 -- below its endpoint `cap` (summed over the endpoints) and the room below its `pool_cap`
--- (maxPoolRequests), whichever of the two is set.
+-- (maxPoolRequests), whichever of the two is set. `pool_total`: the pool's load if `admit`
+-- already summed it (nil: summed here).
 local WAIT_RANK = 4398046511104 -- 2^42 ms: past year 2109, and 8 classes stay exact in a double
-local function outranked(wait, rank, now, load, cap, pool_cap, cost)
+local function outranked(wait, rank, now, load, cap, pool_cap, cost, pool_total)
   if rank <= 0 or (cap <= 0 and pool_cap <= 0) then return false end
   local above = 0
   for r = 0, rank - 1 do
@@ -169,9 +178,7 @@ local function outranked(wait, rank, now, load, cap, pool_cap, cost)
   end
   if above == 0 then return false end
   if pool_cap > 0 then
-    local total = 0
-    local all = redis.call('ZRANGE', load, 0, -1, 'WITHSCORES')
-    for i = 2, #all, 2 do total = total + tonumber(all[i]) end
+    local total = pool_total or pool_load(load)
     if math.floor(math.max(pool_cap - total, 0) / cost) <= above then return true end
   end
   if cap <= 0 then return false end

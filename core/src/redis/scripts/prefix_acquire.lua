@@ -56,12 +56,12 @@ local cost, cap = tonumber(ARGV[4]), tonumber(ARGV[5])
 local first, min_s = lowest(load)
 if not first then return {'EMPTY'} end
 local pool_cap = tonumber(ARGV[13])
-local refused = admit(load, tenants, seen, now, cost, pool_cap, tenant,
+local refused, pool_total = admit(load, tenants, seen, now, cost, pool_cap, tenant,
   tonumber(ARGV[15]), window)
 if refused then return refused end
 local min = tonumber(min_s)
 local rank = tonumber(ARGV[17])
-if rank >= 0 and outranked(KEYS[#KEYS - 2], rank, now, load, cap, pool_cap, cost) then
+if rank >= 0 and outranked(KEYS[#KEYS - 2], rank, now, load, cap, pool_cap, cost, pool_total) then
   return {'FULL', min_s}
 end
 local pick, spilled, session = matched, 0, 0
