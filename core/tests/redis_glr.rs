@@ -281,17 +281,22 @@ fn it_answers_full_at_the_cap_without_incrementing() {
     let mut c = redis.conn();
     let g = Glr::new(2);
     g.sync(&mut c);
-    for i in 0..4 {
+    // Each pick also answers its endpoint's load before it (the plugin counts the top class's
+    // headroom from it): least-loaded first, so 0, 0, then 1, 1.
+    for (i, want) in [0, 0, 1, 1].into_iter().enumerate() {
         let r = g.acquire(
             &mut c,
             Acq {
                 rid: &format!("r{i}"),
                 cap: 2,
-                random: i,
+                random: i as u32,
                 ..Acq::default()
             },
         );
-        assert!(matches!(r, Ok(AcquireReply::Picked { .. })), "{r:?}");
+        assert!(
+            matches!(r, Ok(AcquireReply::Picked { load_before: Some(l), .. }) if l == want),
+            "{r:?}"
+        );
     }
     assert_eq!(
         g.acquire(

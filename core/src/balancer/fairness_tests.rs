@@ -243,7 +243,7 @@ fn the_lease_carries_the_tenant_and_redis_trouble_is_counted() {
     start(&mut host, &mut e, 2, &[(TENANT, "t1")]);
     let rid = host.last_query_args()[11].clone();
     let token = host.next_token - 4;
-    let reply = encode_command(&["OK", "10.0.0.2:80", "0"]);
+    let reply = encode_command(&["OK", "10.0.0.2:80", "0", "0", "0", "0"]);
     deliver(&mut host, &mut e, token, &reply);
     host.live_contexts.retain(|&x| x != 2);
     e.on_done(&mut host, 2);

@@ -212,6 +212,8 @@ pub enum PickReply {
         depth: u32,
         spilled: bool,
         session: SessionState,
+        /// The endpoint's load before this request (None: a session binding, nothing counted).
+        load_before: Option<u64>,
     },
     /// A service pick: Redis counted this service.
     Service(String),

@@ -105,6 +105,23 @@ fn a_full_pool_sheds_with_429_retry_after_and_holds_nothing() {
     assert_eq!(e.tracked(), (0, 0));
 }
 
+#[test]
+fn a_pick_past_max_request_count_counts_the_headroom_from_the_scripts_reply() {
+    let (mut host, mut e) = higress(LB());
+    // The reply's last item is the chosen endpoint's load before the request.
+    for (ctx, before, headroom) in [(2, "3", 0), (3, "4", 1), (4, "5", 2)] {
+        higress_start(&mut host, &mut e, ctx, Some("critical"));
+        let token = host.next_token - 4;
+        let reply = encode_command(&["OK", "10.0.0.1:80", "0", "0", "0", before]);
+        deliver(&mut host, &mut e, token, &reply);
+        assert_eq!(
+            host.metric("ai_lb.priority.admitted_headroom"),
+            headroom,
+            "load {before} before, maxRequestCount 4"
+        );
+    }
+}
+
 // ---- plain Envoy: the per-proxy counts in shared data ----
 
 fn envoy(lb: Value) -> (MockHost, Balancer) {

@@ -92,7 +92,7 @@ fn queued(host: &mut MockHost, e: &mut Balancer, ctx: u32, class: &str) -> Strin
 }
 
 fn picked(endpoint: &str) -> Vec<u8> {
-    encode_command(&["OK", endpoint, "0"])
+    encode_command(&["OK", endpoint, "0", "0", "0", "0"])
 }
 
 fn debug_header(host: &MockHost) -> String {

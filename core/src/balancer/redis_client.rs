@@ -341,11 +341,13 @@ impl RedisClient {
                 depth,
                 spilled,
                 session,
+                load_before,
             }) => PickReply::Picked {
                 endpoint,
                 depth,
                 spilled,
                 session,
+                load_before,
             },
             Ok(AcquireReply::Sync | AcquireReply::Empty) => PickReply::Resync,
             Ok(AcquireReply::Full) => PickReply::Full,

@@ -472,6 +472,7 @@ impl Request {
                 depth,
                 spilled,
                 session,
+                load_before,
             } => {
                 let lease = pick.lease(&endpoint);
                 if !pick.candidates.contains(&endpoint) {
@@ -485,7 +486,7 @@ impl Request {
                     reason: pick.reason(depth, spilled, session),
                     held: Held::Lease(lease),
                 };
-                let mut e = Vec::with_capacity(3);
+                let mut e = Vec::with_capacity(4);
                 let counted = match session {
                     SessionState::None => None,
                     SessionState::Kept => Some(Counter::SessionHit),
@@ -493,6 +494,12 @@ impl Request {
                     SessionState::Rebound => Some(Counter::SessionRebound),
                 };
                 e.extend(counted.map(Effect::Count));
+                // Only the top class is admitted past `maxRequestCount`: its headroom
+                // (README "Priority classes"), as the plain-Envoy pick counts it.
+                let base_cap = pick.config.common.max_load;
+                if base_cap > 0 && load_before.is_some_and(|l| l >= base_cap) {
+                    e.push(Effect::Count(Counter::PriorityAdmittedHeadroom));
+                }
                 e.push(Effect::Synced {
                     namespace,
                     fingerprint: pick.fingerprint.clone(),

@@ -53,7 +53,7 @@ fn the_header_names_the_session_and_rides_in_the_acquire() {
         &mut host,
         &mut e,
         t,
-        &bulk_array(&["OK", "10.0.0.2:80", "0", "0", "1"]),
+        &bulk_array(&["OK", "10.0.0.2:80", "0", "0", "1", "0"]),
     );
     e.on_response_headers(&mut host, 2);
     assert_eq!(debug(&host), "endpoint=10.0.0.2:80; reason=session");
@@ -76,7 +76,7 @@ fn each_session_state_has_its_reason_and_counter() {
             &mut host,
             &mut e,
             t,
-            &bulk_array(&["OK", "10.0.0.1:80", "0", "0", state]),
+            &bulk_array(&["OK", "10.0.0.1:80", "0", "0", state, "0"]),
         );
         e.on_response_headers(&mut host, 2);
         assert_eq!(
@@ -96,7 +96,7 @@ fn an_unknown_session_state_is_a_bad_reply_and_nothing_is_held() {
         &mut host,
         &mut e,
         t,
-        &bulk_array(&["OK", "10.0.0.1:80", "0", "0", "9"]),
+        &bulk_array(&["OK", "10.0.0.1:80", "0", "0", "9", "0"]),
     );
     assert_eq!(host.metric("ai_lb.fallback.bad_reply"), 1);
     assert_eq!(host.metric("ai_lb.session.fallback"), 1);

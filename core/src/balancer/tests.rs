@@ -101,7 +101,7 @@ fn routes_then_releases_exactly_once() {
         &mut host,
         &mut e,
         token,
-        &bulk_array(&["OK", "10.0.0.2:80", "0"]),
+        &bulk_array(&["OK", "10.0.0.2:80", "0", "0", "0", "0"]),
     );
     assert_eq!(host.override_host.as_deref(), Some("10.0.0.2:80"));
     assert_eq!(host.effective_context, Some(2));
@@ -130,7 +130,7 @@ fn steady_state_picks_skip_the_endpoint_list() {
         &mut host,
         &mut e,
         t,
-        &bulk_array(&["OK", "10.0.0.1:80", "0"]),
+        &bulk_array(&["OK", "10.0.0.1:80", "0", "0", "0", "0"]),
     );
     start(&mut host, &mut e, 3);
     assert_eq!(
@@ -168,7 +168,7 @@ fn abort_before_the_pick_returns_releases_on_arrival() {
         &mut host,
         &mut e,
         token,
-        &bulk_array(&["OK", "10.0.0.1:80", "0"]),
+        &bulk_array(&["OK", "10.0.0.1:80", "0", "0", "0", "0"]),
     );
     assert_eq!(host.override_host, None, "a dead stream is not touched");
     assert_eq!(host.resumed, 0);
@@ -218,7 +218,7 @@ fn noscript_retries_with_eval() {
         &mut host,
         &mut e,
         last,
-        &bulk_array(&["OK", "10.0.0.1:80", "0"]),
+        &bulk_array(&["OK", "10.0.0.1:80", "0", "0", "0", "0"]),
     );
     assert_eq!(host.override_host.as_deref(), Some("10.0.0.1:80"));
     assert_eq!(host.metric("ai_lb.redis.noscript"), 1);
@@ -232,7 +232,7 @@ fn sync_resends_the_list_once_then_gives_up() {
         &mut host,
         &mut e,
         t,
-        &bulk_array(&["OK", "10.0.0.1:80", "0"]),
+        &bulk_array(&["OK", "10.0.0.1:80", "0", "0", "0", "0"]),
     );
     let t = start(&mut host, &mut e, 3);
     assert_eq!(host.last_query_args().len(), 25);
@@ -320,7 +320,7 @@ fn override_failure_releases_and_falls_back() {
         &mut host,
         &mut e,
         t,
-        &bulk_array(&["OK", "10.0.0.1:80", "0"]),
+        &bulk_array(&["OK", "10.0.0.1:80", "0", "0", "0", "0"]),
     );
     assert_eq!(host.last_query_args()[0], "EVALSHA");
     assert!(host.last_query_args()[6].ends_with("|10.0.0.1:80|1"));
@@ -336,7 +336,7 @@ fn unknown_endpoint_in_reply_is_released() {
         &mut host,
         &mut e,
         t,
-        &bulk_array(&["OK", "10.9.9.9:80", "0"]),
+        &bulk_array(&["OK", "10.9.9.9:80", "0", "0", "0", "0"]),
     );
     assert_eq!(host.override_host, None);
     assert!(host.last_query_args()[6].ends_with("|10.9.9.9:80|1"));
@@ -410,7 +410,7 @@ fn oversized_body_is_balanced_by_load_without_holding_it() {
         &mut host,
         &mut e,
         7 + 4 * 3,
-        &bulk_array(&["OK", "10.0.0.1:80", "0"]),
+        &bulk_array(&["OK", "10.0.0.1:80", "0", "0", "0", "0"]),
     );
     assert_eq!(host.override_host.as_deref(), Some("10.0.0.1:80"));
     // Later chunks pass straight through.
@@ -439,7 +439,7 @@ fn debug_header_names_endpoint_and_reason() {
         &mut host,
         &mut e,
         t,
-        &bulk_array(&["OK", "10.0.0.1:80", "0"]),
+        &bulk_array(&["OK", "10.0.0.1:80", "0", "0", "0", "0"]),
     );
     e.on_response_headers(&mut host, 2);
     assert_eq!(
@@ -550,7 +550,7 @@ fn prefix_sends_the_chain_as_keys() {
         &mut host,
         &mut e,
         t,
-        &bulk_array(&["OK", "10.0.0.2:80", "2", "0"]),
+        &bulk_array(&["OK", "10.0.0.2:80", "2", "0", "0", "0"]),
     );
     assert_eq!(host.override_host.as_deref(), Some("10.0.0.2:80"));
     assert_eq!(host.metric("ai_lb.prefix.hit"), 1);
@@ -576,7 +576,7 @@ fn prefix_counts_spills() {
         &mut host,
         &mut e,
         t,
-        &bulk_array(&["OK", "10.0.0.1:80", "1", "1"]),
+        &bulk_array(&["OK", "10.0.0.1:80", "1", "1", "0", "0"]),
     );
     assert_eq!(host.metric("ai_lb.prefix.spill"), 1);
     assert_eq!(host.metric("ai_lb.prefix.hit"), 0);
@@ -603,7 +603,7 @@ fn prefix_falls_back_to_least_request_on_bad_bodies() {
             &mut host,
             &mut e,
             t,
-            &bulk_array(&["OK", "10.0.0.1:80", "0"]),
+            &bulk_array(&["OK", "10.0.0.1:80", "0", "0", "0", "0"]),
         );
         assert_eq!(
             host.override_host.as_deref(),
@@ -637,7 +637,7 @@ fn reclaiming_picks_are_drawn_not_every_16th() {
             &mut host,
             &mut e,
             token,
-            &bulk_array(&["OK", "10.0.0.1:80", "0"]),
+            &bulk_array(&["OK", "10.0.0.1:80", "0", "0", "0", "0"]),
         );
         end(&mut host, &mut e, ctx);
         let release = host.next_token - 4;

@@ -333,12 +333,15 @@ pub fn release_call(scripts: &Scripts, by_sha: bool, keys: &Keys, members: &[Str
 /// What an acquire answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AcquireReply {
-    /// `depth`: prefix blocks matched (0 = none); `spilled`: the match was too loaded.
+    /// `depth`: prefix blocks matched (0 = none); `spilled`: the match was too loaded;
+    /// `load_before`: the endpoint's load before this request (None: the session binding
+    /// call, which counts nothing).
     Picked {
         endpoint: String,
         depth: u32,
         spilled: bool,
         session: SessionState,
+        load_before: Option<u64>,
     },
     /// Every endpoint is at the cap, or the pool at its cap: nothing was incremented.
     Full,
@@ -392,16 +395,15 @@ pub fn parse_acquire(raw: &[u8]) -> Result<AcquireReply, ReplyError> {
     let tag = items.first().and_then(Value::as_str);
     match (tag, items.get(1).and_then(Value::as_str)) {
         (Some("OK"), Some(ep)) if !ep.is_empty() => {
-            // Prefix and session replies have 4 or 5 items; a plain least-request reply's
-            // third is the load.
-            let prefix = items.len() >= 4;
-            let depth = items.get(2).and_then(Value::as_i64).filter(|_| prefix);
-            let session = match items.get(4).map(Value::as_i64) {
-                None => SessionState::None,
-                Some(Some(1)) => SessionState::Kept,
-                Some(Some(2)) => SessionState::New,
-                Some(Some(3)) => SessionState::Rebound,
-                Some(_) => {
+            // {OK, endpoint, depth, spilled, session state, load before}; the session binding
+            // call (session_bind.lua) stops after the state.
+            let int = |i: usize| items.get(i).and_then(Value::as_i64);
+            let session = match int(4) {
+                Some(0) => SessionState::None,
+                Some(1) => SessionState::Kept,
+                Some(2) => SessionState::New,
+                Some(3) => SessionState::Rebound,
+                _ => {
                     return Err(ReplyError::Malformed(format!(
                         "unexpected session state in {items:?}"
                     )))
@@ -409,9 +411,10 @@ pub fn parse_acquire(raw: &[u8]) -> Result<AcquireReply, ReplyError> {
             };
             Ok(AcquireReply::Picked {
                 endpoint: ep.to_string(),
-                depth: depth.unwrap_or(0).clamp(0, i64::from(u32::MAX)) as u32,
-                spilled: prefix && items.get(3).and_then(Value::as_i64) == Some(1),
+                depth: int(2).unwrap_or(0).clamp(0, i64::from(u32::MAX)) as u32,
+                spilled: int(3) == Some(1),
                 session,
+                load_before: int(5).and_then(|l| u64::try_from(l).ok()),
             })
         }
         (Some("FULL"), _) => Ok(AcquireReply::Full),
@@ -594,7 +597,8 @@ mod tests {
                     endpoint: "h:1".into(),
                     depth: 2,
                     spilled: false,
-                    session: want
+                    session: want,
+                    load_before: None
                 })
             );
         }
@@ -605,21 +609,23 @@ mod tests {
     #[test]
     fn parses_replies() {
         assert_eq!(
-            parse_acquire(b"*3\r\n$2\r\nOK\r\n$6\r\nh:8000\r\n$1\r\n0\r\n"),
+            parse_acquire(b"*6\r\n$2\r\nOK\r\n$6\r\nh:8000\r\n:0\r\n:0\r\n:0\r\n:7\r\n"),
             Ok(AcquireReply::Picked {
                 endpoint: "h:8000".into(),
                 depth: 0,
                 spilled: false,
-                session: SessionState::None
+                session: SessionState::None,
+                load_before: Some(7)
             })
         );
         assert_eq!(
-            parse_acquire(b"*4\r\n$2\r\nOK\r\n$6\r\nh:8000\r\n:3\r\n:1\r\n"),
+            parse_acquire(b"*6\r\n$2\r\nOK\r\n$6\r\nh:8000\r\n:3\r\n:1\r\n:1\r\n:0\r\n"),
             Ok(AcquireReply::Picked {
                 endpoint: "h:8000".into(),
                 depth: 3,
                 spilled: true,
-                session: SessionState::None
+                session: SessionState::Kept,
+                load_before: Some(0)
             })
         );
         assert_eq!(

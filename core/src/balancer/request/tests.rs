@@ -92,6 +92,7 @@ fn picked(endpoint: &str) -> Event {
         depth: 0,
         spilled: false,
         session: SessionState::None,
+        load_before: Some(0),
     })
 }
 
@@ -218,6 +219,7 @@ fn stream_end_during_the_pick_orphans_it_and_undo_releases_on_arrival() {
         depth: 0,
         spilled: false,
         session: SessionState::None,
+        load_before: Some(0),
     };
     assert_eq!(released(&undo(pick.clone(), &reply)), ["rid|10.0.0.1:80|1"]);
     let lost = undo(pick.clone(), &PickReply::Failed(Cause::RedisTimeout));
@@ -339,6 +341,7 @@ fn every_acquire_is_released_exactly_once_in_any_event_order() {
                         depth: 1,
                         spilled: false,
                         session: SessionState::None,
+                        load_before: Some(0),
                     },
                     4 => PickReply::Resync,
                     5 => PickReply::NoScript,
@@ -395,6 +398,7 @@ fn every_acquire_is_released_exactly_once_in_any_event_order() {
                 depth: 0,
                 spilled: false,
                 session: SessionState::None,
+                load_before: Some(0),
             };
             acquired.push("rid|10.0.0.2:80|1".into());
             released_members.extend(released(&undo(p, &reply)));

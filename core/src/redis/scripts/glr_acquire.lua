@@ -13,8 +13,8 @@
 -- ARGV[15] tenant window (ms)  ARGV[16] the request's class rank for the waiting queue
 -- (-1 = no queue check)
 -- ARGV[17..] the healthy endpoints, sent only when the caller's set changed.
--- Reply: {"OK", endpoint, load before} without a session, {"OK", endpoint, 0, 0, session
--- state (pick.lua's session_pick)} with one | {"FULL", min load} | {"POOL", pool load} |
+-- Reply: {"OK", endpoint, 0, 0, session state (0 without a session, else pick.lua's
+-- session_pick), the endpoint's load before this request} | {"FULL", min load} | {"POOL", pool load} |
 -- {"TENANT", tenant's load} | {"SYNC"} | {"EMPTY"}
 local load, leases = KEYS[1], KEYS[2]
 local tenants, seen = KEYS[#KEYS - 1], KEYS[#KEYS]
@@ -55,13 +55,13 @@ if not pick then
   end
   pick = tie_break(load, first, min, tonumber(ARGV[6]))
 end
-take(load, leases, pick, ARGV[4], now + tonumber(ARGV[2]), lease_id(ARGV[3], tenant))
+local before = take(load, leases, pick, ARGV[4], now + tonumber(ARGV[2]),
+  lease_id(ARGV[3], tenant))
 tenant_take(tenants, seen, now, cost, tenant, window)
 if session_ttl > 0 then
-  -- A kept binding's TTL was refreshed by its read; a new or moved one is written.
+  -- A kept binding's TTL was refreshed by its read when due; a new or moved one is written.
   if session ~= 1 then
     redis.call('SET', KEYS[4], pick, 'EX', session_ttl)
   end
-  return {'OK', pick, 0, 0, session}
 end
-return {'OK', pick, min}
+return {'OK', pick, 0, 0, session, before}

@@ -47,10 +47,12 @@ local function least_loaded(load, random)
   return tie_break(load, first, min, random), min
 end
 
--- Count the request on `ep` and write its lease.
+-- Count the request on `ep` and write its lease. Returns `ep`'s load before it (the reply's
+-- last item: above maxRequestCount it is the top class's headroom, counted by the plugin).
 local function take(load, leases, ep, cost, expiry, request_id)
-  redis.call('ZINCRBY', load, cost, ep)
+  local after = redis.call('ZINCRBY', load, cost, ep)
   redis.call('ZADD', leases, expiry, request_id .. '|' .. ep .. '|' .. cost)
+  return tonumber(after) - tonumber(cost)
 end
 
 -- The pool's load: the sum of its endpoints' loads, O(endpoints).

@@ -10,8 +10,8 @@
 -- ARGV[13..16] pool cap, tenant id, tenant limit, tenant window (as glr_acquire.lua's 12..15)
 -- ARGV[17] the request's class rank for the waiting queue (-1 = no queue check)
 -- ARGV[18..] the healthy endpoints, sent only when the caller's set changed.
--- Reply: {"OK", endpoint, matched depth, spilled 0|1} without a session, {.., session state}
--- with one (pick.lua's session_pick) | {"FULL", min load} | {"POOL", pool load} | {"TENANT", tenant's load}
+-- Reply: {"OK", endpoint, matched depth, spilled 0|1, session state (0 without a session, else
+-- pick.lua's session_pick), the endpoint's load before this request} | {"FULL", min load} | {"POOL", pool load} | {"TENANT", tenant's load}
 -- | {"SYNC"} | {"EMPTY"}
 local load, leases = KEYS[1], KEYS[2]
 local tenants, seen = KEYS[#KEYS - 1], KEYS[#KEYS]
@@ -99,13 +99,13 @@ end
 for i = depth + 1, n do
   redis.call('SET', KEYS[3 + i], pick, 'EX', ttl)
 end
-take(load, leases, pick, ARGV[4], now + tonumber(ARGV[2]), lease_id(ARGV[3], tenant))
+local before = take(load, leases, pick, ARGV[4], now + tonumber(ARGV[2]),
+  lease_id(ARGV[3], tenant))
 tenant_take(tenants, seen, now, cost, tenant, window)
 if session_ttl > 0 then
-  -- A kept binding's TTL was refreshed by its read; a new or moved one is written.
+  -- A kept binding's TTL was refreshed by its read when due; a new or moved one is written.
   if session ~= 1 then
     redis.call('SET', skey, pick, 'EX', session_ttl)
   end
-  return {'OK', pick, depth, spilled, session}
 end
-return {'OK', pick, depth, spilled}
+return {'OK', pick, depth, spilled, session, before}
