@@ -3,6 +3,7 @@
 
 use super::pick::{GlobalLease, Lease, LocalLease, Pick, PickReply, ServiceLease};
 use crate::config::RouteConfig;
+use crate::prefix::PrefixKey;
 use crate::reason::{Cause, Reason};
 use crate::redis::scripts::Keys;
 use crate::stats::Counter;
@@ -22,8 +23,26 @@ pub enum Decision {
     },
     /// Refuse the request with 429.
     Reject(Rejection),
+    /// Refused for want of room (plain Envoy's prefix_cache), with what was read from the body:
+    /// if the request waits, its retry decides with it (see [`PromptRead`]).
+    Refused {
+        rejection: Rejection,
+        read: Rc<PromptRead>,
+    },
     /// The policy cannot decide: fail open (or 503 under `failureMode: deny`).
     Fallback(Cause),
+}
+
+/// What plain Envoy's prefix_cache read from a request's body before refusing it for want of
+/// room. A held body cannot be read outside its own callback, so a retry from the waiting
+/// queue decides with this; without it the request would be balanced without its prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PromptRead {
+    /// The prompt's chained prefix keys (prefix/chain.rs) and its anchor block (prefix/anchor.rs).
+    pub keys: Vec<PrefixKey>,
+    pub anchor: usize,
+    /// The session id, as read with the body (`sessionBodyField` needs it).
+    pub session: Option<Vec<u8>>,
 }
 
 /// What a request routed in this proxy holds until its stream ends.
@@ -250,6 +269,9 @@ pub enum Effect {
     Decide {
         read_body: bool,
     },
+    /// A waiting request decides again (plain Envoy) with what the first decision read from
+    /// its body.
+    Redecide(Rc<PromptRead>),
     Send(Box<Pick>),
     /// A waiting request's pick, sent again with the endpoints as they are now.
     Retry(Box<Pick>),

@@ -1007,3 +1007,34 @@ fn long_unicode_and_empty_session_ids_on_plain_envoy_prefix() {
     assert_eq!(host.metric("ai_lb.session.hit"), 9);
     assert_eq!(in_flight(&host), 0);
 }
+
+#[test]
+fn a_turn_that_waited_for_room_is_still_routed_by_its_prefix() {
+    let lb = json!({"maxPoolRequests": 2, "queueTimeoutMs": 1000});
+    let (mut host, mut e) = proxy(config(&endpoints(3), lb, json!({}), 65_536));
+    let first = request(&mut host, &mut e, 2, &chat("alpha", 0));
+    // Two other conversations fill the pool.
+    send(&mut host, &mut e, 3, &chat("beta", 0));
+    send(&mut host, &mut e, 4, &chat("gamma", 0));
+    // alpha's next turn waits for room, headers and body held.
+    host.body = chat("alpha", 1);
+    host.live_contexts.push(5);
+    assert_eq!(e.on_request_headers(&mut host, 5, false), Verdict::Pause);
+    let len = host.body.len();
+    assert_eq!(e.on_request_body(&mut host, 5, len, true), Verdict::Pause);
+    assert_eq!((e.queued(), host.local_responses.len()), (1, 0));
+    // The body is unreadable once its callback returned: the retry must not need it.
+    host.body = b"not json".to_vec();
+    end(&mut host, &mut e, 3);
+    assert_eq!(e.queued(), 0, "admitted by the release");
+    let dest = header(&host.request_headers, DEST).unwrap_or_default();
+    host.response_headers = vec![(":status".into(), "200".into())];
+    e.on_response_headers(&mut host, 5);
+    let debug = header(&host.response_headers, DEBUG).unwrap_or_default();
+    assert!(dest.starts_with(&first.to), "{dest} after waiting");
+    assert!(debug.contains("reason=prefix_hit"), "{debug}");
+    for ctx in [4, 5] {
+        end(&mut host, &mut e, ctx);
+    }
+    assert_eq!((in_flight(&host), e.tracked()), (0, (0, 0)));
+}

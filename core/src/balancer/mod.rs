@@ -518,8 +518,14 @@ impl Balancer {
     fn perform(&mut self, host: &mut dyn Host, ctx: u32, effect: Effect) -> Option<Event> {
         match effect {
             Effect::Decide { read_body } => {
-                Some(Event::Decided(self.decide(host, ctx, read_body)?))
+                Some(Event::Decided(self.decide(host, ctx, read_body, None)?))
             }
+            Effect::Redecide(read) => Some(Event::Decided(self.decide(
+                host,
+                ctx,
+                false,
+                Some(&read),
+            )?)),
             Effect::Retry(mut pick) => {
                 if let Pick::Endpoint(p) = &mut *pick {
                     let synced = self.redis.synced(&p.keys.namespace).cloned();
@@ -783,6 +789,7 @@ impl Balancer {
         host: &mut dyn Host,
         ctx: u32,
         read_body: bool,
+        read: Option<&Rc<request::PromptRead>>,
     ) -> Option<request::Decision> {
         let req = self.requests.get(&ctx)?;
         let input = Input {
@@ -792,6 +799,7 @@ impl Balancer {
             inflight: req.inflight.as_ref(),
             body_bytes: req.body_bytes,
             read_body,
+            read,
             synced: req
                 .keys
                 .as_ref()

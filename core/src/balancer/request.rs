@@ -14,7 +14,8 @@
 
 use super::events::DENIED;
 pub use super::events::{
-    Decision, Effect, Event, Hold, Leave, LocalReply, Rejection, Ticket, WaitAnswer, Waiter,
+    Decision, Effect, Event, Hold, Leave, LocalReply, PromptRead, Rejection, Ticket, WaitAnswer,
+    Waiter,
 };
 pub use super::held::undo;
 use super::held::{success, Held};
@@ -35,12 +36,8 @@ enum Phase {
     /// A pick is being sent again (NOSCRIPT, resync) after its first reply; still held.
     Resending,
     /// Waiting queue: refused for want of room, held until room frees, `rejection` at the
-    /// deadline. `retry` is the Redis pick to send again (it acquired nothing); None: decide
-    /// again (plain Envoy, where the policy counts in this proxy).
-    Waiting {
-        rejection: Rejection,
-        retry: Option<Box<Pick>>,
-    },
+    /// deadline; `again` is how it tries once room may have freed.
+    Waiting { rejection: Rejection, again: Again },
     /// The choice is published; `held` is given back at stream end.
     Routed {
         endpoint: String,
@@ -49,6 +46,16 @@ enum Phase {
     },
     /// Decided with nothing held: fallback, or a local reply (`replied`) that ended the stream.
     Settled { reason: Reason, replied: bool },
+}
+
+/// How a waiting request tries again.
+#[derive(Debug)]
+enum Again {
+    /// Send the same Redis pick (the refused one acquired nothing).
+    Pick(Box<Pick>),
+    /// Decide again in this proxy (plain Envoy, where the policy counts), with what the first
+    /// decision read from the body if it kept it.
+    Decide(Option<Rc<PromptRead>>),
 }
 
 /// One HTTP request's routing.
@@ -178,14 +185,15 @@ impl Request {
 
     /// Room may have freed: one more acquire (the same pick, or the policy again).
     fn on_admit(&mut self) -> Vec<Effect> {
-        let Phase::Waiting { retry, .. } = std::mem::replace(&mut self.phase, Phase::Resending)
+        let Phase::Waiting { again, .. } = std::mem::replace(&mut self.phase, Phase::Resending)
         else {
             return Vec::new();
         };
-        match retry {
-            Some(pick) => vec![Effect::Retry(pick)],
+        match again {
+            Again::Pick(pick) => vec![Effect::Retry(pick)],
+            Again::Decide(Some(read)) => vec![Effect::Redecide(read)],
             // The body is not read again: a held body is not readable outside its callback.
-            None => vec![Effect::Decide { read_body: false }],
+            Again::Decide(None) => vec![Effect::Decide { read_body: false }],
         }
     }
 
@@ -374,7 +382,10 @@ impl Request {
                     fallbacks,
                 }]
             }
-            Decision::Reject(r) => self.refuse(r, None),
+            Decision::Reject(r) => self.refuse(r, Again::Decide(None)),
+            Decision::Refused { rejection, read } => {
+                self.refuse(rejection, Again::Decide(Some(read)))
+            }
             Decision::Fallback(cause) => self.fall_back(cause),
         }
     }
@@ -534,7 +545,7 @@ impl Request {
                 if matches!(full, PickReply::PoolFull) {
                     e.push(Effect::Count(Counter::PoolFull));
                 }
-                e.extend(self.refuse(r, Some(Box::new(Pick::Endpoint(pick)))));
+                e.extend(self.refuse(r, Again::Pick(Box::new(Pick::Endpoint(pick)))));
                 e
             }
             PickReply::Tenant => self.reject(Rejection::ShedTenant),
@@ -679,12 +690,12 @@ impl Request {
     }
 
     /// A refusal: with a waiting queue, one for want of room waits instead (README "Waiting
-    /// queue"); `retry` is what to try again.
-    fn refuse(&mut self, r: Rejection, retry: Option<Box<Pick>>) -> Vec<Effect> {
+    /// queue"); `again` is how it tries again.
+    fn refuse(&mut self, r: Rejection, again: Again) -> Vec<Effect> {
         if self.config.common.queue.is_some() && r.may_wait() {
             self.phase = Phase::Waiting {
                 rejection: r,
-                retry,
+                again,
             };
             return vec![Effect::Wait(r)];
         }

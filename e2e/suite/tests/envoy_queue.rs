@@ -76,7 +76,11 @@ fn envoy_holds_requests_over_the_pool_and_admits_them_as_room_frees() {
     let waiters: Vec<_> = (0..4)
         .map(|i| send(envoy.url.clone(), ["standard", "critical"][i % 2], 30))
         .collect();
-    std::thread::sleep(Duration::from_millis(200));
+    // (Polled: on a loaded machine the four may take longer than the holders' first 200 ms
+    // to reach the proxy; the counter counts every request that waited.)
+    wait_until(Duration::from_secs(5), || {
+        envoy.stat("ai_lb.queue.queued") >= 4
+    });
     assert_eq!(envoy.stat("ai_lb.queue.queued"), 4, "{}", envoy.logs());
     for h in join(holders) {
         assert_eq!((h.status, h.queued_ms()), (200, None), "{h:?}");

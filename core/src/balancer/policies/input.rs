@@ -1,6 +1,7 @@
 //! What a policy is given: the request it decides for ([`Input`]) and the VM's counters and
 //! randomness ([`Env`]).
 
+use crate::balancer::events::PromptRead;
 use crate::balancer::rng::VmRng;
 use crate::balancer::telemetry::Telemetry;
 use crate::config::{Class, RouteConfig};
@@ -19,6 +20,8 @@ pub struct Input<'a> {
     pub body_bytes: usize,
     /// False for a body over `maxBodyBytes`: decide without reading it.
     pub read_body: bool,
+    /// A waiting request's retry (plain Envoy): what its first decision read from the body.
+    pub read: Option<&'a Rc<PromptRead>>,
     /// cluster_metrics with `global_inflight_enabled`: the route's Redis count (None when the
     /// host did not name the route: the local path decides, as in Higress).
     pub inflight: Option<&'a Rc<InflightKeys>>,

@@ -23,7 +23,7 @@ use super::endpoint_metrics::EndpointMetrics;
 use super::input::{priority_class, Env, Input};
 use super::local_least_request;
 use crate::balancer::pick::{class_cap, cost_of};
-use crate::balancer::request::Decision;
+use crate::balancer::request::{Decision, PromptRead};
 use crate::balancer::shared;
 use crate::balancer::telemetry::Telemetry;
 use crate::config::{PrefixSettings, RouteConfig};
@@ -112,41 +112,32 @@ pub fn decide(
     if endpoints.is_empty() {
         return Decision::Fallback(Cause::NoHealthyEndpoint);
     }
-    if !input.read_body {
-        return local_least_request::decide(host, env, input, Some(&state.ring));
-    }
-    let body = host.request_body(0, input.body_bytes).unwrap_or_default();
-    let (keys, at) = match canonicalize(&body, &settings.canon) {
-        Ok(canon) => (
-            canon.chain_keys(),
-            anchor_of(canon.blocks(), settings.anchor),
-        ),
-        Err(e) => {
-            env.tel.inc(host, Counter::Fallback(Cause::BadRequest));
-            env.tel.log(
-                host,
-                LogLevel::Debug,
-                input.ctx,
-                format_args!("no prefix ({e}); least-request"),
-            );
-            return local_least_request::decide(host, env, input, Some(&state.ring));
-        }
+    // A waiting request's retry decides with what its first decision read (the held body is
+    // not readable outside its callback).
+    let read = match input.read {
+        Some(read) => read.clone(),
+        None if input.read_body => match read_prompt(host, env.tel, input, settings) {
+            Some(read) => Rc::new(read),
+            None => return local_least_request::decide(host, env, input, Some(&state.ring)),
+        },
+        None => return local_least_request::decide(host, env, input, Some(&state.ring)),
     };
+    let (keys, at) = (&read.keys, read.anchor);
     let Some(&home) = keys.get(at) else {
         return local_least_request::decide(host, env, input, Some(&state.ring));
     };
     let home = u64::from_le_bytes(home);
     let window = window(keys.len(), at);
     let now = host.now_ms();
-    let known = state.lookup(host, &keys, &window, now);
+    let known = state.lookup(host, keys, &window, now);
     let hot = match &settings.guard {
         Some(mc) => metrics.saturated(host, input.config, mc),
         None => Vec::new(),
     };
-    let session = input.config.session.as_ref().and_then(|s| {
-        let id = super::session::session_id(&*host, s, Some(input.body_bytes))?;
-        state.ring.walk(super::session::ring_key(&id)).next()
-    });
+    let session = read
+        .session
+        .as_ref()
+        .and_then(|id| state.ring.walk(super::session::ring_key(id)).next());
     let class = priority_class(host, env.tel, input.config);
     let cap = class_cap(input.config, class);
     let cost = cost_of(input.config, input.body_bytes);
@@ -180,7 +171,7 @@ pub fn decide(
                 Reason::SessionRebound => env.tel.inc(host, Counter::SessionRebound),
                 _ => {}
             }
-            state.record(host, env.tel, input.ctx, &keys, &window, known, chosen, now);
+            state.record(host, env.tel, input.ctx, keys, &window, known, chosen, now);
             let fallbacks = state
                 .ring
                 .walk(home)
@@ -197,14 +188,59 @@ pub fn decide(
                 reason,
             )
         }
-        Ok(Ok(None)) => local_least_request::no_room(class),
-        Ok(Err(refused)) => local_least_request::refusal(host, env.tel, refused, class),
+        Ok(Ok(None)) => keeping(local_least_request::no_room(class), read),
+        Ok(Err(refused)) => keeping(
+            local_least_request::refusal(host, env.tel, refused, class),
+            read,
+        ),
         Err(e) => {
             if session.is_some() {
                 env.tel.inc(host, Counter::SessionFallback);
             }
             local_least_request::shared_data_failed(host, env.tel, input.ctx, &admission, &e)
         }
+    }
+}
+
+/// The body's prefix keys, anchor and session id; None (counted, logged) when it has no prompt
+/// to key on: least request then decides.
+fn read_prompt(
+    host: &mut dyn Host,
+    tel: &Telemetry,
+    input: &Input,
+    settings: &PrefixSettings,
+) -> Option<PromptRead> {
+    let body = host.request_body(0, input.body_bytes).unwrap_or_default();
+    match canonicalize(&body, &settings.canon) {
+        Ok(canon) => Some(PromptRead {
+            keys: canon.chain_keys(),
+            anchor: anchor_of(canon.blocks(), settings.anchor),
+            session: input
+                .config
+                .session
+                .as_ref()
+                .and_then(|s| super::session::session_id(&*host, s, Some(input.body_bytes))),
+        }),
+        Err(e) => {
+            tel.inc(host, Counter::Fallback(Cause::BadRequest));
+            tel.log(
+                host,
+                LogLevel::Debug,
+                input.ctx,
+                format_args!("no prefix ({e}); least-request"),
+            );
+            None
+        }
+    }
+}
+
+/// A refusal for want of room keeps what was read, for the retry if the request waits.
+fn keeping(decision: Decision, read: Rc<PromptRead>) -> Decision {
+    match decision {
+        Decision::Reject(rejection) if rejection.may_wait() => {
+            Decision::Refused { rejection, read }
+        }
+        other => other,
     }
 }
 
