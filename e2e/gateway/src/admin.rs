@@ -153,6 +153,7 @@ fn stats(shared: &Shared) -> String {
         out.push_str(&format!("gateway.{k} {v}\n"));
     }
     out.push_str(&format!("gateway.id {id}\n"));
+    out.push_str(&crate::prof::lines());
     for m in shared
         .metrics
         .lock()

@@ -23,6 +23,7 @@ pub mod host_state;
 pub mod hostcalls;
 pub mod hostcalls_data;
 pub mod mem;
+pub mod prof;
 pub mod redis;
 pub mod response;
 pub mod shared;

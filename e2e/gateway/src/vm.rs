@@ -147,7 +147,7 @@ impl Vm {
     fn call<P: wasmtime::WasmParams, R: wasmtime::WasmResults + Default>(
         &mut self,
         ctx: u32,
-        what: &str,
+        what: &'static str,
         f: Option<TypedFunc<P, R>>,
         args: P,
     ) -> Result<R> {
@@ -163,6 +163,7 @@ impl Vm {
         let started = std::time::Instant::now();
         let r = f.call(&mut self.store, args);
         let ns = started.elapsed().as_nanos() as u64;
+        crate::prof::record(what, ns);
         self.store
             .data()
             .shared

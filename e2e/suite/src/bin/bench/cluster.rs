@@ -236,6 +236,35 @@ pub fn cluster_plugin_cpu() -> anyhow::Result<()> {
         let gw = Gateway::start_config(&cluster_config(&bed, &spec, &svcs), &spec.id)?;
         let us = vm_us_per_request(&gw, 50, 500)?;
         println!("BENCH plugin_us_per_request_cluster_{name} {us:.1} us");
+        if std::env::var_os("AILB_PROF").is_some() {
+            prof_breakdown(&gw, name);
+        }
     }
     Ok(())
+}
+
+/// Per request over the gateway's whole life (warm-up included): calls and µs of every export
+/// and host call (`prof.*` in the emulator's `/stats`), for finding where the VM time goes.
+fn prof_breakdown(gw: &Gateway, name: &str) {
+    let stats = gw.stats();
+    let streams = stats
+        .get("gateway.streams_destroyed")
+        .copied()
+        .unwrap_or(0)
+        .max(1) as f64;
+    for (k, calls) in &stats {
+        let Some(what) = k
+            .strip_prefix("prof.")
+            .and_then(|k| k.strip_suffix(".calls"))
+        else {
+            continue;
+        };
+        let ns = stats.get(&format!("prof.{what}.ns")).copied().unwrap_or(0) as f64;
+        eprintln!(
+            "PROF {name} {what:<40} {:>6.2} calls/req {:>7.2} us/req {:>6.2} us/call",
+            *calls as f64 / streams,
+            ns / streams / 1e3,
+            ns / (*calls).max(1) as f64 / 1e3
+        );
+    }
 }

@@ -1,0 +1,50 @@
+//! Where the VM time goes: call counts and wall ns per plugin export and per host call,
+//! shown by `/stats` as `prof.<name>.calls` / `prof.<name>.ns` (export times include the host
+//! calls made inside them). Off unless the environment has `AILB_PROF` (read once), so the
+//! VM-time benchmarks measure the emulator without it. One process-wide map behind a mutex.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
+
+static PROF: Mutex<BTreeMap<&'static str, (u64, u64)>> = Mutex::new(BTreeMap::new());
+
+pub fn enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("AILB_PROF").is_some())
+}
+
+/// Records the span from here to its drop under `name` (nothing when profiling is off).
+pub struct Span(Option<(&'static str, Instant)>);
+
+pub fn span(name: &'static str) -> Span {
+    Span(enabled().then(|| (name, Instant::now())))
+}
+
+impl Drop for Span {
+    fn drop(&mut self) {
+        if let Some((name, at)) = self.0 {
+            record(name, at.elapsed().as_nanos() as u64);
+        }
+    }
+}
+
+pub fn record(name: &'static str, ns: u64) {
+    if !enabled() {
+        return;
+    }
+    let mut m = PROF.lock().unwrap_or_else(|e| e.into_inner());
+    let e = m.entry(name).or_insert((0, 0));
+    e.0 += 1;
+    e.1 += ns;
+}
+
+/// `prof.<name>.calls N` and `prof.<name>.ns N` lines, by name.
+pub fn lines() -> String {
+    let m = PROF.lock().unwrap_or_else(|e| e.into_inner());
+    let mut out = String::new();
+    for (name, (calls, ns)) in m.iter() {
+        out.push_str(&format!("prof.{name}.calls {calls}\nprof.{name}.ns {ns}\n"));
+    }
+    out
+}
