@@ -3,7 +3,7 @@
 //! health checks (`store_metrics`). A session's turns stay on one pod whichever gateway takes
 //! them (consistent hashing over the healthy pods, nothing shared between the gateways), leave
 //! it while its page says saturated (`session_rebound`, counted), come back when it recovers,
-//! and move for good when the pod dies. With Redis configured the binding lives there: a moved
+//! and move when the pod dies (`session_rebound` while it is listed unhealthy or recently gone). With Redis configured the binding lives there: a moved
 //! session stays on its new pod, and Redis down is the scheduler's pick, counted.
 
 use ailb_e2e::bed::{chat_body, Bed};
@@ -205,15 +205,22 @@ fn metrics_sessions_stay_put_across_gateways_leave_a_saturated_pod_and_a_dead_on
         })
     });
     assert!(gone, "{}", a.logs());
+    // Its ring points stay (the pod is still listed, unhealthy): each of its sessions goes to
+    // its walk's next pod, counted as rebound on every turn.
+    let before = sum([&a, &b], "ai_lb.session.rebound");
+    let mut rebound = 0;
     for sid in &sessions {
         let now = both(&a, &b, sid, "after");
         assert_ne!(now.0, hot);
-        assert_eq!(
-            now.1, "session",
-            "the ring of the healthy pods names its pod"
-        );
-        if home[sid] != hot {
-            assert_eq!(now.0, home[sid], "an unaffected session stays");
+        if home[sid] == hot {
+            assert_eq!(now.1, "session_rebound", "{sid:.12}: its pod died");
+            rebound += 4;
+        } else {
+            assert_eq!(
+                now,
+                (home[sid].clone(), "session".into()),
+                "an unaffected session stays"
+            );
         }
         assert_eq!(
             both(&a, &b, sid, "after 2"),
@@ -221,6 +228,8 @@ fn metrics_sessions_stay_put_across_gateways_leave_a_saturated_pod_and_a_dead_on
             "and stays on its new pod"
         );
     }
+    assert!(rebound >= 4);
+    assert_eq!(sum([&a, &b], "ai_lb.session.rebound") - before, rebound);
     assert_eq!(sum([&a, &b], "ai_lb.fallback.no_metrics"), 0);
     let _ = std::fs::remove_dir_all(&dir);
 }

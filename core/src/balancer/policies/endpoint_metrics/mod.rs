@@ -90,12 +90,18 @@ impl EndpointMetrics {
     ) -> Decision {
         let config = input.config;
         let sent = sent_counts(host);
-        let candidates = match mc.source {
+        // Higress's host list also names the pods that are not healthy (and this VM remembers
+        // those that left): a session's home is taken among them too, so that its leaving
+        // counts as a rebound (docs/redis-data-model.md §10).
+        let (candidates, members) = match mc.source {
             MetricsSource::Host => {
                 let cluster = host::text_property(host, "cluster_name").unwrap_or_default();
-                self.host_list.candidates(host, env.tel, cluster, mc, &sent)
+                let c = self
+                    .host_list
+                    .candidates(host, env.tel, cluster.clone(), mc, &sent);
+                (c, self.host_list.ring_members(&cluster))
             }
-            MetricsSource::Scrape => self.scraped_candidates(host, config, mc, &sent),
+            MetricsSource::Scrape => (self.scraped_candidates(host, config, mc, &sent), None),
         };
         let candidates = match candidates {
             Ok(c) if c.is_empty() => return Decision::Fallback(Cause::NoHealthyEndpoint),
@@ -151,17 +157,23 @@ impl EndpointMetrics {
             _ => None,
         };
         let home = match (&session, &bind) {
-            (Some((_, id)), None) => Some(self.session_home(&candidates, id)),
+            (Some((_, id)), None) => Some(self.session_home(&candidates, members.as_deref(), id)),
             _ => None,
         };
-        if let Some(Some(h)) = home {
+        if let Some(Home { at: Some(h), away }) = home {
             if let Some(c) = candidates.get(h).filter(|c| keeps_session(c, mc)) {
-                env.tel.inc(host, Counter::SessionHit);
+                // Its home unhealthy or gone: the walk's next pod takes it, counted as moved.
+                let (counter, reason) = if away {
+                    (Counter::SessionRebound, Reason::SessionRebound)
+                } else {
+                    (Counter::SessionHit, Reason::Session)
+                };
+                env.tel.inc(host, counter);
                 count_sent(host, &c.addr);
                 return Decision::Route {
                     endpoint: c.addr.clone(),
                     fallbacks: fallback_order(&candidates, h),
-                    reason: Reason::Session,
+                    reason,
                     hold: None,
                 };
             }
@@ -212,7 +224,7 @@ impl EndpointMetrics {
                 // With a session: its pod was passed by (or the scheduler took it anyway, every
                 // pod being as saturated).
                 let reason = match home {
-                    Some(h) if h == Some(index) => {
+                    Some(Home { at, away: false }) if at == Some(index) => {
                         env.tel.inc(host, Counter::SessionHit);
                         Reason::Session
                     }
@@ -236,14 +248,28 @@ impl EndpointMetrics {
         }
     }
 
-    /// The session's pod among `candidates` (by position): the first of its id's walk over the
-    /// CHWBL ring of the candidates' addresses (`session::ring_key`), the rule plain-Envoy
-    /// global_least_request uses. Every worker and every gateway that sees the same healthy set
-    /// puts a session on the same pod without storing a binding; an address keeps its points
-    /// whatever else joins or leaves, so only the sessions of a departed pod move
+    /// The session's pod among `candidates`: its id's walk over the CHWBL ring of the ring
+    /// members (`session::ring_key`, the rule plain-Envoy global_least_request uses), where
+    /// `members` (Higress's host list: every listed pod whatever its health, and those that
+    /// left recently, `host_list::DEPARTED_KEEP_MS`) joins the candidates. The walk's first
+    /// address is the session's home; when that is not a candidate (unhealthy or gone) the
+    /// walk's first candidate takes it and the session counts as rebound. An address keeps its
+    /// points whatever else joins or leaves, so every worker and every gateway that sees the
+    /// same healthy set puts a session on the same pod without storing a binding, whether or
+    /// not it remembers a departed pod, and only the sessions of a departed pod move
     /// (docs/redis-data-model.md §10).
-    fn session_home(&mut self, candidates: &[Candidate], id: &[u8]) -> Option<usize> {
-        let addrs: Vec<String> = candidates.iter().map(|c| c.addr.clone()).collect();
+    fn session_home(
+        &mut self,
+        candidates: &[Candidate],
+        members: Option<&Vec<String>>,
+        id: &[u8],
+    ) -> Home {
+        let mut addrs: Vec<String> = candidates.iter().map(|c| c.addr.clone()).collect();
+        if let Some(m) = members {
+            addrs.extend(m.iter().cloned());
+            addrs.sort_unstable();
+            addrs.dedup();
+        }
         let fp = upstream::fingerprint(&addrs);
         let ring = match &self.ring {
             Some((f, ring)) if *f == fp => ring.clone(),
@@ -253,8 +279,22 @@ impl EndpointMetrics {
                 ring
             }
         };
-        let home = ring.walk(super::session::ring_key(id)).next();
-        home.filter(|&h| h < candidates.len())
+        let position: HashMap<&str, usize> = candidates
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.addr.as_str(), i))
+            .collect();
+        let mut away = false;
+        for e in ring.walk(super::session::ring_key(id)) {
+            let Some(addr) = addrs.get(e) else {
+                break;
+            };
+            match position.get(addr.as_str()) {
+                Some(&at) => return Home { at: Some(at), away },
+                None => away = true,
+            }
+        }
+        Home { at: None, away }
     }
 
     /// A plain-Envoy prefix_cache's metrics guard: for each of `config.endpoints`, whether its
@@ -357,6 +397,15 @@ impl EndpointMetrics {
         self.snapshots.insert(ns.to_string(), (cas, snap.clone()));
         snap
     }
+}
+
+/// A session's place on the consistent-hash ring ([`EndpointMetrics::session_home`]).
+#[derive(Clone, Copy)]
+struct Home {
+    /// The first candidate of its walk (by position in the candidates).
+    at: Option<usize>,
+    /// Its home (the walk's first address) is not a candidate: unhealthy or gone.
+    away: bool,
 }
 
 /// Whether a session stays on candidate `c`: it has metrics (a pod never scraped, failed, stale

@@ -869,20 +869,53 @@ fn a_session_is_rebound_when_its_pod_saturates_or_goes_and_comes_back_after() {
     ctx += 1;
     let back = session_request(&mut host, &mut engine, ctx, sessions[0].as_bytes());
     assert_eq!(back, (home.clone(), "session".to_string()));
-    // Unhealthy (gone from the healthy set): its sessions move, every other one stays put.
-    host.hosts = pool(Some(&home), ("Unhealthy", &vllm(0, 0, 0.0)));
-    let mut moved = 0;
+    // Unhealthy, then gone from the host list: its sessions move, counted as rebound, to the
+    // same pod a gateway that never knew it sends them to; every other one stays put.
+    let before = host.metric("ai_lb.session.rebound");
+    let mut moved = 0i64;
+    let others: Vec<&str> = PODS.iter().copied().filter(|p| *p != home).collect();
+    let gone = hosts_with_metrics(&[
+        (others[0], "Healthy", &vllm(0, 1, 0.1)),
+        (others[1], "Healthy", &vllm(0, 1, 0.1)),
+    ]);
+    let (mut fresh, mut engine2) = sticky_higress();
+    fresh.hosts = gone.clone();
+    for list in [
+        pool(Some(&home), ("Unhealthy", &vllm(0, 0, 0.0))),
+        gone.clone(),
+    ] {
+        host.hosts = list;
+        for (sid, was) in sessions.iter().zip(&homes) {
+            ctx += 1;
+            let (to, reason) = session_request(&mut host, &mut engine, ctx, sid.as_bytes());
+            assert_ne!(to, home, "{sid}");
+            if *was == home {
+                moved += 1;
+                assert_eq!(reason, "session_rebound", "{sid}");
+                let (to2, r2) = session_request(&mut fresh, &mut engine2, ctx, sid.as_bytes());
+                assert_eq!(
+                    (to2, r2.as_str()),
+                    (to, "session"),
+                    "{sid}: same pod elsewhere"
+                );
+            } else {
+                assert_eq!((&to, reason.as_str()), (was, "session"), "{sid} stays");
+            }
+        }
+    }
+    assert!(moved >= 2, "some session lived on the pod that went");
+    assert_eq!(host.metric("ai_lb.session.rebound") - before, moved);
+    // Remembered for a bounded time only: then its sessions are the next pod's own.
+    host.now_ms += super::host_list::DEPARTED_KEEP_MS;
+    let mut kept = 0;
     for (sid, was) in sessions.iter().zip(&homes) {
         ctx += 1;
         let (to, reason) = session_request(&mut host, &mut engine, ctx, sid.as_bytes());
-        assert_ne!(to, home, "{sid}");
-        if *was == home {
-            moved += 1;
-        } else {
-            assert_eq!((&to, reason.as_str()), (was, "session"), "{sid} stays");
-        }
+        assert_eq!(reason, "session", "{sid} on {to}");
+        kept += i64::from(*was == home);
     }
-    assert!(moved >= 1, "some session lived on the pod that went");
+    assert!(kept >= 1);
+    host.hosts = pool(None, ("", ""));
     // Unknown metrics (a page without the load gauges) do not keep a session either.
     host.hosts = pool(Some(&home), ("Healthy", "no metrics here\n"));
     ctx += 1;
