@@ -51,6 +51,8 @@ pub enum Counter {
     SessionBound,
     /// A session's endpoint left or was over the load guard: bound to the one picked.
     SessionRebound,
+    /// Plain Envoy: a session route's pod did not answer (Envoy's retry did): marked down.
+    SessionPodDown,
     /// A sticky request fell back (Redis down, timeout, bad reply): the session not honoured.
     SessionFallback,
     /// prefix_cache: a known prefix was found.
@@ -126,7 +128,7 @@ pub enum Counter {
     PoolFull,
 }
 
-const FIXED: [(Counter, &str); 41] = [
+const FIXED: [(Counter, &str); 42] = [
     (Counter::RedisCalls, "ai_lb.redis.calls"),
     (Counter::RedisErrors, "ai_lb.redis.errors"),
     (Counter::RedisTimeouts, "ai_lb.redis.timeouts"),
@@ -138,6 +140,7 @@ const FIXED: [(Counter, &str); 41] = [
     (Counter::SessionHit, "ai_lb.session.hit"),
     (Counter::SessionBound, "ai_lb.session.bound"),
     (Counter::SessionRebound, "ai_lb.session.rebound"),
+    (Counter::SessionPodDown, "ai_lb.session.pod_down"),
     (Counter::SessionFallback, "ai_lb.session.fallback"),
     (Counter::PrefixHit, "ai_lb.prefix.hit"),
     (Counter::PrefixSpill, "ai_lb.prefix.spill"),

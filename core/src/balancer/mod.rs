@@ -264,6 +264,25 @@ impl Balancer {
                 .and_then(|s| s.parse::<u32>().ok());
             self.drive(host, ctx, Event::ResponseHeaders { status });
         }
+        // Plain Envoy, sessions: a response from another endpoint than the one counted is
+        // Envoy's retry to a fallback, so that pod refused or reset the connection. One
+        // property read per sticky request; the release marks the pod down.
+        let served_elsewhere = self
+            .requests
+            .get(&ctx)
+            .and_then(Request::watched_endpoint)
+            .is_some_and(|chosen| {
+                host.property(&["upstream", "address"])
+                    .ok()
+                    .flatten()
+                    .is_some_and(|served| served != chosen.as_bytes())
+            });
+        if served_elsewhere {
+            self.tel.inc(host, crate::stats::Counter::SessionPodDown);
+            if let Some(req) = self.requests.get_mut(&ctx) {
+                req.mark_failed();
+            }
+        }
         let Some(req) = self.requests.get(&ctx) else {
             return;
         };

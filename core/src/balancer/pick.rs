@@ -38,6 +38,9 @@ pub struct LocalLease {
     pub cost: u64,
     /// Tenant fairness: the tenant id whose in-flight count this request holds too.
     pub tenant: Option<String>,
+    /// Envoy answered from another endpoint (its retry to a fallback): this one failed, and the
+    /// release marks it down for sessions (local_least_request.rs `DOWN_MS`).
+    pub failed: bool,
 }
 
 /// cluster_metrics: the service a request was sent to, recorded at first byte and stream end

@@ -245,6 +245,36 @@ impl Request {
         )
     }
 
+    /// Plain Envoy, a session route: the endpoint this request was counted on, to compare
+    /// with the one Envoy answered from (README "Sessions"); None elsewhere.
+    pub fn watched_endpoint(&self) -> Option<&str> {
+        match &self.phase {
+            Phase::Routed {
+                held: Held::Local(lease),
+                ..
+            } if self.config.session.is_some()
+                && matches!(
+                    self.config.policy,
+                    PolicyConfig::GlobalLeastRequest | PolicyConfig::PrefixCache(_)
+                ) =>
+            {
+                Some(&lease.endpoint)
+            }
+            _ => None,
+        }
+    }
+
+    /// The endpoint it was counted on did not answer: its release marks it down.
+    pub fn mark_failed(&mut self) {
+        if let Phase::Routed {
+            held: Held::Local(lease),
+            ..
+        } = &mut self.phase
+        {
+            lease.failed = true;
+        }
+    }
+
     /// Whether response body chunks still matter (cluster_metrics before its first byte).
     pub fn wants_response_body(&self) -> bool {
         matches!(

@@ -2,7 +2,9 @@
 //! call carries, how each reply state reads (reason, counters), and degradation when Redis fails.
 
 use super::*;
+use crate::config::Build;
 use crate::redis::scripts::session_key;
+use serde_json::json;
 
 const NS: &str = "ailb:{chat|outbound|8000||llm.static}";
 const STICKY: &str =
@@ -195,4 +197,87 @@ fn redis_down_degrades_to_the_fallback_counted_with_nothing_held() {
     e.on_request_body(&mut host, 4, 20, true);
     assert_eq!(host.metric("ai_lb.glr.fallback"), 3);
     assert_eq!(host.metric("ai_lb.session.fallback"), 2);
+}
+
+// ---- plain Envoy: a session's pod that stops answering ----
+
+/// A plain-Envoy session route over three pods; each request carries session `s1` and is
+/// answered from `served` (None: the property is absent); its (destination, debug reason).
+fn envoy_turn(
+    host: &mut MockHost,
+    e: &mut Balancer,
+    ctx: u32,
+    served: Option<&str>,
+) -> (String, String) {
+    host.request_headers = vec![("x-session-id".into(), "s1".into())];
+    host.response_headers = vec![(":status".into(), "200".into())];
+    host.body = br#"{"model":"m","prompt":"hi"}"#.to_vec();
+    host.live_contexts.push(ctx);
+    e.on_request_headers(host, ctx, false);
+    let len = host.body.len();
+    assert_eq!(e.on_request_body(host, ctx, len, true), Verdict::Continue);
+    let dest = host
+        .request_headers
+        .iter()
+        .find(|(k, _)| k == "x-gateway-destination-endpoint")
+        .map(|(_, v)| v.split(',').next().unwrap_or("").to_string())
+        .unwrap_or_default();
+    match served {
+        Some(s) => host.properties.insert("upstream.address".into(), s.into()),
+        None => host.properties.remove("upstream.address"),
+    };
+    e.on_response_headers(host, ctx);
+    host.live_contexts.retain(|&c| c != ctx);
+    e.on_done(host, ctx);
+    let reason = debug(host)
+        .rsplit("reason=")
+        .next()
+        .unwrap_or("")
+        .to_string();
+    (dest, reason)
+}
+
+#[test]
+fn envoy_a_session_pod_that_envoy_retried_away_from_is_left_for_a_while() {
+    let eps = ["10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"];
+    let doc = json!({"lb_policy": "global_least_request", "lb_config": {
+        "endpoints": eps, "sessionHeader": "x-session-id", "debugHeader": "x-dbg"}});
+    let config = PluginConfig::parse_for(doc.to_string().as_bytes(), Build::Envoy).unwrap();
+    let mut host = MockHost::new();
+    host.now_ms = 1_000;
+    let mut e = Balancer::configure(&mut host, config, 42, LogLevel::Trace);
+    let (home, reason) = envoy_turn(&mut host, &mut e, 2, None);
+    assert_eq!(reason, "session");
+    let (again, _) = envoy_turn(&mut host, &mut e, 3, Some(home.as_str()));
+    assert_eq!(again, home, "answered by its own pod: nothing marked");
+    assert_eq!(host.metric("ai_lb.session.pod_down"), 0);
+    // Envoy's retry answered from another pod: the session's pod refused or reset.
+    let other = eps
+        .iter()
+        .find(|&&p| p != home)
+        .copied()
+        .unwrap_or_default();
+    envoy_turn(&mut host, &mut e, 4, Some(other));
+    assert_eq!(host.metric("ai_lb.session.pod_down"), 1);
+    // Down for DOWN_MS: the session's next turns go on along its ring walk.
+    let (moved, reason) = envoy_turn(&mut host, &mut e, 5, None);
+    assert_ne!(moved, home);
+    assert_eq!(reason, "session_rebound");
+    host.now_ms += policies::local_least_request::DOWN_MS - 1;
+    assert_eq!(envoy_turn(&mut host, &mut e, 6, None).0, moved);
+    // Then back on its pod.
+    host.now_ms += 2;
+    assert_eq!(
+        envoy_turn(&mut host, &mut e, 7, None),
+        (home.clone(), "session".to_string())
+    );
+    assert_eq!(host.metric("ai_lb.session.rebound"), 2);
+    let shared = host.shared.borrow();
+    let (counts, marks): (Vec<_>, Vec<_>) = shared
+        .iter()
+        .filter(|(k, _)| k.starts_with("ailb.glr."))
+        .flat_map(|(_, (v, _))| shared::decode_counts(v))
+        .partition(|(k, _)| !k.starts_with('~'));
+    assert!(counts.iter().all(|(_, n)| *n == 0), "{counts:?}");
+    assert!(marks.is_empty(), "the expired mark was dropped: {marks:?}");
 }

@@ -50,6 +50,17 @@ fn send(url: String, class: &'static str, tokens: u64) -> JoinHandle<Answer> {
     })
 }
 
+/// Waits until `n` requests were routed: the holders hold their slots before the next ones come
+/// (polled, not slept: on a loaded machine Envoy may take a while to route them).
+fn routed(envoy: &Envoy, n: i64) {
+    assert!(
+        wait_until(Duration::from_secs(5), || envoy.stat("ai_lb.glr.routed")
+            >= n),
+        "{}",
+        envoy.logs()
+    );
+}
+
 fn join(t: Vec<JoinHandle<Answer>>) -> Vec<Answer> {
     t.into_iter().map(|t| t.join().unwrap()).collect()
 }
@@ -68,20 +79,14 @@ fn envoy_holds_requests_over_the_pool_and_admits_them_as_room_frees() {
         "debugHeader": DEBUG, "queueTimeoutMs": 8000}});
     let envoy = Envoy::start(&pods, &plugin);
 
-    // ~1 s holders take both slots; four more wait and go in two by two as room frees.
+    // ~3 s holders take both slots; four more wait and go in two by two as room frees.
     let holders: Vec<_> = (0..2)
-        .map(|_| send(envoy.url.clone(), "standard", 100))
+        .map(|_| send(envoy.url.clone(), "standard", 300))
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
+    routed(&envoy, 2);
     let waiters: Vec<_> = (0..4)
         .map(|i| send(envoy.url.clone(), ["standard", "critical"][i % 2], 30))
         .collect();
-    // (Polled: on a loaded machine the four may take longer than the holders' first 200 ms
-    // to reach the proxy; the counter counts every request that waited.)
-    wait_until(Duration::from_secs(5), || {
-        envoy.stat("ai_lb.queue.queued") >= 4
-    });
-    assert_eq!(envoy.stat("ai_lb.queue.queued"), 4, "{}", envoy.logs());
     for h in join(holders) {
         assert_eq!((h.status, h.queued_ms()), (200, None), "{h:?}");
     }
@@ -92,6 +97,7 @@ fn envoy_holds_requests_over_the_pool_and_admits_them_as_room_frees() {
             .unwrap_or_else(|| panic!("no queued_ms: {w:?}"));
         assert!(q >= 200, "waited for room: {w:?}");
     }
+    assert_eq!(envoy.stat("ai_lb.queue.queued"), 4);
     assert_eq!(envoy.stat("ai_lb.queue.admitted"), 4);
     assert_eq!(envoy.stat("ai_lb.glr.routed"), 6);
 }
@@ -118,11 +124,13 @@ fn envoy_critical_requests_get_the_room_before_earlier_standard_ones_on_any_work
         })
     };
     let holders: Vec<_> = (0..2).map(|_| timed("standard", 120)).collect();
-    std::thread::sleep(Duration::from_millis(300));
+    routed(&envoy, 2);
     // Standard requests wait first, critical ones later; the workers they land on are
     // Envoy's choice, and their queues are per worker.
     let standard: Vec<_> = (0..4).map(|_| timed("standard", 40)).collect();
-    std::thread::sleep(Duration::from_millis(300));
+    assert!(wait_until(Duration::from_secs(5), || envoy
+        .stat("ai_lb.queue.queued")
+        >= 4));
     let critical: Vec<_> = (0..2).map(|_| timed("critical", 40)).collect();
     let done = |t: Vec<JoinHandle<(Answer, Duration)>>| -> Vec<(Answer, Duration)> {
         t.into_iter().map(|t| t.join().unwrap()).collect()
@@ -161,10 +169,10 @@ fn envoy_deadline_and_abandon_leave_the_pool_whole() {
     let holders: Vec<_> = (0..2)
         .map(|_| send(envoy.url.clone(), "standard", 200))
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
-    // Clients that give up while waiting.
+    routed(&envoy, 2);
+    // Clients that give up while waiting: each goes once the proxy holds it.
     let host = envoy.url.trim_start_matches("http://").to_string();
-    for _ in 0..3 {
+    for n in 1..=3 {
         let body = chat_body("impatient", 30);
         let mut s = TcpStream::connect(&host).unwrap();
         let head = format!(
@@ -173,7 +181,9 @@ fn envoy_deadline_and_abandon_leave_the_pool_whole() {
         );
         s.write_all(head.as_bytes()).unwrap();
         s.write_all(&body).unwrap();
-        std::thread::sleep(Duration::from_millis(100));
+        assert!(wait_until(Duration::from_secs(5), || envoy
+            .stat("ai_lb.queue.queued")
+            >= n));
         drop(s);
     }
     assert!(

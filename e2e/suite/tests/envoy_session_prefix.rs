@@ -154,3 +154,56 @@ fn envoy_prefix_sessions_win_over_the_prefix_and_leave_a_saturated_pod() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Plain-Envoy global_least_request sessions when a pod dies: Envoy's retry answers the next
+/// turn from the session's ring walk, the plugin sees the answer came from another pod and
+/// marks the dead one down proxy-wide, and the following turns go straight to the walk's next
+/// pod as `session_rebound` (README "Sessions"); the other sessions stay.
+#[test]
+fn envoy_least_request_sessions_leave_a_pod_that_stopped_answering() {
+    let mut bed = Bed::new(3, |c| {
+        c.max_running = 64;
+        c.decode_us_per_token = 1_000;
+    });
+    let pods = bed.pod_addrs();
+    let plugin = json!({"lb_policy": "global_least_request", "lb_config": {
+        "endpoints": pods, "debugHeader": "x-ai-lb-debug", "sessionHeader": "x-session-id"}});
+    let envoy = Envoy::start(&pods, &plugin);
+    let sessions: Vec<String> = (0..9).map(|s| format!("user-{s}")).collect();
+    let mut home = BTreeMap::new();
+    for sid in &sessions {
+        let (pod, reason) = send(&envoy.url, sid, &shared_turn(0));
+        assert_eq!(reason, "session", "{sid}");
+        home.insert(sid.clone(), pod);
+    }
+    let dead = home[&sessions[0]].clone();
+    let at = bed.pods.iter().position(|p| p.name == dead).unwrap();
+    let pod = bed.pods.remove(at);
+    bed.rt.block_on(pod.shutdown());
+    // The first turn after the death: still sent to its pod, answered through Envoy's retry.
+    let mut moved = BTreeMap::new();
+    for sid in sessions.iter().filter(|s| home[*s] == dead) {
+        let (pod, _) = send(&envoy.url, sid, &shared_turn(1));
+        assert_ne!(pod, dead, "{sid}");
+        moved.insert(sid.clone(), pod);
+    }
+    assert!(
+        envoy.stat("ai_lb.session.pod_down") >= 1,
+        "{}",
+        envoy.logs()
+    );
+    // From then on: straight to the walk's next pod, counted; the others stay.
+    let rebound_before = envoy.stat("ai_lb.session.rebound");
+    for sid in &sessions {
+        let got = send(&envoy.url, sid, &shared_turn(2));
+        if home[sid] == dead {
+            assert_eq!(got, (moved[sid].clone(), "session_rebound".into()), "{sid}");
+        } else {
+            assert_eq!(got, (home[sid].clone(), "session".into()), "{sid}");
+        }
+    }
+    assert_eq!(
+        envoy.stat("ai_lb.session.rebound") - rebound_before,
+        moved.len() as i64
+    );
+}

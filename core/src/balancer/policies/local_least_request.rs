@@ -98,6 +98,7 @@ pub(super) fn routed(
             endpoint: address.clone(),
             cost,
             tenant: admission.tenant.as_ref().map(|(id, _)| id.clone()),
+            failed: false,
         })),
         endpoint: address,
         fallbacks,
@@ -165,7 +166,7 @@ pub(super) fn shared_data_failed(
 /// the ring of the configured endpoints, so every worker and every replica sends it to the
 /// same pod without talking (docs/redis-data-model.md §10). It walks on past a pod over the
 /// guard Redis applies (the cap, or busier than this proxy's least-loaded pod by more than 8
-/// and 1.5 times): `session_rebound`.
+/// and 1.5 times) or marked down ([`DOWN_MS`]): `session_rebound`.
 fn sticky(
     host: &mut dyn Host,
     env: Env,
@@ -183,23 +184,32 @@ fn sticky(
     let counts = counts_key(endpoints);
     let admission = Admission::of(host, input.config, class);
     let above = waiting_above(host, input, class);
-    let picked = take(host, &counts, endpoints, cost, &admission, |loads| {
-        if waiters::outranked(loads, cap, admission.pool_cap, cost, above) {
-            return None;
-        }
-        let min = loads.iter().copied().min().unwrap_or(0) as f64;
-        let ok = |e: usize| {
-            let load = loads.get(e).copied().unwrap_or(0);
-            let over_cap = cap > 0 && load.saturating_add(cost) > cap;
-            let load = load as f64;
-            let imbalanced = load - min > SESSION_MAX_IMBALANCE as f64
-                && load > min * SESSION_MAX_IMBALANCE_RATIO;
-            !over_cap && !imbalanced
-        };
-        ring.walk(key)
-            .find(|&e| ok(e))
-            .map(|e| (e, loads.get(e).copied().unwrap_or(0)))
-    });
+    let now = Some(admission.now_ms);
+    let picked = take_checked(
+        host,
+        &counts,
+        endpoints,
+        cost,
+        &admission,
+        now,
+        |loads, down| {
+            if waiters::outranked(loads, cap, admission.pool_cap, cost, above) {
+                return None;
+            }
+            let min = loads.iter().copied().min().unwrap_or(0) as f64;
+            let ok = |e: usize| {
+                let load = loads.get(e).copied().unwrap_or(0);
+                let over_cap = cap > 0 && load.saturating_add(cost) > cap;
+                let load = load as f64;
+                let imbalanced = load - min > SESSION_MAX_IMBALANCE as f64
+                    && load > min * SESSION_MAX_IMBALANCE_RATIO;
+                !over_cap && !imbalanced && !down.get(e).copied().unwrap_or(false)
+            };
+            ring.walk(key)
+                .find(|&e| ok(e))
+                .map(|e| (e, loads.get(e).copied().unwrap_or(0)))
+        },
+    );
     match picked {
         Ok(Ok(Some((chosen, load)))) => {
             if base_cap > 0 && load >= base_cap {
@@ -336,6 +346,22 @@ pub fn take<T>(
     admission: &Admission,
     mut choose: impl FnMut(&[u64]) -> Option<(usize, T)>,
 ) -> Result<Result<Option<(usize, T)>, Refused>, HostError> {
+    take_checked(host, key, endpoints, cost, admission, None, |loads, _| {
+        choose(loads)
+    })
+}
+
+/// [`take`] for a session route: `choose` is also shown which endpoints are marked down (by
+/// position; empty when none is), as of `now_ms`. Expired marks are dropped.
+pub fn take_checked<T>(
+    host: &mut dyn Host,
+    key: &str,
+    endpoints: &[String],
+    cost: u64,
+    admission: &Admission,
+    now_ms: Option<u64>,
+    mut choose: impl FnMut(&[u64], &[bool]) -> Option<(usize, T)>,
+) -> Result<Result<Option<(usize, T)>, Refused>, HostError> {
     shared::update(host, key, |cur| {
         let mut counts = cur
             .as_deref()
@@ -348,7 +374,8 @@ pub fn take<T>(
             .iter()
             .map(|e| counts.get(e).copied().unwrap_or(0))
             .collect();
-        let choice = choose(&loads).filter(|(e, _)| *e < endpoints.len());
+        let down = now_ms.map_or_else(Vec::new, |now| down_marks(&mut counts, endpoints, now));
+        let choice = choose(&loads, &down).filter(|(e, _)| *e < endpoints.len());
         if let Some(address) = choice.as_ref().and_then(|(e, _)| endpoints.get(*e)) {
             let n = counts.entry(address.clone()).or_insert(0);
             *n = n.saturating_add(cost);
@@ -356,6 +383,26 @@ pub fn take<T>(
         }
         (shared::encode_counts(&counts), Ok(choice))
     })
+}
+
+/// How long an endpoint that failed to answer a session's request is passed over by sessions
+/// (README "Sessions"): Envoy's retry served the request from a fallback, so the pod refused
+/// the connection or reset it. Short: a pod that is back takes its sessions again soon.
+pub const DOWN_MS: u64 = 10_000;
+/// Counts-record lines `~d<endpoint> <until, ms>`: the endpoint is down until then.
+const DOWN: &str = "~d";
+
+/// Which of `endpoints` are marked down at `now` (by position; empty when none is); drops the
+/// marks that expired.
+fn down_marks(counts: &mut HashMap<String, u64>, endpoints: &[String], now: u64) -> Vec<bool> {
+    if !counts.keys().any(|k| k.starts_with(DOWN)) {
+        return Vec::new();
+    }
+    counts.retain(|k, until| !k.starts_with(DOWN) || *until > now);
+    endpoints
+        .iter()
+        .map(|e| counts.contains_key(&format!("{DOWN}{e}")))
+        .collect()
 }
 
 /// The shared-data record of this proxy's in-flight counts over `endpoints` (also the load
@@ -370,6 +417,7 @@ pub fn release(
     env_tel: &crate::balancer::telemetry::Telemetry,
     lease: LocalLease,
 ) {
+    let down_until = lease.failed.then(|| host.now_ms().saturating_add(DOWN_MS));
     let result = shared::update(host, &lease.key, |cur| {
         let mut counts = cur
             .as_deref()
@@ -377,6 +425,9 @@ pub fn release(
             .unwrap_or_default();
         if let Some(n) = counts.get_mut(&lease.endpoint) {
             *n = n.saturating_sub(lease.cost);
+        }
+        if let Some(until) = down_until {
+            counts.insert(format!("{DOWN}{}", lease.endpoint), until);
         }
         if let Some(id) = &lease.tenant {
             let held = format!("{HELD}{id}");

@@ -143,18 +143,34 @@ pub fn decide(
     let cost = cost_of(input.config, input.body_bytes);
     let admission = local_least_request::Admission::of(host, input.config, class);
     let above = local_least_request::waiting_above(host, input, class);
-    let taken = local_least_request::take(
+    // A session route also passes over the pods marked down (Envoy answered one of its
+    // requests from a fallback: README "Sessions"), as over saturated ones.
+    let down_at = input.config.session.as_ref().map(|_| admission.now_ms);
+    let taken = local_least_request::take_checked(
         host,
         &state.counts_key,
         endpoints,
         cost,
         &admission,
-        |loads| {
+        down_at,
+        |loads, down| {
             if crate::balancer::waiters::outranked(loads, cap, admission.pool_cap, cost, above) {
                 return None;
             }
+            let merged: Vec<bool>;
+            let hot: &[bool] = if down.is_empty() {
+                &hot
+            } else {
+                merged = (0..endpoints.len())
+                    .map(|e| {
+                        hot.get(e).copied().unwrap_or(false)
+                            || down.get(e).copied().unwrap_or(false)
+                    })
+                    .collect();
+                &merged
+            };
             state
-                .choose(loads, cost, cap, &hot, known, home, session)
+                .choose(loads, cost, cap, hot, known, home, session)
                 .map(|(e, reason, passed)| (e, (reason, passed)))
         },
     );

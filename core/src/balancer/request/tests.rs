@@ -289,6 +289,7 @@ fn local_decisions_give_back_their_count_once() {
     to_decision(&mut r);
     let local = LocalLease {
         tenant: None,
+        failed: false,
         key: "k".into(),
         endpoint: "10.0.0.1:80".into(),
         cost: 1,
