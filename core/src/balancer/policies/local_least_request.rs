@@ -399,9 +399,11 @@ fn down_marks(counts: &mut HashMap<String, u64>, endpoints: &[String], now: u64)
         return Vec::new();
     }
     counts.retain(|k, until| !k.starts_with(DOWN) || *until > now);
+    let marked: std::collections::HashSet<&str> =
+        counts.keys().filter_map(|k| k.strip_prefix(DOWN)).collect();
     endpoints
         .iter()
-        .map(|e| counts.contains_key(&format!("{DOWN}{e}")))
+        .map(|e| marked.contains(e.as_str()))
         .collect()
 }
 

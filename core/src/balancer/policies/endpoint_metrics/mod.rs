@@ -264,33 +264,41 @@ impl EndpointMetrics {
         members: Option<&Vec<String>>,
         id: &[u8],
     ) -> Home {
-        let mut addrs: Vec<String> = candidates.iter().map(|c| c.addr.clone()).collect();
-        if let Some(m) = members {
-            addrs.extend(m.iter().cloned());
-            addrs.sort_unstable();
-            addrs.dedup();
-        }
-        let fp = upstream::fingerprint(&addrs);
+        // The members (sorted) already hold every listed pod, the healthy candidates among
+        // them: taken as they are, with no per-request copy, unless a candidate is missing.
+        let covered =
+            members.filter(|m| candidates.iter().all(|c| m.binary_search(&c.addr).is_ok()));
+        let merged: Vec<String>;
+        let addrs: &[String] = match covered {
+            Some(m) => m,
+            None => {
+                let mut a: Vec<String> = candidates.iter().map(|c| c.addr.clone()).collect();
+                if let Some(m) = members {
+                    a.extend(m.iter().cloned());
+                    a.sort_unstable();
+                    a.dedup();
+                }
+                merged = a;
+                &merged
+            }
+        };
+        let fp = upstream::fingerprint(addrs);
         let ring = match &self.ring {
             Some((f, ring)) if *f == fp => ring.clone(),
             _ => {
-                let ring = Rc::new(Ring::new(&addrs));
+                let ring = Rc::new(Ring::new(addrs));
                 self.ring = Some((fp, ring.clone()));
                 ring
             }
         };
-        let position: HashMap<&str, usize> = candidates
-            .iter()
-            .enumerate()
-            .map(|(i, c)| (c.addr.as_str(), i))
-            .collect();
+        // The walk's first step is usually a candidate: a scan per step, no index built.
         let mut away = false;
         for e in ring.walk(super::session::ring_key(id)) {
             let Some(addr) = addrs.get(e) else {
                 break;
             };
-            match position.get(addr.as_str()) {
-                Some(&at) => return Home { at: Some(at), away },
+            match candidates.iter().position(|c| c.addr == *addr) {
+                Some(at) => return Home { at: Some(at), away },
                 None => away = true,
             }
         }
