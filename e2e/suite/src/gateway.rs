@@ -270,8 +270,17 @@ pub fn http(
         req.push_str(&format!("{k}: {v}\r\n"));
     }
     req.push_str("\r\n");
-    s.write_all(req.as_bytes())?;
-    s.write_all(body)?;
+    // A small request goes in one write: a proxy that answers at request headers (403, 429)
+    // and closes would otherwise find the body arriving after it closed, and its RST would
+    // discard the response before it is read. Large bodies stay streamed (envoy_body tests).
+    if body.len() <= 64 * 1024 {
+        let mut one = req.into_bytes();
+        one.extend_from_slice(body);
+        s.write_all(&one)?;
+    } else {
+        s.write_all(req.as_bytes())?;
+        s.write_all(body)?;
+    }
     let mut raw = Vec::new();
     s.read_to_end(&mut raw)?;
     let split = raw
