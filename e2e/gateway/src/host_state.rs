@@ -16,7 +16,9 @@ pub struct HostState {
     pub worker: usize,
     pub abi: AbiVersion,
     pub memory: Option<Memory>,
-    pub alloc: Option<TypedFunc<i32, i32>>,
+    /// Behind an `Rc`: a `TypedFunc` clone per host call that returns bytes would take
+    /// references on the engine's shared type registry inside the VM time (see `Vm::call`).
+    pub alloc: Option<std::rc::Rc<TypedFunc<i32, i32>>>,
     pub root_id: u32,
     pub root_name: String,
     pub vm_config: Vec<u8>,

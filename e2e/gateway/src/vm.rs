@@ -17,6 +17,8 @@ type F2R = TypedFunc<(i32, i32), i32>;
 type F3R = TypedFunc<(i32, i32, i32), i32>;
 type F4 = TypedFunc<(i32, i32, i32, i32), ()>;
 type F5 = TypedFunc<(i32, i32, i32, i32, i32), ()>;
+/// Selects one export of [`Exports`] for [`Vm::call`].
+type Pick<P, R> = fn(&Exports) -> Option<&TypedFunc<P, R>>;
 
 /// Exports the host calls; missing optional callbacks are `None` and treated as Continue.
 struct Exports {
@@ -85,7 +87,7 @@ impl Vm {
             })
             .ok();
         store.data_mut().memory = memory;
-        store.data_mut().alloc = alloc;
+        store.data_mut().alloc = alloc.map(Rc::new);
         macro_rules! get {
             ($name:literal) => {
                 instance.get_typed_func(&mut store, $name).ok()
@@ -118,18 +120,6 @@ impl Vm {
         })
     }
 
-    fn enter(&mut self, ctx: u32) {
-        let h = self.store.data_mut();
-        h.current = ctx;
-        h.effective = None;
-    }
-
-    fn leave(&mut self) {
-        let h = self.store.data_mut();
-        h.current = 0;
-        h.effective = None;
-    }
-
     fn trap(&mut self, what: &str, e: anyhow::Error) -> anyhow::Error {
         self.failed = true;
         let h = self.store.data();
@@ -144,13 +134,15 @@ impl Vm {
         e.context(format!("VM trapped in {what}"))
     }
 
-    fn call<P: wasmtime::WasmParams, R: wasmtime::WasmResults + Default>(
-        &mut self,
-        ctx: u32,
-        what: &'static str,
-        f: Option<TypedFunc<P, R>>,
-        args: P,
-    ) -> Result<R> {
+    /// Calls the export `pick` selects, borrowed: cloning a `TypedFunc` per call takes
+    /// references on the engine and its type registry (atomics every worker of the process
+    /// shares), which the VM-time figures counted as plugin time (6% of it in a profile of
+    /// `ailb-bench cluster-cpu`) though no real host pays it.
+    fn call<P, R>(&mut self, ctx: u32, what: &'static str, pick: Pick<P, R>, args: P) -> Result<R>
+    where
+        P: wasmtime::WasmParams,
+        R: wasmtime::WasmResults + Default,
+    {
         if self.failed {
             bail!("VM failed earlier");
         }
@@ -158,19 +150,23 @@ impl Vm {
         if ctx != 0 && !self.store.data().is_live_context(ctx) {
             bail!("context {ctx} does not exist in this VM");
         }
-        let Some(f) = f else { return Ok(R::default()) };
-        self.enter(ctx);
+        let Some(f) = pick(&self.ex) else {
+            return Ok(R::default());
+        };
+        let h = self.store.data_mut();
+        h.current = ctx;
+        h.effective = None;
         let started = std::time::Instant::now();
         let r = f.call(&mut self.store, args);
         let ns = started.elapsed().as_nanos() as u64;
         crate::prof::record(what, ns);
-        self.store
-            .data()
-            .shared
+        let h = self.store.data_mut();
+        h.current = 0;
+        h.effective = None;
+        h.shared
             .counters
             .vm_call_ns
             .fetch_add(ns, std::sync::atomic::Ordering::Relaxed);
-        self.leave();
         r.map_err(|e| self.trap(what, e.into()))
     }
 
@@ -179,15 +175,15 @@ impl Vm {
         let root = self.store.data().root_id as i32;
         let vm_len = self.store.data().vm_config.len() as i32;
         // cpp-host creates the root context before vm_start (the SDK panics otherwise).
-        let create = self.ex.on_context_create.clone();
+        let create: Pick<_, _> = |e| e.on_context_create.as_ref();
         self.call(0, "proxy_on_context_create", create, (root, 0))?;
-        let f = self.ex.on_vm_start.clone();
+        let f: Pick<_, _> = |e| e.on_vm_start.as_ref();
         let ok = self.call(root as u32, "proxy_on_vm_start", f, (root, vm_len))?;
         if self.ex.on_vm_start.is_some() && ok == 0 {
             return Ok(false);
         }
-        let f = self.ex.on_configure.clone();
-        let has = f.is_some();
+        let f: Pick<_, _> = |e| e.on_configure.as_ref();
+        let has = self.ex.on_configure.is_some();
         let ok = self.call(
             root as u32,
             "proxy_on_configure",
@@ -199,33 +195,33 @@ impl Vm {
 
     pub fn on_context_create(&mut self, ctx: u32) -> Result<()> {
         let root = self.store.data().root_id as i32;
-        let f = self.ex.on_context_create.clone();
+        let f: Pick<_, _> = |e| e.on_context_create.as_ref();
         self.call(ctx, "proxy_on_context_create", f, (ctx as i32, root))
     }
 
     pub fn on_request_headers(&mut self, ctx: u32, n: usize, eos: bool) -> Result<u32> {
-        let f = self.ex.on_request_headers.clone();
+        let f: Pick<_, _> = |e| e.on_request_headers.as_ref();
         let args = (ctx as i32, n as i32, eos as i32);
         self.call(ctx, "proxy_on_request_headers", f, args)
             .map(|r| r as u32)
     }
 
     pub fn on_request_body(&mut self, ctx: u32, len: usize, eos: bool) -> Result<u32> {
-        let f = self.ex.on_request_body.clone();
+        let f: Pick<_, _> = |e| e.on_request_body.as_ref();
         let args = (ctx as i32, len as i32, eos as i32);
         self.call(ctx, "proxy_on_request_body", f, args)
             .map(|r| r as u32)
     }
 
     pub fn on_response_headers(&mut self, ctx: u32, n: usize, eos: bool) -> Result<u32> {
-        let f = self.ex.on_response_headers.clone();
+        let f: Pick<_, _> = |e| e.on_response_headers.as_ref();
         let args = (ctx as i32, n as i32, eos as i32);
         self.call(ctx, "proxy_on_response_headers", f, args)
             .map(|r| r as u32)
     }
 
     pub fn on_response_body(&mut self, ctx: u32, len: usize, eos: bool) -> Result<u32> {
-        let f = self.ex.on_response_body.clone();
+        let f: Pick<_, _> = |e| e.on_response_body.as_ref();
         let args = (ctx as i32, len as i32, eos as i32);
         self.call(ctx, "proxy_on_response_body", f, args)
             .map(|r| r as u32)
@@ -238,16 +234,26 @@ impl Vm {
             return false;
         }
         let c = ctx as i32;
-        let _ = self.call(ctx, "proxy_on_done", self.ex.on_done.clone(), c);
-        let _ = self.call(ctx, "proxy_on_log", self.ex.on_log.clone(), c);
-        let _ = self.call(ctx, "proxy_on_delete", self.ex.on_delete.clone(), c);
+        let _ = self.call(ctx, "proxy_on_done", |e: &Exports| e.on_done.as_ref(), c);
+        let _ = self.call(ctx, "proxy_on_log", |e: &Exports| e.on_log.as_ref(), c);
+        let _ = self.call(
+            ctx,
+            "proxy_on_delete",
+            |e: &Exports| e.on_delete.as_ref(),
+            c,
+        );
         self.store.data_mut().streams.remove(&ctx);
         true
     }
 
     pub fn on_tick(&mut self) -> Result<()> {
         let root = self.store.data().root_id;
-        self.call(root, "proxy_on_tick", self.ex.on_tick.clone(), root as i32)
+        self.call(
+            root,
+            "proxy_on_tick",
+            |e: &Exports| e.on_tick.as_ref(),
+            root as i32,
+        )
     }
 
     /// Redis reply for `token`: buffer 9 (or the failure status) exists only during the call.
@@ -266,7 +272,7 @@ impl Vm {
             };
             h.redis_buf = Some(reply.unwrap_or_default());
         }
-        let f = self.ex.on_redis_call_response.clone();
+        let f: Pick<_, _> = |e| e.on_redis_call_response.as_ref();
         let args = (root as i32, token as i32, status, size as i32);
         let r = self.call(root, "proxy_on_redis_call_response", f, args);
         let h = self.store.data_mut();
@@ -298,7 +304,7 @@ impl Vm {
             };
             h.http_resp = Some(resp.unwrap_or_default());
         }
-        let f = self.ex.on_http_call_response.clone();
+        let f: Pick<_, _> = |e| e.on_http_call_response.as_ref();
         let args = (ctx as i32, token as i32, nh as i32, nb as i32, nt as i32);
         let r = self.call(ctx, "proxy_on_http_call_response", f, args);
         let h = self.store.data_mut();

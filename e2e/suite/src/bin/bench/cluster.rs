@@ -7,7 +7,7 @@
 //! this plugin configures it for 3 LLM services (`p2c_choices: 3`, `inflight_capacity: 8` =
 //! 2 pods × 4 running; README "Cluster policies"), and with Higress's defaults and formula.
 
-use crate::common::vm_us_per_request;
+use crate::common::{vm_us_per_request, vm_us_per_request_loaded};
 use ailb_core::cluster::hash::SlotTable;
 use ailb_e2e::bed::{chat_body, Bed};
 use ailb_e2e::cluster::{
@@ -215,7 +215,10 @@ pub fn cluster_hash_slot_agreement() -> anyhow::Result<()> {
 
 /// Plugin CPU per request for AdaptiveScore: the emulator's VM time over the 10-turn chat on
 /// one gateway in front of 3 healthy services; beside it, in the same run, `cluster_hash` over
-/// the same services (a decision with no statistics: the floor of a cluster policy).
+/// the same services (a decision with no statistics: the floor of a cluster policy). The goal
+/// figure sends one request at a time; `_loaded_8_clients` sends the same chat from 8 clients
+/// at once. On this 2-core machine the first differs from the second by how cold the caches
+/// are when an idle worker wakes up, not by what the plugin does (README "Test bed").
 pub fn cluster_plugin_cpu() -> anyhow::Result<()> {
     let bed = Bed::new(3, |c| {
         c.decode_us_per_token = 100;
@@ -236,6 +239,8 @@ pub fn cluster_plugin_cpu() -> anyhow::Result<()> {
         let gw = Gateway::start_config(&cluster_config(&bed, &spec, &svcs), &spec.id)?;
         let us = vm_us_per_request(&gw, 50, 500)?;
         println!("BENCH plugin_us_per_request_cluster_{name} {us:.1} us");
+        let loaded = vm_us_per_request_loaded(&gw, 8, 800)?;
+        println!("BENCH plugin_us_per_request_cluster_{name}_loaded_8_clients {loaded:.1} us");
         if std::env::var_os("AILB_PROF").is_some() {
             prof_breakdown(&gw, name);
         }

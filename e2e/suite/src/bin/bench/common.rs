@@ -64,18 +64,38 @@ pub fn post_chat10(gw: &Gateway) -> anyhow::Result<()> {
 }
 
 /// Plugin CPU per request: the emulator's VM time (plugin code and the host calls it makes)
-/// over `n` requests, after `warm` unmeasured ones.
+/// over `n` requests, after `warm` unmeasured ones, sent one at a time.
 pub fn vm_us_per_request(gw: &Gateway, warm: usize, n: usize) -> anyhow::Result<f64> {
     for _ in 0..warm {
         post_chat10(gw)?;
     }
+    vm_us_over(gw, || (0..n).try_for_each(|_| post_chat10(gw)))
+}
+
+/// [`vm_us_per_request`] with `clients` threads sending `n` requests in all, so the gateway's
+/// workers are busy instead of waking up for each request: the figure of a loaded gateway,
+/// whose caches stay warm (an idle worker's first VM entry finds code and data evicted).
+pub fn vm_us_per_request_loaded(gw: &Gateway, clients: usize, n: usize) -> anyhow::Result<f64> {
+    vm_us_over(gw, || {
+        std::thread::scope(|s| {
+            let senders: Vec<_> = (0..clients)
+                .map(|_| s.spawn(|| (0..n / clients).try_for_each(|_| post_chat10(gw))))
+                .collect();
+            senders.into_iter().try_for_each(|t| {
+                t.join()
+                    .map_err(|_| anyhow::anyhow!("a client thread panicked"))?
+            })
+        })
+    })
+}
+
+/// VM ns per destroyed stream over what `send` sends.
+fn vm_us_over(gw: &Gateway, send: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<f64> {
     let (ns0, n0) = (
         gw.stat("gateway.vm_call_ns"),
         gw.stat("gateway.streams_destroyed"),
     );
-    for _ in 0..n {
-        post_chat10(gw)?;
-    }
+    send()?;
     let (ns1, n1) = (
         gw.stat("gateway.vm_call_ns"),
         gw.stat("gateway.streams_destroyed"),
