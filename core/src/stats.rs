@@ -53,6 +53,10 @@ pub enum Counter {
     SessionRebound,
     /// Plain Envoy: a session route's pod did not answer (Envoy's retry did): marked down.
     SessionPodDown,
+    /// Plain Envoy: a non-sticky least-request pod did not answer (Envoy's retry did): marked
+    /// down, so least-request passes over it (a dead pod holds no requests, so it would
+    /// otherwise look the least loaded of all).
+    GlrPodDown,
     /// A sticky request fell back (Redis down, timeout, bad reply): the session not honoured.
     SessionFallback,
     /// prefix_cache: a known prefix was found.
@@ -128,7 +132,7 @@ pub enum Counter {
     PoolFull,
 }
 
-const FIXED: [(Counter, &str); 42] = [
+const FIXED: [(Counter, &str); 43] = [
     (Counter::RedisCalls, "ai_lb.redis.calls"),
     (Counter::RedisErrors, "ai_lb.redis.errors"),
     (Counter::RedisTimeouts, "ai_lb.redis.timeouts"),
@@ -141,6 +145,7 @@ const FIXED: [(Counter, &str); 42] = [
     (Counter::SessionBound, "ai_lb.session.bound"),
     (Counter::SessionRebound, "ai_lb.session.rebound"),
     (Counter::SessionPodDown, "ai_lb.session.pod_down"),
+    (Counter::GlrPodDown, "ai_lb.glr.pod_down"),
     (Counter::SessionFallback, "ai_lb.session.fallback"),
     (Counter::PrefixHit, "ai_lb.prefix.hit"),
     (Counter::PrefixSpill, "ai_lb.prefix.spill"),

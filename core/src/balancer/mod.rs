@@ -264,9 +264,9 @@ impl Balancer {
                 .and_then(|s| s.parse::<u32>().ok());
             self.drive(host, ctx, Event::ResponseHeaders { status });
         }
-        // Plain Envoy, sessions: a response from another endpoint than the one counted is
-        // Envoy's retry to a fallback, so that pod refused or reset the connection. One
-        // property read per sticky request; the release marks the pod down.
+        // Plain Envoy, least request and sessions: a response from another endpoint than the
+        // one counted is Envoy's retry to a fallback, so that pod refused or reset the
+        // connection. One property read per such request; the release marks the pod down.
         let served_elsewhere = self
             .requests
             .get(&ctx)
@@ -277,11 +277,18 @@ impl Balancer {
                     .flatten()
                     .is_some_and(|served| served != chosen.as_bytes())
             });
-        if served_elsewhere {
-            self.tel.inc(host, crate::stats::Counter::SessionPodDown);
-            if let Some(req) = self.requests.get_mut(&ctx) {
-                req.mark_failed();
-            }
+        if let Some(req) = self.requests.get_mut(&ctx).filter(|_| served_elsewhere) {
+            let sticky = matches!(
+                req.describe().1,
+                crate::reason::Reason::Session | crate::reason::Reason::SessionRebound
+            );
+            req.mark_failed();
+            let counter = if sticky {
+                crate::stats::Counter::SessionPodDown
+            } else {
+                crate::stats::Counter::GlrPodDown
+            };
+            self.tel.inc(host, counter);
         }
         let Some(req) = self.requests.get(&ctx) else {
             return;

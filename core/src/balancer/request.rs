@@ -245,18 +245,17 @@ impl Request {
         )
     }
 
-    /// Plain Envoy, a session route: the endpoint this request was counted on, to compare
-    /// with the one Envoy answered from (README "Sessions"); None elsewhere.
+    /// Plain Envoy, a least-request pick or a session's prefix_cache pick: the endpoint this
+    /// request was counted on, to compare with the one Envoy answered from (README "Plain
+    /// Envoy", "Sessions"); None elsewhere.
     pub fn watched_endpoint(&self) -> Option<&str> {
         match &self.phase {
             Phase::Routed {
                 held: Held::Local(lease),
                 ..
-            } if self.config.session.is_some()
-                && matches!(
-                    self.config.policy,
-                    PolicyConfig::GlobalLeastRequest | PolicyConfig::PrefixCache(_)
-                ) =>
+            } if matches!(self.config.policy, PolicyConfig::GlobalLeastRequest)
+                || (self.config.session.is_some()
+                    && matches!(self.config.policy, PolicyConfig::PrefixCache(_))) =>
             {
                 Some(&lease.endpoint)
             }

@@ -209,7 +209,23 @@ fn envoy_turn(
     ctx: u32,
     served: Option<&str>,
 ) -> (String, String) {
-    host.request_headers = vec![("x-session-id".into(), "s1".into())];
+    let (dest, reason) = envoy_request(host, e, ctx, Some("s1"), served);
+    let chosen = dest.split(',').next().unwrap_or("").to_string();
+    (chosen, reason)
+}
+
+/// [`envoy_turn`] with the session header `session` (None: no session), returning the whole
+/// destination list (chosen first, then the fallbacks) and the debug reason.
+fn envoy_request(
+    host: &mut MockHost,
+    e: &mut Balancer,
+    ctx: u32,
+    session: Option<&str>,
+    served: Option<&str>,
+) -> (String, String) {
+    host.request_headers = session
+        .map(|s| vec![("x-session-id".to_string(), s.to_string())])
+        .unwrap_or_default();
     host.response_headers = vec![(":status".into(), "200".into())];
     host.body = br#"{"model":"m","prompt":"hi"}"#.to_vec();
     host.live_contexts.push(ctx);
@@ -220,7 +236,7 @@ fn envoy_turn(
         .request_headers
         .iter()
         .find(|(k, _)| k == "x-gateway-destination-endpoint")
-        .map(|(_, v)| v.split(',').next().unwrap_or("").to_string())
+        .map(|(_, v)| v.clone())
         .unwrap_or_default();
     match served {
         Some(s) => host.properties.insert("upstream.address".into(), s.into()),
@@ -280,4 +296,77 @@ fn envoy_a_session_pod_that_envoy_retried_away_from_is_left_for_a_while() {
         .partition(|(k, _)| !k.starts_with('~'));
     assert!(counts.iter().all(|(_, n)| *n == 0), "{counts:?}");
     assert!(marks.is_empty(), "the expired mark was dropped: {marks:?}");
+}
+
+/// Plain Envoy, least request without sessions: a pod that Envoy's retry answered for is the
+/// least loaded of all (it holds nothing), so it would be chosen first every time; marked down,
+/// it goes last (a fallback only) for DOWN_MS, and is chosen again after.
+#[test]
+fn envoy_least_request_puts_a_pod_envoy_retried_away_from_last_for_a_while() {
+    let eps = ["10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"];
+    let doc = json!({"lb_policy": "global_least_request", "lb_config": {
+        "endpoints": eps, "debugHeader": "x-dbg"}});
+    let config = PluginConfig::parse_for(doc.to_string().as_bytes(), Build::Envoy).unwrap();
+    let mut host = MockHost::new();
+    host.now_ms = 1_000;
+    let mut e = Balancer::configure(&mut host, config, 42, LogLevel::Trace);
+    let chosen = |dest: &str| dest.split(',').next().unwrap_or("").to_string();
+    // Sequential requests: every pod at 0, ties rotated, so each pod is chosen in turn.
+    let mut seen = std::collections::BTreeSet::new();
+    for ctx in 2..32 {
+        let (dest, reason) = envoy_request(&mut host, &mut e, ctx, None, None);
+        assert_eq!(reason, "least_request");
+        seen.insert(chosen(&dest));
+    }
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    // Answered by the pod it chose: nothing marked. Answered by another (Envoy's retry): the
+    // chosen pod is marked down.
+    let mut ctx = 40;
+    let dead = loop {
+        let (dest, _) = envoy_request(&mut host, &mut e, ctx, None, Some(eps[0]));
+        ctx += 1;
+        if chosen(&dest) != eps[0] {
+            break chosen(&dest);
+        }
+        assert_eq!(host.metric("ai_lb.glr.pod_down"), 0);
+    };
+    assert_eq!(host.metric("ai_lb.glr.pod_down"), 1);
+    assert_eq!(host.metric("ai_lb.session.pod_down"), 0);
+    // For DOWN_MS: never chosen, always the last fallback.
+    for ctx in 50..80 {
+        let (dest, _) = envoy_request(&mut host, &mut e, ctx, None, None);
+        assert_ne!(chosen(&dest), dead, "{dest}");
+        assert!(dest.ends_with(dead.as_str()), "{dest}");
+        if ctx == 60 {
+            host.now_ms += policies::local_least_request::DOWN_MS - 1;
+        }
+    }
+    // Then back in the rotation.
+    host.now_ms += 2;
+    let back = (90..96)
+        .map(|ctx| chosen(&envoy_request(&mut host, &mut e, ctx, None, None).0))
+        .filter(|c| *c == dead)
+        .count();
+    assert!(back >= 1, "the mark expired");
+    // Every pod marked down: still routed (least loaded first), never refused.
+    for (ctx, ep) in (100..).zip(eps) {
+        loop {
+            let (dest, _) = envoy_request(&mut host, &mut e, ctx, None, Some("10.9.9.9:1"));
+            if chosen(&dest) == ep || dest.is_empty() {
+                break;
+            }
+        }
+    }
+    let (dest, reason) = envoy_request(&mut host, &mut e, 200, None, None);
+    assert_eq!(reason, "least_request");
+    assert_eq!(dest.split(',').count(), 3, "{dest}");
+    assert!(host.local_responses.is_empty());
+    let shared = host.shared.borrow();
+    let counts: Vec<_> = shared
+        .iter()
+        .filter(|(k, _)| k.starts_with("ailb.glr."))
+        .flat_map(|(_, (v, _))| shared::decode_counts(v))
+        .filter(|(k, _)| !k.starts_with('~'))
+        .collect();
+    assert!(counts.iter().all(|(_, n)| *n == 0), "{counts:?}");
 }

@@ -2,7 +2,8 @@
 //! in front of the same fake pods, sharing nothing (docs/redis-data-model.md §10). Sessions
 //! sharing one conversation prefix go to their own pods (a session wins over a prefix match),
 //! the same from both proxies; a session whose pod's scraped queue is full leaves it
-//! (`session_rebound`, counted) and comes back when the pod recovers.
+//! (`session_rebound`, counted) and comes back when the pod recovers. Also a pod that dies:
+//! sessions and plain least request leave it once Envoy's retry showed it down.
 
 use ailb_e2e::bed::Bed;
 use ailb_e2e::envoy::{Envoy, SCRAPE_CLUSTER};
@@ -206,4 +207,57 @@ fn envoy_least_request_sessions_leave_a_pod_that_stopped_answering() {
         envoy.stat("ai_lb.session.rebound") - rebound_before,
         moved.len() as i64
     );
+}
+
+/// Plain-Envoy global_least_request without sessions when a pod dies: it holds no requests,
+/// so it would be the least loaded pod of every tie; after the first request Envoy's retry
+/// had to serve elsewhere, the plugin lists it last for 10 s and no request is sent to it
+/// first again (README "Plain Envoy").
+#[test]
+fn envoy_least_request_lists_a_pod_that_stopped_answering_last() {
+    let mut bed = Bed::new(3, |c| {
+        c.max_running = 64;
+        c.decode_us_per_token = 1_000;
+    });
+    let pods = bed.pod_addrs();
+    let plugin = json!({"lb_policy": "global_least_request", "lb_config": {
+        "endpoints": pods, "debugHeader": "x-ai-lb-debug"}});
+    let envoy = Envoy::start(&pods, &plugin);
+    let dead = pods[0].clone();
+    let pod = bed.pods.remove(0);
+    bed.rt.block_on(pod.shutdown());
+    // One at a time: every pod at 0 in flight, so each request is a tie.
+    let mut sent_to_dead = 0;
+    let mut answered_by = BTreeSet::new();
+    for i in 0..30 {
+        let headers = [("content-type", "application/json")];
+        let (status, hs, _) = http(
+            &envoy.url,
+            "POST",
+            "/v1/chat/completions",
+            &headers,
+            &shared_turn(i % 3),
+        )
+        .unwrap();
+        assert_eq!(status, 200, "{}", envoy.logs());
+        let h = |n: &str| {
+            hs.iter()
+                .find(|(k, _)| k == n)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default()
+        };
+        let debug = h("x-ai-lb-debug");
+        assert!(debug.ends_with("reason=least_request"), "{debug}");
+        if debug.starts_with(&format!("endpoint={dead};")) {
+            sent_to_dead += 1;
+        }
+        answered_by.insert(h("x-pod"));
+    }
+    assert_eq!(
+        answered_by,
+        BTreeSet::from(["pod-1".to_string(), "pod-2".to_string()])
+    );
+    assert_eq!(sent_to_dead, 1, "{}", envoy.logs());
+    assert_eq!(envoy.stat("ai_lb.glr.pod_down"), 1);
+    assert_eq!(envoy.stat("ai_lb.session.pod_down"), 0);
 }

@@ -41,18 +41,27 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input, ring: Option<&Ring>)
     let cost = cost_of(input.config, input.body_bytes);
     let admission = Admission::of(host, input.config, class);
     let above = waiting_above(host, input, class);
-    let picked = take(host, &key, endpoints, cost, &admission, |loads| {
-        if waiters::outranked(loads, cap, admission.pool_cap, cost, above) {
-            return None;
-        }
-        let order = least_first(loads, start);
-        let best = *order.first()?;
-        let load = loads.get(best).copied().unwrap_or(0);
-        if cap > 0 && load >= cap {
-            return None;
-        }
-        Some((best, (order, load)))
-    });
+    let now = Some(admission.now_ms);
+    let picked = take(
+        host,
+        &key,
+        endpoints,
+        cost,
+        &admission,
+        now,
+        |loads, down| {
+            if waiters::outranked(loads, cap, admission.pool_cap, cost, above) {
+                return None;
+            }
+            let order = least_first(loads, start, down);
+            let best = *order.first()?;
+            let load = loads.get(best).copied().unwrap_or(0);
+            if cap > 0 && load >= cap {
+                return None;
+            }
+            Some((best, (order, load)))
+        },
+    );
     match picked {
         Ok(Ok(Some((chosen, (order, load))))) => {
             if base_cap > 0 && load >= base_cap {
@@ -185,7 +194,7 @@ fn sticky(
     let admission = Admission::of(host, input.config, class);
     let above = waiting_above(host, input, class);
     let now = Some(admission.now_ms);
-    let picked = take_checked(
+    let picked = take(
         host,
         &counts,
         endpoints,
@@ -335,25 +344,12 @@ const SEEN: &str = "~s";
 /// local_prefix_cache.rs): in one CAS update of the counts record `key`, the request is first
 /// checked against the pool cap and its tenant's share ([`Admission`]; `Err`: refused, nothing
 /// counted), then `choose` is shown this proxy's load of each of `endpoints` (by position, in
-/// `costMode` units) and the endpoint it picks is charged `cost` (and the tenant with it), the
-/// weight its lease gives back at stream end. `Ok(None)`: `choose` picked none and nothing was
-/// counted. `choose` may run again when the CAS is lost.
+/// `costMode` units) and which of them are marked down as of `now_ms` (by position; empty when
+/// none is or `now_ms` is None; expired marks are dropped), and the endpoint it picks is
+/// charged `cost` (and the tenant with it), the weight its lease gives back at stream end.
+/// `Ok(None)`: `choose` picked none and nothing was counted. `choose` may run again when the
+/// CAS is lost.
 pub fn take<T>(
-    host: &mut dyn Host,
-    key: &str,
-    endpoints: &[String],
-    cost: u64,
-    admission: &Admission,
-    mut choose: impl FnMut(&[u64]) -> Option<(usize, T)>,
-) -> Result<Result<Option<(usize, T)>, Refused>, HostError> {
-    take_checked(host, key, endpoints, cost, admission, None, |loads, _| {
-        choose(loads)
-    })
-}
-
-/// [`take`] for a session route: `choose` is also shown which endpoints are marked down (by
-/// position; empty when none is), as of `now_ms`. Expired marks are dropped.
-pub fn take_checked<T>(
     host: &mut dyn Host,
     key: &str,
     endpoints: &[String],
@@ -385,9 +381,10 @@ pub fn take_checked<T>(
     })
 }
 
-/// How long an endpoint that failed to answer a session's request is passed over by sessions
-/// (README "Sessions"): Envoy's retry served the request from a fallback, so the pod refused
-/// the connection or reset it. Short: a pod that is back takes its sessions again soon.
+/// How long an endpoint that failed to answer a least-request pick or a session's request is
+/// passed over (README "Plain Envoy", "Sessions"): Envoy's retry served the request from a
+/// fallback, so the pod refused the connection or reset it. Short: a pod that is back takes
+/// its share again soon.
 pub const DOWN_MS: u64 = 10_000;
 /// Counts-record lines `~d<endpoint> <until, ms>`: the endpoint is down until then.
 const DOWN: &str = "~d";
@@ -449,15 +446,20 @@ pub fn release(
     }
 }
 
-/// Endpoint positions by load, ties rotated by `start` so equal endpoints share the traffic.
-fn least_first(loads: &[u64], start: u64) -> Vec<usize> {
+/// Endpoint positions by load, ties rotated by `start` so equal endpoints share the traffic;
+/// the ones marked `down` come last (a pod that stopped answering holds nothing, so it would
+/// otherwise be first every time), still there as fallbacks and chosen when every pod is.
+fn least_first(loads: &[u64], start: u64, down: &[bool]) -> Vec<usize> {
     let n = loads.len().max(1);
     let offset = (start % n as u64) as usize;
-    let mut v: Vec<(u64, usize, usize)> = loads
+    let mut v: Vec<(bool, u64, usize, usize)> = loads
         .iter()
         .enumerate()
-        .map(|(i, &load)| (load, (i + n - offset) % n, i))
+        .map(|(i, &load)| {
+            let is_down = down.get(i).copied().unwrap_or(false);
+            (is_down, load, (i + n - offset) % n, i)
+        })
         .collect();
     v.sort_unstable();
-    v.into_iter().map(|(_, _, i)| i).collect()
+    v.into_iter().map(|(_, _, _, i)| i).collect()
 }

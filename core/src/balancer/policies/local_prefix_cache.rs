@@ -146,7 +146,7 @@ pub fn decide(
     // A session route also passes over the pods marked down (Envoy answered one of its
     // requests from a fallback: README "Sessions"), as over saturated ones.
     let down_at = input.config.session.as_ref().map(|_| admission.now_ms);
-    let taken = local_least_request::take_checked(
+    let taken = local_least_request::take(
         host,
         &state.counts_key,
         endpoints,
