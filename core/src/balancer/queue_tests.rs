@@ -720,3 +720,38 @@ fn envoy_a_full_pool_is_left_to_a_higher_class_waiting_on_another_worker() {
         .sum();
     assert_eq!(left, 0, "every count came back");
 }
+
+/// Plain Envoy, a session read from the body (`sessionBodyField`): a turn that waited for room
+/// is routed by its session when admitted, though its held body cannot be read again then.
+#[test]
+fn envoy_a_session_turn_that_waited_keeps_its_session() {
+    // The body is read (costMode), each request costing its bytes: 27, 27, then 44 (> 50).
+    let (mut host, mut e) =
+        envoy(json!({"sessionBodyField": "user", "costMode": "bytes", "maxRequestCount": 50}));
+    assert!(envoy_send(&mut host, &mut e, 2, "standard"));
+    assert!(envoy_send(&mut host, &mut e, 3, "standard"));
+    host.body = br#"{"model":"m","prompt":"hi","user":"alice"}"#.to_vec();
+    host.live_contexts.push(4);
+    e.on_request_headers(&mut host, 4, false);
+    let len = host.body.len();
+    assert_ne!(
+        e.on_request_body(&mut host, 4, len, true),
+        Verdict::Continue,
+        "waits"
+    );
+    assert_eq!(e.queued(), 1);
+    host.body.clear();
+    host.now_ms += 10;
+    done(&mut host, &mut e, 2);
+    assert_eq!((host.resumed, e.queued()), (1, 0));
+    host.response_headers = vec![(":status".into(), "200".into())];
+    e.on_response_headers(&mut host, 4);
+    let debug = debug_header(&host);
+    assert!(debug.contains("reason=session"), "{debug}");
+    let sticky = host.metric("ai_lb.session.hit") + host.metric("ai_lb.session.rebound");
+    assert_eq!(sticky, 1);
+    for c in [3, 4] {
+        done(&mut host, &mut e, c);
+    }
+    assert_eq!((e.tracked(), e.queued()), ((0, 0), 0));
+}

@@ -5,7 +5,7 @@
 
 use super::input::{priority_class, Env, Input};
 use crate::balancer::pick::{class_cap, cost_of, pool_cap, LocalLease};
-use crate::balancer::request::{Decision, Hold, Rejection};
+use crate::balancer::request::{Decision, Hold, PromptRead, Rejection};
 use crate::balancer::shared;
 use crate::balancer::telemetry::Telemetry;
 use crate::balancer::waiters;
@@ -28,10 +28,30 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input, ring: Option<&Ring>)
     // The class first: a sticky request is held to its class cap like any other.
     let class = priority_class(host, env.tel, input.config);
     if let (Some(ring), Some(session)) = (ring, &input.config.session) {
-        if let Some(id) =
-            super::session::session_id(&*host, session, input.read_body.then_some(input.body_bytes))
-        {
-            return sticky(host, env, input, ring, &id, class);
+        // A waiting request's retry cannot read its held body again: it keeps the id its
+        // first decision read (`sessionBodyField`), as prefix_cache keeps its prompt.
+        let id = match input.read.and_then(|r| r.session.clone()) {
+            Some(kept) => Some(kept),
+            None => super::session::session_id(
+                &*host,
+                session,
+                input.read_body.then_some(input.body_bytes),
+            ),
+        };
+        if let Some(id) = id {
+            return match sticky(host, env, input, ring, &id, class) {
+                Decision::Reject(rejection) if rejection.may_wait() => {
+                    let read = input.read.cloned().unwrap_or_else(|| {
+                        Rc::new(PromptRead {
+                            keys: Vec::new(),
+                            anchor: 0,
+                            session: Some(id),
+                        })
+                    });
+                    Decision::Refused { rejection, read }
+                }
+                other => other,
+            };
         }
     }
     let key = counts_key(endpoints);
