@@ -163,15 +163,25 @@ fn owned(ptr: *mut u8, len: usize) -> Option<Vec<u8>> {
     }
 }
 
-/// A buffer-returning call: NotFound means "absent", anything else but Ok is an error.
+/// A buffer-returning call: NotFound means "absent", anything else but Ok is an error. Ok with
+/// no bytes (hosts write a null pointer for an empty value) reads as absent too.
 pub fn fetch(
     call: &'static str,
     f: impl FnOnce(*mut *mut u8, *mut usize) -> u32,
 ) -> HostResult<Option<Vec<u8>>> {
+    Ok(fetch_present(call, f)?.flatten())
+}
+
+/// [`fetch`] that tells an existing empty value (`Some(None)`) from an absent one (`None`):
+/// shared data, where an empty value still has the CAS an update must write against.
+pub fn fetch_present(
+    call: &'static str,
+    f: impl FnOnce(*mut *mut u8, *mut usize) -> u32,
+) -> HostResult<Option<Option<Vec<u8>>>> {
     let mut ptr: *mut u8 = null_mut();
     let mut len: usize = 0;
     match f(&mut ptr, &mut len) {
-        0 => Ok(owned(ptr, len)),
+        0 => Ok(Some(owned(ptr, len))),
         1 => Ok(None),
         status => Err(HostError::new(call, error_kind(status))),
     }

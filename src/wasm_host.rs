@@ -151,10 +151,11 @@ impl Host for WasmHost {
     fn shared_get(&self, key: &str) -> HostResult<Option<(Vec<u8>, u32)>> {
         let mut cas = 0u32;
         // SAFETY: out-pointers are valid for the call; see `ffi::fetch`.
-        let v = fetch("get_shared_data", |p, l| unsafe {
+        let v = fetch_present("get_shared_data", |p, l| unsafe {
             proxy_get_shared_data(key.as_ptr(), key.len(), p, l, &mut cas)
         })?;
-        Ok(v.map(|v| (v, cas)))
+        // An existing empty value is present, with its CAS (`shared::update` relies on it).
+        Ok(v.map(|v| (v.unwrap_or_default(), cas)))
     }
 
     fn shared_set(&mut self, key: &str, value: &[u8], cas: u32) -> HostResult<()> {

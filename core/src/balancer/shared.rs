@@ -8,9 +8,19 @@ use std::collections::HashMap;
 /// Attempts of one compare-and-swap update before giving up.
 const CAS_TRIES: usize = 8;
 
-/// Read-modify-write of one key with CAS. `f` gets the current value (None when absent), its
-/// own copy to edit in place and return, and returns the new value and a result. Gives up
-/// after a few conflicting writers.
+/// The CAS a missing key is created with: one no existing entry has in practice (hosts hand
+/// them out counting up from 1), so the create fails when another worker created it first.
+const CREATE_CAS: u32 = u32::MAX;
+
+/// Read-modify-write of one key with CAS. `f` gets the current value (None when absent or
+/// empty), its own copy to edit in place and return, and returns the new value and a result.
+/// Gives up after a few conflicting writers.
+///
+/// A host checks the CAS only of a key that exists (proxy-wasm-cpp-host `SharedData::set`),
+/// so two workers each writing a missing key would both succeed and one change would be lost
+/// (seen as a lost in-flight count when the first two requests of a proxy arrived on two
+/// workers at once). A missing key is therefore first created empty with [`CREATE_CAS`]; the
+/// change itself is always a CAS write over a value read.
 pub fn update<T>(
     host: &mut dyn Host,
     key: &str,
@@ -18,11 +28,17 @@ pub fn update<T>(
 ) -> Result<T, HostError> {
     let mut last = HostError::new("set_shared_data", HostErrorKind::CasMismatch);
     for _ in 0..CAS_TRIES {
-        let (value, cas) = match host.shared_get(key)? {
-            Some((v, cas)) => (Some(v), cas),
-            None => (None, 0),
+        let Some((value, cas)) = host.shared_get(key)? else {
+            match host.shared_set(key, &[], CREATE_CAS) {
+                Ok(()) => continue,
+                Err(e) if e.kind == HostErrorKind::CasMismatch => {
+                    last = e;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
         };
-        let (new, out) = f(value);
+        let (new, out) = f(Some(value).filter(|v| !v.is_empty()));
         match host.shared_set(key, &new, cas) {
             Ok(()) => return Ok(out),
             Err(e) if e.kind == HostErrorKind::CasMismatch => last = e,
@@ -52,4 +68,38 @@ pub fn encode_counts(m: &HashMap<String, u64>) -> Vec<u8> {
         out.push_str(&format!("{k} {v}\n"));
     }
     out.into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::mock::MockHost;
+
+    fn add(host: &mut MockHost, endpoint: &str) {
+        let r = update(host, "k", |cur| {
+            let mut m = cur.map(|v| decode_counts(&v)).unwrap_or_default();
+            *m.entry(endpoint.to_string()).or_insert(0) += 1;
+            (encode_counts(&m), ())
+        });
+        assert!(r.is_ok(), "{r:?}");
+    }
+
+    #[test]
+    fn a_key_another_worker_creates_meanwhile_keeps_both_changes() {
+        let mut host = MockHost::new();
+        // This worker reads the key missing; the other worker creates it right then.
+        *host.interleave.borrow_mut() = Some(("k".into(), b"a 1\n".to_vec()));
+        add(&mut host, "b");
+        let counts = decode_counts(&host.shared.borrow()["k"].0);
+        assert_eq!(counts, HashMap::from([("a".into(), 1), ("b".into(), 1)]));
+    }
+
+    #[test]
+    fn a_missing_key_is_created_then_updated() {
+        let mut host = MockHost::new();
+        add(&mut host, "a");
+        add(&mut host, "a");
+        let counts = decode_counts(&host.shared.borrow()["k"].0);
+        assert_eq!(counts, HashMap::from([("a".into(), 2)]));
+    }
 }

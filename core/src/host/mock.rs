@@ -41,6 +41,9 @@ pub struct MockHost {
     pub shared: SharedData,
     /// Makes every shared-data write fail with this error.
     pub shared_set_status: Option<HostErrorKind>,
+    /// Another worker's write (key, value, as a host applies it with CAS 0) that lands right
+    /// after this VM's next shared-data read: a race between two workers.
+    pub interleave: RefCell<Option<(String, Vec<u8>)>>,
     /// Makes every request-header write fail with this error.
     pub set_header_status: Option<HostErrorKind>,
     /// Request-header writes attempted (failed ones included).
@@ -218,7 +221,13 @@ impl Host for MockHost {
     }
 
     fn shared_get(&self, key: &str) -> HostResult<Option<(Vec<u8>, u32)>> {
-        Ok(self.shared.borrow().get(key).cloned())
+        let value = self.shared.borrow().get(key).cloned();
+        if let Some((k, v)) = self.interleave.borrow_mut().take() {
+            let mut m = self.shared.borrow_mut();
+            let cas = m.get(&k).map_or(1, |e| e.1 + 1);
+            m.insert(k, (v, cas));
+        }
+        Ok(value)
     }
 
     fn shared_set(&mut self, key: &str, value: &[u8], cas: u32) -> HostResult<()> {

@@ -128,9 +128,16 @@ fn envoy_critical_requests_get_the_room_before_earlier_standard_ones_on_any_work
     // Standard requests wait first, critical ones later; the workers they land on are
     // Envoy's choice, and their queues are per worker.
     let standard: Vec<_> = (0..4).map(|_| timed("standard", 40)).collect();
-    assert!(wait_until(Duration::from_secs(5), || envoy
-        .stat("ai_lb.queue.queued")
-        >= 4));
+    assert!(
+        wait_until(Duration::from_secs(5), || envoy.stat("ai_lb.queue.queued")
+            >= 4),
+        "queued {}, routed {}, pod_down {}, fallback {}: {}",
+        envoy.stat("ai_lb.queue.queued"),
+        envoy.stat("ai_lb.glr.routed"),
+        envoy.stat("ai_lb.glr.pod_down"),
+        envoy.stat("ai_lb.glr.fallback"),
+        envoy.logs()
+    );
     let critical: Vec<_> = (0..2).map(|_| timed("critical", 40)).collect();
     let done = |t: Vec<JoinHandle<(Answer, Duration)>>| -> Vec<(Answer, Duration)> {
         t.into_iter().map(|t| t.join().unwrap()).collect()
