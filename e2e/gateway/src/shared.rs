@@ -115,6 +115,8 @@ pub struct Counters {
     /// Wall time spent inside VM calls (plugin code plus the host calls it makes), for the
     /// per-request plugin CPU benchmark.
     pub vm_call_ns: AtomicU64,
+    /// VM entries (exports called), so a figure can say how many entries its time took.
+    pub vm_calls: AtomicU64,
 }
 
 /// key → (value, CAS).

@@ -163,10 +163,13 @@ impl Vm {
         let h = self.store.data_mut();
         h.current = 0;
         h.effective = None;
-        h.shared
-            .counters
+        let counters = &h.shared.counters;
+        counters
             .vm_call_ns
             .fetch_add(ns, std::sync::atomic::Ordering::Relaxed);
+        counters
+            .vm_calls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         r.map_err(|e| self.trap(what, e.into()))
     }
 

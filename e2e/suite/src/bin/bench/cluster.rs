@@ -36,8 +36,14 @@ fn gateways(
         .collect()
 }
 
-/// How the client names the service of request `i` (None: it does not, the plugin does).
-type Chooser = fn(usize) -> Option<&'static str>;
+/// The header the client adds to request `i`, if any: the service it names (round robin, the
+/// oracle) or a key for the plugin to hash.
+type Chooser = fn(usize) -> Option<(&'static str, String)>;
+
+/// Names service `s` in the route's cluster header.
+fn naming(s: &str) -> Option<(&'static str, String)> {
+    Some((TARGET_HEADER, s.to_string()))
+}
 
 pub fn cluster_adaptive_vs_round_robin_and_oracle() -> anyhow::Result<()> {
     // 2 pods per service, 4 running each. Prompts ~200 tokens (40 ms of prefill), 8 output
@@ -76,52 +82,66 @@ pub fn cluster_adaptive_vs_round_robin_and_oracle() -> anyhow::Result<()> {
         s.max_tokens.dist = Dist::Fixed(8);
         s
     };
-    let run =
-        |tag: &str, plugin: Option<Value>, choose: Chooser| -> anyhow::Result<(Summary, String)> {
-            let gws = gateways(&bed, &svcs, tag, plugin)?;
-            let mut lc = LoadConfig::new(
-                gws.iter().map(|g| g.url.clone()).collect(),
-                Workload::Skewed(workload()),
-            );
-            lc.seed = 17;
-            lc.timeout = Duration::from_secs(60);
-            lc.admin_urls = bed.pods.iter().map(|p| p.url()).collect();
-            lc.reset_pods = true;
-            let mut plan = load::plan(&lc);
-            // The arrivals themselves, before any routing header: equal in all three runs.
-            let arrivals = plan.fingerprint();
-            for r in &mut plan.requests {
-                if let Some(s) = choose(r.index) {
-                    r.headers.push((TARGET_HEADER.into(), s.into()));
-                }
+    let run = |tag: &str, plugin: Option<Value>, choose: Chooser| -> anyhow::Result<Run> {
+        let gws = gateways(&bed, &svcs, tag, plugin)?;
+        let mut lc = LoadConfig::new(
+            gws.iter().map(|g| g.url.clone()).collect(),
+            Workload::Skewed(workload()),
+        );
+        lc.seed = 17;
+        lc.timeout = Duration::from_secs(60);
+        lc.admin_urls = bed.pods.iter().map(|p| p.url()).collect();
+        lc.reset_pods = true;
+        let mut plan = load::plan(&lc);
+        // The arrivals themselves, before any routing header: equal in all three runs.
+        let arrivals = plan.fingerprint();
+        for r in &mut plan.requests {
+            if let Some((name, value)) = choose(r.index) {
+                r.headers.push((name.into(), value));
             }
-            let s = bed.rt.block_on(load::run_plan(&lc, &plan))?;
-            eprintln!("cluster {tag}: {}", s.line());
-            Ok((s, arrivals))
-        };
+        }
+        let before = vm_totals(&gws);
+        let s = bed.rt.block_on(load::run_plan(&lc, &plan))?;
+        eprintln!("cluster {tag}: {}", s.line());
+        let vm = vm_totals(&gws).since(before);
+        Ok(Run { s, arrivals, vm })
+    };
     let mut tuned = metrics_plugin(&svcs, "AdaptiveScore");
     tuned["lb_config"]["p2c_choices"] = 3.into();
     tuned["lb_config"]["inflight_capacity"] = 8.into();
-    let (adaptive, a0) = run("adaptive", Some(tuned), |_| None)?;
-    let (higress, a1) = run(
+    let adaptive = run("adaptive", Some(tuned), |_| None)?;
+    let higress = run(
         "adaptive-higress",
         Some(metrics_plugin(&svcs, "AdaptiveScore")),
         |_| None,
     )?;
-    let (rr, a2) = run("round-robin", None, |i| Some(NAMES[i % 3]))?;
-    let (oracle, a3) = run("oracle", None, |_| Some(NAMES[0]))?;
+    let rr = run("round-robin", None, |i| naming(NAMES[i % 3]))?;
+    let oracle = run("oracle", None, |_| naming(NAMES[0]))?;
+    // The VM floor beside adaptive: cluster_hash over a per-request user header keeps no
+    // statistics and reads no answer, so its time is mostly the host's VM entries.
+    let thirds: Vec<(&str, i64)> = NAMES
+        .iter()
+        .zip([34, 33, 33])
+        .map(|(n, w)| (*n, w))
+        .collect();
+    let hash = run("hash", Some(hash_plugin("x-user", &thirds)), |i| {
+        Some(("x-user", format!("user-{i}")))
+    })?;
     anyhow::ensure!(
-        a0 == a1 && a1 == a2 && a2 == a3,
-        "the four runs must replay the same arrivals"
+        [&higress, &rr, &oracle, &hash]
+            .iter()
+            .all(|r| r.arrivals == adaptive.arrivals),
+        "the five runs must replay the same arrivals"
     );
-    for (name, s) in [("adaptive", &adaptive), ("adaptive_higress", &higress)] {
+    for (name, r) in [("adaptive", &adaptive), ("adaptive_higress", &higress)] {
+        let s = &r.s;
         println!(
             "BENCH cluster_ttft_p99_ratio_{name}_vs_round_robin {:.2} ratio",
-            s.ttft_ms.p99 / rr.ttft_ms.p99
+            s.ttft_ms.p99 / rr.s.ttft_ms.p99
         );
         println!(
             "BENCH cluster_ttft_p99_ratio_{name}_vs_oracle {:.2} ratio",
-            s.ttft_ms.p99 / oracle.ttft_ms.p99
+            s.ttft_ms.p99 / oracle.s.ttft_ms.p99
         );
         let on_failing: usize = s
             .per_pod
@@ -134,7 +154,56 @@ pub fn cluster_adaptive_vs_round_robin_and_oracle() -> anyhow::Result<()> {
             on_failing as f64 / s.count.max(1) as f64
         );
     }
+    // The plugin's VM time in these very runs (streamed answers, 22 rps over 4 workers): each
+    // answer chunk is one more VM entry, and at this rate every entry finds a cold cache
+    // (README "Test bed"); cluster_hash, side by side, is the floor of any policy.
+    for (name, r) in [("adaptive", &adaptive), ("hash", &hash)] {
+        let streams = r.vm.streams.max(1) as f64;
+        println!(
+            "BENCH plugin_us_per_request_cluster_{name}_streamed {:.1} us",
+            r.vm.ns as f64 / streams / 1e3
+        );
+        println!(
+            "BENCH vm_entries_per_request_cluster_{name}_streamed {:.1} count",
+            r.vm.calls as f64 / streams
+        );
+    }
     Ok(())
+}
+
+/// One run of the section: what the load generator saw, its arrivals' fingerprint, and the
+/// gateways' VM totals over it.
+struct Run {
+    s: Summary,
+    arrivals: String,
+    vm: VmTotals,
+}
+
+/// VM time, VM entries and destroyed streams, summed over gateways.
+#[derive(Clone, Copy)]
+struct VmTotals {
+    ns: i64,
+    calls: i64,
+    streams: i64,
+}
+
+impl VmTotals {
+    fn since(self, before: VmTotals) -> VmTotals {
+        VmTotals {
+            ns: self.ns - before.ns,
+            calls: self.calls - before.calls,
+            streams: self.streams - before.streams,
+        }
+    }
+}
+
+fn vm_totals(gws: &[Gateway]) -> VmTotals {
+    let sum = |name: &str| gws.iter().map(|g| g.stat(name)).sum();
+    VmTotals {
+        ns: sum("gateway.vm_call_ns"),
+        calls: sum("gateway.vm_calls"),
+        streams: sum("gateway.streams_destroyed"),
+    }
 }
 
 /// Higress's cluster_hash, written here from its description (docs/higress-cluster-policies.md
