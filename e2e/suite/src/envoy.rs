@@ -149,6 +149,27 @@ impl Envoy {
             .unwrap_or(0)
     }
 
+    /// CPU time the Envoy process has used so far per thread name, in ns (`envoy` the main
+    /// thread, `wrk:worker_N` the workers, `V8 DefaultWorke` V8's background threads; names
+    /// that repeat summed): the first field of each `/proc/<pid>/task/*/schedstat`, time on a
+    /// CPU not rounded to clock ticks as `/proc/<pid>/stat` is. Threads that already exited
+    /// are not counted; Envoy's workers and main thread live as long as the process.
+    pub fn cpu_ns_by_thread(&self) -> anyhow::Result<std::collections::BTreeMap<String, u64>> {
+        let tasks = format!("/proc/{}/task", self.child.id());
+        let mut by_name = std::collections::BTreeMap::new();
+        for task in std::fs::read_dir(&tasks)? {
+            let dir = task?.path();
+            let stat = std::fs::read_to_string(dir.join("schedstat"))?;
+            let name = std::fs::read_to_string(dir.join("comm"))?;
+            let on_cpu = stat.split_whitespace().next().unwrap_or("");
+            let ns = on_cpu
+                .parse::<u64>()
+                .map_err(|e| anyhow::anyhow!("{tasks}: schedstat {on_cpu:?}: {e}"))?;
+            *by_name.entry(name.trim().to_string()).or_default() += ns;
+        }
+        Ok(by_name)
+    }
+
     fn stop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

@@ -5,6 +5,7 @@
 pub mod bed;
 pub mod cluster;
 pub mod cluster3;
+pub mod empty_plugin;
 pub mod envoy;
 pub mod gateway;
 pub mod metrics;

@@ -13,24 +13,42 @@ use ailb_e2e::bed::{chat_body, Bed};
 use ailb_e2e::cluster::{
     cluster_config, hash_plugin, metrics_plugin, service_of, services, Service, TARGET_HEADER,
 };
+use ailb_e2e::empty_plugin::empty_wasm;
 use ailb_e2e::gateway::{http, Gateway};
 use ailb_fakepod::load::{self, Arrivals, LoadConfig, SkewedSpec, Summary, Workload};
 use ailb_fakepod::rng::Dist;
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::time::Duration;
 
 const NAMES: [&str; 3] = ["llm-a", "llm-b", "llm-c"];
 
-/// 2 gateways (2 workers each) over `svcs`, with `plugin` or none.
+/// What the gateways' wasm filter runs.
+enum Filter {
+    /// No filter.
+    None,
+    /// The plugin with this config.
+    Plugin(Value),
+    /// A module whose callbacks do nothing (`empty_plugin`): the host's share of any plugin.
+    Empty,
+}
+
+/// 2 gateways (2 workers each) over `svcs`, running `filter`.
 fn gateways(
     bed: &Bed,
     svcs: &[Service],
     tag: &str,
-    plugin: Option<Value>,
+    filter: &Filter,
 ) -> anyhow::Result<Vec<Gateway>> {
     (0..2)
         .map(|i| {
-            let spec = bed.spec(&format!("{tag}-{i}"), plugin.clone());
+            let config = match filter {
+                Filter::Plugin(v) => Some(v.clone()),
+                Filter::None | Filter::Empty => None,
+            };
+            let mut spec = bed.spec(&format!("{tag}-{i}"), config);
+            if let Filter::Empty = filter {
+                spec.plugin = Some((empty_wasm()?, json!({})));
+            }
             Gateway::start_config(&cluster_config(bed, &spec, svcs), &spec.id)
         })
         .collect()
@@ -82,8 +100,8 @@ pub fn cluster_adaptive_vs_round_robin_and_oracle() -> anyhow::Result<()> {
         s.max_tokens.dist = Dist::Fixed(8);
         s
     };
-    let run = |tag: &str, plugin: Option<Value>, choose: Chooser| -> anyhow::Result<Run> {
-        let gws = gateways(&bed, &svcs, tag, plugin)?;
+    let run = |tag: &str, filter: Filter, choose: Chooser| -> anyhow::Result<Run> {
+        let gws = gateways(&bed, &svcs, tag, &filter)?;
         let mut lc = LoadConfig::new(
             gws.iter().map(|g| g.url.clone()).collect(),
             Workload::Skewed(workload()),
@@ -109,14 +127,14 @@ pub fn cluster_adaptive_vs_round_robin_and_oracle() -> anyhow::Result<()> {
     let mut tuned = metrics_plugin(&svcs, "AdaptiveScore");
     tuned["lb_config"]["p2c_choices"] = 3.into();
     tuned["lb_config"]["inflight_capacity"] = 8.into();
-    let adaptive = run("adaptive", Some(tuned), |_| None)?;
+    let adaptive = run("adaptive", Filter::Plugin(tuned), |_| None)?;
     let higress = run(
         "adaptive-higress",
-        Some(metrics_plugin(&svcs, "AdaptiveScore")),
+        Filter::Plugin(metrics_plugin(&svcs, "AdaptiveScore")),
         |_| None,
     )?;
-    let rr = run("round-robin", None, |i| naming(NAMES[i % 3]))?;
-    let oracle = run("oracle", None, |_| naming(NAMES[0]))?;
+    let rr = run("round-robin", Filter::None, |i| naming(NAMES[i % 3]))?;
+    let oracle = run("oracle", Filter::None, |_| naming(NAMES[0]))?;
     // The VM floor beside adaptive: cluster_hash over a per-request user header keeps no
     // statistics and reads no answer, so its time is mostly the host's VM entries.
     let thirds: Vec<(&str, i64)> = NAMES
@@ -124,14 +142,18 @@ pub fn cluster_adaptive_vs_round_robin_and_oracle() -> anyhow::Result<()> {
         .zip([34, 33, 33])
         .map(|(n, w)| (*n, w))
         .collect();
-    let hash = run("hash", Some(hash_plugin("x-user", &thirds)), |i| {
-        Some(("x-user", format!("user-{i}")))
-    })?;
+    let hash = run(
+        "hash",
+        Filter::Plugin(hash_plugin("x-user", &thirds)),
+        |i| Some(("x-user", format!("user-{i}"))),
+    )?;
+    // And the host's floor: a module whose callbacks do nothing; the client names the service.
+    let empty = run("empty", Filter::Empty, |i| naming(NAMES[i % 3]))?;
     anyhow::ensure!(
-        [&higress, &rr, &oracle, &hash]
+        [&higress, &rr, &oracle, &hash, &empty]
             .iter()
             .all(|r| r.arrivals == adaptive.arrivals),
-        "the five runs must replay the same arrivals"
+        "the six runs must replay the same arrivals"
     );
     for (name, r) in [("adaptive", &adaptive), ("adaptive_higress", &higress)] {
         let s = &r.s;
@@ -156,12 +178,22 @@ pub fn cluster_adaptive_vs_round_robin_and_oracle() -> anyhow::Result<()> {
     }
     // The plugin's VM time in these very runs (streamed answers, 22 rps over 4 workers): each
     // answer chunk is one more VM entry, and at this rate every entry finds a cold cache
-    // (README "Test bed"); cluster_hash, side by side, is the floor of any policy.
+    // (README "Test bed"). Side by side: cluster_hash, a policy that keeps no statistics, and
+    // the empty module, whose time is the host's alone.
+    let us = |r: &Run| r.vm.ns as f64 / r.vm.streams.max(1) as f64 / 1e3;
+    println!(
+        "BENCH vm_floor_us_per_request_empty_module_streamed {:.1} us",
+        us(&empty)
+    );
     for (name, r) in [("adaptive", &adaptive), ("hash", &hash)] {
         let streams = r.vm.streams.max(1) as f64;
         println!(
             "BENCH plugin_us_per_request_cluster_{name}_streamed {:.1} us",
-            r.vm.ns as f64 / streams / 1e3
+            us(r)
+        );
+        println!(
+            "BENCH plugin_us_per_request_cluster_{name}_streamed_over_floor {:.1} us",
+            us(r) - us(&empty)
         );
         println!(
             "BENCH vm_entries_per_request_cluster_{name}_streamed {:.1} count",
@@ -231,7 +263,12 @@ pub fn cluster_hash_slot_agreement() -> anyhow::Result<()> {
     });
     let svcs = services(&NAMES, 1);
     let entries = [(NAMES[0], 17), (NAMES[1], 33), (NAMES[2], 50)];
-    let gws = gateways(&bed, &svcs, "hash", Some(hash_plugin("x-user", &entries)))?;
+    let gws = gateways(
+        &bed,
+        &svcs,
+        "hash",
+        &Filter::Plugin(hash_plugin("x-user", &entries)),
+    )?;
     let urls: Vec<String> = gws.iter().map(|g| g.url.clone()).collect();
     let table = SlotTable::build(&entries).map_err(|e| anyhow::anyhow!("{e:?}"))?;
     let values: Vec<String> = (0..10_000u64)

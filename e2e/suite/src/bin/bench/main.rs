@@ -4,6 +4,7 @@
 mod cluster;
 mod cluster3;
 mod common;
+mod envoy_cpu;
 mod envoy_prefix;
 mod fairness;
 mod glr;
@@ -13,7 +14,7 @@ mod priority;
 mod session;
 mod thirdparty;
 
-/// `ailb-bench [cpu] [leak] [p99] [prefix] [session] [metrics] [cluster|cluster-cpu|cluster-hash|cluster-p99] [envoy-prefix] [thirdparty] [cluster3] [priority] [queue] [fairness]`: the named sections only (all by default).
+/// `ailb-bench [cpu] [leak] [p99] [prefix] [session] [metrics] [cluster|cluster-cpu|cluster-hash|cluster-p99] [envoy-prefix] [envoy-cpu] [thirdparty] [cluster3] [priority] [queue] [fairness]`: the named sections only (all by default).
 fn main() -> anyhow::Result<()> {
     let only: Vec<String> = std::env::args().skip(1).collect();
     let run = |name: &str| only.is_empty() || only.iter().any(|a| a == name);
@@ -52,6 +53,9 @@ fn main() -> anyhow::Result<()> {
     if run("envoy-prefix") {
         envoy_prefix::envoy_prefix_vs_round_robin_and_redis()?;
         envoy_prefix::envoy_added_latency()?;
+    }
+    if run("envoy-cpu") {
+        envoy_cpu::envoy_cluster_plugin_cpu()?;
     }
     if run("thirdparty") {
         thirdparty::thirdparty_vs_ours_vm_time()?;

@@ -1,0 +1,123 @@
+//! Plugin CPU in real Envoy 1.40 with V8 (the wasm runtime Higress runs the plugin in too): the
+//! Envoy process's CPU time per request with a cluster policy, minus that of the same Envoy
+//! config without the wasm filter. Beside them, the filter running a module whose callbacks do
+//! nothing (`empty_plugin`): what Envoy's wasm filter costs any plugin (stream context, one V8
+//! entry per callback), so the plugin's own share is the difference from it. The four proxies
+//! get the same requests, interleaved one by one, so the machine's noise falls on all alike.
+
+use crate::common::chat10;
+use ailb_e2e::bed::Bed;
+use ailb_e2e::cluster::{hash_plugin, TARGET_HEADER};
+use ailb_e2e::empty_plugin::empty_wasm;
+use ailb_e2e::envoy::{cluster_config, envoy_wasm, Envoy};
+use ailb_e2e::gateway::http;
+use serde_json::{json, Value};
+
+const NAMES: [&str; 3] = ["llm-a", "llm-b", "llm-c"];
+
+/// Requests per proxy before measuring (V8 compiles lazily) and measured.
+const WARM: usize = 300;
+const MEASURED: usize = 3000;
+
+pub fn envoy_cluster_plugin_cpu() -> anyhow::Result<()> {
+    let bed = Bed::new(3, |c| {
+        c.decode_us_per_token = 0;
+        c.prefill_us_per_token = 0;
+        c.max_running = 64;
+    });
+    let services: Vec<(&str, String)> = NAMES.iter().copied().zip(bed.pod_addrs()).collect();
+    let adaptive = Envoy::start_clusters(
+        &services,
+        &json!({"lb_type": "cluster", "lb_policy": "cluster_metrics",
+                "lb_config": {"mode": "AdaptiveScore", "service_list": NAMES}}),
+    );
+    let hash = Envoy::start_clusters(
+        &services,
+        &hash_plugin("x-user", &[(NAMES[0], 34), (NAMES[1], 33), (NAMES[2], 33)]),
+    );
+    let bare = Envoy::start_with(|port, admin| {
+        let mut c = cluster_config(port, admin, &services, &Value::Null, &envoy_wasm());
+        let hcm = &mut c["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
+            ["typed_config"];
+        if let Some(filters) = hcm["http_filters"].as_array_mut() {
+            filters.retain(|f| f["name"] != "envoy.filters.http.wasm");
+        }
+        c
+    });
+    let empty_module = empty_wasm()?;
+    let empty = Envoy::start_with(|port, admin| {
+        cluster_config(port, admin, &services, &json!({}), &empty_module)
+    });
+    let proxies = [&adaptive, &hash, &bare, &empty];
+    let body = chat10();
+    // Every request names a service (the plugin-less proxy routes by it; the plugins replace
+    // it) and a user (cluster_hash's key), so all three parse the same headers.
+    let send_round = |i: usize| -> anyhow::Result<()> {
+        let user = format!("user-{i}");
+        let headers = [
+            ("content-type", "application/json"),
+            (TARGET_HEADER, NAMES[i % NAMES.len()]),
+            ("x-user", user.as_str()),
+        ];
+        for e in proxies {
+            let (status, _, _) = http(&e.url, "POST", "/v1/chat/completions", &headers, &body)?;
+            anyhow::ensure!(status == 200, "{}: status {status}", e.url);
+        }
+        Ok(())
+    };
+    (0..WARM).try_for_each(send_round)?;
+    let threads =
+        || -> anyhow::Result<Vec<_>> { proxies.iter().map(|e| e.cpu_ns_by_thread()).collect() };
+    let before = threads()?;
+    (WARM..WARM + MEASURED).try_for_each(send_round)?;
+    let after = threads()?;
+    for (i, name) in ["adaptive", "hash", "none", "empty"].iter().enumerate() {
+        let line: Vec<String> = after[i]
+            .iter()
+            .map(|(t, ns)| {
+                let was = before[i].get(t).copied().unwrap_or(0);
+                format!(
+                    "{t}={:.1}",
+                    ns.saturating_sub(was) as f64 / MEASURED as f64 / 1e3
+                )
+            })
+            .collect();
+        eprintln!(
+            "envoy-cpu {name}: us per request by thread: {}",
+            line.join(" ")
+        );
+    }
+    let total = |m: &std::collections::BTreeMap<String, u64>| m.values().sum::<u64>();
+    let before: Vec<u64> = before.iter().map(total).collect();
+    let after: Vec<u64> = after.iter().map(total).collect();
+    let all = (WARM + MEASURED) as i64;
+    anyhow::ensure!(
+        adaptive.stat("ai_lb.cluster_metrics.routed") == all
+            && hash.stat("ai_lb.cluster_hash.routed") == all,
+        "the plugins routed {} and {} of {all}",
+        adaptive.stat("ai_lb.cluster_metrics.routed"),
+        hash.stat("ai_lb.cluster_hash.routed")
+    );
+    let us: Vec<f64> = before
+        .iter()
+        .zip(&after)
+        .map(|(b, a)| a.saturating_sub(*b) as f64 / MEASURED as f64 / 1e3)
+        .collect();
+    let (without, floor) = (us[2], us[3]);
+    println!("BENCH envoy_cpu_us_per_request_without_plugin {without:.1} us");
+    println!(
+        "BENCH envoy_wasm_filter_floor_us_per_request {:.1} us",
+        floor - without
+    );
+    for (name, total) in [("adaptive", us[0]), ("hash", us[1])] {
+        println!(
+            "BENCH envoy_plugin_cpu_us_per_request_cluster_{name} {:.1} us",
+            total - without
+        );
+        println!(
+            "BENCH envoy_plugin_cpu_us_per_request_cluster_{name}_over_floor {:.1} us",
+            total - floor
+        );
+    }
+    Ok(())
+}
