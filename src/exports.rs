@@ -8,6 +8,7 @@
 //! every callback up as optional and answer Continue / true for a missing one. The host's one
 //! required export is the allocator, `proxy_on_memory_allocate` (or `malloc`).
 
+use crate::body_watch::BodyWatch;
 use crate::contexts::Contexts;
 use crate::ffi;
 use crate::wasm_host::WasmHost;
@@ -21,6 +22,12 @@ use std::hash::{BuildHasher, Hasher};
 
 thread_local! {
     static CONTEXTS: RefCell<Contexts<Balancer>> = RefCell::new(Contexts::default());
+    static BODY_WATCH: BodyWatch = BodyWatch::default();
+}
+
+/// Stream `id` reads its response body from now on, or no longer does.
+fn watch_body(id: u32, reads: bool) {
+    let _ = BODY_WATCH.try_with(|w| w.set(id, reads));
 }
 
 /// Runs `f` on the registry; a re-entrant call (which the host never makes) is a no-op
@@ -40,6 +47,7 @@ fn with_balancer<R>(id: u32, f: impl FnOnce(&mut Balancer, &mut WasmHost) -> R) 
 /// The stream of http context `id` ended: its balancer gives back what it acquired. Releasing
 /// twice is a no-op, so every end-of-stream callback may call this.
 fn end_stream(id: u32) {
+    watch_body(id, false);
     with_contexts(|c| {
         if c.root_of(id).is_some() {
             if let Some(b) = c.balancer(id) {
@@ -177,16 +185,32 @@ pub extern "C" fn proxy_on_request_body(id: u32, body_size: usize, end_of_stream
     .unwrap_or(CONTINUE)
 }
 
+/// The response begins: the body watch learns whether this stream's body chunks matter (the
+/// host never calls the body before the headers).
 #[no_mangle]
 pub extern "C" fn proxy_on_response_headers(id: u32, _headers: usize, _eos: u32) -> u32 {
-    with_balancer(id, |b, h| b.on_response_headers(h, id));
+    let reads = with_balancer(id, |b, h| {
+        b.on_response_headers(h, id);
+        b.wants_response_body(id)
+    });
+    watch_body(id, reads.unwrap_or(false));
     CONTINUE
 }
 
-/// cluster_metrics times the first response-body chunk (its TTFT); nothing is held.
+/// cluster_metrics times the first response-body chunk (its TTFT); nothing is held. Every
+/// other chunk returns at the body watch, without entering the registry.
 #[no_mangle]
 pub extern "C" fn proxy_on_response_body(id: u32, _body_size: usize, _eos: u32) -> u32 {
-    with_balancer(id, |b, h| action(b.on_response_body(h, id))).unwrap_or(CONTINUE)
+    if !BODY_WATCH.try_with(|w| w.may_read(id)).unwrap_or(true) {
+        return CONTINUE;
+    }
+    let (verdict, reads) = with_balancer(id, |b, h| {
+        let verdict = action(b.on_response_body(h, id));
+        (verdict, b.wants_response_body(id))
+    })
+    .unwrap_or((CONTINUE, false));
+    watch_body(id, reads);
+    verdict
 }
 
 /// True: neither an http context nor a root needs the host to wait before deleting it.

@@ -1,7 +1,9 @@
 //! ai-load-balancer's wasm glue: the Proxy-Wasm exports (`exports`), the context registry
-//! (`contexts`), the raw host imports (`ffi`) and the `Host` built on them (`wasm_host`). Every
+//! (`contexts`), the response-body watch (`body_watch`), the raw host imports (`ffi`) and the `Host` built on them (`wasm_host`). Every
 //! decision is made in the `ailb-core` crate, which knows nothing of the ABI.
 
+#[cfg(any(target_arch = "wasm32", test))]
+mod body_watch;
 #[cfg(any(target_arch = "wasm32", test))]
 mod contexts;
 #[cfg(target_arch = "wasm32")]

@@ -307,14 +307,18 @@ impl Balancer {
         }
     }
 
+    /// Whether stream `ctx`'s next response body chunk matters (cluster_metrics before its
+    /// first byte): the glue skips the others without calling in.
+    pub fn wants_response_body(&self, ctx: u32) -> bool {
+        self.requests
+            .get(&ctx)
+            .is_some_and(Request::wants_response_body)
+    }
+
     /// A response body chunk: cluster_metrics records its time to the first one. Never holds
     /// the response.
     pub fn on_response_body(&mut self, host: &mut dyn Host, ctx: u32) -> Verdict {
-        if self
-            .requests
-            .get(&ctx)
-            .is_some_and(Request::wants_response_body)
-        {
+        if self.wants_response_body(ctx) {
             self.drive(host, ctx, Event::ResponseBody);
         }
         Verdict::Continue

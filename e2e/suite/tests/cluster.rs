@@ -167,6 +167,67 @@ fn cluster_metrics_adaptive_moves_traffic_off_the_slow_and_the_failing_service()
     }
 }
 
+/// LeastFirstTokenLatency scores services by time to the first token alone, taken at the first
+/// body chunk of each answer. Streamed answers come in many chunks and the plugin reads only
+/// the first (the others stop at src/body_watch.rs): llm-b is three times slower to its first
+/// token, and once both services have samples the traffic leaves it. Without the samples
+/// every service scores the same and a random pick sends it about half.
+#[test]
+fn least_first_token_latency_reads_the_first_chunk_of_streamed_answers() {
+    let bed = Bed::new(4, |c| {
+        c.prefill_us_per_token = 5_000;
+        c.decode_us_per_token = 2_000;
+        if matches!(c.name.as_str(), "pod-2" | "pod-3") {
+            c.ttft_multiplier = 3.0;
+        }
+    });
+    let svcs = services(&NAMES[..2], 2);
+    let gws = gateways(
+        &bed,
+        &svcs,
+        &metrics_plugin(&svcs, "LeastFirstTokenLatency"),
+    );
+    let mut late: BTreeMap<&str, usize> = BTreeMap::new();
+    for i in 0..60 {
+        let body = serde_json::json!({"model": "fake-model", "stream": true, "max_tokens": 8,
+            "messages": [{"role": "user", "content": format!("question {i} about the weather")}]});
+        let (status, hs, answer) = http(
+            &gws[i % 2].url,
+            "POST",
+            "/v1/chat/completions",
+            &[("content-type", "application/json")],
+            body.to_string().as_bytes(),
+        )
+        .unwrap_or_else(|e| panic!("#{i}: no answer: {e}"));
+        let pod = hs
+            .iter()
+            .find(|(k, _)| k == "x-pod")
+            .map(|(_, v)| v.as_str());
+        let svc = pod.and_then(|p| service_of(&svcs, p));
+        assert!(status == 200, "#{i}: {status} from {svc:?}");
+        assert!(
+            String::from_utf8_lossy(&answer).matches("data:").count() >= 8,
+            "#{i}: not a streamed answer"
+        );
+        if i >= 20 {
+            *late.entry(svc.unwrap_or("none")).or_default() += 1;
+        }
+    }
+    let slow = late.get(NAMES[1]).copied().unwrap_or(0);
+    assert!(
+        slow <= 4,
+        "slow-to-first-token service after warm-up: {late:?}"
+    );
+    for g in &gws {
+        assert_eq!(
+            g.stat("ai_lb.cluster_metrics.stats_failed"),
+            0,
+            "{}",
+            g.logs()
+        );
+    }
+}
+
 /// A configured cluster the gateway does not have: Envoy's 503 at once, every time; the
 /// values hashed to real clusters are served.
 #[test]
