@@ -51,7 +51,7 @@ pub fn envoy_cluster_plugin_cpu() -> anyhow::Result<()> {
     let proxies = [&adaptive, &hash, &bare, &empty];
     let body = chat10();
     // Every request names a service (the plugin-less proxy routes by it; the plugins replace
-    // it) and a user (cluster_hash's key), so all three parse the same headers.
+    // it) and a user (cluster_hash's key), so all four parse the same headers.
     let send_round = |i: usize| -> anyhow::Result<()> {
         let user = format!("user-{i}");
         let headers = [
@@ -66,31 +66,55 @@ pub fn envoy_cluster_plugin_cpu() -> anyhow::Result<()> {
         Ok(())
     };
     (0..WARM).try_for_each(send_round)?;
-    let threads =
-        || -> anyhow::Result<Vec<_>> { proxies.iter().map(|e| e.cpu_ns_by_thread()).collect() };
-    let before = threads()?;
-    (WARM..WARM + MEASURED).try_for_each(send_round)?;
-    let after = threads()?;
-    for (i, name) in ["adaptive", "hash", "none", "empty"].iter().enumerate() {
-        let line: Vec<String> = after[i]
-            .iter()
-            .map(|(t, ns)| {
-                let was = before[i].get(t).copied().unwrap_or(0);
-                format!(
-                    "{t}={:.1}",
-                    ns.saturating_sub(was) as f64 / MEASURED as f64 / 1e3
-                )
+    // Rounds `from..from + MEASURED` sent by `clients` threads: CPU µs per request per proxy.
+    let measure = |from: usize, clients: usize| -> anyhow::Result<Vec<f64>> {
+        let threads =
+            || -> anyhow::Result<Vec<_>> { proxies.iter().map(|e| e.cpu_ns_by_thread()).collect() };
+        let before = threads()?;
+        std::thread::scope(|s| {
+            let senders: Vec<_> = (0..clients)
+                .map(|c| {
+                    s.spawn(move || {
+                        (from + c..from + MEASURED)
+                            .step_by(clients)
+                            .try_for_each(send_round)
+                    })
+                })
+                .collect();
+            senders.into_iter().try_for_each(|t| {
+                t.join()
+                    .map_err(|_| anyhow::anyhow!("a client thread panicked"))?
             })
-            .collect();
-        eprintln!(
-            "envoy-cpu {name}: us per request by thread: {}",
-            line.join(" ")
-        );
-    }
-    let total = |m: &std::collections::BTreeMap<String, u64>| m.values().sum::<u64>();
-    let before: Vec<u64> = before.iter().map(total).collect();
-    let after: Vec<u64> = after.iter().map(total).collect();
-    let all = (WARM + MEASURED) as i64;
+        })?;
+        let after = threads()?;
+        for (i, name) in ["adaptive", "hash", "none", "empty"].iter().enumerate() {
+            let line: Vec<String> = after[i]
+                .iter()
+                .map(|(t, ns)| {
+                    let was = before[i].get(t).copied().unwrap_or(0);
+                    format!(
+                        "{t}={:.1}",
+                        ns.saturating_sub(was) as f64 / MEASURED as f64 / 1e3
+                    )
+                })
+                .collect();
+            eprintln!(
+                "envoy-cpu {name}, {clients} clients: us per request by thread: {}",
+                line.join(" ")
+            );
+        }
+        Ok(before
+            .iter()
+            .zip(&after)
+            .map(|(b, a)| {
+                let ns = a.values().sum::<u64>().saturating_sub(b.values().sum());
+                ns as f64 / MEASURED as f64 / 1e3
+            })
+            .collect())
+    };
+    let one = measure(WARM, 1)?;
+    let loaded = measure(WARM + MEASURED, 8)?;
+    let all = (WARM + 2 * MEASURED) as i64;
     anyhow::ensure!(
         adaptive.stat("ai_lb.cluster_metrics.routed") == all
             && hash.stat("ai_lb.cluster_hash.routed") == all,
@@ -98,26 +122,24 @@ pub fn envoy_cluster_plugin_cpu() -> anyhow::Result<()> {
         adaptive.stat("ai_lb.cluster_metrics.routed"),
         hash.stat("ai_lb.cluster_hash.routed")
     );
-    let us: Vec<f64> = before
-        .iter()
-        .zip(&after)
-        .map(|(b, a)| a.saturating_sub(*b) as f64 / MEASURED as f64 / 1e3)
-        .collect();
-    let (without, floor) = (us[2], us[3]);
-    println!("BENCH envoy_cpu_us_per_request_without_plugin {without:.1} us");
-    println!(
-        "BENCH envoy_wasm_filter_floor_us_per_request {:.1} us",
-        floor - without
-    );
-    for (name, total) in [("adaptive", us[0]), ("hash", us[1])] {
+    // One request at a time, then 8 clients at once (a busy proxy, caches warm).
+    for (suffix, us) in [("", &one), ("_loaded_8_clients", &loaded)] {
+        let (without, floor) = (us[2], us[3]);
+        println!("BENCH envoy_cpu_us_per_request_without_plugin{suffix} {without:.1} us");
         println!(
-            "BENCH envoy_plugin_cpu_us_per_request_cluster_{name} {:.1} us",
-            total - without
+            "BENCH envoy_wasm_filter_floor_us_per_request{suffix} {:.1} us",
+            floor - without
         );
-        println!(
-            "BENCH envoy_plugin_cpu_us_per_request_cluster_{name}_over_floor {:.1} us",
-            total - floor
-        );
+        for (name, total) in [("adaptive", us[0]), ("hash", us[1])] {
+            println!(
+                "BENCH envoy_plugin_cpu_us_per_request_cluster_{name}{suffix} {:.1} us",
+                total - without
+            );
+            println!(
+                "BENCH envoy_plugin_cpu_us_per_request_cluster_{name}_over_floor{suffix} {:.1} us",
+                total - floor
+            );
+        }
     }
     Ok(())
 }
