@@ -2,13 +2,14 @@
 //! Envoy process's CPU time per request with a cluster policy, minus that of the same Envoy
 //! config without the wasm filter. Beside them, the filter running a module whose callbacks do
 //! nothing (`empty_plugin`): what Envoy's wasm filter costs any plugin (stream context, one V8
-//! entry per callback), so the plugin's own share is the difference from it. The four proxies
-//! get the same requests, interleaved one by one, so the machine's noise falls on all alike.
+//! entry per callback), so the plugin's own share is the difference from it; and a module that
+//! makes only cluster_hash's host calls (`envoy_cluster_hash_host_calls_over_floor`). The five
+//! proxies get the same requests, interleaved, so the machine's noise falls on all alike.
 
 use crate::common::chat10;
 use ailb_e2e::bed::Bed;
 use ailb_e2e::cluster::{hash_plugin, TARGET_HEADER};
-use ailb_e2e::empty_plugin::empty_wasm;
+use ailb_e2e::empty_plugin::{empty_wasm, host_calls_wasm};
 use ailb_e2e::envoy::{cluster_config, envoy_wasm, Envoy};
 use ailb_e2e::gateway::http;
 use serde_json::{json, Value};
@@ -48,10 +49,14 @@ pub fn envoy_cluster_plugin_cpu() -> anyhow::Result<()> {
     let empty = Envoy::start_with(|port, admin| {
         cluster_config(port, admin, &services, &json!({}), &empty_module)
     });
-    let proxies = [&adaptive, &hash, &bare, &empty];
+    let calls_module = host_calls_wasm()?;
+    let calls = Envoy::start_with(|port, admin| {
+        cluster_config(port, admin, &services, &json!({}), &calls_module)
+    });
+    let proxies = [&adaptive, &hash, &bare, &empty, &calls];
     let body = chat10();
     // Every request names a service (the plugin-less proxy routes by it; the plugins replace
-    // it) and a user (cluster_hash's key), so all four parse the same headers.
+    // it) and a user (cluster_hash's key), so all five parse the same headers.
     let send_round = |i: usize| -> anyhow::Result<()> {
         let user = format!("user-{i}");
         let headers = [
@@ -87,7 +92,10 @@ pub fn envoy_cluster_plugin_cpu() -> anyhow::Result<()> {
             })
         })?;
         let after = threads()?;
-        for (i, name) in ["adaptive", "hash", "none", "empty"].iter().enumerate() {
+        for (i, name) in ["adaptive", "hash", "none", "empty", "host-calls"]
+            .iter()
+            .enumerate()
+        {
             let line: Vec<String> = after[i]
                 .iter()
                 .map(|(t, ns)| {
@@ -129,6 +137,10 @@ pub fn envoy_cluster_plugin_cpu() -> anyhow::Result<()> {
         println!(
             "BENCH envoy_wasm_filter_floor_us_per_request{suffix} {:.1} us",
             floor - without
+        );
+        println!(
+            "BENCH envoy_cluster_hash_host_calls_over_floor{suffix} {:.1} us",
+            us[4] - floor
         );
         for (name, total) in [("adaptive", us[0]), ("hash", us[1])] {
             println!(
