@@ -1,6 +1,7 @@
 //! ai-load-balancer's wasm glue: the Proxy-Wasm exports (`exports`), the context registry
-//! (`contexts`), the response-body watch (`body_watch`), the raw host imports (`ffi`) and the `Host` built on them (`wasm_host`). Every
-//! decision is made in the `ailb-core` crate, which knows nothing of the ABI.
+//! (`contexts`), the response-body watch (`body_watch`), the raw host imports (`ffi`) and the
+//! `Host` built on them (`wasm_host`). Every decision is made in the `ailb-core` crate, which
+//! knows nothing of the ABI.
 
 #[cfg(any(target_arch = "wasm32", test))]
 mod body_watch;
