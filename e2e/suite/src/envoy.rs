@@ -71,11 +71,7 @@ impl Envoy {
     pub fn start_plain(pods: &[String]) -> Envoy {
         Self::start_with(|port, admin| {
             let mut c = envoy_config(port, admin, pods, &Value::Null, &envoy_wasm());
-            let hcm = &mut c["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
-                ["typed_config"];
-            if let Some(filters) = hcm["http_filters"].as_array_mut() {
-                filters.retain(|f| f["name"] != "envoy.filters.http.wasm");
-            }
+            drop_wasm_filter(&mut c);
             c
         })
     }
@@ -83,7 +79,25 @@ impl Envoy {
     /// Like `envoy/envoy-cluster.yaml`: one cluster per service (named by `services`, each
     /// with one address), the route following `x-higress-target-cluster`.
     pub fn start_clusters(services: &[(&str, String)], plugin: &Value) -> Envoy {
-        Self::start_with(|port, admin| cluster_config(port, admin, services, plugin, &envoy_wasm()))
+        Self::start_clusters_module(services, &envoy_wasm(), plugin)
+    }
+
+    /// [`Envoy::start_clusters`] with the wasm filter running `module` instead of the plugin.
+    pub fn start_clusters_module(
+        services: &[(&str, String)],
+        module: &std::path::Path,
+        config: &Value,
+    ) -> Envoy {
+        Self::start_with(|port, admin| cluster_config(port, admin, services, config, module))
+    }
+
+    /// [`Envoy::start_clusters`] without the wasm filter: the client's cluster header routes.
+    pub fn start_clusters_plain(services: &[(&str, String)]) -> Envoy {
+        Self::start_with(|port, admin| {
+            let mut c = cluster_config(port, admin, services, &Value::Null, &envoy_wasm());
+            drop_wasm_filter(&mut c);
+            c
+        })
     }
 
     /// Starts Envoy on free ports with the config `make(port, admin)` builds.
@@ -159,8 +173,13 @@ impl Envoy {
         let mut by_name = std::collections::BTreeMap::new();
         for task in std::fs::read_dir(&tasks)? {
             let dir = task?.path();
-            let stat = std::fs::read_to_string(dir.join("schedstat"))?;
-            let name = std::fs::read_to_string(dir.join("comm"))?;
+            // A thread that exited since the listing: its time is gone with it.
+            let (Ok(stat), Ok(name)) = (
+                std::fs::read_to_string(dir.join("schedstat")),
+                std::fs::read_to_string(dir.join("comm")),
+            ) else {
+                continue;
+            };
             let on_cpu = stat.split_whitespace().next().unwrap_or("");
             let ns = on_cpu
                 .parse::<u64>()
@@ -226,6 +245,15 @@ impl Body {
 fn socket(addr: &str) -> Value {
     let (ip, port) = addr.rsplit_once(':').unwrap_or((addr, "0"));
     json!({"socket_address": {"address": ip, "port_value": port.parse::<u16>().unwrap_or(0)}})
+}
+
+/// Removes the wasm filter from a config [`envoy_config`] or [`cluster_config`] built.
+fn drop_wasm_filter(config: &mut Value) {
+    let hcm = &mut config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
+        ["typed_config"];
+    if let Some(filters) = hcm["http_filters"].as_array_mut() {
+        filters.retain(|f| f["name"] != "envoy.filters.http.wasm");
+    }
 }
 
 /// The same shape as `envoy/envoy.yaml`, on the given ports and pods.

@@ -20,7 +20,10 @@ use ailb_fakepod::rng::Dist;
 use serde_json::{json, Value};
 use std::time::Duration;
 
-const NAMES: [&str; 3] = ["llm-a", "llm-b", "llm-c"];
+pub const NAMES: [&str; 3] = ["llm-a", "llm-b", "llm-c"];
+
+/// cluster_hash weights splitting the three services evenly (Higress's 100 slots).
+pub const THIRDS: [(&str, i64); 3] = [(NAMES[0], 34), (NAMES[1], 33), (NAMES[2], 33)];
 
 /// What the gateways' wasm filter runs.
 enum Filter {
@@ -111,7 +114,7 @@ pub fn cluster_adaptive_vs_round_robin_and_oracle() -> anyhow::Result<()> {
         lc.admin_urls = bed.pods.iter().map(|p| p.url()).collect();
         lc.reset_pods = true;
         let mut plan = load::plan(&lc);
-        // The arrivals themselves, before any routing header: equal in all three runs.
+        // The arrivals themselves, before any routing header: equal in every run.
         let arrivals = plan.fingerprint();
         for r in &mut plan.requests {
             if let Some((name, value)) = choose(r.index) {
@@ -135,16 +138,11 @@ pub fn cluster_adaptive_vs_round_robin_and_oracle() -> anyhow::Result<()> {
     )?;
     let rr = run("round-robin", Filter::None, |i| naming(NAMES[i % 3]))?;
     let oracle = run("oracle", Filter::None, |_| naming(NAMES[0]))?;
-    // The VM floor beside adaptive: cluster_hash over a per-request user header keeps no
-    // statistics and reads no answer, so its time is mostly the host's VM entries.
-    let thirds: Vec<(&str, i64)> = NAMES
-        .iter()
-        .zip([34, 33, 33])
-        .map(|(n, w)| (*n, w))
-        .collect();
+    // Beside adaptive, a policy that keeps no statistics and reads no answer: cluster_hash
+    // over a per-request user header.
     let hash = run(
         "hash",
-        Filter::Plugin(hash_plugin("x-user", &thirds)),
+        Filter::Plugin(hash_plugin("x-user", &THIRDS)),
         |i| Some(("x-user", format!("user-{i}"))),
     )?;
     // And the host's floor: a module whose callbacks do nothing; the client names the service.
@@ -180,13 +178,13 @@ pub fn cluster_adaptive_vs_round_robin_and_oracle() -> anyhow::Result<()> {
     // answer chunk is one more VM entry, and at this rate every entry finds a cold cache
     // (README "Test bed"). Side by side: cluster_hash, a policy that keeps no statistics, and
     // the empty module, whose time is the host's alone.
-    let us = |r: &Run| r.vm.ns as f64 / r.vm.streams.max(1) as f64 / 1e3;
+    let per_request = |r: &Run, total: i64| total as f64 / r.vm.streams.max(1) as f64;
+    let us = |r: &Run| per_request(r, r.vm.ns) / 1e3;
     println!(
         "BENCH vm_floor_us_per_request_empty_module_streamed {:.1} us",
         us(&empty)
     );
     for (name, r) in [("adaptive", &adaptive), ("hash", &hash)] {
-        let streams = r.vm.streams.max(1) as f64;
         println!(
             "BENCH plugin_us_per_request_cluster_{name}_streamed {:.1} us",
             us(r)
@@ -197,7 +195,7 @@ pub fn cluster_adaptive_vs_round_robin_and_oracle() -> anyhow::Result<()> {
         );
         println!(
             "BENCH vm_entries_per_request_cluster_{name}_streamed {:.1} count",
-            r.vm.calls as f64 / streams
+            per_request(r, r.vm.calls)
         );
     }
     Ok(())
@@ -331,15 +329,10 @@ pub fn cluster_plugin_cpu() -> anyhow::Result<()> {
         c.prefill_us_per_token = 1;
     });
     let svcs = services(&NAMES, 1);
-    let thirds: Vec<(&str, i64)> = NAMES
-        .iter()
-        .zip([34, 33, 33])
-        .map(|(n, w)| (*n, w))
-        .collect();
     for (name, plugin) in [
         ("adaptive", metrics_plugin(&svcs, "AdaptiveScore")),
         // post_chat10 always sends content-type, so every request has the hash header.
-        ("hash", hash_plugin("content-type", &thirds)),
+        ("hash", hash_plugin("content-type", &THIRDS)),
     ] {
         let spec = bed.spec(&format!("cpu-{name}"), Some(plugin));
         let gw = Gateway::start_config(&cluster_config(&bed, &spec, &svcs), &spec.id)?;

@@ -77,14 +77,24 @@ pub fn vm_us_per_request(gw: &Gateway, warm: usize, n: usize) -> anyhow::Result<
 /// whose caches stay warm (an idle worker's first VM entry finds code and data evicted).
 pub fn vm_us_per_request_loaded(gw: &Gateway, clients: usize, n: usize) -> anyhow::Result<f64> {
     vm_us_over(gw, || {
-        std::thread::scope(|s| {
-            let senders: Vec<_> = (0..clients)
-                .map(|_| s.spawn(|| (0..n / clients).try_for_each(|_| post_chat10(gw))))
-                .collect();
-            senders.into_iter().try_for_each(|t| {
-                t.join()
-                    .map_err(|_| anyhow::anyhow!("a client thread panicked"))?
-            })
+        from_clients(clients, |_| {
+            (0..n / clients).try_for_each(|_| post_chat10(gw))
+        })
+    })
+}
+
+/// Runs `client(c)` for `c` in `0..clients`, each on its own thread, all at once; the first
+/// error (or a panicked client) is the result.
+pub fn from_clients(
+    clients: usize,
+    client: impl Fn(usize) -> anyhow::Result<()> + Sync,
+) -> anyhow::Result<()> {
+    std::thread::scope(|s| {
+        let client = &client;
+        let senders: Vec<_> = (0..clients).map(|c| s.spawn(move || client(c))).collect();
+        senders.into_iter().try_for_each(|t| {
+            t.join()
+                .map_err(|_| anyhow::anyhow!("a client thread panicked"))?
         })
     })
 }

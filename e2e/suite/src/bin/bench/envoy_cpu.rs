@@ -6,17 +6,16 @@
 //! makes only cluster_hash's host calls (`envoy_cluster_hash_host_calls_over_floor`). The five
 //! proxies get the same requests, interleaved, so the machine's noise falls on all alike.
 
-use crate::common::chat10;
+use crate::cluster::{NAMES, THIRDS};
+use crate::common::{chat10, from_clients};
 use ailb_e2e::bed::Bed;
 use ailb_e2e::cluster::{hash_plugin, TARGET_HEADER};
 use ailb_e2e::empty_plugin::{empty_wasm, host_calls_wasm};
-use ailb_e2e::envoy::{cluster_config, envoy_wasm, Envoy};
+use ailb_e2e::envoy::Envoy;
 use ailb_e2e::gateway::http;
-use serde_json::{json, Value};
+use serde_json::json;
 
-const NAMES: [&str; 3] = ["llm-a", "llm-b", "llm-c"];
-
-/// Requests per proxy before measuring (V8 compiles lazily) and measured.
+/// Requests per proxy before measuring (connections, first calls into each module) and measured.
 const WARM: usize = 300;
 const MEASURED: usize = 3000;
 
@@ -32,27 +31,10 @@ pub fn envoy_cluster_plugin_cpu() -> anyhow::Result<()> {
         &json!({"lb_type": "cluster", "lb_policy": "cluster_metrics",
                 "lb_config": {"mode": "AdaptiveScore", "service_list": NAMES}}),
     );
-    let hash = Envoy::start_clusters(
-        &services,
-        &hash_plugin("x-user", &[(NAMES[0], 34), (NAMES[1], 33), (NAMES[2], 33)]),
-    );
-    let bare = Envoy::start_with(|port, admin| {
-        let mut c = cluster_config(port, admin, &services, &Value::Null, &envoy_wasm());
-        let hcm = &mut c["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
-            ["typed_config"];
-        if let Some(filters) = hcm["http_filters"].as_array_mut() {
-            filters.retain(|f| f["name"] != "envoy.filters.http.wasm");
-        }
-        c
-    });
-    let empty_module = empty_wasm()?;
-    let empty = Envoy::start_with(|port, admin| {
-        cluster_config(port, admin, &services, &json!({}), &empty_module)
-    });
-    let calls_module = host_calls_wasm()?;
-    let calls = Envoy::start_with(|port, admin| {
-        cluster_config(port, admin, &services, &json!({}), &calls_module)
-    });
+    let hash = Envoy::start_clusters(&services, &hash_plugin("x-user", &THIRDS));
+    let bare = Envoy::start_clusters_plain(&services);
+    let empty = Envoy::start_clusters_module(&services, &empty_wasm()?, &json!({}));
+    let calls = Envoy::start_clusters_module(&services, &host_calls_wasm()?, &json!({}));
     let proxies = [&adaptive, &hash, &bare, &empty, &calls];
     let body = chat10();
     // Every request names a service (the plugin-less proxy routes by it; the plugins replace
@@ -76,20 +58,10 @@ pub fn envoy_cluster_plugin_cpu() -> anyhow::Result<()> {
         let threads =
             || -> anyhow::Result<Vec<_>> { proxies.iter().map(|e| e.cpu_ns_by_thread()).collect() };
         let before = threads()?;
-        std::thread::scope(|s| {
-            let senders: Vec<_> = (0..clients)
-                .map(|c| {
-                    s.spawn(move || {
-                        (from + c..from + MEASURED)
-                            .step_by(clients)
-                            .try_for_each(send_round)
-                    })
-                })
-                .collect();
-            senders.into_iter().try_for_each(|t| {
-                t.join()
-                    .map_err(|_| anyhow::anyhow!("a client thread panicked"))?
-            })
+        from_clients(clients, |c| {
+            (from + c..from + MEASURED)
+                .step_by(clients)
+                .try_for_each(send_round)
         })?;
         let after = threads()?;
         for (i, name) in ["adaptive", "hash", "none", "empty", "host-calls"]
