@@ -15,6 +15,7 @@ macro_rules! tryst {
 pub mod abi;
 pub mod admin;
 pub mod callouts;
+pub mod cold;
 pub mod config;
 pub mod gateway;
 pub mod health;

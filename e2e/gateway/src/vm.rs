@@ -42,6 +42,8 @@ pub struct Vm {
     ex: Exports,
     /// Set after a trap; Envoy treats the VM as dead from then on.
     pub failed: bool,
+    /// The module's compiled code (`crate::cold` reads it back in).
+    code: std::ops::Range<usize>,
 }
 
 /// The compiled plugin, shared by every worker (one compilation per process).
@@ -53,7 +55,15 @@ pub struct Plugin {
 
 impl Plugin {
     pub fn load(wasm: &[u8]) -> Result<Plugin> {
-        let engine = Engine::default();
+        // `AILB_PERFMAP` writes /tmp/perf-<pid>.map, so `perf report` names the plugin's
+        // compiled functions (README "Test bed": finding where a callback's time goes).
+        let engine = if std::env::var_os("AILB_PERFMAP").is_some() {
+            let mut c = wasmtime::Config::new();
+            c.profiler(wasmtime::ProfilingStrategy::PerfMap);
+            Engine::new(&c).map_err(anyhow::Error::from)?
+        } else {
+            Engine::default()
+        };
         let module = Module::new(&engine, wasm)
             .map_err(anyhow::Error::from)
             .context("compiling plugin wasm")?;
@@ -113,10 +123,12 @@ impl Vm {
                 .map_err(anyhow::Error::from)
                 .context("_initialize trapped")?;
         }
+        let image = plugin.module.image_range();
         Ok(Vm {
             store,
             ex,
             failed: false,
+            code: image.start as usize..image.end as usize,
         })
     }
 
@@ -153,6 +165,8 @@ impl Vm {
         let Some(f) = pick(&self.ex) else {
             return Ok(R::default());
         };
+        let memory = self.store.data().memory;
+        crate::cold::before_entry(&self.store, memory, &self.code);
         let h = self.store.data_mut();
         h.current = ctx;
         h.effective = None;

@@ -121,6 +121,16 @@ impl Gateway {
 
     /// Starts a gateway from a full emulator config (e.g. a spec's config, edited).
     pub fn start_config(config: &Value, id: &str) -> anyhow::Result<Gateway> {
+        Self::start_config_env(config, id, &[])
+    }
+
+    /// [`Gateway::start_config`] with extra environment variables for the emulator process
+    /// (bench instruments such as `AILB_COLD_ENTRIES`).
+    pub fn start_config_env(
+        config: &Value,
+        id: &str,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Gateway> {
         let path = std::env::temp_dir().join(format!(
             "ailb-gw-{}-{}-{}.yaml",
             id,
@@ -131,6 +141,7 @@ impl Gateway {
         let mut child = Command::new(crate::e2e_bin("ailb-gateway"))
             .arg("--config")
             .arg(&path)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

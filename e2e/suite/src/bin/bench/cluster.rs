@@ -7,7 +7,7 @@
 //! this plugin configures it for 3 LLM services (`p2c_choices: 3`, `inflight_capacity: 8` =
 //! 2 pods × 4 running; README "Cluster policies"), and with Higress's defaults and formula.
 
-use crate::common::{vm_us_per_request, vm_us_per_request_loaded};
+use crate::common::{chat10, vm_us_per_request, vm_us_per_request_by, vm_us_per_request_loaded};
 use ailb_core::cluster::hash::SlotTable;
 use ailb_e2e::bed::{chat_body, Bed};
 use ailb_e2e::cluster::{
@@ -125,6 +125,9 @@ pub fn cluster_adaptive_vs_round_robin_and_oracle() -> anyhow::Result<()> {
         let s = bed.rt.block_on(load::run_plan(&lc, &plan))?;
         eprintln!("cluster {tag}: {}", s.line());
         let vm = vm_totals(&gws).since(before);
+        if std::env::var_os("AILB_PROF").is_some() {
+            prof_breakdown(&gws[0], tag);
+        }
         Ok(Run { s, arrivals, vm })
     };
     let mut tuned = metrics_plugin(&svcs, "AdaptiveScore");
@@ -343,6 +346,70 @@ pub fn cluster_plugin_cpu() -> anyhow::Result<()> {
         if std::env::var_os("AILB_PROF").is_some() {
             prof_breakdown(&gw, name);
         }
+    }
+    Ok(())
+}
+
+/// The plugin's VM time per request when every VM entry finds cold caches, as an idle
+/// worker's does (the emulator's `AILB_COLD_ENTRIES`, README "Test bed"): the 10-turn chat,
+/// one request at a time, to AdaptiveScore and cluster_hash as in [`cluster_plugin_cpu`],
+/// beside the empty module (the host's share of a cold entry). Each plugin runs again with its
+/// compiled code read back in before every entry, then with its linear memory: what the cold
+/// figure owes to the plugin's code, and what to its data.
+pub fn cluster_plugin_cpu_cold() -> anyhow::Result<()> {
+    let bed = Bed::new(3, |c| {
+        c.decode_us_per_token = 100;
+        c.prefill_us_per_token = 1;
+    });
+    let svcs = services(&NAMES, 1);
+    // Each entry first writes 96 MiB: a request costs tens of ms, so fewer of them.
+    let (warm, n) = (10, 100);
+    let start = |tag: &str, plugin: Option<Value>, mode: &str| -> anyhow::Result<Gateway> {
+        let mut spec = bed.spec(&format!("cold-{tag}-{mode}"), plugin.clone());
+        if plugin.is_none() {
+            spec.plugin = Some((empty_wasm()?, json!({})));
+        }
+        let env = [("AILB_COLD_ENTRIES", mode)];
+        Gateway::start_config_env(&cluster_config(&bed, &spec, &svcs), &spec.id, &env)
+    };
+    let empty = start("empty", None, "all")?;
+    // The empty module routes nothing: the client names the service.
+    let floor = vm_us_per_request_by(&empty, warm, n, || {
+        let headers = [
+            ("content-type", "application/json"),
+            (TARGET_HEADER, NAMES[0]),
+        ];
+        let (status, _, _) = http(
+            &empty.url,
+            "POST",
+            "/v1/chat/completions",
+            &headers,
+            &chat10(),
+        )?;
+        anyhow::ensure!(status == 200, "status {status}");
+        Ok(())
+    })?;
+    drop(empty);
+    println!("BENCH vm_floor_us_per_request_empty_module_cold_entries {floor:.1} us");
+    for (name, plugin) in [
+        ("adaptive", metrics_plugin(&svcs, "AdaptiveScore")),
+        ("hash", hash_plugin("content-type", &THIRDS)),
+    ] {
+        let mut us = Vec::new();
+        for mode in ["all", "code-warm", "memory-warm"] {
+            let gw = start(name, Some(plugin.clone()), mode)?;
+            us.push(vm_us_per_request(&gw, warm, n)?);
+        }
+        let [all, code_warm, memory_warm] = us[..] else {
+            anyhow::bail!("three modes ran");
+        };
+        println!("BENCH plugin_us_per_request_cluster_{name}_cold_entries {all:.1} us");
+        println!(
+            "BENCH plugin_us_per_request_cluster_{name}_cold_entries_code_warm {code_warm:.1} us"
+        );
+        println!(
+            "BENCH plugin_us_per_request_cluster_{name}_cold_entries_memory_warm {memory_warm:.1} us"
+        );
     }
     Ok(())
 }

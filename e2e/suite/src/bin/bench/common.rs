@@ -66,10 +66,20 @@ pub fn post_chat10(gw: &Gateway) -> anyhow::Result<()> {
 /// Plugin CPU per request: the emulator's VM time (plugin code and the host calls it makes)
 /// over `n` requests, after `warm` unmeasured ones, sent one at a time.
 pub fn vm_us_per_request(gw: &Gateway, warm: usize, n: usize) -> anyhow::Result<f64> {
+    vm_us_per_request_by(gw, warm, n, || post_chat10(gw))
+}
+
+/// [`vm_us_per_request`] with each request sent by `send`.
+pub fn vm_us_per_request_by(
+    gw: &Gateway,
+    warm: usize,
+    n: usize,
+    send: impl Fn() -> anyhow::Result<()>,
+) -> anyhow::Result<f64> {
     for _ in 0..warm {
-        post_chat10(gw)?;
+        send()?;
     }
-    vm_us_over(gw, || (0..n).try_for_each(|_| post_chat10(gw)))
+    vm_us_over(gw, || (0..n).try_for_each(|_| send()))
 }
 
 /// [`vm_us_per_request`] with `clients` threads sending `n` requests in all, so the gateway's

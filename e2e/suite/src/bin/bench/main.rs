@@ -14,7 +14,7 @@ mod priority;
 mod session;
 mod thirdparty;
 
-/// `ailb-bench [cpu] [leak] [p99] [prefix] [session] [metrics] [cluster|cluster-cpu|cluster-hash|cluster-p99] [envoy-prefix] [envoy-cpu] [thirdparty] [cluster3] [priority] [queue] [fairness]`: the named sections only (all by default).
+/// `ailb-bench [cpu] [leak] [p99] [prefix] [session] [metrics] [cluster|cluster-cpu|cluster-cold|cluster-hash|cluster-p99] [envoy-prefix] [envoy-cpu] [thirdparty] [cluster3] [priority] [queue] [fairness]`: the named sections only (all by default).
 fn main() -> anyhow::Result<()> {
     let only: Vec<String> = std::env::args().skip(1).collect();
     let run = |name: &str| only.is_empty() || only.iter().any(|a| a == name);
@@ -39,10 +39,14 @@ fn main() -> anyhow::Result<()> {
         metrics::metrics_scrape_cpu()?;
         metrics::metrics_vs_round_robin()?;
     }
-    // `cluster` runs all three parts; `cluster-cpu`, `cluster-hash`, `cluster-p99` one each.
+    // `cluster` runs all four parts; `cluster-cpu`, `cluster-cold`, `cluster-hash`,
+    // `cluster-p99` one each.
     let part = |name: &str| run("cluster") || only.iter().any(|a| a == name);
     if part("cluster-cpu") {
         cluster::cluster_plugin_cpu()?;
+    }
+    if part("cluster-cold") {
+        cluster::cluster_plugin_cpu_cold()?;
     }
     if part("cluster-hash") {
         cluster::cluster_hash_slot_agreement()?;
