@@ -7,17 +7,54 @@ use ailb_core::redis::resp::Value;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long a starting redis-server (or a fresh cluster) may take to answer.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A free loopback port (bound, then released for the caller to bind).
+/// Ports [`free_port`] hands out: 12000-21999, and 10000 above each (a Redis Cluster node's
+/// bus port) 22000-31999, all below the kernel's ephemeral range.
+const FIRST_PORT: u32 = 12_000;
+const PORT_SPAN: u32 = 10_000;
+const BUS_OFFSET: u32 = 10_000;
+
+/// A free loopback port for a server the caller starts (bound, then released for it to bind).
+///
+/// Taken below the kernel's ephemeral range (`net.ipv4.ip_local_port_range`, from 32768 by
+/// default), where the kernel never puts an outgoing connection's local end: a port from
+/// `bind(0)` is an ephemeral one, and another test's connection can take it before the server
+/// binds it (CI failed so once: Envoy could not bind 127.0.0.1:34081). One process never hands
+/// out a port twice, and each process starts at its own place (its pid). Falls back to
+/// `bind(0)` where the ephemeral range starts too low for this.
 pub fn free_port() -> u16 {
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let start = std::process::id().wrapping_mul(7919) % PORT_SPAN;
+    let _ = NEXT.compare_exchange(u32::MAX, start, Ordering::Relaxed, Ordering::Relaxed);
+    if ephemeral_low() >= FIRST_PORT + PORT_SPAN + BUS_OFFSET {
+        for _ in 0..PORT_SPAN {
+            let port = FIRST_PORT + NEXT.fetch_add(1, Ordering::Relaxed) % PORT_SPAN;
+            if bindable(port) && bindable(port + BUS_OFFSET) {
+                return port as u16;
+            }
+        }
+    }
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("no free loopback port")
+}
+
+/// The first port of the kernel's ephemeral range (Linux; 32768 where it cannot be read).
+fn ephemeral_low() -> u32 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
+}
+
+fn bindable(port: u32) -> bool {
+    u16::try_from(port).is_ok_and(|p| TcpListener::bind(("127.0.0.1", p)).is_ok())
 }
 
 /// What kind of server to start; the default is a plain standalone server without persistence.
@@ -156,5 +193,25 @@ fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
     while !ready() {
         assert!(Instant::now() < deadline, "{what} did not come up");
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_ports_are_distinct_bindable_and_below_the_ephemeral_range() {
+        let ports: Vec<u16> = (0..50).map(|_| free_port()).collect();
+        let mut distinct = ports.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), ports.len(), "a port handed out twice");
+        for &p in &ports {
+            assert!(TcpListener::bind(("127.0.0.1", p)).is_ok(), "{p} is taken");
+            if ephemeral_low() >= FIRST_PORT + PORT_SPAN + BUS_OFFSET {
+                assert!(u32::from(p) < ephemeral_low() - BUS_OFFSET, "{p}");
+            }
+        }
     }
 }
