@@ -100,25 +100,9 @@ impl Envoy {
         })
     }
 
-    /// Starts Envoy on free ports with the config `make(port, admin)` builds. A port found free
-    /// can be taken before Envoy binds it (the kernel hands it to another test's outgoing
-    /// connection as its local port): Envoy then exits with "Address already in use", and it
-    /// starts again on fresh ports, up to three times.
-    pub fn start_with(make: impl Fn(u16, u16) -> Value) -> Envoy {
-        let mut attempt = 1;
-        loop {
-            match Self::try_start(&make) {
-                Ok(e) => return e,
-                Err(logs) if attempt < 3 && logs.contains("Address already in use") => {
-                    attempt += 1;
-                }
-                Err(logs) => panic!("envoy did not become ready:\n{logs}"),
-            }
-        }
-    }
-
-    /// One start on fresh ports; the log of an Envoy that did not become ready.
-    fn try_start(make: &impl Fn(u16, u16) -> Value) -> Result<Envoy, String> {
+    /// Starts Envoy on free ports with the config `make(port, admin)` builds; waits until
+    /// ready, and fails at once with Envoy's log if it exits first (a config or bind error).
+    pub fn start_with(make: impl FnOnce(u16, u16) -> Value) -> Envoy {
         let port = ailb_testkit::free_port();
         let admin = ailb_testkit::free_port();
         let config = make(port, admin);
@@ -149,19 +133,19 @@ impl Envoy {
             config: path,
             log,
         };
-        // Until ready, or until Envoy has exited (a config or bind error).
+        let mut ready = false;
         wait_until(Duration::from_secs(30), || {
-            matches!(e.child.try_wait(), Ok(Some(_)))
-                || matches!(http(&e.admin, "GET", "/ready", &[], b""), Ok((200, _, _)))
+            ready = matches!(http(&e.admin, "GET", "/ready", &[], b""), Ok((200, _, _)));
+            ready || matches!(e.child.try_wait(), Ok(Some(_)))
         });
-        if matches!(http(&e.admin, "GET", "/ready", &[], b""), Ok((200, _, _))) {
-            return Ok(e);
+        if !ready {
+            // The log file is flushed every 100 ms.
+            std::thread::sleep(Duration::from_millis(200));
+            let logs = e.logs();
+            e.stop();
+            panic!("envoy did not become ready:\n{logs}");
         }
-        // The log file is flushed every 100 ms.
-        std::thread::sleep(Duration::from_millis(200));
-        let logs = e.logs();
-        e.stop();
-        Err(logs)
+        e
     }
 
     pub fn logs(&self) -> String {

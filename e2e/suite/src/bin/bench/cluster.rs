@@ -43,18 +43,27 @@ fn gateways(
     filter: &Filter,
 ) -> anyhow::Result<Vec<Gateway>> {
     (0..2)
-        .map(|i| {
-            let config = match filter {
-                Filter::Plugin(v) => Some(v.clone()),
-                Filter::None | Filter::Empty => None,
-            };
-            let mut spec = bed.spec(&format!("{tag}-{i}"), config);
-            if let Filter::Empty = filter {
-                spec.plugin = Some((empty_wasm()?, json!({})));
-            }
-            Gateway::start_config(&cluster_config(bed, &spec, svcs), &spec.id)
-        })
+        .map(|i| gateway(bed, svcs, &format!("{tag}-{i}"), filter, &[]))
         .collect()
+}
+
+/// One gateway over `svcs` running `filter`, its emulator given `env`.
+fn gateway(
+    bed: &Bed,
+    svcs: &[Service],
+    tag: &str,
+    filter: &Filter,
+    env: &[(&str, &str)],
+) -> anyhow::Result<Gateway> {
+    let config = match filter {
+        Filter::Plugin(v) => Some(v.clone()),
+        Filter::None | Filter::Empty => None,
+    };
+    let mut spec = bed.spec(tag, config);
+    if let Filter::Empty = filter {
+        spec.plugin = Some((empty_wasm()?, json!({})));
+    }
+    Gateway::start_config_env(&cluster_config(bed, &spec, svcs), &spec.id, env)
 }
 
 /// The header the client adds to request `i`, if any: the service it names (round robin, the
@@ -364,15 +373,11 @@ pub fn cluster_plugin_cpu_cold() -> anyhow::Result<()> {
     let svcs = services(&NAMES, 1);
     // Each entry first writes 96 MiB: a request costs tens of ms, so fewer of them.
     let (warm, n) = (10, 100);
-    let start = |tag: &str, plugin: Option<Value>, mode: &str| -> anyhow::Result<Gateway> {
-        let mut spec = bed.spec(&format!("cold-{tag}-{mode}"), plugin.clone());
-        if plugin.is_none() {
-            spec.plugin = Some((empty_wasm()?, json!({})));
-        }
+    let start = |tag: &str, filter: &Filter, mode: &str| {
         let env = [("AILB_COLD_ENTRIES", mode)];
-        Gateway::start_config_env(&cluster_config(&bed, &spec, &svcs), &spec.id, &env)
+        gateway(&bed, &svcs, &format!("cold-{tag}-{mode}"), filter, &env)
     };
-    let empty = start("empty", None, "all")?;
+    let empty = start("empty", &Filter::Empty, "all")?;
     // The empty module routes nothing: the client names the service.
     let floor = vm_us_per_request_by(&empty, warm, n, || {
         let headers = [
@@ -395,9 +400,10 @@ pub fn cluster_plugin_cpu_cold() -> anyhow::Result<()> {
         ("adaptive", metrics_plugin(&svcs, "AdaptiveScore")),
         ("hash", hash_plugin("content-type", &THIRDS)),
     ] {
+        let plugin = Filter::Plugin(plugin);
         let mut us = Vec::new();
         for mode in ["all", "code-warm", "memory-warm"] {
-            let gw = start(name, Some(plugin.clone()), mode)?;
+            let gw = start(name, &plugin, mode)?;
             us.push(vm_us_per_request(&gw, warm, n)?);
         }
         let [all, code_warm, memory_warm] = us[..] else {
