@@ -2,7 +2,8 @@
 //! three clusters behind one route that follows `x-higress-target-cluster`, 2 gateways × 2
 //! workers. cluster_hash keeps a header value on its Higress slot's service and answers 403
 //! without the header; cluster_metrics AdaptiveScore moves traffic off a slow and a failing
-//! service; a configured cluster that does not exist is a 503, never a hang.
+//! service; a first token's time counts for the worker's next decision while its answer still
+//! streams; a configured cluster that does not exist is a 503, never a hang.
 
 use ailb_core::cluster::hash::slot_of;
 use ailb_e2e::bed::{chat_body, Bed};
@@ -225,6 +226,84 @@ fn least_first_token_latency_reads_the_first_chunk_of_streamed_answers() {
             "{}",
             g.logs()
         );
+    }
+}
+
+/// A streamed answer opened by hand: the response head and its first `data:` event read, the
+/// rest left unread with the connection open. Returns the socket (the stream lives while it
+/// does) and the pod that answered.
+fn open_stream(gw: &Gateway, text: &str) -> (std::net::TcpStream, String) {
+    use std::io::{Read, Write};
+    let body = serde_json::json!({"model": "fake-model", "stream": true, "max_tokens": 400,
+        "messages": [{"role": "user", "content": text}]})
+    .to_string();
+    let addr = gw.url.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("{addr}: {e}"));
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        s,
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("data:") {
+        let n = s.read(&mut buf).unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert!(n > 0, "{text}: closed before the first token");
+        got.extend_from_slice(&buf[..n]);
+    }
+    let head = String::from_utf8_lossy(&got).to_lowercase();
+    let pod = head
+        .lines()
+        .find_map(|l| l.strip_prefix("x-pod:"))
+        .map(|p| p.trim().to_string())
+        .unwrap_or_else(|| panic!("{text}: no x-pod in {head}"));
+    (s, pod)
+}
+
+/// A time to first token reaches the worker's next decision while its answer still streams:
+/// the sample is held by the worker until its next write of the shared record, and its own
+/// decisions see it at once (`SharedStats::pending`, core/src/balancer/service_stats.rs). One worker, LeastFirstTokenLatency over two services: two short requests
+/// give each service one fast sample (the second leaves the first's service, which holds all
+/// of the traffic so far: `rate_limit`). A long prompt then goes to the lower mean and takes
+/// hundreds of ms to its first token; once that token is out, the next request must go to the
+/// other service. Were the time counted only at the end of the long answer (seconds later),
+/// the next request would see the same means and follow the long one; were it lost, both
+/// services would score alike and the next request would follow a coin (5 rounds: 1 in 32).
+#[test]
+fn a_first_token_counts_before_the_answer_ends() {
+    let bed = Bed::new(4, |c| {
+        c.prefill_us_per_token = 2_000;
+        c.decode_us_per_token = 10_000; // 400 tokens: 4 s of streaming
+    });
+    let svcs = services(&NAMES[..2], 2);
+    let plugin = metrics_plugin(&svcs, "LeastFirstTokenLatency");
+    let long_prompt = "tell me everything about the weather ".repeat(60);
+    for round in 0..5 {
+        let mut spec = bed.spec(&format!("ttft-now-{round}"), Some(plugin.clone()));
+        spec.workers = 1;
+        let gw = Gateway::start_config(&cluster_config(&bed, &spec, &svcs), &spec.id)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let warm: Vec<_> = (0..2)
+            .map(|i| service_of(&svcs, &send(&gw, &format!("hi {round} {i}"), &[]).1))
+            .collect();
+        assert!(
+            warm[0] != warm[1],
+            "round {round}: warm-up went to {warm:?}"
+        );
+        let (first, pod) = open_stream(&gw, &format!("round {round}: {long_prompt}"));
+        let streaming = service_of(&svcs, &pod);
+        let (status, pod, _) = send(&gw, &format!("round {round}: the next one"), &[]);
+        assert_eq!(status, 200);
+        let next = service_of(&svcs, &pod);
+        assert!(
+            streaming.is_some() && next.is_some() && next != streaming,
+            "round {round}: the next request went to {next:?}, the streaming one to {streaming:?}: the first token's time was not counted\n{}",
+            gw.logs()
+        );
+        drop(first);
     }
 }
 

@@ -405,6 +405,9 @@ pub fn cluster_plugin_cpu_cold() -> anyhow::Result<()> {
         for mode in ["all", "code-warm", "memory-warm"] {
             let gw = start(name, &plugin, mode)?;
             us.push(vm_us_per_request(&gw, warm, n)?);
+            if mode == "all" && std::env::var_os("AILB_PROF").is_some() {
+                prof_breakdown(&gw, &format!("{name}-cold"));
+            }
         }
         let [all, code_warm, memory_warm] = us[..] else {
             anyhow::bail!("three modes ran");
