@@ -265,11 +265,11 @@ fn open_stream(gw: &Gateway, text: &str) -> (std::net::TcpStream, String) {
 
 /// A time to first token reaches the worker's next decision while its answer still streams:
 /// the sample is held by the worker until its next write of the shared record, and its own
-/// decisions see it at once (`SharedStats::pending`, core/src/balancer/service_stats.rs). One worker, LeastFirstTokenLatency over two services: two short requests
-/// give each service one fast sample (the second leaves the first's service, which holds all
-/// of the traffic so far: `rate_limit`). A long prompt then goes to the lower mean and takes
-/// hundreds of ms to its first token; once that token is out, the next request must go to the
-/// other service. Were the time counted only at the end of the long answer (seconds later),
+/// decisions see it at once (`SharedStats::pending`, core/src/balancer/service_stats.rs).
+/// One worker, LeastFirstTokenLatency over two services: two short requests give each service
+/// one fast sample (the second leaves the first's service, which holds all of the traffic so
+/// far: `rate_limit`). A long prompt then goes to the lower mean and takes hundreds of ms to its
+/// first token; once that token is out, the next request must go to the other service. Were the time counted only at the end of the long answer (seconds later),
 /// the next request would see the same means and follow the long one; were it lost, both
 /// services would score alike and the next request would follow a coin (5 rounds: 1 in 32).
 #[test]
