@@ -1,5 +1,7 @@
 //! The Go-built third-party plugin (src/thirdparty.rs) beside ours: VM time per request from
-//! the emulator's counters, same pods, same Redis, same requests, interleaved one by one.
+//! the emulator's counters, same pods, same Redis, same requests, interleaved one by one. Run
+//! twice: as is, then with every VM entry finding cold caches (the emulator's
+//! `AILB_COLD_ENTRIES`, README "Test bed"), the state an idle worker meets a request in.
 
 use crate::common::chat10;
 use ailb_e2e::bed::Bed;
@@ -13,13 +15,36 @@ pub fn thirdparty_vs_ours_vm_time() -> anyhow::Result<()> {
         c.prefill_us_per_token = 0;
         c.max_running = 64;
     });
+    // A cold entry first writes 96 MiB: fewer requests there.
+    for (suffix, env, warm, n) in [
+        ("", None, 200, 2000),
+        ("_cold_entries", Some(("AILB_COLD_ENTRIES", "all")), 10, 100),
+    ] {
+        let env: Vec<(&str, &str)> = env.into_iter().collect();
+        let (go, ours) = side_by_side(&bed, &env, warm, n)?;
+        println!("BENCH thirdparty_go_plugin_vm_us_per_request{suffix} {go:.1} us");
+        println!("BENCH plugin_vm_us_per_request_same_run{suffix} {ours:.1} us");
+    }
+    Ok(())
+}
+
+/// VM µs per request of the Go plugin and of ours (global least-request, one Redis script per
+/// request like the Go plugin's one `EVAL`), each gateway started with `env`: `warm` requests
+/// to each, then `n` more counted.
+fn side_by_side(
+    bed: &Bed,
+    env: &[(&str, &str)],
+    warm: usize,
+    n: usize,
+) -> anyhow::Result<(f64, f64)> {
     let mut spec = bed.spec("go-rate-limit", None);
     spec.plugin = Some((
         thirdparty::rate_limit_wasm()?,
         thirdparty::rate_limit_config(bed.redis.port),
     ));
-    let go = Gateway::start(&spec)?;
-    let ours = Gateway::start(&bed.spec("ours", Some(glr_config(bed.redis.port, json!({})))))?;
+    let go = Gateway::start_config_env(&spec.config(), &spec.id, env)?;
+    let spec = bed.spec("ours", Some(glr_config(bed.redis.port, json!({}))));
+    let ours = Gateway::start_config_env(&spec.config(), &spec.id, env)?;
     let body = chat10();
     let post = |gw: &Gateway| -> anyhow::Result<()> {
         let (status, _, _) = http(
@@ -32,7 +57,7 @@ pub fn thirdparty_vs_ours_vm_time() -> anyhow::Result<()> {
         anyhow::ensure!(status == 200, "{}: status {status}", gw.id);
         Ok(())
     };
-    for _ in 0..200 {
+    for _ in 0..warm {
         post(&go)?;
         post(&ours)?;
     }
@@ -43,7 +68,7 @@ pub fn thirdparty_vs_ours_vm_time() -> anyhow::Result<()> {
         )
     };
     let (go0, ours0) = (snap(&go), snap(&ours));
-    for _ in 0..2000 {
+    for _ in 0..n {
         post(&go)?;
         post(&ours)?;
     }
@@ -53,13 +78,5 @@ pub fn thirdparty_vs_ours_vm_time() -> anyhow::Result<()> {
         "a VM died during the run"
     );
     let us = |a: (i64, i64), b: (i64, i64)| (b.0 - a.0) as f64 / (b.1 - a.1).max(1) as f64 / 1e3;
-    println!(
-        "BENCH thirdparty_go_plugin_vm_us_per_request {:.1} us",
-        us(go0, go1)
-    );
-    println!(
-        "BENCH plugin_vm_us_per_request_same_run {:.1} us",
-        us(ours0, ours1)
-    );
-    Ok(())
+    Ok((us(go0, go1), us(ours0, ours1)))
 }
