@@ -8,6 +8,7 @@ use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// How long a starting redis-server (or a fresh cluster) may take to answer.
@@ -45,12 +46,16 @@ pub fn free_port() -> u16 {
         .expect("no free loopback port")
 }
 
-/// The first port of the kernel's ephemeral range (Linux; 32768 where it cannot be read).
+/// The first port of the kernel's ephemeral range (Linux; 32768 where it cannot be read),
+/// read once per process.
 fn ephemeral_low() -> u32 {
-    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or(32_768)
+    static LOW: OnceLock<u32> = OnceLock::new();
+    *LOW.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse().ok())
+            .unwrap_or(32_768)
+    })
 }
 
 fn bindable(port: u32) -> bool {

@@ -267,6 +267,21 @@ pub fn http(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> anyhow::Result<Response> {
+    let mut s = open(base, method, path, headers, body)?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    parse_response(&raw)
+}
+
+/// Sends the request [`http`] sends and returns the connection unread: for a client that reads
+/// part of the answer, or gives up and drops it.
+pub fn open(
+    base: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> anyhow::Result<TcpStream> {
     let host = base.trim_start_matches("http://");
     let mut s = TcpStream::connect(host)?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
@@ -292,8 +307,11 @@ pub fn http(
         s.write_all(req.as_bytes())?;
         s.write_all(body)?;
     }
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw)?;
+    Ok(s)
+}
+
+/// Status, lower-cased headers and (de-chunked) body of a whole response.
+fn parse_response(raw: &[u8]) -> anyhow::Result<Response> {
     let split = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")

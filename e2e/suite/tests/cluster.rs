@@ -10,7 +10,7 @@ use ailb_e2e::bed::{chat_body, Bed};
 use ailb_e2e::cluster::{
     cluster_config, hash_plugin, metrics_plugin, service_of, services, Service, TARGET_HEADER,
 };
-use ailb_e2e::gateway::{http, Gateway};
+use ailb_e2e::gateway::{http, open, Gateway};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -229,24 +229,22 @@ fn least_first_token_latency_reads_the_first_chunk_of_streamed_answers() {
     }
 }
 
-/// A streamed answer opened by hand: the response head and its first `data:` event read, the
-/// rest left unread with the connection open. Returns the socket (the stream lives while it
-/// does) and the pod that answered.
+/// A streamed answer left open: the response head and its first `data:` event read, the rest
+/// unread. Returns the connection (the stream lives while it does) and the pod that answered.
 fn open_stream(gw: &Gateway, text: &str) -> (std::net::TcpStream, String) {
-    use std::io::{Read, Write};
+    use std::io::Read;
     let body = serde_json::json!({"model": "fake-model", "stream": true, "max_tokens": 400,
         "messages": [{"role": "user", "content": text}]})
     .to_string();
-    let addr = gw.url.trim_start_matches("http://");
-    let mut s = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("{addr}: {e}"));
-    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
-        .unwrap();
-    write!(
-        s,
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
+    let headers = [("content-type", "application/json")];
+    let mut s = open(
+        &gw.url,
+        "POST",
+        "/v1/chat/completions",
+        &headers,
+        body.as_bytes(),
     )
-    .unwrap();
+    .unwrap_or_else(|e| panic!("{text}: {e}"));
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
     while !String::from_utf8_lossy(&got).contains("data:") {

@@ -5,10 +5,8 @@
 
 use ailb_e2e::bed::{chat_body, Bed};
 use ailb_e2e::envoy::Envoy;
-use ailb_e2e::gateway::{http, wait_until};
+use ailb_e2e::gateway::{http, open, wait_until};
 use serde_json::json;
-use std::io::Write;
-use std::net::TcpStream;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -178,16 +176,13 @@ fn envoy_deadline_and_abandon_leave_the_pool_whole() {
         .collect();
     routed(&envoy, 2);
     // Clients that give up while waiting: each goes once the proxy holds it.
-    let host = envoy.url.trim_start_matches("http://").to_string();
+    let headers = [
+        ("content-type", "application/json"),
+        ("x-priority", "critical"),
+    ];
     for n in 1..=3 {
         let body = chat_body("impatient", 30);
-        let mut s = TcpStream::connect(&host).unwrap();
-        let head = format!(
-            "POST /v1/chat/completions HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\nx-priority: critical\r\ncontent-length: {}\r\n\r\n",
-            body.len()
-        );
-        s.write_all(head.as_bytes()).unwrap();
-        s.write_all(&body).unwrap();
+        let s = open(&envoy.url, "POST", "/v1/chat/completions", &headers, &body).unwrap();
         assert!(wait_until(Duration::from_secs(5), || envoy
             .stat("ai_lb.queue.queued")
             >= n));

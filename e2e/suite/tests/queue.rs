@@ -7,10 +7,8 @@
 
 use ailb_core::redis::scripts::Keys;
 use ailb_e2e::bed::{chat_body, wait_for_zero, Bed};
-use ailb_e2e::gateway::{glr_config, http, wait_until, CLUSTER, ROUTE};
+use ailb_e2e::gateway::{glr_config, http, open, wait_until, CLUSTER, ROUTE};
 use serde_json::json;
-use std::io::Write;
-use std::net::TcpStream;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -176,15 +174,12 @@ fn a_deadline_answers_429_and_a_client_gone_while_waiting_leaks_nothing() {
     // Clients that give up while waiting: the request is sent, then the connection dropped.
     for gw in gws {
         for _ in 0..2 {
+            let headers = [
+                ("content-type", "application/json"),
+                ("x-priority", "critical"),
+            ];
             let body = chat_body("impatient", 50);
-            let host = gw.url.trim_start_matches("http://");
-            let mut s = TcpStream::connect(host).unwrap();
-            let head = format!(
-                "POST /v1/chat/completions HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\nx-priority: critical\r\ncontent-length: {}\r\n\r\n",
-                body.len()
-            );
-            s.write_all(head.as_bytes()).unwrap();
-            s.write_all(&body).unwrap();
+            let s = open(&gw.url, "POST", "/v1/chat/completions", &headers, &body).unwrap();
             std::thread::sleep(Duration::from_millis(100));
             drop(s);
         }
