@@ -13,7 +13,7 @@ use ailb_e2e::bed::{chat_body, Bed};
 use ailb_e2e::cluster::{
     cluster_config, hash_plugin, metrics_plugin, service_of, services, Service, TARGET_HEADER,
 };
-use ailb_e2e::empty_plugin::empty_wasm;
+use ailb_e2e::empty_plugin::{empty_wasm, host_calls_wasm};
 use ailb_e2e::gateway::{http, Gateway};
 use ailb_fakepod::load::{self, Arrivals, LoadConfig, SkewedSpec, Summary, Workload};
 use ailb_fakepod::rng::Dist;
@@ -33,6 +33,8 @@ enum Filter {
     Plugin(Value),
     /// A module whose callbacks do nothing (`empty_plugin`): the host's share of any plugin.
     Empty,
+    /// A module making cluster_hash's request-header host calls and nothing else.
+    HostCalls,
 }
 
 /// 2 gateways (2 workers each) over `svcs`, running `filter`.
@@ -57,11 +59,13 @@ fn gateway(
 ) -> anyhow::Result<Gateway> {
     let config = match filter {
         Filter::Plugin(v) => Some(v.clone()),
-        Filter::None | Filter::Empty => None,
+        Filter::None | Filter::Empty | Filter::HostCalls => None,
     };
     let mut spec = bed.spec(tag, config);
-    if let Filter::Empty = filter {
-        spec.plugin = Some((empty_wasm()?, json!({})));
+    match filter {
+        Filter::Empty => spec.plugin = Some((empty_wasm()?, json!({}))),
+        Filter::HostCalls => spec.plugin = Some((host_calls_wasm()?, json!({}))),
+        Filter::None | Filter::Plugin(_) => {}
     }
     Gateway::start_config_env(&cluster_config(bed, &spec, svcs), &spec.id, env)
 }
@@ -159,11 +163,16 @@ pub fn cluster_adaptive_vs_round_robin_and_oracle() -> anyhow::Result<()> {
     )?;
     // And the host's floor: a module whose callbacks do nothing; the client names the service.
     let empty = run("empty", Filter::Empty, |i| naming(NAMES[i % 3]))?;
+    // And cluster_hash's host calls alone (the module names llm-a itself): what they cost a
+    // cold host, apart from the plugin's own code.
+    let calls = run("host-calls", Filter::HostCalls, |i| {
+        Some(("x-user", format!("user-{i}")))
+    })?;
     anyhow::ensure!(
-        [&higress, &rr, &oracle, &hash, &empty]
+        [&higress, &rr, &oracle, &hash, &empty, &calls]
             .iter()
             .all(|r| r.arrivals == adaptive.arrivals),
-        "the six runs must replay the same arrivals"
+        "the seven runs must replay the same arrivals"
     );
     for (name, r) in [("adaptive", &adaptive), ("adaptive_higress", &higress)] {
         let s = &r.s;
@@ -195,6 +204,10 @@ pub fn cluster_adaptive_vs_round_robin_and_oracle() -> anyhow::Result<()> {
     println!(
         "BENCH vm_floor_us_per_request_empty_module_streamed {:.1} us",
         us(&empty)
+    );
+    println!(
+        "BENCH vm_us_per_request_cluster_hash_host_calls_streamed_over_floor {:.1} us",
+        us(&calls) - us(&empty)
     );
     for (name, r) in [("adaptive", &adaptive), ("hash", &hash)] {
         println!(
