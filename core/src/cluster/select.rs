@@ -84,18 +84,19 @@ fn sweep(
     metric: impl Fn(usize) -> f64,
 ) -> usize {
     let limit = params.rate_limit;
+    let selections = table.selections();
     let mut cand = start;
     let mut cand_metric = metric(cand);
     for svc in order {
         if svc == cand {
             continue;
         }
-        if table.request_rate(cand) >= limit {
+        if table.request_rate(cand, selections) >= limit {
             cand = svc;
             cand_metric = metric(svc);
         } else {
             let m = metric(svc);
-            if m < cand_metric && table.request_rate(svc) < limit {
+            if m < cand_metric && table.request_rate(svc, selections) < limit {
                 cand = svc;
                 cand_metric = m;
             }
@@ -139,10 +140,11 @@ pub fn adaptive_candidates(
     rng: &mut impl FnMut() -> u64,
 ) -> Vec<usize> {
     let list = table.list();
+    let selections = table.selections();
     let under: Vec<usize> = list
         .iter()
         .copied()
-        .filter(|&i| table.request_rate(i) < params.rate_limit)
+        .filter(|&i| table.request_rate(i, selections) < params.rate_limit)
         .collect();
     let base = if under.is_empty() {
         list.to_vec()
@@ -340,6 +342,72 @@ mod tests {
 
     fn pick(mode: Mode, p: &MetricsParams, t: &ServiceTable, now: i64, rng: &[u64]) -> Decision {
         select(mode, p, t, now, &mut replay(rng))
+    }
+
+    /// A [`ServiceTable`] that counts its block reads ([`Table::counters`]).
+    struct Counting {
+        inner: ServiceTable,
+        reads: std::cell::Cell<usize>,
+    }
+
+    impl Table for Counting {
+        fn names(&self) -> &[String] {
+            self.inner.names()
+        }
+        fn list(&self) -> &[usize] {
+            self.inner.list()
+        }
+        fn counters(&self, index: usize) -> Option<Counters> {
+            self.reads.set(self.reads.get() + 1);
+            self.inner.counters(index)
+        }
+        fn mean(&self, index: usize, which: Latency) -> f64 {
+            self.inner.mean(index, which)
+        }
+        fn set_counters(&mut self, index: usize, c: &Counters) {
+            self.inner.set_counters(index, c)
+        }
+        fn push(&mut self, index: usize, which: Latency, sample: f64) {
+            self.inner.push(index, which, sample)
+        }
+    }
+
+    #[test]
+    fn a_decision_reads_each_service_a_few_times_not_once_per_other_service() {
+        let n = 64;
+        let names: Vec<String> = (0..n).map(|i| format!("s{i}")).collect();
+        let list: Vec<&str> = names.iter().map(String::as_str).collect();
+        let mut inner = table(&list);
+        for i in 0..n {
+            set(&mut inner, i, |s| {
+                s.count = i as u64 + 1;
+                s.ongoing = (i % 5) as i64;
+            });
+        }
+        let t = Counting {
+            inner,
+            reads: std::cell::Cell::new(0),
+        };
+        // A rate limit some services are over, so every service's share is asked.
+        let p = MetricsParams {
+            rate_limit: 0.02,
+            ..params()
+        };
+        for mode in [
+            Mode::LeastBusy,
+            Mode::LeastTotalLatency,
+            Mode::LeastFirstTokenLatency,
+            Mode::AdaptiveScore,
+        ] {
+            t.reads.set(0);
+            let d = select(mode, &p, &t, 0, &mut replay(&[3, 5, 7, 11]));
+            assert!(matches!(d, Decision::Pick(_)), "{mode:?}");
+            let reads = t.reads.get();
+            assert!(
+                reads <= 5 * n,
+                "{mode:?}: {reads} block reads for {n} services"
+            );
+        }
     }
 
     #[test]
