@@ -6,6 +6,8 @@
 //! generator names the fastest healthy service, llm-a). AdaptiveScore runs twice: as a user of
 //! this plugin configures it for 3 LLM services (`p2c_choices: 3`, `inflight_capacity: 8` =
 //! 2 pods × 4 running; README "Cluster policies"), and with Higress's defaults and formula.
+//! For the plugin-CPU figures the same arrivals also run through cluster_hash, the empty
+//! module (the host's floor) and a module making only cluster_hash's host calls.
 
 use crate::common::{chat10, vm_us_per_request, vm_us_per_request_by, vm_us_per_request_loaded};
 use ailb_core::cluster::hash::SlotTable;
