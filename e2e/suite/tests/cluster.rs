@@ -267,9 +267,10 @@ fn open_stream(gw: &Gateway, text: &str) -> (std::net::TcpStream, String) {
 /// One worker, LeastFirstTokenLatency over two services: two short requests give each service
 /// one fast sample (the second leaves the first's service, which holds all of the traffic so
 /// far: `rate_limit`). A long prompt then goes to the lower mean and takes hundreds of ms to its
-/// first token; once that token is out, the next request must go to the other service. Were the time counted only at the end of the long answer (seconds later),
-/// the next request would see the same means and follow the long one; were it lost, both
-/// services would score alike and the next request would follow a coin (5 rounds: 1 in 32).
+/// first token; once that token is out, the next request must go to the other service. Were
+/// the time counted only at the end of the long answer (seconds later), the next request would
+/// see the same means and follow the long one; were it lost, both services would score alike
+/// and the next request would follow a coin (5 rounds: 1 in 32).
 #[test]
 fn a_first_token_counts_before_the_answer_ends() {
     let bed = Bed::new(4, |c| {

@@ -172,12 +172,12 @@ fn a_deadline_answers_429_and_a_client_gone_while_waiting_leaks_nothing() {
     std::thread::sleep(Duration::from_millis(300));
 
     // Clients that give up while waiting: the request is sent, then the connection dropped.
+    let headers = [
+        ("content-type", "application/json"),
+        ("x-priority", "critical"),
+    ];
     for gw in gws {
         for _ in 0..2 {
-            let headers = [
-                ("content-type", "application/json"),
-                ("x-priority", "critical"),
-            ];
             let body = chat_body("impatient", 50);
             let s = open(&gw.url, "POST", "/v1/chat/completions", &headers, &body).unwrap();
             std::thread::sleep(Duration::from_millis(100));
