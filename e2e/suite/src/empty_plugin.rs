@@ -181,17 +181,18 @@ fn module(name: &str, own: &str) -> anyhow::Result<PathBuf> {
 fn module_text(own: &str) -> String {
     let quiet: String = QUIET_CALLBACKS
         .lines()
-        .filter(|line| !exported_name(line).is_some_and(|e| own.contains(&e)))
+        .filter(|line| !exported_name(line).is_some_and(|e| own.contains(e)))
         .map(|line| format!("{line}\n"))
         .collect();
     format!("(module {own} {quiet})")
 }
 
-/// `(export "name")` of a line of WAT, quotes included.
-fn exported_name(line: &str) -> Option<String> {
-    let rest = &line[line.find("(export \"")? + "(export ".len()..];
-    let end = rest[1..].find('"')? + 2;
-    Some(format!("(export {})", &rest[..end]))
+/// The `(export "name")` of a line of WAT, if it has one.
+fn exported_name(line: &str) -> Option<&str> {
+    let start = line.find("(export \"")?;
+    let name = &line[start + "(export \"".len()..];
+    let end = start + "(export \"".len() + name.find("\")")? + "\")".len();
+    Some(&line[start..end])
 }
 
 #[cfg(test)]
@@ -201,7 +202,7 @@ mod tests {
     /// Every module exports each callback exactly once, its own or the quiet one, and parses.
     #[test]
     fn every_module_exports_each_callback_once() {
-        let callbacks: Vec<String> = QUIET_CALLBACKS.lines().filter_map(exported_name).collect();
+        let callbacks: Vec<&str> = QUIET_CALLBACKS.lines().filter_map(exported_name).collect();
         assert_eq!(callbacks.len(), 9);
         for (name, own) in [
             ("empty", EMPTY),
@@ -211,10 +212,9 @@ mod tests {
             let text = module_text(own);
             wat::parse_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
             for cb in &callbacks {
-                let n = text.matches(cb.as_str()).count();
+                let n = text.matches(cb).count();
                 assert_eq!(n, 1, "{name} has {cb} {n} times");
             }
         }
-        assert!(module_text(ADAPTIVE_HOST_CALLS).contains("$get_shared"));
     }
 }
