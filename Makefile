@@ -13,8 +13,10 @@ HIGRESS_WASM := $(DIST)/ai-load-balancer.wasm
 ENVOY_WASM   := $(DIST)/ai-load-balancer-envoy.wasm
 ABI021_WASM  := $(DIST)/testdata/ai-load-balancer-abi021-only.wasm
 CHECK_CONFIG := $(DIST)/check-config
+# A bench fixture (e2e/compact-adaptive): the least Rust AdaptiveScore, run beside the plugin.
+COMPACT      := e2e/compact-adaptive
 
-.PHONY: all toolchain deps build check-config check-config-tool check-abi test unit-test wasm-unit-test lint fmt bench package clean tools e2e-build e2e-test run fuzz
+.PHONY: all toolchain deps build check-config check-config-tool check-abi test unit-test wasm-unit-test lint fmt bench package clean tools e2e-build e2e-test run fuzz compact-adaptive
 
 E2E_BIN      := e2e/target/release
 E2E_CARGO    := cd e2e && $(CARGO)
@@ -104,6 +106,7 @@ check-abi: build
 unit-test: deps
 	$(CARGO) test --quiet --workspace
 	$(CARGO) test --quiet --manifest-path tools/wasm-abi/Cargo.toml
+	$(CARGO) test --quiet --manifest-path $(COMPACT)/Cargo.toml
 
 # Property-based fuzzing on stable (core/tests/fuzz/, README "Fuzzing"): each target runs
 # FUZZ_SECONDS, one at a time, optimised (`make test` runs them 2 s each, unoptimised).
@@ -119,6 +122,10 @@ wasm-unit-test: toolchain e2e-build
 e2e-build:
 	$(E2E_CARGO) build --release --quiet --bins
 
+# `ailb-bench cluster-p99` runs it beside the plugin (README "Test bed").
+compact-adaptive: toolchain
+	$(CARGO) build --release --quiet --target $(WASM_TARGET) --manifest-path $(COMPACT)/Cargo.toml
+
 # Emulator host rules, fake pods, and the plugin end to end (real redis-server, several
 # gateway processes, fake pods), with the compatibility corpus run through the emulator
 # (e2e/suite/tests/compat.rs). Needs `make build` for dist/ai-load-balancer.wasm.
@@ -130,7 +137,7 @@ run: deps build e2e-build
 	$(E2E_BIN)/ailb-run $(ARGS)
 
 # No module imports a module that imports it back (tools/import-loops.py), in every crate.
-IMPORT_LOOP_DIRS := src core testkit tools/check-config e2e/gateway e2e/fakepod e2e/suite e2e/gateway/testdata/testplugin
+IMPORT_LOOP_DIRS := src core testkit tools/check-config e2e/gateway e2e/fakepod e2e/suite e2e/gateway/testdata/testplugin $(COMPACT)
 
 lint: toolchain
 	$(CARGO) fmt --check
@@ -141,12 +148,15 @@ lint: toolchain
 	$(CARGO) clippy --quiet --workspace --target $(WASM_TARGET) --lib -- -D warnings
 	$(CARGO) clippy --quiet --target $(WASM_TARGET) --lib --features envoy -- -D warnings
 	$(CARGO) clippy --quiet --manifest-path tools/wasm-abi/Cargo.toml -- -D warnings
+	$(CARGO) fmt --check --manifest-path $(COMPACT)/Cargo.toml
+	$(CARGO) clippy --quiet --manifest-path $(COMPACT)/Cargo.toml --all-targets -- -D warnings
+	$(CARGO) clippy --quiet --manifest-path $(COMPACT)/Cargo.toml --target $(WASM_TARGET) -- -D warnings
 
 # Everything CI checks. Redis tests start their own redis-server on a free port.
 test: deps lint unit-test check-abi package wasm-unit-test e2e-test
 	@echo "make test: all checks passed"
 
-bench: deps build e2e-build
+bench: deps build e2e-build compact-adaptive
 	$(CARGO) run --profile bench-native --quiet -p ailb-core --example bench_redis
 	$(CARGO) run --profile bench-native --quiet -p ailb-core --example bench_parse
 	$(CARGO) run --profile bench-native --quiet -p ailb-core --example bench_local_prefix

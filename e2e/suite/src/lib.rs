@@ -37,6 +37,18 @@ pub fn plugin_wasm_abi021() -> PathBuf {
     repo_root().join("dist/testdata/ai-load-balancer-abi021-only.wasm")
 }
 
+/// The bench's compact AdaptiveScore module (e2e/compact-adaptive), built by `make bench`.
+pub fn compact_adaptive_wasm() -> anyhow::Result<PathBuf> {
+    let p = repo_root()
+        .join("e2e/compact-adaptive/target/wasm32-wasip1/release/ailb_compact_adaptive.wasm");
+    anyhow::ensure!(
+        p.exists(),
+        "{} is missing: run `make compact-adaptive` first (`make bench` does)",
+        p.display()
+    );
+    Ok(p)
+}
+
 /// A binary of the e2e workspace (`ailb-gateway`), built by `make e2e-build`.
 pub fn e2e_bin(name: &str) -> PathBuf {
     if let Ok(dir) = std::env::var("AILB_E2E_BIN_DIR") {

@@ -7,8 +7,9 @@
 //! this plugin configures it for 3 LLM services (`p2c_choices: 3`, `inflight_capacity: 8` =
 //! 2 pods × 4 running; README "Cluster policies"), and with Higress's defaults and formula.
 //! For the plugin-CPU figures the same arrivals also run through cluster_hash, the empty
-//! module (the host's floor) and two modules making only a policy's host calls (cluster_hash's,
-//! AdaptiveScore's).
+//! module (the host's floor), two modules making only a policy's host calls (cluster_hash's,
+//! AdaptiveScore's), and the least Rust AdaptiveScore (e2e/compact-adaptive): the figure a
+//! compact AdaptiveScore reaches in this run.
 
 use crate::common::{chat10, vm_us_per_request, vm_us_per_request_by, vm_us_per_request_loaded};
 use ailb_core::cluster::hash::SlotTable;
@@ -16,6 +17,7 @@ use ailb_e2e::bed::{chat_body, Bed};
 use ailb_e2e::cluster::{
     cluster_config, hash_plugin, metrics_plugin, service_of, services, Service, TARGET_HEADER,
 };
+use ailb_e2e::compact_adaptive_wasm;
 use ailb_e2e::empty_plugin::{adaptive_host_calls_wasm, empty_wasm, host_calls_wasm};
 use ailb_e2e::gateway::{http, Gateway};
 use ailb_fakepod::load::{self, Arrivals, LoadConfig, SkewedSpec, Summary, Workload};
@@ -40,6 +42,8 @@ enum Filter {
     HostCalls,
     /// A module making AdaptiveScore's host calls over the request and nothing else.
     AdaptiveHostCalls,
+    /// The least Rust AdaptiveScore (e2e/compact-adaptive): those calls and the arithmetic.
+    Compact,
 }
 
 /// 2 gateways (2 workers each) over `svcs`, running `filter`.
@@ -64,13 +68,18 @@ fn gateway(
 ) -> anyhow::Result<Gateway> {
     let config = match filter {
         Filter::Plugin(v) => Some(v.clone()),
-        Filter::None | Filter::Empty | Filter::HostCalls | Filter::AdaptiveHostCalls => None,
+        Filter::None
+        | Filter::Empty
+        | Filter::HostCalls
+        | Filter::AdaptiveHostCalls
+        | Filter::Compact => None,
     };
     let mut spec = bed.spec(tag, config);
     match filter {
         Filter::Empty => spec.plugin = Some((empty_wasm()?, json!({}))),
         Filter::HostCalls => spec.plugin = Some((host_calls_wasm()?, json!({}))),
         Filter::AdaptiveHostCalls => spec.plugin = Some((adaptive_host_calls_wasm()?, json!({}))),
+        Filter::Compact => spec.plugin = Some((compact_adaptive_wasm()?, json!({}))),
         Filter::None | Filter::Plugin(_) => {}
     }
     Gateway::start_config_env(&cluster_config(bed, &spec, svcs), &spec.id, env)
@@ -178,6 +187,9 @@ pub fn cluster_adaptive_vs_round_robin_and_oracle() -> anyhow::Result<()> {
     // statistics record as it found it): the least any AdaptiveScore sharing its statistics
     // through shared data costs the host here.
     let adaptive_calls = run("adaptive-host-calls", Filter::AdaptiveHostCalls, |_| None)?;
+    // And those calls with a decision made from the record and the answer folded back in: the
+    // least Rust AdaptiveScore (e2e/compact-adaptive, which says what it leaves out).
+    let compact = run("compact-adaptive", Filter::Compact, |_| None)?;
     anyhow::ensure!(
         [
             &higress,
@@ -186,13 +198,18 @@ pub fn cluster_adaptive_vs_round_robin_and_oracle() -> anyhow::Result<()> {
             &hash,
             &empty,
             &calls,
-            &adaptive_calls
+            &adaptive_calls,
+            &compact
         ]
         .iter()
         .all(|r| r.arrivals == adaptive.arrivals),
-        "the eight runs must replay the same arrivals"
+        "the nine runs must replay the same arrivals"
     );
-    for (name, r) in [("adaptive", &adaptive), ("adaptive_higress", &higress)] {
+    for (name, r) in [
+        ("adaptive", &adaptive),
+        ("adaptive_higress", &higress),
+        ("adaptive_compact_reference", &compact),
+    ] {
         let s = &r.s;
         println!(
             "BENCH cluster_ttft_p99_ratio_{name}_vs_round_robin {:.2} ratio",
@@ -230,6 +247,10 @@ pub fn cluster_adaptive_vs_round_robin_and_oracle() -> anyhow::Result<()> {
     println!(
         "BENCH vm_us_per_request_cluster_adaptive_host_calls_streamed_over_floor {:.1} us",
         us(&adaptive_calls) - us(&empty)
+    );
+    println!(
+        "BENCH vm_us_per_request_cluster_adaptive_compact_reference_streamed_over_floor {:.1} us",
+        us(&compact) - us(&empty)
     );
     for (name, r) in [("adaptive", &adaptive), ("hash", &hash)] {
         println!(
