@@ -95,6 +95,8 @@ fn naming(s: &str) -> Option<(&'static str, String)> {
 }
 
 pub fn cluster_adaptive_vs_round_robin_and_oracle() -> anyhow::Result<()> {
+    // The last run's module must be built: say so before the first run, not after eight.
+    compact_adaptive_wasm()?;
     // 2 pods per service, 4 running each. Prompts ~200 tokens (40 ms of prefill), 8 output
     // tokens of 5 ms: llm-a answers its first token in ~45 ms, llm-b in ~135 ms.
     let bed = Bed::new(6, |c| {
