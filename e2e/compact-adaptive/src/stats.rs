@@ -187,6 +187,9 @@ mod tests {
         assert_eq!(decode(&encode(&r)), r);
         assert_eq!(decode(b"not a record"), Record::default());
         assert_eq!(decode(&encode(&r)[..RECORD_LEN - 1]), Record::default());
+        let mut long = encode(&r).to_vec();
+        long.push(0);
+        assert_eq!(decode(&long), Record::default(), "one byte too many");
     }
 
     #[test]
