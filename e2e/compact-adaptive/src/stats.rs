@@ -84,20 +84,21 @@ fn sampled(s: &Service) -> bool {
     s.success > 0 || s.errors > 0
 }
 
+/// The latency term of the score, None before the first sample.
+fn latency(s: &Service) -> Option<f64> {
+    sampled(s).then(|| {
+        TTFT_WEIGHT * (s.ewma_ttft + 1.0).sqrt() + TOTAL_WEIGHT * (s.ewma_total + 1.0).sqrt()
+    })
+}
+
 /// Lower is better. A service with no sample yet borrows the mean latency of those with one.
 fn score(s: &Service, now_ms: i64, prior: Option<f64>) -> f64 {
     let mut load = 1.0 + f64::from(s.ongoing) / INFLIGHT_CAPACITY;
     if s.cooldown_until_ms > now_ms {
         load += f64::from(s.consecutive_errors) + 1.0;
     }
-    let latency = match sampled(s) {
-        true => {
-            TTFT_WEIGHT * (s.ewma_ttft + 1.0).sqrt() + TOTAL_WEIGHT * (s.ewma_total + 1.0).sqrt()
-        }
-        false => match prior {
-            Some(p) => p,
-            None => return load,
-        },
+    let Some(latency) = latency(s).or(prior) else {
+        return load;
     };
     let requests = s.success.saturating_add(s.errors);
     let error_rate = match requests {
@@ -110,9 +111,8 @@ fn score(s: &Service, now_ms: i64, prior: Option<f64>) -> f64 {
 /// The service with the lowest score (the first on a tie).
 pub fn choose(record: &Record, now_ms: i64) -> usize {
     let (mut sum, mut known) = (0.0, 0u32);
-    for s in record.iter().filter(|s| sampled(s)) {
-        sum +=
-            TTFT_WEIGHT * (s.ewma_ttft + 1.0).sqrt() + TOTAL_WEIGHT * (s.ewma_total + 1.0).sqrt();
+    for l in record.iter().filter_map(latency) {
+        sum += l;
         known += 1;
     }
     let prior = (known > 0).then(|| sum / f64::from(known));
