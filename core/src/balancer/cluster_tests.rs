@@ -564,3 +564,72 @@ fn cluster_rules_still_match_by_route() {
         end(&mut host, &mut e, ctx);
     }
 }
+
+/// Where each request lives: (in the request machine, kept as a routed cluster stream).
+fn kept(e: &Balancer) -> (usize, usize) {
+    (e.requests.len(), e.clusters.len())
+}
+
+#[test]
+fn a_routed_cluster_request_skips_the_request_machine() {
+    // cluster_metrics: the count, status and first byte live in one ClusterStream.
+    let (mut host, mut e) = metrics_engine("AdaptiveScore", "");
+    let t0 = host.now_ms;
+    let svc = send(&mut host, &mut e, 2, &[]).unwrap();
+    assert_eq!(kept(&e), (0, 1));
+    assert!(e.wants_response_body(2), "its first byte is still to come");
+    respond(&mut host, &mut e, 2, "200");
+    host.now_ms = t0 + 40;
+    e.on_response_body(&mut host, 2);
+    assert!(!e.wants_response_body(2), "only the first chunk matters");
+    host.now_ms = t0 + 90;
+    e.on_response_body(&mut host, 2);
+    host.now_ms = t0 + 100;
+    end(&mut host, &mut e, 2);
+    end(&mut host, &mut e, 2); // on_log then on_done: given back once
+    assert_eq!(kept(&e), (0, 0));
+    let s = stats(&host, &svc);
+    assert_eq!(
+        (s.ongoing, s.success, s.errors),
+        (0, 1, 0),
+        "its status was read"
+    );
+    // The first chunk's time, and the stream's.
+    assert_eq!((s.ewma_ttft, s.ewma_total), (Some(40.0), Some(100.0)));
+    assert_eq!(host.metric("ai_lb.cluster_metrics.routed"), 1);
+    // cluster_hash holds nothing once routed: nothing kept at all.
+    let (mut host, mut e) = hash_engine();
+    assert!(send(&mut host, &mut e, 2, &[("x-user", "alice")]).is_some());
+    assert_eq!(kept(&e), (0, 0));
+    assert!(!e.wants_response_body(2));
+    end(&mut host, &mut e, 2);
+    assert_eq!(host.metric("ai_lb.cluster_hash.routed"), 1);
+}
+
+#[test]
+fn refusals_and_a_failed_publish_are_the_request_machines() {
+    // The 403 settles in the machine until its stream ends.
+    let (mut host, mut e) = hash_engine();
+    send(&mut host, &mut e, 2, &[]);
+    assert_eq!(host.local_responses.len(), 1);
+    assert_eq!(kept(&e), (1, 0));
+    end(&mut host, &mut e, 2);
+    assert_eq!(kept(&e), (0, 0));
+    // A header that cannot be written: the machine answers 500 and the count goes back.
+    let (mut host, mut e) = metrics_engine("AdaptiveScore", "");
+    host.set_header_status = Some(HostErrorKind::BadArgument);
+    send(&mut host, &mut e, 2, &[]);
+    assert_eq!(
+        host.local_responses,
+        vec![(500, "ai_lb_cluster_header_failed".into())]
+    );
+    assert_eq!(kept(&e), (1, 0));
+    assert!(table(&host).stats().iter().all(|s| s.ongoing == 0));
+    end(&mut host, &mut e, 2);
+    assert_eq!(kept(&e), (0, 0));
+    // A global in-flight count asks Redis: held in the machine while it does.
+    let (mut host, mut e) = global_engine();
+    global_pick(&mut host, &mut e, 2);
+    assert_eq!(kept(&e), (1, 0));
+    end(&mut host, &mut e, 2);
+}

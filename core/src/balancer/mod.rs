@@ -5,6 +5,7 @@
 //! replies arrive on the root context, so a reply whose stream already ended finds its pick
 //! among the orphans and is undone there.
 
+mod cluster_stream;
 mod events;
 mod held;
 mod pick;
@@ -20,11 +21,12 @@ pub(crate) mod waiters;
 
 pub use redis_client::CallStatus;
 
-use crate::config::{PluginConfig, RequestKeys};
+use crate::config::{PluginConfig, RequestKeys, RouteConfig};
 use crate::hash::IdMap;
 use crate::host::{self, Host, LogLevel};
 use crate::redis::inflight::InflightKeys;
 use crate::redis::scripts::Keys;
+use cluster_stream::ClusterStreams;
 use pick::Pick;
 use policies::{Env, Input, Policies};
 use redis_client::{LeaseKeys, PickAnswer, RedisClient};
@@ -94,7 +96,11 @@ pub enum Verdict {
 
 pub struct Balancer {
     config: PluginConfig,
+    /// The headers a client must never send us (`publish::destination_headers`).
+    destination_headers: Vec<String>,
     requests: IdMap<Request>,
+    /// Routed cluster requests that never entered `requests` (cluster_stream.rs).
+    clusters: ClusterStreams,
     /// Picks whose stream ended before Redis answered, by token: undone when the reply comes.
     orphans: IdMap<Box<Pick>>,
     redis: RedisClient,
@@ -127,8 +133,10 @@ impl Balancer {
         let mut b = Balancer {
             policies: Policies::new(&config, seed),
             tel: Telemetry::new(host, log_level),
+            destination_headers: publish::destination_headers(&config),
             config,
             requests: IdMap::default(),
+            clusters: ClusterStreams::default(),
             orphans: IdMap::default(),
             redis: RedisClient::default(),
             rng: VmRng::new(seed),
@@ -187,10 +195,13 @@ impl Balancer {
             authority: authority.as_deref(),
         };
         // A client must never steer override_host or a cluster_header route.
-        publish::strip_destination_headers(host, &self.config);
+        publish::strip_destination_headers(host, &self.destination_headers);
         let Some(config) = self.config.select(&request_keys).cloned() else {
             return Verdict::Continue; // no rule and no global config: the plugin is off here
         };
+        if cluster_stream::takes(&config) {
+            return self.cluster_headers(host, ctx, config);
+        }
         let keys = match (&route, &cluster) {
             (Some(r), Some(c)) if !r.is_empty() && !c.is_empty() => {
                 Some(Rc::new(Keys::new(&config.common.key_prefix, r, c)))
@@ -218,6 +229,38 @@ impl Balancer {
                 withheld,
             },
         )
+    }
+
+    /// Request headers of a route whose requests wait for nothing (cluster_stream.rs):
+    /// decided and routed here; any other outcome goes to the request machine.
+    fn cluster_headers(
+        &mut self,
+        host: &mut dyn Host,
+        ctx: u32,
+        config: Rc<RouteConfig>,
+    ) -> Verdict {
+        let input = Input {
+            ctx,
+            config: &config,
+            keys: None,
+            body_bytes: 0,
+            read_body: true,
+            read: None,
+            inflight: None,
+            synced: None,
+        };
+        let env = Env {
+            tel: &mut self.tel,
+            rng: &mut self.rng,
+        };
+        let decision = self.policies.decide(host, env, &input);
+        match self.clusters.route(host, &self.tel, ctx, &config, decision) {
+            None => Verdict::Continue,
+            Some(decision) => {
+                self.requests.insert(ctx, Request::new(config, None));
+                self.callback(host, ctx, Event::Decided(decision))
+            }
+        }
     }
 
     pub fn on_request_body(
@@ -252,6 +295,9 @@ impl Balancer {
     }
 
     pub fn on_response_headers(&mut self, host: &mut dyn Host, ctx: u32) {
+        if self.clusters.response_headers(host, ctx) {
+            return;
+        }
         let Some(req) = self.requests.get(&ctx) else {
             return;
         };
@@ -310,14 +356,21 @@ impl Balancer {
     /// Whether stream `ctx`'s next response body chunk matters (cluster_metrics before its
     /// first byte): the glue skips the others without calling in.
     pub fn wants_response_body(&self, ctx: u32) -> bool {
-        self.requests
-            .get(&ctx)
-            .is_some_and(Request::wants_response_body)
+        match self.clusters.wants_response_body(ctx) {
+            Some(wants) => wants,
+            None => self
+                .requests
+                .get(&ctx)
+                .is_some_and(Request::wants_response_body),
+        }
     }
 
     /// A response body chunk: cluster_metrics records its time to the first one. Never holds
     /// the response.
     pub fn on_response_body(&mut self, host: &mut dyn Host, ctx: u32) -> Verdict {
+        if self.clusters.response_body(host, &self.tel, ctx) {
+            return Verdict::Continue;
+        }
         if self.wants_response_body(ctx) {
             self.drive(host, ctx, Event::ResponseBody);
         }
@@ -326,6 +379,14 @@ impl Balancer {
 
     /// Stream end, whatever ended it: give back what was acquired, exactly once.
     pub fn on_done(&mut self, host: &mut dyn Host, ctx: u32) {
+        if self.clusters.done(host, &self.tel, ctx) {
+            // A count given back is room for another route's queue head.
+            if !self.waiting.is_empty() {
+                self.kicks += 1;
+                self.serve_queue(host);
+            }
+            return;
+        }
         self.released.remove(&ctx);
         let Some(mut req) = self.requests.remove(&ctx) else {
             return;
@@ -504,7 +565,10 @@ impl Balancer {
 
     /// How many requests and Redis calls this VM is tracking (tests and leak checks).
     pub fn tracked(&self) -> (usize, usize) {
-        (self.requests.len(), self.redis.in_flight())
+        (
+            self.requests.len() + self.clusters.len(),
+            self.redis.in_flight(),
+        )
     }
 
     /// A phase callback (headers, body): its verdict follows from where the request ends up.

@@ -9,17 +9,23 @@ use crate::config::{PluginConfig, Publish, RouteConfig};
 use crate::host::Host;
 use crate::host::HostResult;
 
-/// Drop client-sent copies of every destination header a route config uses (plain Envoy's
-/// override_host header, any build's `cluster_header`), whichever route this is.
-pub fn strip_destination_headers(host: &mut dyn Host, config: &PluginConfig) {
-    let mut names: Vec<&str> = Vec::new();
+/// Every destination header a route config uses (plain Envoy's override_host header, any
+/// build's `cluster_header`), each once: computed with the config, not per request.
+pub fn destination_headers(config: &PluginConfig) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
     for c in config.all() {
         if let Publish::Header { name, .. } | Publish::ClusterHeader { name } = &c.publish {
-            if !names.contains(&name.as_str()) {
-                names.push(name);
+            if !names.contains(name) {
+                names.push(name.clone());
             }
         }
     }
+    names
+}
+
+/// Drop client-sent copies of every destination header (`destination_headers`), whichever
+/// route this request takes.
+pub fn strip_destination_headers(host: &mut dyn Host, names: &[String]) {
     for name in names {
         let _ = host.remove_request_header(name);
     }

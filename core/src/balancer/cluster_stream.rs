@@ -1,0 +1,166 @@
+//! A cluster request on its usual path, kept out of the request machine (`request.rs`).
+//!
+//! A cluster policy decides from the request headers alone, and unless AdaptiveScore counts
+//! in Redis (`global_inflight_enabled`) it waits for nothing: no body, no Redis reply, and no
+//! queue, since its refusals never wait (`Rejection::may_wait`). Routed, such a request is
+//! only what the machine's `Routed` phase would hold: for cluster_metrics, the service's
+//! in-flight count with the response's status and first byte; for cluster_hash, nothing
+//! (a cluster route has no debug header: `config::route` gives it `Common::defaults()`). So
+//! cluster_metrics keeps it here as a [`ClusterStream`] from its decision to its end, and the
+//! callbacks after the decision read and update that alone; cluster_hash keeps nothing.
+//!
+//! Every other outcome — a refusal, a fallback, a publish that failed — goes to the request
+//! machine as the decision it is (`Event::Decided`), so their rules stay in one place.
+//!
+//! Why it exists: with every worker cold at each request, a request's cost follows the code
+//! and data it touches, and for a request that never waits the machine's events, effects and
+//! phases were a fifth (AdaptiveScore) to a third (cluster_hash) of it (README "Test bed").
+
+use super::events::{Decision, Hold};
+use super::held::success;
+use super::pick::ServiceLease;
+use super::policies::cluster_metrics;
+use super::publish;
+use super::telemetry::Telemetry;
+use crate::config::RouteConfig;
+use crate::hash::IdMap;
+use crate::host::{Host, LogLevel};
+use crate::stats::{Counter, Outcome};
+
+/// A routed cluster_metrics request: the machine's `Held::Service`.
+struct ClusterStream {
+    /// The service's in-flight count, given back at stream end with the latency.
+    lease: ServiceLease,
+    /// `:status` of the response (None until the response headers, or without them).
+    status: Option<u32>,
+    first_byte: bool,
+}
+
+/// Whether requests of `config` take this path: a cluster policy that asks Redis nothing and
+/// writes no debug header (the machine writes it, should a cluster route ever have one).
+pub fn takes(config: &RouteConfig) -> bool {
+    config.policy.is_cluster()
+        && config.policy.global_inflight().is_none()
+        && config.common.debug_header.is_none()
+}
+
+/// This VM's routed cluster requests, by http context id.
+#[derive(Default)]
+pub struct ClusterStreams(IdMap<ClusterStream>);
+
+impl ClusterStreams {
+    /// A policy's decision for request `ctx` of a route that [`takes`] this path: a plain
+    /// route is published, counted and kept here (cluster_metrics) or done with
+    /// (cluster_hash), and None is left. Anything else — a refusal, a fallback, a publish
+    /// that failed — is returned, for the request machine to take as the decision it is.
+    pub fn route(
+        &mut self,
+        host: &mut dyn Host,
+        tel: &Telemetry,
+        ctx: u32,
+        config: &RouteConfig,
+        decision: Decision,
+    ) -> Option<Decision> {
+        let Decision::Route {
+            endpoint,
+            fallbacks,
+            reason,
+            hold,
+        } = decision
+        else {
+            return Some(decision);
+        };
+        let lease = match hold {
+            None => None,
+            Some(Hold::Service(lease)) => Some(lease),
+            // Not a cluster policy's: the machine gives it back.
+            hold @ Some(Hold::Local(_)) => {
+                return Some(Decision::Route {
+                    endpoint,
+                    fallbacks,
+                    reason,
+                    hold,
+                })
+            }
+        };
+        if publish::publish(host, config, &endpoint, &fallbacks).is_err() {
+            // The machine publishes once more, and answers 500 as Higress does if that fails
+            // too, giving the count back.
+            return Some(Decision::Route {
+                endpoint,
+                fallbacks,
+                reason,
+                hold: lease.map(Hold::Service),
+            });
+        }
+        tel.inc(
+            host,
+            Counter::Decision(config.policy.kind(), Outcome::Routed),
+        );
+        if config.common.detail_log && tel.enabled(LogLevel::Debug) {
+            tel.log(
+                host,
+                LogLevel::Debug,
+                ctx,
+                format_args!("routed to {endpoint} ({})", reason.name()),
+            );
+        }
+        if let Some(lease) = lease {
+            let stream = ClusterStream {
+                lease,
+                status: None,
+                first_byte: false,
+            };
+            self.0.insert(ctx, stream);
+        }
+        None
+    }
+
+    /// The response headers of a stream kept here: its status, for the statistics. False
+    /// when `ctx` is not one.
+    pub fn response_headers(&mut self, host: &mut dyn Host, ctx: u32) -> bool {
+        let Some(stream) = self.0.get_mut(&ctx) else {
+            return false;
+        };
+        stream.status = host
+            .response_header(":status")
+            .ok()
+            .flatten()
+            .and_then(|s| s.parse::<u32>().ok());
+        true
+    }
+
+    /// A response body chunk of a stream kept here: the first one is its time to first byte.
+    /// False when `ctx` is not one.
+    pub fn response_body(&mut self, host: &mut dyn Host, tel: &Telemetry, ctx: u32) -> bool {
+        let Some(stream) = self.0.get_mut(&ctx) else {
+            return false;
+        };
+        if !stream.first_byte {
+            stream.first_byte = true;
+            let ok = success(stream.status);
+            cluster_metrics::first_byte(host, tel, &stream.lease, ok);
+        }
+        true
+    }
+
+    /// Whether a stream kept here still reads its response body; None when `ctx` is not one.
+    pub fn wants_response_body(&self, ctx: u32) -> Option<bool> {
+        self.0.get(&ctx).map(|s| !s.first_byte)
+    }
+
+    /// Stream end of a stream kept here: its count back, with its latency and outcome. False
+    /// when `ctx` is not one.
+    pub fn done(&mut self, host: &mut dyn Host, tel: &Telemetry, ctx: u32) -> bool {
+        let Some(stream) = self.0.remove(&ctx) else {
+            return false;
+        };
+        let outcome = Some(success(stream.status));
+        cluster_metrics::done(host, tel, stream.lease, outcome);
+        true
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+}
