@@ -21,6 +21,8 @@ struct Answer {
     pod: String,
     debug: String,
     took: Duration,
+    /// Why no answer was read (status 0): a reset while uploading, a timeout.
+    error: String,
 }
 
 fn body(model: &str, text: &str, max_tokens: u64) -> Vec<u8> {
@@ -64,11 +66,10 @@ fn post(url: &str, body: &[u8], extra: &[(&str, &str)]) -> Answer {
     let mut headers = vec![("content-type", "application/json")];
     headers.extend_from_slice(extra);
     let start = Instant::now();
-    let (status, hs, _) = http(url, "POST", "/v1/chat/completions", &headers, body).unwrap_or((
-        0,
-        Vec::new(),
-        Vec::new(),
-    ));
+    let (status, hs, error) = match http(url, "POST", "/v1/chat/completions", &headers, body) {
+        Ok((status, hs, _)) => (status, hs, String::new()),
+        Err(e) => (0, Vec::new(), format!("{e:#}")),
+    };
     let header = |name: &str| {
         hs.iter()
             .find(|(k, _)| k == name)
@@ -80,7 +81,26 @@ fn post(url: &str, body: &[u8], extra: &[(&str, &str)]) -> Answer {
         pod: header("x-pod"),
         debug: header("x-ai-lb-debug"),
         took: start.elapsed(),
+        error,
     }
+}
+
+/// Envoy's own account of the listener's answers, for a failure message: which codes it
+/// sent downstream and what the upstream did.
+fn envoy_answers(envoy: &Envoy) -> String {
+    let stats = http(&envoy.admin, "GET", "/stats", &[], b"")
+        .map(|(_, _, body)| String::from_utf8_lossy(&body).into_owned())
+        .unwrap_or_default();
+    stats
+        .lines()
+        .filter(|l| {
+            l.contains("downstream_rq_")
+                || l.contains("upstream_rq_")
+                || l.contains("upstream_cx_destroy")
+        })
+        .filter(|l| !l.ends_with(": 0"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// 2 pods decoding 10 ms per token, no batch slowdown: a request's length is its max_tokens.
@@ -249,7 +269,14 @@ fn envoy_refuses_a_5mb_body_over_the_buffer_limit_or_balances_it_unread() {
         },
     );
     let a = post(&envoy.url, &five_mb, &[]);
-    assert_eq!(a.status, 200, "{}", envoy.logs());
+    assert_eq!(
+        a.status,
+        200,
+        "{}\n{}\n{}",
+        a.error,
+        envoy_answers(&envoy),
+        envoy.logs()
+    );
     assert!(a.took < Duration::from_secs(5), "{:?}", a.took);
     assert!(a.debug.contains("reason=least_request"), "{}", a.debug);
     assert_eq!(envoy.stat("ai_lb.fallback.body_too_large"), 1);
