@@ -17,7 +17,7 @@
 //! phases were a fifth (AdaptiveScore) to a third (cluster_hash) of it (README "Test bed").
 
 use super::events::{Decision, Hold};
-use super::held::success;
+use super::held::{response_status, success};
 use super::pick::ServiceLease;
 use super::policies::cluster_metrics;
 use super::publish;
@@ -122,11 +122,7 @@ impl ClusterStreams {
         let Some(stream) = self.0.get_mut(&ctx) else {
             return false;
         };
-        stream.status = host
-            .response_header(":status")
-            .ok()
-            .flatten()
-            .and_then(|s| s.parse::<u32>().ok());
+        stream.status = response_status(host);
         true
     }
 

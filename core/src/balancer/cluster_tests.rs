@@ -632,4 +632,5 @@ fn refusals_and_a_failed_publish_are_the_request_machines() {
     global_pick(&mut host, &mut e, 2);
     assert_eq!(kept(&e), (1, 0));
     end(&mut host, &mut e, 2);
+    assert_eq!(kept(&e), (0, 0), "its pick waits among the orphans");
 }

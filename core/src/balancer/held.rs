@@ -4,6 +4,7 @@
 
 use super::events::{Effect, Hold};
 use super::pick::{Lease, LocalLease, Pick, PickReply, ServiceLease};
+use crate::host::Host;
 use crate::reason::Cause;
 use crate::stats::Counter;
 
@@ -54,6 +55,14 @@ impl Held {
 /// before headers), is an error (docs/higress-cluster-policies.md §3.3).
 pub fn success(status: Option<u32>) -> bool {
     status == Some(200)
+}
+
+/// The response's `:status`, as [`success`] reads it (None when absent or not a number).
+pub fn response_status(host: &mut dyn Host) -> Option<u32> {
+    host.response_header(":status")
+        .ok()
+        .flatten()
+        .and_then(|s| s.parse::<u32>().ok())
 }
 
 /// The stream ended while its pick was in flight and the reply is here: give back whatever

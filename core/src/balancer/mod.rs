@@ -303,11 +303,7 @@ impl Balancer {
         };
         // Only cluster_metrics' statistics read the status: a host call saved elsewhere.
         if req.wants_status() {
-            let status = host
-                .response_header(":status")
-                .ok()
-                .flatten()
-                .and_then(|s| s.parse::<u32>().ok());
+            let status = held::response_status(host);
             self.drive(host, ctx, Event::ResponseHeaders { status });
         }
         // Plain Envoy, least request and sessions: a response from another endpoint than the
@@ -380,11 +376,8 @@ impl Balancer {
     /// Stream end, whatever ended it: give back what was acquired, exactly once.
     pub fn on_done(&mut self, host: &mut dyn Host, ctx: u32) {
         if self.clusters.done(host, &self.tel, ctx) {
-            // A count given back is room for another route's queue head.
-            if !self.waiting.is_empty() {
-                self.kicks += 1;
-                self.serve_queue(host);
-            }
+            self.room_freed();
+            self.serve_queue(host);
             return;
         }
         self.released.remove(&ctx);
@@ -395,13 +388,11 @@ impl Balancer {
             self.perform(host, ctx, effect);
         }
         if let Some(effect) = req.finish() {
-            // A lease given back is room for the queue's head.
             if matches!(
                 effect,
                 Effect::Release(_) | Effect::ReleaseLocal(_) | Effect::ServiceDone { .. }
-            ) && !self.waiting.is_empty()
-            {
-                self.kicks += 1;
+            ) {
+                self.room_freed();
             }
             self.perform(host, ctx, effect);
         }
@@ -454,6 +445,14 @@ impl Balancer {
             // tries once per tick, never each waiting request.
             self.kicks = self.kicks.max(1);
             self.serve_queue(host);
+        }
+    }
+
+    /// A count given back (a lease, a per-proxy count, a service's): room for the queue's
+    /// head, served by the caller's next `serve_queue`.
+    fn room_freed(&mut self) {
+        if !self.waiting.is_empty() {
+            self.kicks += 1;
         }
     }
 

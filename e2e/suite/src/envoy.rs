@@ -153,12 +153,16 @@ impl Envoy {
     }
 
     /// A plugin counter (Envoy names them `wasmcustom.<name>`); 0 when absent.
+    /// The admin `/stats` page (empty when the admin does not answer).
+    pub fn stats_text(&self) -> String {
+        http(&self.admin, "GET", "/stats", &[], b"")
+            .map(|(_, _, body)| String::from_utf8_lossy(&body).into_owned())
+            .unwrap_or_default()
+    }
+
     pub fn stat(&self, name: &str) -> i64 {
-        let Ok((_, _, body)) = http(&self.admin, "GET", "/stats", &[], b"") else {
-            return 0;
-        };
         let suffix = format!("{name}:");
-        String::from_utf8_lossy(&body)
+        self.stats_text()
             .lines()
             .filter(|l| l.starts_with("wasmcustom.") || l.starts_with(name))
             .find_map(|l| {

@@ -88,10 +88,8 @@ fn post(url: &str, body: &[u8], extra: &[(&str, &str)]) -> Answer {
 /// Envoy's own account of the listener's answers, for a failure message: which codes it
 /// sent downstream and what the upstream did.
 fn envoy_answers(envoy: &Envoy) -> String {
-    let stats = http(&envoy.admin, "GET", "/stats", &[], b"")
-        .map(|(_, _, body)| String::from_utf8_lossy(&body).into_owned())
-        .unwrap_or_default();
-    stats
+    envoy
+        .stats_text()
         .lines()
         .filter(|l| {
             l.contains("downstream_rq_")
