@@ -3,7 +3,7 @@
 //! http contexts (one per request; `proxy_on_context_create(id, root)`) belong to the root that
 //! created them. Generic over the balancer so the bookkeeping is tested natively.
 
-use ailb_core::hash::IdMap;
+use ailb_core::id_map::IdMap;
 
 pub struct Contexts<B> {
     /// Root id → its balancer; `None` until `proxy_on_configure` accepts a configuration.

@@ -44,12 +44,11 @@ impl Host for WasmHost {
         })
     }
 
-    fn response_header(&self, name: &str) -> HostResult<Option<String>> {
+    fn response_header(&self, name: &str) -> HostResult<Option<Vec<u8>>> {
         // SAFETY: as above.
-        let raw = fetch("get_header", |p, l| unsafe {
+        fetch("get_header", |p, l| unsafe {
             proxy_get_header_map_value(RESPONSE_HEADERS, name.as_ptr(), name.len(), p, l)
-        })?;
-        Ok(raw.map(|v| String::from_utf8_lossy(&v).into_owned()))
+        })
     }
 
     fn remove_request_header(&mut self, name: &str) -> HostResult<()> {

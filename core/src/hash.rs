@@ -1,10 +1,6 @@
 //! The project's two non-cryptographic primitives, in one place: FNV-1a 64 (stable across VMs
 //! and gateways, so fingerprints and shared-data keys agree everywhere) and SplitMix64 (a tiny
-//! seedable generator for tie-breaks and request ids; its output mix also hashes the maps keyed
-//! by host context ids, [`IdMap`]). Neither is for anything security-related.
-
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+//! seedable generator for tie-breaks and request ids). Neither is for anything security-related.
 
 /// FNV-1a 64 offset basis: the starting state of [`fnv1a`].
 pub const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
@@ -37,31 +33,6 @@ fn mix64(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// A map keyed by ids the host numbers (u32 context ids, call tokens).
-pub type IdMap<V> = HashMap<u32, V, BuildHasherDefault<IdHasher>>;
-
-/// The hasher of [`IdMap`]: [`mix64`] of the id. Each request looks its context up a few
-/// dozen times, and std's SipHash costs ~150 wasm instructions per lookup where this costs a
-/// handful (SipHash was a sixth of a cluster_hash request's plugin CPU). SipHash's resistance
-/// to chosen keys is not needed: the host picks the ids, not a client.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write_u32(&mut self, id: u32) {
-        self.0 = mix64(self.0 ^ u64::from(id));
-    }
-
-    /// Not used by `u32` keys; any other write still hashes (FNV-1a, then mixed).
-    fn write(&mut self, bytes: &[u8]) {
-        self.0 = mix64(fnv1a(self.0 ^ FNV_OFFSET, bytes));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,30 +55,5 @@ mod tests {
         let mut r = SplitMix64(0);
         assert_eq!(r.next_u64(), 0xe220_a839_7b1d_cdaf);
         assert_eq!(r.next_u64(), 0x6e78_9e6a_a1b9_65f4);
-    }
-
-    #[test]
-    fn id_hashes_differ_in_the_high_bits_too() {
-        use std::hash::BuildHasher;
-        let b = BuildHasherDefault::<IdHasher>::default();
-        // hashbrown picks buckets with the low bits and tags entries with the top 7: sequential
-        // ids must spread over both.
-        let tops: std::collections::HashSet<u64> =
-            (1..=64u32).map(|id| b.hash_one(id) >> 57).collect();
-        let lows: std::collections::HashSet<u64> =
-            (1..=64u32).map(|id| b.hash_one(id) & 63).collect();
-        assert!(
-            tops.len() > 32 && lows.len() > 32,
-            "{} {}",
-            tops.len(),
-            lows.len()
-        );
-        let mut m: IdMap<u32> = IdMap::default();
-        for id in 0..1000 {
-            m.insert(id, id * 2);
-        }
-        assert!((0..1000).all(|id| m.get(&id) == Some(&(id * 2))));
-        assert_eq!(m.remove(&7), Some(14));
-        assert_eq!(m.len(), 999);
     }
 }

@@ -13,6 +13,7 @@ pub mod cluster;
 pub mod config;
 pub mod hash;
 pub mod host;
+pub mod id_map;
 pub mod model_metrics;
 pub mod prefix;
 pub mod reason;

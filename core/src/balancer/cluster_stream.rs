@@ -23,8 +23,8 @@ use super::policies::cluster_metrics;
 use super::publish;
 use super::telemetry::Telemetry;
 use crate::config::RouteConfig;
-use crate::hash::IdMap;
 use crate::host::{Host, LogLevel};
+use crate::id_map::IdMap;
 use crate::stats::{Counter, Outcome};
 
 /// A routed cluster_metrics request: the machine's `Held::Service`.

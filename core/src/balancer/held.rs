@@ -57,12 +57,17 @@ pub fn success(status: Option<u32>) -> bool {
     status == Some(200)
 }
 
-/// The response's `:status`, as [`success`] reads it (None when absent or not a number).
+/// The response's `:status`, as [`success`] reads it: None when absent or not all ASCII
+/// digits (so `+200`, which Go's string compare fails, is no success either).
 pub fn response_status(host: &mut dyn Host) -> Option<u32> {
-    host.response_header(":status")
-        .ok()
-        .flatten()
-        .and_then(|s| s.parse::<u32>().ok())
+    let value = host.response_header(":status").ok().flatten()?;
+    if value.is_empty() {
+        return None;
+    }
+    value.iter().try_fold(0u32, |n, &b| {
+        let digit = b.checked_sub(b'0').filter(|d| *d <= 9)?;
+        n.checked_mul(10)?.checked_add(u32::from(digit))
+    })
 }
 
 /// The stream ended while its pick was in flight and the reply is here: give back whatever
@@ -89,4 +94,29 @@ pub fn undo(pick: Box<Pick>, reply: &PickReply) -> Vec<Effect> {
         None => {}
     }
     e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::mock::MockHost;
+
+    #[test]
+    fn a_status_is_read_only_when_it_is_all_digits() {
+        let mut host = MockHost::new();
+        assert_eq!(response_status(&mut host), None, "no status header");
+        for (value, read) in [
+            ("200", Some(200)),
+            ("503", Some(503)),
+            ("0200", Some(200)),
+            ("+200", None),
+            ("", None),
+            ("2x0", None),
+            (" 200", None),
+            ("99999999999", None),
+        ] {
+            host.response_headers = vec![(":status".into(), value.into())];
+            assert_eq!(response_status(&mut host), read, "{value:?}");
+        }
+    }
 }

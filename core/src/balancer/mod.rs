@@ -22,8 +22,8 @@ pub(crate) mod waiters;
 pub use redis_client::CallStatus;
 
 use crate::config::{PluginConfig, RequestKeys, RouteConfig};
-use crate::hash::IdMap;
 use crate::host::{self, Host, LogLevel};
+use crate::id_map::IdMap;
 use crate::redis::inflight::InflightKeys;
 use crate::redis::scripts::Keys;
 use cluster_stream::ClusterStreams;
@@ -511,7 +511,7 @@ impl Balancer {
             .requests
             .iter()
             .filter(|(_, r)| r.body_deadline().is_some_and(|d| withheld || now >= d))
-            .map(|(&ctx, _)| ctx)
+            .map(|(ctx, _)| ctx)
             .collect();
         due.sort_unstable();
         for ctx in due {

@@ -7,8 +7,8 @@
 use super::pick::{EndpointPick, Pick, PickReply};
 use super::telemetry::Telemetry;
 use crate::config::{PolicyConfig, RouteConfig};
-use crate::hash::IdMap;
 use crate::host::{Host, HostErrorKind, LogLevel};
+use crate::id_map::IdMap;
 use crate::reason::Cause;
 use crate::redis::inflight::{self, InflightKeys, ServiceAcquireArgs};
 use crate::redis::scripts::{

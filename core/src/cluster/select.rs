@@ -141,26 +141,31 @@ pub fn adaptive_candidates(
 ) -> Vec<usize> {
     let list = table.list();
     let selections = table.selections();
-    let under: Vec<usize> = list
-        .iter()
-        .copied()
-        .filter(|&i| table.request_rate(i, selections) < params.rate_limit)
-        .collect();
-    let base = if under.is_empty() {
-        list.to_vec()
-    } else {
-        under
-    };
-    let available: Vec<usize> = base
-        .iter()
-        .copied()
-        .filter(|&i| table.counters(i).is_some_and(|c| !c.in_cooldown(now_ms)))
-        .collect();
-    let cands = if available.is_empty() {
-        base
-    } else {
-        available
-    };
+    // Plain loops, not iterator chains: each chain compiled to functions of its own that a
+    // request runs cold (docs/architecture.md "Plugin CPU").
+    let mut cands: Vec<usize> = Vec::with_capacity(list.len());
+    for &i in list {
+        if table.request_rate(i, selections) < params.rate_limit {
+            cands.push(i);
+        }
+    }
+    if cands.is_empty() {
+        cands.extend_from_slice(list);
+    }
+    // Those not cooling down, in order; all of them when every one is.
+    let mut kept = 0;
+    for at in 0..cands.len() {
+        let Some(&i) = cands.get(at) else { break };
+        if table.counters(i).is_some_and(|c| !c.in_cooldown(now_ms)) {
+            if let Some(slot) = cands.get_mut(kept) {
+                *slot = i;
+            }
+            kept += 1;
+        }
+    }
+    if kept > 0 {
+        cands.truncate(kept);
+    }
 
     let choices = params.p2c();
     if cands.len() <= 1 || choices >= cands.len() {
@@ -228,17 +233,30 @@ pub fn adaptive_scores(
     candidates: &[usize],
     now_ms: i64,
 ) -> Vec<f64> {
-    let prior = params.inflight_capacity.and_then(|_| {
-        let known: Vec<f64> = candidates
-            .iter()
-            .filter_map(|&c| table.counters(c).and_then(|s| latency(params, &s)))
-            .collect();
-        (!known.is_empty()).then(|| known.iter().sum::<f64>() / known.len() as f64)
-    });
-    candidates
-        .iter()
-        .map(|&c| score_with(params, table, c, now_ms, prior))
-        .collect()
+    let prior = prior(params, table, candidates);
+    let mut scores = Vec::with_capacity(candidates.len());
+    for &c in candidates {
+        scores.push(score_with(params, table, c, now_ms, prior));
+    }
+    scores
+}
+
+/// With `inflight_capacity`: the mean latency of the sampled `candidates`, which an unsampled
+/// one is scored at ([`adaptive_scores`]).
+fn prior(
+    params: &MetricsParams,
+    table: &(impl Table + ?Sized),
+    candidates: &[usize],
+) -> Option<f64> {
+    params.inflight_capacity?;
+    let (mut sum, mut known) = (0.0, 0usize);
+    for &c in candidates {
+        if let Some(l) = table.counters(c).and_then(|s| latency(params, &s)) {
+            sum += l;
+            known += 1;
+        }
+    }
+    (known > 0).then(|| sum / known as f64)
 }
 
 fn score_with(
@@ -292,8 +310,16 @@ fn lowest_score(
     candidates: &[usize],
     now_ms: i64,
 ) -> Option<usize> {
-    let scores = adaptive_scores(params, table, candidates, now_ms);
-    lowest(&scores).and_then(|i| candidates.get(i).copied())
+    // `lowest` over `adaptive_scores`, without collecting the scores.
+    let prior = prior(params, table, candidates);
+    let mut best: Option<(usize, f64)> = None;
+    for &c in candidates {
+        let score = score_with(params, table, c, now_ms, prior);
+        if best.is_none_or(|(_, b)| score < b) {
+            best = Some((c, score));
+        }
+    }
+    best.map(|(c, _)| c)
 }
 
 /// Position of the lowest of `scores`, the first one on a tie (Go's strict `<`, CM 391–402);

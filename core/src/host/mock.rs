@@ -151,12 +151,12 @@ impl Host for MockHost {
         Ok(())
     }
 
-    fn response_header(&self, name: &str) -> HostResult<Option<String>> {
+    fn response_header(&self, name: &str) -> HostResult<Option<Vec<u8>>> {
         Ok(self
             .response_headers
             .iter()
             .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone()))
+            .map(|(_, v)| v.clone().into_bytes()))
     }
 
     fn add_response_header(&mut self, name: &str, value: &str) -> HostResult<()> {

@@ -94,8 +94,9 @@ pub trait Host {
     fn remove_request_header(&mut self, name: &str) -> HostResult<()>;
     fn set_request_header(&mut self, name: &str, value: &str) -> HostResult<()>;
     fn add_response_header(&mut self, name: &str, value: &str) -> HostResult<()>;
-    /// In the response phases: a response header (`:status` for cluster_metrics).
-    fn response_header(&self, name: &str) -> HostResult<Option<String>>;
+    /// In the response phases: a response header's raw bytes (`:status` for cluster_metrics;
+    /// bytes, so reading a status runs no UTF-8 conversion).
+    fn response_header(&self, name: &str) -> HostResult<Option<Vec<u8>>>;
     fn request_body(&self, start: usize, len: usize) -> HostResult<Vec<u8>>;
     fn resume_request(&mut self) -> HostResult<()>;
     /// `headers` ride along besides `content-type: text/plain` (e.g. `retry-after`).
