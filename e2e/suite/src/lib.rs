@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod cluster3;
 pub mod empty_plugin;
 pub mod envoy;
+pub mod footprint;
 pub mod gateway;
 pub mod metrics;
 pub mod redis;

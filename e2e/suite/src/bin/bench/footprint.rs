@@ -1,0 +1,71 @@
+//! Plugin code lines per request (e2e/suite/src/footprint.rs): the cluster bench's two
+//! policies, beside the compact AdaptiveScore (e2e/compact-adaptive) and the empty module, in
+//! one run. The streamed runs' µs over the floor follow these lines at roughly 0.1 µs each
+//! (README "Test bed"), and unlike those µs the counts repeat exactly.
+
+use crate::cluster::{NAMES, THIRDS};
+use ailb_e2e::cluster::{hash_plugin, TARGET_HEADER};
+use ailb_e2e::empty_plugin::empty_wasm;
+use ailb_e2e::footprint::{measure, Footprint};
+use ailb_e2e::{compact_adaptive_wasm, plugin_wasm};
+use serde_json::{json, Value};
+use std::path::Path;
+
+/// A one-worker gateway config: the three services as clusters (never dialled: the
+/// footprint driver answers for them), one route following the cluster header.
+fn config(wasm: &Path, plugin: Value) -> Value {
+    let clusters: Vec<Value> = NAMES
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            json!({"name": n, "lb_policy": "round_robin",
+                              "endpoints": [{"address": format!("127.0.0.1:{}", 9 + i)}]})
+        })
+        .collect();
+    json!({"workers": 1, "log_level": "warn", "clusters": clusters,
+           "routes": [{"name": "llm-route", "match": {"prefix": "/"}, "cluster_header": TARGET_HEADER}],
+           "plugin": {"wasm": wasm, "config": plugin}})
+}
+
+fn count(name: &str, wasm: &Path, plugin: Value) -> anyhow::Result<Footprint> {
+    let scratch =
+        std::env::temp_dir().join(format!("ailb-footprint-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&scratch)?;
+    let path = scratch.join("gateway.yaml");
+    std::fs::write(&path, serde_json::to_string_pretty(&config(wasm, plugin))?)?;
+    let fp = measure(&path, &scratch);
+    let _ = std::fs::remove_dir_all(&scratch);
+    let fp = fp?;
+    if std::env::var_os("AILB_FOOTPRINT_DETAIL").is_some() {
+        for (f, n) in fp.by_function.iter().take(40) {
+            eprintln!("footprint {name}: {n:4} {f}");
+        }
+    }
+    Ok(fp)
+}
+
+pub fn plugin_code_lines() -> anyhow::Result<()> {
+    let plugin = plugin_wasm();
+    // As the streamed bench configures AdaptiveScore for LLM services (cluster.rs).
+    let adaptive = json!({"lb_type": "cluster", "lb_policy": "cluster_metrics",
+        "lb_config": {"mode": "AdaptiveScore", "service_list": NAMES, "p2c_choices": 3, "inflight_capacity": 8}});
+    let runs = [
+        ("cluster_adaptive", plugin.clone(), adaptive),
+        ("cluster_hash", plugin, hash_plugin("x-user", &THIRDS)),
+        (
+            "cluster_adaptive_compact_reference",
+            compact_adaptive_wasm()?,
+            json!({}),
+        ),
+        ("empty_module", empty_wasm()?, json!({})),
+    ];
+    for (name, wasm, cfg) in runs {
+        let fp = count(name, &wasm, cfg)?;
+        println!("BENCH code_lines_per_request_{name} {} lines", fp.lines);
+        println!(
+            "BENCH code_instructions_per_request_{name} {} count",
+            fp.instructions
+        );
+    }
+    Ok(())
+}
