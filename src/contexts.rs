@@ -8,8 +8,16 @@ use ailb_core::id_map::IdMap;
 pub struct Contexts<B> {
     /// Root id → its balancer; `None` until `proxy_on_configure` accepts a configuration.
     roots: IdMap<Option<B>>,
-    /// Http context id → its root id.
-    streams: IdMap<u32>,
+    /// Http context id → its root and what the glue still calls the balancer for.
+    streams: IdMap<Stream>,
+}
+
+/// An http context, as the glue tracks it.
+#[derive(Debug, Clone, Copy)]
+struct Stream {
+    root: u32,
+    /// Stream end was given to the balancer (on_done; on_log and on_delete repeat it).
+    ended: bool,
 }
 
 impl<B> Default for Contexts<B> {
@@ -31,7 +39,11 @@ impl<B> Contexts<B> {
         if parent == 0 {
             self.roots.insert(id, None);
         } else {
-            self.streams.insert(id, parent);
+            let stream = Stream {
+                root: parent,
+                ended: false,
+            };
+            self.streams.insert(id, stream);
         }
     }
 
@@ -44,7 +56,19 @@ impl<B> Contexts<B> {
 
     /// The root an http context belongs to; `None` for roots and unknown ids.
     pub fn root_of(&self, stream: u32) -> Option<u32> {
-        self.streams.get(&stream).copied()
+        self.streams.get(&stream).map(|s| s.root)
+    }
+
+    /// Marks http context `id`'s stream ended: true the first time, when its balancer is
+    /// to be told; false for roots, unknown ids and a stream already ended.
+    pub fn end(&mut self, id: u32) -> bool {
+        match self.streams.get_mut(&id) {
+            Some(s) if !s.ended => {
+                s.ended = true;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// The balancer serving `id`: a root's own, or the root's of an http context. `None` for
@@ -110,6 +134,26 @@ mod tests {
         c.delete(1); // twice: nothing left to forget
         c.delete(5);
         assert_eq!(c.live(), (0, 0));
+    }
+
+    #[test]
+    fn a_stream_ends_once() {
+        let mut c: Contexts<u8> = Contexts::default();
+        c.create(1, 0);
+        c.create(2, 1);
+        assert!(c.end(2), "the first end is told");
+        assert!(!c.end(2), "on_log and on_delete repeat it: not told again");
+        assert_eq!(
+            c.root_of(2),
+            Some(1),
+            "an ended stream still finds its root"
+        );
+        assert!(
+            !c.end(1) && !c.end(9),
+            "roots and unknown ids have no stream to end"
+        );
+        c.delete(2);
+        assert!(!c.end(2));
     }
 
     #[test]

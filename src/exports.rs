@@ -44,17 +44,21 @@ fn with_balancer<R>(id: u32, f: impl FnOnce(&mut Balancer, &mut WasmHost) -> R) 
     with_contexts(|c| c.balancer(id).map(|b| f(b, &mut WasmHost))).flatten()
 }
 
-/// The stream of http context `id` ended: its balancer gives back what it acquired. Releasing
-/// twice is a no-op, so every end-of-stream callback may call this.
+/// The stream of http context `id` ended: its balancer gives back what it acquired, once
+/// (every end-of-stream callback calls this; the later ones stop at the registry).
 fn end_stream(id: u32) {
-    watch_body(id, false);
-    with_contexts(|c| {
-        if c.root_of(id).is_some() {
+    let first = with_contexts(|c| {
+        let first = c.end(id);
+        if first {
             if let Some(b) = c.balancer(id) {
                 b.on_done(&mut WasmHost, id);
             }
         }
+        first
     });
+    if first == Some(true) {
+        watch_body(id, false);
+    }
 }
 
 /// proxy-wasm 0.2.1 `Action`.
