@@ -115,9 +115,10 @@ fuzz:
 	FUZZ_SECONDS=$(FUZZ_SECONDS) $(CARGO) test --profile bench-native -p ailb-core --test fuzz -- --test-threads=1 --nocapture
 
 # The plugin's unit tests compiled for wasm32-wasip1 and run in the emulator's wasmtime
-# (catches 32-bit and WASI differences).
+# (catches 32-bit and WASI differences). The glue crate's tests run there on the plugin's
+# own global allocator (src/size_classes.rs), as every allocation of the harness does.
 wasm-unit-test: toolchain e2e-build
-	CARGO_TARGET_WASM32_WASIP1_RUNNER="$(CURDIR)/$(E2E_BIN)/wasi-run" $(CARGO) test --quiet -p ailb-core --target $(WASM_TARGET) --lib
+	CARGO_TARGET_WASM32_WASIP1_RUNNER="$(CURDIR)/$(E2E_BIN)/wasi-run" $(CARGO) test --quiet -p ailb-core -p ai-load-balancer --target $(WASM_TARGET) --lib
 
 e2e-build:
 	$(E2E_CARGO) build --release --quiet --bins

@@ -416,16 +416,21 @@ impl Table for Record {
     /// [`Ring::push`] on the bytes: a ring below capacity grows by one slot (the samples after
     /// it move up 8 bytes); a full one moves its samples down one slot over the oldest.
     fn push(&mut self, index: usize, which: Latency, sample: f64) {
+        // A capacity of 0 keeps every ring empty (the modes that read no ring means): checked
+        // first, so those modes never locate a ring.
+        let capacity = self.ring_capacity;
+        if capacity == 0 {
+            return;
+        }
         let slot = ring_slot(which);
         let (Some(mut block), Some(start)) = (self.block(index), self.ring_start(index, slot))
         else {
             return;
         };
-        let capacity = self.ring_capacity;
         let len = block.lens[slot];
         let end = start + len * SAMPLE_LEN;
-        // A record from `open` always holds the whole ring; a capacity of 0 keeps it empty.
-        if capacity == 0 || end > self.bytes.len() {
+        // A record from `open` always holds the whole ring.
+        if end > self.bytes.len() {
             return;
         }
         let new_len = if len < capacity {

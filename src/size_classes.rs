@@ -1,0 +1,260 @@
+//! The plugin's global allocator on wasm: small blocks from per-size free lists, everything
+//! else from the system allocator (wasi-libc's dlmalloc).
+//!
+//! Why: an idle worker runs each callback with cold caches, so a request costs what code
+//! and data it touches (README "Test bed", `ailb-bench footprint`). A cluster request makes
+//! a handful of small allocations (the host's buffers for shared data and a header, a
+//! service name, a candidate list), and dlmalloc's general paths for them were ~50 distinct
+//! 64-byte lines of compiled code per request, plus its bin and boundary-tag data. A free
+//! list per power-of-two class is a few lines: pop on alloc, push on free.
+//!
+//! Blocks of class `s` (16 B to [`MAX_CLASS`]) are carved from slabs of [`SLAB`] bytes,
+//! aligned to [`MAX_CLASS`], each slab serving one class, so every block is aligned to its
+//! size and any layout with `align <= size` fits its class. Freed blocks keep their class
+//! forever (a plugin's small allocations are bounded by its live requests); slabs are never
+//! returned. A layout larger than [`MAX_CLASS`] or aligned beyond its size class goes to the
+//! system allocator, as does everything freed in that class.
+//!
+//! Not thread-safe, and needs not be: a wasm VM is single-threaded. Native builds (tests)
+//! use it only through an owned [`SizeClasses`], never as the global allocator.
+
+use std::alloc::{GlobalAlloc, Layout};
+use std::cell::UnsafeCell;
+use std::ptr::null_mut;
+
+/// Classes 16, 32, …, 2048 bytes.
+const MIN_SHIFT: u32 = 4;
+const MAX_SHIFT: u32 = 11;
+pub const MAX_CLASS: usize = 1 << MAX_SHIFT;
+const CLASSES: usize = (MAX_SHIFT - MIN_SHIFT + 1) as usize;
+/// Bytes per slab: 8 blocks of the largest class, 1024 of the smallest.
+pub const SLAB: usize = 16 * 1024;
+
+struct Lists {
+    /// Each class's freed blocks; a free block holds the next one's address.
+    free: [*mut u8; CLASSES],
+    /// Each class's current slab: next unused byte and bytes left.
+    carve: [(*mut u8, usize); CLASSES],
+}
+
+/// The allocator state, over `backing` (the system allocator on wasm).
+pub struct SizeClasses<B: GlobalAlloc> {
+    lists: UnsafeCell<Lists>,
+    backing: B,
+}
+
+// SAFETY: only ever used from one thread (a wasm VM; a native test owns its instance).
+unsafe impl<B: GlobalAlloc> Sync for SizeClasses<B> {}
+
+impl<B: GlobalAlloc> SizeClasses<B> {
+    pub const fn new(backing: B) -> Self {
+        SizeClasses {
+            lists: UnsafeCell::new(Lists {
+                free: [null_mut(); CLASSES],
+                carve: [(null_mut(), 0); CLASSES],
+            }),
+            backing,
+        }
+    }
+}
+
+/// The class of `layout`, or None for the system allocator.
+fn class(layout: Layout) -> Option<usize> {
+    let size = layout.size().max(layout.align());
+    if size > MAX_CLASS {
+        return None;
+    }
+    let shift = size
+        .max(1 << MIN_SHIFT)
+        .next_power_of_two()
+        .trailing_zeros();
+    Some((shift - MIN_SHIFT) as usize)
+}
+
+unsafe impl<B: GlobalAlloc> GlobalAlloc for SizeClasses<B> {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let Some(c) = class(layout) else {
+            // SAFETY: the caller's contract, passed on.
+            return unsafe { self.backing.alloc(layout) };
+        };
+        // SAFETY: single-threaded (see the type), and no reference into `lists` outlives this
+        // call; the allocator never re-enters itself except through `backing`, which does not
+        // touch `lists`.
+        let lists = unsafe { &mut *self.lists.get() };
+        let (Some(head), Some(carve)) = (lists.free.get_mut(c), lists.carve.get_mut(c)) else {
+            return null_mut();
+        };
+        if !head.is_null() {
+            let block = *head;
+            // SAFETY: a free block of this class, at least 16 bytes and aligned to its size,
+            // holding the next free block's address (written by `dealloc`).
+            *head = unsafe { block.cast::<*mut u8>().read() };
+            return block;
+        }
+        let size = 1usize << (c as u32 + MIN_SHIFT);
+        if carve.1 < size {
+            // SAFETY: a valid non-zero layout.
+            let slab = unsafe {
+                self.backing
+                    .alloc(Layout::from_size_align_unchecked(SLAB, MAX_CLASS))
+            };
+            if slab.is_null() {
+                return null_mut();
+            }
+            *carve = (slab, SLAB);
+        }
+        let block = carve.0;
+        // SAFETY: `size` bytes are left in the slab, so the pointer stays inside it or one past.
+        *carve = (unsafe { block.add(size) }, carve.1 - size);
+        block
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        let Some(c) = class(layout) else {
+            // SAFETY: allocated by `backing` with this layout (same class test as `alloc`).
+            return unsafe { self.backing.dealloc(ptr, layout) };
+        };
+        // SAFETY: as in `alloc`.
+        let lists = unsafe { &mut *self.lists.get() };
+        if let Some(head) = lists.free.get_mut(c) {
+            // SAFETY: `ptr` is a block of this class (at least 16 bytes, aligned to its size)
+            // that the caller gives up; it now holds the list's next address.
+            unsafe { ptr.cast::<*mut u8>().write(*head) };
+            *head = ptr;
+        }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.resize(ptr, layout, new_size) }
+    }
+}
+
+impl<B: GlobalAlloc> SizeClasses<B> {
+    /// The default `realloc` (alloc, copy, free) unless the block keeps its class (then it is
+    /// the same block) or both sizes are the system allocator's (then it reallocates).
+    ///
+    /// # Safety
+    /// `GlobalAlloc::realloc`'s contract.
+    unsafe fn resize(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: the caller's contract makes this a valid layout.
+        let new = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+        match (class(layout), class(new)) {
+            (Some(a), Some(b)) if a == b => return ptr,
+            // SAFETY: allocated by `backing` with `layout`.
+            (None, None) => return unsafe { self.backing.realloc(ptr, layout, new_size) },
+            _ => {}
+        }
+        // SAFETY: the caller's contract, passed on.
+        let moved = unsafe { self.alloc(new) };
+        if !moved.is_null() {
+            // SAFETY: both blocks hold at least the smaller size and are distinct.
+            unsafe {
+                std::ptr::copy_nonoverlapping(ptr, moved, layout.size().min(new_size));
+                self.dealloc(ptr, layout);
+            }
+        }
+        moved
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::alloc::System;
+
+    #[test]
+    fn realloc_keeps_the_bytes_and_the_block_within_a_class() {
+        let a = SizeClasses::new(System);
+        let l = Layout::from_size_align(20, 1).unwrap();
+        unsafe {
+            let p = a.alloc(l);
+            std::ptr::copy_nonoverlapping(b"0123456789abcdefghij".as_ptr(), p, 20);
+            assert_eq!(a.realloc(p, l, 32), p, "20 and 32 bytes share a class");
+            let l32 = Layout::from_size_align(32, 1).unwrap();
+            let q = a.realloc(p, l32, 5000);
+            assert_ne!(q, p);
+            assert_eq!(std::slice::from_raw_parts(q, 20), b"0123456789abcdefghij");
+            let l5000 = Layout::from_size_align(5000, 1).unwrap();
+            let r = a.realloc(q, l5000, 9000);
+            assert_eq!(std::slice::from_raw_parts(r, 20), b"0123456789abcdefghij");
+            let l9000 = Layout::from_size_align(9000, 1).unwrap();
+            let s = a.realloc(r, l9000, 3);
+            assert_eq!(std::slice::from_raw_parts(s, 3), b"012");
+            a.dealloc(s, Layout::from_size_align(3, 1).unwrap());
+        }
+    }
+
+    #[test]
+    fn layouts_take_the_smallest_class_that_fits_size_and_alignment() {
+        let l = |size, align| Layout::from_size_align(size, align).ok().and_then(class);
+        assert_eq!(l(0, 1), Some(0));
+        assert_eq!(l(1, 1), Some(0));
+        assert_eq!(l(16, 8), Some(0));
+        assert_eq!(l(17, 1), Some(1));
+        assert_eq!(
+            l(8, 64),
+            Some(2),
+            "alignment beyond the size picks a bigger class"
+        );
+        assert_eq!(l(2048, 8), Some(CLASSES - 1));
+        assert_eq!(l(2049, 1), None);
+        assert_eq!(l(16, 4096), None);
+    }
+
+    #[test]
+    fn blocks_never_overlap_keep_their_bytes_and_are_reused() {
+        let a = SizeClasses::new(System);
+        let mut rng = ailb_core::hash::SplitMix64(3);
+        // Live blocks: (pointer, layout, fill byte).
+        let mut live: Vec<(*mut u8, Layout, u8)> = Vec::new();
+        let mut reused = 0;
+        let mut freed: Vec<usize> = Vec::new();
+        for step in 0..20_000u32 {
+            let r = rng.next_u64();
+            if !r.is_multiple_of(3) || live.is_empty() {
+                let size =
+                    [0, 1, 7, 16, 24, 100, 300, 1000, 2048, 3000, 70_000][(r >> 8) as usize % 11];
+                let align = [1, 8, 16, 64][(r >> 16) as usize % 4];
+                let layout = Layout::from_size_align(size, align).unwrap();
+                let p = unsafe { a.alloc(layout) };
+                assert!(!p.is_null());
+                assert_eq!(p as usize % align, 0, "aligned");
+                if freed.contains(&(p as usize)) {
+                    reused += 1;
+                }
+                let fill = step as u8;
+                unsafe { std::ptr::write_bytes(p, fill, size) };
+                live.push((p, layout, fill));
+            } else {
+                let i = (r >> 8) as usize % live.len();
+                let (p, layout, fill) = live.swap_remove(i);
+                let bytes = unsafe { std::slice::from_raw_parts(p, layout.size()) };
+                assert!(
+                    bytes.iter().all(|&b| b == fill),
+                    "step {step}: a block was overwritten"
+                );
+                unsafe { a.dealloc(p, layout) };
+                freed.push(p as usize);
+            }
+        }
+        let mut spans: Vec<(usize, usize)> = live
+            .iter()
+            .map(|(p, l, _)| (*p as usize, *p as usize + l.size().max(1)))
+            .collect();
+        spans.sort();
+        assert!(
+            spans.windows(2).all(|w| w[0].1 <= w[1].0),
+            "live blocks overlap"
+        );
+        assert!(
+            reused > 1000,
+            "freed blocks are handed out again ({reused})"
+        );
+        for (p, layout, fill) in live {
+            let bytes = unsafe { std::slice::from_raw_parts(p, layout.size()) };
+            assert!(bytes.iter().all(|&b| b == fill));
+            unsafe { a.dealloc(p, layout) };
+        }
+    }
+}
