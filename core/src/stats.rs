@@ -232,11 +232,9 @@ impl Stats {
     fn index(counter: Counter) -> usize {
         let decisions = Policy::ALL.len() * Outcome::ALL.len();
         match counter {
-            Counter::Decision(p, o) => {
-                let pi = Policy::ALL.iter().position(|&x| x == p).unwrap_or(0);
-                let oi = Outcome::ALL.iter().position(|&x| x == o).unwrap_or(0);
-                pi * Outcome::ALL.len() + oi
-            }
+            // Every request counts one: its position straight from the discriminants, which
+            // are the positions in `ALL` (checked by a test).
+            Counter::Decision(p, o) => p as usize * Outcome::ALL.len() + o as usize,
             Counter::Fallback(c) => {
                 decisions + FIXED.len() + Cause::ALL.iter().position(|&x| x == c).unwrap_or(0)
             }
@@ -265,6 +263,26 @@ impl Stats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decision_counters_are_indexed_by_their_discriminants() {
+        for (i, p) in Policy::ALL.iter().enumerate() {
+            assert_eq!(*p as usize, i, "{p:?}");
+        }
+        for (i, o) in Outcome::ALL.iter().enumerate() {
+            assert_eq!(*o as usize, i, "{o:?}");
+        }
+        let names = Stats::names();
+        for p in Policy::ALL {
+            for o in Outcome::ALL {
+                let at = Stats::index(Counter::Decision(p, o));
+                assert_eq!(
+                    names.get(at).map(String::as_str),
+                    Some(format!("ai_lb.{}.{}", p.metric_label(), o.name()).as_str())
+                );
+            }
+        }
+    }
 
     #[test]
     fn every_counter_has_its_own_name() {

@@ -57,17 +57,15 @@ pub fn success(status: Option<u32>) -> bool {
     status == Some(200)
 }
 
-/// The response's `:status`, as [`success`] reads it: None when absent or not all ASCII
-/// digits (so `+200`, which Go's string compare fails, is no success either).
+/// The response's `:status`, as [`success`] reads it: an HTTP status is three digits, the
+/// first not 0; anything else reads as None, so that only the exact `200` that Go's string
+/// compare accepts is a success (not `0200` nor `+200`).
 pub fn response_status(host: &mut dyn Host) -> Option<u32> {
     let value = host.response_header(":status").ok().flatten()?;
-    if value.is_empty() {
+    let [a @ b'1'..=b'9', b @ b'0'..=b'9', c @ b'0'..=b'9'] = value.as_slice() else {
         return None;
-    }
-    value.iter().try_fold(0u32, |n, &b| {
-        let digit = b.checked_sub(b'0').filter(|d| *d <= 9)?;
-        n.checked_mul(10)?.checked_add(u32::from(digit))
-    })
+    };
+    Some(u32::from(a - b'0') * 100 + u32::from(b - b'0') * 10 + u32::from(c - b'0'))
 }
 
 /// The stream ended while its pick was in flight and the reply is here: give back whatever
@@ -108,12 +106,14 @@ mod tests {
         for (value, read) in [
             ("200", Some(200)),
             ("503", Some(503)),
-            ("0200", Some(200)),
+            ("0200", None),
+            ("099", None),
+            ("100", Some(100)),
             ("+200", None),
             ("", None),
             ("2x0", None),
             (" 200", None),
-            ("99999999999", None),
+            ("2000", None),
         ] {
             host.response_headers = vec![(":status".into(), value.into())];
             assert_eq!(response_status(&mut host), read, "{value:?}");

@@ -270,8 +270,11 @@ impl Balancer {
         body_size: usize,
         end_of_stream: bool,
     ) -> Verdict {
-        if let Some(at) = self.released.remove(&ctx) {
-            self.learn_withheld(host, ctx, at);
+        // Empty but on plain Envoy before its body flow is known: skip the map's code then.
+        if !self.released.is_empty() {
+            if let Some(at) = self.released.remove(&ctx) {
+                self.learn_withheld(host, ctx, at);
+            }
         }
         match self.requests.get(&ctx) {
             Some(r) if r.wants_body() => {

@@ -49,10 +49,24 @@ pub struct LocalLease {
 #[derive(Debug, Clone)]
 pub struct ServiceLease {
     pub stats: Rc<super::service_stats::SharedStats>,
-    pub service: String,
+    /// The service, as its index among the statistics' distinct names (an index, so that
+    /// neither the decision nor the stream end copies or compares a name; one out of range is
+    /// a service the statistics do not know, which every update ignores).
+    pub service: usize,
     /// Decision time (host clock, ms): TTFT and total latency are measured from here.
     pub start_ms: u64,
     pub global: Option<GlobalLease>,
+}
+
+impl ServiceLease {
+    /// The service's name ("" for one the statistics do not know).
+    pub fn name(&self) -> &str {
+        self.stats
+            .fresh
+            .names()
+            .get(self.service)
+            .map_or("", String::as_str)
+    }
 }
 
 /// A service's global in-flight count taken in Redis (`global_inflight_enabled`).
@@ -150,7 +164,7 @@ impl ServicePick {
     pub fn local_lease(&self, service: &str) -> ServiceLease {
         ServiceLease {
             stats: self.stats.clone(),
-            service: service.to_string(),
+            service: self.stats.fresh.index_of(service).unwrap_or(usize::MAX),
             start_ms: self.start_ms,
             global: None,
         }

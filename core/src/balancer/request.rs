@@ -644,7 +644,7 @@ impl Request {
 
     /// Routes to `lease`'s service: counted in this proxy's statistics, then published.
     fn route_service(&mut self, lease: ServiceLease, mut e: Vec<Effect>) -> Vec<Effect> {
-        let service = lease.service.clone();
+        let service = lease.name().to_string();
         e.push(Effect::ServiceStart(lease.clone()));
         self.phase = Phase::Routed {
             endpoint: service.clone(),

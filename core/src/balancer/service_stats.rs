@@ -81,10 +81,11 @@ impl SharedStats {
 
     /// Holds a time-to-first-byte sample for the next write; `true` when the worker holds so
     /// many that they should be written now.
-    pub fn defer_first_byte(&self, service: &str, elapsed_ms: i64, success: bool) -> bool {
-        let Some(service) = self.fresh.index_of(service) else {
+    /// `service`: an index into the distinct names; one out of range is ignored.
+    pub fn defer_first_byte(&self, service: usize, elapsed_ms: i64, success: bool) -> bool {
+        if service >= self.fresh.names().len() {
             return false;
-        };
+        }
         let mut pending = self.pending.borrow_mut();
         // Writes keep failing (shared data refused, endless conflicts): keep the newest.
         if pending.len() >= 4 * MAX_PENDING {

@@ -46,7 +46,7 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input, stats: &Rc<SharedSta
         match select::select(stats.mode, &stats.params, &*record, now_ms, &mut next) {
             Pick::Pick(i) => {
                 record.on_request_start(i);
-                record.names().get(i).cloned()
+                Some(i)
             }
             Pick::NoServices => None,
         }
@@ -59,13 +59,18 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input, stats: &Rc<SharedSta
     });
     match result {
         Ok(Some(service)) => Decision::Route {
+            endpoint: stats
+                .fresh
+                .names()
+                .get(service)
+                .cloned()
+                .unwrap_or_default(),
             hold: Some(Hold::Service(ServiceLease {
                 stats: stats.clone(),
-                service: service.clone(),
+                service,
                 start_ms: now,
                 global: None,
             })),
-            endpoint: service,
             fallbacks: Vec::new(),
             reason: Reason::ClusterMetrics,
         },
@@ -151,9 +156,7 @@ fn global_pick(
 /// as the local path does at its decision.
 pub fn start(host: &mut dyn Host, tel: &Telemetry, lease: &ServiceLease) {
     let result = write(host, &lease.stats, |record| {
-        if let Some(i) = record.index_of(&lease.service) {
-            record.on_request_start(i);
-        }
+        record.on_request_start(lease.service);
     });
     if result.is_err() {
         tel.inc(host, Counter::ClusterStatsFailed);
@@ -166,7 +169,7 @@ pub fn first_byte(host: &mut dyn Host, tel: &Telemetry, lease: &ServiceLease, su
     let elapsed = elapsed_ms(host.now_ms(), lease);
     if !lease
         .stats
-        .defer_first_byte(&lease.service, elapsed, success)
+        .defer_first_byte(lease.service, elapsed, success)
     {
         return;
     }
@@ -184,11 +187,9 @@ pub fn done(host: &mut dyn Host, tel: &Telemetry, lease: ServiceLease, outcome: 
     let now_ms = i64::try_from(now).unwrap_or(i64::MAX);
     let params = &lease.stats.params;
     let result = write(host, &lease.stats, |record| {
-        if let Some(i) = record.index_of(&lease.service) {
-            let sample = outcome.map(|_| elapsed);
-            let success = outcome.unwrap_or(true);
-            record.on_stream_end(i, sample, success, now_ms, params);
-        }
+        let sample = outcome.map(|_| elapsed);
+        let success = outcome.unwrap_or(true);
+        record.on_stream_end(lease.service, sample, success, now_ms, params);
     });
     if result.is_err() {
         tel.inc(host, Counter::ReleaseFailures);

@@ -71,7 +71,7 @@ fn redis_choice_is_counted_here_published_and_released_at_stream_end() {
     let mut r = picking(3);
     let e = r.handle(Event::PickReply(PickReply::Service("a".into())));
     let lease = started(&e).expect("counted in this proxy");
-    assert_eq!(lease.service, "a");
+    assert_eq!(lease.name(), "a");
     assert_eq!(lease.global.as_ref().unwrap().member, "rid|a|1");
     assert!(matches!(
         e.first(),
@@ -105,7 +105,7 @@ fn redis_trouble_takes_the_local_choice_with_nothing_counted_in_redis() {
             "{reply:?}: {e:?}"
         );
         let lease = started(&e).unwrap();
-        assert_eq!(lease.service, "b", "{reply:?}");
+        assert_eq!(lease.name(), "b", "{reply:?}");
         assert!(lease.global.is_none());
         assert!(!e.iter().any(|x| matches!(x, Effect::ReleaseAll(_))));
     }
@@ -119,7 +119,7 @@ fn redis_trouble_takes_the_local_choice_with_nothing_counted_in_redis() {
         panic!("a service pick")
     };
     assert_eq!(p.every_member(), ["rid|a|1", "rid|b|1"]);
-    assert_eq!(started(&e).unwrap().service, "b");
+    assert_eq!(started(&e).unwrap().name(), "b");
     // Never sent (Redis not ready): the local choice at once.
     let config = PluginConfig::parse(CONFIG.as_bytes())
         .unwrap()
@@ -135,7 +135,7 @@ fn redis_trouble_takes_the_local_choice_with_nothing_counted_in_redis() {
         result: Err(Cause::RedisUnavailable),
         pick: service_pick(&config),
     });
-    assert_eq!(started(&e).unwrap().service, "b");
+    assert_eq!(started(&e).unwrap().name(), "b");
 }
 
 #[test]
@@ -146,7 +146,7 @@ fn a_service_we_did_not_offer_is_released_and_the_local_choice_taken() {
         matches!(e.first(), Some(Effect::ReleaseService(g)) if g.member == "rid|zzz|1"),
         "{e:?}"
     );
-    assert_eq!(started(&e).unwrap().service, "b");
+    assert_eq!(started(&e).unwrap().name(), "b");
 }
 
 #[test]

@@ -423,7 +423,7 @@ fn cluster_request() -> (Request, ServiceLease) {
     };
     let lease = ServiceLease {
         stats: Rc::new(crate::balancer::policies::cluster_metrics::SharedStats::new(0, cm)),
-        service: "a".into(),
+        service: 0,
         start_ms: 1000,
         global: None,
     };

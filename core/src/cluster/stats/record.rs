@@ -356,11 +356,11 @@ impl Record {
         self.bytes
     }
 
-    pub fn index_of(&self, name: &str) -> Option<usize> {
-        self.shape.names.iter().position(|n| n == name)
-    }
-
+    /// Service `index`'s block; None past the last service (the bytes there are samples).
     fn block(&self, index: usize) -> Option<Block> {
+        if index >= self.shape.names.len() {
+            return None;
+        }
         block_bytes(&self.bytes, index).and_then(Block::parse)
     }
 
