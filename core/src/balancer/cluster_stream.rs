@@ -22,7 +22,7 @@ use super::pick::ServiceLease;
 use super::policies::cluster_metrics;
 use super::publish;
 use super::telemetry::Telemetry;
-use crate::config::RouteConfig;
+use crate::config::{PolicyConfig, Publish, RouteConfig};
 use crate::host::{Host, LogLevel};
 use crate::id_map::IdMap;
 use crate::stats::{Counter, Outcome};
@@ -47,6 +47,21 @@ pub fn takes(config: &RouteConfig) -> bool {
 /// This VM's routed cluster requests, by http context id.
 #[derive(Default)]
 pub struct ClusterStreams(IdMap<ClusterStream>);
+
+/// Whether a routed request of `config` needs no strip of the client's destination headers
+/// (`destination`, every config's): cluster_metrics reads no request header, and when its
+/// cluster header is the only destination header, publishing it replaces every client copy (a
+/// replace drops all copies of the name: Envoy's `HeaderMap::setCopy`, the emulator alike).
+/// One host call less per request; an outcome not published strips as usual (the balancer).
+pub fn replaces_client_headers(config: &RouteConfig, destination: &[String]) -> bool {
+    let PolicyConfig::ClusterMetrics(_) = &config.policy else {
+        return false;
+    };
+    match (&config.publish, destination) {
+        (Publish::ClusterHeader { name }, [only]) => takes(config) && name == only,
+        _ => false,
+    }
+}
 
 impl ClusterStreams {
     /// A policy's decision for request `ctx` of a route that [`takes`] this path: a plain

@@ -634,3 +634,37 @@ fn refusals_and_a_failed_publish_are_the_request_machines() {
     end(&mut host, &mut e, 2);
     assert_eq!(kept(&e), (0, 0), "its pick waits among the orphans");
 }
+
+#[test]
+fn a_routed_cluster_metrics_request_replaces_the_clients_header_instead_of_removing_it() {
+    let (mut host, mut e) = metrics_engine("AdaptiveScore", "");
+    let chosen = send(&mut host, &mut e, 2, &[(HEADER, "evil"), (HEADER, "evil2")]);
+    assert!(chosen.as_deref().is_some_and(|c| [A, B, C].contains(&c)));
+    let copies = host.request_headers.iter().filter(|(k, _)| k == HEADER);
+    assert_eq!(
+        copies.count(),
+        1,
+        "the published value replaced both copies"
+    );
+    assert_eq!(host.header_removes, 0, "one host call less: no removal");
+    end(&mut host, &mut e, 2);
+    // A publish that fails goes to the machine: the client's copy is stripped before it
+    // answers, whatever it answers.
+    let (mut host, mut e) = metrics_engine("AdaptiveScore", "");
+    host.set_header_status = Some(HostErrorKind::BadArgument);
+    send(&mut host, &mut e, 2, &[(HEADER, "evil")]);
+    assert_eq!(header(&host, HEADER), None);
+    assert_eq!(host.header_removes, 1);
+    end(&mut host, &mut e, 2);
+    // cluster_hash reads a request header (its hash key, which may be any name): it strips
+    // first, as every other policy does.
+    let (mut host, mut e) = hash_engine();
+    let chosen = send(
+        &mut host,
+        &mut e,
+        2,
+        &[(HEADER, "evil"), ("x-user", "alice")],
+    );
+    assert!(chosen.is_some_and(|c| c != "evil"));
+    assert_eq!(host.header_removes, 1);
+}

@@ -194,13 +194,20 @@ impl Balancer {
             cluster: cluster.as_deref(),
             authority: authority.as_deref(),
         };
-        // A client must never steer override_host or a cluster_header route.
-        publish::strip_destination_headers(host, &self.destination_headers);
-        let Some(config) = self.config.select(&request_keys).cloned() else {
+        let config = self.config.select(&request_keys).cloned();
+        // A client must never steer override_host or a cluster_header route: its copies of
+        // the destination headers go, unless the one this request publishes replaces them.
+        let replaced = config
+            .as_ref()
+            .is_some_and(|c| cluster_stream::replaces_client_headers(c, &self.destination_headers));
+        if !replaced {
+            publish::strip_destination_headers(host, &self.destination_headers);
+        }
+        let Some(config) = config else {
             return Verdict::Continue; // no rule and no global config: the plugin is off here
         };
         if cluster_stream::takes(&config) {
-            return self.cluster_headers(host, ctx, config);
+            return self.cluster_headers(host, ctx, config, replaced);
         }
         let keys = match (&route, &cluster) {
             (Some(r), Some(c)) if !r.is_empty() && !c.is_empty() => {
@@ -232,12 +239,14 @@ impl Balancer {
     }
 
     /// Request headers of a route whose requests wait for nothing (cluster_stream.rs):
-    /// decided and routed here; any other outcome goes to the request machine.
+    /// decided and routed here; any other outcome goes to the request machine. `unstripped`:
+    /// the client's destination headers are still there, for the published one to replace.
     fn cluster_headers(
         &mut self,
         host: &mut dyn Host,
         ctx: u32,
         config: Rc<RouteConfig>,
+        unstripped: bool,
     ) -> Verdict {
         let input = Input {
             ctx,
@@ -257,6 +266,10 @@ impl Balancer {
         match self.clusters.route(host, &self.tel, ctx, &config, decision) {
             None => Verdict::Continue,
             Some(decision) => {
+                // Not published here: the machine's outcome must not see the client's copy.
+                if unstripped {
+                    publish::strip_destination_headers(host, &self.destination_headers);
+                }
                 self.requests.insert(ctx, Request::new(config, None));
                 self.callback(host, ctx, Event::Decided(decision))
             }

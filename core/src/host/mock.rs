@@ -48,6 +48,8 @@ pub struct MockHost {
     pub set_header_status: Option<HostErrorKind>,
     /// Request-header writes attempted (failed ones included).
     pub header_writes: u32,
+    /// `remove_request_header` calls (a replace removes the old copies without one).
+    pub header_removes: usize,
     pub tick_ms: Option<u32>,
     /// (cluster, headers) of every HTTP callout, in order.
     pub http_calls: Vec<(String, Vec<(String, String)>)>,
@@ -134,6 +136,7 @@ impl Host for MockHost {
     }
 
     fn remove_request_header(&mut self, name: &str) -> HostResult<()> {
+        self.header_removes += 1;
         self.request_headers.retain(|(k, _)| k != name);
         Ok(())
     }
@@ -146,7 +149,7 @@ impl Host for MockHost {
                 kind,
             });
         }
-        self.remove_request_header(name)?;
+        self.request_headers.retain(|(k, _)| k != name);
         self.request_headers.push((name.into(), value.into()));
         Ok(())
     }
