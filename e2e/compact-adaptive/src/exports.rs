@@ -22,7 +22,6 @@ extern "C" {
         v: *mut *mut u8,
         vs: *mut usize,
     ) -> u32;
-    fn proxy_remove_header_map_value(m: u32, k: *const u8, ks: usize) -> u32;
     fn proxy_replace_header_map_value(
         m: u32,
         k: *const u8,
@@ -173,13 +172,9 @@ pub extern "C" fn proxy_on_request_headers(id: u32, _headers: usize, _eos: u32) 
     // Record trouble: a fresh table's choice, and no count to give back.
     let service = chosen.unwrap_or_else(|| stats::choose(&Record::default(), now));
     let name = NAMES.get(service).copied().unwrap_or_default();
-    // SAFETY: live slices; the statuses change nothing here (the route falls back).
+    // SAFETY: live slices; the statuses change nothing here (the route falls back). The
+    // replace drops the client's copies of the header too, as the plugin relies on.
     unsafe {
-        proxy_remove_header_map_value(
-            REQUEST_HEADERS,
-            CLUSTER_HEADER.as_ptr(),
-            CLUSTER_HEADER.len(),
-        );
         proxy_replace_header_map_value(
             REQUEST_HEADERS,
             CLUSTER_HEADER.as_ptr(),

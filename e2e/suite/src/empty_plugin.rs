@@ -54,8 +54,9 @@ macro_rules! host_call_imports {
 
 /// What the host-call modules share: memory, an allocator bumping through the second page
 /// (the host allocates the values it returns in the module), a counter defined at configure,
-/// and `$route`, which names llm-a in the cluster header (remove, then replace, as the plugin
-/// does) and counts the request. Addresses below 1024 hold names (16-127) and the host's
+/// `$route`, which names llm-a in the cluster header (remove, then replace, as the plugin does
+/// for cluster_hash) and counts the request, and `$publish`, the same without the removal (as
+/// the plugin publishes cluster_metrics: its replace drops the client's copies). Addresses below 1024 hold names (16-127) and the host's
 /// out-parameters (128-159).
 macro_rules! host_call_defs {
     () => {
@@ -81,6 +82,8 @@ macro_rules! host_call_defs {
     (i32.const 1))
   (func $route
     (drop (call $rm (i32.const 0) (i32.const 32) (i32.const 24)))
+    (call $publish))
+  (func $publish
     (drop (call $replace (i32.const 0) (i32.const 32) (i32.const 24) (i32.const 64) (i32.const 5)))
     (drop (call $increment (i32.load (i32.const 128)) (i64.const 1))))
 "#
@@ -102,9 +105,9 @@ const HOST_CALLS: &str = concat!(
 );
 
 /// AdaptiveScore's host calls, as `ailb-bench cluster-cpu`'s `AILB_PROF` counts them per
-/// request (11): at request headers the clock, a read of the statistics record and its write
+/// request (10): at request headers the clock, a read of the statistics record and its write
 /// back under the read's compare-and-swap token (a record of 3 services, 300 bytes, written
-/// fresh when absent), then `$route`; at response headers `:status`; at the first answer chunk
+/// fresh when absent), then `$publish`; at response headers `:status`; at the first answer chunk
 /// the clock (a byte per context, mod 4096, marks the chunk still awaited); at stream end the
 /// clock and the record's read and write again. The record's bytes go back unchanged: the cost
 /// measured is the host's, not a decision's.
@@ -131,7 +134,7 @@ const ADAPTIVE_HOST_CALLS: &str = concat!(
   (func (export "proxy_on_request_headers") (param $ctx i32) (param i32 i32) (result i32)
     (drop (call $now (i32.const 152)))
     (call $update)
-    (call $route)
+    (call $publish)
     (i32.store8 (i32.add (i32.const 4096) (i32.and (local.get $ctx) (i32.const 4095))) (i32.const 1))
     (i32.const 0))
   (func (export "proxy_on_response_headers") (param i32 i32 i32) (result i32)
