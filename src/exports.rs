@@ -193,10 +193,7 @@ pub extern "C" fn proxy_on_request_body(id: u32, body_size: usize, end_of_stream
 /// host never calls the body before the headers).
 #[no_mangle]
 pub extern "C" fn proxy_on_response_headers(id: u32, _headers: usize, _eos: u32) -> u32 {
-    let reads = with_balancer(id, |b, h| {
-        b.on_response_headers(h, id);
-        b.wants_response_body(id)
-    });
+    let reads = with_balancer(id, |b, h| b.on_response_headers(h, id));
     watch_body(id, reads.unwrap_or(false));
     CONTINUE
 }
@@ -208,13 +205,9 @@ pub extern "C" fn proxy_on_response_body(id: u32, _body_size: usize, _eos: u32) 
     if !BODY_WATCH.try_with(|w| w.may_read(id)).unwrap_or(true) {
         return CONTINUE;
     }
-    let (verdict, reads) = with_balancer(id, |b, h| {
-        let verdict = action(b.on_response_body(h, id));
-        (verdict, b.wants_response_body(id))
-    })
-    .unwrap_or((CONTINUE, false));
-    watch_body(id, reads);
-    verdict
+    let reads = with_balancer(id, |b, h| b.on_response_body(h, id));
+    watch_body(id, reads.unwrap_or(false));
+    CONTINUE
 }
 
 /// True: neither an http context nor a root needs the host to wait before deleting it.

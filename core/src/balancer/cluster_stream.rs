@@ -131,28 +131,29 @@ impl ClusterStreams {
         None
     }
 
-    /// The response headers of a stream kept here: its status, for the statistics. False
-    /// when `ctx` is not one.
-    pub fn response_headers(&mut self, host: &mut dyn Host, ctx: u32) -> bool {
-        let Some(stream) = self.0.get_mut(&ctx) else {
-            return false;
-        };
+    /// The response headers of a stream kept here: its status, for the statistics. Whether
+    /// its body chunks matter next; None when `ctx` is not one.
+    pub fn response_headers(&mut self, host: &mut dyn Host, ctx: u32) -> Option<bool> {
+        let stream = self.0.get_mut(&ctx)?;
         stream.status = response_status(host);
-        true
+        Some(!stream.first_byte)
     }
 
     /// A response body chunk of a stream kept here: the first one is its time to first byte.
-    /// False when `ctx` is not one.
-    pub fn response_body(&mut self, host: &mut dyn Host, tel: &Telemetry, ctx: u32) -> bool {
-        let Some(stream) = self.0.get_mut(&ctx) else {
-            return false;
-        };
+    /// Whether later chunks matter (never); None when `ctx` is not one.
+    pub fn response_body(
+        &mut self,
+        host: &mut dyn Host,
+        tel: &Telemetry,
+        ctx: u32,
+    ) -> Option<bool> {
+        let stream = self.0.get_mut(&ctx)?;
         if !stream.first_byte {
             stream.first_byte = true;
             let ok = success(stream.status);
             cluster_metrics::first_byte(host, tel, &stream.lease, ok);
         }
-        true
+        Some(false)
     }
 
     /// Whether a stream kept here still reads its response body; None when `ctx` is not one.

@@ -228,7 +228,10 @@ fn ttft_is_recorded_at_the_first_body_chunk_and_total_latency_at_the_end() {
         "headers are not the first token"
     );
     host.now_ms = t0 + 300;
-    assert_eq!(e.on_response_body(&mut host, 2), Verdict::Continue);
+    assert!(
+        !e.on_response_body(&mut host, 2),
+        "later chunks do not matter"
+    );
     host.now_ms = t0 + 400;
     e.on_response_body(&mut host, 2);
     let s = stats(&host, &svc);
@@ -578,7 +581,11 @@ fn a_routed_cluster_request_skips_the_request_machine() {
     let svc = send(&mut host, &mut e, 2, &[]).unwrap();
     assert_eq!(kept(&e), (0, 1));
     assert!(e.wants_response_body(2), "its first byte is still to come");
-    respond(&mut host, &mut e, 2, "200");
+    host.response_headers = vec![(":status".into(), "200".into())];
+    assert!(
+        e.on_response_headers(&mut host, 2),
+        "the glue learns it at once"
+    );
     host.now_ms = t0 + 40;
     e.on_response_body(&mut host, 2);
     assert!(!e.wants_response_body(2), "only the first chunk matters");
@@ -602,6 +609,7 @@ fn a_routed_cluster_request_skips_the_request_machine() {
     assert!(send(&mut host, &mut e, 2, &[("x-user", "alice")]).is_some());
     assert_eq!(kept(&e), (0, 0));
     assert!(!e.wants_response_body(2));
+    assert!(!e.on_response_headers(&mut host, 2));
     end(&mut host, &mut e, 2);
     assert_eq!(host.metric("ai_lb.cluster_hash.routed"), 1);
 }

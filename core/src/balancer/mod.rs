@@ -310,10 +310,18 @@ impl Balancer {
         self.callback(host, ctx, event)
     }
 
-    pub fn on_response_headers(&mut self, host: &mut dyn Host, ctx: u32) {
-        if self.clusters.response_headers(host, ctx) {
-            return;
+    /// The response headers. Whether stream `ctx`'s body chunks matter next (see
+    /// [`Balancer::wants_response_body`]), so the glue asks once.
+    pub fn on_response_headers(&mut self, host: &mut dyn Host, ctx: u32) -> bool {
+        if let Some(wants_body) = self.clusters.response_headers(host, ctx) {
+            return wants_body;
         }
+        self.request_response_headers(host, ctx);
+        self.wants_response_body(ctx)
+    }
+
+    /// [`Balancer::on_response_headers`] of a request in the machine.
+    fn request_response_headers(&mut self, host: &mut dyn Host, ctx: u32) {
         let Some(req) = self.requests.get(&ctx) else {
             return;
         };
@@ -378,22 +386,25 @@ impl Balancer {
     }
 
     /// A response body chunk: cluster_metrics records its time to the first one. Never holds
-    /// the response.
-    pub fn on_response_body(&mut self, host: &mut dyn Host, ctx: u32) -> Verdict {
-        if self.clusters.response_body(host, &self.tel, ctx) {
-            return Verdict::Continue;
+    /// the response (the glue answers Continue). Whether later chunks still matter.
+    pub fn on_response_body(&mut self, host: &mut dyn Host, ctx: u32) -> bool {
+        if let Some(wants_more) = self.clusters.response_body(host, &self.tel, ctx) {
+            return wants_more;
         }
         if self.wants_response_body(ctx) {
             self.drive(host, ctx, Event::ResponseBody);
         }
-        Verdict::Continue
+        self.wants_response_body(ctx)
     }
 
     /// Stream end, whatever ended it: give back what was acquired, exactly once.
     pub fn on_done(&mut self, host: &mut dyn Host, ctx: u32) {
         if self.clusters.done(host, &self.tel, ctx) {
-            self.room_freed();
-            self.serve_queue(host);
+            // The count given back may let a waiting request in; most routes have none.
+            if !self.waiting.is_empty() {
+                self.room_freed();
+                self.serve_queue(host);
+            }
             return;
         }
         self.released.remove(&ctx);
