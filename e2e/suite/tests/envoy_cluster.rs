@@ -5,6 +5,7 @@
 
 use ailb_core::cluster::hash::slot_of;
 use ailb_e2e::bed::Bed;
+use ailb_e2e::cluster::TARGET_HEADER;
 use ailb_e2e::envoy::Envoy;
 use ailb_e2e::gateway::http;
 use ailb_e2e::metrics::land;
@@ -126,7 +127,10 @@ fn cluster_metrics_moves_traffic_off_a_failing_service() {
         "lb_config": {"mode": "AdaptiveScore", "p2c_choices": 3,
                       "service_list": ["llm-a", "llm-b", "llm-c"]}});
     let envoy = Envoy::start_clusters(&services, &plugin);
-    let (landed, statuses) = land(&envoy.url, 40, &[]);
+    // Every client names the failing service in the route's cluster header: the plugin's
+    // published value replaces it (Envoy's replace drops the client's copies; the plugin no
+    // longer removes them first), so it never steers.
+    let (landed, statuses) = land(&envoy.url, 40, &[(TARGET_HEADER, "llm-c")]);
     let failed = landed.get("failing").copied().unwrap_or(0);
     // Before its first error is recorded (at stream end, which may trail the client's
     // response) the failing service is a candidate like the others; once recorded, its
