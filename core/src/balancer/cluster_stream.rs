@@ -48,17 +48,18 @@ pub fn takes(config: &RouteConfig) -> bool {
 #[derive(Default)]
 pub struct ClusterStreams(IdMap<ClusterStream>);
 
-/// Whether a routed request of `config` needs no strip of the client's destination headers
-/// (`destination`, every config's): cluster_metrics reads no request header, and when its
-/// cluster header is the only destination header, publishing it replaces every client copy (a
-/// replace drops all copies of the name: Envoy's `HeaderMap::setCopy`, the emulator alike).
-/// One host call less per request; an outcome not published strips as usual (the balancer).
+/// Whether a routed request of `config` (a route this path [`takes`]) needs no strip of the
+/// client's destination headers (`destination`, every config's): cluster_metrics reads no
+/// request header, and when its cluster header is the only destination header, publishing it
+/// replaces every client copy (a replace drops all copies of the name: Envoy's
+/// `HeaderMap::setCopy`, the emulator alike). One host call less per request; an outcome not
+/// published strips as usual (the balancer).
 pub fn replaces_client_headers(config: &RouteConfig, destination: &[String]) -> bool {
     let PolicyConfig::ClusterMetrics(_) = &config.policy else {
         return false;
     };
     match (&config.publish, destination) {
-        (Publish::ClusterHeader { name }, [only]) => takes(config) && name == only,
+        (Publish::ClusterHeader { name }, [only]) => name == only,
         _ => false,
     }
 }

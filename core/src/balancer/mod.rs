@@ -195,18 +195,20 @@ impl Balancer {
             authority: authority.as_deref(),
         };
         let config = self.config.select(&request_keys).cloned();
+        let lane = config.as_deref().is_some_and(cluster_stream::takes);
         // A client must never steer override_host or a cluster_header route: its copies of
         // the destination headers go, unless the one this request publishes replaces them.
-        let replaced = config
-            .as_ref()
-            .is_some_and(|c| cluster_stream::replaces_client_headers(c, &self.destination_headers));
+        let replaced = lane
+            && config.as_deref().is_some_and(|c| {
+                cluster_stream::replaces_client_headers(c, &self.destination_headers)
+            });
         if !replaced {
             publish::strip_destination_headers(host, &self.destination_headers);
         }
         let Some(config) = config else {
             return Verdict::Continue; // no rule and no global config: the plugin is off here
         };
-        if cluster_stream::takes(&config) {
+        if lane {
             return self.cluster_headers(host, ctx, config, replaced);
         }
         let keys = match (&route, &cluster) {

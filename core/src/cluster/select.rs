@@ -315,7 +315,7 @@ fn lowest_score(
     let mut best: Option<(usize, f64)> = None;
     for &c in candidates {
         let score = score_with(params, table, c, now_ms, prior);
-        if best.is_none_or(|(_, b)| score < b) {
+        if beats(best, score) {
             best = Some((c, score));
         }
     }
@@ -327,11 +327,16 @@ fn lowest_score(
 pub fn lowest(scores: &[f64]) -> Option<usize> {
     let mut best: Option<(usize, f64)> = None;
     for (i, &score) in scores.iter().enumerate() {
-        if best.is_none_or(|(_, b)| score < b) {
+        if beats(best, score) {
             best = Some((i, score));
         }
     }
     best.map(|(i, _)| i)
+}
+
+/// Whether `score` replaces the best so far: strictly lower, so a tie keeps the earlier one.
+fn beats(best: Option<(usize, f64)>, score: f64) -> bool {
+    best.is_none_or(|(_, b)| score < b)
 }
 
 #[cfg(test)]

@@ -58,22 +58,20 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input, stats: &Rc<SharedSta
         chosen
     });
     match result {
-        Ok(Some(service)) => Decision::Route {
-            endpoint: stats
-                .fresh
-                .names()
-                .get(service)
-                .cloned()
-                .unwrap_or_default(),
-            hold: Some(Hold::Service(ServiceLease {
+        Ok(Some(service)) => {
+            let lease = ServiceLease {
                 stats: stats.clone(),
                 service,
                 start_ms: now,
                 global: None,
-            })),
-            fallbacks: Vec::new(),
-            reason: Reason::ClusterMetrics,
-        },
+            };
+            Decision::Route {
+                endpoint: lease.name().to_string(),
+                hold: Some(Hold::Service(lease)),
+                fallbacks: Vec::new(),
+                reason: Reason::ClusterMetrics,
+            }
+        }
         Ok(None) => Decision::Fallback(Cause::NoHealthyEndpoint),
         Err(e) => {
             // Never lose the request over its statistics: decide from a fresh table (the mode's
