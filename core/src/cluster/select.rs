@@ -251,7 +251,7 @@ fn prior(
     params.inflight_capacity?;
     let (mut sum, mut known) = (0.0, 0usize);
     for &c in candidates {
-        if let Some(l) = table.counters(c).and_then(|s| latency(params, &s)) {
+        if let Some(l) = table.counters(c).and_then(|s| latency(params, s)) {
             sum += l;
             known += 1;
         }
@@ -277,7 +277,7 @@ fn score_with(
     if s.in_cooldown(now_ms) {
         inflight += s.consecutive_errors.saturating_add(1) as f64;
     }
-    let Some(latency) = latency(params, &s).or(prior) else {
+    let Some(latency) = latency(params, s).or(prior) else {
         return inflight;
     };
     let requests = s.success.saturating_add(s.errors);
@@ -388,15 +388,15 @@ mod tests {
         fn list(&self) -> &[usize] {
             self.inner.list()
         }
-        fn counters(&self, index: usize) -> Option<Counters> {
+        fn counters(&self, index: usize) -> Option<&Counters> {
             self.reads.set(self.reads.get() + 1);
             self.inner.counters(index)
         }
+        fn counters_mut(&mut self, index: usize) -> Option<&mut Counters> {
+            self.inner.counters_mut(index)
+        }
         fn mean(&self, index: usize, which: Latency) -> f64 {
             self.inner.mean(index, which)
-        }
-        fn set_counters(&mut self, index: usize, c: &Counters) {
-            self.inner.set_counters(index, c)
         }
         fn push(&mut self, index: usize, which: Latency, sample: f64) {
             self.inner.push(index, which, sample)

@@ -2,9 +2,10 @@
 //! keeps them (docs/higress-cluster-policies.md §3.2, §3.3).
 //!
 //! The formulas are written once, as the provided methods of [`Table`], over two stores: the
-//! in-memory [`ServiceTable`], and [`record::Record`], which reads and patches the binary
-//! shared-data record in place so that a request's update touches only its own service
-//! (docs/higress-cluster-policies.md §6.1 has the layout; the caller does the compare-and-swap).
+//! in-memory [`ServiceTable`], and [`record::Record`], which decodes the binary shared-data
+//! record's blocks once and leaves its samples as bytes, so that a request's update moves only
+//! its own service's ring (docs/higress-cluster-policies.md §6.1 has the layout; the caller
+//! does the compare-and-swap).
 //!
 //! Services are keyed by name: `service_list` may repeat a name, and Go's maps then share one
 //! record, so a table keeps one record per distinct name (first-seen order) and maps every
@@ -90,31 +91,31 @@ fn mean(sum: f64, len: usize) -> f64 {
     sum / len as f64
 }
 
-/// One service's record. Counters are Go `int`s (64-bit) that only grow, except `ongoing`.
+/// One service's record: its [`Counters`] (read through, as `s.ongoing`) and its latency
+/// rings.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ServiceStats {
-    /// Requests sent to this service and not yet finished.
-    pub ongoing: i64,
-    /// Selections since the config loaded; `rate_limit` compares shares of these.
-    pub count: u64,
+    pub counters: Counters,
     /// Last `queue_size` times to first byte and total latencies (ms), for the Least* modes.
     pub ttft: Ring,
     pub total: Ring,
-    /// AdaptiveScore EWMAs; `None` until the first sample (Go's `HasTTFT` / `HasTotalRT`).
-    pub ewma_ttft: Option<f64>,
-    pub ewma_total: Option<f64>,
-    pub success: u64,
-    pub errors: u64,
-    pub consecutive_errors: u64,
-    /// Unix ms; the service is cooling down while this is later than now.
-    pub cooldown_until_ms: i64,
+}
+
+impl std::ops::Deref for ServiceStats {
+    type Target = Counters;
+
+    fn deref(&self) -> &Counters {
+        &self.counters
+    }
+}
+
+impl std::ops::DerefMut for ServiceStats {
+    fn deref_mut(&mut self) -> &mut Counters {
+        &mut self.counters
+    }
 }
 
 impl ServiceStats {
-    pub fn in_cooldown(&self, now_ms: i64) -> bool {
-        self.cooldown_until_ms > now_ms
-    }
-
     fn ring(&self, which: Latency) -> &Ring {
         match which {
             Latency::Ttft => &self.ttft,
@@ -128,30 +129,6 @@ impl ServiceStats {
             Latency::Total => &mut self.total,
         }
     }
-
-    pub fn counters(&self) -> Counters {
-        Counters {
-            ongoing: self.ongoing,
-            count: self.count,
-            ewma_ttft: self.ewma_ttft,
-            ewma_total: self.ewma_total,
-            success: self.success,
-            errors: self.errors,
-            consecutive_errors: self.consecutive_errors,
-            cooldown_until_ms: self.cooldown_until_ms,
-        }
-    }
-
-    fn set_counters(&mut self, c: &Counters) {
-        self.ongoing = c.ongoing;
-        self.count = c.count;
-        self.ewma_ttft = c.ewma_ttft;
-        self.ewma_total = c.ewma_total;
-        self.success = c.success;
-        self.errors = c.errors;
-        self.consecutive_errors = c.consecutive_errors;
-        self.cooldown_until_ms = c.cooldown_until_ms;
-    }
 }
 
 /// A service's latency rings.
@@ -163,17 +140,22 @@ pub enum Latency {
     Total,
 }
 
-/// Everything of one service but its latency rings ([`ServiceStats`] without `ttft` and
-/// `total`): what selection and the updates read and write, besides the ring means and pushes.
+/// One service's counters, everything but its latency rings: what selection and the updates
+/// read and write, besides the ring means and pushes. Counters are Go `int`s (64-bit) that
+/// only grow, except `ongoing`.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Counters {
+    /// Requests sent to this service and not yet finished.
     pub ongoing: i64,
+    /// Selections since the config loaded; `rate_limit` compares shares of these.
     pub count: u64,
+    /// AdaptiveScore EWMAs; `None` until the first sample (Go's `HasTTFT` / `HasTotalRT`).
     pub ewma_ttft: Option<f64>,
     pub ewma_total: Option<f64>,
     pub success: u64,
     pub errors: u64,
     pub consecutive_errors: u64,
+    /// Unix ms; the service is cooling down while this is later than now.
     pub cooldown_until_ms: i64,
 }
 
@@ -191,10 +173,10 @@ pub trait Table {
     fn names(&self) -> &[String];
     /// `service_list` as configured, as indices into [`Table::names`].
     fn list(&self) -> &[usize];
-    fn counters(&self, index: usize) -> Option<Counters>;
+    fn counters(&self, index: usize) -> Option<&Counters>;
+    fn counters_mut(&mut self, index: usize) -> Option<&mut Counters>;
     /// Mean of one of the service's rings (0 when empty or unknown).
     fn mean(&self, index: usize, which: Latency) -> f64;
-    fn set_counters(&mut self, index: usize, counters: &Counters);
     /// Appends a sample to one of the service's rings, dropping the oldest beyond the
     /// table's ring capacity.
     fn push(&mut self, index: usize, which: Latency, sample: f64);
@@ -218,23 +200,23 @@ pub trait Table {
 
     /// Request headers, after the pick: one more in flight and one more selection.
     fn on_request_start(&mut self, index: usize) {
-        if let Some(mut c) = self.counters(index) {
+        if let Some(c) = self.counters_mut(index) {
             c.ongoing = c.ongoing.saturating_add(1);
             c.count = c.count.saturating_add(1);
-            self.set_counters(index, &c);
         }
     }
 
     /// First response-body chunk, `elapsed_ms` after request headers: a TTFT sample. A failed
     /// request counts double the worse of its own time and the slowest service's mean TTFT.
     fn on_first_byte(&mut self, index: usize, elapsed_ms: i64, success: bool, beta: f64) {
-        let Some(mut c) = self.counters(index) else {
+        if self.counters(index).is_none() {
             return;
-        };
+        }
         let sample = self.penalised(elapsed_ms, success, Latency::Ttft);
         self.push(index, Latency::Ttft, sample);
-        c.ewma_ttft = Some(ewma(c.ewma_ttft, sample, beta));
-        self.set_counters(index, &c);
+        if let Some(c) = self.counters_mut(index) {
+            c.ewma_ttft = Some(ewma(c.ewma_ttft, sample, beta));
+        }
     }
 
     /// Stream done (every request that was started, whatever its outcome). `elapsed_ms` is
@@ -249,15 +231,22 @@ pub trait Table {
         now_ms: i64,
         params: &MetricsParams,
     ) {
-        let Some(mut c) = self.counters(index) else {
+        // The sample first: it reads every service's mean, and pushing moves the ring.
+        let sample = match elapsed_ms {
+            Some(ms) if self.counters(index).is_some() => {
+                let sample = self.penalised(ms, success, Latency::Total);
+                self.push(index, Latency::Total, sample);
+                Some(sample)
+            }
+            _ => None,
+        };
+        let Some(c) = self.counters_mut(index) else {
             return;
         };
         // Go never goes below 0 (every release follows its acquire on the same config
         // instance); a shared record reset under running requests could, so stop at 0.
         c.ongoing = c.ongoing.saturating_sub(1).max(0);
-        if let Some(elapsed_ms) = elapsed_ms {
-            let sample = self.penalised(elapsed_ms, success, Latency::Total);
-            self.push(index, Latency::Total, sample);
+        if let Some(sample) = sample {
             c.ewma_total = Some(ewma(c.ewma_total, sample, params.ewma_beta));
             if success {
                 c.success = c.success.saturating_add(1);
@@ -269,7 +258,6 @@ pub trait Table {
                 c.cooldown_until_ms = now_ms.wrapping_add(params.failure_cooldown_ms);
             }
         }
-        self.set_counters(index, &c);
     }
 
     /// The sample to record: the elapsed time, or for a failure double the worse of it and
@@ -391,18 +379,16 @@ impl Table for ServiceTable {
         &self.shape.list
     }
 
-    fn counters(&self, index: usize) -> Option<Counters> {
-        self.stats.get(index).map(ServiceStats::counters)
+    fn counters(&self, index: usize) -> Option<&Counters> {
+        self.stats.get(index).map(|s| &s.counters)
+    }
+
+    fn counters_mut(&mut self, index: usize) -> Option<&mut Counters> {
+        self.stats.get_mut(index).map(|s| &mut s.counters)
     }
 
     fn mean(&self, index: usize, which: Latency) -> f64 {
         self.stats.get(index).map_or(0.0, |s| s.ring(which).mean())
-    }
-
-    fn set_counters(&mut self, index: usize, counters: &Counters) {
-        if let Some(s) = self.stats.get_mut(index) {
-            s.set_counters(counters);
-        }
     }
 
     fn push(&mut self, index: usize, which: Latency, sample: f64) {

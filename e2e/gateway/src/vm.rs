@@ -67,6 +67,9 @@ impl Plugin {
         let module = Module::new(&engine, wasm)
             .map_err(anyhow::Error::from)
             .context("compiling plugin wasm")?;
+        if let Some(path) = std::env::var_os("AILB_ADDRMAP") {
+            write_address_map(&module, std::path::Path::new(&path))?;
+        }
         let abi = AbiVersion::detect(module.exports().map(|e| e.name()))
             .ok_or_else(|| anyhow!("module exports no proxy_abi_version_* function"))?;
         Ok(Plugin {
@@ -75,6 +78,20 @@ impl Plugin {
             abi,
         })
     }
+}
+
+/// `AILB_ADDRMAP=path`: the compiled code's address map, for naming the plugin's hot code
+/// by source line (README "Test bed"): the first line is the text section's address, then one
+/// `code_offset wasm_file_offset` pair per line.
+fn write_address_map(module: &Module, path: &std::path::Path) -> Result<()> {
+    use std::fmt::Write as _;
+    let mut out = format!("{:x}\n", module.text().as_ptr() as usize);
+    for (code, wasm) in module.address_map().into_iter().flatten() {
+        if let Some(wasm) = wasm {
+            let _ = writeln!(out, "{code:x} {wasm:x}");
+        }
+    }
+    std::fs::write(path, out).with_context(|| format!("writing {}", path.display()))
 }
 
 impl Vm {

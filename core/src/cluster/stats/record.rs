@@ -14,9 +14,11 @@
 //! oldest-first sum is stored in its block, so no read ever re-adds samples; a non-finite
 //! sample makes its ring's sum non-finite, so the finite-sum check also refuses those.
 //!
-//! [`Record`] is the request path's store: it checks a record once (header and blocks only)
-//! and then answers [`Table`] reads from the bytes and patches them for each change, so an
-//! update rewrites one block and moves at most one ring's samples.
+//! [`Record`] is the request path's store: it checks a record once (header and blocks only),
+//! keeping the blocks it decoded while checking, answers [`Table`] reads and changes from
+//! those, and writes them back once; an update moves at most one ring's samples. Reads hand
+//! out references, so a decision copies no block (a copy per read was code in every reader:
+//! docs/architecture.md "Plugin CPU").
 
 use super::Table;
 use super::{mean, oldest_first_sum, Counters, Latency, Ring, ServiceStats, ServiceTable, Shape};
@@ -83,7 +85,7 @@ fn ring_slot(which: Latency) -> usize {
 impl Block {
     fn of(s: &ServiceStats) -> Block {
         Block {
-            counters: s.counters(),
+            counters: s.counters,
             sums: [s.ttft.sum, s.total.sum],
             lens: [s.ttft.len(), s.total.len()],
         }
@@ -252,47 +254,45 @@ impl ServiceTable {
         out
     }
 
-    /// Whether `record` is exactly what [`ServiceTable::encode`] writes for this table's
-    /// services and capacity (see the module doc). Reads the header and blocks only.
-    fn is_ours(&self, record: &[u8]) -> bool {
+    /// The blocks of `record`, decoded, when it is exactly what [`ServiceTable::encode`]
+    /// writes for this table's services and capacity (see the module doc); `None` when it is
+    /// not ours. Reads the header and blocks only.
+    fn blocks_of(&self, record: &[u8]) -> Option<Vec<Block>> {
         let services = self.stats.len();
-        let Some((head, rest)) = record.split_first_chunk::<HEADER_LEN>() else {
-            return false;
-        };
+        let (head, rest) = record.split_first_chunk::<HEADER_LEN>()?;
         if !header_matches(head, &self.shape, services, self.ring_capacity) {
-            return false;
+            return None;
         }
+        let mut blocks = Vec::with_capacity(services);
         let mut samples = 0usize;
         for i in 0..services {
-            let Some(block) = block_bytes(record, i).and_then(Block::parse) else {
-                return false;
-            };
+            let block = block_bytes(record, i).and_then(Block::parse)?;
             if !block.is_ours(self.ring_capacity) {
-                return false;
+                return None;
             }
             samples = samples
                 .saturating_add(block.lens[0])
                 .saturating_add(block.lens[1]);
+            blocks.push(block);
         }
-        services
+        let len = services
             .checked_mul(BLOCK_LEN)
             .zip(samples.checked_mul(SAMPLE_LEN))
-            .and_then(|(blocks, samples)| blocks.checked_add(samples))
-            == Some(rest.len())
+            .and_then(|(blocks, samples)| blocks.checked_add(samples));
+        (len == Some(rest.len())).then_some(blocks)
     }
 
     /// This table's services and capacity with the statistics of `record`, or `None` when
     /// it is not ours (module doc). Never panics.
     pub fn read(&self, record: &[u8]) -> Option<ServiceTable> {
-        if !self.is_ours(record) {
-            return None;
-        }
+        let blocks = self.blocks_of(record)?;
         let mut samples = record.get(HEADER_LEN + self.stats.len() * BLOCK_LEN..)?;
         let mut stats = Vec::with_capacity(self.stats.len());
-        for i in 0..self.stats.len() {
-            let block = block_bytes(record, i).and_then(Block::parse)?;
-            let mut s = ServiceStats::default();
-            s.set_counters(&block.counters);
+        for block in blocks {
+            let mut s = ServiceStats {
+                counters: block.counters,
+                ..ServiceStats::default()
+            };
             for (slot, ring) in [&mut s.ttft, &mut s.total].into_iter().enumerate() {
                 let (bytes, rest) =
                     samples.split_at_checked(block.lens[slot].checked_mul(SAMPLE_LEN)?)?;
@@ -325,62 +325,60 @@ impl ServiceTable {
     /// `record` as a [`Record`] of this table's services and capacity to update in place, or
     /// `None` when it is not ours. Checks the header and blocks, never the samples.
     pub fn open(&self, record: Vec<u8>) -> Option<Record> {
-        self.is_ours(&record).then(|| self.record_of(record))
+        let blocks = self.blocks_of(&record)?;
+        Some(self.record_of(blocks, record))
     }
 
     /// A [`Record`] of fresh statistics for this table's services.
     pub fn fresh_record(&self) -> Record {
-        self.record_of(self.fresh().encode())
+        let fresh = self.fresh();
+        let blocks = fresh.stats.iter().map(Block::of).collect();
+        self.record_of(blocks, fresh.encode())
     }
 
-    fn record_of(&self, bytes: Vec<u8>) -> Record {
+    fn record_of(&self, blocks: Vec<Block>, bytes: Vec<u8>) -> Record {
         Record {
             shape: self.shape.clone(),
             ring_capacity: self.ring_capacity,
+            blocks,
             bytes,
         }
     }
 }
 
-/// A record known to be ours ([`ServiceTable::open`]), read and changed in place through
-/// [`Table`]: reads decode one block, changes rewrite one block and move at most one ring.
+/// A record known to be ours ([`ServiceTable::open`]), read and changed through [`Table`]:
+/// its blocks decoded once, when opened, and written back once, by [`Record::into_bytes`];
+/// its samples stay bytes, and a change moves at most one ring.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Record {
     shape: Rc<Shape>,
     ring_capacity: usize,
+    /// One per service, as `bytes` will hold them.
+    blocks: Vec<Block>,
+    /// The record: header, blocks (stale until `into_bytes`), samples.
     bytes: Vec<u8>,
 }
 
 impl Record {
-    pub fn into_bytes(self) -> Vec<u8> {
+    pub fn into_bytes(mut self) -> Vec<u8> {
+        for (i, block) in self.blocks.iter().enumerate() {
+            if let Some(b) = block_bytes_mut(&mut self.bytes, i) {
+                block.write(b);
+            }
+        }
         self.bytes
-    }
-
-    /// Service `index`'s block; None past the last service (the bytes there are samples).
-    fn block(&self, index: usize) -> Option<Block> {
-        if index >= self.shape.names.len() {
-            return None;
-        }
-        block_bytes(&self.bytes, index).and_then(Block::parse)
-    }
-
-    fn set_block(&mut self, index: usize, block: &Block) {
-        if let Some(b) = block_bytes_mut(&mut self.bytes, index) {
-            block.write(b);
-        }
     }
 
     /// Byte offset of the first sample of ring `slot` of service `index`.
     fn ring_start(&self, index: usize, slot: usize) -> Option<usize> {
         let mut samples = 0usize;
-        for i in 0..index {
-            let b = self.block(i)?;
+        for b in self.blocks.get(..index)? {
             samples = samples.checked_add(b.lens[0])?.checked_add(b.lens[1])?;
         }
         if slot == 1 {
-            samples = samples.checked_add(self.block(index)?.lens[0])?;
+            samples = samples.checked_add(self.blocks.get(index)?.lens[0])?;
         }
-        let blocks = self.shape.names.len().checked_mul(BLOCK_LEN)?;
+        let blocks = self.blocks.len().checked_mul(BLOCK_LEN)?;
         HEADER_LEN
             .checked_add(blocks)?
             .checked_add(samples.checked_mul(SAMPLE_LEN)?)
@@ -396,21 +394,19 @@ impl Table for Record {
         &self.shape.list
     }
 
-    fn counters(&self, index: usize) -> Option<Counters> {
-        self.block(index).map(|b| b.counters)
+    fn counters(&self, index: usize) -> Option<&Counters> {
+        self.blocks.get(index).map(|b| &b.counters)
+    }
+
+    fn counters_mut(&mut self, index: usize) -> Option<&mut Counters> {
+        self.blocks.get_mut(index).map(|b| &mut b.counters)
     }
 
     fn mean(&self, index: usize, which: Latency) -> f64 {
         let slot = ring_slot(which);
-        self.block(index)
+        self.blocks
+            .get(index)
             .map_or(0.0, |b| mean(b.sums[slot], b.lens[slot]))
-    }
-
-    fn set_counters(&mut self, index: usize, counters: &Counters) {
-        if let Some(mut b) = self.block(index) {
-            b.counters = *counters;
-            self.set_block(index, &b);
-        }
     }
 
     /// [`Ring::push`] on the bytes: a ring below capacity grows by one slot (the samples after
@@ -423,11 +419,12 @@ impl Table for Record {
             return;
         }
         let slot = ring_slot(which);
-        let (Some(mut block), Some(start)) = (self.block(index), self.ring_start(index, slot))
-        else {
+        let Some(start) = self.ring_start(index, slot) else {
             return;
         };
-        let len = block.lens[slot];
+        let Some(len) = self.blocks.get(index).map(|b| b.lens[slot]) else {
+            return;
+        };
         let end = start + len * SAMPLE_LEN;
         // A record from `open` always holds the whole ring.
         if end > self.bytes.len() {
@@ -454,9 +451,11 @@ impl Table for Record {
             .bytes
             .get(start..start + new_len * SAMPLE_LEN)
             .unwrap_or_default();
-        block.sums[slot] = oldest_first_sum(ring.as_chunks::<SAMPLE_LEN>().0);
-        block.lens[slot] = new_len;
-        self.set_block(index, &block);
+        let sum = oldest_first_sum(ring.as_chunks::<SAMPLE_LEN>().0);
+        if let Some(block) = self.blocks.get_mut(index) {
+            block.sums[slot] = sum;
+            block.lens[slot] = new_len;
+        }
     }
 }
 
