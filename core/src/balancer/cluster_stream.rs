@@ -25,6 +25,7 @@ use super::telemetry::Telemetry;
 use crate::config::{PolicyConfig, Publish, RouteConfig};
 use crate::host::{Host, LogLevel};
 use crate::id_map::IdMap;
+use crate::reason::Reason;
 use crate::stats::{Counter, Outcome};
 
 /// A routed cluster_metrics request: the machine's `Held::Service`.
@@ -109,6 +110,48 @@ impl ClusterStreams {
                 hold: lease.map(Hold::Service),
             });
         }
+        self.routed(host, tel, ctx, config, &endpoint, reason);
+        if let Some(lease) = lease {
+            self.keep(ctx, lease);
+        }
+        None
+    }
+
+    /// [`ClusterStreams::route`] of a cluster_metrics decision counted in this proxy
+    /// (`cluster_metrics::decide_local`), without a [`Decision`] built to be taken apart: the
+    /// header is published from the statistics' own name. A publish that failed is returned,
+    /// for the machine, as the decision it is.
+    pub fn route_lease(
+        &mut self,
+        host: &mut dyn Host,
+        tel: &Telemetry,
+        ctx: u32,
+        config: &RouteConfig,
+        lease: ServiceLease,
+    ) -> Option<Decision> {
+        if publish::publish(host, config, lease.name(), &[]).is_err() {
+            return Some(Decision::Route {
+                endpoint: lease.name().to_string(),
+                fallbacks: Vec::new(),
+                reason: Reason::ClusterMetrics,
+                hold: Some(Hold::Service(lease)),
+            });
+        }
+        self.routed(host, tel, ctx, config, lease.name(), Reason::ClusterMetrics);
+        self.keep(ctx, lease);
+        None
+    }
+
+    /// A published route: counted, and logged where the route asks.
+    fn routed(
+        &self,
+        host: &mut dyn Host,
+        tel: &Telemetry,
+        ctx: u32,
+        config: &RouteConfig,
+        endpoint: &str,
+        reason: Reason,
+    ) {
         tel.inc(
             host,
             Counter::Decision(config.policy.kind(), Outcome::Routed),
@@ -121,15 +164,16 @@ impl ClusterStreams {
                 format_args!("routed to {endpoint} ({})", reason.name()),
             );
         }
-        if let Some(lease) = lease {
-            let stream = ClusterStream {
-                lease,
-                status: None,
-                first_byte: false,
-            };
-            self.0.insert(ctx, stream);
-        }
-        None
+    }
+
+    /// Keeps routed stream `ctx` with its count until its end.
+    fn keep(&mut self, ctx: u32, lease: ServiceLease) {
+        let stream = ClusterStream {
+            lease,
+            status: None,
+            first_byte: false,
+        };
+        self.0.insert(ctx, stream);
     }
 
     /// The response headers of a stream kept here: its status, for the statistics. Whether

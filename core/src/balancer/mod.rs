@@ -250,22 +250,40 @@ impl Balancer {
         config: Rc<RouteConfig>,
         unstripped: bool,
     ) -> Verdict {
-        let input = Input {
-            ctx,
-            config: &config,
-            keys: None,
-            body_bytes: 0,
-            read_body: true,
-            read: None,
-            inflight: None,
-            synced: None,
+        // cluster_metrics counts in this proxy: routed from its lease, no decision built.
+        let unrouted = match self.policies.cluster_stats(&config) {
+            Some(stats) => {
+                let (tel, rng) = (&self.tel, &mut self.rng);
+                use policies::cluster_metrics::{decide_local, Local};
+                match decide_local(host, tel, rng, ctx, stats) {
+                    Local::Counted(lease) => {
+                        self.clusters.route_lease(host, tel, ctx, &config, lease)
+                    }
+                    Local::Other(decision) => {
+                        self.clusters.route(host, tel, ctx, &config, decision)
+                    }
+                }
+            }
+            None => {
+                let input = Input {
+                    ctx,
+                    config: &config,
+                    keys: None,
+                    body_bytes: 0,
+                    read_body: true,
+                    read: None,
+                    inflight: None,
+                    synced: None,
+                };
+                let env = Env {
+                    tel: &mut self.tel,
+                    rng: &mut self.rng,
+                };
+                let decision = self.policies.decide(host, env, &input);
+                self.clusters.route(host, &self.tel, ctx, &config, decision)
+            }
         };
-        let env = Env {
-            tel: &mut self.tel,
-            rng: &mut self.rng,
-        };
-        let decision = self.policies.decide(host, env, &input);
-        match self.clusters.route(host, &self.tel, ctx, &config, decision) {
+        match unrouted {
             None => Verdict::Continue,
             Some(decision) => {
                 // Not published here: the machine's outcome must not see the client's copy.

@@ -17,6 +17,7 @@
 use super::input::{Env, Input};
 use crate::balancer::pick::{Pick as RedisPick, ServiceLease, ServicePick};
 use crate::balancer::request::{Decision, Hold};
+use crate::balancer::rng::VmRng;
 pub use crate::balancer::service_stats::SharedStats;
 use crate::balancer::shared;
 use crate::balancer::telemetry::Telemetry;
@@ -32,15 +33,46 @@ use crate::stats::Counter;
 use std::rc::Rc;
 
 pub fn decide(host: &mut dyn Host, env: Env, input: &Input, stats: &Rc<SharedStats>) -> Decision {
-    let now = host.now_ms();
-    let now_ms = i64::try_from(now).unwrap_or(i64::MAX);
     if stats.mode == Mode::AdaptiveScore {
         if let (Some(global), Some(keys)) = (input.config.policy.global_inflight(), input.inflight)
         {
+            let now = host.now_ms();
             return global_pick(host, env, input, stats, (global, keys), now);
         }
     }
-    let rng = &mut *env.rng;
+    match decide_local(host, env.tel, env.rng, input.ctx, stats) {
+        Local::Counted(lease) => Decision::Route {
+            endpoint: lease.name().to_string(),
+            hold: Some(Hold::Service(lease)),
+            fallbacks: Vec::new(),
+            reason: Reason::ClusterMetrics,
+        },
+        Local::Other(decision) => decision,
+    }
+}
+
+/// What [`decide_local`] decided.
+pub enum Local {
+    /// A service chosen and counted in the shared record; the lease gives the count back.
+    Counted(ServiceLease),
+    /// Anything else, as the decision it is.
+    Other(Decision),
+}
+
+/// The decision in this proxy (every mode; AdaptiveScore without Redis): the chosen service,
+/// counted in the shared record, as the lease that gives the count back. Anything else — no
+/// service to choose, or a choice from a fresh table because the record failed, which holds
+/// no count — is the decision it is. A route that waits for nothing (cluster_stream.rs) comes
+/// here directly: its routed request needs no [`Decision`] built and taken apart.
+pub fn decide_local(
+    host: &mut dyn Host,
+    tel: &Telemetry,
+    rng: &mut VmRng,
+    ctx: u32,
+    stats: &Rc<SharedStats>,
+) -> Local {
+    let now = host.now_ms();
+    let now_ms = i64::try_from(now).unwrap_or(i64::MAX);
     let result = write(host, stats, |record| {
         let mut next = || rng.next_u64();
         match select::select(stats.mode, &stats.params, &*record, now_ms, &mut next) {
@@ -51,48 +83,42 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input, stats: &Rc<SharedSta
             Pick::NoServices => None,
         }
     });
-    let result = result.map(|(chosen, reset)| {
-        if reset {
-            env.tel.inc(host, Counter::ClusterStatsReset);
-        }
-        chosen
-    });
     match result {
-        Ok(Some(service)) => {
-            let lease = ServiceLease {
-                stats: stats.clone(),
-                service,
-                start_ms: now,
-                global: None,
-            };
-            Decision::Route {
-                endpoint: lease.name().to_string(),
-                hold: Some(Hold::Service(lease)),
-                fallbacks: Vec::new(),
-                reason: Reason::ClusterMetrics,
+        Ok((chosen, reset)) => {
+            if reset {
+                tel.inc(host, Counter::ClusterStatsReset);
+            }
+            match chosen {
+                Some(service) => Local::Counted(ServiceLease {
+                    stats: stats.clone(),
+                    service,
+                    start_ms: now,
+                    global: None,
+                }),
+                None => Local::Other(Decision::Fallback(Cause::NoHealthyEndpoint)),
             }
         }
-        Ok(None) => Decision::Fallback(Cause::NoHealthyEndpoint),
         Err(e) => {
             // Never lose the request over its statistics: decide from a fresh table (the mode's
             // random start) and hold nothing, since no count was taken.
-            env.tel.inc(host, Counter::ClusterStatsFailed);
-            env.tel
-                .log(host, LogLevel::Debug, input.ctx, format_args!("{e}"));
+            tel.inc(host, Counter::ClusterStatsFailed);
+            tel.log(host, LogLevel::Debug, ctx, format_args!("{e}"));
             let table = stats.fresh.fresh();
             let mut next = || rng.next_u64();
-            match select::select(stats.mode, &stats.params, &table, now_ms, &mut next) {
-                Pick::Pick(i) => match table.names().get(i) {
-                    Some(service) => Decision::Route {
-                        endpoint: service.clone(),
-                        fallbacks: Vec::new(),
-                        reason: Reason::ClusterMetrics,
-                        hold: None,
+            Local::Other(
+                match select::select(stats.mode, &stats.params, &table, now_ms, &mut next) {
+                    Pick::Pick(i) => match table.names().get(i) {
+                        Some(service) => Decision::Route {
+                            endpoint: service.clone(),
+                            fallbacks: Vec::new(),
+                            reason: Reason::ClusterMetrics,
+                            hold: None,
+                        },
+                        None => Decision::Fallback(Cause::SharedData),
                     },
-                    None => Decision::Fallback(Cause::SharedData),
+                    Pick::NoServices => Decision::Fallback(Cause::SharedData),
                 },
-                Pick::NoServices => Decision::Fallback(Cause::SharedData),
-            }
+            )
         }
     }
 }
