@@ -73,16 +73,7 @@ pub fn decide_local(
 ) -> Local {
     let now = host.now_ms();
     let now_ms = i64::try_from(now).unwrap_or(i64::MAX);
-    let result = write(host, stats, |record| {
-        let mut next = || rng.next_u64();
-        match select::select(stats.mode, &stats.params, &*record, now_ms, &mut next) {
-            Pick::Pick(i) => {
-                record.on_request_start(i);
-                Some(i)
-            }
-            Pick::NoServices => None,
-        }
-    });
+    let result = write(host, stats, Change::Choose { rng, now_ms });
     match result {
         Ok((chosen, reset)) => {
             if reset {
@@ -179,9 +170,7 @@ fn global_pick(
 /// A global pick was answered (or fell to the local path): count the service in this proxy,
 /// as the local path does at its decision.
 pub fn start(host: &mut dyn Host, tel: &Telemetry, lease: &ServiceLease) {
-    let result = write(host, &lease.stats, |record| {
-        record.on_request_start(lease.service);
-    });
+    let result = write(host, &lease.stats, Change::Start(lease.service));
     if result.is_err() {
         tel.inc(host, Counter::ClusterStatsFailed);
     }
@@ -197,7 +186,7 @@ pub fn first_byte(host: &mut dyn Host, tel: &Telemetry, lease: &ServiceLease, su
     {
         return;
     }
-    if write(host, &lease.stats, |_| ()).is_err() {
+    if write(host, &lease.stats, Change::Flush).is_err() {
         tel.inc(host, Counter::ClusterStatsFailed);
     }
 }
@@ -209,34 +198,84 @@ pub fn done(host: &mut dyn Host, tel: &Telemetry, lease: ServiceLease, outcome: 
     let now = host.now_ms();
     let elapsed = elapsed_ms(now, &lease);
     let now_ms = i64::try_from(now).unwrap_or(i64::MAX);
-    let params = &lease.stats.params;
-    let result = write(host, &lease.stats, |record| {
-        let sample = outcome.map(|_| elapsed);
-        let success = outcome.unwrap_or(true);
-        record.on_stream_end(lease.service, sample, success, now_ms, params);
-    });
+    let end = Change::End {
+        service: lease.service,
+        elapsed_ms: outcome.map(|_| elapsed),
+        success: outcome.unwrap_or(true),
+        now_ms,
+    };
+    let result = write(host, &lease.stats, end);
     if result.is_err() {
         tel.inc(host, Counter::ReleaseFailures);
     }
 }
 
+/// What one write of the route's record does, after this worker's held samples: one type for
+/// every write, so the compare-and-swap around it is compiled once (docs/architecture.md
+/// "Plugin CPU").
+enum Change<'a> {
+    /// Choose a service by the mode and count it in: the decision.
+    Choose { rng: &'a mut VmRng, now_ms: i64 },
+    /// Count `service` in: a global pick answered.
+    Start(usize),
+    /// A stream of `service` ended (`Table::on_stream_end`).
+    End {
+        service: usize,
+        elapsed_ms: Option<i64>,
+        success: bool,
+        now_ms: i64,
+    },
+    /// Nothing but the held samples.
+    Flush,
+}
+
 /// One compare-and-swap of the route's record: this worker's held samples first, then
-/// `change`. Also answers whether a record was there but not ours (it started fresh).
-fn write<T>(
+/// `change`. Answers the service a [`Change::Choose`] chose, and whether a record was there
+/// but not ours (it started fresh).
+fn write(
     host: &mut dyn Host,
     stats: &SharedStats,
-    mut change: impl FnMut(&mut Record) -> T,
-) -> Result<(T, bool), HostError> {
+    mut change: Change,
+) -> Result<(Option<usize>, bool), HostError> {
     let result = shared::update(host, &stats.key, |current| {
         let (mut record, reset) = stats.load(current);
         stats.apply_pending(&mut record);
-        let out = change(&mut record);
-        (record.into_bytes(), (out, reset))
+        let chosen = apply(&mut record, stats, &mut change);
+        (record.into_bytes(), (chosen, reset))
     });
     if result.is_ok() {
         stats.written();
     }
     result
+}
+
+fn apply(record: &mut Record, stats: &SharedStats, change: &mut Change) -> Option<usize> {
+    match change {
+        Change::Choose { rng, now_ms } => {
+            let mut next = || rng.next_u64();
+            match select::select(stats.mode, &stats.params, &*record, *now_ms, &mut next) {
+                Pick::Pick(i) => {
+                    record.on_request_start(i);
+                    Some(i)
+                }
+                Pick::NoServices => None,
+            }
+        }
+        Change::Start(service) => {
+            record.on_request_start(*service);
+            None
+        }
+        Change::End {
+            service,
+            elapsed_ms,
+            success,
+            now_ms,
+        } => {
+            record.on_stream_end(*service, *elapsed_ms, *success, *now_ms, &stats.params);
+            None
+        }
+        Change::Flush => None,
+    }
 }
 
 fn elapsed_ms(now: u64, lease: &ServiceLease) -> i64 {
