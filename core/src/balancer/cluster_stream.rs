@@ -17,7 +17,7 @@
 //! phases were a fifth (AdaptiveScore) to a third (cluster_hash) of it (README "Test bed").
 
 use super::events::{Decision, Hold};
-use super::held::{response_status, success};
+use super::held::response_ok;
 use super::pick::ServiceLease;
 use super::policies::cluster_metrics;
 use super::publish;
@@ -32,8 +32,9 @@ use crate::stats::{Counter, Outcome};
 struct ClusterStream {
     /// The service's in-flight count, given back at stream end with the latency.
     lease: ServiceLease,
-    /// `:status` of the response (None until the response headers, or without them).
-    status: Option<u32>,
+    /// `:status` of the response is Go's success, `200` (false until the response headers,
+    /// and without them).
+    ok: bool,
     first_byte: bool,
 }
 
@@ -129,15 +130,16 @@ impl ClusterStreams {
         config: &RouteConfig,
         lease: ServiceLease,
     ) -> Option<Decision> {
-        if publish::publish(host, config, lease.name(), &[]).is_err() {
+        let name = lease.name();
+        if publish::publish(host, config, name, &[]).is_err() {
             return Some(Decision::Route {
-                endpoint: lease.name().to_string(),
+                endpoint: name.to_string(),
                 fallbacks: Vec::new(),
                 reason: Reason::ClusterMetrics,
                 hold: Some(Hold::Service(lease)),
             });
         }
-        self.routed(host, tel, ctx, config, lease.name(), Reason::ClusterMetrics);
+        self.routed(host, tel, ctx, config, name, Reason::ClusterMetrics);
         self.keep(ctx, lease);
         None
     }
@@ -170,7 +172,7 @@ impl ClusterStreams {
     fn keep(&mut self, ctx: u32, lease: ServiceLease) {
         let stream = ClusterStream {
             lease,
-            status: None,
+            ok: false,
             first_byte: false,
         };
         self.0.insert(ctx, stream);
@@ -180,7 +182,7 @@ impl ClusterStreams {
     /// its body chunks matter next; None when `ctx` is not one.
     pub fn response_headers(&mut self, host: &mut dyn Host, ctx: u32) -> Option<bool> {
         let stream = self.0.get_mut(&ctx)?;
-        stream.status = response_status(host);
+        stream.ok = response_ok(host);
         Some(!stream.first_byte)
     }
 
@@ -195,8 +197,7 @@ impl ClusterStreams {
         let stream = self.0.get_mut(&ctx)?;
         if !stream.first_byte {
             stream.first_byte = true;
-            let ok = success(stream.status);
-            cluster_metrics::first_byte(host, tel, &stream.lease, ok);
+            cluster_metrics::first_byte(host, tel, &stream.lease, stream.ok);
         }
         Some(false)
     }
@@ -212,7 +213,7 @@ impl ClusterStreams {
         let Some(stream) = self.0.remove(&ctx) else {
             return false;
         };
-        let outcome = Some(success(stream.status));
+        let outcome = Some(stream.ok);
         cluster_metrics::done(host, tel, stream.lease, outcome);
         true
     }
