@@ -3,72 +3,60 @@
 //! http contexts (one per request; `proxy_on_context_create(id, root)`) belong to the root that
 //! created them. Generic over the balancer so the bookkeeping is tested natively.
 
-use ailb_core::id_map::IdMap;
+use ailb_core::id_map::{IdMap, Index};
 
 pub struct Contexts<B> {
     /// Root id → its balancer; `None` until `proxy_on_configure` accepts a configuration.
     roots: IdMap<Option<B>>,
-    /// Http context id → its root and what the glue still calls the balancer for.
-    streams: IdMap<Stream>,
-}
-
-/// An http context, as the glue tracks it.
-#[derive(Debug, Clone, Copy)]
-struct Stream {
-    root: u32,
-    /// Stream end was given to the balancer (on_done; on_log and on_delete repeat it).
-    ended: bool,
+    /// Http context id → its root, from its creation to its stream's end. A bare [`Index`]: its
+    /// code is the one every id map runs, so the registry adds none of its own to a request
+    /// (docs/architecture.md "Plugin CPU").
+    streams: Index,
 }
 
 impl<B> Default for Contexts<B> {
     fn default() -> Self {
         Contexts {
             roots: IdMap::default(),
-            streams: IdMap::default(),
+            streams: Index::new(),
         }
     }
 }
 
 impl<B> Contexts<B> {
     /// `proxy_on_context_create`: parent 0 makes a root context, anything else an http context
-    /// of that root. Creating an id twice keeps what the first creation made.
+    /// of that root. Creating an id twice keeps what the first creation made. A root id of
+    /// `u32::MAX`, which the host never hands out, is not recorded for its streams (they
+    /// find no balancer).
     pub fn create(&mut self, id: u32, parent: u32) {
-        if self.roots.contains_key(&id) || self.streams.contains_key(&id) {
+        if self.roots.contains_key(&id) || self.streams.get(id).is_some() {
             return;
         }
         if parent == 0 {
             self.roots.insert(id, None);
-        } else {
-            let stream = Stream {
-                root: parent,
-                ended: false,
-            };
-            self.streams.insert(id, stream);
+        } else if parent != u32::MAX {
+            self.streams.insert(id, parent as usize);
         }
     }
 
     /// A configuration accepted for `root`: its balancer from now on (replacing any earlier
     /// one). A root the host never announced is made a root here.
     pub fn configure(&mut self, root: u32, balancer: B) {
-        self.streams.remove(&root);
+        self.streams.remove(root);
         self.roots.insert(root, Some(balancer));
     }
 
-    /// The root an http context belongs to; `None` for roots and unknown ids.
+    /// The root an http context belongs to; `None` for roots, unknown ids and streams that
+    /// ended.
     pub fn root_of(&self, stream: u32) -> Option<u32> {
-        self.streams.get(&stream).map(|s| s.root)
+        self.streams.get(stream).and_then(|r| u32::try_from(r).ok())
     }
 
-    /// Marks http context `id`'s stream ended: true the first time, when its balancer is
-    /// to be told; false for roots, unknown ids and a stream already ended.
-    pub fn end(&mut self, id: u32) -> bool {
-        match self.streams.get_mut(&id) {
-            Some(s) if !s.ended => {
-                s.ended = true;
-                true
-            }
-            _ => false,
-        }
+    /// Ends http context `id`'s stream: the root whose balancer is to be told, the first time;
+    /// `None` for roots, unknown ids and a stream already ended (on_log and on_delete repeat
+    /// on_done's end). The stream is forgotten here: nothing after its end needs its root.
+    pub fn end(&mut self, id: u32) -> Option<u32> {
+        self.streams.remove(id).and_then(|r| u32::try_from(r).ok())
     }
 
     /// The balancer serving `id`: a root's own, or the root's of an http context. `None` for
@@ -78,14 +66,19 @@ impl<B> Contexts<B> {
         self.roots.get_mut(&root)?.as_mut()
     }
 
+    /// The balancer of root `root`.
+    pub fn root_balancer(&mut self, root: u32) -> Option<&mut B> {
+        self.roots.get_mut(&root)?.as_mut()
+    }
+
     /// `proxy_on_delete`: forgets `id` (a root's balancer is dropped with it).
     pub fn delete(&mut self, id: u32) {
-        if self.streams.remove(&id).is_none() {
+        if self.streams.remove(id).is_none() {
             self.roots.remove(&id);
         }
     }
 
-    /// Live (roots, http contexts).
+    /// Live (roots, http contexts whose stream has not ended).
     #[cfg(test)]
     fn live(&self) -> (usize, usize) {
         (self.roots.len(), self.streams.len())
@@ -140,20 +133,23 @@ mod tests {
     fn a_stream_ends_once() {
         let mut c: Contexts<u8> = Contexts::default();
         c.create(1, 0);
+        c.configure(1, 5);
         c.create(2, 1);
-        assert!(c.end(2), "the first end is told");
-        assert!(!c.end(2), "on_log and on_delete repeat it: not told again");
+        assert_eq!(c.end(2), Some(1), "the first end names the root to tell");
         assert_eq!(
-            c.root_of(2),
-            Some(1),
-            "an ended stream still finds its root"
+            c.end(2),
+            None,
+            "on_log and on_delete repeat it: not told again"
         );
+        assert_eq!(c.balancer(2), None, "an ended stream is forgotten");
+        assert_eq!(c.live(), (1, 0));
         assert!(
-            !c.end(1) && !c.end(9),
+            c.end(1).is_none() && c.end(9).is_none(),
             "roots and unknown ids have no stream to end"
         );
-        c.delete(2);
-        assert!(!c.end(2));
+        c.delete(2); // after its end: nothing left to forget
+        assert_eq!(c.live(), (1, 0));
+        assert_eq!(c.root_balancer(1), Some(&mut 5));
     }
 
     #[test]

@@ -48,13 +48,11 @@ fn with_balancer<R>(id: u32, f: impl FnOnce(&mut Balancer, &mut WasmHost) -> R) 
 /// (every end-of-stream callback calls this; the later ones stop at the registry).
 fn end_stream(id: u32) {
     let first = with_contexts(|c| {
-        let first = c.end(id);
-        if first {
-            if let Some(b) = c.balancer(id) {
-                b.on_done(&mut WasmHost, id);
-            }
+        let root = c.end(id);
+        if let Some(b) = root.and_then(|r| c.root_balancer(r)) {
+            b.on_done(&mut WasmHost, id);
         }
-        first
+        root.is_some()
     });
     if first == Some(true) {
         watch_body(id, false);

@@ -89,15 +89,34 @@ impl<V> IdMap<V> {
 }
 
 /// Id → position: open addressing with linear probing over a power-of-two table, and
-/// backward-shift removal (no tombstones).
+/// backward-shift removal (no tombstones). [`IdMap`]'s non-generic core, and on its own a map
+/// from ids to numbers below `u32::MAX` (the glue's stream → root): its code is the same for
+/// every use.
 #[derive(Debug, Clone, Default)]
-struct Index {
+pub struct Index {
     /// Empty, or a power of two long. `(id, position + 1)`; a position of 0 is an empty slot.
     slots: Vec<(u32, u32)>,
     len: usize,
 }
 
 impl Index {
+    /// An empty index; const, so a `static` may hold one.
+    pub const fn new() -> Self {
+        Index {
+            slots: Vec::new(),
+            len: 0,
+        }
+    }
+
+    /// Entries.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// Where `id`'s probe starts (Knuth's multiplicative hash; the table is not empty).
     fn home(&self, id: u32) -> usize {
         (id.wrapping_mul(0x9e37_79b9) as usize) & (self.slots.len() - 1)
@@ -120,13 +139,13 @@ impl Index {
         }
     }
 
-    fn get(&self, id: u32) -> Option<usize> {
+    pub fn get(&self, id: u32) -> Option<usize> {
         let (_, pos) = self.slots.get(self.find(id)?)?;
         Some(*pos as usize - 1)
     }
 
-    /// Points `id` at `pos`, adding it when absent.
-    fn insert(&mut self, id: u32, pos: usize) {
+    /// Points `id` at `pos`, adding it when absent. `pos` must be below `u32::MAX`.
+    pub fn insert(&mut self, id: u32, pos: usize) {
         let value = u32::try_from(pos + 1).unwrap_or(u32::MAX);
         if let Some(slot) = self.find(id).and_then(|at| self.slots.get_mut(at)) {
             slot.1 = value;
@@ -146,7 +165,7 @@ impl Index {
         }
     }
 
-    fn remove(&mut self, id: u32) -> Option<usize> {
+    pub fn remove(&mut self, id: u32) -> Option<usize> {
         let mut hole = self.find(id)?;
         let (_, pos) = std::mem::take(self.slots.get_mut(hole)?);
         self.len -= 1;
