@@ -16,14 +16,19 @@ pub struct Contexts<B> {
 
 impl<B> Default for Contexts<B> {
     fn default() -> Self {
-        Contexts {
-            roots: IdMap::default(),
-            streams: Index::new(),
-        }
+        Contexts::new()
     }
 }
 
 impl<B> Contexts<B> {
+    /// No contexts; const, so a `static` may hold the registry.
+    pub const fn new() -> Self {
+        Contexts {
+            roots: IdMap::new(),
+            streams: Index::new(),
+        }
+    }
+
     /// `proxy_on_context_create`: parent 0 makes a root context, anything else an http context
     /// of that root. Creating an id twice keeps what the first creation made. A root id of
     /// `u32::MAX`, which the host never hands out, is not recorded for its streams (they

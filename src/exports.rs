@@ -17,11 +17,21 @@ use ailb_core::balancer::CallStatus;
 use ailb_core::balancer::{Balancer, Verdict};
 use ailb_core::config::{self, Build};
 use ailb_core::host::{Host, LogLevel};
-use std::cell::RefCell;
+use std::cell::{RefCell, RefMut};
 use std::hash::{BuildHasher, Hasher};
 
+/// The VM's contexts. A `static`, not a `thread_local!`: every callback reaches it, and a
+/// thread-local's lazy start and `with` closure were code that each export compiled and each
+/// request ran (docs/architecture.md "Plugin CPU").
+struct Registry(RefCell<Contexts<Balancer>>);
+
+// SAFETY: this module is built for wasm32 only (lib.rs), without the threads feature: the VM
+// runs one thread and calls one export at a time, so the cell is never shared across threads.
+unsafe impl Sync for Registry {}
+
+static REGISTRY: Registry = Registry(RefCell::new(Contexts::new()));
+
 thread_local! {
-    static CONTEXTS: RefCell<Contexts<Balancer>> = RefCell::new(Contexts::default());
     static BODY_WATCH: BodyWatch = BodyWatch::default();
 }
 
@@ -30,13 +40,16 @@ fn watch_body(id: u32, reads: bool) {
     let _ = BODY_WATCH.try_with(|w| w.set(id, reads));
 }
 
-/// Runs `f` on the registry; a re-entrant call (which the host never makes) is a no-op
-/// instead of a panic.
+/// The registry; `None` inside a re-entrant call (which the host never makes) instead of a
+/// panic. Never inlined: the borrow is compiled once, not in every export.
+#[inline(never)]
+fn registry() -> Option<RefMut<'static, Contexts<Balancer>>> {
+    REGISTRY.0.try_borrow_mut().ok()
+}
+
+/// Runs `f` on the registry.
 fn with_contexts<R>(f: impl FnOnce(&mut Contexts<Balancer>) -> R) -> Option<R> {
-    CONTEXTS
-        .try_with(|c| c.try_borrow_mut().ok().map(|mut c| f(&mut c)))
-        .ok()
-        .flatten()
+    registry().map(|mut c| f(&mut c))
 }
 
 /// Runs `f` on the balancer serving context `id` (a root, or an http context's root).

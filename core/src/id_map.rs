@@ -23,14 +23,19 @@ pub struct IdMap<V> {
 
 impl<V> Default for IdMap<V> {
     fn default() -> Self {
-        IdMap {
-            index: Index::default(),
-            values: Vec::new(),
-        }
+        IdMap::new()
     }
 }
 
 impl<V> IdMap<V> {
+    /// An empty map; const, so a `static` may hold one.
+    pub const fn new() -> Self {
+        IdMap {
+            index: Index::new(),
+            values: Vec::new(),
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.values.len()
     }
