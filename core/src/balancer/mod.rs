@@ -303,6 +303,10 @@ impl Balancer {
         body_size: usize,
         end_of_stream: bool,
     ) -> Verdict {
+        // A cluster lane's request is in neither map: nothing to look up.
+        if self.requests.is_empty() && self.released.is_empty() {
+            return Verdict::Continue;
+        }
         // Empty but on plain Envoy before its body flow is known: skip the map's code then.
         if !self.released.is_empty() {
             if let Some(at) = self.released.remove(&ctx) {
