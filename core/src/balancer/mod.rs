@@ -28,6 +28,7 @@ use crate::redis::inflight::InflightKeys;
 use crate::redis::scripts::Keys;
 use cluster_stream::ClusterStreams;
 use pick::Pick;
+use policies::cluster_metrics::{decide_local, Local};
 use policies::{Env, Input, Policies};
 use redis_client::{LeaseKeys, PickAnswer, RedisClient};
 use request::{Effect, Event, Leave, Request, Ticket, WaitAnswer, Waiter};
@@ -254,7 +255,6 @@ impl Balancer {
         let unrouted = match self.policies.cluster_stats(&config) {
             Some(stats) => {
                 let (tel, rng) = (&self.tel, &mut self.rng);
-                use policies::cluster_metrics::{decide_local, Local};
                 match decide_local(host, tel, rng, ctx, stats) {
                     Local::Counted(lease) => {
                         self.clusters.route_lease(host, tel, ctx, &config, lease)

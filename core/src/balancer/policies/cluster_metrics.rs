@@ -249,6 +249,7 @@ fn write(
     result
 }
 
+/// `change` on `record`: the service a [`Change::Choose`] chose, None for the others.
 fn apply(record: &mut Record, stats: &SharedStats, change: &mut Change) -> Option<usize> {
     match change {
         Change::Choose { rng, now_ms } => {
