@@ -31,16 +31,16 @@ impl<B> Contexts<B> {
 
     /// `proxy_on_context_create`: parent 0 makes a root context, anything else an http context
     /// of that root. Creating an id twice keeps what the first creation made. A root id of
-    /// `u32::MAX`, which the host never hands out, is not recorded for its streams (they
-    /// find no balancer).
+    /// `u32::MAX`, which the host never hands out, is more than the index holds: its streams
+    /// are not recorded and find no balancer.
     pub fn create(&mut self, id: u32, parent: u32) {
         if self.roots.contains_key(&id) || self.streams.get(id).is_some() {
             return;
         }
         if parent == 0 {
             self.roots.insert(id, None);
-        } else if parent != u32::MAX {
-            self.streams.insert(id, parent as usize);
+        } else {
+            let _ = self.streams.insert(id, parent as usize);
         }
     }
 
@@ -67,8 +67,7 @@ impl<B> Contexts<B> {
     /// The balancer serving `id`: a root's own, or the root's of an http context. `None` for
     /// unknown ids and roots without an accepted configuration.
     pub fn balancer(&mut self, id: u32) -> Option<&mut B> {
-        let root = self.root_of(id).unwrap_or(id);
-        self.roots.get_mut(&root)?.as_mut()
+        self.root_balancer(self.root_of(id).unwrap_or(id))
     }
 
     /// The balancer of root `root`.
@@ -121,6 +120,8 @@ mod tests {
         c.create(2, 1);
         c.create(3, 42); // a root the host never created
         assert_eq!(c.balancer(3), None);
+        c.create(4, u32::MAX); // a root id the index cannot hold
+        assert_eq!((c.root_of(4), c.balancer(4)), (None, None));
         c.delete(2);
         assert_eq!(c.root_of(2), None);
         assert_eq!(c.balancer(2), None);

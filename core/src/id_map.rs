@@ -64,7 +64,8 @@ impl<V> IdMap<V> {
             let (_, old) = self.values.get_mut(at)?;
             return Some(std::mem::replace(old, value));
         }
-        self.index.insert(id, self.values.len());
+        // A position always fits: the values would fill memory long before u32::MAX.
+        let _ = self.index.insert(id, self.values.len());
         self.values.push((id, value));
         None
     }
@@ -77,7 +78,7 @@ impl<V> IdMap<V> {
         let (_, value) = self.values.swap_remove(at);
         // The last value moved into the gap: its index entry follows it.
         if let Some((moved, _)) = self.values.get(at) {
-            self.index.insert(*moved, at);
+            let _ = self.index.insert(*moved, at);
         }
         Some(value)
     }
@@ -149,12 +150,16 @@ impl Index {
         Some(*pos as usize - 1)
     }
 
-    /// Points `id` at `pos`, adding it when absent. `pos` must be below `u32::MAX`.
-    pub fn insert(&mut self, id: u32, pos: usize) {
-        let value = u32::try_from(pos + 1).unwrap_or(u32::MAX);
+    /// Points `id` at `pos`, adding it when absent. False, storing nothing, for a `pos` of
+    /// `u32::MAX` or more, which a slot cannot hold (a position never comes near it; a
+    /// number used as a value might).
+    pub fn insert(&mut self, id: u32, pos: usize) -> bool {
+        let Some(value) = pos.checked_add(1).and_then(|v| u32::try_from(v).ok()) else {
+            return false;
+        };
         if let Some(slot) = self.find(id).and_then(|at| self.slots.get_mut(at)) {
             slot.1 = value;
-            return;
+            return true;
         }
         if (self.len + 1) * 4 > self.slots.len() * 3 {
             self.grow();
@@ -164,9 +169,13 @@ impl Index {
         while matches!(self.slots.get(at), Some((_, p)) if *p != 0) {
             at = (at + 1) & mask;
         }
-        if let Some(slot) = self.slots.get_mut(at) {
-            *slot = (id, value);
-            self.len += 1;
+        match self.slots.get_mut(at) {
+            Some(slot) => {
+                *slot = (id, value);
+                self.len += 1;
+                true
+            }
+            None => false,
         }
     }
 
@@ -259,5 +268,25 @@ mod tests {
         assert!(m.is_empty() && m.get(&8).is_none());
         m.insert(8, 3);
         assert_eq!(m.get(&8), Some(&3));
+    }
+
+    #[test]
+    fn an_index_holds_numbers_below_u32_max_and_refuses_the_rest() {
+        let mut ix = Index::new();
+        assert!(ix.insert(5, u32::MAX as usize - 1));
+        assert_eq!(ix.get(5), Some(u32::MAX as usize - 1));
+        assert!(!ix.insert(6, u32::MAX as usize), "does not fit a slot");
+        assert_eq!(ix.get(6), None, "nothing stored, not a wrong number");
+        assert!(!ix.insert(5, u32::MAX as usize));
+        assert_eq!(
+            ix.get(5),
+            Some(u32::MAX as usize - 1),
+            "the old value stays"
+        );
+        assert_eq!(
+            (ix.len(), ix.remove(5), ix.remove(5)),
+            (1, Some(u32::MAX as usize - 1), None)
+        );
+        assert!(ix.is_empty());
     }
 }

@@ -81,7 +81,7 @@ impl Plugin {
 }
 
 /// `AILB_ADDRMAP=path`: the compiled code's address map, for naming the plugin's hot code
-/// by source line (README "Test bed"): the first line is the text section's address, then one
+/// by source line (docs/architecture.md "Plugin CPU"): the first line is the text section's address, then one
 /// `code_offset wasm_file_offset` pair per line.
 fn write_address_map(module: &Module, path: &std::path::Path) -> Result<()> {
     use std::fmt::Write as _;

@@ -56,8 +56,8 @@ macro_rules! host_call_imports {
 /// (the host allocates the values it returns in the module), a counter defined at configure,
 /// `$route`, which names llm-a in the cluster header (remove, then replace, as the plugin does
 /// for cluster_hash) and counts the request, and `$publish`, the same without the removal (as
-/// the plugin publishes cluster_metrics: its replace drops the client's copies). Addresses below 1024 hold names (16-127) and the host's
-/// out-parameters (128-159).
+/// the plugin publishes cluster_metrics: its replace drops the client's copies). Addresses
+/// below 1024 hold names (16-127) and the host's out-parameters (128-159).
 macro_rules! host_call_defs {
     () => {
         r#"
