@@ -161,15 +161,14 @@ impl Envoy {
     }
 
     pub fn stat(&self, name: &str) -> i64 {
-        let suffix = format!("{name}:");
-        self.stats_text()
-            .lines()
-            .filter(|l| l.starts_with("wasmcustom.") || l.starts_with(name))
-            .find_map(|l| {
-                let (k, v) = l.split_once(' ')?;
-                (k.ends_with(&suffix)).then(|| v.trim().parse().ok())?
-            })
-            .unwrap_or(0)
+        stat_in(&self.stats_text(), name)
+    }
+
+    /// Several counters from one `/stats` read, so they agree with each other while the
+    /// proxy keeps counting.
+    pub fn stats<const N: usize>(&self, names: [&str; N]) -> [i64; N] {
+        let text = self.stats_text();
+        names.map(|name| stat_in(&text, name))
     }
 
     /// CPU time the Envoy process has used so far per thread name, in ns (`envoy` the main
@@ -349,6 +348,19 @@ pub fn cluster_config(
     hcm["http_filters"][0]["typed_config"]["config"]["failure_policy"] = json!("FAIL_CLOSED");
     config["static_resources"]["clusters"] = Value::Array(clusters);
     config
+}
+
+/// Counter `name` in a `/stats` text (the plugin's metrics carry Envoy's `wasmcustom.` prefix);
+/// 0 when absent.
+fn stat_in(text: &str, name: &str) -> i64 {
+    let suffix = format!("{name}:");
+    text.lines()
+        .filter(|l| l.starts_with("wasmcustom.") || l.starts_with(name))
+        .find_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            (k.ends_with(&suffix)).then(|| v.trim().parse().ok())?
+        })
+        .unwrap_or(0)
 }
 
 /// `envoy --mode validate -c <file>` from the repository root; Err carries Envoy's output.
