@@ -136,7 +136,7 @@ wasm-unit-test: toolchain e2e-build
 e2e-build:
 	$(E2E_CARGO) build --release --quiet --bins
 
-# `ailb-bench cluster-p99` runs it beside the plugin (README "Test bed").
+# `ailb-bench cluster-p99` runs it beside the plugin (docs/plugin-cpu.md).
 compact-adaptive: toolchain
 	$(CARGO) build --release --quiet --target $(WASM_TARGET) --manifest-path $(COMPACT)/Cargo.toml
 

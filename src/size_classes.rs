@@ -2,7 +2,7 @@
 //! else from the system allocator (wasi-libc's dlmalloc).
 //!
 //! Why: an idle worker runs each callback with cold caches, so a request costs what code
-//! and data it touches (README "Test bed", `ailb-bench footprint`). A cluster request makes
+//! and data it touches (docs/plugin-cpu.md, `ailb-bench footprint`). A cluster request makes
 //! a handful of small allocations (the host's buffers for shared data and a header, a
 //! service name, a candidate list), and dlmalloc's general paths for them were ~50 distinct
 //! 64-byte lines of compiled code per request, plus its bin and boundary-tag data. A free

@@ -14,7 +14,7 @@
 //!
 //! Why it exists: with every worker cold at each request, a request's cost follows the code
 //! and data it touches, and for a request that never waits the machine's events, effects and
-//! phases were a fifth (AdaptiveScore) to a third (cluster_hash) of it (README "Test bed").
+//! phases were a fifth (AdaptiveScore) to a third (cluster_hash) of it (docs/plugin-cpu.md).
 
 use super::events::{Decision, Hold};
 use super::held::response_ok;

@@ -1,6 +1,6 @@
 //! A bench fixture, not the plugin: the least Rust AdaptiveScore that shares its statistics
 //! through shared data, for `ailb-bench cluster-p99` to run beside the plugin in the same
-//! arrivals (README "Test bed"). It makes the plugin's ten host calls per request (as
+//! arrivals (docs/plugin-cpu.md). It makes the plugin's ten host calls per request (as
 //! `empty_plugin`'s host-calls module does) and adds only the arithmetic of [`stats`]: the
 //! clock, the record read and written back under its compare-and-swap token with the chosen
 //! service's count taken, the cluster header and a counter; `:status`; the first chunk's

@@ -9,7 +9,7 @@
 //!
 //! The eviction happens before the entry's clock starts. `all` minus `code-warm` is what the
 //! plugin's code being cold costs, `all` minus `memory-warm` what its data being cold costs;
-//! what `all` keeps beyond both is the host's own cold state (README "Test bed").
+//! what `all` keeps beyond both is the host's own cold state (docs/plugin-cpu.md).
 
 use std::cell::RefCell;
 use std::ops::Range;

@@ -56,7 +56,7 @@ pub struct Plugin {
 impl Plugin {
     pub fn load(wasm: &[u8]) -> Result<Plugin> {
         // `AILB_PERFMAP` writes /tmp/perf-<pid>.map, so `perf report` names the plugin's
-        // compiled functions (README "Test bed": finding where a callback's time goes).
+        // compiled functions (docs/plugin-cpu.md: finding where a callback's time goes).
         let engine = if std::env::var_os("AILB_PERFMAP").is_some() {
             let mut c = wasmtime::Config::new();
             c.profiler(wasmtime::ProfilingStrategy::PerfMap);
@@ -81,8 +81,8 @@ impl Plugin {
 }
 
 /// `AILB_ADDRMAP=path`: the compiled code's address map, for naming the plugin's hot code
-/// by source line (docs/architecture.md "Plugin CPU"): the first line is the text section's address, then one
-/// `code_offset wasm_file_offset` pair per line.
+/// by source line (docs/plugin-cpu.md "How it is measured"): the first line is the text
+/// section's address, then one `code_offset wasm_file_offset` pair per line.
 fn write_address_map(module: &Module, path: &std::path::Path) -> Result<()> {
     use std::fmt::Write as _;
     let mut out = format!("{:x}\n", module.text().as_ptr() as usize);

@@ -1,7 +1,7 @@
 //! A wasm module that exports the same Proxy-Wasm callbacks as the plugin and does nothing in
 //! them: no host call, no state. Run where the plugin runs, its cost is the host's own share of
 //! any wasm plugin (the filter's stream context, one VM entry per callback), the floor the
-//! plugin's CPU figures are read against (`make bench`, README "Test bed"). Two more modules
+//! plugin's CPU figures are read against (`make bench`, docs/plugin-cpu.md). Two more modules
 //! make a policy's host calls and nothing else, what those calls cost: cluster_hash's at request
 //! headers, and cluster_metrics AdaptiveScore's over the whole request.
 

@@ -4,8 +4,9 @@
 //! a run of 2N requests executes it at least N times more than a run of N (startup and
 //! one-time paths cancel out). What is counted is the distinct 64-byte lines of compiled
 //! plugin code holding such instructions: what a worker idle between requests reloads from
-//! memory at every request, the cost the streamed bench runs measure in µs (README
-//! "Test bed"). Instruction counts are repeatable run to run; timings on this machine are not.
+//! memory at every request, the cost the streamed bench runs measure in µs
+//! (docs/plugin-cpu.md). Instruction counts are repeatable run to run; timings on this
+//! machine are not.
 
 use anyhow::{bail, Context, Result};
 use std::collections::{HashMap, HashSet};

@@ -2,7 +2,7 @@
 //! without sockets, each as the cluster bench's streamed run delivers it (request headers, a
 //! JSON body, response headers, ten body chunks, stream end). Run under callgrind by
 //! `ailb-bench footprint` (e2e/suite/src/footprint.rs), which counts the plugin code one
-//! request touches: what an idle worker pays for in cold cache lines (README "Test bed").
+//! request touches: what an idle worker pays for in cold cache lines (docs/plugin-cpu.md).
 
 use ailb_gateway::config::Config;
 use ailb_gateway::shared::Shared;

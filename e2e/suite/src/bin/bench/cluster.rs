@@ -234,7 +234,7 @@ pub fn cluster_adaptive_vs_round_robin_and_oracle() -> anyhow::Result<()> {
     }
     // The plugin's VM time in these very runs (streamed answers, 22 rps over 4 workers): each
     // answer chunk is one more VM entry, and at this rate every entry finds a cold cache
-    // (README "Test bed"). Side by side: cluster_hash, a policy that keeps no statistics, and
+    // (docs/plugin-cpu.md). Side by side: cluster_hash, a policy that keeps no statistics, and
     // the empty module, whose time is the host's alone.
     let per_request = |r: &Run, total: i64| total as f64 / r.vm.streams.max(1) as f64;
     let us = |r: &Run| per_request(r, r.vm.ns) / 1e3;
@@ -392,7 +392,7 @@ pub fn cluster_hash_slot_agreement() -> anyhow::Result<()> {
 /// the same services (a decision with no statistics: the floor of a cluster policy). The goal
 /// figure sends one request at a time; `_loaded_8_clients` sends the same chat from 8 clients
 /// at once. On this 2-core machine the first differs from the second by how cold the caches
-/// are when an idle worker wakes up, not by what the plugin does (README "Test bed").
+/// are when an idle worker wakes up, not by what the plugin does (docs/plugin-cpu.md).
 pub fn cluster_plugin_cpu() -> anyhow::Result<()> {
     let bed = Bed::new(3, |c| {
         c.decode_us_per_token = 100;
@@ -418,7 +418,7 @@ pub fn cluster_plugin_cpu() -> anyhow::Result<()> {
 }
 
 /// The plugin's VM time per request when every VM entry finds cold caches, as an idle
-/// worker's does (the emulator's `AILB_COLD_ENTRIES`, README "Test bed"): the 10-turn chat,
+/// worker's does (the emulator's `AILB_COLD_ENTRIES`, docs/plugin-cpu.md): the 10-turn chat,
 /// one request at a time, to AdaptiveScore and cluster_hash as in [`cluster_plugin_cpu`],
 /// beside the empty module (the host's share of a cold entry). Each plugin runs again with its
 /// compiled code read back in before every entry, then with its linear memory: what the cold

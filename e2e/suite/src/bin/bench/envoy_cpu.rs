@@ -4,7 +4,7 @@
 //! nothing (`empty_plugin`): what Envoy's wasm filter costs any plugin (stream context, one V8
 //! entry per callback), so the plugin's own share is the difference from it; and a module that
 //! makes only cluster_hash's host calls (`envoy_cluster_hash_host_calls_over_floor`); and the
-//! least Rust AdaptiveScore (`e2e/compact-adaptive`, README "Test bed"), what a compact
+//! least Rust AdaptiveScore (`e2e/compact-adaptive`, docs/plugin-cpu.md), what a compact
 //! AdaptiveScore costs here. The six proxies get the same requests, interleaved, so the
 //! machine's noise falls on all alike.
 

@@ -1,7 +1,7 @@
 //! Plugin code lines per request (e2e/suite/src/footprint.rs): the cluster bench's two
 //! policies, beside the compact AdaptiveScore (e2e/compact-adaptive) and the empty module, in
 //! one run. The streamed runs' µs over the floor follow these lines at roughly 0.1 µs each
-//! (README "Test bed"), and unlike those µs the counts repeat exactly.
+//! (docs/plugin-cpu.md), and unlike those µs the counts repeat exactly.
 
 use crate::cluster::{NAMES, THIRDS};
 use ailb_e2e::cluster::{hash_plugin, TARGET_HEADER};

@@ -1,7 +1,7 @@
 //! The Go-built third-party plugin (src/thirdparty.rs) beside ours: VM time per request from
 //! the emulator's counters, same pods, same Redis, same requests, interleaved one by one. Run
 //! twice: as is, then with every VM entry finding cold caches (the emulator's
-//! `AILB_COLD_ENTRIES`, README "Test bed"), the state an idle worker meets a request in.
+//! `AILB_COLD_ENTRIES`, docs/plugin-cpu.md), the state an idle worker meets a request in.
 
 use crate::common::chat10;
 use ailb_e2e::bed::Bed;
