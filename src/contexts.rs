@@ -6,12 +6,19 @@
 use ailb_core::id_map::{IdMap, Index};
 
 pub struct Contexts<B> {
-    /// Root id → its balancer; `None` until `proxy_on_configure` accepts a configuration.
-    roots: IdMap<Option<B>>,
+    roots: IdMap<Root<B>>,
     /// Http context id → its root, from its creation to its stream's end. A bare [`Index`]: its
     /// code is the one every id map runs, so the registry adds none of its own to a request
     /// (docs/architecture.md "Plugin CPU").
     streams: Index,
+}
+
+/// A root context.
+struct Root<B> {
+    /// `None` until `proxy_on_configure` accepts a configuration.
+    balancer: Option<B>,
+    /// The accepted configuration's bytes, as the host gave them (empty before one is).
+    config: Vec<u8>,
 }
 
 impl<B> Default for Contexts<B> {
@@ -38,17 +45,35 @@ impl<B> Contexts<B> {
             return;
         }
         if parent == 0 {
-            self.roots.insert(id, None);
+            let root = Root {
+                balancer: None,
+                config: Vec::new(),
+            };
+            self.roots.insert(id, root);
         } else {
             let _ = self.streams.insert(id, parent as usize);
         }
     }
 
-    /// A configuration accepted for `root`: its balancer from now on (replacing any earlier
-    /// one). A root the host never announced is made a root here.
-    pub fn configure(&mut self, root: u32, balancer: B) {
+    /// Whether `root` already serves with a balancer built from exactly `config`: the host
+    /// configures a live root again only with the configuration it has (docs/higress-abi.md
+    /// §11 "Root contexts"), and that balancer holds its requests' counts.
+    pub fn configured_with(&self, root: u32, config: &[u8]) -> bool {
+        self.roots
+            .get(&root)
+            .is_some_and(|r| r.balancer.is_some() && r.config == config)
+    }
+
+    /// Configuration `config` accepted for `root`: `balancer`, built from it, serves the root
+    /// from now on (replacing any earlier one). A root the host never announced is made a
+    /// root here.
+    pub fn configure(&mut self, root: u32, balancer: B, config: Vec<u8>) {
         self.streams.remove(root);
-        self.roots.insert(root, Some(balancer));
+        let root_context = Root {
+            balancer: Some(balancer),
+            config,
+        };
+        self.roots.insert(root, root_context);
     }
 
     /// The root an http context belongs to; `None` for roots, unknown ids and streams that
@@ -72,7 +97,7 @@ impl<B> Contexts<B> {
 
     /// The balancer of root `root`.
     pub fn root_balancer(&mut self, root: u32) -> Option<&mut B> {
-        self.roots.get_mut(&root)?.as_mut()
+        self.roots.get_mut(&root)?.balancer.as_mut()
     }
 
     /// `proxy_on_delete`: forgets `id` (a root's balancer is dropped with it).
@@ -99,15 +124,15 @@ mod tests {
         c.create(1, 0);
         c.create(7, 0);
         assert_eq!(c.balancer(1), None, "no balancer before configure");
-        c.configure(1, "one");
-        c.configure(7, "seven");
+        c.configure(1, "one", Vec::new());
+        c.configure(7, "seven", Vec::new());
         c.create(2, 1);
         c.create(3, 7);
         assert_eq!(c.balancer(2), Some(&mut "one"));
         assert_eq!(c.balancer(3), Some(&mut "seven"));
         assert_eq!(c.balancer(7), Some(&mut "seven"));
         assert_eq!((c.root_of(2), c.root_of(1)), (Some(1), None));
-        c.configure(1, "one again");
+        c.configure(1, "one again", Vec::new());
         assert_eq!(c.balancer(2), Some(&mut "one again"));
     }
 
@@ -115,7 +140,7 @@ mod tests {
     fn unknown_ids_and_deleted_contexts_have_no_balancer() {
         let mut c = Contexts::default();
         c.create(1, 0);
-        c.configure(1, 10u32);
+        c.configure(1, 10u32, Vec::new());
         assert_eq!(c.balancer(99), None);
         c.create(2, 1);
         c.create(3, 42); // a root the host never created
@@ -139,7 +164,7 @@ mod tests {
     fn a_stream_ends_once() {
         let mut c: Contexts<u8> = Contexts::default();
         c.create(1, 0);
-        c.configure(1, 5);
+        c.configure(1, 5, Vec::new());
         c.create(2, 1);
         assert_eq!(c.end(2), Some(1), "the first end names the root to tell");
         assert_eq!(
@@ -162,12 +187,28 @@ mod tests {
     fn creating_an_id_twice_keeps_the_first() {
         let mut c = Contexts::default();
         c.create(1, 0);
-        c.configure(1, 'a');
+        c.configure(1, 'a', Vec::new());
         c.create(1, 4); // not turned into an http context of 4
         assert_eq!(c.balancer(1), Some(&mut 'a'));
         c.create(2, 1);
         c.create(2, 0); // not turned into a root
         assert_eq!(c.root_of(2), Some(1));
         assert_eq!(c.live(), (1, 1));
+    }
+
+    #[test]
+    fn a_root_configured_again_with_its_own_bytes_is_known() {
+        let mut c = Contexts::default();
+        c.create(1, 0);
+        assert!(!c.configured_with(1, b""), "created, not configured");
+        c.configure(1, "first", b"{\"a\":1}".to_vec());
+        c.create(2, 1);
+        assert!(c.configured_with(1, b"{\"a\":1}"));
+        assert!(!c.configured_with(1, b"{\"a\":2}"));
+        assert!(!c.configured_with(9, b"{\"a\":1}"), "not a root");
+        assert!(!c.configured_with(2, b"{\"a\":1}"), "a stream, not a root");
+        c.configure(1, "second", b"{\"a\":2}".to_vec());
+        assert!(c.configured_with(1, b"{\"a\":2}") && !c.configured_with(1, b"{\"a\":1}"));
+        assert_eq!(c.balancer(2), Some(&mut "second"));
     }
 }

@@ -157,6 +157,12 @@ pub extern "C" fn proxy_on_context_create(id: u32, parent: u32) {
 pub extern "C" fn proxy_on_configure(root: u32, _configuration_size: usize) -> bool {
     let host = &mut WasmHost;
     let raw = ffi::plugin_configuration().unwrap_or_default();
+    // The host configures a live root again only with the configuration it has (a changed one
+    // is a new root context: docs/higress-abi.md §11 "Root contexts"). A new balancer would
+    // drop the counts its requests hold, so the one there stays.
+    if with_contexts(|c| c.configured_with(root, &raw)) == Some(true) {
+        return true;
+    }
     match config::parse(&raw, Build::CURRENT) {
         Ok(parsed) => {
             let level = ffi::log_level();
@@ -175,7 +181,7 @@ pub extern "C" fn proxy_on_configure(root: u32, _configuration_size: usize) -> b
                 ),
             );
             let balancer = Balancer::configure(host, config, entropy(), level);
-            with_contexts(|c| c.configure(root, balancer)).is_some()
+            with_contexts(|c| c.configure(root, balancer, raw)).is_some()
         }
         Err(e) => {
             host.log(LogLevel::Error, &format!("[ai-load-balancer] {e}"));
