@@ -6,19 +6,15 @@
 use ailb_core::id_map::{IdMap, Index};
 
 pub struct Contexts<B> {
-    roots: IdMap<Root<B>>,
+    /// Root id → its balancer; `None` until `proxy_on_configure` accepts a configuration.
+    roots: IdMap<Option<B>>,
+    /// Root id → the accepted configuration's bytes, as the host gave them. Apart from
+    /// `roots`, which every callback reads: only a configure reads these.
+    configs: IdMap<Vec<u8>>,
     /// Http context id → its root, from its creation to its stream's end. A bare [`Index`]: its
     /// code is the one every id map runs, so the registry adds none of its own to a request
     /// (docs/architecture.md "Plugin CPU").
     streams: Index,
-}
-
-/// A root context.
-struct Root<B> {
-    /// `None` until `proxy_on_configure` accepts a configuration.
-    balancer: Option<B>,
-    /// The accepted configuration's bytes, as the host gave them (empty before one is).
-    config: Vec<u8>,
 }
 
 impl<B> Default for Contexts<B> {
@@ -32,6 +28,7 @@ impl<B> Contexts<B> {
     pub const fn new() -> Self {
         Contexts {
             roots: IdMap::new(),
+            configs: IdMap::new(),
             streams: Index::new(),
         }
     }
@@ -45,11 +42,7 @@ impl<B> Contexts<B> {
             return;
         }
         if parent == 0 {
-            let root = Root {
-                balancer: None,
-                config: Vec::new(),
-            };
-            self.roots.insert(id, root);
+            self.roots.insert(id, None);
         } else {
             let _ = self.streams.insert(id, parent as usize);
         }
@@ -59,9 +52,8 @@ impl<B> Contexts<B> {
     /// configures a live root again only with the configuration it has (docs/higress-abi.md
     /// §11 "Root contexts"), and that balancer holds its requests' counts.
     pub fn configured_with(&self, root: u32, config: &[u8]) -> bool {
-        self.roots
-            .get(&root)
-            .is_some_and(|r| r.balancer.is_some() && r.config == config)
+        matches!(self.roots.get(&root), Some(Some(_)))
+            && self.configs.get(&root).is_some_and(|c| c == config)
     }
 
     /// Configuration `config` accepted for `root`: `balancer`, built from it, serves the root
@@ -69,11 +61,8 @@ impl<B> Contexts<B> {
     /// root here.
     pub fn configure(&mut self, root: u32, balancer: B, config: Vec<u8>) {
         self.streams.remove(root);
-        let root_context = Root {
-            balancer: Some(balancer),
-            config,
-        };
-        self.roots.insert(root, root_context);
+        self.roots.insert(root, Some(balancer));
+        self.configs.insert(root, config);
     }
 
     /// The root an http context belongs to; `None` for roots, unknown ids and streams that
@@ -97,19 +86,25 @@ impl<B> Contexts<B> {
 
     /// The balancer of root `root`.
     pub fn root_balancer(&mut self, root: u32) -> Option<&mut B> {
-        self.roots.get_mut(&root)?.balancer.as_mut()
+        self.roots.get_mut(&root)?.as_mut()
     }
 
     /// `proxy_on_delete`: forgets `id` (a root's balancer is dropped with it).
     pub fn delete(&mut self, id: u32) {
-        if self.streams.remove(id).is_none() {
-            self.roots.remove(&id);
+        // A stream's delete, after its end, finds nothing in either map: the configs are
+        // looked at for a root only, so a request's delete runs no code of theirs.
+        if self.streams.remove(id).is_none() && self.roots.remove(&id).is_some() {
+            self.configs.remove(&id);
         }
     }
 
     /// Live (roots, http contexts whose stream has not ended).
     #[cfg(test)]
     fn live(&self) -> (usize, usize) {
+        assert!(
+            self.configs.len() <= self.roots.len(),
+            "a config outlived its root"
+        );
         (self.roots.len(), self.streams.len())
     }
 }
