@@ -184,21 +184,51 @@ fn cluster_examples_are_accepted_and_the_envoyfilter_reads_their_header() {
     );
 }
 
+/// Envoy's `per_connection_buffer_limit_bytes` when a listener sets none.
+const DEFAULT_BUFFER_LIMIT: u64 = 1 << 20;
+
+/// What bounds a held body under one wasm filter: the listener's
+/// `per_connection_buffer_limit_bytes` (the most one read delivers), and the request body
+/// buffer of its HCM's routes (the least `request_body_buffer_limit`, the listener's limit for
+/// a route without one).
+#[derive(Clone, Copy)]
+struct Limits {
+    read: u64,
+    body: u64,
+}
+
 /// Every wasm filter config (`envoy.extensions.filters.http.wasm.v3.Wasm`) under `v`, with the
-/// listener `per_connection_buffer_limit_bytes` it sits under (None: Envoy's default, 1 MiB).
-fn wasm_filters(v: &Value, limit: Option<u64>, out: &mut Vec<(Value, Option<u64>)>) {
-    let limit = v["per_connection_buffer_limit_bytes"].as_u64().or(limit);
+/// [`Limits`] it sits under.
+fn wasm_filters(v: &Value, limits: Limits, out: &mut Vec<(Value, Limits)>) {
+    let mut limits = limits;
+    if let Some(read) = v["per_connection_buffer_limit_bytes"].as_u64() {
+        limits = Limits { read, body: read };
+    }
+    if let Some(hosts) = v["route_config"]["virtual_hosts"].as_array() {
+        let routes = hosts
+            .iter()
+            .filter_map(|h| h["routes"].as_array())
+            .flatten();
+        limits.body = routes
+            .map(|r| {
+                r["request_body_buffer_limit"]
+                    .as_u64()
+                    .unwrap_or(limits.read)
+            })
+            .min()
+            .unwrap_or(limits.read);
+    }
     match v {
         Value::Object(m) => {
             let wasm = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm";
             if m.get("@type").and_then(Value::as_str) == Some(wasm) {
-                out.push((m["config"].clone(), limit));
+                out.push((m["config"].clone(), limits));
             }
             for child in m.values() {
-                wasm_filters(child, limit, out);
+                wasm_filters(child, limits, out);
             }
         }
-        Value::Array(a) => a.iter().for_each(|c| wasm_filters(c, limit, out)),
+        Value::Array(a) => a.iter().for_each(|c| wasm_filters(c, limits, out)),
         _ => {}
     }
 }
@@ -207,8 +237,9 @@ fn wasm_filters(v: &Value, limit: Option<u64>, out: &mut Vec<(Value, Option<u64>
 fn envoy_configs_let_the_plugin_read_the_body_it_holds_for() {
     // `envoy --mode validate` (make e2e-test) runs the plugin's parser but not its warnings,
     // nor these rules (README "Plain Envoy"): a filter whose routes hold for the body sets
-    // allow_on_headers_stop_iteration, and its buffer limit leaves 1 MiB above maxBodyBytes
-    // so an oversized body is balanced unread instead of refused with 413.
+    // allow_on_headers_stop_iteration, and its routes' body buffer leaves two whole reads above
+    // maxBodyBytes, so an oversized body is balanced unread instead of refused with 413 (a held
+    // body grows by whole reads before the plugin sees them: docs/higress-abi.md §10).
     let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../envoy"));
     let mut holding = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap() {
@@ -219,9 +250,13 @@ fn envoy_configs_let_the_plugin_read_the_body_it_holds_for() {
         let y: serde_yaml::Value =
             serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         let mut filters = Vec::new();
-        wasm_filters(&serde_json::to_value(y).unwrap(), None, &mut filters);
+        let default = Limits {
+            read: DEFAULT_BUFFER_LIMIT,
+            body: DEFAULT_BUFFER_LIMIT,
+        };
+        wasm_filters(&serde_json::to_value(y).unwrap(), default, &mut filters);
         assert_eq!(filters.len(), 1, "{}", path.display());
-        for (filter, limit) in filters {
+        for (filter, limits) in filters {
             let plugin = filter["configuration"]["value"].as_str().unwrap();
             let parsed = ailb_core::config::parse(plugin.as_bytes(), Build::Envoy)
                 .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -242,12 +277,14 @@ fn envoy_configs_let_the_plugin_read_the_body_it_holds_for() {
                     "{}",
                     path.display()
                 );
-                let limit = limit.unwrap_or(1 << 20) as usize;
+                let needed = c.common.max_body_bytes as u64 + 2 * limits.read;
                 assert!(
-                    limit >= c.common.max_body_bytes + (1 << 20),
-                    "{}: buffer limit {limit} for maxBodyBytes {}",
+                    limits.body >= needed,
+                    "{}: body buffer {} for maxBodyBytes {} and reads of {}",
                     path.display(),
-                    c.common.max_body_bytes
+                    limits.body,
+                    c.common.max_body_bytes,
+                    limits.read
                 );
             }
         }

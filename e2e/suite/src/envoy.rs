@@ -10,6 +10,12 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+/// Envoy's log level in the tests: `AILB_ENVOY_LOG_LEVEL` (e.g. `debug`, to see why a test's
+/// request went as it did in the log the test prints), else `warn`.
+fn log_level() -> String {
+    std::env::var("AILB_ENVOY_LOG_LEVEL").unwrap_or_else(|_| "warn".to_string())
+}
+
 /// `$REPO/.venv/bin/envoy`, else `envoy` on PATH; a clear panic when neither exists.
 pub fn envoy_bin() -> PathBuf {
     let venv = crate::repo_root().join(".venv/bin/envoy");
@@ -114,7 +120,13 @@ impl Envoy {
         let child = Command::new(envoy_bin())
             .arg("-c")
             .arg(&path)
-            .args(["--concurrency", "2", "--disable-hot-restart", "-l", "warn"])
+            .args([
+                "--concurrency",
+                "2",
+                "--disable-hot-restart",
+                "-l",
+                &log_level(),
+            ])
             // The log file is flushed every 10 s by default; tests read it right away.
             .args(["--file-flush-interval-msec", "100"])
             .arg("--base-id")
@@ -217,15 +229,17 @@ impl Drop for Envoy {
 pub struct Body {
     /// The wasm filter's `allow_on_headers_stop_iteration`.
     pub stop_iteration: bool,
-    /// The listener's `per_connection_buffer_limit_bytes` (None: Envoy's 1 MiB).
-    pub buffer_limit: Option<u64>,
+    /// The route's `request_body_buffer_limit` (None: the listener's
+    /// `per_connection_buffer_limit_bytes`, Envoy's 1 MiB, which is also the most one read
+    /// delivers).
+    pub route_body_limit: Option<u64>,
 }
 
 impl Default for Body {
     fn default() -> Self {
         Body {
             stop_iteration: true,
-            buffer_limit: None,
+            route_body_limit: None,
         }
     }
 }
@@ -233,10 +247,14 @@ impl Default for Body {
 impl Body {
     pub fn apply(&self, config: &mut Value) {
         let listener = &mut config["static_resources"]["listeners"][0];
-        if let Some(limit) = self.buffer_limit {
-            listener["per_connection_buffer_limit_bytes"] = json!(limit);
-        }
         let hcm = &mut listener["filter_chains"][0]["filters"][0]["typed_config"];
+        if let Some(limit) = self.route_body_limit {
+            if let Some(routes) = hcm["route_config"]["virtual_hosts"][0]["routes"].as_array_mut() {
+                for r in routes {
+                    r["request_body_buffer_limit"] = json!(limit);
+                }
+            }
+        }
         let wasm = &mut hcm["http_filters"][0]["typed_config"]["config"];
         match wasm.as_object_mut() {
             Some(w) if self.stop_iteration => {
