@@ -254,10 +254,10 @@ fn envoy_refuses_a_5mb_body_over_the_buffer_limit_or_balances_it_unread() {
     assert_eq!(post(&envoy.url, &body("m", "small", 2), &[]).status, 200);
     drop(envoy);
 
-    // The route's body buffer a whole read above maxBodyBytes: the plugin balances it without
-    // reading it and the body streams on to the pod. A held body grows by whole reads, each up
-    // to the listener's 1 MiB, before the plugin sees them (docs/higress-abi.md §10), so the
-    // margin is a read's size: with the listener's limit 1 MiB above maxBodyBytes instead,
+    // The route's body buffer two whole reads above maxBodyBytes: the plugin balances the body
+    // without reading it and it streams on to the pod. A held body grows by whole reads, each
+    // up to the listener's 1 MiB, before the plugin sees them (docs/higress-abi.md §10), so the
+    // margin is counted in reads: with the listener's limit 1 MiB above maxBodyBytes instead,
     // one read of more than 1 MiB on a busy machine drew a 413 (2 runs in 8).
     let envoy = Envoy::start_body(
         &pods,
