@@ -7,7 +7,7 @@ use ailb_core::cluster::stats::ServiceTable;
 use ailb_e2e::plugin_wasm;
 use ailb_gateway::config::Config;
 use ailb_gateway::shared::Shared;
-use ailb_gateway::stream_data::Pairs;
+use ailb_gateway::stream_data::pairs;
 use ailb_gateway::vm::Plugin;
 use ailb_gateway::worker::Worker;
 use std::sync::Arc;
@@ -32,12 +32,6 @@ fn config_yaml() -> String {
     y
 }
 
-fn pairs(list: &[(&str, &str)]) -> Pairs {
-    list.iter()
-        .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
-        .collect()
-}
-
 /// Requests in flight by the route's statistics record in shared data.
 fn in_flight(shared: &Shared) -> i64 {
     let data = shared.shared_data.lock().unwrap_or_else(|e| e.into_inner());
@@ -47,11 +41,9 @@ fn in_flight(shared: &Shared) -> i64 {
         .map(|(_, (v, _))| v)
         .collect();
     assert_eq!(records.len(), 1, "one cluster_metrics record");
-    let table = ServiceTable::decode(records[0], &SERVICES, 0);
-    assert!(
-        table.read(records[0]).is_some(),
-        "the record reads as this route's"
-    );
+    let table = ServiceTable::new(&SERVICES, 0)
+        .read(records[0])
+        .expect("the record reads as this route's");
     table.stats().iter().map(|s| s.ongoing).sum()
 }
 

@@ -6,19 +6,13 @@
 
 use ailb_gateway::config::Config;
 use ailb_gateway::shared::Shared;
-use ailb_gateway::stream_data::Pairs;
+use ailb_gateway::stream_data::pairs;
 use ailb_gateway::vm::Plugin;
 use ailb_gateway::worker::Worker;
 use anyhow::{anyhow, Context, Result};
 use std::sync::Arc;
 
 const BODY: &[u8] = br#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hello there, tell me a story"}]}"#;
-
-fn pairs(list: &[(&str, &str)]) -> Pairs {
-    list.iter()
-        .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
-        .collect()
-}
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
