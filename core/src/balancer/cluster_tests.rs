@@ -568,6 +568,27 @@ fn cluster_rules_still_match_by_route() {
     }
 }
 
+#[test]
+fn a_rule_less_cluster_config_fixes_its_lane_when_it_loads() {
+    // Its requests' route is known before their headers are read.
+    let (_, e) = metrics_engine("AdaptiveScore", "");
+    let lane = e.lane.as_ref().unwrap();
+    assert!(
+        lane.replaced,
+        "the cluster header is the only destination header"
+    );
+    assert!(Rc::ptr_eq(&lane.config, e.config.global.as_ref().unwrap()));
+    assert!(hash_engine().1.lane.is_some());
+    // Chosen per request: a config with rules, one counting in Redis, an endpoint policy.
+    let (_, ruled) = engine(&format!(
+        r#"{{"lb_type":"cluster","lb_policy":"cluster_hash","lb_config":{{"clusters":[{{"cluster":"{A}","weight":100}}]}},"_rules_":[{{"_match_route_":["r"],"lb_type":"cluster","lb_policy":"cluster_hash","lb_config":{{"clusters":[{{"cluster":"{B}","weight":100}}]}}}}]}}"#
+    ));
+    assert!(ruled.lane.is_none());
+    assert!(global_engine().1.lane.is_none());
+    let (_, endpoint) = engine(r#"{"lb_policy":"endpoint_metrics"}"#);
+    assert!(endpoint.lane.is_none());
+}
+
 /// Where each request lives: (in the request machine, kept as a routed cluster stream).
 fn kept(e: &Balancer) -> (usize, usize) {
     (e.requests.len(), e.clusters.len())

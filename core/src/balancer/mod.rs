@@ -26,7 +26,7 @@ use crate::host::{self, Host, LogLevel};
 use crate::id_map::IdMap;
 use crate::redis::inflight::InflightKeys;
 use crate::redis::scripts::Keys;
-use cluster_stream::ClusterStreams;
+use cluster_stream::{ClusterStreams, Lane};
 use pick::Pick;
 use policies::cluster_metrics::{decide_local, Local};
 use policies::{Env, Input, Policies};
@@ -102,6 +102,8 @@ pub struct Balancer {
     requests: IdMap<Request>,
     /// Routed cluster requests that never entered `requests` (cluster_stream.rs).
     clusters: ClusterStreams,
+    /// The cluster lane every request takes, for a config without rules that has one.
+    lane: Option<Lane>,
     /// Picks whose stream ended before Redis answered, by token: undone when the reply comes.
     orphans: IdMap<Box<Pick>>,
     redis: RedisClient,
@@ -131,10 +133,12 @@ impl Balancer {
         seed: u64,
         log_level: LogLevel,
     ) -> Balancer {
+        let destination_headers = publish::destination_headers(&config);
         let mut b = Balancer {
             policies: Policies::new(&config, seed),
             tel: Telemetry::new(host, log_level),
-            destination_headers: publish::destination_headers(&config),
+            lane: Lane::of(&config, &destination_headers),
+            destination_headers,
             config,
             requests: IdMap::default(),
             clusters: ClusterStreams::default(),
@@ -180,6 +184,13 @@ impl Balancer {
         ctx: u32,
         end_of_stream: bool,
     ) -> Verdict {
+        if let Some(lane) = &self.lane {
+            let (config, replaced) = (lane.config.clone(), lane.replaced);
+            if !replaced {
+                publish::strip_destination_headers(host, &self.destination_headers);
+            }
+            return self.cluster_headers(host, ctx, config, replaced);
+        }
         // Three host calls a rule-less cluster policy would only throw away.
         let (route, cluster, authority) = if self.config.needs_request_names() {
             (

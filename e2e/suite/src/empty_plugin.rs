@@ -170,12 +170,19 @@ pub fn adaptive_host_calls_wasm() -> anyhow::Result<PathBuf> {
     module("adaptive-host-calls", ADAPTIVE_HOST_CALLS)
 }
 
-/// `module_text(own)` compiled to `ailb-<name>-plugin-<pid>.wasm` in the temp directory once
-/// per process.
+/// `module_text(own)` compiled to `ailb-<name>-plugin-<hash of the module>.wasm` in the temp
+/// directory. Named by its content, so every run and test process shares one file per module
+/// version instead of leaving one per process behind; written under a name of its own and
+/// renamed, so a process never reads another's half-written file.
 fn module(name: &str, own: &str) -> anyhow::Result<PathBuf> {
-    let path = std::env::temp_dir().join(format!("ailb-{name}-plugin-{}.wasm", std::process::id()));
-    if !path.exists() {
-        std::fs::write(&path, wat::parse_str(module_text(own))?)?;
+    let wasm = wat::parse_str(module_text(own))?;
+    let hash = ailb_core::hash::fnv1a(ailb_core::hash::FNV_OFFSET, &wasm);
+    let dir = std::env::temp_dir();
+    let path = dir.join(format!("ailb-{name}-plugin-{hash:016x}.wasm"));
+    if std::fs::read(&path).ok().as_deref() != Some(&wasm[..]) {
+        let part = dir.join(format!("ailb-{name}-plugin-{}.part", std::process::id()));
+        std::fs::write(&part, &wasm)?;
+        std::fs::rename(&part, &path)?;
     }
     Ok(path)
 }

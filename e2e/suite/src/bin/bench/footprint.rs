@@ -59,7 +59,13 @@ pub fn plugin_code_lines() -> anyhow::Result<()> {
         ),
         ("empty_module", empty_wasm()?, json!({})),
     ];
+    // `AILB_FOOTPRINT_ONLY=<name>` counts that run alone (a change's count in a quarter of the
+    // time).
+    let only = std::env::var("AILB_FOOTPRINT_ONLY").ok();
     for (name, wasm, cfg) in runs {
+        if only.as_deref().is_some_and(|o| o != name) {
+            continue;
+        }
         let fp = count(name, &wasm, cfg)?;
         println!("BENCH code_lines_per_request_{name} {} lines", fp.lines);
         println!(
