@@ -569,6 +569,38 @@ fn cluster_rules_still_match_by_route() {
 }
 
 #[test]
+fn authority_is_read_only_where_a_domain_rule_matches_on_it() {
+    let rule = |matcher: &str| {
+        format!(
+            r#"{{"lb_type":"cluster","lb_policy":"cluster_hash","lb_config":{{"clusters":[{{"cluster":"{A}","weight":100}}]}},"_rules_":[{{{matcher},"lb_type":"cluster","lb_policy":"cluster_hash","lb_config":{{"clusters":[{{"cluster":"{B}","weight":100}}]}}}}]}}"#
+        )
+    };
+    let read = |host: &MockHost| host.header_reads.borrow().iter().any(|h| h == ":authority");
+    // A domain rule reads it, and routes by it (port stripped).
+    let (mut host, mut e) = engine(&rule(r#""_match_domain_":["api.example.com"]"#));
+    for (ctx, authority, want) in [(2, "api.example.com:443", B), (3, "other.example.com", A)] {
+        let got = send(
+            &mut host,
+            &mut e,
+            ctx,
+            &[(":authority", authority), ("x-mse-consumer", "u")],
+        );
+        assert_eq!(got.as_deref(), Some(want), "{authority}");
+        assert!(read(&host));
+    }
+    // Rules on routes read the route and cluster names alone: one host call less per request.
+    let (mut host, mut e) = engine(&rule(r#""_match_route_":["chat"]"#));
+    let got = send(
+        &mut host,
+        &mut e,
+        2,
+        &[(":authority", "api.example.com"), ("x-mse-consumer", "u")],
+    );
+    assert_eq!(got.as_deref(), Some(B), "the route rule matched");
+    assert!(!read(&host));
+}
+
+#[test]
 fn a_rule_less_cluster_config_fixes_its_lane_when_it_loads() {
     // Its requests' route is known before their headers are read.
     let (_, e) = metrics_engine("AdaptiveScore", "");

@@ -104,6 +104,8 @@ pub struct Balancer {
     clusters: ClusterStreams,
     /// The cluster lane every request takes, for a config without rules that has one.
     lane: Option<Lane>,
+    /// Whether a request's `:authority` is read: only a `_match_domain_` rule needs it.
+    reads_authority: bool,
     /// Picks whose stream ended before Redis answered, by token: undone when the reply comes.
     orphans: IdMap<Box<Pick>>,
     redis: RedisClient,
@@ -138,6 +140,7 @@ impl Balancer {
             policies: Policies::new(&config, seed),
             tel: Telemetry::new(host, log_level),
             lane: Lane::of(&config, &destination_headers),
+            reads_authority: config.matches_domains(),
             destination_headers,
             config,
             requests: IdMap::default(),
@@ -191,12 +194,15 @@ impl Balancer {
             }
             return self.cluster_headers(host, ctx, config, replaced);
         }
-        // Three host calls a rule-less cluster policy would only throw away.
+        // Host calls a rule-less cluster policy would only throw away; `:authority` only for
+        // a domain rule.
         let (route, cluster, authority) = if self.config.needs_request_names() {
             (
                 host::text_property(host, "route_name"),
                 host::text_property(host, "cluster_name"),
-                host.request_header(":authority").ok().flatten(),
+                self.reads_authority
+                    .then(|| host.request_header(":authority").ok().flatten())
+                    .flatten(),
             )
         } else {
             (None, None, None)

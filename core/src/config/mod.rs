@@ -109,6 +109,12 @@ impl PluginConfig {
                 .is_some_and(|g| !g.policy.is_cluster() || g.policy.global_inflight().is_some())
     }
 
+    /// Whether matching a request to its rule reads its `:authority`: only a `_match_domain_`
+    /// rule does, so a config without one reads the route and cluster names alone.
+    pub fn matches_domains(&self) -> bool {
+        self.rules.iter().any(|(m, _)| m.reads_authority())
+    }
+
     /// The config for one request: the first matching rule, else the global config.
     pub fn select(&self, keys: &RequestKeys) -> Option<&Rc<RouteConfig>> {
         self.matching(keys)

@@ -105,6 +105,12 @@ impl Matcher {
         }
     }
 
+    /// Whether this rule matches on the request's `:authority` (a `_match_domain_` rule; the
+    /// other categories never read it).
+    pub fn reads_authority(&self) -> bool {
+        self.category == Category::Domain
+    }
+
     pub fn matches(&self, keys: &RequestKeys) -> bool {
         let route = keys.route.unwrap_or("");
         match self.category {

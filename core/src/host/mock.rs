@@ -48,6 +48,8 @@ pub struct MockHost {
     pub set_header_status: Option<HostErrorKind>,
     /// Request-header writes attempted (failed ones included).
     pub header_writes: u32,
+    /// Request headers read, by name, in order.
+    pub header_reads: RefCell<Vec<String>>,
     /// `remove_request_header` calls (a replace removes the old copies without one).
     pub header_removes: usize,
     pub tick_ms: Option<u32>,
@@ -128,6 +130,7 @@ impl Host for MockHost {
     }
 
     fn request_header(&self, name: &str) -> HostResult<Option<String>> {
+        self.header_reads.borrow_mut().push(name.to_string());
         Ok(self
             .request_headers
             .iter()
