@@ -569,15 +569,30 @@ fn cluster_rules_still_match_by_route() {
 }
 
 #[test]
-fn authority_is_read_only_where_a_domain_rule_matches_on_it() {
-    let rule = |matcher: &str| {
+fn request_names_are_read_only_where_something_needs_them() {
+    let rule = |matcher: &str, policy: &str| {
         format!(
-            r#"{{"lb_type":"cluster","lb_policy":"cluster_hash","lb_config":{{"clusters":[{{"cluster":"{A}","weight":100}}]}},"_rules_":[{{{matcher},"lb_type":"cluster","lb_policy":"cluster_hash","lb_config":{{"clusters":[{{"cluster":"{B}","weight":100}}]}}}}]}}"#
+            r#"{{"lb_type":"cluster","lb_policy":"cluster_hash","lb_config":{{"clusters":[{{"cluster":"{A}","weight":100}}]}},"_rules_":[{{{matcher},{policy}}}]}}"#
         )
     };
-    let read = |host: &MockHost| host.header_reads.borrow().iter().any(|h| h == ":authority");
-    // A domain rule reads it, and routes by it (port stripped).
-    let (mut host, mut e) = engine(&rule(r#""_match_domain_":["api.example.com"]"#));
+    let to_b = format!(
+        r#""lb_type":"cluster","lb_policy":"cluster_hash","lb_config":{{"clusters":[{{"cluster":"{B}","weight":100}}]}}"#
+    );
+    // (`:authority` read, `cluster_name` read) by the last request.
+    let reads = |host: &MockHost| {
+        let read = (
+            host.header_reads.borrow().iter().any(|h| h == ":authority"),
+            host.property_reads
+                .borrow()
+                .iter()
+                .any(|p| p == "cluster_name"),
+        );
+        host.header_reads.borrow_mut().clear();
+        host.property_reads.borrow_mut().clear();
+        read
+    };
+    // A domain rule reads `:authority`, and routes by it (port stripped).
+    let (mut host, mut e) = engine(&rule(r#""_match_domain_":["api.example.com"]"#, &to_b));
     for (ctx, authority, want) in [(2, "api.example.com:443", B), (3, "other.example.com", A)] {
         let got = send(
             &mut host,
@@ -586,10 +601,19 @@ fn authority_is_read_only_where_a_domain_rule_matches_on_it() {
             &[(":authority", authority), ("x-mse-consumer", "u")],
         );
         assert_eq!(got.as_deref(), Some(want), "{authority}");
-        assert!(read(&host));
+        assert_eq!(reads(&host), (true, false), "{authority}");
     }
-    // Rules on routes read the route and cluster names alone: one host call less per request.
-    let (mut host, mut e) = engine(&rule(r#""_match_route_":["chat"]"#));
+    // A service rule reads `cluster_name` before the choice.
+    let (mut host, mut e) = engine(&rule(r#""_match_service_":["default"]"#, &to_b));
+    let got = send(&mut host, &mut e, 2, &[("x-mse-consumer", "u")]);
+    assert_eq!(
+        got.as_deref(),
+        Some(B),
+        "the mock's cluster is outbound|80||default"
+    );
+    assert_eq!(reads(&host), (false, true));
+    // A route rule to a cluster policy reads the route alone: two host calls less a request.
+    let (mut host, mut e) = engine(&rule(r#""_match_route_":["chat"]"#, &to_b));
     let got = send(
         &mut host,
         &mut e,
@@ -597,7 +621,15 @@ fn authority_is_read_only_where_a_domain_rule_matches_on_it() {
         &[(":authority", "api.example.com"), ("x-mse-consumer", "u")],
     );
     assert_eq!(got.as_deref(), Some(B), "the route rule matched");
-    assert!(!read(&host));
+    assert_eq!(reads(&host), (false, false));
+    // An endpoint policy's route keys read `cluster_name` once its config is chosen.
+    let (mut host, mut e) = engine(&rule(
+        r#""_match_route_":["chat"]"#,
+        r#""lb_policy":"endpoint_metrics""#,
+    ));
+    host.live_contexts.push(2);
+    e.on_request_headers(&mut host, 2, false);
+    assert_eq!(reads(&host), (false, true));
 }
 
 #[test]

@@ -106,6 +106,9 @@ pub struct Balancer {
     lane: Option<Lane>,
     /// Whether a request's `:authority` is read: only a `_match_domain_` rule needs it.
     reads_authority: bool,
+    /// Whether a request's `cluster_name` is read before its config is chosen: only a
+    /// `_match_service_` rule needs it then (an endpoint policy's keys need it after).
+    matches_services: bool,
     /// Picks whose stream ended before Redis answered, by token: undone when the reply comes.
     orphans: IdMap<Box<Pick>>,
     redis: RedisClient,
@@ -141,6 +144,7 @@ impl Balancer {
             tel: Telemetry::new(host, log_level),
             lane: Lane::of(&config, &destination_headers),
             reads_authority: config.matches_domains(),
+            matches_services: config.matches_services(),
             destination_headers,
             config,
             requests: IdMap::default(),
@@ -194,12 +198,16 @@ impl Balancer {
             }
             return self.cluster_headers(host, ctx, config, replaced);
         }
-        // Host calls a rule-less cluster policy would only throw away; `:authority` only for
-        // a domain rule.
-        let (route, cluster, authority) = if self.config.needs_request_names() {
+        // Host calls a rule-less cluster policy would only throw away. Each name is read only
+        // where something needs it: `:authority` for a domain rule, `cluster_name` for a
+        // service rule or, below, an endpoint policy's keys.
+        let names = self.config.needs_request_names();
+        let (route, mut cluster, authority) = if names {
             (
                 host::text_property(host, "route_name"),
-                host::text_property(host, "cluster_name"),
+                self.matches_services
+                    .then(|| host::text_property(host, "cluster_name"))
+                    .flatten(),
                 self.reads_authority
                     .then(|| host.request_header(":authority").ok().flatten())
                     .flatten(),
@@ -228,6 +236,9 @@ impl Balancer {
         };
         if lane {
             return self.cluster_headers(host, ctx, config, replaced);
+        }
+        if names && !self.matches_services && !config.policy.is_cluster() {
+            cluster = host::text_property(host, "cluster_name");
         }
         let keys = match (&route, &cluster) {
             (Some(r), Some(c)) if !r.is_empty() && !c.is_empty() => {

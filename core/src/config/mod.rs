@@ -115,6 +115,13 @@ impl PluginConfig {
         self.rules.iter().any(|(m, _)| m.reads_authority())
     }
 
+    /// Whether matching a request to its rule reads its `cluster_name`: only a
+    /// `_match_service_` rule does. Otherwise only an endpoint policy's route keys need it,
+    /// once its config is chosen.
+    pub fn matches_services(&self) -> bool {
+        self.rules.iter().any(|(m, _)| m.reads_cluster())
+    }
+
     /// The config for one request: the first matching rule, else the global config.
     pub fn select(&self, keys: &RequestKeys) -> Option<&Rc<RouteConfig>> {
         self.matching(keys)

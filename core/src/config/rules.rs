@@ -111,6 +111,11 @@ impl Matcher {
         self.category == Category::Domain
     }
 
+    /// Whether this rule matches on the request's `cluster_name` (a `_match_service_` rule).
+    pub fn reads_cluster(&self) -> bool {
+        matches!(self.category, Category::Service | Category::RouteAndService)
+    }
+
     pub fn matches(&self, keys: &RequestKeys) -> bool {
         let route = keys.route.unwrap_or("");
         match self.category {

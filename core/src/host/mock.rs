@@ -50,6 +50,8 @@ pub struct MockHost {
     pub header_writes: u32,
     /// Request headers read, by name, in order.
     pub header_reads: RefCell<Vec<String>>,
+    /// Properties read, by dotted path, in order.
+    pub property_reads: RefCell<Vec<String>>,
     /// `remove_request_header` calls (a replace removes the old copies without one).
     pub header_removes: usize,
     pub tick_ms: Option<u32>,
@@ -126,7 +128,10 @@ impl Host for MockHost {
     }
 
     fn property(&self, path: &[&str]) -> HostResult<Option<Vec<u8>>> {
-        Ok(self.properties.get(&path.join(".")).cloned())
+        let path = path.join(".");
+        let value = self.properties.get(&path).cloned();
+        self.property_reads.borrow_mut().push(path);
+        Ok(value)
     }
 
     fn request_header(&self, name: &str) -> HostResult<Option<String>> {
