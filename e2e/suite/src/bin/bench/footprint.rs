@@ -37,7 +37,7 @@ fn count(name: &str, wasm: &Path, plugin: Value) -> anyhow::Result<Footprint> {
     let _ = std::fs::remove_dir_all(&scratch);
     let fp = fp?;
     if std::env::var_os("AILB_FOOTPRINT_DETAIL").is_some() {
-        for (f, n) in fp.by_function.iter().take(40) {
+        for (f, n) in &fp.by_function {
             eprintln!("footprint {name}: {n:4} {f}");
         }
     }
