@@ -50,12 +50,13 @@ fn abi_is_first_export_in_section_order() {
 fn missing_env_import_fails_loudly_with_its_name() {
     let wat = r#"(module (import "env" "proxy_no_such_call" (func)) (memory (export "memory") 1)
                  (func (export "proxy_abi_version_0_2_100")))"#;
-    let dir = std::env::temp_dir().join(format!("ailb-wat-{}.wat", std::process::id()));
-    std::fs::write(&dir, wat).unwrap();
+    let file = TempPath::new("missing-import.wat");
+    let dir = &file.0;
+    std::fs::write(dir, wat).unwrap();
     let y = format!(
         "{}{}",
         cluster_yaml(&[echo_upstream()]),
-        plugin_yaml(&dir, "{}")
+        plugin_yaml(dir, "{}")
     );
     let cfg = ailb_gateway::config::Config::from_yaml(&y, &[], ".".into()).unwrap();
     let err = ailb_gateway::gateway::start(cfg).err().expect("must fail");
@@ -396,9 +397,10 @@ fn local_errors_timeouts_and_buffer_limit() {
 #[test]
 fn rejected_config_exits_with_status_2() {
     let (_, p100) = test_plugins();
-    let dir = std::env::temp_dir().join(format!("ailb-rej-{}.yaml", std::process::id()));
+    let file = TempPath::new("rejected.yaml");
+    let dir = &file.0;
     std::fs::write(
-        &dir,
+        dir,
         base(2, &[echo_upstream()], "", p100, "{\"reject\":true}"),
     )
     .unwrap();
@@ -563,12 +565,13 @@ fn wasi_poll_oneoff_answers_success_with_zero_events() {
           (then unreachable))
         (if (i32.ne (i32.load (i32.const 128)) (i32.const 0)) (then unreachable))
         (i32.const 0)))"#;
-    let path = std::env::temp_dir().join(format!("ailb-poll-{}.wat", std::process::id()));
-    std::fs::write(&path, wat).unwrap();
+    let file = TempPath::new("poll.wat");
+    let path = &file.0;
+    std::fs::write(path, wat).unwrap();
     let gw = gateway(&format!(
         "workers: 1\n{}{}",
         cluster_yaml(&[echo_upstream()]),
-        plugin_yaml(&path, "{}")
+        plugin_yaml(path, "{}")
     ));
     for _ in 0..3 {
         assert_eq!(get(gw.listen, "/v1", &[]).status, 200);

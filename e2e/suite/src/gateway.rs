@@ -138,6 +138,8 @@ impl Gateway {
             ailb_testkit::free_port()
         ));
         std::fs::write(&path, serde_json::to_string_pretty(config)?)?;
+        // Removed however this returns: a gateway that did not start too.
+        let config_file = TempFile(path.clone());
         let mut child = Command::new(crate::e2e_bin("ailb-gateway"))
             .arg("--config")
             .arg(&path)
@@ -188,7 +190,7 @@ impl Gateway {
                     admin: format!("http://{admin}"),
                     child,
                     logs,
-                    _config: TempFile(path),
+                    _config: config_file,
                 })
             }
             other => {

@@ -23,7 +23,8 @@ pub fn test_plugins() -> &'static (PathBuf, PathBuf) {
         let target = std::env::var("CARGO_TARGET_DIR")
             .map(|t| PathBuf::from(t).join("testplugin"))
             .unwrap_or_else(|_| std::env::temp_dir().join("ailb-testplugin-target"));
-        let out = std::env::temp_dir().join(format!("ailb-tp-{}", std::process::id()));
+        // Beside their build, which every run reuses: one file per ABI, not one per process.
+        let out = target.join("abis");
         std::fs::create_dir_all(&out).unwrap();
         let mut paths = Vec::new();
         for (feat, name) in [(None, "tp_0_2_1.wasm"), (Some("abi100"), "tp_0_2_100.wasm")] {
@@ -36,15 +37,34 @@ pub fn test_plugins() -> &'static (PathBuf, PathBuf) {
             }
             assert!(c.status().unwrap().success(), "building test plugin");
             let dst = out.join(name);
+            // Renamed into place: another test binary may be loading the last run's copy.
+            let part = out.join(format!("{name}.{}.part", std::process::id()));
             std::fs::copy(
                 target.join("wasm32-wasip1/release/ailb_testplugin.wasm"),
-                &dst,
+                &part,
             )
             .unwrap();
+            std::fs::rename(&part, &dst).unwrap();
             paths.push(dst);
         }
         (paths[0].clone(), paths[1].clone())
     })
+}
+
+/// A file in the temp directory, named for this process, removed when dropped (a failed test
+/// too).
+pub struct TempPath(pub PathBuf);
+
+impl TempPath {
+    pub fn new(name: &str) -> TempPath {
+        TempPath(std::env::temp_dir().join(format!("ailb-{}-{name}", std::process::id())))
+    }
+}
+
+impl Drop for TempPath {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 /// A TCP server that accepts and then either stays silent or closes at once.
