@@ -2,7 +2,8 @@
 //! e2e crates (`e2e/` is a separate workspace and depends on this crate by path): one launcher
 //! for a throwaway redis-server, one blocking RESP client built on the plugin's own codec
 //! (`ailb_core::redis::resp`), so the tests read Redis the way the plugin does, and the reader
-//! of the compatibility corpus's files and Go verdicts ([`corpus`]).
+//! of the compatibility corpus's files and Go verdicts ([`corpus`]), and the temp files they
+//! write ([`TempFile`], [`replace_file`]).
 //!
 //! Only tests, benchmarks and the e2e harness depend on this crate; nothing in the plugin does.
 // Test scaffolding: a broken setup (no redis-server, a port that will not bind, a garbled
@@ -11,7 +12,9 @@
 
 mod client;
 pub mod corpus;
+mod files;
 mod server;
 
 pub use client::{command_stats, encode_value, try_cmd, Conn};
+pub use files::{replace_file, TempFile};
 pub use server::{free_port, Options, RedisServer};

@@ -105,7 +105,7 @@ pub struct Balancer {
     /// The cluster lane every request takes, for a config without rules that has one.
     lane: Option<Lane>,
     /// Whether a request's `:authority` is read: only a `_match_domain_` rule needs it.
-    reads_authority: bool,
+    matches_domains: bool,
     /// Whether a request's `cluster_name` is read before its config is chosen: only a
     /// `_match_service_` rule needs it then (an endpoint policy's keys need it after).
     matches_services: bool,
@@ -143,7 +143,7 @@ impl Balancer {
             policies: Policies::new(&config, seed),
             tel: Telemetry::new(host, log_level),
             lane: Lane::of(&config, &destination_headers),
-            reads_authority: config.matches_domains(),
+            matches_domains: config.matches_domains(),
             matches_services: config.matches_services(),
             destination_headers,
             config,
@@ -208,7 +208,7 @@ impl Balancer {
                 self.matches_services
                     .then(|| host::text_property(host, "cluster_name"))
                     .flatten(),
-                self.reads_authority
+                self.matches_domains
                     .then(|| host.request_header(":authority").ok().flatten())
                     .flatten(),
             )

@@ -50,7 +50,7 @@ fn abi_is_first_export_in_section_order() {
 fn missing_env_import_fails_loudly_with_its_name() {
     let wat = r#"(module (import "env" "proxy_no_such_call" (func)) (memory (export "memory") 1)
                  (func (export "proxy_abi_version_0_2_100")))"#;
-    let file = TempPath::new("missing-import.wat");
+    let file = TempFile::new("missing-import.wat");
     let dir = &file.0;
     std::fs::write(dir, wat).unwrap();
     let y = format!(
@@ -397,7 +397,7 @@ fn local_errors_timeouts_and_buffer_limit() {
 #[test]
 fn rejected_config_exits_with_status_2() {
     let (_, p100) = test_plugins();
-    let file = TempPath::new("rejected.yaml");
+    let file = TempFile::new("rejected.yaml");
     let dir = &file.0;
     std::fs::write(
         dir,
@@ -565,7 +565,7 @@ fn wasi_poll_oneoff_answers_success_with_zero_events() {
           (then unreachable))
         (if (i32.ne (i32.load (i32.const 128)) (i32.const 0)) (then unreachable))
         (i32.const 0)))"#;
-    let file = TempPath::new("poll.wat");
+    let file = TempFile::new("poll.wat");
     let path = &file.0;
     std::fs::write(path, wat).unwrap();
     let gw = gateway(&format!(

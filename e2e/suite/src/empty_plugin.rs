@@ -6,7 +6,6 @@
 //! headers, and cluster_metrics AdaptiveScore's over the whole request.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The callbacks a module leaves empty, each answering Continue (0) or true (1): one export per
 /// line, so a module that defines one of them itself drops that line (`module`).
@@ -173,23 +172,14 @@ pub fn adaptive_host_calls_wasm() -> anyhow::Result<PathBuf> {
 
 /// `module_text(own)` compiled to `ailb-<name>-plugin-<hash of the module>.wasm` in the temp
 /// directory. Named by its content, so every run and test process shares one file per module
-/// version instead of leaving one per process behind; written under a name of its own and
-/// renamed, so no reader meets a half-written file.
+/// version instead of leaving one per process behind; put in place whole
+/// (`ailb_testkit::replace_file`), since tests write it from several threads.
 fn module(name: &str, own: &str) -> anyhow::Result<PathBuf> {
     let wasm = wat::parse_str(module_text(own))?;
     let hash = ailb_core::hash::fnv1a(ailb_core::hash::FNV_OFFSET, &wasm);
-    let dir = std::env::temp_dir();
-    let path = dir.join(format!("ailb-{name}-plugin-{hash:016x}.wasm"));
+    let path = std::env::temp_dir().join(format!("ailb-{name}-plugin-{hash:016x}.wasm"));
     if std::fs::read(&path).ok().as_deref() != Some(&wasm[..]) {
-        // One name per writer: tests write from several threads of one process.
-        static WRITES: AtomicU64 = AtomicU64::new(0);
-        let n = WRITES.fetch_add(1, Ordering::Relaxed);
-        let part = dir.join(format!(
-            "ailb-{name}-plugin-{}-{n}.part",
-            std::process::id()
-        ));
-        std::fs::write(&part, &wasm)?;
-        std::fs::rename(&part, &path)?;
+        ailb_testkit::replace_file(&path, &wasm)?;
     }
     Ok(path)
 }

@@ -1,5 +1,6 @@
 //! Emulator gateway processes (`ailb-gateway`) and a tiny blocking HTTP client for tests.
 
+use ailb_testkit::TempFile;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -102,14 +103,6 @@ pub struct Gateway {
     child: Child,
     logs: Arc<Mutex<Vec<String>>>,
     _config: TempFile,
-}
-
-struct TempFile(PathBuf);
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
 }
 
 impl Gateway {

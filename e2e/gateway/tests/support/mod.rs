@@ -7,7 +7,7 @@ use ailb_gateway::config::Config;
 use ailb_gateway::gateway::{start, Gateway};
 // Not every test binary uses them.
 #[allow(unused_imports)]
-pub use ailb_testkit::{free_port, RedisServer};
+pub use ailb_testkit::{free_port, RedisServer, TempFile};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -37,34 +37,13 @@ pub fn test_plugins() -> &'static (PathBuf, PathBuf) {
             }
             assert!(c.status().unwrap().success(), "building test plugin");
             let dst = out.join(name);
-            // Renamed into place: another test binary may be loading the last run's copy.
-            let part = out.join(format!("{name}.{}.part", std::process::id()));
-            std::fs::copy(
-                target.join("wasm32-wasip1/release/ailb_testplugin.wasm"),
-                &part,
-            )
-            .unwrap();
-            std::fs::rename(&part, &dst).unwrap();
+            // Another test binary may be loading the last run's copy.
+            let built = std::fs::read(target.join("wasm32-wasip1/release/ailb_testplugin.wasm"));
+            ailb_testkit::replace_file(&dst, &built.unwrap()).unwrap();
             paths.push(dst);
         }
         (paths[0].clone(), paths[1].clone())
     })
-}
-
-/// A file in the temp directory, named for this process, removed when dropped (a failed test
-/// too).
-pub struct TempPath(pub PathBuf);
-
-impl TempPath {
-    pub fn new(name: &str) -> TempPath {
-        TempPath(std::env::temp_dir().join(format!("ailb-{}-{name}", std::process::id())))
-    }
-}
-
-impl Drop for TempPath {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
 }
 
 /// A TCP server that accepts and then either stays silent or closes at once.

@@ -62,6 +62,12 @@ pub fn plugin_code_lines() -> anyhow::Result<()> {
     // `AILB_FOOTPRINT_ONLY=<name>` counts that run alone (a change's count in a quarter of the
     // time).
     let only = std::env::var("AILB_FOOTPRINT_ONLY").ok();
+    if let Some(o) = &only {
+        anyhow::ensure!(
+            runs.iter().any(|(name, ..)| name == o),
+            "AILB_FOOTPRINT_ONLY={o} names no run"
+        );
+    }
     for (name, wasm, cfg) in runs {
         if only.as_deref().is_some_and(|o| o != name) {
             continue;
