@@ -462,6 +462,8 @@ fn global_inflight_asks_redis_with_local_scores_and_gives_the_lease_back() {
             "{higress:adaptive_score_inflight:chat:AdaptiveScore}:leases"
         ]
     );
+    // Every acquire reclaims up to 4 expired leases (docs/redis-data-model.md §6, §8).
+    assert_eq!(args[10], "4", "{args:?}");
     // Two candidates (P2C), no samples yet: Go scores them by in flight + 1.
     let pairs = &args[11..];
     assert_eq!(pairs.len(), 4, "{args:?}");

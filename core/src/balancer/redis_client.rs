@@ -17,12 +17,13 @@ use crate::redis::scripts::{
 use std::collections::HashMap;
 use std::rc::Rc;
 
-/// An acquire also reclaims up to `RECLAIM_LIMIT` expired leases with chance 1/`RECLAIM_EVERY`:
-/// enough to drain a crashed gateway's leases, cheap on the common path. A draw rather than
-/// every 16th acquire of the VM: with a counter, traffic cycling through 16 routes (or any
-/// multiple) in a fixed order reclaimed on the same routes forever and never healed the others
-/// (found by the Redis Cluster failover drill, e2e/suite/tests/redis_cluster.rs).
-const RECLAIM_EVERY: u64 = 16;
+/// Every acquire also reclaims up to `RECLAIM_LIMIT` expired leases of its route, so what a
+/// crashed gateway or a lost release left behind is given back by the first acquire on that
+/// route after the lease expired (docs/redis-data-model.md §6). With no expired lease this is
+/// one `ZRANGEBYSCORE` that finds nothing: `make bench` showed no difference in pick cost
+/// against reclaiming on one acquire in 16. Reclaiming on a random 1 in 16 left healing to
+/// chance: after a Redis failover some routes kept a leaked count for 90 picks and more
+/// (e2e/suite/tests/redis_cluster.rs).
 const RECLAIM_LIMIT: u32 = 4;
 
 /// How a Redis callback ended, as the host reports it.
@@ -121,7 +122,7 @@ impl RedisClient {
     }
 
     /// Sends `pick`'s acquire for request `ctx`. `draw` is a fresh random number: its high
-    /// half breaks ties in the script, its low bits decide whether this acquire reclaims.
+    /// half breaks ties in the script.
     pub fn send_pick(
         &mut self,
         host: &mut dyn Host,
@@ -131,11 +132,7 @@ impl RedisClient {
         draw: u64,
     ) -> Result<u32, Cause> {
         let random = (draw >> 32) as u32;
-        let reclaim = if draw.is_multiple_of(RECLAIM_EVERY) {
-            RECLAIM_LIMIT
-        } else {
-            0
-        };
+        let reclaim = RECLAIM_LIMIT;
         let now_ms = host.now_ms();
         let query = match pick {
             Pick::Endpoint(p) => self.endpoint_query(p, now_ms, random, reclaim),

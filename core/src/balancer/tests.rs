@@ -616,23 +616,19 @@ fn prefix_falls_back_to_least_request_on_bad_bodies() {
 }
 
 #[test]
-fn reclaiming_picks_are_drawn_not_every_16th() {
-    // Traffic cycling through 16 routes in a fixed order must not reclaim on the same route
-    // every time (a counter did; the other routes' expired leases then never healed).
+fn every_pick_reclaims_expired_leases() {
+    // A lease left behind (crashed gateway, lost release) must be given back by the first
+    // acquire on its route once it expired, not by chance: reclaiming on a random 1 in 16
+    // left a Redis failover's leaked counts in place for 90 picks and more.
     let (mut host, mut e) = setup("");
-    let mut positions = std::collections::BTreeSet::new();
-    let mut reclaiming = 0;
-    for i in 0..640u32 {
+    for i in 0..64u32 {
         let ctx = 2 + i;
         let token = start(&mut host, &mut e, ctx);
         let args = host.last_query_args();
         let numkeys: usize = args[2].parse().unwrap();
         // EVALSHA sha numkeys keys… now lease_ttl id cost cap random fingerprint reclaim
         let reclaim: u32 = args[3 + numkeys + 7].parse().unwrap();
-        if reclaim > 0 {
-            reclaiming += 1;
-            positions.insert(i % 16);
-        }
+        assert_eq!(reclaim, 4, "pick {i} reclaims");
         deliver(
             &mut host,
             &mut e,
@@ -643,13 +639,5 @@ fn reclaiming_picks_are_drawn_not_every_16th() {
         let release = host.next_token - 4;
         deliver(&mut host, &mut e, release, b":1\r\n");
     }
-    assert!(
-        (15..=80).contains(&reclaiming),
-        "{reclaiming} of 640 reclaim"
-    );
-    assert!(
-        positions.len() >= 8,
-        "reclaims fall on {positions:?} of a 16-cycle"
-    );
     assert_eq!(e.tracked(), (0, 0));
 }

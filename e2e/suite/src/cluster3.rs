@@ -278,6 +278,8 @@ pub struct Drill {
     pub left: Vec<(String, Option<RouteCounts>)>,
     /// From the end of the load until every count was back to the truth (0 in flight).
     pub heal_ms: u128,
+    /// Probe rounds sent while healing (one request per route each).
+    pub probe_rounds: usize,
 }
 
 impl Drill {
@@ -375,8 +377,7 @@ pub fn drill(
             })
             .sum()
     };
-    // In a shuffled order: a VM reclaims on one acquire in 16 of its own, so a fixed probe
-    // cycle can keep landing those on the same routes and never on the others.
+    // In a shuffled order, so no route is always probed through the same gateway and worker.
     let mut rng = ailb_core::hash::SplitMix64(0x5eed);
     let mut order: Vec<&Route> = routes.iter().collect();
     let mut k = 0;
@@ -407,5 +408,6 @@ pub fn drill(
         fault_ms: fault_took.as_millis(),
         leaked,
         heal_ms: ended.elapsed().as_millis(),
+        probe_rounds: k,
     }
 }

@@ -97,7 +97,7 @@ fn picks_per_s(fleet: &Fleet, seconds: f64) -> anyhow::Result<f64> {
                                 cap: 0,
                                 random: (rng >> 32) as u32,
                                 fingerprint: &fp,
-                                reclaim: if seq.is_multiple_of(16) { 4 } else { 0 },
+                                reclaim: 4, // as the plugin sends on every acquire
                                 endpoints: None,
                                 session: None,
                                 wait_rank: None,
