@@ -158,6 +158,29 @@ pub fn chat(gateway: &str, text: &str, max_tokens: u64) -> (u16, String) {
     }
 }
 
+/// Probes through `url` until every count is back to zero: what a fault left behind (a lost
+/// reply, a killed gateway's requests) heals by reclaim, which only a pick runs
+/// (docs/redis-data-model.md §6), so a wait without requests could wait forever.
+pub fn probe_until_zero(bed: &Bed, url: &str, timeout: Duration) -> Counts {
+    let probe = chat_body("probe", 1);
+    let mut last = bed.counts();
+    crate::gateway::wait_until(timeout, || {
+        for _ in 0..4 {
+            let _ = http(
+                url,
+                "POST",
+                "/v1/chat/completions",
+                &[("content-type", "application/json")],
+                &probe,
+            );
+        }
+        // The last probe's release may still be on its way.
+        last = wait_for_zero(bed, Duration::from_millis(300));
+        last.is_zero()
+    });
+    last
+}
+
 /// Polls Redis until every count is back to zero.
 pub fn wait_for_zero(bed: &Bed, timeout: Duration) -> Counts {
     let mut last = bed.counts();

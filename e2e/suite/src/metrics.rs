@@ -33,9 +33,12 @@ pub fn preload(bed: &Bed, pod: usize, n: usize, tokens: u64) {
         });
     }
     let engine = bed.pods[pod].engine().clone();
-    crate::gateway::wait_until(Duration::from_secs(5), || {
-        engine.snapshot().waiting + 1 >= n
-    });
+    assert!(
+        crate::gateway::wait_until(Duration::from_secs(5), || {
+            engine.snapshot().waiting + 1 >= n
+        }),
+        "pod {pod} did not fill with {n} requests"
+    );
 }
 
 /// Sends `n` short requests one after another with `headers`; counts the answering pods

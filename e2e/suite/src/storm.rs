@@ -216,21 +216,7 @@ pub fn long_run(
     let rss_end_kb = a.rss_kb()?;
     orphaned += a.stat("ai_lb.release.orphaned") + b.stat("ai_lb.release.orphaned");
     rejected_429 += a.stat("ai_lb.glr.rejected_429") + b.stat("ai_lb.glr.rejected_429");
-    // What is left (lost replies, the killed gateway's requests) heals by reclaim, which runs
-    // on picks: probe until zero.
-    let probe = crate::bed::chat_body("probe", 1);
-    crate::gateway::wait_until(Duration::from_secs(lease_ttl_s + 20), || {
-        for _ in 0..4 {
-            let _ = crate::gateway::http(
-                &a.url,
-                "POST",
-                "/v1/chat/completions",
-                &[("content-type", "application/json")],
-                &probe,
-            );
-        }
-        bed.counts().is_zero()
-    });
+    crate::bed::probe_until_zero(bed, &a.url, Duration::from_secs(lease_ttl_s + 20));
     let left = bed.counts();
     Ok(LongRun {
         summary,

@@ -10,7 +10,7 @@ use ailb_e2e::bed::{chat_body, Bed};
 use ailb_e2e::cluster::{
     cluster_config, hash_plugin, metrics_plugin, service_of, services, Service, TARGET_HEADER,
 };
-use ailb_e2e::gateway::{http, open, Gateway};
+use ailb_e2e::gateway::{http, open, wait_until, Gateway};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -406,19 +406,23 @@ fn cluster_metrics_global_inflight_counts_in_redis_and_survives_redis_down() {
     plugin["lb_config"]["serviceFQDN"] = "redis.static".into();
     plugin["lb_config"]["servicePort"] = bed.redis.port.into();
     let gws = gateways(&bed, &svcs, &plugin);
-    // 8 requests of ~0.4 s at once over both gateways: all counted in Redis while they run.
+    // 8 requests of ~2 s at once over both gateways: all counted in Redis while they run (the
+    // last read, once all 8 are in or after 1.5 s, is what is checked).
     let in_flight = std::thread::scope(|s| {
         let handles: Vec<_> = (0..8)
             .map(|i| {
                 let gw = &gws[i % 2];
                 s.spawn(move || {
-                    let (status, _, body) = send_tokens(gw, &format!("g{i}"), &[], 20);
+                    let (status, _, body) = send_tokens(gw, &format!("g{i}"), &[], 100);
                     assert_eq!(status, 200, "{body}\n{}", gw.logs());
                 })
             })
             .collect();
-        std::thread::sleep(std::time::Duration::from_millis(200));
-        let seen = inflight_counts(&bed);
+        let mut seen = inflight_counts(&bed);
+        wait_until(std::time::Duration::from_millis(1500), || {
+            seen = inflight_counts(&bed);
+            seen.0.values().sum::<i64>() == 8 && seen.1 == 8
+        });
         for h in handles {
             h.join().unwrap();
         }

@@ -104,23 +104,26 @@ fn critical_first(caps: serde_json::Value) -> i64 {
     let holders: Vec<_> = (0..2)
         .map(|_| send(b.url.clone(), "standard", 150, t0))
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
+    let stat = |name: &str| a.stat(name) + b.stat(name);
+    // Each wave is in (counted, or waiting) before the next is sent.
+    let settled = |what: &str, ok: &dyn Fn() -> bool| {
+        assert!(wait_until(Duration::from_secs(5), ok), "{what}");
+    };
+    settled("holders in", &|| bed.counts().leases == 2);
     // Standard requests wait on B first, then critical ones on A.
     let standard: Vec<_> = (0..4)
         .map(|_| send(b.url.clone(), "standard", 50, t0))
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
+    settled("standard waiting", &|| stat("ai_lb.queue.queued") == 4);
     let critical: Vec<_> = (0..2)
         .map(|_| send(a.url.clone(), "critical", 50, t0))
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
-    let stat = |name: &str| a.stat(name) + b.stat(name);
-    assert_eq!(
-        stat("ai_lb.queue.queued"),
-        6,
-        "every request over the pool waits"
-    );
-    assert_eq!(waiters(&bed), 6, "each waiter is in the Redis wait set");
+    settled("every request over the pool waits", &|| {
+        stat("ai_lb.queue.queued") == 6
+    });
+    settled("each waiter is in the Redis wait set", &|| {
+        waiters(&bed) == 6
+    });
 
     let holders = join(holders);
     let standard = join(standard);
@@ -169,18 +172,28 @@ fn a_deadline_answers_429_and_a_client_gone_while_waiting_leaks_nothing() {
     let holders: Vec<_> = (0..2)
         .map(|i| send(gws[i].url.clone(), "standard", 300, t0))
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        wait_until(Duration::from_secs(5), || bed.counts().leases == 2),
+        "holders in: {:?}",
+        bed.counts()
+    );
 
-    // Clients that give up while waiting: the request is sent, then the connection dropped.
+    // Clients that give up while waiting: the request is sent and, once it waits, the
+    // connection dropped.
     let headers = [
         ("content-type", "application/json"),
         ("x-priority", "critical"),
     ];
     for gw in gws {
         for _ in 0..2 {
+            let queued = gw.stat("ai_lb.queue.queued");
             let body = chat_body("impatient", 50);
             let s = open(&gw.url, "POST", "/v1/chat/completions", &headers, &body).unwrap();
-            std::thread::sleep(Duration::from_millis(100));
+            assert!(
+                wait_until(Duration::from_secs(5), || gw.stat("ai_lb.queue.queued")
+                    > queued),
+                "the impatient request waits"
+            );
             drop(s);
         }
     }

@@ -182,20 +182,23 @@ fn it_balances_200_routes_per_policy_on_every_shard() {
         .enumerate()
         .map(|(i, r)| {
             let (url, r) = (urls[i % 2].clone(), r.clone());
-            std::thread::spawn(move || send(&url, &r, "hold", 300))
+            // 1000 tokens, 2 s: one pass over the 27 routes' counts opens ~160 connections.
+            std::thread::spawn(move || send(&url, &r, "hold", 1000))
         })
         .collect();
+    // The counts of the pass that saw every route counted, not a later read, which a request
+    // that ended meanwhile would find at zero.
+    let mut seen = Vec::new();
     let counted = wait_until(Duration::from_secs(3), || {
-        held.iter().all(|r| {
-            fleet
-                .counts_on_master(r)
+        seen = held
+            .iter()
+            .map(|r| (r.name.clone(), fleet.counts_on_master(r)))
+            .collect();
+        seen.iter().all(|(_, c)| {
+            c.as_ref()
                 .is_some_and(|c| c.total() == 1.0 && c.leases == 1)
         })
     });
-    let seen: Vec<_> = held
-        .iter()
-        .map(|r| (r.name.clone(), fleet.counts_on_master(r)))
-        .collect();
     for t in running {
         assert_eq!(t.join().unwrap().0, 200);
     }
