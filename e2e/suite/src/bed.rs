@@ -181,6 +181,16 @@ pub fn probe_until_zero(bed: &Bed, url: &str, timeout: Duration) -> Counts {
     last
 }
 
+/// Waits (up to 5 s) until a wave of requests sent when `leases_before` leases were held has
+/// settled: each holds a lease or has been answered (refused). Tests that send waves in an
+/// order wait for this rather than for a fixed time, which a loaded machine can outrun.
+pub fn wait_wave<T>(bed: &Bed, leases_before: i64, wave: &[std::thread::JoinHandle<T>]) {
+    crate::gateway::wait_until(Duration::from_secs(5), || {
+        let answered = wave.iter().filter(|t| t.is_finished()).count();
+        bed.counts().leases + answered as i64 >= leases_before + wave.len() as i64
+    });
+}
+
 /// Polls Redis until every count is back to zero.
 pub fn wait_for_zero(bed: &Bed, timeout: Duration) -> Counts {
     let mut last = bed.counts();

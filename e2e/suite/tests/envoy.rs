@@ -155,7 +155,9 @@ fn envoy_priority_classes_shed_the_lowest_class_first_with_retry_after() {
         "maxRequestCount": 2, "priorityHeader": "x-priority", "criticalHeadroom": 1,
         "priorityReserve": 1}});
     let envoy = Envoy::start(&pods, &plugin);
+    // Each request is sent once the one before it is routed or answered.
     let send = |class: &'static str| {
+        let routed = envoy.stat("ai_lb.glr.routed");
         let url = envoy.url.clone();
         let t = std::thread::spawn(move || {
             let body = ailb_e2e::bed::chat_body(class, 400);
@@ -169,7 +171,9 @@ fn envoy_priority_classes_shed_the_lowest_class_first_with_retry_after() {
                 .map(|(_, v)| v.clone());
             (status, retry)
         });
-        std::thread::sleep(Duration::from_millis(250));
+        wait_until(Duration::from_secs(5), || {
+            t.is_finished() || envoy.stat("ai_lb.glr.routed") > routed
+        });
         t
     };
     let order = [

@@ -4,7 +4,7 @@
 //! ai_lb.tenant.shed), a lone tenant uses the whole pool, `maxPoolRequests` holds across both
 //! gateways, and every count, lease and tenant count comes back.
 
-use ailb_e2e::bed::{chat_body, wait_for_zero, Bed};
+use ailb_e2e::bed::{chat_body, wait_for_zero, wait_wave, Bed};
 use ailb_e2e::gateway::{glr_config, http, Gateway};
 use serde_json::json;
 use std::thread::JoinHandle;
@@ -41,12 +41,19 @@ fn send(url: String, tenant: Option<&'static str>, tokens: u64) -> JoinHandle<An
     })
 }
 
-/// Sends `n` requests of `tenant`, alternating gateways, and lets them reach their pods.
-fn wave(gws: &[&Gateway], n: usize, tenant: Option<&'static str>) -> Vec<JoinHandle<Answer>> {
-    let threads = (0..n)
+/// Sends `n` requests of `tenant`, alternating gateways, and lets them reach their pods or
+/// their refusal.
+fn wave(
+    bed: &Bed,
+    gws: &[&Gateway],
+    n: usize,
+    tenant: Option<&'static str>,
+) -> Vec<JoinHandle<Answer>> {
+    let before = bed.counts().leases;
+    let threads: Vec<_> = (0..n)
         .map(|i| send(gws[i % gws.len()].url.clone(), tenant, 500))
         .collect();
-    std::thread::sleep(Duration::from_millis(400));
+    wait_wave(bed, before, &threads);
     threads
 }
 
@@ -82,12 +89,12 @@ fn a_flooding_tenant_does_not_take_the_pool_from_a_quiet_one() {
     let b = bed.gateway(&bed.spec("gw-b", Some(cfg)));
     let gws = [&a, &b];
 
-    let quiet_first = wave(&gws, 1, Some("quiet"));
-    let flood = wave(&gws, 10, Some("flood"));
-    let quiet_more = wave(&gws, 3, Some("quiet"));
+    let quiet_first = wave(&bed, &gws, 1, Some("quiet"));
+    let flood = wave(&bed, &gws, 10, Some("flood"));
+    let quiet_more = wave(&bed, &gws, 3, Some("quiet"));
     // The pool is full now (4 + 4): anyone else is refused by the cap.
     let peak = bed.counts();
-    let over = wave(&gws, 2, None);
+    let over = wave(&bed, &gws, 2, None);
 
     assert_eq!(peak.total(), 8.0, "{peak:?}");
     assert_eq!(tally(quiet_first), (1, 0, 0));
@@ -124,7 +131,7 @@ fn a_lone_tenant_uses_the_whole_pool_and_the_pool_cap_holds_across_gateways() {
     let b = bed.gateway(&bed.spec("gw-b", Some(cfg)));
     let gws = [&a, &b];
 
-    let alone = wave(&gws, 11, Some("alone"));
+    let alone = wave(&bed, &gws, 11, Some("alone"));
     let peak = bed.counts();
     assert_eq!(
         tally(alone),

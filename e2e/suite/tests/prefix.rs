@@ -2,7 +2,7 @@
 //! fake pods with per-pod prefix caches, one real redis-server.
 
 use ailb_e2e::bed::{wait_for_zero, Bed};
-use ailb_e2e::gateway::{http, Gateway};
+use ailb_e2e::gateway::{http, wait_until, Gateway};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -124,6 +124,8 @@ fn it_spills_a_hot_prefix_and_brings_it_back() {
     let home = send(&a, &[sys.clone(), user("warm up".into())], 1);
     // Six long requests under the same prefix pile onto its pod (within the thresholds at
     // first), then the guard sends the rest elsewhere.
+    let routed = || a.stat("ai_lb.prefix.routed") + b.stat("ai_lb.prefix.routed");
+    let routed_before = routed();
     let held: Vec<_> = (0..10)
         .map(|i| {
             let (url, sys) = (if i % 2 == 0 { a.url.clone() } else { b.url.clone() }, sys.clone());
@@ -134,7 +136,10 @@ fn it_spills_a_hot_prefix_and_brings_it_back() {
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(400));
+    assert!(
+        wait_until(Duration::from_secs(5), || routed() >= routed_before + 10),
+        "all 10 routed"
+    );
     let on_home = bed
         .counts()
         .load

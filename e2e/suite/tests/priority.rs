@@ -3,7 +3,7 @@
 //! is refused first (429 + Retry-After, counted in ai_lb.priority.shed), critical uses its headroom, and
 //! every count and lease comes back, shed requests holding none.
 
-use ailb_e2e::bed::{chat_body, wait_for_zero, Bed};
+use ailb_e2e::bed::{chat_body, wait_for_zero, wait_wave, Bed};
 use ailb_e2e::gateway::{glr_config, http, Gateway};
 use serde_json::json;
 use std::thread::JoinHandle;
@@ -45,12 +45,20 @@ fn send(url: String, class: &'static str, tokens: u64) -> JoinHandle<Answer> {
     })
 }
 
-/// Sends `n` requests of `class`, alternating gateways, and lets them reach their pods.
-fn wave(gws: &[&Gateway], n: usize, class: &'static str, tokens: u64) -> Vec<JoinHandle<Answer>> {
-    let threads = (0..n)
+/// Sends `n` requests of `class`, alternating gateways, and lets them reach their pods or
+/// their refusal.
+fn wave(
+    bed: &Bed,
+    gws: &[&Gateway],
+    n: usize,
+    class: &'static str,
+    tokens: u64,
+) -> Vec<JoinHandle<Answer>> {
+    let before = bed.counts().leases;
+    let threads: Vec<_> = (0..n)
         .map(|i| send(gws[i % gws.len()].url.clone(), class, tokens))
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
+    wait_wave(bed, before, &threads);
     threads
 }
 
@@ -87,13 +95,13 @@ fn under_overload_shedding_follows_class_order_and_nothing_leaks() {
     let gws = [&a, &b];
     let long = 500;
 
-    let sheddable = wave(&gws, 2, "sheddable", long);
-    let sheddable_over = wave(&gws, 2, "sheddable", long);
-    let standard = wave(&gws, 2, "standard", long);
-    let standard_over = wave(&gws, 2, "standard", long);
-    let critical = wave(&gws, 2, "critical", long);
-    let critical_over = wave(&gws, 2, "critical", long);
-    let unknown_over = wave(&gws, 1, "vip", long);
+    let sheddable = wave(&bed, &gws, 2, "sheddable", long);
+    let sheddable_over = wave(&bed, &gws, 2, "sheddable", long);
+    let standard = wave(&bed, &gws, 2, "standard", long);
+    let standard_over = wave(&bed, &gws, 2, "standard", long);
+    let critical = wave(&bed, &gws, 2, "critical", long);
+    let critical_over = wave(&bed, &gws, 2, "critical", long);
+    let unknown_over = wave(&bed, &gws, 1, "vip", long);
 
     assert_eq!(shed(sheddable), 0, "sheddable fits while the pool is idle");
     assert_eq!(
