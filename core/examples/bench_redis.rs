@@ -162,7 +162,7 @@ fn measure_side_by_side(redis: &RedisServer, hosts: usize, variants: &[Variant])
                                 cap: 0,
                                 random: (rng >> 32) as u32,
                                 fingerprint: &fp,
-                                reclaim: 4, // as the plugin sends on every acquire
+                                reclaim: scripts::RECLAIM_LIMIT, // as the plugin sends on every acquire
                                 endpoints: None,
                                 session: session.as_deref().map(|key| SessionArgs {
                                     key,

@@ -719,8 +719,10 @@ impl Balancer {
                 None
             }
             Effect::Send(pick) => {
-                let draw = self.rng.next_u64();
-                let result = self.redis.send_pick(host, &mut self.tel, ctx, &pick, draw);
+                let random = (self.rng.next_u64() >> 32) as u32;
+                let result = self
+                    .redis
+                    .send_pick(host, &mut self.tel, ctx, &pick, random);
                 Some(Event::Sent { result, pick })
             }
             Effect::Publish {

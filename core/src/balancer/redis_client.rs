@@ -12,19 +12,11 @@ use crate::id_map::IdMap;
 use crate::reason::Cause;
 use crate::redis::inflight::{self, InflightKeys, ServiceAcquireArgs};
 use crate::redis::scripts::{
-    self, AcquireArgs, AcquireReply, Keys, PrefixArgs, ReplyError, Scripts, SessionArgs, TenantArgs,
+    self, AcquireArgs, AcquireReply, Keys, PrefixArgs, ReplyError, Scripts, SessionArgs,
+    TenantArgs, RECLAIM_LIMIT,
 };
 use std::collections::HashMap;
 use std::rc::Rc;
-
-/// Every acquire also reclaims up to `RECLAIM_LIMIT` expired leases of its route, so what a
-/// crashed gateway or a lost release left behind is given back by the first acquire on that
-/// route after the lease expired (docs/redis-data-model.md §6). With no expired lease this is
-/// one `ZRANGEBYSCORE` that finds nothing: `make bench` showed no difference in pick cost
-/// against reclaiming on one acquire in 16. Reclaiming on a random 1 in 16 left healing to
-/// chance: after a Redis failover some routes kept a leaked count for 90 picks and more
-/// (e2e/suite/tests/redis_cluster.rs).
-const RECLAIM_LIMIT: u32 = 4;
 
 /// How a Redis callback ended, as the host reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,21 +113,19 @@ impl RedisClient {
         self.synced.remove(namespace);
     }
 
-    /// Sends `pick`'s acquire for request `ctx`. `draw` is a fresh random number: its high
-    /// half breaks ties in the script.
+    /// Sends `pick`'s acquire for request `ctx`. `random` is a fresh random number, which
+    /// breaks ties in the script.
     pub fn send_pick(
         &mut self,
         host: &mut dyn Host,
         tel: &mut Telemetry,
         ctx: u32,
         pick: &Pick,
-        draw: u64,
+        random: u32,
     ) -> Result<u32, Cause> {
-        let random = (draw >> 32) as u32;
-        let reclaim = RECLAIM_LIMIT;
         let now_ms = host.now_ms();
         let query = match pick {
-            Pick::Endpoint(p) => self.endpoint_query(p, now_ms, random, reclaim),
+            Pick::Endpoint(p) => self.endpoint_query(p, now_ms, random),
             Pick::Service(p) => inflight::acquire_call(
                 &self.scripts,
                 p.by_sha,
@@ -146,7 +136,7 @@ impl RedisClient {
                     key_ttl_s: p.key_ttl_s,
                     request_id: &p.request_id,
                     random,
-                    reclaim,
+                    reclaim: RECLAIM_LIMIT,
                     candidates: &p.candidates,
                 },
             ),
@@ -165,13 +155,7 @@ impl RedisClient {
         Ok(token)
     }
 
-    fn endpoint_query(
-        &self,
-        pick: &EndpointPick,
-        now_ms: u64,
-        random: u32,
-        reclaim: u32,
-    ) -> Vec<u8> {
+    fn endpoint_query(&self, pick: &EndpointPick, now_ms: u64, random: u32) -> Vec<u8> {
         let args = AcquireArgs {
             now_ms,
             lease_ttl_ms: pick.config.common.lease_ttl_ms,
@@ -180,7 +164,7 @@ impl RedisClient {
             cap: pick.cap,
             random,
             fingerprint: &pick.fingerprint,
-            reclaim,
+            reclaim: RECLAIM_LIMIT,
             endpoints: pick.sent_list.then_some(pick.candidates.as_slice()),
             session: None,
             wait_rank: pick.wait_rank,

@@ -97,7 +97,7 @@ fn picks_per_s(fleet: &Fleet, seconds: f64) -> anyhow::Result<f64> {
                                 cap: 0,
                                 random: (rng >> 32) as u32,
                                 fingerprint: &fp,
-                                reclaim: 4, // as the plugin sends on every acquire
+                                reclaim: scripts::RECLAIM_LIMIT, // as the plugin sends on every acquire
                                 endpoints: None,
                                 session: None,
                                 wait_rank: None,
