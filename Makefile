@@ -10,13 +10,17 @@ RAW_WASM     := target/$(WASM_TARGET)/release/ai_load_balancer.wasm
 ENVOY_RAW    := target/envoy/$(WASM_TARGET)/release/ai_load_balancer.wasm
 WASM_ABI     := tools/wasm-abi/target/release/wasm-abi
 HIGRESS_WASM := $(DIST)/ai-load-balancer.wasm
+# The request path's functions, first in the code section of both artifacts (docs/plugin-cpu.md
+# "Code pages"); `make hot-functions` writes it.
+HOT          := tools/hot-functions.txt
+ORDERED_WASM := target/$(WASM_TARGET)/release/ai_load_balancer.ordered.wasm
 ENVOY_WASM   := $(DIST)/ai-load-balancer-envoy.wasm
 ABI021_WASM  := $(DIST)/testdata/ai-load-balancer-abi021-only.wasm
 CHECK_CONFIG := $(DIST)/check-config
 # A bench fixture (e2e/compact-adaptive): the least Rust AdaptiveScore, run beside the plugin.
 COMPACT      := e2e/compact-adaptive
 
-.PHONY: all toolchain deps bench-deps build check-config check-config-tool check-abi test unit-test wasm-unit-test lint fmt bench package clean tools e2e-build e2e-test run fuzz compact-adaptive
+.PHONY: all toolchain deps bench-deps build check-config check-config-tool check-abi test unit-test wasm-unit-test lint fmt bench package clean tools e2e-build e2e-test run fuzz compact-adaptive hot-functions
 
 E2E_BIN      := e2e/target/release
 E2E_CARGO    := cd e2e && $(CARGO)
@@ -83,18 +87,20 @@ $(VENV)/bin/envoy:
 tools:
 	$(CARGO) build --release --quiet --manifest-path tools/wasm-abi/Cargo.toml
 
-# The Higress artifact: release, LTO, size-optimised, panic=abort (Cargo.toml), then the SDK's
+# The Higress artifact: release, LTO, size-optimised, panic=abort (Cargo.toml), its request
+# path's functions moved to the front of the code section ($(HOT)), then the SDK's
 # proxy_abi_version_0_2_1 export removed so Higress selects 0_2_100
 # (docs/higress-abi.md §1).
 build: toolchain tools
 	$(CARGO) build --release --target $(WASM_TARGET) --lib
 	mkdir -p $(DIST)/testdata
-	$(WASM_ABI) strip $(RAW_WASM) $(HIGRESS_WASM) proxy_abi_version_0_2_1
+	$(WASM_ABI) order $(RAW_WASM) $(ORDERED_WASM) $(HOT)
+	$(WASM_ABI) strip $(ORDERED_WASM) $(HIGRESS_WASM) proxy_abi_version_0_2_1
 	# Test fixture: the same module exporting only 0_2_1, to show the body starvation it causes.
-	$(WASM_ABI) strip $(RAW_WASM) $(ABI021_WASM) proxy_abi_version_0_2_100
+	$(WASM_ABI) strip $(ORDERED_WASM) $(ABI021_WASM) proxy_abi_version_0_2_100
 	# The plain-Envoy artifact: standard proxy-wasm 0.2.1 imports only (docs/higress-abi.md §1).
 	$(CARGO) build --release --target $(WASM_TARGET) --lib --features envoy --target-dir target/envoy
-	cp $(ENVOY_RAW) $(ENVOY_WASM)
+	$(WASM_ABI) order $(ENVOY_RAW) $(ENVOY_WASM) $(HOT)
 	@ls -l $(HIGRESS_WASM) $(ENVOY_WASM)
 	$(MAKE) --no-print-directory check-config-tool
 
@@ -135,6 +141,12 @@ wasm-unit-test: toolchain e2e-build
 
 e2e-build:
 	$(E2E_CARGO) build --release --quiet --bins
+
+# The functions every cluster request runs, counted under callgrind in the built plugin, as
+# the order `make build` lays the code out in (docs/plugin-cpu.md "Code pages"). Run it after
+# a change to the request path, then `make build` again.
+hot-functions: bench-deps build e2e-build compact-adaptive
+	AILB_FOOTPRINT_ORDER=$(HOT) $(E2E_BIN)/ailb-bench footprint
 
 # `ailb-bench cluster-p99` runs it beside the plugin (docs/plugin-cpu.md).
 compact-adaptive: toolchain

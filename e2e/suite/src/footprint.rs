@@ -21,6 +21,10 @@ pub const REQUESTS: usize = 150;
 pub struct Footprint {
     /// Distinct 64-byte lines of compiled plugin code.
     pub lines: usize,
+    /// Distinct 4 KiB pages of compiled code those lines are on (the engine's trampolines
+    /// included): each one a page walk for a worker whose TLB forgot it (docs/plugin-cpu.md
+    /// "Code pages").
+    pub pages: usize,
     /// Instructions of compiled plugin code.
     pub instructions: u64,
     /// Lines per compiled function (perf-map name), most first.
@@ -35,10 +39,12 @@ pub fn measure(config: &Path, scratch: &Path) -> Result<Footprint> {
 }
 
 /// Instruction counts of one run, keyed by (function, offset in it) so that two runs whose
-/// code loaded at other addresses line up; with each function's start modulo 64.
+/// code loaded at other addresses line up; with each function's start modulo 64, and its
+/// address (for pages).
 struct Run {
     counts: HashMap<(String, u64), u64>,
     line_base: HashMap<String, u64>,
+    starts: HashMap<String, u64>,
 }
 
 fn run(config: &Path, scratch: &Path, requests: usize) -> Result<Run> {
@@ -139,6 +145,7 @@ fn attribute(map: &[(u64, u64, String)], counts: &HashMap<u64, u64>) -> Run {
     let mut run = Run {
         counts: HashMap::new(),
         line_base: HashMap::new(),
+        starts: HashMap::new(),
     };
     for (&addr, &count) in counts {
         let i = map.partition_point(|(start, _, _)| *start <= addr);
@@ -150,6 +157,7 @@ fn attribute(map: &[(u64, u64, String)], counts: &HashMap<u64, u64>) -> Run {
         }
         *run.counts.entry((name.clone(), addr - start)).or_default() += count;
         run.line_base.insert(name.clone(), start % 64);
+        run.starts.insert(name.clone(), *start);
     }
     run
 }
@@ -157,6 +165,7 @@ fn attribute(map: &[(u64, u64, String)], counts: &HashMap<u64, u64>) -> Run {
 fn per_request(short: &Run, long: &Run, requests: u64) -> Footprint {
     let mut lines: HashMap<&str, HashSet<u64>> = HashMap::new();
     let mut instructions = 0;
+    let mut pages: HashSet<u64> = HashSet::new();
     for ((name, offset), &count) in &long.counts {
         let extra = count.saturating_sub(
             short
@@ -171,6 +180,9 @@ fn per_request(short: &Run, long: &Run, requests: u64) -> Footprint {
         instructions += extra;
         let base = long.line_base.get(name).copied().unwrap_or(0);
         lines.entry(name).or_default().insert((offset + base) / 64);
+        if let Some(start) = long.starts.get(name) {
+            pages.insert((start + offset) / 4096);
+        }
     }
     let mut by_function: Vec<(String, usize)> = lines
         .iter()
@@ -179,6 +191,7 @@ fn per_request(short: &Run, long: &Run, requests: u64) -> Footprint {
     by_function.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     Footprint {
         lines: by_function.iter().map(|(_, n)| n).sum(),
+        pages: pages.len(),
         instructions: instructions / requests,
         by_function,
     }
@@ -208,6 +221,7 @@ mod tests {
             vec![("g".to_string(), 2), ("f".to_string(), 1)]
         );
         assert_eq!(fp.instructions, (2 + 2 + 2) / 2);
+        assert_eq!(fp.pages, 2, "f on page 1, g's two lines on page 2");
     }
 
     #[test]

@@ -2,7 +2,10 @@
 //! `wasm-abi check FILE --host higress|envoy` — print them and fail on anything outside the
 //!   allowed table of docs/higress-abi.md §1.
 //! `wasm-abi strip FILE OUT NAME...` — write FILE without the named exports.
+//! `wasm-abi order FILE OUT LIST` — write FILE with the functions LIST names first in its code
+//!   section (src/order.rs).
 
+mod order;
 mod wasm;
 
 use std::process::ExitCode;
@@ -178,8 +181,20 @@ fn run(args: &[String]) -> Result<bool, String> {
             std::fs::write(out, stripped).map_err(|e| format!("{out}: {e}"))?;
             Ok(true)
         }
+        [cmd, file, out, list] if cmd == "order" => {
+            let bytes = read(file)?;
+            let list = std::fs::read_to_string(list).map_err(|e| format!("{list}: {e}"))?;
+            let ordered = order::order(&bytes, &order::parse_list(&list))?;
+            for name in &ordered.unmatched {
+                eprintln!("wasm-abi order: no function is named {name}");
+            }
+            println!("wasm-abi order: {} functions first in {out}", ordered.moved);
+            std::fs::write(out, ordered.module).map_err(|e| format!("{out}: {e}"))?;
+            Ok(true)
+        }
         _ => Err(
-            "usage: wasm-abi list FILE | check FILE --host higress|envoy | strip FILE OUT NAME..."
+            "usage: wasm-abi list FILE | check FILE --host higress|envoy | \
+             strip FILE OUT NAME... | order FILE OUT LIST"
                 .into(),
         ),
     }

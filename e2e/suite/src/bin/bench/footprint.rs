@@ -1,7 +1,13 @@
 //! Plugin code lines per request (e2e/suite/src/footprint.rs): the cluster bench's two
 //! policies, beside the compact AdaptiveScore (e2e/compact-adaptive) and the empty module, in
 //! one run. The streamed runs' µs over the floor follow these lines at roughly 0.1 µs each
-//! (docs/plugin-cpu.md), and unlike those µs the counts repeat exactly.
+//! (docs/plugin-cpu.md), and unlike those µs the counts repeat exactly. So do the code pages
+//! those lines are on.
+//!
+//! `AILB_FOOTPRINT_ORDER=<file>` writes the plugin's functions that every request runs, the
+//! AdaptiveScore run's then cluster_hash's, each by lines, most first, demangled:
+//! `make hot-functions` keeps tools/hot-functions.txt so, the order `make build` gives the
+//! code section (tools/wasm-abi/src/order.rs).
 
 use crate::cluster::{NAMES, THIRDS};
 use ailb_e2e::cluster::{hash_plugin, TARGET_HEADER};
@@ -68,16 +74,53 @@ pub fn plugin_code_lines() -> anyhow::Result<()> {
             "AILB_FOOTPRINT_ONLY={o} names no run"
         );
     }
+    let order = std::env::var_os("AILB_FOOTPRINT_ORDER");
+    let mut hot: Vec<String> = Vec::new();
     for (name, wasm, cfg) in runs {
         if only.as_deref().is_some_and(|o| o != name) {
             continue;
         }
         let fp = count(name, &wasm, cfg)?;
         println!("BENCH code_lines_per_request_{name} {} lines", fp.lines);
+        println!("BENCH code_pages_per_request_{name} {} pages", fp.pages);
         println!(
             "BENCH code_instructions_per_request_{name} {} count",
             fp.instructions
         );
+        if wasm == plugin_wasm() {
+            for (function, _) in &fp.by_function {
+                // The engine's trampolines and builtins are not the module's functions.
+                let listed = rustc_demangle::demangle(function).to_string();
+                let engine = ["wasm[", "signatures[", "wasmtime_"]
+                    .iter()
+                    .any(|p| function.starts_with(p));
+                if !engine && !hot.contains(&listed) {
+                    hot.push(listed);
+                }
+            }
+        }
+    }
+    if let Some(path) = order {
+        let mut text = String::from(HOT_FUNCTIONS_HEADER);
+        for f in &hot {
+            text.push_str(f);
+            text.push('\n');
+        }
+        ailb_testkit::replace_file(Path::new(&path), text.as_bytes())?;
+        eprintln!(
+            "wrote {} functions to {}",
+            hot.len(),
+            Path::new(&path).display()
+        );
     }
     Ok(())
 }
+
+const HOT_FUNCTIONS_HEADER: &str = "\
+# The plugin's functions that every cluster request runs (AdaptiveScore's, then cluster_hash's,
+# each by code lines, most first), demangled. `make build` moves them to the front of the code
+# section (tools/wasm-abi/src/order.rs), so they share a few code pages (docs/plugin-cpu.md
+# \"Code pages\"). Where a hash matches no function (another build), every function of that
+# name moves. Written by `make hot-functions`; a name no function has any more is reported by
+# the build and costs only its own function's place.
+";
