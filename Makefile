@@ -121,6 +121,9 @@ check-config: check-config-tool
 check-abi: build
 	$(WASM_ABI) check $(HIGRESS_WASM) --host higress
 	$(WASM_ABI) check $(ENVOY_WASM) --host envoy
+	# Every listed function still exists: a renamed one would lose its place in the layout.
+	$(WASM_ABI) check-order $(HIGRESS_WASM) $(HOT)
+	$(WASM_ABI) check-order $(ENVOY_WASM) $(HOT)
 
 unit-test: deps
 	$(CARGO) test --quiet --workspace

@@ -4,6 +4,7 @@
 //! `wasm-abi strip FILE OUT NAME...` — write FILE without the named exports.
 //! `wasm-abi order FILE OUT LIST` — write FILE with the functions LIST names first in its code
 //!   section (src/order.rs).
+//! `wasm-abi check-order FILE LIST` — fail when a line of LIST names no function of FILE.
 
 mod order;
 mod wasm;
@@ -181,6 +182,24 @@ fn run(args: &[String]) -> Result<bool, String> {
             std::fs::write(out, stripped).map_err(|e| format!("{out}: {e}"))?;
             Ok(true)
         }
+        [cmd, file, list] if cmd == "check-order" => {
+            let bytes = read(file)?;
+            let list = std::fs::read_to_string(list).map_err(|e| format!("{list}: {e}"))?;
+            let ordered = order::order(&bytes, &order::parse_list(&list))?;
+            for name in &ordered.unmatched {
+                eprintln!(
+                    "ORDER CHECK FAILED: {file}: no function is named {name} \
+                     (`make hot-functions` rewrites the list)"
+                );
+            }
+            if ordered.unmatched.is_empty() {
+                println!(
+                    "order check ok: {file} ({} functions listed first)",
+                    ordered.moved
+                );
+            }
+            Ok(ordered.unmatched.is_empty())
+        }
         [cmd, file, out, list] if cmd == "order" => {
             let bytes = read(file)?;
             let list = std::fs::read_to_string(list).map_err(|e| format!("{list}: {e}"))?;
@@ -194,7 +213,7 @@ fn run(args: &[String]) -> Result<bool, String> {
         }
         _ => Err(
             "usage: wasm-abi list FILE | check FILE --host higress|envoy | \
-             strip FILE OUT NAME... | order FILE OUT LIST"
+             strip FILE OUT NAME... | order FILE OUT LIST | check-order FILE LIST"
                 .into(),
         ),
     }
