@@ -198,6 +198,13 @@ impl Balancer {
             }
             return self.cluster_headers(host, ctx, config, replaced);
         }
+        self.selected_headers(host, ctx, end_of_stream)
+    }
+
+    /// [`Balancer::on_request_headers`] of a config whose route each request selects. Out of
+    /// line, so a lane request's code stays on few pages (docs/plugin-cpu.md "Code pages").
+    #[inline(never)]
+    fn selected_headers(&mut self, host: &mut dyn Host, ctx: u32, end_of_stream: bool) -> Verdict {
         // Host calls a rule-less cluster policy would only throw away. Each name is read only
         // where something needs it: `:authority` for a domain rule, `cluster_name` for a
         // service rule or, below, an endpoint policy's keys.
@@ -372,7 +379,9 @@ impl Balancer {
         self.wants_response_body(ctx)
     }
 
-    /// [`Balancer::on_response_headers`] of a request in the machine.
+    /// [`Balancer::on_response_headers`] of a request in the machine. Out of line, as
+    /// [`Balancer::selected_headers`].
+    #[inline(never)]
     fn request_response_headers(&mut self, host: &mut dyn Host, ctx: u32) {
         let Some(req) = self.requests.get(&ctx) else {
             return;
@@ -459,6 +468,13 @@ impl Balancer {
             }
             return;
         }
+        self.request_done(host, ctx);
+    }
+
+    /// [`Balancer::on_done`] of a request in the machine. Out of line, as
+    /// [`Balancer::selected_headers`].
+    #[inline(never)]
+    fn request_done(&mut self, host: &mut dyn Host, ctx: u32) {
         self.released.remove(&ctx);
         let Some(mut req) = self.requests.remove(&ctx) else {
             return;
