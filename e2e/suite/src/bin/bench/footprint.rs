@@ -75,6 +75,10 @@ pub fn plugin_code_lines() -> anyhow::Result<()> {
         );
     }
     let order = std::env::var_os("AILB_FOOTPRINT_ORDER");
+    anyhow::ensure!(
+        order.is_none() || only.is_none(),
+        "AILB_FOOTPRINT_ORDER lists both plugin runs: not with AILB_FOOTPRINT_ONLY"
+    );
     let mut hot: Vec<String> = Vec::new();
     for (name, wasm, cfg) in runs {
         if only.as_deref().is_some_and(|o| o != name) {
