@@ -166,7 +166,6 @@ pub fn load(script: &Script) -> Vec<u8> {
     resp::encode_command(&[b"SCRIPT".as_slice(), b"LOAD", script.text.as_bytes()])
 }
 
-/// Arguments of one acquire (see glr_acquire.lua for their order).
 /// How many expired leases every acquire gives back (`reclaim`), endpoint and service scripts
 /// alike: what a crashed gateway or a lost release left behind is given back by the first
 /// acquire on its route after the lease expired (docs/redis-data-model.md §6). With nothing
@@ -176,6 +175,7 @@ pub fn load(script: &Script) -> Vec<u8> {
 /// more (e2e/suite/tests/redis_cluster.rs).
 pub const RECLAIM_LIMIT: u32 = 4;
 
+/// Arguments of one acquire (see glr_acquire.lua for their order).
 #[derive(Debug, Clone)]
 pub struct AcquireArgs<'a> {
     pub now_ms: u64,

@@ -153,6 +153,12 @@ fn list(m: &Module) -> Result<(), String> {
     Ok(())
 }
 
+/// The lines of an order LIST file (src/order.rs).
+fn read_list(path: &str) -> Result<Vec<String>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    Ok(order::parse_list(&text))
+}
+
 fn run(args: &[String]) -> Result<bool, String> {
     let read = |p: &String| std::fs::read(p).map_err(|e| format!("{p}: {e}"));
     match args {
@@ -183,9 +189,7 @@ fn run(args: &[String]) -> Result<bool, String> {
             Ok(true)
         }
         [cmd, file, list] if cmd == "check-order" => {
-            let bytes = read(file)?;
-            let list = std::fs::read_to_string(list).map_err(|e| format!("{list}: {e}"))?;
-            let ordered = order::order(&bytes, &order::parse_list(&list))?;
+            let ordered = order::plan(&read(file)?, &read_list(list)?)?;
             for name in &ordered.unmatched {
                 eprintln!(
                     "ORDER CHECK FAILED: {file}: no function is named {name} \
@@ -201,9 +205,7 @@ fn run(args: &[String]) -> Result<bool, String> {
             Ok(ordered.unmatched.is_empty())
         }
         [cmd, file, out, list] if cmd == "order" => {
-            let bytes = read(file)?;
-            let list = std::fs::read_to_string(list).map_err(|e| format!("{list}: {e}"))?;
-            let ordered = order::order(&bytes, &order::parse_list(&list))?;
+            let ordered = order::order(&read(file)?, &read_list(list)?)?;
             for name in &ordered.unmatched {
                 eprintln!("wasm-abi order: no function is named {name}");
             }

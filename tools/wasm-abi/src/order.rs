@@ -127,7 +127,9 @@ impl Reencode for Renumber {
     ) -> Result<(), Error<String>> {
         let types: Vec<u32> = section.into_iter().collect::<Result<_, _>>()?;
         for old in self.order.clone() {
-            let ty = types.get(old as usize).copied().unwrap_or_default();
+            let Some(&ty) = types.get(old as usize) else {
+                return Err(Error::UserError(format!("function {old} has no type")));
+            };
             functions.function(self.type_index(ty)?);
         }
         Ok(())
@@ -181,8 +183,18 @@ impl Reencode for Renumber {
     }
 }
 
-/// `wasm` with the functions named in `list` first (module doc).
-pub fn order(wasm: &[u8], list: &[String]) -> Result<Ordered, String> {
+/// Where each defined function goes: `order[new] = old` (counted from the first defined
+/// one, after `imports` imported ones), the first `moved` of them listed, and the lines
+/// that named nothing.
+pub struct Plan {
+    imports: u32,
+    order: Vec<u32>,
+    pub moved: usize,
+    pub unmatched: Vec<String>,
+}
+
+/// The order `list` gives `wasm`'s functions, without writing a module.
+pub fn plan(wasm: &[u8], list: &[String]) -> Result<Plan, String> {
     let l = layout(wasm)?;
     // Defined functions (counted from the first) by name, and by name less its hash.
     let mut by_name: HashMap<&str, Vec<u32>> = HashMap::new();
@@ -219,6 +231,23 @@ pub fn order(wasm: &[u8], list: &[String]) -> Result<Ordered, String> {
     }
     let moved = order.len();
     order.extend((0..l.defined).filter(|&at| !taken.get(at as usize).copied().unwrap_or(true)));
+    Ok(Plan {
+        imports: l.imports,
+        order,
+        moved,
+        unmatched,
+    })
+}
+
+/// `wasm` with the functions named in `list` first (module doc).
+pub fn order(wasm: &[u8], list: &[String]) -> Result<Ordered, String> {
+    let Plan {
+        imports,
+        order,
+        moved,
+        unmatched,
+    } = plan(wasm, list)?;
+    let defined = order.len();
     let mut new_of = vec![0u32; defined];
     for (new, &old) in order.iter().enumerate() {
         if let Some(slot) = new_of.get_mut(old as usize) {
@@ -226,7 +255,7 @@ pub fn order(wasm: &[u8], list: &[String]) -> Result<Ordered, String> {
         }
     }
     let mut renumber = Renumber {
-        imports: l.imports,
+        imports,
         order,
         new_of,
     };
