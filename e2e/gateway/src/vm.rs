@@ -115,6 +115,7 @@ impl Vm {
         crate::hostcalls::add_to_linker(&mut linker)?;
         crate::higress::add_to_linker(&mut linker)?;
         crate::wasi::add_to_linker(&mut linker, &plugin.module)?;
+        crate::trace::add_to_linker(&mut linker)?;
         let mut store = Store::new(&plugin.engine, host);
         let instance: Instance = linker
             .instantiate(&mut store, &plugin.module)
@@ -161,6 +162,16 @@ impl Vm {
             failed: false,
             code: image.start as usize..image.end as usize,
         })
+    }
+
+    /// The VM's linear memory and the module's compiled code, as host addresses: what
+    /// `ailb-footprint --pages` counts the touched pages of.
+    pub fn host_ranges(&self) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
+        let memory = self.store.data().memory.map_or(0..0, |m| {
+            let base = m.data_ptr(&self.store) as usize;
+            base..base + m.data_size(&self.store)
+        });
+        (memory, self.code.clone())
     }
 
     fn trap(&mut self, what: &str, e: anyhow::Error) -> anyhow::Error {

@@ -5,6 +5,7 @@
 pub mod bed;
 pub mod cluster;
 pub mod cluster3;
+pub mod data_footprint;
 pub mod empty_plugin;
 pub mod envoy;
 pub mod footprint;

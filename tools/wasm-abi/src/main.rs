@@ -5,8 +5,11 @@
 //! `wasm-abi order FILE OUT LIST` — write FILE with the functions LIST names first in its code
 //!   section (src/order.rs).
 //! `wasm-abi check-order FILE LIST` — fail when a line of LIST names no function of FILE.
+//! `wasm-abi trace-memory FILE OUT` — write FILE with every memory access reported to the host
+//!   first (src/trace.rs; a bench instrument).
 
 mod order;
+mod trace;
 mod wasm;
 
 use std::process::ExitCode;
@@ -188,6 +191,11 @@ fn run(args: &[String]) -> Result<bool, String> {
             std::fs::write(out, stripped).map_err(|e| format!("{out}: {e}"))?;
             Ok(true)
         }
+        [cmd, file, out] if cmd == "trace-memory" => {
+            let traced = trace::trace_memory(&read(file)?)?;
+            std::fs::write(out, traced).map_err(|e| format!("{out}: {e}"))?;
+            Ok(true)
+        }
         [cmd, file, list] if cmd == "check-order" => {
             let ordered = order::plan(&read(file)?, &read_list(list)?)?;
             for name in &ordered.unmatched {
@@ -215,7 +223,8 @@ fn run(args: &[String]) -> Result<bool, String> {
         }
         _ => Err(
             "usage: wasm-abi list FILE | check FILE --host higress|envoy | \
-             strip FILE OUT NAME... | order FILE OUT LIST | check-order FILE LIST"
+             strip FILE OUT NAME... | order FILE OUT LIST | check-order FILE LIST | \
+             trace-memory FILE OUT"
                 .into(),
         ),
     }

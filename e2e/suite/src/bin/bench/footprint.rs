@@ -2,7 +2,8 @@
 //! policies, beside the compact AdaptiveScore (e2e/compact-adaptive) and the empty module, in
 //! one run. The streamed runs' µs over the floor follow these lines at roughly 0.1 µs each
 //! (docs/plugin-cpu.md), and unlike those µs the counts repeat exactly. So do the code pages
-//! those lines are on.
+//! those lines are on, and the data pages and lines a request touches
+//! (e2e/suite/src/data_footprint.rs).
 //!
 //! `AILB_FOOTPRINT_ORDER=<file>` writes the plugin's functions that every request runs, the
 //! AdaptiveScore run's then cluster_hash's, each by lines, most first, demangled:
@@ -11,6 +12,7 @@
 
 use crate::cluster::{NAMES, THIRDS};
 use ailb_e2e::cluster::{hash_plugin, TARGET_HEADER};
+use ailb_e2e::data_footprint::{self, DataFootprint};
 use ailb_e2e::empty_plugin::empty_wasm;
 use ailb_e2e::footprint::{measure, Footprint};
 use ailb_e2e::{compact_adaptive_wasm, plugin_wasm};
@@ -33,21 +35,57 @@ fn config(wasm: &Path, plugin: Value) -> Value {
            "plugin": {"wasm": wasm, "config": plugin}})
 }
 
-fn count(name: &str, wasm: &Path, plugin: Value) -> anyhow::Result<Footprint> {
+fn count(name: &str, wasm: &Path, plugin: Value) -> anyhow::Result<(Footprint, DataFootprint)> {
     let scratch =
         std::env::temp_dir().join(format!("ailb-footprint-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
-    let path = scratch.join("gateway.yaml");
-    std::fs::write(&path, serde_json::to_string_pretty(&config(wasm, plugin))?)?;
-    let fp = measure(&path, &scratch);
+    let counted = count_in(&scratch, wasm, plugin);
     let _ = std::fs::remove_dir_all(&scratch);
-    let fp = fp?;
+    let (fp, data) = counted?;
     if std::env::var_os("AILB_FOOTPRINT_DETAIL").is_some() {
         for (f, n) in &fp.by_function {
             eprintln!("footprint {name}: {n:4} {f}");
         }
+        for line in &data.detail {
+            eprintln!("footprint {name} data {line}");
+        }
     }
-    Ok(fp)
+    Ok((fp, data))
+}
+
+/// The code count under callgrind, then the data counts: pages as they are, lines from the
+/// module rewritten by `wasm-abi trace-memory` (built by `make build`).
+fn count_in(
+    scratch: &Path,
+    wasm: &Path,
+    plugin: Value,
+) -> anyhow::Result<(Footprint, DataFootprint)> {
+    let path = scratch.join("gateway.yaml");
+    std::fs::write(
+        &path,
+        serde_json::to_string_pretty(&config(wasm, plugin.clone()))?,
+    )?;
+    let fp = measure(&path, scratch)?;
+    let traced = scratch.join("traced.wasm");
+    let tool = ailb_e2e::repo_root().join("tools/wasm-abi/target/release/wasm-abi");
+    let status = std::process::Command::new(&tool)
+        .arg("trace-memory")
+        .arg(wasm)
+        .arg(&traced)
+        .status()
+        .map_err(|e| anyhow::anyhow!("{}: {e} (make build builds it)", tool.display()))?;
+    anyhow::ensure!(
+        status.success(),
+        "wasm-abi trace-memory {} failed",
+        wasm.display()
+    );
+    let traced_config = scratch.join("gateway-traced.yaml");
+    std::fs::write(
+        &traced_config,
+        serde_json::to_string_pretty(&config(&traced, plugin))?,
+    )?;
+    let data = data_footprint::measure(&path, &traced_config, &traced)?;
+    Ok((fp, data))
 }
 
 pub fn plugin_code_lines() -> anyhow::Result<()> {
@@ -84,13 +122,15 @@ pub fn plugin_code_lines() -> anyhow::Result<()> {
         if only.as_deref().is_some_and(|o| o != name) {
             continue;
         }
-        let fp = count(name, &wasm, cfg)?;
+        let (fp, data) = count(name, &wasm, cfg)?;
         println!("BENCH code_lines_per_request_{name} {} lines", fp.lines);
         println!("BENCH code_pages_per_request_{name} {} pages", fp.pages);
         println!(
             "BENCH code_instructions_per_request_{name} {} count",
             fp.instructions
         );
+        println!("BENCH data_pages_per_request_{name} {} pages", data.pages);
+        println!("BENCH data_lines_per_request_{name} {} lines", data.lines);
         if wasm == plugin_wasm() {
             for (function, _) in &fp.by_function {
                 // The engine's trampolines and builtins are not the module's functions.
