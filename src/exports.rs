@@ -23,7 +23,7 @@ use std::hash::{BuildHasher, Hasher};
 /// The VM's contexts. A `static`, not a `thread_local!`: every callback reaches it, and a
 /// thread-local's lazy start and `with` closure were code that each export compiled and each
 /// request ran (docs/architecture.md "Plugin CPU").
-struct Registry(RefCell<Contexts<Balancer>>);
+struct Registry(RefCell<Contexts<Box<Balancer>>>);
 
 // SAFETY: this module is built for wasm32 only (lib.rs), without the threads feature: the VM
 // runs one thread and calls one export at a time, so the cell is never shared across threads.
@@ -43,12 +43,12 @@ fn watch_body(id: u32, reads: bool) {
 /// The registry; `None` inside a re-entrant call (which the host never makes) instead of a
 /// panic. Never inlined: the borrow is compiled once, not in every export.
 #[inline(never)]
-fn registry() -> Option<RefMut<'static, Contexts<Balancer>>> {
+fn registry() -> Option<RefMut<'static, Contexts<Box<Balancer>>>> {
     REGISTRY.0.try_borrow_mut().ok()
 }
 
 /// Runs `f` on the registry.
-fn with_contexts<R>(f: impl FnOnce(&mut Contexts<Balancer>) -> R) -> Option<R> {
+fn with_contexts<R>(f: impl FnOnce(&mut Contexts<Box<Balancer>>) -> R) -> Option<R> {
     registry().map(|mut c| f(&mut c))
 }
 
@@ -163,6 +163,11 @@ pub extern "C" fn proxy_on_configure(root: u32, _configuration_size: usize) -> b
     if with_contexts(|c| c.configured_with(root, &raw)) == Some(true) {
         return true;
     }
+    // The balancer's storage is taken before the config is parsed, so that it lies beside
+    // the registry's rather than after everything parsing allocates: every request reads it,
+    // and each page a request touches is a page walk for an idle worker (docs/plugin-cpu.md
+    // "Data pages").
+    let place = Box::<Balancer>::new_uninit();
     match config::parse(&raw, Build::CURRENT) {
         Ok(parsed) => {
             let level = ffi::log_level();
@@ -180,7 +185,7 @@ pub extern "C" fn proxy_on_configure(root: u32, _configuration_size: usize) -> b
                     config.summary()
                 ),
             );
-            let balancer = Balancer::configure(host, config, entropy(), level);
+            let balancer = Box::write(place, Balancer::configure(host, config, entropy(), level));
             with_contexts(|c| c.configure(root, balancer, raw)).is_some()
         }
         Err(e) => {

@@ -9,11 +9,16 @@
 //! list per power-of-two class is a few lines: pop on alloc, push on free.
 //!
 //! Blocks of class `s` (16 B to [`MAX_CLASS`]) are carved from slabs of [`SLAB`] bytes,
-//! aligned to [`MAX_CLASS`], each slab serving one class, so every block is aligned to its
-//! size and any layout with `align <= size` fits its class. Freed blocks keep their class
-//! forever (a plugin's small allocations are bounded by its live requests); slabs are never
-//! returned. A layout larger than [`MAX_CLASS`] or aligned beyond its size class goes to the
-//! system allocator, as does everything freed in that class.
+//! aligned to [`MAX_CLASS`]. Every class carves from the one current slab, each block at its
+//! size's alignment, so any layout with `align <= size` fits its class; the bytes skipped to
+//! reach that alignment, and a slab's tail too small for the next block, go to the smaller
+//! classes' free lists. One slab for all classes, not one per class, because a request's
+//! blocks of different sizes then share a page or two instead of one page each: for a worker
+//! idle between requests every page is a page walk (docs/plugin-cpu.md "Data pages": an
+//! AdaptiveScore request's pages of linear memory went from 12 to 8). Freed blocks keep their class forever (a
+//! plugin's small allocations are bounded by its live requests); slabs are never returned. A
+//! layout larger than [`MAX_CLASS`] or aligned beyond its size class goes to the system
+//! allocator, as does everything freed in that class.
 //!
 //! Not thread-safe, and needs not be: a wasm VM is single-threaded. Native builds (tests)
 //! use it only through an owned [`SizeClasses`], never as the global allocator.
@@ -33,8 +38,8 @@ pub const SLAB: usize = 16 * 1024;
 struct Lists {
     /// Each class's freed blocks; a free block holds the next one's address.
     free: [*mut u8; CLASSES],
-    /// Each class's current slab: next unused byte and bytes left.
-    carve: [(*mut u8, usize); CLASSES],
+    /// The current slab, shared by every class: next unused byte and bytes left.
+    carve: (*mut u8, usize),
 }
 
 /// The allocator state, over `backing` (the system allocator on wasm).
@@ -51,10 +56,35 @@ impl<B: GlobalAlloc> SizeClasses<B> {
         SizeClasses {
             lists: UnsafeCell::new(Lists {
                 free: [null_mut(); CLASSES],
-                carve: [(null_mut(), 0); CLASSES],
+                carve: (null_mut(), 0),
             }),
             backing,
         }
+    }
+}
+
+/// Hands the unused bytes `[at, at + len)` of a slab to the free lists, as the largest
+/// blocks each address is aligned to: a carve that skips to a bigger block's alignment, or
+/// leaves a slab, loses nothing.
+///
+/// # Safety
+/// The range is unused slab memory; `at` is aligned to 16 and `len` a multiple of 16 (every
+/// slab starts aligned to [`MAX_CLASS`] and every block is a multiple of 16 bytes).
+unsafe fn recycle(lists: &mut Lists, mut at: *mut u8, mut len: usize) {
+    while len >= 1 << MIN_SHIFT {
+        let aligned = (at as usize).trailing_zeros().min(MAX_SHIFT);
+        let fits = usize::BITS - 1 - len.leading_zeros();
+        let shift = aligned.min(fits);
+        let Some(head) = lists.free.get_mut((shift - MIN_SHIFT) as usize) else {
+            return;
+        };
+        // SAFETY: an unused block of this class inside the range; it now holds the list's
+        // next address.
+        unsafe { at.cast::<*mut u8>().write(*head) };
+        *head = at;
+        // SAFETY: the block is inside the range, so one past it is inside or one past.
+        at = unsafe { at.add(1 << shift) };
+        len -= 1 << shift;
     }
 }
 
@@ -81,7 +111,7 @@ unsafe impl<B: GlobalAlloc> GlobalAlloc for SizeClasses<B> {
         // call; the allocator never re-enters itself except through `backing`, which does not
         // touch `lists`.
         let lists = unsafe { &mut *self.lists.get() };
-        let (Some(head), Some(carve)) = (lists.free.get_mut(c), lists.carve.get_mut(c)) else {
+        let Some(head) = lists.free.get_mut(c) else {
             return null_mut();
         };
         if !head.is_null() {
@@ -92,7 +122,9 @@ unsafe impl<B: GlobalAlloc> GlobalAlloc for SizeClasses<B> {
             return block;
         }
         let size = 1usize << (c as u32 + MIN_SHIFT);
-        if carve.1 < size {
+        let (mut at, mut left) = lists.carve;
+        let mut skip = (at as usize).wrapping_neg() & (size - 1);
+        if left < skip + size {
             // SAFETY: a valid non-zero layout.
             let slab = unsafe {
                 self.backing
@@ -101,11 +133,17 @@ unsafe impl<B: GlobalAlloc> GlobalAlloc for SizeClasses<B> {
             if slab.is_null() {
                 return null_mut();
             }
-            *carve = (slab, SLAB);
+            // SAFETY: the rest of the current slab, unused.
+            unsafe { recycle(lists, at, left) };
+            (at, left, skip) = (slab, SLAB, 0);
         }
-        let block = carve.0;
-        // SAFETY: `size` bytes are left in the slab, so the pointer stays inside it or one past.
-        *carve = (unsafe { block.add(size) }, carve.1 - size);
+        // SAFETY: the `skip` bytes up to the block's alignment, unused; `skip + size` bytes
+        // are left in the slab, so the pointers stay inside it or one past.
+        let block = unsafe {
+            recycle(lists, at, skip);
+            at.add(skip)
+        };
+        lists.carve = (unsafe { block.add(size) }, left - skip - size);
         block
     }
 
@@ -183,6 +221,48 @@ mod tests {
             assert_eq!(std::slice::from_raw_parts(s, 3), b"012");
             a.dealloc(s, Layout::from_size_align(3, 1).unwrap());
         }
+    }
+
+    /// A request's small blocks of different sizes are neighbours, not one slab per size
+    /// apart: every page they spread over is one more page walk for an idle worker.
+    #[test]
+    fn classes_carve_from_one_slab_and_alignment_gaps_are_handed_out() {
+        let a = SizeClasses::new(System);
+        let at = |size: usize| unsafe { a.alloc(Layout::from_size_align(size, 1).unwrap()) };
+        let first = at(16);
+        assert_eq!(first as usize % MAX_CLASS, 0, "a fresh slab");
+        let big = at(2048);
+        assert_eq!(big as usize - first as usize, 2048, "aligned to its size");
+        // The 2032 bytes skipped went to the free lists, each at its own alignment.
+        for (size, offset) in [(1024, 1024), (512, 512), (256, 256), (128, 128), (64, 64)] {
+            assert_eq!(at(size) as usize - first as usize, offset, "{size} B");
+        }
+        for (size, offset) in [(32, 32), (16, 16)] {
+            assert_eq!(at(size) as usize - first as usize, offset, "{size} B");
+        }
+        assert_eq!(
+            at(16) as usize - first as usize,
+            4096,
+            "then on past the big block"
+        );
+        // The rest of a slab is not lost when a block no longer fits in it.
+        let b = SizeClasses::new(System);
+        let at_b = |size: usize| unsafe { b.alloc(Layout::from_size_align(size, 1).unwrap()) };
+        let start = at_b(2048);
+        for _ in 0..6 {
+            at_b(2048);
+        }
+        let last16 = at_b(16);
+        assert_eq!(last16 as usize - start as usize, 7 * 2048);
+        let next_slab = at_b(2048);
+        let old = start as usize..start as usize + SLAB;
+        assert!(!old.contains(&(next_slab as usize)), "a new slab");
+        let tail = at_b(1024);
+        assert_eq!(
+            tail as usize - start as usize,
+            7 * 2048 + 1024,
+            "the old slab's tail serves the next 1024 B"
+        );
     }
 
     #[test]

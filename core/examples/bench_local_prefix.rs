@@ -55,7 +55,7 @@ impl Host for BenchHost {
     fn add_response_header(&mut self, _name: &str, _value: &str) -> HostResult<()> {
         Ok(())
     }
-    fn response_header(&self, _name: &str) -> HostResult<Option<Vec<u8>>> {
+    fn response_status(&self) -> HostResult<Option<Vec<u8>>> {
         Ok(None)
     }
     fn request_body(&self, start: usize, len: usize) -> HostResult<Vec<u8>> {

@@ -61,7 +61,7 @@ pub fn success(status: Option<u32>) -> bool {
 /// first not 0; anything else reads as None, so that only the exact `200` that Go's string
 /// compare accepts is a success (not `0200` nor `+200`).
 pub fn response_status(host: &mut dyn Host) -> Option<u32> {
-    let value = host.response_header(":status").ok().flatten()?;
+    let value = host.response_status().ok().flatten()?;
     let [a @ b'1'..=b'9', b @ b'0'..=b'9', c @ b'0'..=b'9'] = value.as_slice() else {
         return None;
     };
@@ -70,7 +70,7 @@ pub fn response_status(host: &mut dyn Host) -> Option<u32> {
 
 /// [`success`] of [`response_status`], compared as bytes: the cluster lane keeps only this.
 pub fn response_ok(host: &mut dyn Host) -> bool {
-    host.response_header(":status")
+    host.response_status()
         .ok()
         .flatten()
         .is_some_and(|v| v == b"200")

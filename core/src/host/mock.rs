@@ -162,11 +162,11 @@ impl Host for MockHost {
         Ok(())
     }
 
-    fn response_header(&self, name: &str) -> HostResult<Option<Vec<u8>>> {
+    fn response_status(&self) -> HostResult<Option<Vec<u8>>> {
         Ok(self
             .response_headers
             .iter()
-            .find(|(k, _)| k == name)
+            .find(|(k, _)| k == ":status")
             .map(|(_, v)| v.clone().into_bytes()))
     }
 

@@ -94,9 +94,10 @@ pub trait Host {
     fn remove_request_header(&mut self, name: &str) -> HostResult<()>;
     fn set_request_header(&mut self, name: &str, value: &str) -> HostResult<()>;
     fn add_response_header(&mut self, name: &str, value: &str) -> HostResult<()>;
-    /// In the response phases: a response header's raw bytes (`:status` for cluster_metrics;
-    /// bytes, so reading a status runs no UTF-8 conversion).
-    fn response_header(&self, name: &str) -> HostResult<Option<Vec<u8>>>;
+    /// In the response phases: the response's `:status` header, raw bytes (cluster_metrics'
+    /// success; bytes, so reading it runs no UTF-8 conversion). The only response header
+    /// read, so the host names it itself (`src/wasm_host.rs` says why).
+    fn response_status(&self) -> HostResult<Option<Vec<u8>>>;
     fn request_body(&self, start: usize, len: usize) -> HostResult<Vec<u8>>;
     fn resume_request(&mut self) -> HostResult<()>;
     /// `headers` ride along besides `content-type: text/plain` (e.g. `retry-after`).

@@ -75,6 +75,13 @@ struct Block {
     lens: [usize; 2],
 }
 
+/// A ring's length as the record holds it. Fits: usize is 32 bits on wasm32, and elsewhere a
+/// ring of 2^32 samples (32 GiB) is out of reach; were it not, the record would fail its
+/// length check and start fresh rather than misread.
+fn ring_len(len: usize) -> u32 {
+    u32::try_from(len).unwrap_or(u32::MAX)
+}
+
 fn ring_slot(which: Latency) -> usize {
     match which {
         Latency::Ttft => 0,
@@ -148,14 +155,13 @@ impl Block {
             put(b, at, ewma.unwrap_or(0.0).to_le_bytes());
         }
         put(b, at::FLAGS, flags.to_le_bytes());
-        for slot in 0..2 {
-            put(b, at::SUMS[slot], self.sums[slot].to_le_bytes());
-            // Fits: usize is 32 bits on wasm32, and elsewhere a ring of 2^32 samples (32 GiB)
-            // is out of reach; were it not, the record would fail its length check and
-            // start fresh rather than misread.
-            let len = u32::try_from(self.lens[slot]).unwrap_or(u32::MAX);
-            put(b, at::LENS[slot], len.to_le_bytes());
-        }
+        // Both slots written out, not looped: a loop indexes `at::SUMS` and `at::LENS` at run
+        // time, and those two tables were the only data a request read on their page of
+        // read-only data (`ailb-footprint --trace`; docs/plugin-cpu.md "Data pages").
+        put(b, at::SUMS[0], self.sums[0].to_le_bytes());
+        put(b, at::SUMS[1], self.sums[1].to_le_bytes());
+        put(b, at::LENS[0], ring_len(self.lens[0]).to_le_bytes());
+        put(b, at::LENS[1], ring_len(self.lens[1]).to_le_bytes());
     }
 
     /// The checks [`Block::parse`] leaves to the caller: finite EWMAs and sums, ring lengths
