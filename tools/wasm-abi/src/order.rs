@@ -239,6 +239,21 @@ pub fn plan(wasm: &[u8], list: &[String]) -> Result<Plan, String> {
     })
 }
 
+/// `wasm` written back through `reencoder` (this module's and src/trace.rs's rewrites).
+pub fn rewrite<R: Reencode<Error = String>>(
+    reencoder: &mut R,
+    wasm: &[u8],
+) -> Result<Vec<u8>, String> {
+    let mut module = wasm_encoder::Module::new();
+    reencoder
+        .parse_core_module(&mut module, Parser::new(0), wasm)
+        .map_err(|e| match e {
+            Error::UserError(e) => e,
+            other => other.to_string(),
+        })?;
+    Ok(module.finish())
+}
+
 /// `wasm` with the functions named in `list` first (module doc).
 pub fn order(wasm: &[u8], list: &[String]) -> Result<Ordered, String> {
     let Plan {
@@ -259,15 +274,8 @@ pub fn order(wasm: &[u8], list: &[String]) -> Result<Ordered, String> {
         order,
         new_of,
     };
-    let mut module = wasm_encoder::Module::new();
-    renumber
-        .parse_core_module(&mut module, Parser::new(0), wasm)
-        .map_err(|e| match e {
-            Error::UserError(e) => e,
-            other => other.to_string(),
-        })?;
     Ok(Ordered {
-        module: module.finish(),
+        module: rewrite(&mut renumber, wasm)?,
         moved,
         unmatched,
     })

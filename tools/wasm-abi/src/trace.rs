@@ -1,6 +1,6 @@
 //! `wasm-abi trace-memory FILE OUT`: the module with every access to linear memory reported
-//! to the host first, through one added import, `ailb_trace.touch(address, length, function)`. A bench
-//! instrument, never shipped: `ailb-footprint --trace` runs such a module and counts the
+//! to the host first, through one added import, `ailb_trace.touch(address, length,
+//! function)`. A bench instrument, never shipped: `ailb-footprint --trace` runs such a module and counts the
 //! 64-byte lines and 4 KiB pages of data each request touches, by address, which the statics
 //! of the linker's map and the heap's contents then name (docs/plugin-cpu.md "Data pages").
 //!
@@ -38,6 +38,14 @@ struct Trace {
     imported: bool,
 }
 
+impl Trace {
+    /// `ailb_trace.touch`, after the module's own imports.
+    fn add_import(&mut self, imports: &mut wasm_encoder::ImportSection) {
+        imports.import(MODULE, NAME, wasm_encoder::EntityType::Function(self.types));
+        self.imported = true;
+    }
+}
+
 impl Reencode for Trace {
     type Error = String;
 
@@ -63,8 +71,7 @@ impl Reencode for Trace {
         section: wasmparser::ImportSectionReader<'_>,
     ) -> Result<(), Error<String>> {
         utils::parse_import_section(self, imports, section)?;
-        imports.import(MODULE, NAME, wasm_encoder::EntityType::Function(self.types));
-        self.imported = true;
+        self.add_import(imports);
         Ok(())
     }
 
@@ -79,9 +86,8 @@ impl Reencode for Trace {
         use wasm_encoder::SectionId;
         if !self.imported && after == Some(SectionId::Type) && before != Some(SectionId::Import) {
             let mut imports = wasm_encoder::ImportSection::new();
-            imports.import(MODULE, NAME, wasm_encoder::EntityType::Function(self.types));
+            self.add_import(&mut imports);
             module.section(&imports);
-            self.imported = true;
         }
         Ok(())
     }
@@ -91,21 +97,26 @@ impl Reencode for Trace {
         code: &mut wasm_encoder::CodeSection,
         func: wasmparser::FunctionBody<'_>,
     ) -> Result<(), Error<String>> {
+        let position = self.next;
         let params = *self
             .params
-            .get(self.next)
+            .get(position)
             .ok_or_else(|| Error::UserError("more bodies than functions".into()))?;
         self.next += 1;
+        let too_many = || Error::UserError("more locals than an index holds".into());
         let mut locals = Vec::new();
         let mut declared = 0u32;
         for pair in func.get_locals_reader()? {
             let (count, ty) = pair?;
-            declared += count;
+            declared = declared.checked_add(count).ok_or_else(too_many)?;
             locals.push((count, self.val_type(ty)?));
         }
         // Added locals: three i32 (an address, a second address or value, a length), then
         // one of each other value type a store may hold.
-        let base = params + declared;
+        let base = params
+            .checked_add(declared)
+            .filter(|b| b.checked_add(5).is_some())
+            .ok_or_else(too_many)?;
         locals.extend([
             (3, ValType::I32),
             (1, ValType::I64),
@@ -120,7 +131,10 @@ impl Reencode for Trace {
             f32: base + 4,
             f64: base + 5,
             touch: self.imports,
-            func: self.imports + 1 + u32::try_from(self.next - 1).unwrap_or(u32::MAX),
+            func: {
+                let old = u32::try_from(position).map_err(|_| too_many())?;
+                self.function_index(self.imports + old)?
+            },
         };
         let mut f = wasm_encoder::Function::new(locals);
         let mut reader = func.get_operators_reader()?;
@@ -327,17 +341,11 @@ pub fn trace_memory(wasm: &[u8]) -> Result<Vec<u8>, String> {
         next: 0,
         imported: false,
     };
-    let mut module = wasm_encoder::Module::new();
-    trace
-        .parse_core_module(&mut module, Parser::new(0), wasm)
-        .map_err(|e| match e {
-            Error::UserError(e) => e,
-            other => other.to_string(),
-        })?;
+    let traced = crate::order::rewrite(&mut trace, wasm)?;
     if !trace.imported {
         return Err("no place for the import was found".into());
     }
-    Ok(module.finish())
+    Ok(traced)
 }
 
 #[cfg(test)]
