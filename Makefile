@@ -13,6 +13,9 @@ HIGRESS_WASM := $(DIST)/ai-load-balancer.wasm
 # The request path's functions, first in the code section of both artifacts (docs/plugin-cpu.md
 # "Code pages"); `make hot-functions` writes it.
 HOT          := tools/hot-functions.txt
+# The raw builds with their `ailb_global` imports made wasm globals (src/wasm_global.rs).
+GLOBAL_WASM  := target/$(WASM_TARGET)/release/ai_load_balancer.globals.wasm
+ENVOY_GLOBAL := target/envoy/$(WASM_TARGET)/release/ai_load_balancer.globals.wasm
 ORDERED_WASM := target/$(WASM_TARGET)/release/ai_load_balancer.ordered.wasm
 ENVOY_WASM   := $(DIST)/ai-load-balancer-envoy.wasm
 ABI021_WASM  := $(DIST)/testdata/ai-load-balancer-abi021-only.wasm
@@ -87,20 +90,23 @@ $(VENV)/bin/envoy:
 tools:
 	$(CARGO) build --release --quiet --manifest-path tools/wasm-abi/Cargo.toml
 
-# The Higress artifact: release, LTO, size-optimised, panic=abort (Cargo.toml), its request
+# The Higress artifact: release, LTO, size-optimised, panic=abort (Cargo.toml), its
+# `ailb_global` imports made wasm globals (tools/wasm-abi/src/globals.rs), its request
 # path's functions moved to the front of the code section ($(HOT)), then the SDK's
 # proxy_abi_version_0_2_1 export removed so Higress selects 0_2_100
 # (docs/higress-abi.md §1).
 build: toolchain tools
 	$(CARGO) build --release --target $(WASM_TARGET) --lib
 	mkdir -p $(DIST)/testdata
-	$(WASM_ABI) order $(RAW_WASM) $(ORDERED_WASM) $(HOT)
+	$(WASM_ABI) globals $(RAW_WASM) $(GLOBAL_WASM)
+	$(WASM_ABI) order $(GLOBAL_WASM) $(ORDERED_WASM) $(HOT)
 	$(WASM_ABI) strip $(ORDERED_WASM) $(HIGRESS_WASM) proxy_abi_version_0_2_1
 	# Test fixture: the same module exporting only 0_2_1, to show the body starvation it causes.
 	$(WASM_ABI) strip $(ORDERED_WASM) $(ABI021_WASM) proxy_abi_version_0_2_100
 	# The plain-Envoy artifact: standard proxy-wasm 0.2.1 imports only (docs/higress-abi.md §1).
 	$(CARGO) build --release --target $(WASM_TARGET) --lib --features envoy --target-dir target/envoy
-	$(WASM_ABI) order $(ENVOY_RAW) $(ENVOY_WASM) $(HOT)
+	$(WASM_ABI) globals $(ENVOY_RAW) $(ENVOY_GLOBAL)
+	$(WASM_ABI) order $(ENVOY_GLOBAL) $(ENVOY_WASM) $(HOT)
 	@ls -l $(HIGRESS_WASM) $(ENVOY_WASM)
 	$(MAKE) --no-print-directory check-config-tool
 

@@ -8,7 +8,7 @@
 //! every callback up as optional and answer Continue / true for a missing one. The host's one
 //! required export is the allocator, `proxy_on_memory_allocate` (or `malloc`).
 
-use crate::body_watch::BodyWatch;
+use crate::body_watch::{self, BodyWatch};
 use crate::contexts::Contexts;
 use crate::ffi;
 use crate::wasm_host::WasmHost;
@@ -31,13 +31,17 @@ unsafe impl Sync for Registry {}
 
 static REGISTRY: Registry = Registry(RefCell::new(Contexts::new()));
 
-thread_local! {
-    static BODY_WATCH: BodyWatch = BodyWatch::default();
-}
+/// The body watch's counts, a `static` as the registry is.
+struct Watch(BodyWatch);
+
+// SAFETY: as `Registry`'s: one thread, one export at a time.
+unsafe impl Sync for Watch {}
+
+static BODY_WATCH: Watch = Watch(BodyWatch::new());
 
 /// Stream `id` reads its response body from now on, or no longer does.
 fn watch_body(id: u32, reads: bool) {
-    let _ = BODY_WATCH.try_with(|w| w.set(id, reads));
+    BODY_WATCH.0.set(id, reads);
 }
 
 /// The registry; `None` inside a re-entrant call (which the host never makes) instead of a
@@ -221,15 +225,21 @@ pub extern "C" fn proxy_on_response_headers(id: u32, _headers: usize, _eos: u32)
 }
 
 /// cluster_metrics times the first response-body chunk (its TTFT); nothing is held. Every
-/// other chunk returns at the body watch, without entering the registry.
+/// other chunk returns at the body watch, which reads one wasm global and no memory.
 #[no_mangle]
 pub extern "C" fn proxy_on_response_body(id: u32, _body_size: usize, _eos: u32) -> u32 {
-    if !BODY_WATCH.try_with(|w| w.may_read(id)).unwrap_or(true) {
-        return CONTINUE;
+    if body_watch::may_read(id) {
+        response_body(id);
     }
+    CONTINUE
+}
+
+/// [`proxy_on_response_body`] of a chunk that may matter. Out of line, so the export itself
+/// has no stack frame to set up.
+#[inline(never)]
+fn response_body(id: u32) {
     let reads = with_balancer(id, |b, h| b.on_response_body(h, id));
     watch_body(id, reads.unwrap_or(false));
-    CONTINUE
 }
 
 /// True: neither an http context nor a root needs the host to wait before deleting it.

@@ -5,6 +5,10 @@
 //!   (a header name in read-only data, a value it writes into a buffer the plugin
 //!   allocated). The kernel's accessed bits say which: `/proc/self/clear_refs` before the
 //!   request, `/proc/self/smaps` `Referenced` after (proc(5)).
+//! - **pages per entry** (`--pages` too): the same count taken around each VM entry of a
+//!   request and summed, over all its entries and over its ten answer chunks alone. An idle
+//!   worker meets each entry's pages anew, so what every chunk touches counts ten times here
+//!   and once above (docs/plugin-cpu.md "Body chunks").
 //! - **lines** (`--trace`): the 64-byte lines the module's own loads and stores touch, each
 //!   with the functions that touched it, from the module rewritten by `wasm-abi
 //!   trace-memory` (tools/wasm-abi/src/trace.rs). This is what names a page: the statics of
@@ -26,6 +30,10 @@ const REQUESTS: usize = 100;
 pub struct DataFootprint {
     /// Pages of linear memory every request touches (plugin and host).
     pub pages: usize,
+    /// Pages of linear memory each VM entry touches, summed over a request's entries.
+    pub entry_pages: usize,
+    /// The same over the request's ten answer chunks alone.
+    pub chunk_pages: usize,
     /// 64-byte lines of linear memory every request's own accesses touch.
     pub lines: usize,
     /// One line per touched data line: address, bytes touched, the functions touching it.
@@ -35,13 +43,13 @@ pub struct DataFootprint {
 /// Counts the data footprint of the gateway config at `config` (its plugin, its first
 /// route); `traced` is the same config with the plugin rewritten by `wasm-abi trace-memory`.
 pub fn measure(config: &Path, traced: &Path, traced_wasm: &Path) -> Result<DataFootprint> {
-    let pages = driver(config, "--pages")?;
-    let per_request: Vec<usize> = pages
-        .lines()
-        .filter_map(|l| l.strip_prefix("pages "))
-        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
-        .collect();
-    let pages = median(per_request).context("no page counts")?;
+    let out = driver(config, "--pages")?;
+    let column = |prefix: &str, at: usize| {
+        column(&out, prefix, at).with_context(|| format!("no {prefix}counts"))
+    };
+    let pages = column("pages ", 0)?;
+    let entry_pages = column("entry_pages ", 0)?;
+    let chunk_pages = column("entry_pages ", 1)?;
     let trace = driver(traced, "--trace")?;
     let lines = trace
         .lines()
@@ -56,6 +64,8 @@ pub fn measure(config: &Path, traced: &Path, traced_wasm: &Path) -> Result<DataF
         .collect();
     Ok(DataFootprint {
         pages,
+        entry_pages,
+        chunk_pages,
         lines,
         detail,
     })
@@ -73,6 +83,16 @@ fn driver(config: &Path, mode: &str) -> Result<String> {
         bail!("ailb-footprint {mode} failed");
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The median of field `at` of the driver's lines that start with `prefix`.
+fn column(out: &str, prefix: &str, at: usize) -> Option<usize> {
+    let counts = out
+        .lines()
+        .filter_map(|l| l.strip_prefix(prefix))
+        .filter_map(|l| l.split_whitespace().nth(at)?.parse().ok())
+        .collect();
+    median(counts)
 }
 
 fn median(mut v: Vec<usize>) -> Option<usize> {
@@ -132,6 +152,11 @@ mod tests {
             "line 0x1 bytes 2"
         );
         assert_eq!(median(vec![9, 8, 8]), Some(8));
+        let out = "pages 5 11\nentry_pages 26 5\nentry_pages 27 5\nentry_pages 26 6\npages 6 11\n";
+        assert_eq!(column(out, "pages ", 0), Some(6));
+        assert_eq!(column(out, "entry_pages ", 0), Some(26));
+        assert_eq!(column(out, "entry_pages ", 1), Some(5));
+        assert_eq!(column(out, "entry_pages ", 2), None);
         assert_eq!(median(Vec::new()), None);
     }
 }

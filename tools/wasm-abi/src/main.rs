@@ -5,9 +5,12 @@
 //! `wasm-abi order FILE OUT LIST` — write FILE with the functions LIST names first in its code
 //!   section (src/order.rs).
 //! `wasm-abi check-order FILE LIST` — fail when a line of LIST names no function of FILE.
+//! `wasm-abi globals FILE OUT` — write FILE with each `ailb_global` getter and setter import
+//!   made one wasm global (src/globals.rs).
 //! `wasm-abi trace-memory FILE OUT` — write FILE with every memory access reported to the host
 //!   first (src/trace.rs; a bench instrument).
 
+mod globals;
 mod order;
 mod trace;
 mod wasm;
@@ -191,6 +194,11 @@ fn run(args: &[String]) -> Result<bool, String> {
             std::fs::write(out, stripped).map_err(|e| format!("{out}: {e}"))?;
             Ok(true)
         }
+        [cmd, file, out] if cmd == "globals" => {
+            let rewritten = globals::globals(&read(file)?)?;
+            std::fs::write(out, rewritten).map_err(|e| format!("{out}: {e}"))?;
+            Ok(true)
+        }
         [cmd, file, out] if cmd == "trace-memory" => {
             let traced = trace::trace_memory(&read(file)?)?;
             std::fs::write(out, traced).map_err(|e| format!("{out}: {e}"))?;
@@ -224,7 +232,7 @@ fn run(args: &[String]) -> Result<bool, String> {
         _ => Err(
             "usage: wasm-abi list FILE | check FILE --host higress|envoy | \
              strip FILE OUT NAME... | order FILE OUT LIST | check-order FILE LIST | \
-             trace-memory FILE OUT"
+             globals FILE OUT | trace-memory FILE OUT"
                 .into(),
         ),
     }

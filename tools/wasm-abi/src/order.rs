@@ -153,34 +153,46 @@ impl Reencode for Renumber {
         Ok(())
     }
 
-    /// The function names renumbered, in index order as the format asks; the other name
-    /// maps (locals, labels, types...) are not kept: a stripped build has none worth keeping.
     fn custom_name_section(
         &mut self,
         section: wasmparser::NameSectionReader<'_>,
     ) -> Result<wasm_encoder::NameSection, Error<String>> {
-        let mut out = wasm_encoder::NameSection::new();
-        for sub in section {
-            match sub? {
-                Name::Module { name, .. } => out.module(name),
-                Name::Function(map) => {
-                    let mut names = Vec::new();
-                    for n in map {
-                        let n = n?;
-                        names.push((self.function_index(n.index)?, n.name));
-                    }
-                    names.sort_unstable();
-                    let mut map = wasm_encoder::NameMap::new();
-                    for (index, name) in names {
-                        map.append(index, name);
-                    }
-                    out.functions(&map);
-                }
-                _ => {}
-            }
-        }
-        Ok(out)
+        function_names(self, section, |_| false)
     }
+}
+
+/// The name section of a rewrite: the module's name and the function names through
+/// `r.function_index`, in index order as the format asks, less those `gone` says were
+/// removed. The other name maps (locals, labels, types...) are not kept: a stripped build has
+/// none worth keeping.
+pub fn function_names<R: Reencode<Error = String>>(
+    r: &mut R,
+    section: wasmparser::NameSectionReader<'_>,
+    gone: impl Fn(u32) -> bool,
+) -> Result<wasm_encoder::NameSection, Error<String>> {
+    let mut out = wasm_encoder::NameSection::new();
+    for sub in section {
+        match sub? {
+            Name::Module { name, .. } => out.module(name),
+            Name::Function(map) => {
+                let mut names = Vec::new();
+                for n in map {
+                    let n = n?;
+                    if !gone(n.index) {
+                        names.push((r.function_index(n.index)?, n.name));
+                    }
+                }
+                names.sort_unstable();
+                let mut map = wasm_encoder::NameMap::new();
+                for (index, name) in names {
+                    map.append(index, name);
+                }
+                out.functions(&map);
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
 }
 
 /// Where each defined function goes: `order[new] = old` (counted from the first defined

@@ -7,7 +7,11 @@
 //!   counts the plugin code one request touches: what an idle worker pays for in cold cache
 //!   lines and pages (docs/plugin-cpu.md);
 //! - `--pages`: per request, `pages <linear memory pages> <compiled code pages>` it touched,
-//!   the host's accesses to linear memory included (`ailb_gateway::pages`);
+//!   the host's accesses to linear memory included (`ailb_gateway::pages`); then, for N more,
+//!   `entry_pages <sum> <chunks>`: the pages of linear memory each VM entry touched, summed
+//!   over the request's entries, and over its ten answer chunks alone. An idle worker meets
+//!   each entry's pages anew, so a page touched by every chunk costs ten walks, where the
+//!   per-request count has it once (docs/plugin-cpu.md "Body chunks");
 //! - `--per-page`: each page of linear memory with how many requests touched it;
 //! - `--trace`: the module must be one `wasm-abi trace-memory` made: each 64-byte line of
 //!   linear memory every request's own accesses touch, with the functions touching it
@@ -45,7 +49,7 @@ fn main() -> Result<()> {
         let w = Worker::new(0, shared, Some(plugin))?;
         let route = route.as_ref();
         for i in 0..n {
-            one_request(&w, route, i)?;
+            one_request(&w, route, i, &mut plain)?;
         }
         let (memory, code) = w
             .with_vm(|vm| vm.host_ranges())
@@ -55,10 +59,24 @@ fn main() -> Result<()> {
             Some("--pages") => {
                 for i in n..2 * n {
                     pages::forget(&memory)?;
-                    one_request(&w, route, i)?;
+                    one_request(&w, route, i, &mut plain)?;
                     let m = pages::touched(&memory)?.len();
                     let c = pages::touched(&code)?.len();
                     println!("pages {m} {c}");
+                }
+                for i in 2 * n..3 * n {
+                    let (mut sum, mut chunks) = (0, 0);
+                    one_request(&w, route, i, &mut |what, call| {
+                        pages::forget(&memory)?;
+                        call()?;
+                        let touched = pages::touched(&memory)?.len();
+                        sum += touched;
+                        if what == Entry::Chunk {
+                            chunks += touched;
+                        }
+                        Ok(())
+                    })?;
+                    println!("entry_pages {sum} {chunks}");
                 }
                 Ok(())
             }
@@ -69,8 +87,25 @@ fn main() -> Result<()> {
     })
 }
 
-/// One request as the streamed run delivers it.
-fn one_request(w: &Worker, route: Option<&RouteCfg>, i: usize) -> Result<()> {
+/// What a VM entry of a request is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Entry {
+    /// An answer chunk's `proxy_on_response_body`.
+    Chunk,
+    /// Any other: context creation, request headers and body, response headers, the
+    /// stream's end (done, log and delete back to back, as the host calls them).
+    Other,
+}
+
+/// How [`one_request`] runs each VM entry: `call` runs it.
+type Around<'a> = &'a mut dyn FnMut(Entry, &mut dyn FnMut() -> Result<()>) -> Result<()>;
+
+fn plain(_: Entry, call: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+    call()
+}
+
+/// One request as the streamed run delivers it, each VM entry run through `around`.
+fn one_request(w: &Worker, route: Option<&RouteCfg>, i: usize, around: Around) -> Result<()> {
     let vm_err = || anyhow!("the VM failed");
     let id = format!("req-{i}");
     let headers = pairs(&[
@@ -82,25 +117,45 @@ fn one_request(w: &Worker, route: Option<&RouteCfg>, i: usize) -> Result<()> {
         ("x-user", &id),
     ]);
     let count = headers.len();
-    let ctx = w.new_stream(headers, route)?;
-    w.with_vm(|vm| vm.on_request_headers(ctx, count, false))
-        .ok_or_else(vm_err)??;
+    let mut headers = Some(headers);
+    let mut ctx = 0;
+    around(Entry::Other, &mut || {
+        let h = headers.take().ok_or_else(vm_err)?;
+        ctx = w.new_stream(h, route)?;
+        Ok(())
+    })?;
+    around(Entry::Other, &mut || {
+        w.with_vm(|vm| vm.on_request_headers(ctx, count, false))
+            .ok_or_else(vm_err)??;
+        Ok(())
+    })?;
     w.with_stream(ctx, |s| s.req_body = BODY.to_vec());
-    w.with_vm(|vm| vm.on_request_body(ctx, BODY.len(), true))
-        .ok_or_else(vm_err)??;
+    around(Entry::Other, &mut || {
+        w.with_vm(|vm| vm.on_request_body(ctx, BODY.len(), true))
+            .ok_or_else(vm_err)??;
+        Ok(())
+    })?;
     let answer = pairs(&[(":status", "200"), ("content-type", "text/event-stream")]);
     w.with_stream(ctx, |s| s.resp_headers = answer);
-    w.with_vm(|vm| vm.on_response_headers(ctx, 2, false))
-        .ok_or_else(vm_err)??;
+    around(Entry::Other, &mut || {
+        w.with_vm(|vm| vm.on_response_headers(ctx, 2, false))
+            .ok_or_else(vm_err)??;
+        Ok(())
+    })?;
     for k in 0..10 {
         let chunk = format!("data: {{\"choices\":[{{\"delta\":{{\"content\":\"t{k}\"}}}}]}}\n\n");
         let len = chunk.len();
         w.with_stream(ctx, |s| s.resp_body = chunk.into_bytes());
-        w.with_vm(|vm| vm.on_response_body(ctx, len, k == 9))
-            .ok_or_else(vm_err)??;
+        around(Entry::Chunk, &mut || {
+            w.with_vm(|vm| vm.on_response_body(ctx, len, k == 9))
+                .ok_or_else(vm_err)??;
+            Ok(())
+        })?;
     }
-    w.destroy_stream(ctx);
-    Ok(())
+    around(Entry::Other, &mut || {
+        w.destroy_stream(ctx);
+        Ok(())
+    })
 }
 
 /// The data a module made by `wasm-abi trace-memory` touches per request (its accesses, not
@@ -111,7 +166,7 @@ fn traced(w: &Worker, route: Option<&RouteCfg>, n: usize) -> Result<()> {
     let mut lines: BTreeMap<u32, (usize, BTreeSet<u32>)> = Default::default();
     let mut users: BTreeMap<u32, BTreeSet<u32>> = Default::default();
     for i in n..2 * n {
-        one_request(w, route, i)?;
+        one_request(w, route, i, &mut plain)?;
         let mut seen = BTreeSet::new();
         for (address, length, function) in ailb_gateway::trace::take() {
             for b in address..address.saturating_add(length.max(1)) {
@@ -163,7 +218,7 @@ fn per_page(
     let mut counts: BTreeMap<usize, usize> = BTreeMap::new();
     for i in n..2 * n {
         pages::forget(memory)?;
-        one_request(w, route, i)?;
+        one_request(w, route, i, &mut plain)?;
         for page in pages::touched(memory)? {
             *counts.entry(page).or_default() += 1;
         }

@@ -130,6 +130,14 @@ pub fn plugin_code_lines() -> anyhow::Result<()> {
             fp.instructions
         );
         println!("BENCH data_pages_per_request_{name} {} pages", data.pages);
+        println!(
+            "BENCH data_entry_pages_per_request_{name} {} pages",
+            data.entry_pages
+        );
+        println!(
+            "BENCH data_chunk_pages_per_request_{name} {} pages",
+            data.chunk_pages
+        );
         println!("BENCH data_lines_per_request_{name} {} lines", data.lines);
         if wasm == plugin_wasm() {
             for (function, _) in &fp.by_function {
