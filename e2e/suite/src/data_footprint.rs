@@ -34,6 +34,9 @@ pub struct DataFootprint {
     pub entry_pages: usize,
     /// The same over the request's ten answer chunks alone.
     pub chunk_pages: usize,
+    /// Each entry's pages in order, comma-separated, as the last request counted touched
+    /// them (the driver's doc names the entries).
+    pub each_entry: String,
     /// 64-byte lines of linear memory every request's own accesses touch.
     pub lines: usize,
     /// One line per touched data line: address, bytes touched, the functions touching it.
@@ -50,6 +53,13 @@ pub fn measure(config: &Path, traced: &Path, traced_wasm: &Path) -> Result<DataF
     let pages = column("pages ", 0)?;
     let entry_pages = column("entry_pages ", 0)?;
     let chunk_pages = column("entry_pages ", 1)?;
+    let each_entry = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("entry_pages "))
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .next_back()
+        .unwrap_or_default()
+        .to_string();
     let trace = driver(traced, "--trace")?;
     let lines = trace
         .lines()
@@ -66,6 +76,7 @@ pub fn measure(config: &Path, traced: &Path, traced_wasm: &Path) -> Result<DataF
         pages,
         entry_pages,
         chunk_pages,
+        each_entry,
         lines,
         detail,
     })

@@ -8,8 +8,10 @@
 //!   lines and pages (docs/plugin-cpu.md);
 //! - `--pages`: per request, `pages <linear memory pages> <compiled code pages>` it touched,
 //!   the host's accesses to linear memory included (`ailb_gateway::pages`); then, for N more,
-//!   `entry_pages <sum> <chunks>`: the pages of linear memory each VM entry touched, summed
-//!   over the request's entries, and over its ten answer chunks alone. An idle worker meets
+//!   `entry_pages <sum> <chunks> <each>`: the pages of linear memory each VM entry touched,
+//!   summed over the request's entries and over its ten answer chunks alone, then each
+//!   entry's in order (context creation, request headers, request body, response headers,
+//!   the ten chunks, the stream's end), comma-separated. An idle worker meets
 //!   each entry's pages anew, so a page touched by every chunk costs ten walks, where the
 //!   per-request count has it once (docs/plugin-cpu.md "Body chunks");
 //! - `--per-page`: each page of linear memory with how many requests touched it;
@@ -66,17 +68,19 @@ fn main() -> Result<()> {
                 }
                 for i in 2 * n..3 * n {
                     let (mut sum, mut chunks) = (0, 0);
+                    let mut each = Vec::new();
                     one_request(&w, route, i, &mut |what, call| {
                         pages::forget(&memory)?;
                         call()?;
                         let touched = pages::touched(&memory)?.len();
                         sum += touched;
+                        each.push(touched.to_string());
                         if what == Entry::Chunk {
                             chunks += touched;
                         }
                         Ok(())
                     })?;
-                    println!("entry_pages {sum} {chunks}");
+                    println!("entry_pages {sum} {chunks} {}", each.join(","));
                 }
                 Ok(())
             }

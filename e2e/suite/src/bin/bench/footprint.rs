@@ -49,6 +49,11 @@ fn count(name: &str, wasm: &Path, plugin: Value) -> anyhow::Result<(Footprint, D
         for line in &data.detail {
             eprintln!("footprint {name} data {line}");
         }
+        eprintln!(
+            "footprint {name} data pages per entry (context, request headers, body, response \
+             headers, ten chunks, end): {}",
+            data.each_entry
+        );
     }
     Ok((fp, data))
 }
