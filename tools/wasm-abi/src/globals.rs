@@ -31,6 +31,7 @@ enum Access {
     Set(u32),
 }
 
+/// The rewrite, as `Scan::plan` made it.
 struct Globals {
     /// Per imported function (old index): what its calls become, None when it stays.
     removed: Vec<Option<Access>>,
@@ -171,20 +172,41 @@ fn val_type(t: wasmparser::ValType) -> Result<ValType, String> {
     })
 }
 
-/// `wasm` with its `ailb_global` imports made globals (module doc); unchanged when it has
-/// none.
-pub fn globals(wasm: &[u8]) -> Result<Vec<u8>, String> {
-    let mut types: Vec<Option<(Vec<wasmparser::ValType>, Vec<wasmparser::ValType>)>> = Vec::new();
-    let mut pairs: BTreeMap<String, Pair> = BTreeMap::new();
-    let (mut imports, mut global_count) = (0u32, 0u32);
-    let mut removed_at: Vec<bool> = Vec::new();
-    let mut import_types: Vec<u32> = Vec::new();
+/// A function type's parameters and results; None for a type that is not a function's.
+type Shape = Option<(Vec<wasmparser::ValType>, Vec<wasmparser::ValType>)>;
+
+/// What the rewrite needs to know of the module before it starts.
+#[derive(Default)]
+struct Scan {
+    /// Every type of the type section.
+    types: Vec<Shape>,
+    /// Each imported function's type, by old index.
+    import_types: Vec<u32>,
+    /// Whether each imported function is an `ailb_global` one, by old index.
+    ours: Vec<bool>,
+    /// The `ailb_global` pairs by name.
+    pairs: BTreeMap<String, Pair>,
+    /// Globals imported and defined: the added ones come after them.
+    globals: u32,
+}
+
+/// `ailb_global.<name>_get` → (`name`, true), `_set` → (`name`, false).
+fn accessor(import: &str) -> Result<(&str, bool), String> {
+    match (import.strip_suffix("_get"), import.strip_suffix("_set")) {
+        (Some(name), _) => Ok((name, true)),
+        (_, Some(name)) => Ok((name, false)),
+        _ => Err(format!("{MODULE}.{import}: neither a _get nor a _set")),
+    }
+}
+
+fn scan(wasm: &[u8]) -> Result<Scan, String> {
+    let mut scan = Scan::default();
     for payload in Parser::new(0).parse_all(wasm) {
         match payload.map_err(|e| e.to_string())? {
             Payload::TypeSection(s) => {
                 for group in s {
                     for ty in group.map_err(|e| e.to_string())?.into_types() {
-                        types.push(match ty.composite_type.inner {
+                        scan.types.push(match ty.composite_type.inner {
                             wasmparser::CompositeInnerType::Func(f) => {
                                 Some((f.params().to_vec(), f.results().to_vec()))
                             }
@@ -196,97 +218,113 @@ pub fn globals(wasm: &[u8]) -> Result<Vec<u8>, String> {
             Payload::ImportSection(s) => {
                 for import in s.into_imports() {
                     let import = import.map_err(|e| e.to_string())?;
+                    let ours = import.module == MODULE;
                     match import.ty {
                         TypeRef::Func(ty) => {
-                            let ours = import.module == MODULE;
+                            let index =
+                                u32::try_from(scan.ours.len()).map_err(|e| e.to_string())?;
                             if ours {
-                                let (name, getter) = match (
-                                    import.name.strip_suffix("_get"),
-                                    import.name.strip_suffix("_set"),
-                                ) {
-                                    (Some(n), _) => (n, true),
-                                    (_, Some(n)) => (n, false),
-                                    _ => {
-                                        return Err(format!(
-                                            "{MODULE}.{}: neither a _get nor a _set",
-                                            import.name
-                                        ))
-                                    }
-                                };
-                                let pair = pairs.entry(name.to_string()).or_default();
+                                let (name, getter) = accessor(import.name)?;
+                                let pair = scan.pairs.entry(name.to_string()).or_default();
                                 let slot = if getter { &mut pair.get } else { &mut pair.set };
-                                if slot.replace(imports).is_some() {
+                                if slot.replace(index).is_some() {
                                     return Err(format!("{MODULE}.{} twice", import.name));
                                 }
                             }
-                            removed_at.push(ours);
-                            import_types.push(ty);
-                            imports += 1;
+                            scan.ours.push(ours);
+                            scan.import_types.push(ty);
                         }
-                        _ if import.module == MODULE => {
+                        _ if ours => {
                             return Err(format!("{MODULE}.{}: not a function", import.name))
                         }
-                        TypeRef::Global(_) => global_count += 1,
+                        TypeRef::Global(_) => scan.globals = scan.globals.saturating_add(1),
                         _ => {}
                     }
                 }
             }
-            Payload::GlobalSection(s) => global_count += s.count(),
+            Payload::GlobalSection(s) => scan.globals = scan.globals.saturating_add(s.count()),
             _ => {}
         }
     }
-    if pairs.is_empty() {
-        return Ok(wasm.to_vec());
-    }
-    let mut removed = vec![None; removed_at.len()];
-    let mut added = Vec::new();
-    for (name, pair) in &pairs {
+    Ok(scan)
+}
+
+impl Scan {
+    /// The global pair `name`'s type: the getter's `[] -> [t]` and the setter's `[t] -> []`.
+    fn global_type(&self, name: &str, pair: &Pair) -> Result<ValType, String> {
         let (Some(get), Some(set)) = (pair.get, pair.set) else {
             return Err(format!("{MODULE}.{name}: a _get and a _set, or neither"));
         };
         let shape = |f: u32| -> Result<&(Vec<_>, Vec<_>), String> {
-            let ty = import_types.get(f as usize).copied().unwrap_or(u32::MAX);
-            types
+            let ty = self
+                .import_types
+                .get(f as usize)
+                .copied()
+                .unwrap_or(u32::MAX);
+            self.types
                 .get(ty as usize)
                 .and_then(Option::as_ref)
                 .ok_or_else(|| format!("{MODULE}.{name}: type {ty} is not a function type"))
         };
-        let ty = match (shape(get)?, shape(set)?) {
+        match (shape(get)?, shape(set)?) {
             ((gp, gr), (sp, sr)) if gp.is_empty() && sr.is_empty() && gr == sp && gr.len() == 1 => {
-                val_type(gr[0])?
+                val_type(gr[0])
             }
-            _ => {
-                return Err(format!(
-                    "{MODULE}.{name}: the getter is [] -> [t] and the setter [t] -> []"
-                ))
-            }
-        };
-        let index = global_count
-            .checked_add(u32::try_from(added.len()).map_err(|e| e.to_string())?)
-            .ok_or("too many globals")?;
-        added.push(ty);
-        for (f, access) in [(get, Access::Get(index)), (set, Access::Set(index))] {
-            if let Some(slot) = removed.get_mut(f as usize) {
-                *slot = Some(access);
-            }
+            _ => Err(format!(
+                "{MODULE}.{name}: the getter is [] -> [t] and the setter [t] -> []"
+            )),
         }
     }
-    let mut count = 0u32;
-    let before = removed_at
-        .iter()
-        .map(|&gone| {
-            let b = count;
-            count += u32::from(gone);
-            b
+
+    /// The rewrite: each pair's calls to its global, after the module's own globals.
+    fn plan(self) -> Result<Globals, String> {
+        let mut removed = vec![None; self.ours.len()];
+        let mut added = Vec::new();
+        for (name, pair) in &self.pairs {
+            let ty = self.global_type(name, pair)?;
+            let index = u32::try_from(added.len())
+                .ok()
+                .and_then(|n| self.globals.checked_add(n))
+                .ok_or("too many globals")?;
+            added.push(ty);
+            let accesses = [
+                (pair.get, Access::Get(index)),
+                (pair.set, Access::Set(index)),
+            ];
+            for (f, access) in accesses {
+                if let Some(slot) = f.and_then(|f| removed.get_mut(f as usize)) {
+                    *slot = Some(access);
+                }
+            }
+        }
+        let mut count = 0u32;
+        let before = self
+            .ours
+            .iter()
+            .map(|&gone| {
+                let b = count;
+                count += u32::from(gone);
+                b
+            })
+            .collect();
+        Ok(Globals {
+            removed,
+            before,
+            imports: u32::try_from(self.ours.len()).map_err(|e| e.to_string())?,
+            added,
+            written: false,
         })
-        .collect();
-    let mut g = Globals {
-        removed,
-        before,
-        imports,
-        added,
-        written: false,
-    };
+    }
+}
+
+/// `wasm` with its `ailb_global` imports made globals (module doc); unchanged when it has
+/// none.
+pub fn globals(wasm: &[u8]) -> Result<Vec<u8>, String> {
+    let scan = scan(wasm)?;
+    if scan.pairs.is_empty() {
+        return Ok(wasm.to_vec());
+    }
+    let mut g = scan.plan()?;
     let out = crate::order::rewrite(&mut g, wasm)?;
     if !g.written {
         return Err("no place for the globals was found".into());

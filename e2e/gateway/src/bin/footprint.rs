@@ -11,9 +11,9 @@
 //!   `entry_pages <sum> <chunks> <each>`: the pages of linear memory each VM entry touched,
 //!   summed over the request's entries and over its ten answer chunks alone, then each
 //!   entry's in order (context creation, request headers, request body, response headers,
-//!   the ten chunks, the stream's end), comma-separated. An idle worker meets
-//!   each entry's pages anew, so a page touched by every chunk costs ten walks, where the
-//!   per-request count has it once (docs/plugin-cpu.md "Body chunks");
+//!   the ten chunks, the stream's end), comma-separated. An idle worker meets each entry's
+//!   pages anew, so a page touched by every chunk costs ten walks, where the per-request
+//!   count has it once (docs/plugin-cpu.md "Body chunks");
 //! - `--per-page`: each page of linear memory with how many requests touched it;
 //! - `--trace`: the module must be one `wasm-abi trace-memory` made: each 64-byte line of
 //!   linear memory every request's own accesses touch, with the functions touching it
@@ -124,7 +124,9 @@ fn one_request(w: &Worker, route: Option<&RouteCfg>, i: usize, around: Around) -
     let mut headers = Some(headers);
     let mut ctx = 0;
     around(Entry::Other, &mut || {
-        let h = headers.take().ok_or_else(vm_err)?;
+        let h = headers
+            .take()
+            .ok_or_else(|| anyhow!("one context per request"))?;
         ctx = w.new_stream(h, route)?;
         Ok(())
     })?;
