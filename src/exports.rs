@@ -4,9 +4,10 @@
 //! worker's VM). Each callback routes the host's context id through [`Contexts`] to the
 //! [`Balancer`] of its root; unknown ids and re-entrant calls are no-ops.
 //!
-//! Callbacks the plugin has no use for (trailers, TCP, gRPC, queues, foreign functions) are not exported: proxy-wasm-cpp-host (Envoy, Higress) and the e2e emulator look
-//! every callback up as optional and answer Continue / true for a missing one. The host's one
-//! required export is the allocator, `proxy_on_memory_allocate` (or `malloc`).
+//! Callbacks the plugin has no use for (trailers, TCP, gRPC, queues, foreign functions) are
+//! not exported: proxy-wasm-cpp-host (Envoy, Higress) and the e2e emulator look every callback
+//! up as optional and answer Continue / true for a missing one. The host's one required
+//! export is the allocator, `proxy_on_memory_allocate` (or `malloc`).
 
 use crate::body_watch::{self, BodyWatch};
 use crate::contexts::Contexts;

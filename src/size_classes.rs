@@ -15,10 +15,10 @@
 //! classes' free lists. One slab for all classes, not one per class, because a request's
 //! blocks of different sizes then share a page or two instead of one page each: for a worker
 //! idle between requests every page is a page walk (docs/plugin-cpu.md "Data pages": an
-//! AdaptiveScore request's pages of linear memory went from 12 to 8). Freed blocks keep their class forever (a
-//! plugin's small allocations are bounded by its live requests); slabs are never returned. A
-//! layout larger than [`MAX_CLASS`] or aligned beyond its size class goes to the system
-//! allocator, as does everything freed in that class.
+//! AdaptiveScore request's pages of linear memory went from 12 to 8). Freed blocks keep
+//! their class forever (a plugin's small allocations are bounded by its live requests); slabs
+//! are never returned. A layout larger than [`MAX_CLASS`] or aligned beyond its size class
+//! goes to the system allocator, as does everything freed in that class.
 //!
 //! Not thread-safe, and needs not be: a wasm VM is single-threaded. Native builds (tests)
 //! use it only through an owned [`SizeClasses`], never as the global allocator.

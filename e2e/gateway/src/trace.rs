@@ -1,7 +1,8 @@
 //! The host side of a module made by `wasm-abi trace-memory` (tools/wasm-abi/src/trace.rs):
-//! its `ailb_trace.touch(address, length, function)` import records every access to linear memory on
-//! this thread, for `ailb-footprint --trace` to count the data lines and pages a request
-//! touches (docs/plugin-cpu.md "Data pages"). Modules without the import never call it.
+//! its `ailb_trace.touch(address, length, function)` import records every access to linear
+//! memory on this thread, for `ailb-footprint --trace` to count the data lines and pages a
+//! request touches (docs/plugin-cpu.md "Data pages"). Modules without the import never call
+//! it.
 
 use crate::host_state::HostState;
 use std::cell::RefCell;

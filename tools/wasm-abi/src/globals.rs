@@ -37,6 +37,8 @@ struct Globals {
     removed: Vec<Option<Access>>,
     /// Per imported function (old index): how many removed imports come before it.
     before: Vec<u32>,
+    /// How many imports are removed: defined functions move down by this.
+    removed_total: u32,
     /// Functions imported: defined functions begin here.
     imports: u32,
     /// The added globals' types, in index order.
@@ -46,11 +48,6 @@ struct Globals {
 }
 
 impl Globals {
-    fn removed_count(&self) -> u32 {
-        self.before.last().copied().unwrap_or(0)
-            + u32::from(self.removed.last().is_some_and(Option::is_some))
-    }
-
     fn add_globals(&mut self, globals: &mut wasm_encoder::GlobalSection) {
         for &ty in &self.added {
             let zero = match ty {
@@ -75,7 +72,7 @@ impl Reencode for Globals {
 
     fn function_index(&mut self, func: u32) -> Result<u32, Error<String>> {
         if func >= self.imports {
-            return Ok(func - self.removed_count());
+            return Ok(func - self.removed_total);
         }
         let at = func as usize;
         match (self.removed.get(at), self.before.get(at)) {
@@ -310,6 +307,7 @@ impl Scan {
         Ok(Globals {
             removed,
             before,
+            removed_total: count,
             imports: u32::try_from(self.ours.len()).map_err(|e| e.to_string())?,
             added,
             written: false,
@@ -340,7 +338,6 @@ mod tests {
         FunctionSection, GlobalSection, ImportSection, Instruction as I, Module, NameMap,
         NameSection, RefType, TableSection, TableType, TypeSection,
     };
-    use wasmparser::Name;
 
     /// Imports `env.log`, `ailb_global.w_get`, `ailb_global.w_set`, `env.other` (functions
     /// 0-3), then defined `bump` (4: w += 1, then calls log and other), `read` (5: returns
@@ -449,24 +446,10 @@ mod tests {
         wasmparser::Validator::new()
             .validate_all(wasm)
             .unwrap_or_else(|e| panic!("invalid module: {e}"));
-        let mut names = std::collections::HashMap::new();
-        for p in Parser::new(0).parse_all(wasm) {
-            if let Payload::CustomSection(c) = p.unwrap() {
-                if let wasmparser::KnownCustom::Name(n) = c.as_known() {
-                    for sub in n {
-                        if let Name::Function(map) = sub.unwrap() {
-                            for n in map {
-                                let n = n.unwrap();
-                                names.insert(n.index, n.name.to_string());
-                            }
-                        }
-                    }
-                }
-            }
-        }
+        let names = crate::order::layout(wasm).unwrap().names;
         let name = |i: u32| names.get(&i).cloned().unwrap_or(format!("#{i}"));
         let mut seen = Seen::default();
-        let mut defined = seen.imports.len() as u32;
+        let mut defined = 0;
         for p in Parser::new(0).parse_all(wasm) {
             match p.unwrap() {
                 Payload::ImportSection(s) => {

@@ -58,14 +58,14 @@ pub fn parse_list(text: &str) -> Vec<String> {
         .collect()
 }
 
-/// Imported functions, defined functions and each defined function's name, by index.
-struct Layout {
-    imports: u32,
-    defined: u32,
-    names: HashMap<u32, String>,
+/// Imported functions, defined functions and each function's name (`list_name`), by index.
+pub struct Layout {
+    pub imports: u32,
+    pub defined: u32,
+    pub names: HashMap<u32, String>,
 }
 
-fn layout(wasm: &[u8]) -> Result<Layout, String> {
+pub fn layout(wasm: &[u8]) -> Result<Layout, String> {
     let mut l = Layout {
         imports: 0,
         defined: 0,
