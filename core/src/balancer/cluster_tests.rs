@@ -206,13 +206,23 @@ fn statistics_are_shared_by_every_worker_of_a_proxy() {
     let a = send(&mut host, &mut vm1, 2, &[]).unwrap();
     let b = send(&mut host2, &mut vm2, 2, &[]).unwrap();
     let c = send(&mut host, &mut vm1, 3, &[]).unwrap();
-    let mut all = vec![a, b, c];
+    let mut all = vec![a, b.clone(), c];
     all.sort();
     assert_eq!(all, [A, B, C]);
+    // A stream that answered well gives its count back at its end, not at its worker's next
+    // write: held there, the other worker would see its service busy and steer around it
+    // (docs/plugin-cpu.md "Tried and not kept").
+    respond(&mut host2, &mut vm2, 2, "200");
+    vm2.on_response_body(&mut host2, 2);
     end(&mut host2, &mut vm2, 2);
     assert_eq!(
         table(&host).stats().iter().map(|s| s.ongoing).sum::<i64>(),
         2
+    );
+    assert_eq!(
+        send(&mut host, &mut vm1, 4, &[]),
+        Some(b),
+        "the other worker's freed service is the least busy"
     );
 }
 
