@@ -224,6 +224,14 @@ fn statistics_are_shared_by_every_worker_of_a_proxy() {
         Some(b),
         "the other worker's freed service is the least busy"
     );
+    // And a stream that got no answer (a reset, a timeout: a failure) gives it back at its
+    // end as well.
+    send(&mut host2, &mut vm2, 3, &[]).unwrap();
+    end(&mut host2, &mut vm2, 3);
+    assert_eq!(
+        table(&host).stats().iter().map(|s| s.ongoing).sum::<i64>(),
+        3
+    );
 }
 
 #[test]
