@@ -149,6 +149,7 @@ fn stats(shared: &Shared) -> String {
         ("vm_traps", c.vm_traps.load(Relaxed)),
         ("vm_reloads", c.vm_reloads.load(Relaxed)),
         ("vm_call_ns", c.vm_call_ns.load(Relaxed)),
+        ("vm_call_cpu_ns", c.vm_call_cpu_ns.load(Relaxed)),
         ("vm_calls", c.vm_calls.load(Relaxed)),
     ] {
         out.push_str(&format!("gateway.{k} {v}\n"));

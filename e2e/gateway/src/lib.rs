@@ -17,6 +17,7 @@ pub mod admin;
 pub mod callouts;
 pub mod cold;
 pub mod config;
+pub mod cpu_clock;
 pub mod gateway;
 pub mod health;
 pub mod higress;

@@ -212,9 +212,11 @@ impl Vm {
         let h = self.store.data_mut();
         h.current = ctx;
         h.effective = None;
+        let cpu = crate::cpu_clock::enabled().then(crate::cpu_clock::thread_ns);
         let started = std::time::Instant::now();
         let r = f.call(&mut self.store, args);
         let ns = started.elapsed().as_nanos() as u64;
+        let cpu_ns = cpu.map(|at| crate::cpu_clock::thread_ns().saturating_sub(at));
         crate::prof::record(what, ns);
         let h = self.store.data_mut();
         h.current = 0;
@@ -226,6 +228,11 @@ impl Vm {
         counters
             .vm_calls
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Some(cpu_ns) = cpu_ns {
+            counters
+                .vm_call_cpu_ns
+                .fetch_add(cpu_ns, std::sync::atomic::Ordering::Relaxed);
+        }
         r.map_err(|e| self.trap(what, e.into()))
     }
 

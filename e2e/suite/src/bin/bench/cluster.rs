@@ -268,6 +268,30 @@ pub fn cluster_adaptive_vs_round_robin_and_oracle() -> anyhow::Result<()> {
             per_request(r, r.vm.calls)
         );
     }
+    if empty.vm.cpu_ns > 0 {
+        let cpu = |r: &Run| per_request(r, r.vm.cpu_ns) / 1e3;
+        println!(
+            "BENCH vm_cpu_floor_us_per_request_empty_module_streamed {:.1} us",
+            cpu(&empty)
+        );
+        for (name, r) in [
+            (
+                "vm_cpu_us_per_request_cluster_adaptive_host_calls",
+                &adaptive_calls,
+            ),
+            (
+                "vm_cpu_us_per_request_cluster_adaptive_compact_reference",
+                &compact,
+            ),
+            ("plugin_cpu_us_per_request_cluster_adaptive", &adaptive),
+            ("plugin_cpu_us_per_request_cluster_hash", &hash),
+        ] {
+            println!(
+                "BENCH {name}_streamed_over_floor {:.1} us",
+                cpu(r) - cpu(&empty)
+            );
+        }
+    }
     Ok(())
 }
 
@@ -283,6 +307,9 @@ struct Run {
 #[derive(Clone, Copy)]
 struct VmTotals {
     ns: i64,
+    /// The workers' CPU time in those calls; 0 unless the emulator measures it
+    /// (`AILB_VM_CPU_TIME`).
+    cpu_ns: i64,
     calls: i64,
     streams: i64,
 }
@@ -291,6 +318,7 @@ impl VmTotals {
     fn since(self, before: VmTotals) -> VmTotals {
         VmTotals {
             ns: self.ns - before.ns,
+            cpu_ns: self.cpu_ns - before.cpu_ns,
             calls: self.calls - before.calls,
             streams: self.streams - before.streams,
         }
@@ -301,6 +329,7 @@ fn vm_totals(gws: &[Gateway]) -> VmTotals {
     let sum = |name: &str| gws.iter().map(|g| g.stat(name)).sum();
     VmTotals {
         ns: sum("gateway.vm_call_ns"),
+        cpu_ns: sum("gateway.vm_call_cpu_ns"),
         calls: sum("gateway.vm_calls"),
         streams: sum("gateway.streams_destroyed"),
     }
