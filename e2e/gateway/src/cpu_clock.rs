@@ -13,8 +13,9 @@ pub fn enabled() -> bool {
     *ON.get_or_init(|| std::env::var_os("AILB_VM_CPU_TIME").is_some())
 }
 
-/// This thread's CPU time in ns (`CLOCK_THREAD_CPUTIME_ID`), 0 should the clock fail.
-pub fn thread_ns() -> u64 {
+/// This thread's CPU time in ns (`CLOCK_THREAD_CPUTIME_ID`); None should the clock fail, so
+/// a failed read is never taken for a time of 0 (which would count the thread's whole life).
+pub fn thread_ns() -> Option<u64> {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -22,11 +23,21 @@ pub fn thread_ns() -> u64 {
     // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     if rc != 0 {
-        return 0;
+        return None;
     }
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
+    Some(
+        (ts.tv_sec as u64)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(ts.tv_nsec as u64),
+    )
+}
+
+/// The thread's CPU time spent in `f`, beside its result; None when the clock failed.
+pub fn timed<R>(f: impl FnOnce() -> R) -> (R, Option<u64>) {
+    let at = thread_ns();
+    let r = f();
+    let spent = at.zip(thread_ns()).map(|(at, now)| now.saturating_sub(at));
+    (r, spent)
 }
 
 #[cfg(test)]
@@ -36,17 +47,17 @@ mod tests {
 
     #[test]
     fn the_clock_counts_this_threads_work_and_not_its_sleep() {
-        let start = thread_ns();
-        assert!(start > 0, "the clock answered");
-        std::thread::sleep(Duration::from_millis(50));
-        let slept = thread_ns() - start;
+        let ((), slept) = timed(|| std::thread::sleep(Duration::from_millis(50)));
+        let slept = slept.expect("the clock answered");
         assert!(slept < 20_000_000, "50 ms asleep counted {slept} ns");
-        let (wall, at) = (Instant::now(), thread_ns());
-        let mut x = 1u64;
-        while wall.elapsed() < Duration::from_millis(30) {
-            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
-        }
-        let busy = thread_ns() - at;
+        let wall = Instant::now();
+        let ((), busy) = timed(|| {
+            let mut x = 1u64;
+            while wall.elapsed() < Duration::from_millis(30) {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+            }
+        });
+        let busy = busy.expect("the clock answered");
         assert!(
             busy >= 1_000_000,
             "30 ms of spinning counted only {busy} ns"

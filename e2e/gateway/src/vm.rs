@@ -212,11 +212,16 @@ impl Vm {
         let h = self.store.data_mut();
         h.current = ctx;
         h.effective = None;
-        let cpu = crate::cpu_clock::enabled().then(crate::cpu_clock::thread_ns);
-        let started = std::time::Instant::now();
-        let r = f.call(&mut self.store, args);
-        let ns = started.elapsed().as_nanos() as u64;
-        let cpu_ns = cpu.map(|at| crate::cpu_clock::thread_ns().saturating_sub(at));
+        // The wall clock innermost, so the CPU clock's system calls stay out of it.
+        let call = || {
+            let started = std::time::Instant::now();
+            let r = f.call(&mut self.store, args);
+            (r, started.elapsed().as_nanos() as u64)
+        };
+        let ((r, ns), cpu_ns) = match crate::cpu_clock::enabled() {
+            true => crate::cpu_clock::timed(call),
+            false => (call(), None),
+        };
         crate::prof::record(what, ns);
         let h = self.store.data_mut();
         h.current = 0;
