@@ -270,13 +270,7 @@ pub fn cluster_adaptive_vs_round_robin_and_oracle() -> anyhow::Result<()> {
     // The plugin's VM time in these very runs (streamed answers, 22 rps over 4 workers): each
     // answer chunk is one more VM entry, and at this rate every entry finds a cold cache
     // (docs/plugin-cpu.md). Side by side: cluster_hash, a policy that keeps no statistics, and
-    // the empty module, whose time is the host's alone. The floor, AdaptiveScore and the
-    // compact module are read as the median of the three rounds (`CpuRound`), with
-    // AdaptiveScore's worst round beside them; the modules that ran once are read over the
-    // first round's floor.
-    let floor0 = empty.vm.us();
-    let median = |f: &dyn Fn(&CpuRound) -> f64| median(cpu_rounds.iter().map(f).collect());
-    let worst = |f: &dyn Fn(&CpuRound) -> f64| cpu_rounds.iter().map(f).fold(f64::MIN, f64::max);
+    // the empty module, whose time is the host's alone (how each is read: `print_vm_figures`).
     for (i, r) in cpu_rounds.iter().enumerate() {
         eprintln!(
             "cluster cpu round {i}: floor {:.1} us, adaptive {:.1} over it, compact {:.1}",
@@ -285,42 +279,12 @@ pub fn cluster_adaptive_vs_round_robin_and_oracle() -> anyhow::Result<()> {
             r.compact.us() - r.empty.us()
         );
     }
-    println!(
-        "BENCH vm_floor_us_per_request_empty_module_streamed {:.1} us",
-        median(&|r| r.empty.us())
-    );
-    println!(
-        "BENCH vm_us_per_request_cluster_hash_host_calls_streamed_over_floor {:.1} us",
-        calls.vm.us() - floor0
-    );
-    println!(
-        "BENCH vm_us_per_request_cluster_adaptive_host_calls_streamed_over_floor {:.1} us",
-        adaptive_calls.vm.us() - floor0
-    );
-    println!(
-        "BENCH vm_us_per_request_cluster_adaptive_compact_reference_streamed_over_floor {:.1} us",
-        median(&|r| r.compact.us() - r.empty.us())
-    );
-    println!(
-        "BENCH plugin_us_per_request_cluster_adaptive_streamed {:.1} us",
-        median(&|r| r.adaptive.us())
-    );
-    println!(
-        "BENCH plugin_us_per_request_cluster_adaptive_streamed_over_floor {:.1} us",
-        median(&|r| r.adaptive.us() - r.empty.us())
-    );
-    println!(
-        "BENCH plugin_us_per_request_cluster_adaptive_streamed_over_floor_worst_round {:.1} us",
-        worst(&|r| r.adaptive.us() - r.empty.us())
-    );
-    println!(
-        "BENCH plugin_us_per_request_cluster_hash_streamed {:.1} us",
-        hash.vm.us()
-    );
-    println!(
-        "BENCH plugin_us_per_request_cluster_hash_streamed_over_floor {:.1} us",
-        hash.vm.us() - floor0
-    );
+    let once = RunOnce {
+        hash_calls: calls.vm,
+        adaptive_calls: adaptive_calls.vm,
+        hash: hash.vm,
+    };
+    print_vm_figures(Clock::Wall, &cpu_rounds, &once);
     for (name, vm) in [("adaptive", &adaptive.vm), ("hash", &hash.vm)] {
         println!(
             "BENCH vm_entries_per_request_cluster_{name}_streamed {:.1} count",
@@ -328,27 +292,7 @@ pub fn cluster_adaptive_vs_round_robin_and_oracle() -> anyhow::Result<()> {
         );
     }
     if empty.vm.cpu_ns > 0 {
-        let cpu_floor0 = empty.vm.cpu_us();
-        println!(
-            "BENCH vm_cpu_floor_us_per_request_empty_module_streamed {:.1} us",
-            median(&|r| r.empty.cpu_us())
-        );
-        println!(
-            "BENCH vm_cpu_us_per_request_cluster_adaptive_host_calls_streamed_over_floor {:.1} us",
-            adaptive_calls.vm.cpu_us() - cpu_floor0
-        );
-        println!(
-            "BENCH vm_cpu_us_per_request_cluster_adaptive_compact_reference_streamed_over_floor {:.1} us",
-            median(&|r| r.compact.cpu_us() - r.empty.cpu_us())
-        );
-        println!(
-            "BENCH plugin_cpu_us_per_request_cluster_adaptive_streamed_over_floor {:.1} us",
-            median(&|r| r.adaptive.cpu_us() - r.empty.cpu_us())
-        );
-        println!(
-            "BENCH plugin_cpu_us_per_request_cluster_hash_streamed_over_floor {:.1} us",
-            hash.vm.cpu_us() - cpu_floor0
-        );
+        print_vm_figures(Clock::Cpu, &cpu_rounds, &once);
     }
     Ok(())
 }
@@ -366,6 +310,71 @@ struct CpuRound {
     adaptive: VmTotals,
     empty: VmTotals,
     compact: VmTotals,
+}
+
+/// The modules of the streamed section that run once, read over the first round's floor.
+struct RunOnce {
+    hash_calls: VmTotals,
+    adaptive_calls: VmTotals,
+    hash: VmTotals,
+}
+
+/// The clock a VM-time figure reads: the wall clock, or the workers' CPU clock
+/// (`AILB_VM_CPU_TIME`), whose lines are the wall lines' `_cpu` twins.
+#[derive(Clone, Copy)]
+enum Clock {
+    Wall,
+    Cpu,
+}
+
+impl Clock {
+    fn us(self, vm: &VmTotals) -> f64 {
+        match self {
+            Clock::Wall => vm.us(),
+            Clock::Cpu => vm.cpu_us(),
+        }
+    }
+}
+
+/// The streamed section's VM-time figures by `clock`: the floor, AdaptiveScore and the
+/// compact module as the median of `rounds` (AdaptiveScore's worst round beside them), the
+/// modules that ran once over the first round's floor.
+fn print_vm_figures(clock: Clock, rounds: &[CpuRound], once: &RunOnce) {
+    let (vm, plugin) = match clock {
+        Clock::Wall => ("vm", "plugin"),
+        Clock::Cpu => ("vm_cpu", "plugin_cpu"),
+    };
+    let us = |v: &VmTotals| clock.us(v);
+    let over = |v: &VmTotals, floor: &VmTotals| us(v) - us(floor);
+    let of_rounds = |f: &dyn Fn(&CpuRound) -> f64| rounds.iter().map(f).collect::<Vec<f64>>();
+    let floor0 = rounds.first().map_or(0.0, |r| us(&r.empty));
+    let line = |name: String, v: f64| println!("BENCH {name} {v:.1} us");
+    line(
+        format!("{vm}_floor_us_per_request_empty_module_streamed"),
+        median(of_rounds(&|r| us(&r.empty))),
+    );
+    for (name, v) in [
+        ("cluster_hash_host_calls", &once.hash_calls),
+        ("cluster_adaptive_host_calls", &once.adaptive_calls),
+    ] {
+        line(
+            format!("{vm}_us_per_request_{name}_streamed_over_floor"),
+            us(v) - floor0,
+        );
+    }
+    line(
+        format!("{vm}_us_per_request_cluster_adaptive_compact_reference_streamed_over_floor"),
+        median(of_rounds(&|r| over(&r.compact, &r.empty))),
+    );
+    let adaptive = format!("{plugin}_us_per_request_cluster_adaptive_streamed");
+    line(adaptive.clone(), median(of_rounds(&|r| us(&r.adaptive))));
+    let over_floor = of_rounds(&|r| over(&r.adaptive, &r.empty));
+    let worst = over_floor.iter().copied().fold(f64::MIN, f64::max);
+    line(format!("{adaptive}_over_floor"), median(over_floor));
+    line(format!("{adaptive}_over_floor_worst_round"), worst);
+    let hash = format!("{plugin}_us_per_request_cluster_hash_streamed");
+    line(hash.clone(), us(&once.hash));
+    line(format!("{hash}_over_floor"), us(&once.hash) - floor0);
 }
 
 /// The middle value (the mean of the middle two for an even count); 0 for none.
