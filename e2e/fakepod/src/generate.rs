@@ -44,6 +44,8 @@ fn plan(engine: &Engine, gen: &GenRequest, n: u64) -> Plan {
     let prefix = match gen.kind {
         ApiKind::Chat => "chatcmpl",
         ApiKind::Completions => "cmpl",
+        ApiKind::Responses => "resp",
+        ApiKind::Messages => "msg",
     };
     Plan {
         job: Job {
@@ -145,26 +147,33 @@ async fn stream_tokens(
     tx: &mpsc::Sender<Result<Bytes, std::io::Error>>,
 ) {
     let mut run = prefill(engine, p).await;
+    let mut usage = Usage {
+        prompt: p.job.prompt_tokens,
+        completion: p.out_tokens,
+        cached: run.hit_tokens,
+    };
+    let open = p.meta.open(usage);
+    if !open.is_empty() && tx.send(Ok(open.into())).await.is_err() {
+        return;
+    }
     let mut deadline = Instant::now();
+    let mut text = String::new();
     for i in 0..p.out_tokens {
         next_token(engine, &mut deadline, &mut run).await;
         let finish = (i + 1 == p.out_tokens).then_some("length");
-        let chunk = p.meta.chunk(token_text(p.seed, i), i == 0, finish);
-        if tx.send(Ok(chunk.into())).await.is_err() {
+        let token = token_text(p.seed, i);
+        text.push_str(token);
+        if tx
+            .send(Ok(p.meta.chunk(token, i, finish).into()))
+            .await
+            .is_err()
+        {
             return;
         }
     }
-    if p.include_usage {
-        let usage = Usage {
-            prompt: p.job.prompt_tokens,
-            completion: p.out_tokens,
-            cached: run.hit_tokens,
-        };
-        let _ = tx.send(Ok(p.meta.usage_chunk(usage).into())).await;
-    }
+    usage.cached = run.hit_tokens;
     run.commit_prompt(&p.after);
-    drop(run); // the request is finished before [DONE] goes out
-    let _ = tx
-        .send(Ok(Bytes::from_static(openai::DONE.as_bytes())))
-        .await;
+    drop(run); // the request is finished before the closing events go out
+    let close = p.meta.close(&text, usage, p.include_usage);
+    let _ = tx.send(Ok(close.into())).await;
 }

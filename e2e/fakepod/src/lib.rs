@@ -1,4 +1,4 @@
-//! Fake OpenAI-compatible model servers and a load generator for measuring ai-load-balancer
+//! Fake OpenAI- and Anthropic-compatible model servers (Chat, Completions, Responses, Messages) and a load generator for measuring ai-load-balancer
 //! routing quality (TTFT, prefix hit rate, tail latency, queue imbalance) on one machine.
 //!
 //! * [`server::spawn_pod`] starts a pod in-process; `ailb-fakepod` is the CLI around it.
@@ -11,8 +11,10 @@ pub mod config;
 pub mod engine;
 pub mod generate;
 pub mod load;
+pub mod messages_api;
 pub mod metrics;
 pub mod openai;
+pub mod responses_api;
 pub mod rng;
 pub mod server;
 pub mod tokenize;

@@ -1,4 +1,5 @@
-//! OpenAI request parsing and response shapes (chat and legacy completions).
+//! Request parsing and response shapes: OpenAI Chat and legacy Completions here, the
+//! Responses API in `responses_api.rs`, Anthropic Messages in `messages_api.rs`.
 
 use crate::tokenize::{canonical_prompt, ApiKind};
 use ailb_core::hash::{fnv1a, FNV_OFFSET};
@@ -11,7 +12,8 @@ pub struct GenRequest {
     /// `model` from the body (echoed back; may name a LoRA adapter).
     pub model: Option<String>,
     pub stream: bool,
-    /// `stream_options.include_usage`: send a final usage chunk.
+    /// `stream_options.include_usage`: send a final usage chunk (Chat and Completions; the
+    /// Responses and Messages streams always end with their usage).
     pub include_usage: bool,
     /// Requested output tokens, before the pod's cap.
     pub max_tokens: Option<u64>,
@@ -26,7 +28,7 @@ pub fn parse_request(kind: ApiKind, bytes: &[u8]) -> Result<GenRequest, String> 
         return Err("request body must be a JSON object".into());
     }
     let prompt = canonical_prompt(kind, &body)?;
-    let max_tokens = ["max_completion_tokens", "max_tokens"]
+    let max_tokens = ["max_completion_tokens", "max_tokens", "max_output_tokens"]
         .iter()
         .find_map(|k| body.get(*k).and_then(Value::as_u64));
     Ok(GenRequest {
@@ -77,10 +79,12 @@ pub fn answer_text(prompt: &str, out_tokens: u64) -> String {
 
 /// The text whose KV a pod holds after answering: the prompt, then (chat) the assistant turn
 /// as the next request renders it, so that request's prefix runs through the answer.
-pub fn after_answer(kind: crate::tokenize::ApiKind, prompt: &str, answer: &str) -> String {
+pub fn after_answer(kind: ApiKind, prompt: &str, answer: &str) -> String {
     match kind {
-        crate::tokenize::ApiKind::Chat => format!("{prompt}assistant\n{answer}\n"),
-        crate::tokenize::ApiKind::Completions => format!("{prompt}{answer}"),
+        ApiKind::Completions => format!("{prompt}{answer}"),
+        ApiKind::Chat | ApiKind::Responses | ApiKind::Messages => {
+            format!("{prompt}assistant\n{answer}\n")
+        }
     }
 }
 
@@ -93,7 +97,8 @@ pub struct Usage {
 }
 
 impl Usage {
-    fn json(&self) -> Value {
+    /// OpenAI Chat / Completions `usage`.
+    pub fn json(&self) -> Value {
         json!({
             "prompt_tokens": self.prompt,
             "completion_tokens": self.completion,
@@ -113,11 +118,20 @@ pub struct RespMeta {
 }
 
 impl RespMeta {
-    /// One streamed token as an SSE event (`data: {...}\n\n`).
-    pub fn chunk(&self, text: &str, first: bool, finish: Option<&str>) -> String {
+    /// Events a stream sends before its first token (none for Chat and Completions).
+    pub fn open(&self, usage: Usage) -> String {
+        match self.kind {
+            ApiKind::Chat | ApiKind::Completions => String::new(),
+            ApiKind::Responses => crate::responses_api::open(self),
+            ApiKind::Messages => crate::messages_api::open(self, usage),
+        }
+    }
+
+    /// Streamed token `i` as one SSE event; `finish` on the last one.
+    pub fn chunk(&self, text: &str, i: u64, finish: Option<&str>) -> String {
         let choice = match self.kind {
             ApiKind::Chat => {
-                let delta = if first {
+                let delta = if i == 0 {
                     json!({"role": "assistant", "content": text})
                 } else {
                     json!({"content": text})
@@ -127,30 +141,41 @@ impl RespMeta {
             ApiKind::Completions => {
                 json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish})
             }
+            ApiKind::Responses => return crate::responses_api::delta(self, text, i),
+            ApiKind::Messages => return crate::messages_api::delta(text),
         };
-        self.sse(json!({
+        sse(json!({
             "id": self.id, "object": self.chunk_object(), "created": self.created,
             "model": self.model, "choices": [choice],
         }))
     }
 
-    /// Final usage-only chunk (`stream_options.include_usage`).
-    pub fn usage_chunk(&self, usage: Usage) -> String {
-        self.sse(json!({
-            "id": self.id, "object": self.chunk_object(), "created": self.created,
-            "model": self.model, "choices": [], "usage": usage.json(),
-        }))
+    /// Events after the last token: Chat and Completions send the usage-only chunk when
+    /// `include_usage` asked for it, then `[DONE]`; Responses and Messages close their stream
+    /// with the whole answer's usage.
+    pub fn close(&self, text: &str, usage: Usage, include_usage: bool) -> String {
+        match self.kind {
+            ApiKind::Chat | ApiKind::Completions => {
+                let mut out = String::new();
+                if include_usage {
+                    out.push_str(&sse(json!({
+                        "id": self.id, "object": self.chunk_object(), "created": self.created,
+                        "model": self.model, "choices": [], "usage": usage.json(),
+                    })));
+                }
+                out.push_str(DONE);
+                out
+            }
+            ApiKind::Responses => crate::responses_api::close(self, text, usage),
+            ApiKind::Messages => crate::messages_api::close(usage),
+        }
     }
 
     fn chunk_object(&self) -> &'static str {
         match self.kind {
-            ApiKind::Chat => "chat.completion.chunk",
             ApiKind::Completions => "text_completion",
+            _ => "chat.completion.chunk",
         }
-    }
-
-    fn sse(&self, v: Value) -> String {
-        format!("data: {v}\n\n")
     }
 
     /// Complete non-streaming response.
@@ -165,6 +190,8 @@ impl RespMeta {
                 "text_completion",
                 json!({"index": 0, "text": text, "logprobs": null, "finish_reason": "length"}),
             ),
+            ApiKind::Responses => return crate::responses_api::full(self, text, usage).to_string(),
+            ApiKind::Messages => return crate::messages_api::full(self, text, usage).to_string(),
         };
         json!({
             "id": self.id, "object": object, "created": self.created, "model": self.model,
@@ -172,6 +199,18 @@ impl RespMeta {
         })
         .to_string()
     }
+}
+
+/// One SSE event without a name (`data: {...}\n\n`).
+pub fn sse(v: Value) -> String {
+    format!("data: {v}\n\n")
+}
+
+/// One named SSE event (`event: <type>\ndata: {...}\n\n`), as the Responses and Messages
+/// APIs send them: the name repeats the payload's `type`.
+pub fn named_sse(v: Value) -> String {
+    let name = v.get("type").and_then(Value::as_str).unwrap_or("message");
+    format!("event: {name}\ndata: {v}\n\n")
 }
 
 /// The stream terminator.

@@ -204,23 +204,22 @@ async fn handle(
     // A gateway route may keep its own path prefix (`/<route>/v1/chat/completions`, the
     // Redis Cluster bed's many routes, e2e/suite/src/redis_cluster.rs): the API is what follows.
     let api = path.find("/v1/").map_or(path.as_str(), |i| &path[i..]);
-    let kind = match (req.method(), path.as_str()) {
-        (&Method::POST, _) if api == "/v1/chat/completions" => ApiKind::Chat,
-        (&Method::POST, _) if api == "/v1/completions" => ApiKind::Completions,
-        (&Method::GET, "/metrics") => return Ok(metrics_resp(engine)),
-        (&Method::GET, "/admin/state") => {
+    let kind = match (req.method(), path.as_str(), ApiKind::of_path(api)) {
+        (&Method::POST, _, Some(kind)) => kind,
+        (&Method::GET, "/metrics", _) => return Ok(metrics_resp(engine)),
+        (&Method::GET, "/admin/state", _) => {
             let body = serde_json::to_string(&engine.snapshot()).unwrap_or_default();
             return Ok(json_resp(StatusCode::OK, body));
         }
-        (&Method::POST, "/admin/reset") => {
+        (&Method::POST, "/admin/reset", _) => {
             let cache = query
                 .split('&')
                 .any(|kv| kv == "cache=1" || kv == "cache=true");
             engine.reset(cache);
             return Ok(json_resp(StatusCode::OK, r#"{"ok":true}"#.into()));
         }
-        (&Method::GET, "/health") => return Ok(respond(StatusCode::OK, "text/plain", "")),
-        (&Method::GET, "/v1/models") => return Ok(models_resp(engine)),
+        (&Method::GET, "/health", _) => return Ok(respond(StatusCode::OK, "text/plain", "")),
+        (&Method::GET, "/v1/models", _) => return Ok(models_resp(engine)),
         _ => {
             return Ok(json_resp(
                 StatusCode::NOT_FOUND,

@@ -7,6 +7,8 @@
 //!   `role\ncontent\n` (content-part arrays are flattened by concatenating the `text` of their
 //!   parts; non-text parts contribute nothing). Completions: `prompt` as a string, or the elements
 //!   of a prompt array (strings, or numbers for pre-tokenised prompts) each followed by `\n`.
+//!   Responses (`instructions`, `input`) and Anthropic Messages (`system`, `messages`) render
+//!   like Chat, the instructions / system prompt as a `system` turn first.
 //! * Tokens are consecutive **4-byte chunks** of that UTF-8 text (the last one zero-padded), so a
 //!   prompt of `b` bytes has `max(1, ceil(b / 4))` tokens — about what BPE tokenizers give for
 //!   English text, and exactly what the load generator assumes when it sizes prompts.
@@ -26,40 +28,65 @@ pub const BYTES_PER_TOKEN: usize = 4;
 pub enum ApiKind {
     Chat,
     Completions,
+    /// OpenAI Responses API (`POST /v1/responses`).
+    Responses,
+    /// Anthropic Messages API (`POST /v1/messages`).
+    Messages,
+}
+
+impl ApiKind {
+    /// The API served at `path` (after any route prefix), if any.
+    pub fn of_path(path: &str) -> Option<ApiKind> {
+        match path {
+            "/v1/chat/completions" => Some(ApiKind::Chat),
+            "/v1/completions" => Some(ApiKind::Completions),
+            "/v1/responses" => Some(ApiKind::Responses),
+            "/v1/messages" => Some(ApiKind::Messages),
+            _ => None,
+        }
+    }
+}
+
+/// Appends one `role\ncontent\n` turn; `content` is a string or an array of parts whose
+/// `text` fields are concatenated (images, tool calls and other parts contribute nothing).
+fn push_turn(out: &mut String, role: &str, content: Option<&Value>) {
+    out.push_str(role);
+    out.push('\n');
+    match content {
+        Some(Value::String(s)) => out.push_str(s),
+        Some(Value::Array(parts)) => {
+            for p in parts {
+                if let Some(t) = p.get("text").and_then(Value::as_str) {
+                    out.push_str(t);
+                }
+            }
+        }
+        _ => {}
+    }
+    out.push('\n');
+}
+
+/// Chat-style turns of `messages` (Chat and Anthropic Messages share the shape).
+fn push_messages(out: &mut String, body: &Value) -> Result<(), String> {
+    let msgs = body
+        .get("messages")
+        .and_then(Value::as_array)
+        .ok_or("'messages' must be an array")?;
+    for m in msgs {
+        let role = m.get("role").and_then(Value::as_str).unwrap_or("");
+        push_turn(out, role, m.get("content"));
+    }
+    Ok(())
 }
 
 /// Renders the canonical prompt text of a request body, or says why the body has no prompt.
 pub fn canonical_prompt(kind: ApiKind, body: &Value) -> Result<String, String> {
+    let mut out = String::new();
     match kind {
-        ApiKind::Chat => {
-            let msgs = body
-                .get("messages")
-                .and_then(Value::as_array)
-                .ok_or("'messages' must be an array")?;
-            let mut out = String::new();
-            for m in msgs {
-                let role = m.get("role").and_then(Value::as_str).unwrap_or("");
-                out.push_str(role);
-                out.push('\n');
-                match m.get("content") {
-                    Some(Value::String(s)) => out.push_str(s),
-                    Some(Value::Array(parts)) => {
-                        for p in parts {
-                            if let Some(t) = p.get("text").and_then(Value::as_str) {
-                                out.push_str(t);
-                            }
-                        }
-                    }
-                    _ => {}
-                }
-                out.push('\n');
-            }
-            Ok(out)
-        }
+        ApiKind::Chat => push_messages(&mut out, body)?,
         ApiKind::Completions => match body.get("prompt") {
-            Some(Value::String(s)) => Ok(s.clone()),
+            Some(Value::String(s)) => out.push_str(s),
             Some(Value::Array(items)) => {
-                let mut out = String::new();
                 for it in items {
                     match it {
                         Value::String(s) => out.push_str(s),
@@ -67,11 +94,34 @@ pub fn canonical_prompt(kind: ApiKind, body: &Value) -> Result<String, String> {
                     }
                     out.push('\n');
                 }
-                Ok(out)
             }
-            _ => Err("'prompt' must be a string or an array".into()),
+            _ => return Err("'prompt' must be a string or an array".into()),
         },
+        ApiKind::Responses => {
+            if let Some(i) = body.get("instructions").filter(|v| v.is_string()) {
+                push_turn(&mut out, "system", Some(i));
+            }
+            match body.get("input") {
+                Some(s @ Value::String(_)) => push_turn(&mut out, "user", Some(s)),
+                Some(Value::Array(items)) => {
+                    for it in items {
+                        let role = it.get("role").and_then(Value::as_str).unwrap_or("user");
+                        // A function call's output carries its text in `output`.
+                        let content = it.get("content").or_else(|| it.get("output"));
+                        push_turn(&mut out, role, content);
+                    }
+                }
+                _ => return Err("'input' must be a string or an array".into()),
+            }
+        }
+        ApiKind::Messages => {
+            if let Some(system) = body.get("system") {
+                push_turn(&mut out, "system", Some(system));
+            }
+            push_messages(&mut out, body)?;
+        }
     }
+    Ok(out)
 }
 
 /// Splits text into approximate token ids (4-byte little-endian chunks, at least one token).
@@ -123,6 +173,33 @@ mod tests {
         assert_eq!(text, "system\nabcd\nuser\nefgh\n");
         assert_eq!(tokenize(&text).len(), text.len().div_ceil(4));
         assert!(canonical_prompt(ApiKind::Chat, &json!({"prompt":"x"})).is_err());
+    }
+
+    #[test]
+    fn responses_and_messages_render_like_chat() {
+        let chat = json!({"messages":[
+            {"role":"system","content":"be brief"},
+            {"role":"user","content":"hi"}
+        ]});
+        let chat = canonical_prompt(ApiKind::Chat, &chat).unwrap();
+        let responses = json!({"instructions":"be brief",
+            "input":[{"role":"user","content":[{"type":"input_text","text":"hi"}]}]});
+        assert_eq!(
+            canonical_prompt(ApiKind::Responses, &responses).unwrap(),
+            chat
+        );
+        let short = json!({"instructions":"be brief","input":"hi"});
+        assert_eq!(canonical_prompt(ApiKind::Responses, &short).unwrap(), chat);
+        let messages = json!({"system":[{"type":"text","text":"be brief"}],
+            "messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]});
+        assert_eq!(
+            canonical_prompt(ApiKind::Messages, &messages).unwrap(),
+            chat
+        );
+        assert!(canonical_prompt(ApiKind::Responses, &json!({"input": 3})).is_err());
+        assert!(canonical_prompt(ApiKind::Messages, &json!({"system": "x"})).is_err());
+        assert_eq!(ApiKind::of_path("/v1/messages"), Some(ApiKind::Messages));
+        assert_eq!(ApiKind::of_path("/v1/embeddings"), None);
     }
 
     #[test]
