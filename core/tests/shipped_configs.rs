@@ -294,3 +294,30 @@ fn envoy_configs_let_the_plugin_read_the_body_it_holds_for() {
         "{holding:?}"
     );
 }
+
+#[test]
+fn each_envoy_example_tells_to_run_itself() {
+    let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../envoy"));
+    let mut seen = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "yaml") {
+            continue;
+        }
+        let name = path.file_name().unwrap().to_str().unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let runs: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with('#') && l.contains("envoy -c "))
+            .collect();
+        assert!(!runs.is_empty(), "{name} says how to run it");
+        for line in runs {
+            assert!(
+                line.contains(&format!("envoy -c envoy/{name} ")),
+                "{name}: {line}"
+            );
+        }
+        seen += 1;
+    }
+    assert!(seen >= 4, "the envoy/ examples were found");
+}
