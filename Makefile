@@ -167,9 +167,12 @@ compact-adaptive: toolchain
 e2e-test: deps build e2e-build
 	$(E2E_CARGO) test --release --quiet
 
-# README's first command: Redis + 3 fake pods + one gateway with the example config.
+# README's first command: Redis, fake pods and one gateway running the plugin with one policy
+# (POLICY=global_least_request by default, or prefix_cache, endpoint_metrics, cluster_metrics,
+# cluster_hash) and a workload that shows it at work.
+POLICY ?= global_least_request
 run: deps build e2e-build
-	$(E2E_BIN)/ailb-run $(ARGS)
+	$(E2E_BIN)/ailb-run --policy $(POLICY) $(ARGS)
 
 # No module imports a module that imports it back (tools/import-loops.py), in every crate.
 IMPORT_LOOP_DIRS := src core testkit tools/check-config e2e/gateway e2e/fakepod e2e/suite e2e/gateway/testdata/testplugin $(COMPACT)
