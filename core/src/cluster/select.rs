@@ -141,8 +141,6 @@ pub fn adaptive_candidates(
 ) -> Vec<usize> {
     let list = table.list();
     let selections = table.selections();
-    // Plain loops, not iterator chains: each chain compiled to functions of its own that a
-    // request runs cold (docs/architecture.md "Plugin CPU").
     let mut cands: Vec<usize> = Vec::with_capacity(list.len());
     for &i in list {
         if table.request_rate(i, selections) < params.rate_limit {
