@@ -7,7 +7,7 @@ use sha1::{Digest, Sha1};
 
 mod reply;
 pub(super) use reply::decode;
-pub use reply::{parse_acquire, parse_release, AcquireReply, ReplyError};
+pub use reply::{parse_acquire, parse_release, AcquireReply, ReplyError, SessionState};
 
 /// A script text and its SHA-1 for EVALSHA.
 #[derive(Debug, Clone)]
@@ -227,20 +227,6 @@ pub struct SessionArgs<'a> {
 /// unicode, binary) is a short key; in the route's hash tag so the call stays in one slot.
 pub fn session_key(namespace: &str, id: &[u8]) -> String {
     format!("{namespace}:session:{}", hex::encode(Sha1::digest(id)))
-}
-
-/// How the session fared in an acquire (the script's fifth reply item).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum SessionState {
-    /// No session in this request.
-    #[default]
-    None,
-    /// The session stayed on its endpoint.
-    Kept,
-    /// The session had no endpoint: bound to the one picked.
-    New,
-    /// The session's endpoint left or was over the guard: bound to the one picked.
-    Rebound,
 }
 
 /// What a prefix_cache pick adds to an acquire.

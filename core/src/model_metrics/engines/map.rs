@@ -10,11 +10,12 @@
 //!
 //! A value that cannot be trusted (page cut before it, NaN/±Inf, out of range) is unknown, never
 //! 0: an unknown load signal (waiting, running, KV use, vLLM sleep state) makes the pod unknown
-//! ([`MapError::LoadUnknown`]), an unknown optional one is `None`. [`super::Scrape::unknown`] says
-//! which and why, for the caller's log.
+//! ([`MapError::LoadUnknown`]), an unknown optional one is `None`.
+//! [`super::snapshot::Scrape::unknown`] says which and why, for the caller's log.
 
-use super::{detect_engine, EndpointMetrics, ExtraMetric, LoraInfo, MapError, ModelServer};
-use crate::model_metrics::names::{Sel, SPECS, TRITON_KV, VLLM_LORA, VLLM_SLEEP};
+use super::detect::detect_engine;
+use super::snapshot::{EndpointMetrics, ExtraMetric, LoraInfo, MapError};
+use crate::model_metrics::names::{ModelServer, Sel, SPECS, TRITON_KV, VLLM_LORA, VLLM_SLEEP};
 use crate::model_metrics::prom::Exposition;
 use crate::model_metrics::read::{
     check, Agg, Aggregation, Range, Read, Reader, Unknown, UnknownValue,

@@ -1,8 +1,21 @@
 //! The scripts' replies, typed: what an acquire answered, whether a release released, and the
 //! errors a reply can carry instead.
 
-use super::SessionState;
 use crate::redis::resp::{self, Value};
+
+/// How the session fared in an acquire (the script's fifth reply item).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SessionState {
+    /// No session in this request.
+    #[default]
+    None,
+    /// The session stayed on its endpoint.
+    Kept,
+    /// The session had no endpoint: bound to the one picked.
+    New,
+    /// The session's endpoint left or was over the guard: bound to the one picked.
+    Rebound,
+}
 
 /// What an acquire answered.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,12 +1,16 @@
 //! The cluster's redis-server nodes, and what they say about the topology: the masters, their
 //! slots and replicas, as `CLUSTER NODES` reports them.
 
-use super::{auth_cmd, NODE_TIMEOUT_MS, PASSWORD, USER};
+use super::auth::{auth_cmd, PASSWORD, USER};
 use crate::gateway::wait_until;
 use ailb_core::redis::resp::Value;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
+
+/// Redis Cluster's node timeout: a killed master is marked failed and its replica promoted
+/// within a few of these.
+pub const NODE_TIMEOUT_MS: u64 = 1000;
 
 /// One redis-server of the cluster, in its own directory (config, `nodes.conf`, log).
 pub struct Node {

@@ -1,7 +1,7 @@
 //! The cluster's single endpoint: Envoy's `redis_proxy` in front of the nodes, as a Higress
 //! user would put it (the host follows no `MOVED`, the proxy does).
 
-use super::{auth_cmd, PASSWORD, USER};
+use super::auth::{auth_cmd, PASSWORD, USER};
 use crate::envoy::envoy_bin;
 use crate::gateway::{http, wait_until};
 use ailb_core::redis::resp::Value;
