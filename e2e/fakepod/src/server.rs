@@ -207,7 +207,11 @@ async fn handle(
     let kind = match (req.method(), path.as_str()) {
         (&Method::POST, _) if api == "/v1/chat/completions" => ApiKind::Chat,
         (&Method::POST, _) if api == "/v1/completions" => ApiKind::Completions,
-        (&Method::GET, "/metrics") => return Ok(metrics_resp(engine)),
+        (&Method::GET, "/metrics") => {
+            let resp = metrics_resp(engine);
+            engine.count_metrics_served(&query);
+            return Ok(resp);
+        }
         (&Method::GET, "/admin/state") => {
             let body = serde_json::to_string(&engine.snapshot()).unwrap_or_default();
             return Ok(json_resp(StatusCode::OK, body));
