@@ -1,26 +1,28 @@
-//! The README documents every metric the plugin defines and every config key it accepts.
+//! The reference pages document every metric the plugin defines (docs/metrics.md) and every
+//! config key it accepts (docs/configuration.md).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use ailb_core::stats::Stats;
 
-fn readme() -> String {
-    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap()
+fn page(name: &str) -> String {
+    let path = format!("{}/../docs/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(path).unwrap()
 }
 
 #[test]
 fn it_lists_every_metric() {
-    let text = readme();
+    let text = page("metrics.md");
     for name in Stats::names() {
         assert!(
             text.contains(&format!("| `{name}` |")),
-            "README metrics table lacks {name}"
+            "docs/metrics.md lacks {name}"
         );
     }
 }
 
 #[test]
 fn it_documents_every_lb_config_key() {
-    let text = readme();
+    let text = page("configuration.md");
     let spec = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../plugin-config/spec.yaml"
@@ -33,7 +35,7 @@ fn it_documents_every_lb_config_key() {
         let key = key.as_str().unwrap();
         assert!(
             text.contains(&format!("| `{key}` |")),
-            "README config table lacks {key}"
+            "docs/configuration.md lacks {key}"
         );
     }
 }
