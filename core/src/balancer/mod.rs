@@ -5,7 +5,6 @@
 //! replies arrive on the root context, so a reply whose stream already ended finds its pick
 //! among the orphans and is undone there.
 
-mod cluster_stream;
 mod events;
 mod held;
 mod pick;
@@ -21,14 +20,12 @@ pub(crate) mod waiters;
 
 pub use redis_client::CallStatus;
 
-use crate::config::{PluginConfig, RequestKeys, RouteConfig};
+use crate::config::{PluginConfig, RequestKeys};
 use crate::host::{self, Host, LogLevel};
 use crate::id_map::IdMap;
 use crate::redis::inflight::InflightKeys;
 use crate::redis::scripts::Keys;
-use cluster_stream::{ClusterStreams, Lane};
 use pick::Pick;
-use policies::cluster_metrics::{decide_local, Local};
 use policies::{Env, Input, Policies};
 use redis_client::{LeaseKeys, PickAnswer, RedisClient};
 use request::{Effect, Event, Leave, Request, Ticket, WaitAnswer, Waiter};
@@ -100,10 +97,6 @@ pub struct Balancer {
     /// The headers a client must never send us (`publish::destination_headers`).
     destination_headers: Vec<String>,
     requests: IdMap<Request>,
-    /// Routed cluster requests that never entered `requests` (cluster_stream.rs).
-    clusters: ClusterStreams,
-    /// The cluster lane every request takes, for a config without rules that has one.
-    lane: Option<Lane>,
     /// Whether a request's `:authority` is read: only a `_match_domain_` rule needs it.
     matches_domains: bool,
     /// Whether a request's `cluster_name` is read before its config is chosen: only a
@@ -142,13 +135,11 @@ impl Balancer {
         let mut b = Balancer {
             policies: Policies::new(&config, seed),
             tel: Telemetry::new(host, log_level),
-            lane: Lane::of(&config, &destination_headers),
             matches_domains: config.matches_domains(),
             matches_services: config.matches_services(),
             destination_headers,
             config,
             requests: IdMap::default(),
-            clusters: ClusterStreams::default(),
             orphans: IdMap::default(),
             redis: RedisClient::default(),
             rng: VmRng::new(seed),
@@ -191,20 +182,6 @@ impl Balancer {
         ctx: u32,
         end_of_stream: bool,
     ) -> Verdict {
-        if let Some(lane) = &self.lane {
-            let (config, replaced) = (lane.config.clone(), lane.replaced);
-            if !replaced {
-                publish::strip_destination_headers(host, &self.destination_headers);
-            }
-            return self.cluster_headers(host, ctx, config, replaced);
-        }
-        self.selected_headers(host, ctx, end_of_stream)
-    }
-
-    /// [`Balancer::on_request_headers`] of a config whose route each request selects. Out of
-    /// line, so a lane request's code stays on few pages (docs/plugin-cpu.md "Code pages").
-    #[inline(never)]
-    fn selected_headers(&mut self, host: &mut dyn Host, ctx: u32, end_of_stream: bool) -> Verdict {
         // Host calls a rule-less cluster policy would only throw away. Each name is read only
         // where something needs it: `:authority` for a domain rule, `cluster_name` for a
         // service rule or, below, an endpoint policy's keys.
@@ -228,22 +205,12 @@ impl Balancer {
             authority: authority.as_deref(),
         };
         let config = self.config.select(&request_keys).cloned();
-        let lane = config.as_deref().is_some_and(cluster_stream::takes);
         // A client must never steer override_host or a cluster_header route: its copies of
-        // the destination headers go, unless the one this request publishes replaces them.
-        let replaced = lane
-            && config.as_deref().is_some_and(|c| {
-                cluster_stream::replaces_client_headers(c, &self.destination_headers)
-            });
-        if !replaced {
-            publish::strip_destination_headers(host, &self.destination_headers);
-        }
+        // the destination headers go.
+        publish::strip_destination_headers(host, &self.destination_headers);
         let Some(config) = config else {
             return Verdict::Continue; // no rule and no global config: the plugin is off here
         };
-        if lane {
-            return self.cluster_headers(host, ctx, config, replaced);
-        }
         if names && !self.matches_services && !config.policy.is_cluster() {
             cluster = host::text_property(host, "cluster_name");
         }
@@ -276,61 +243,6 @@ impl Balancer {
         )
     }
 
-    /// Request headers of a route whose requests wait for nothing (cluster_stream.rs):
-    /// decided and routed here; any other outcome goes to the request machine. `unstripped`:
-    /// the client's destination headers are still there, for the published one to replace.
-    fn cluster_headers(
-        &mut self,
-        host: &mut dyn Host,
-        ctx: u32,
-        config: Rc<RouteConfig>,
-        unstripped: bool,
-    ) -> Verdict {
-        // cluster_metrics counts in this proxy: routed from its lease, no decision built.
-        let unrouted = match self.policies.cluster_stats(&config) {
-            Some(stats) => {
-                let (tel, rng) = (&self.tel, &mut self.rng);
-                match decide_local(host, tel, rng, ctx, stats) {
-                    Local::Counted(lease) => {
-                        self.clusters.route_lease(host, tel, ctx, &config, lease)
-                    }
-                    Local::Other(decision) => {
-                        self.clusters.route(host, tel, ctx, &config, decision)
-                    }
-                }
-            }
-            None => {
-                let input = Input {
-                    ctx,
-                    config: &config,
-                    keys: None,
-                    body_bytes: 0,
-                    read_body: true,
-                    read: None,
-                    inflight: None,
-                    synced: None,
-                };
-                let env = Env {
-                    tel: &mut self.tel,
-                    rng: &mut self.rng,
-                };
-                let decision = self.policies.decide(host, env, &input);
-                self.clusters.route(host, &self.tel, ctx, &config, decision)
-            }
-        };
-        match unrouted {
-            None => Verdict::Continue,
-            Some(decision) => {
-                // Not published here: the machine's outcome must not see the client's copy.
-                if unstripped {
-                    publish::strip_destination_headers(host, &self.destination_headers);
-                }
-                self.requests.insert(ctx, Request::new(config, None));
-                self.callback(host, ctx, Event::Decided(decision))
-            }
-        }
-    }
-
     pub fn on_request_body(
         &mut self,
         host: &mut dyn Host,
@@ -338,15 +250,8 @@ impl Balancer {
         body_size: usize,
         end_of_stream: bool,
     ) -> Verdict {
-        // A cluster lane's request is in neither map: nothing to look up.
-        if self.requests.is_empty() && self.released.is_empty() {
-            return Verdict::Continue;
-        }
-        // Empty but on plain Envoy before its body flow is known: skip the map's code then.
-        if !self.released.is_empty() {
-            if let Some(at) = self.released.remove(&ctx) {
-                self.learn_withheld(host, ctx, at);
-            }
+        if let Some(at) = self.released.remove(&ctx) {
+            self.learn_withheld(host, ctx, at);
         }
         match self.requests.get(&ctx) {
             Some(r) if r.wants_body() => {
@@ -372,17 +277,11 @@ impl Balancer {
     /// The response headers. Whether stream `ctx`'s body chunks matter next (see
     /// [`Balancer::wants_response_body`]), so the glue asks once.
     pub fn on_response_headers(&mut self, host: &mut dyn Host, ctx: u32) -> bool {
-        if let Some(wants_body) = self.clusters.response_headers(host, ctx) {
-            return wants_body;
-        }
-        self.request_response_headers(host, ctx);
+        self.response_headers(host, ctx);
         self.wants_response_body(ctx)
     }
 
-    /// [`Balancer::on_response_headers`] of a request in the machine. Out of line, as
-    /// [`Balancer::selected_headers`].
-    #[inline(never)]
-    fn request_response_headers(&mut self, host: &mut dyn Host, ctx: u32) {
+    fn response_headers(&mut self, host: &mut dyn Host, ctx: u32) {
         let Some(req) = self.requests.get(&ctx) else {
             return;
         };
@@ -437,21 +336,14 @@ impl Balancer {
     /// Whether stream `ctx`'s next response body chunk matters (cluster_metrics before its
     /// first byte): the glue skips the others without calling in.
     pub fn wants_response_body(&self, ctx: u32) -> bool {
-        match self.clusters.wants_response_body(ctx) {
-            Some(wants) => wants,
-            None => self
-                .requests
-                .get(&ctx)
-                .is_some_and(Request::wants_response_body),
-        }
+        self.requests
+            .get(&ctx)
+            .is_some_and(Request::wants_response_body)
     }
 
     /// A response body chunk: cluster_metrics records its time to the first one. Never holds
     /// the response (the glue answers Continue). Whether later chunks still matter.
     pub fn on_response_body(&mut self, host: &mut dyn Host, ctx: u32) -> bool {
-        if let Some(wants_more) = self.clusters.response_body(host, &self.tel, ctx) {
-            return wants_more;
-        }
         if self.wants_response_body(ctx) {
             self.drive(host, ctx, Event::ResponseBody);
         }
@@ -460,21 +352,6 @@ impl Balancer {
 
     /// Stream end, whatever ended it: give back what was acquired, exactly once.
     pub fn on_done(&mut self, host: &mut dyn Host, ctx: u32) {
-        if self.clusters.done(host, &self.tel, ctx) {
-            // The count given back may let a waiting request in; most routes have none.
-            if !self.waiting.is_empty() {
-                self.room_freed();
-                self.serve_queue(host);
-            }
-            return;
-        }
-        self.request_done(host, ctx);
-    }
-
-    /// [`Balancer::on_done`] of a request in the machine. Out of line, as
-    /// [`Balancer::selected_headers`].
-    #[inline(never)]
-    fn request_done(&mut self, host: &mut dyn Host, ctx: u32) {
         self.released.remove(&ctx);
         let Some(mut req) = self.requests.remove(&ctx) else {
             return;
@@ -659,10 +536,7 @@ impl Balancer {
 
     /// How many requests and Redis calls this VM is tracking (tests and leak checks).
     pub fn tracked(&self) -> (usize, usize) {
-        (
-            self.requests.len() + self.clusters.len(),
-            self.redis.in_flight(),
-        )
+        (self.requests.len(), self.redis.in_flight())
     }
 
     /// A phase callback (headers, body): its verdict follows from where the request ends up.

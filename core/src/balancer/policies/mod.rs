@@ -111,22 +111,15 @@ impl Policies {
                     .and_then(|(_, s)| s.as_ref());
                 cluster_hash::decide(host, hc, slots)
             }
-            PolicyConfig::ClusterMetrics(_) => match self.cluster_stats(input.config) {
-                Some(stats) => cluster_metrics::decide(host, env, input, stats),
+            PolicyConfig::ClusterMetrics(_) => match self
+                .services
+                .iter()
+                .find(|(c, _)| Rc::ptr_eq(c, input.config))
+            {
+                Some((_, stats)) => cluster_metrics::decide(host, env, input, stats),
                 None => Decision::Fallback(crate::reason::Cause::NoRoute),
             },
         }
-    }
-
-    /// cluster_metrics' statistics of route config `config`; None for any other policy.
-    pub fn cluster_stats(
-        &self,
-        config: &Rc<RouteConfig>,
-    ) -> Option<&Rc<cluster_metrics::SharedStats>> {
-        self.services
-            .iter()
-            .find(|(c, _)| Rc::ptr_eq(c, config))
-            .map(|(_, stats)| stats)
     }
 
     /// The root tick period the policies need (the metrics scraper's), 0 for none.
