@@ -5,11 +5,14 @@
 //! replies arrive on the root context, so a reply whose stream already ended finds its pick
 //! among the orphans and is undone there.
 
+mod body_flow;
 mod events;
 mod held;
+mod perform;
 mod pick;
 mod policies;
 mod publish;
+mod queue;
 mod redis_client;
 pub mod request;
 mod rng;
@@ -18,6 +21,7 @@ mod shared;
 mod telemetry;
 pub(crate) mod waiters;
 
+pub use queue::WAIT_RANK;
 pub use redis_client::CallStatus;
 
 use crate::config::{PluginConfig, RequestKeys};
@@ -25,59 +29,15 @@ use crate::host::{self, Host, LogLevel};
 use crate::id_map::IdMap;
 use crate::redis::inflight::InflightKeys;
 use crate::redis::scripts::Keys;
+use body_flow::BodyFlow;
 use pick::Pick;
-use policies::{Env, Input, Policies};
-use redis_client::{LeaseKeys, PickAnswer, RedisClient};
-use request::{Effect, Event, Leave, Request, Ticket, WaitAnswer, Waiter};
+use policies::Policies;
+use queue::Queue;
+use redis_client::{PickAnswer, RedisClient};
+use request::{Effect, Event, Request};
 use rng::VmRng;
-use std::collections::BTreeSet;
 use std::rc::Rc;
 use telemetry::Telemetry;
-
-/// Plain Envoy: whether this VM has seen the host deliver the body of a request it holds
-/// (docs/higress-abi.md §10). Without the wasm filter's `allow_on_headers_stop_iteration`,
-/// Envoy turns a headers Pause into "stop everything": the body is buffered and delivered only
-/// after the request is resumed, at once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum BodyFlow {
-    Unknown,
-    /// A held request received a body chunk: the flag is set.
-    Delivered,
-    /// A request released by the body deadline got its body right at the release: Envoy held
-    /// it back. Routes that use the body decide at the headers from now on (no hold).
-    Withheld,
-}
-
-/// A body chunk arriving this soon after the deadline released its request was held back by
-/// the host, not late from the client: Envoy delivers the buffered body in the same event-loop
-/// turn as the resume (measured on Envoy 1.40: README "Plain Envoy").
-const WITHHELD_GAP_MS: u64 = 50;
-
-/// The root tick that checks body deadlines: a tenth of the shortest wait, within 10-100 ms.
-fn hold_tick_ms(config: &PluginConfig) -> u32 {
-    config
-        .all()
-        .filter(|c| !c.decide_at_headers && c.common.max_body_wait_ms > 0)
-        .map(|c| (c.common.max_body_wait_ms / 10).clamp(10, 100) as u32)
-        .min()
-        .unwrap_or(0)
-}
-
-/// The root tick that retries the waiting queue's head and ends waits past their deadline:
-/// a twentieth of the shortest `queueTimeoutMs`, within 10-50 ms (a waiter learns of room
-/// freed on another gateway at the next tick).
-fn queue_tick_ms(config: &PluginConfig) -> u32 {
-    config
-        .all()
-        .filter_map(|c| c.common.queue)
-        .map(|q| (q.timeout_ms / 20).clamp(10, 50) as u32)
-        .min()
-        .unwrap_or(0)
-}
-
-/// A score unit per class rank in the Redis wait set (docs/redis-data-model.md §12; the
-/// scripts' `WAIT_RANK`, 2^42 ms): `rank * WAIT_RANK + expiry`.
-pub const WAIT_RANK: u64 = 1 << 42;
 
 /// What a phase callback answers the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,18 +68,9 @@ pub struct Balancer {
     policies: Policies,
     tel: Telemetry,
     rng: VmRng,
-    body_flow: BodyFlow,
-    /// Requests the body deadline released while `body_flow` was unknown: when each was
-    /// released (ms), to tell a withheld body from a late one.
-    released: IdMap<u64>,
-    /// Waiting queue: the requests waiting now (not retrying), highest class then arrival first.
-    waiting: BTreeSet<(usize, u64, u32)>,
-    /// Requests holding a queue ticket (waiting or retrying), against `maxQueued`.
-    queued: usize,
-    /// Arrival order of the queue.
-    queue_seq: u64,
-    /// Room may have freed this many times since the queue was last served.
-    kicks: usize,
+    /// Plain Envoy: whether the host delivers a held request's body (body_flow.rs).
+    body: BodyFlow,
+    queue: Queue,
 }
 
 impl Balancer {
@@ -143,12 +94,8 @@ impl Balancer {
             orphans: IdMap::default(),
             redis: RedisClient::default(),
             rng: VmRng::new(seed),
-            body_flow: BodyFlow::Unknown,
-            released: IdMap::default(),
-            waiting: BTreeSet::new(),
-            queued: 0,
-            queue_seq: 0,
-            kicks: 0,
+            body: BodyFlow::default(),
+            queue: Queue::default(),
         };
         // Every route with a Redis target: the endpoint policies', and cluster_metrics' global
         // in-flight count.
@@ -157,8 +104,8 @@ impl Balancer {
         // One tick per root context: the scraper's and the body deadlines' share it.
         let tick = [
             b.policies.tick_ms(),
-            hold_tick_ms(&b.config),
-            queue_tick_ms(&b.config),
+            body_flow::tick_ms(&b.config),
+            queue::tick_ms(&b.config),
         ]
         .into_iter()
         .filter(|&t| t > 0)
@@ -232,7 +179,7 @@ impl Balancer {
             request.since_ms = host.now_ms();
         }
         self.requests.insert(ctx, request);
-        let withheld = self.body_flow == BodyFlow::Withheld;
+        let withheld = self.body.withheld();
         self.callback(
             host,
             ctx,
@@ -250,16 +197,9 @@ impl Balancer {
         body_size: usize,
         end_of_stream: bool,
     ) -> Verdict {
-        if let Some(at) = self.released.remove(&ctx) {
-            self.learn_withheld(host, ctx, at);
-        }
+        self.body_chunk(host, ctx);
         match self.requests.get(&ctx) {
-            Some(r) if r.wants_body() => {
-                if self.body_flow == BodyFlow::Unknown {
-                    self.body_flow = BodyFlow::Delivered;
-                    self.released.clear();
-                }
-            }
+            Some(r) if r.wants_body() => self.body.delivered(),
             // Decided (at the headers, or on an oversized body) and a pick is in flight: a Continue
             // here would release the held headers to the router before Redis answers (Envoy
             // resumes the whole chain), and buffering would answer 413 at the host's limit for a
@@ -352,7 +292,7 @@ impl Balancer {
 
     /// Stream end, whatever ended it: give back what was acquired, exactly once.
     pub fn on_done(&mut self, host: &mut dyn Host, ctx: u32) {
-        self.released.remove(&ctx);
+        self.body.forget(ctx);
         let Some(mut req) = self.requests.remove(&ctx) else {
             return;
         };
@@ -364,7 +304,7 @@ impl Balancer {
                 effect,
                 Effect::Release(_) | Effect::ReleaseLocal(_) | Effect::ServiceDone { .. }
             ) {
-                self.room_freed();
+                self.queue.room_freed();
             }
             self.perform(host, ctx, effect);
         }
@@ -411,121 +351,11 @@ impl Balancer {
     pub fn on_tick(&mut self, host: &mut dyn Host) {
         self.policies.on_tick(host, &mut self.tel);
         self.expire_body_waits(host);
-        if !self.waiting.is_empty() {
+        if !self.queue.is_empty() {
             self.expire_queue(host);
-            // Room freed on another gateway (or a pod came back) is not announced: the head
-            // tries once per tick, never each waiting request.
-            self.kicks = self.kicks.max(1);
+            self.queue.tick();
             self.serve_queue(host);
         }
-    }
-
-    /// A count given back (a lease, a per-proxy count, a service's): room for the queue's
-    /// head, served by the caller's next `serve_queue`.
-    fn room_freed(&mut self) {
-        if !self.waiting.is_empty() {
-            self.kicks += 1;
-        }
-    }
-
-    /// Waiting requests past their deadline get the 429 they would have got at once.
-    fn expire_queue(&mut self, host: &mut dyn Host) {
-        let now = host.now_ms();
-        let due: Vec<(usize, u64, u32)> = self
-            .waiting
-            .iter()
-            .filter(|(_, _, ctx)| {
-                self.requests
-                    .get(ctx)
-                    .and_then(Request::ticket)
-                    .is_none_or(|t| now >= t.deadline_ms)
-            })
-            .copied()
-            .collect();
-        for entry in due {
-            self.waiting.remove(&entry);
-            let ctx = entry.2;
-            if host.set_effective_context(ctx).is_ok() {
-                self.resumed(host, ctx, Event::QueueTimeout);
-            }
-        }
-    }
-
-    /// Room may have freed (`kicks` times): the queue's head tries again, highest class first,
-    /// then arrival order; one acquire per kick. A head that finds no room waits again.
-    fn serve_queue(&mut self, host: &mut dyn Host) {
-        while self.kicks > 0 {
-            self.kicks -= 1;
-            let Some((rank, seq, ctx)) = self.waiting.pop_first() else {
-                self.kicks = 0;
-                return;
-            };
-            if !self.requests.get(&ctx).is_some_and(Request::is_waiting) {
-                self.kicks += 1; // a stale entry: the kick goes to the next one
-                continue;
-            }
-            if host.set_effective_context(ctx).is_err() {
-                // The host lost the stream: on_done removes it; keep its place until then.
-                self.waiting.insert((rank, seq, ctx));
-                continue;
-            }
-            self.resumed(host, ctx, Event::Admit);
-        }
-    }
-
-    /// Plain Envoy: requests held for their body past `maxBodyWaitMs` (or any held request,
-    /// once the host is known to withhold the body) are balanced without it and resumed, so
-    /// a filter deployed without `allow_on_headers_stop_iteration` never hangs a request.
-    fn expire_body_waits(&mut self, host: &mut dyn Host) {
-        let now = host.now_ms();
-        let withheld = self.body_flow == BodyFlow::Withheld;
-        let mut due: Vec<u32> = self
-            .requests
-            .iter()
-            .filter(|(_, r)| r.body_deadline().is_some_and(|d| withheld || now >= d))
-            .map(|(ctx, _)| ctx)
-            .collect();
-        due.sort_unstable();
-        for ctx in due {
-            // A context the host no longer knows ends with on_done; nothing to resume.
-            if host.set_effective_context(ctx).is_err() {
-                continue;
-            }
-            self.resumed(host, ctx, Event::BodyTimeout);
-            if self.body_flow == BodyFlow::Unknown {
-                self.released.insert(ctx, host.now_ms());
-            }
-        }
-    }
-
-    /// The first body chunk of a request the deadline released: right at the release means
-    /// the host held it back (the filter lacks `allow_on_headers_stop_iteration`).
-    fn learn_withheld(&mut self, host: &mut dyn Host, ctx: u32, released_ms: u64) {
-        let gap = host.now_ms().saturating_sub(released_ms);
-        self.tel.log(
-            host,
-            LogLevel::Debug,
-            ctx,
-            format_args!("first body chunk {gap} ms after the body deadline released it"),
-        );
-        if self.body_flow != BodyFlow::Unknown || gap > WITHHELD_GAP_MS {
-            return;
-        }
-        self.body_flow = BodyFlow::Withheld;
-        self.released.clear();
-        self.tel
-            .inc(host, crate::stats::Counter::BodyWithheldDetected);
-        self.tel.log(
-            host,
-            LogLevel::Warn,
-            ctx,
-            format_args!(
-                "Envoy delivers the request body only after the filter releases the request: \
-                 the wasm filter's config lacks `allow_on_headers_stop_iteration: true`. \
-                 This worker now balances at the request headers, without the body \
-                 (counted as ai_lb.fallback.body_withheld)"
-            ),
-        );
     }
 
     /// A callout answered (the metrics scraper's).
@@ -575,305 +405,6 @@ impl Balancer {
                 }
             }
         }
-    }
-
-    fn perform(&mut self, host: &mut dyn Host, ctx: u32, effect: Effect) -> Option<Event> {
-        match effect {
-            Effect::Decide { read_body } => {
-                Some(Event::Decided(self.decide(host, ctx, read_body, None)?))
-            }
-            Effect::Redecide(read) => Some(Event::Decided(self.decide(
-                host,
-                ctx,
-                false,
-                Some(&read),
-            )?)),
-            Effect::Retry(mut pick) => {
-                if let Pick::Endpoint(p) = &mut *pick {
-                    let synced = self.redis.synced(&p.keys.namespace).cloned();
-                    if let Err(cause) = p.refresh(host, synced.as_ref()) {
-                        return Some(Event::Sent {
-                            result: Err(cause),
-                            pick,
-                        });
-                    }
-                }
-                self.perform(host, ctx, Effect::Send(pick))
-            }
-            Effect::Wait(rejection) => {
-                let answer = self.wait(host, ctx);
-                Some(Event::Waited { rejection, answer })
-            }
-            Effect::LeaveQueue { ticket, why } => {
-                self.leave_queue(host, ctx, ticket, why);
-                None
-            }
-            Effect::Send(pick) => {
-                let random = (self.rng.next_u64() >> 32) as u32;
-                let result = self
-                    .redis
-                    .send_pick(host, &mut self.tel, ctx, &pick, random);
-                Some(Event::Sent { result, pick })
-            }
-            Effect::Publish {
-                endpoint,
-                fallbacks,
-            } => {
-                let config = self.requests.get(&ctx)?.config.clone();
-                let result = publish::publish(host, &config, &endpoint, &fallbacks);
-                match &result {
-                    Err(e) => self.tel.log(host, LogLevel::Warn, ctx, format_args!("{e}")),
-                    Ok(()) if config.common.detail_log && self.tel.enabled(LogLevel::Debug) => {
-                        let (_, reason) = self.requests.get(&ctx)?.describe();
-                        self.tel.log(
-                            host,
-                            LogLevel::Debug,
-                            ctx,
-                            format_args!("routed to {endpoint} ({})", reason.name()),
-                        );
-                    }
-                    Ok(()) => {}
-                }
-                Some(Event::Published(
-                    result.map_err(|_| crate::reason::Cause::OverrideFailed),
-                ))
-            }
-            Effect::Reply(r) => {
-                let retry;
-                let mut headers: Vec<(&str, &str)> = Vec::new();
-                if r.retry_after_s > 0 {
-                    retry = r.retry_after_s.to_string();
-                    headers.push(("retry-after", retry.as_str()));
-                }
-                let _ = host.send_local_response(r.status, r.details, r.body, &headers);
-                None
-            }
-            Effect::Release(lease) => {
-                let keys = LeaseKeys::Endpoint(lease.keys);
-                let members = vec![lease.member];
-                self.redis
-                    .release(host, &mut self.tel, &lease.config, keys, members);
-                None
-            }
-            Effect::ReleaseService(lease) => {
-                let keys = LeaseKeys::Service(lease.keys);
-                let members = vec![lease.member];
-                self.redis
-                    .release(host, &mut self.tel, &lease.config, keys, members);
-                None
-            }
-            Effect::ReleaseAll(pick) => {
-                let (keys, members) = match &*pick {
-                    Pick::Endpoint(p) => (LeaseKeys::Endpoint(p.keys.clone()), p.every_lease()),
-                    Pick::Service(p) => (LeaseKeys::Service(p.keys.clone()), p.every_member()),
-                    Pick::Session(_) => return None, // a session binding holds no count
-                };
-                self.redis
-                    .release(host, &mut self.tel, pick.config(), keys, members);
-                None
-            }
-            Effect::ServiceStart(lease) => {
-                policies::cluster_metrics::start(host, &self.tel, &lease);
-                None
-            }
-            Effect::InflightLocal(cause) => {
-                self.tel.inflight_local(host, ctx, cause);
-                None
-            }
-            Effect::SentTo(endpoint) => {
-                policies::endpoint_metrics::count_sent(host, &endpoint);
-                None
-            }
-            Effect::ReleaseLocal(lease) => {
-                policies::local_least_request::release(host, &self.tel, lease);
-                None
-            }
-            Effect::FirstByte { lease, success } => {
-                policies::cluster_metrics::first_byte(host, &self.tel, &lease, success);
-                None
-            }
-            Effect::ServiceDone { lease, outcome } => {
-                if let Some(global) = &lease.global {
-                    let keys = LeaseKeys::Service(global.keys.clone());
-                    let members = vec![global.member.clone()];
-                    self.redis
-                        .release(host, &mut self.tel, &global.config, keys, members);
-                }
-                policies::cluster_metrics::done(host, &self.tel, lease, outcome);
-                None
-            }
-            Effect::Orphan { token, pick } => {
-                self.tel.log(
-                    host,
-                    LogLevel::Debug,
-                    ctx,
-                    format_args!("stream ended before pick {token} returned"),
-                );
-                self.orphans.insert(token, pick);
-                None
-            }
-            Effect::Count(counter) => {
-                self.tel.inc(host, counter);
-                None
-            }
-            Effect::NoBody(cause) => {
-                let wait = self
-                    .requests
-                    .get(&ctx)
-                    .map_or(0, |r| r.config.common.max_body_wait_ms);
-                self.tel.no_body(host, ctx, cause, wait);
-                None
-            }
-            Effect::FellBack { cause, denied } => {
-                self.tel.fell_back(host, ctx, cause, denied);
-                None
-            }
-            Effect::Synced {
-                namespace,
-                fingerprint,
-            } => {
-                self.redis.set_synced(namespace, fingerprint);
-                None
-            }
-            Effect::Unsynced { namespace } => {
-                self.redis.unsync(&namespace);
-                None
-            }
-        }
-    }
-
-    /// Queues request `ctx` (refused for want of room), or queues it again after a retry
-    /// found no room, or says why it cannot wait.
-    fn wait(&mut self, host: &mut dyn Host, ctx: u32) -> WaitAnswer {
-        let now = host.now_ms();
-        let Some(req) = self.requests.get(&ctx) else {
-            return WaitAnswer::Full;
-        };
-        let Some(queue) = req.config.common.queue else {
-            return WaitAnswer::Full;
-        };
-        if let Some(t) = req.ticket() {
-            if now >= t.deadline_ms {
-                return WaitAnswer::Timeout;
-            }
-            self.waiting.insert((t.rank, t.seq, ctx));
-            return WaitAnswer::Wait(t.clone());
-        }
-        if self.queued as u64 >= queue.max_queued {
-            return WaitAnswer::Full;
-        }
-        // The class as the policy read it (not counted again when unknown).
-        let rank = req.config.common.priority.as_ref().map_or(0, |p| {
-            let value = host.request_header(&p.header).ok().flatten();
-            p.class_of(value.as_deref()).rank
-        });
-        let deadline_ms = now.saturating_add(queue.timeout_ms);
-        // Only classes order waiters across gateways and workers: without them no entry.
-        let id = self.rng.next_u64();
-        let waiter = match (&req.keys, &req.config.redis, &req.config.common.priority) {
-            (_, _, None) => None,
-            (Some(keys), Some(_), Some(_)) => Some(Rc::new(Waiter::Redis {
-                config: req.config.clone(),
-                keys: keys.clone(),
-                member: format!("{id:016x}"),
-            })),
-            (_, None, Some(_)) if !req.config.endpoints.is_empty() => {
-                Some(Rc::new(Waiter::Shared {
-                    key: waiters::key(&req.config.endpoints),
-                    id,
-                }))
-            }
-            _ => None,
-        };
-        match waiter.as_deref() {
-            Some(w @ Waiter::Redis { .. }) => {
-                let score = (rank as u64).saturating_mul(WAIT_RANK) + deadline_ms % WAIT_RANK;
-                self.redis.waiter(host, &mut self.tel, w, Some(score));
-            }
-            Some(Waiter::Shared { key, id }) => {
-                // Unwritten, this waiter only loses its class's precedence on other workers.
-                let _ = waiters::set(host, key, *id, Some(rank), deadline_ms);
-            }
-            None => {}
-        }
-        self.queue_seq += 1;
-        self.queued += 1;
-        self.tel.inc(host, crate::stats::Counter::QueueQueued);
-        let ticket = Ticket {
-            rank,
-            seq: self.queue_seq,
-            since_ms: now,
-            deadline_ms,
-            waiter,
-        };
-        self.waiting.insert((rank, ticket.seq, ctx));
-        WaitAnswer::Wait(ticket)
-    }
-
-    /// Request `ctx` left the queue (`why`): its place, its Redis waiter, counted.
-    fn leave_queue(&mut self, host: &mut dyn Host, ctx: u32, ticket: Ticket, why: Leave) {
-        use crate::stats::Counter;
-        self.waiting.remove(&(ticket.rank, ticket.seq, ctx));
-        self.queued = self.queued.saturating_sub(1);
-        match ticket.waiter.as_deref() {
-            Some(w @ Waiter::Redis { .. }) => self.redis.waiter(host, &mut self.tel, w, None),
-            Some(Waiter::Shared { key, id }) => {
-                // Not removed: the line expires at its deadline.
-                let _ = waiters::set(host, key, *id, None, 0);
-            }
-            None => {}
-        }
-        let counter = match why {
-            Leave::Admitted => {
-                // Room was found: maybe more of it, for the next one (it stops at no room).
-                self.kicks += 1;
-                Some(Counter::QueueAdmitted)
-            }
-            Leave::Timeout => Some(Counter::QueueTimeout),
-            Leave::Abandoned => Some(Counter::QueueAbandoned),
-            Leave::Other => None,
-        };
-        if let Some(c) = counter {
-            self.tel.inc(host, c);
-        }
-        let waited = host.now_ms().saturating_sub(ticket.since_ms);
-        if let Some(req) = self.requests.get_mut(&ctx) {
-            req.queued_ms = Some(waited);
-        }
-    }
-
-    /// How many requests wait or retry in this VM's queue (tests and leak checks).
-    pub fn queued(&self) -> usize {
-        self.queued
-    }
-
-    /// Runs the route's policy for request `ctx`.
-    fn decide(
-        &mut self,
-        host: &mut dyn Host,
-        ctx: u32,
-        read_body: bool,
-        read: Option<&Rc<request::PromptRead>>,
-    ) -> Option<request::Decision> {
-        let req = self.requests.get(&ctx)?;
-        let input = Input {
-            ctx,
-            config: &req.config,
-            keys: req.keys.as_ref(),
-            inflight: req.inflight.as_ref(),
-            body_bytes: req.body_bytes,
-            read_body,
-            read,
-            synced: req
-                .keys
-                .as_ref()
-                .and_then(|k| self.redis.synced(&k.namespace)),
-        };
-        let env = Env {
-            tel: &mut self.tel,
-            rng: &mut self.rng,
-        };
-        Some(self.policies.decide(host, env, &input))
     }
 }
 
