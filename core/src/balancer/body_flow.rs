@@ -6,8 +6,8 @@
 //! arrives at once shows the host withheld it, and from then on this VM decides at the headers
 //! (README "Plain Envoy").
 
-use super::request::Event;
-use super::Balancer;
+use super::request::Request;
+use super::telemetry::Telemetry;
 use crate::config::PluginConfig;
 use crate::host::{Host, LogLevel};
 use crate::id_map::IdMap;
@@ -74,59 +74,51 @@ impl BodyFlow {
     pub fn forget(&mut self, ctx: u32) {
         self.released.remove(&ctx);
     }
-}
 
-impl Balancer {
-    /// A body chunk of request `ctx`: the first one of a request the deadline released tells
-    /// whether the host held it back.
-    pub(super) fn body_chunk(&mut self, host: &mut dyn Host, ctx: u32) {
-        if let Some(at) = self.body.released.remove(&ctx) {
-            self.learn_withheld(host, ctx, at);
-        }
-    }
-
-    /// Requests held for their body past `maxBodyWaitMs` (or any held request, once the host
-    /// is known to withhold the body) are balanced without it and resumed, so a filter
-    /// deployed without `allow_on_headers_stop_iteration` never hangs a request.
-    pub(super) fn expire_body_waits(&mut self, host: &mut dyn Host) {
-        let now = host.now_ms();
-        let withheld = self.body.withheld();
-        let mut due: Vec<u32> = self
-            .requests
+    /// The requests held for their body past `maxBodyWaitMs` at `now`, or every one held for
+    /// it once the host is known to withhold the body: each is balanced without it and
+    /// resumed (`Event::BodyTimeout`), so a filter deployed without
+    /// `allow_on_headers_stop_iteration` never hangs a request.
+    pub fn due(&self, now: u64, requests: &IdMap<Request>) -> Vec<u32> {
+        let withheld = self.withheld();
+        let mut due: Vec<u32> = requests
             .iter()
             .filter(|(_, r)| r.body_deadline().is_some_and(|d| withheld || now >= d))
             .map(|(ctx, _)| ctx)
             .collect();
         due.sort_unstable();
-        for ctx in due {
-            // A context the host no longer knows ends with on_done; nothing to resume.
-            if host.set_effective_context(ctx).is_err() {
-                continue;
-            }
-            self.resumed(host, ctx, Event::BodyTimeout);
-            if self.body.flow == Flow::Unknown {
-                self.body.released.insert(ctx, host.now_ms());
-            }
+        due
+    }
+
+    /// The deadline released request `ctx` at `now`: while the flow is unknown, its first
+    /// body chunk will tell.
+    pub fn released(&mut self, ctx: u32, now: u64) {
+        if self.flow == Flow::Unknown {
+            self.released.insert(ctx, now);
         }
     }
 
-    /// The first body chunk of a request the deadline released: right at the release means
-    /// the host held it back (the filter lacks `allow_on_headers_stop_iteration`).
-    fn learn_withheld(&mut self, host: &mut dyn Host, ctx: u32, released_ms: u64) {
+    /// A body chunk of request `ctx`. The first one of a request the deadline released, right
+    /// at the release, means the host held it back (the filter lacks
+    /// `allow_on_headers_stop_iteration`).
+    pub fn chunk(&mut self, host: &mut dyn Host, tel: &Telemetry, ctx: u32) {
+        let Some(released_ms) = self.released.remove(&ctx) else {
+            return;
+        };
         let gap = host.now_ms().saturating_sub(released_ms);
-        self.tel.log(
+        tel.log(
             host,
             LogLevel::Debug,
             ctx,
             format_args!("first body chunk {gap} ms after the body deadline released it"),
         );
-        if self.body.flow != Flow::Unknown || gap > WITHHELD_GAP_MS {
+        if self.flow != Flow::Unknown || gap > WITHHELD_GAP_MS {
             return;
         }
-        self.body.flow = Flow::Withheld;
-        self.body.released.clear();
-        self.tel.inc(host, Counter::BodyWithheldDetected);
-        self.tel.log(
+        self.flow = Flow::Withheld;
+        self.released.clear();
+        tel.inc(host, Counter::BodyWithheldDetected);
+        tel.log(
             host,
             LogLevel::Warn,
             ctx,

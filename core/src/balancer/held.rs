@@ -27,6 +27,7 @@ impl Held {
     pub fn from_hold(hold: Option<Hold>) -> Held {
         match hold {
             None => Held::Nothing,
+            Some(Hold::Lease(l)) => Held::Lease(l),
             Some(Hold::Local(l)) => Held::Local(l),
             Some(Hold::Service(lease)) => Held::Service {
                 lease,

@@ -6,6 +6,7 @@
 //! among the orphans and is undone there.
 
 mod body_flow;
+mod drive;
 mod events;
 mod held;
 mod perform;
@@ -16,7 +17,6 @@ mod queue;
 mod redis_client;
 pub mod request;
 mod rng;
-mod service_stats;
 mod shared;
 mod telemetry;
 pub(crate) mod waiters;
@@ -24,14 +24,15 @@ pub(crate) mod waiters;
 pub use queue::WAIT_RANK;
 pub use redis_client::CallStatus;
 
-use crate::config::{PluginConfig, RequestKeys};
+use crate::config::{PluginConfig, RequestKeys, RouteConfig};
 use crate::host::{self, Host, LogLevel};
 use crate::id_map::IdMap;
 use crate::redis::inflight::InflightKeys;
 use crate::redis::scripts::Keys;
 use body_flow::BodyFlow;
 use pick::Pick;
-use policies::Policies;
+use policies::endpoint_metrics::Metrics;
+use policies::Policy;
 use queue::Queue;
 use redis_client::{PickAnswer, RedisClient};
 use request::{Effect, Event, Request};
@@ -52,6 +53,12 @@ pub enum Verdict {
     PauseWatermark,
 }
 
+/// A route config and its policy, built once at configure.
+struct Route {
+    config: Rc<RouteConfig>,
+    policy: Box<dyn Policy>,
+}
+
 pub struct Balancer {
     config: PluginConfig,
     /// The headers a client must never send us (`publish::destination_headers`).
@@ -65,7 +72,10 @@ pub struct Balancer {
     /// Picks whose stream ended before Redis answered, by token: undone when the reply comes.
     orphans: IdMap<Box<Pick>>,
     redis: RedisClient,
-    policies: Policies,
+    /// Every route config (global first) with its policy object.
+    routes: Vec<Route>,
+    /// The VM's one view of endpoint metrics, shared by every route's policy.
+    metrics: Metrics,
     tel: Telemetry,
     rng: VmRng,
     /// Plain Envoy: whether the host delivers a held request's body (body_flow.rs).
@@ -84,7 +94,15 @@ impl Balancer {
     ) -> Balancer {
         let destination_headers = publish::destination_headers(&config);
         let mut b = Balancer {
-            policies: Policies::new(&config, seed),
+            routes: config
+                .routes()
+                .enumerate()
+                .map(|(position, c)| Route {
+                    config: c.clone(),
+                    policy: policies::build(position, c),
+                })
+                .collect(),
+            metrics: Metrics::new(&config, seed),
             tel: Telemetry::new(host, log_level),
             matches_domains: config.matches_domains(),
             matches_services: config.matches_services(),
@@ -103,7 +121,7 @@ impl Balancer {
         b.redis.preload(host, &mut b.tel, redis_routes);
         // One tick per root context: the scraper's and the body deadlines' share it.
         let tick = [
-            b.policies.tick_ms(),
+            b.metrics.tick_ms(),
             body_flow::tick_ms(&b.config),
             queue::tick_ms(&b.config),
         ]
@@ -151,11 +169,13 @@ impl Balancer {
             cluster: cluster.as_deref(),
             authority: authority.as_deref(),
         };
-        let config = self.config.select(&request_keys).cloned();
+        let position = self.config.select_position(&request_keys);
         // A client must never steer override_host or a cluster_header route: its copies of
         // the destination headers go.
         publish::strip_destination_headers(host, &self.destination_headers);
-        let Some(config) = config else {
+        let Some((position, config)) =
+            position.and_then(|p| Some((p, self.routes.get(p)?.config.clone())))
+        else {
             return Verdict::Continue; // no rule and no global config: the plugin is off here
         };
         if names && !self.matches_services && !config.policy.is_cluster() {
@@ -173,6 +193,7 @@ impl Balancer {
             .zip(route.as_deref().filter(|r| !r.is_empty()))
             .map(|(g, r)| Rc::new(InflightKeys::new(&g.key_prefix, r)));
         let mut request = Request::new(config, keys);
+        request.route = position;
         request.inflight = inflight;
         if request.config.common.max_body_wait_ms > 0 {
             // Only a route with a body deadline (plain Envoy) needs the clock here.
@@ -197,7 +218,7 @@ impl Balancer {
         body_size: usize,
         end_of_stream: bool,
     ) -> Verdict {
-        self.body_chunk(host, ctx);
+        self.body.chunk(host, &self.tel, ctx);
         match self.requests.get(&ctx) {
             Some(r) if r.wants_body() => self.body.delivered(),
             // Decided (at the headers, or on an oversized body) and a pick is in flight: a Continue
@@ -219,58 +240,6 @@ impl Balancer {
     pub fn on_response_headers(&mut self, host: &mut dyn Host, ctx: u32) -> bool {
         self.response_headers(host, ctx);
         self.wants_response_body(ctx)
-    }
-
-    fn response_headers(&mut self, host: &mut dyn Host, ctx: u32) {
-        let Some(req) = self.requests.get(&ctx) else {
-            return;
-        };
-        // Only cluster_metrics' statistics read the status: a host call saved elsewhere.
-        if req.wants_status() {
-            let status = held::response_status(host);
-            self.drive(host, ctx, Event::ResponseHeaders { status });
-        }
-        // Plain Envoy, least request and sessions: a response from another endpoint than the
-        // one counted is Envoy's retry to a fallback, so that pod refused or reset the
-        // connection. One property read per such request; the release marks the pod down.
-        let served_elsewhere = self
-            .requests
-            .get(&ctx)
-            .and_then(Request::watched_endpoint)
-            .is_some_and(|chosen| {
-                host.property(&["upstream", "address"])
-                    .ok()
-                    .flatten()
-                    .is_some_and(|served| served != chosen.as_bytes())
-            });
-        if let Some(req) = self.requests.get_mut(&ctx).filter(|_| served_elsewhere) {
-            let sticky = matches!(
-                req.describe().1,
-                crate::reason::Reason::Session | crate::reason::Reason::SessionRebound
-            );
-            req.mark_failed();
-            let counter = if sticky {
-                crate::stats::Counter::SessionPodDown
-            } else {
-                crate::stats::Counter::GlrPodDown
-            };
-            self.tel.inc(host, counter);
-        }
-        let Some(req) = self.requests.get(&ctx) else {
-            return;
-        };
-        if let Some(name) = &req.config.common.debug_header {
-            let (endpoint, reason) = req.describe();
-            let mut value = format!(
-                "endpoint={}; reason={}",
-                endpoint.unwrap_or("-"),
-                reason.name()
-            );
-            if let Some(ms) = req.queued_ms {
-                value.push_str(&format!("; queued_ms={ms}"));
-            }
-            let _ = host.add_response_header(name, &value);
-        }
     }
 
     /// Whether stream `ctx`'s next response body chunk matters (cluster_metrics before its
@@ -349,7 +318,7 @@ impl Balancer {
     /// Root context tick: the metrics scraper, then body deadlines (last: resuming a request
     /// makes its stream the effective context, and the scraper's callouts belong to the root).
     pub fn on_tick(&mut self, host: &mut dyn Host) {
-        self.policies.on_tick(host, &mut self.tel);
+        self.metrics.on_tick(host, &self.tel);
         self.expire_body_waits(host);
         if !self.queue.is_empty() {
             self.expire_queue(host);
@@ -360,51 +329,18 @@ impl Balancer {
 
     /// A callout answered (the metrics scraper's).
     pub fn on_http_response(&mut self, host: &mut dyn Host, token: u32, body_size: usize) {
-        self.policies
-            .on_http_response(host, &mut self.tel, token, body_size);
+        self.metrics
+            .on_http_response(host, &self.tel, token, body_size);
+    }
+
+    /// How many requests wait or retry in this VM's queue (tests and leak checks).
+    pub fn queued(&self) -> usize {
+        self.queue.queued()
     }
 
     /// How many requests and Redis calls this VM is tracking (tests and leak checks).
     pub fn tracked(&self) -> (usize, usize) {
         (self.requests.len(), self.redis.in_flight())
-    }
-
-    /// A phase callback (headers, body): its verdict follows from where the request ends up.
-    fn callback(&mut self, host: &mut dyn Host, ctx: u32, event: Event) -> Verdict {
-        self.drive(host, ctx, event);
-        match self.requests.get(&ctx) {
-            Some(r) if r.is_held() || r.replied() => Verdict::Pause,
-            _ => Verdict::Continue,
-        }
-    }
-
-    /// An asynchronous event for a held request: resume it if the event released it.
-    fn resumed(&mut self, host: &mut dyn Host, ctx: u32, event: Event) {
-        self.drive(host, ctx, event);
-        let Some(r) = self.requests.get(&ctx) else {
-            return;
-        };
-        if !r.is_held() && !r.replied() {
-            if let Err(e) = host.resume_request() {
-                self.tel.log(host, LogLevel::Warn, ctx, format_args!("{e}"));
-            }
-        }
-    }
-
-    /// Feeds `event` to the request and performs its effects; an effect that answers with an
-    /// event (decide, send, publish) feeds that event in turn.
-    fn drive(&mut self, host: &mut dyn Host, ctx: u32, event: Event) {
-        let mut next = Some(event);
-        while let Some(event) = next.take() {
-            let Some(req) = self.requests.get_mut(&ctx) else {
-                return;
-            };
-            for effect in req.handle(event) {
-                if let Some(answer) = self.perform(host, ctx, effect) {
-                    next = Some(answer);
-                }
-            }
-        }
     }
 }
 

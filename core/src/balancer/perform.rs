@@ -42,11 +42,17 @@ impl Balancer {
                 self.perform(host, ctx, Effect::Send(pick))
             }
             Effect::Wait(rejection) => {
-                let answer = self.wait(host, ctx);
+                let req = self.requests.get(&ctx)?;
+                let (redis, tel, rng) = (&mut self.redis, &mut self.tel, &mut self.rng);
+                let answer = self.queue.join(host, ctx, req, redis, tel, rng);
                 Some(Event::Waited { rejection, answer })
             }
             Effect::LeaveQueue { ticket, why } => {
-                self.leave_queue(host, ctx, ticket, why);
+                let (redis, tel) = (&mut self.redis, &mut self.tel);
+                let waited = self.queue.leave(host, ctx, ticket, why, redis, tel);
+                if let Some(req) = self.requests.get_mut(&ctx) {
+                    req.queued_ms = Some(waited);
+                }
                 None
             }
             Effect::Send(pick) => {
@@ -126,7 +132,7 @@ impl Balancer {
                 None
             }
             Effect::ReleaseLocal(lease) => {
-                policies::local_least_request::release(host, &self.tel, lease);
+                policies::least_request::counts::release(host, &self.tel, lease);
                 None
             }
             Effect::FirstByte { lease, success } => {
@@ -208,7 +214,9 @@ impl Balancer {
         let env = Env {
             tel: &mut self.tel,
             rng: &mut self.rng,
+            metrics: &mut self.metrics,
         };
-        Some(self.policies.decide(host, env, &input))
+        let route = self.routes.get_mut(req.route)?;
+        Some(route.policy.decide(host, env, &input))
     }
 }

@@ -6,11 +6,14 @@
 //! gateway's (Redis) or worker's (shared data) waiters, so that classes order across them
 //! (docs/redis-data-model.md §12).
 
-use super::request::{Event, Leave, Request, Ticket, WaitAnswer, Waiter};
+use super::redis_client::RedisClient;
+use super::request::{Leave, Request, Ticket, WaitAnswer, Waiter};
+use super::rng::VmRng;
+use super::telemetry::Telemetry;
 use super::waiters;
-use super::Balancer;
 use crate::config::PluginConfig;
 use crate::host::Host;
+use crate::id_map::IdMap;
 use crate::stats::Counter;
 use std::collections::BTreeSet;
 use std::rc::Rc;
@@ -50,7 +53,7 @@ impl Queue {
     }
 
     /// A count given back (a lease, a per-proxy count, a service's): room for the head,
-    /// served by the next [`Balancer::serve_queue`].
+    /// served by the next [`Queue::next_head`].
     pub fn room_freed(&mut self) {
         if !self.waiting.is_empty() {
             self.kicks += 1;
@@ -62,21 +65,24 @@ impl Queue {
     pub fn tick(&mut self) {
         self.kicks = self.kicks.max(1);
     }
-}
 
-impl Balancer {
-    /// How many requests wait or retry in this VM's queue (tests and leak checks).
+    /// How many requests wait or retry, against `maxQueued`.
     pub fn queued(&self) -> usize {
-        self.queue.queued
+        self.queued
     }
 
     /// Queues request `ctx` (refused for want of room), or queues it again after a retry
     /// found no room, or says why it cannot wait.
-    pub(super) fn wait(&mut self, host: &mut dyn Host, ctx: u32) -> WaitAnswer {
+    pub fn join(
+        &mut self,
+        host: &mut dyn Host,
+        ctx: u32,
+        req: &Request,
+        redis: &mut RedisClient,
+        tel: &mut Telemetry,
+        rng: &mut VmRng,
+    ) -> WaitAnswer {
         let now = host.now_ms();
-        let Some(req) = self.requests.get(&ctx) else {
-            return WaitAnswer::Full;
-        };
         let Some(queue) = req.config.common.queue else {
             return WaitAnswer::Full;
         };
@@ -84,10 +90,10 @@ impl Balancer {
             if now >= t.deadline_ms {
                 return WaitAnswer::Timeout;
             }
-            self.queue.waiting.insert((t.rank, t.seq, ctx));
+            self.waiting.insert((t.rank, t.seq, ctx));
             return WaitAnswer::Wait(t.clone());
         }
-        if self.queue.queued as u64 >= queue.max_queued {
+        if self.queued as u64 >= queue.max_queued {
             return WaitAnswer::Full;
         }
         // The class as the policy read it (not counted again when unknown).
@@ -97,7 +103,7 @@ impl Balancer {
         });
         let deadline_ms = now.saturating_add(queue.timeout_ms);
         // Only classes order waiters across gateways and workers: without them no entry.
-        let id = self.rng.next_u64();
+        let id = rng.next_u64();
         let waiter = match (&req.keys, &req.config.redis, &req.config.common.priority) {
             (_, _, None) => None,
             (Some(keys), Some(_), Some(_)) => Some(Rc::new(Waiter::Redis {
@@ -116,7 +122,7 @@ impl Balancer {
         match waiter.as_deref() {
             Some(w @ Waiter::Redis { .. }) => {
                 let score = (rank as u64).saturating_mul(WAIT_RANK) + deadline_ms % WAIT_RANK;
-                self.redis.waiter(host, &mut self.tel, w, Some(score));
+                redis.waiter(host, tel, w, Some(score));
             }
             Some(Waiter::Shared { key, id }) => {
                 // Unwritten, this waiter only loses its class's precedence on other workers.
@@ -124,32 +130,35 @@ impl Balancer {
             }
             None => {}
         }
-        self.queue.seq += 1;
-        self.queue.queued += 1;
-        self.tel.inc(host, Counter::QueueQueued);
+        self.seq += 1;
+        self.queued += 1;
+        tel.inc(host, Counter::QueueQueued);
         let ticket = Ticket {
             rank,
-            seq: self.queue.seq,
+            seq: self.seq,
             since_ms: now,
             deadline_ms,
             waiter,
         };
-        self.queue.waiting.insert((rank, ticket.seq, ctx));
+        self.waiting.insert((rank, ticket.seq, ctx));
         WaitAnswer::Wait(ticket)
     }
 
-    /// Request `ctx` left the queue (`why`): its place, its waiter entry, counted.
-    pub(super) fn leave_queue(
+    /// Request `ctx` left the queue (`why`): its place, its waiter entry, counted. How long it
+    /// waited (ms).
+    pub fn leave(
         &mut self,
         host: &mut dyn Host,
         ctx: u32,
         ticket: Ticket,
         why: Leave,
-    ) {
-        self.queue.waiting.remove(&(ticket.rank, ticket.seq, ctx));
-        self.queue.queued = self.queue.queued.saturating_sub(1);
+        redis: &mut RedisClient,
+        tel: &mut Telemetry,
+    ) -> u64 {
+        self.waiting.remove(&(ticket.rank, ticket.seq, ctx));
+        self.queued = self.queued.saturating_sub(1);
         match ticket.waiter.as_deref() {
-            Some(w @ Waiter::Redis { .. }) => self.redis.waiter(host, &mut self.tel, w, None),
+            Some(w @ Waiter::Redis { .. }) => redis.waiter(host, tel, w, None),
             Some(Waiter::Shared { key, id }) => {
                 // Not removed: the line expires at its deadline.
                 let _ = waiters::set(host, key, *id, None, 0);
@@ -159,7 +168,7 @@ impl Balancer {
         let counter = match why {
             Leave::Admitted => {
                 // Room was found: maybe more of it, for the next one (it stops at no room).
-                self.queue.kicks += 1;
+                self.kicks += 1;
                 Some(Counter::QueueAdmitted)
             }
             Leave::Timeout => Some(Counter::QueueTimeout),
@@ -167,57 +176,52 @@ impl Balancer {
             Leave::Other => None,
         };
         if let Some(c) = counter {
-            self.tel.inc(host, c);
+            tel.inc(host, c);
         }
-        let waited = host.now_ms().saturating_sub(ticket.since_ms);
-        if let Some(req) = self.requests.get_mut(&ctx) {
-            req.queued_ms = Some(waited);
-        }
+        host.now_ms().saturating_sub(ticket.since_ms)
     }
 
-    /// Waiting requests past their deadline get the 429 they would have got at once.
-    pub(super) fn expire_queue(&mut self, host: &mut dyn Host) {
-        let now = host.now_ms();
+    /// The waiting requests past their deadline, out of the queue: each gets the 429 it
+    /// would have got at once (`Event::QueueTimeout`).
+    pub fn expired(&mut self, now: u64, requests: &IdMap<Request>) -> Vec<u32> {
         let due: Vec<(usize, u64, u32)> = self
-            .queue
             .waiting
             .iter()
             .filter(|(_, _, ctx)| {
-                self.requests
+                requests
                     .get(ctx)
                     .and_then(Request::ticket)
                     .is_none_or(|t| now >= t.deadline_ms)
             })
             .copied()
             .collect();
-        for entry in due {
-            self.queue.waiting.remove(&entry);
-            let ctx = entry.2;
-            if host.set_effective_context(ctx).is_ok() {
-                self.resumed(host, ctx, Event::QueueTimeout);
-            }
+        for entry in &due {
+            self.waiting.remove(entry);
         }
+        due.into_iter().map(|(_, _, ctx)| ctx).collect()
     }
 
-    /// Room may have freed (`kicks` times): the queue's head tries again, highest class first,
-    /// then arrival order; one acquire per kick. A head that finds no room waits again.
-    pub(super) fn serve_queue(&mut self, host: &mut dyn Host) {
-        while self.queue.kicks > 0 {
-            self.queue.kicks -= 1;
-            let Some((rank, seq, ctx)) = self.queue.waiting.pop_first() else {
-                self.queue.kicks = 0;
-                return;
+    /// Room may have freed (`kicks` times): the head that tries again next, highest class
+    /// first, then arrival order, made the host's effective context; one acquire per kick. A
+    /// head that finds no room waits again.
+    pub fn next_head(&mut self, host: &mut dyn Host, requests: &IdMap<Request>) -> Option<u32> {
+        while self.kicks > 0 {
+            self.kicks -= 1;
+            let Some((rank, seq, ctx)) = self.waiting.pop_first() else {
+                self.kicks = 0;
+                return None;
             };
-            if !self.requests.get(&ctx).is_some_and(Request::is_waiting) {
-                self.queue.kicks += 1; // a stale entry: the kick goes to the next one
+            if !requests.get(&ctx).is_some_and(Request::is_waiting) {
+                self.kicks += 1; // a stale entry: the kick goes to the next one
                 continue;
             }
             if host.set_effective_context(ctx).is_err() {
                 // The host lost the stream: on_done removes it; keep its place until then.
-                self.queue.waiting.insert((rank, seq, ctx));
+                self.waiting.insert((rank, seq, ctx));
                 continue;
             }
-            self.resumed(host, ctx, Event::Admit);
+            return Some(ctx);
         }
+        None
     }
 }

@@ -3,10 +3,11 @@
 //! released exactly once, whatever order things happen in.
 
 use super::*;
-use crate::balancer::pick::{LocalLease, ServiceLease};
+use crate::balancer::pick::{EndpointPick, LocalLease, ServiceLease};
 use crate::config::PluginConfig;
 use crate::hash::SplitMix64;
 use crate::redis::inflight::InflightKeys;
+use crate::redis::scripts::SessionState;
 use crate::stats::Counter;
 
 fn config(extra: &str) -> Rc<RouteConfig> {

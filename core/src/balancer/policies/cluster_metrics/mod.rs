@@ -14,25 +14,48 @@
 //! takes the lowest and counts it (docs/higress-cluster-policies.md §3.6); the local count is
 //! taken when Redis answers (`start`). Any Redis trouble: the local choice made here.
 
-use super::input::{Env, Input};
+pub mod reply;
+pub mod stats;
+
+use super::policy::{Env, Input, Policy};
+use crate::balancer::events::{Decision, Hold};
 use crate::balancer::pick::{Pick as RedisPick, ServiceLease, ServicePick};
-use crate::balancer::request::{Decision, Hold};
 use crate::balancer::rng::VmRng;
-pub use crate::balancer::service_stats::SharedStats;
 use crate::balancer::shared;
 use crate::balancer::telemetry::Telemetry;
 use crate::cluster::select::{self, Decision as Pick};
 use crate::cluster::stats::record::Record;
 use crate::cluster::stats::Table;
 use crate::cluster::Mode;
-use crate::config::GlobalInflight;
+use crate::config::{ClusterMetricsConfig, GlobalInflight};
 use crate::host::{Host, HostError, LogLevel};
 use crate::reason::{Cause, Reason};
 use crate::redis::inflight::InflightKeys;
 use crate::stats::Counter;
+pub use stats::SharedStats;
 use std::rc::Rc;
 
-pub fn decide(host: &mut dyn Host, env: Env, input: &Input, stats: &Rc<SharedStats>) -> Decision {
+/// A cluster_metrics route: where its statistics live.
+pub struct ClusterMetrics {
+    stats: Rc<SharedStats>,
+}
+
+impl ClusterMetrics {
+    /// `position`: the config's place among the plugin's route configs, naming its record.
+    pub fn new(position: usize, config: &ClusterMetricsConfig) -> ClusterMetrics {
+        ClusterMetrics {
+            stats: Rc::new(SharedStats::new(position, config)),
+        }
+    }
+}
+
+impl Policy for ClusterMetrics {
+    fn decide(&mut self, host: &mut dyn Host, env: Env, input: &Input) -> Decision {
+        decide(host, env, input, &self.stats)
+    }
+}
+
+fn decide(host: &mut dyn Host, env: Env, input: &Input, stats: &Rc<SharedStats>) -> Decision {
     if stats.mode == Mode::AdaptiveScore {
         if let (Some(global), Some(keys)) = (input.config.policy.global_inflight(), input.inflight)
         {
