@@ -153,203 +153,6 @@ impl Request {
         }
     }
 
-    /// The waiting queue's place of this request (the balancer's index follows it).
-    pub fn ticket(&self) -> Option<&Ticket> {
-        self.ticket.as_ref()
-    }
-
-    /// Whether it waits in the queue now (not retrying).
-    pub fn is_waiting(&self) -> bool {
-        matches!(self.phase, Phase::Waiting { .. })
-    }
-
-    /// Stream end while queued (waiting or retrying): its place and Redis waiter go. Whatever
-    /// a retry in flight acquired goes back through [`Request::finish`]'s orphan.
-    pub fn leave_queue(&mut self) -> Option<Effect> {
-        let ticket = self.ticket.take()?;
-        Some(Effect::LeaveQueue {
-            ticket,
-            why: Leave::Abandoned,
-        })
-    }
-
-    fn on_waited(&mut self, rejection: Rejection, answer: WaitAnswer) -> Vec<Effect> {
-        if !self.is_waiting() {
-            return Vec::new();
-        }
-        match answer {
-            WaitAnswer::Wait(ticket) => {
-                self.ticket = Some(ticket);
-                Vec::new()
-            }
-            WaitAnswer::Full => self.reject(rejection),
-            WaitAnswer::Timeout => self.time_out(rejection),
-        }
-    }
-
-    /// Room may have freed: one more acquire (the same pick, or the policy again).
-    fn on_admit(&mut self) -> Vec<Effect> {
-        let Phase::Waiting { again, .. } = std::mem::replace(&mut self.phase, Phase::Resending)
-        else {
-            return Vec::new();
-        };
-        match again {
-            Again::Pick(pick) => vec![Effect::Retry(pick)],
-            Again::Decide(Some(read)) => vec![Effect::Redecide(read)],
-            // The body is not read again: a held body is not readable outside its callback.
-            Again::Decide(None) => vec![Effect::Decide { read_body: false }],
-        }
-    }
-
-    /// The deadline passed: the 429 it would have got at once, and out of the queue.
-    fn time_out(&mut self, rejection: Rejection) -> Vec<Effect> {
-        let mut e = Vec::new();
-        if let Some(ticket) = self.ticket.take() {
-            e.push(Effect::LeaveQueue {
-                ticket,
-                why: Leave::Timeout,
-            });
-        }
-        e.extend(self.reject(rejection));
-        e
-    }
-
-    /// Held by the plugin: buffering the body, or waiting for Redis.
-    pub fn is_held(&self) -> bool {
-        matches!(
-            self.phase,
-            Phase::AwaitingBody | Phase::Picking { .. } | Phase::Resending | Phase::Waiting { .. }
-        )
-    }
-
-    /// A local reply ended the stream: it must not be resumed.
-    pub fn replied(&self) -> bool {
-        matches!(self.phase, Phase::Settled { replied: true, .. })
-    }
-
-    /// Whether body chunks still matter (nothing decided yet).
-    pub fn wants_body(&self) -> bool {
-        matches!(self.phase, Phase::AwaitingBody)
-    }
-
-    /// Plain Envoy: when a request still waiting for its body is balanced without it.
-    pub fn body_deadline(&self) -> Option<u64> {
-        let wait = self.config.common.max_body_wait_ms;
-        (self.wants_body() && wait > 0).then(|| self.since_ms.saturating_add(wait))
-    }
-
-    /// Whether the response status matters (cluster_metrics' success test).
-    pub fn wants_status(&self) -> bool {
-        matches!(
-            self.phase,
-            Phase::Routed {
-                held: Held::Service { .. },
-                ..
-            }
-        )
-    }
-
-    /// Plain Envoy, a least-request pick or a session's prefix_cache pick: the endpoint this
-    /// request was counted on, to compare with the one Envoy answered from (README "Plain
-    /// Envoy", "Sessions"); None elsewhere.
-    pub fn watched_endpoint(&self) -> Option<&str> {
-        match &self.phase {
-            Phase::Routed {
-                held: Held::Local(lease),
-                ..
-            } if matches!(self.config.policy, PolicyConfig::GlobalLeastRequest)
-                || (self.config.session.is_some()
-                    && matches!(self.config.policy, PolicyConfig::PrefixCache(_))) =>
-            {
-                Some(&lease.endpoint)
-            }
-            _ => None,
-        }
-    }
-
-    /// The endpoint it was counted on did not answer: its release marks it down.
-    pub fn mark_failed(&mut self) {
-        if let Phase::Routed {
-            held: Held::Local(lease),
-            ..
-        } = &mut self.phase
-        {
-            lease.failed = true;
-        }
-    }
-
-    /// Whether response body chunks still matter (cluster_metrics before its first byte).
-    pub fn wants_response_body(&self) -> bool {
-        matches!(
-            self.phase,
-            Phase::Routed {
-                held: Held::Service {
-                    first_byte: false,
-                    ..
-                },
-                ..
-            }
-        )
-    }
-
-    /// Whether a reply under `token` still belongs to this request.
-    pub fn awaits(&self, token: u32) -> bool {
-        matches!(self.phase, Phase::Picking { token: t, .. } if t == token)
-    }
-
-    /// The host lost this stream's context while its pick was in flight: the caller undoes the
-    /// pick now, and stream end will have nothing left to give back.
-    pub fn abandon_pick(&mut self) -> Option<Box<Pick>> {
-        let settled = Phase::Settled {
-            reason: Reason::Pending,
-            replied: false,
-        };
-        match std::mem::replace(&mut self.phase, settled) {
-            Phase::Picking { pick, .. } => Some(pick),
-            other => {
-                self.phase = other;
-                None
-            }
-        }
-    }
-
-    /// For the debug header: the endpoint and why.
-    pub fn describe(&self) -> (Option<&str>, Reason) {
-        match &self.phase {
-            Phase::Routed {
-                endpoint, reason, ..
-            } => (Some(endpoint), *reason),
-            Phase::Settled { reason, .. } => (None, *reason),
-            Phase::Picking { .. } | Phase::Resending | Phase::Waiting { .. } => {
-                (None, Reason::Pending)
-            }
-            Phase::AwaitingBody => (None, Reason::AwaitingBody),
-        }
-    }
-
-    /// Stream end, whatever ended it: what must be given back, exactly once.
-    pub fn finish(self) -> Option<Effect> {
-        match self.phase {
-            Phase::Routed {
-                held: Held::Lease(l),
-                ..
-            } => Some(Effect::Release(l)),
-            Phase::Routed {
-                held: Held::Local(l),
-                ..
-            } => Some(Effect::ReleaseLocal(l)),
-            Phase::Routed {
-                held: Held::Service { lease, status, .. },
-                ..
-            } => Some(Effect::ServiceDone {
-                lease,
-                outcome: Some(success(status)),
-            }),
-            Phase::Picking { token, pick } => Some(Effect::Orphan { token, pick }),
-            _ => None,
-        }
-    }
-
     fn on_headers(&mut self, end_of_stream: bool, withheld: bool) -> Vec<Effect> {
         // The Redis keys are named after the route and cluster: without them nothing to pick.
         // Cluster policies name no route keys (they choose the cluster); endpoint_metrics keeps
@@ -518,19 +321,6 @@ impl Request {
         }]
     }
 
-    /// A refusal: with a waiting queue, one for want of room waits instead (README "Waiting
-    /// queue"); `again` is how it tries again.
-    fn refuse(&mut self, r: Rejection, again: Again) -> Vec<Effect> {
-        if self.config.common.queue.is_some() && r.may_wait() {
-            self.phase = Phase::Waiting {
-                rejection: r,
-                again,
-            };
-            return vec![Effect::Wait(r)];
-        }
-        self.reject(r)
-    }
-
     fn reject(&mut self, r: Rejection) -> Vec<Effect> {
         self.phase = Phase::Settled {
             reason: r.reason(),
@@ -577,6 +367,9 @@ impl Request {
         e
     }
 }
+
+mod state;
+mod waiting;
 
 #[cfg(test)]
 mod service_tests;
