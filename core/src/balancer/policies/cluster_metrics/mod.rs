@@ -4,7 +4,7 @@
 //! `:status` other than 200 or none at all (docs/higress-cluster-policies.md §3.3).
 //!
 //! The statistics live in proxy-wide shared data, one record per route config, updated with
-//! compare-and-swap (`super::super::shared::update`), so every worker VM of a proxy decides
+//! compare-and-swap (`balancer::shared::update`), so every worker VM of a proxy decides
 //! from the same numbers (Higress keeps them per VM). The in-flight count taken at the
 //! decision is held by the request (`Hold::Service`) and given back exactly once at stream
 //! end, with the total latency.
@@ -12,7 +12,8 @@
 //! AdaptiveScore with `global_inflight_enabled` asks Redis instead: the candidates and their
 //! local scores go to one script call that multiplies each by its count over every gateway,
 //! takes the lowest and counts it (docs/higress-cluster-policies.md §3.6); the local count is
-//! taken when Redis answers (`start`). Any Redis trouble: the local choice made here.
+//! taken when Redis answers (`start`). Any Redis trouble: the local choice made here
+//! ([`reply`]).
 
 pub mod reply;
 pub mod stats;
