@@ -23,6 +23,12 @@ pub enum Decision {
     },
     /// Refuse the request with 429.
     Reject(Rejection),
+    /// Redis found no room for this pick and acquired nothing: refused, and if the request
+    /// waits, the same pick tries again.
+    Full {
+        rejection: Rejection,
+        pick: Box<Pick>,
+    },
     /// Refused for want of room (plain Envoy's prefix_cache), with what was read from the body:
     /// if the request waits, its retry decides with it (see [`PromptRead`]).
     Refused {
@@ -31,6 +37,26 @@ pub enum Decision {
     },
     /// The policy cannot decide: fail open (or 503 under `failureMode: deny`).
     Fallback(Cause),
+}
+
+/// What a Redis reply to a pick (or a pick that could not be sent) comes to: `effects`
+/// first, then `decision`, taken as a policy's decision; `if_fallback` is counted when that
+/// decision falls back.
+#[derive(Debug)]
+pub struct Answer {
+    pub effects: Vec<Effect>,
+    pub decision: Decision,
+    pub if_fallback: Vec<Counter>,
+}
+
+impl Answer {
+    pub fn new(effects: Vec<Effect>, decision: Decision) -> Answer {
+        Answer {
+            effects,
+            decision,
+            if_fallback: Vec::new(),
+        }
+    }
 }
 
 /// What plain Envoy's prefix_cache read from a request's body before refusing it for want of
@@ -45,9 +71,11 @@ pub struct PromptRead {
     pub session: Option<Vec<u8>>,
 }
 
-/// What a request routed in this proxy holds until its stream ends.
+/// What a routed request holds until its stream ends.
 #[derive(Debug)]
 pub enum Hold {
+    /// A Redis lease (an endpoint pick Redis answered).
+    Lease(Lease),
     /// A per-proxy endpoint count (plain-Envoy least request).
     Local(LocalLease),
     /// A cluster_metrics service: in flight, and its latency to record.

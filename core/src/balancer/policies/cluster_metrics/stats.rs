@@ -1,6 +1,6 @@
 //! A cluster_metrics route's statistics record: where it lives in shared data (a key per route
 //! config and settings), which services it tracks, and how to read it back. Held by the request
-//! through its `ServiceLease` and updated by `policies::cluster_metrics`.
+//! through its `ServiceLease` and updated by the cluster_metrics policy (`super`).
 
 use crate::cluster::stats::record::Record;
 use crate::cluster::stats::ServiceTable;

@@ -4,7 +4,7 @@
 //! `:status` other than 200 or none at all (docs/higress-cluster-policies.md §3.3).
 //!
 //! The statistics live in proxy-wide shared data, one record per route config, updated with
-//! compare-and-swap (`super::super::shared::update`), so every worker VM of a proxy decides
+//! compare-and-swap (`balancer::shared::update`), so every worker VM of a proxy decides
 //! from the same numbers (Higress keeps them per VM). The in-flight count taken at the
 //! decision is held by the request (`Hold::Service`) and given back exactly once at stream
 //! end, with the total latency.
@@ -12,27 +12,51 @@
 //! AdaptiveScore with `global_inflight_enabled` asks Redis instead: the candidates and their
 //! local scores go to one script call that multiplies each by its count over every gateway,
 //! takes the lowest and counts it (docs/higress-cluster-policies.md §3.6); the local count is
-//! taken when Redis answers (`start`). Any Redis trouble: the local choice made here.
+//! taken when Redis answers (`start`). Any Redis trouble: the local choice made here
+//! ([`reply`]).
 
-use super::input::{Env, Input};
+pub mod reply;
+pub mod stats;
+
+use super::policy::{Env, Input, Policy};
+use crate::balancer::events::{Decision, Hold};
 use crate::balancer::pick::{Pick as RedisPick, ServiceLease, ServicePick};
-use crate::balancer::request::{Decision, Hold};
 use crate::balancer::rng::VmRng;
-pub use crate::balancer::service_stats::SharedStats;
 use crate::balancer::shared;
 use crate::balancer::telemetry::Telemetry;
 use crate::cluster::select::{self, Decision as Pick};
 use crate::cluster::stats::record::Record;
 use crate::cluster::stats::Table;
 use crate::cluster::Mode;
-use crate::config::GlobalInflight;
+use crate::config::{ClusterMetricsConfig, GlobalInflight};
 use crate::host::{Host, HostError, LogLevel};
 use crate::reason::{Cause, Reason};
 use crate::redis::inflight::InflightKeys;
 use crate::stats::Counter;
+pub use stats::SharedStats;
 use std::rc::Rc;
 
-pub fn decide(host: &mut dyn Host, env: Env, input: &Input, stats: &Rc<SharedStats>) -> Decision {
+/// A cluster_metrics route: where its statistics live.
+pub struct ClusterMetrics {
+    stats: Rc<SharedStats>,
+}
+
+impl ClusterMetrics {
+    /// `position`: the config's place among the plugin's route configs, naming its record.
+    pub fn new(position: usize, config: &ClusterMetricsConfig) -> ClusterMetrics {
+        ClusterMetrics {
+            stats: Rc::new(SharedStats::new(position, config)),
+        }
+    }
+}
+
+impl Policy for ClusterMetrics {
+    fn decide(&mut self, host: &mut dyn Host, env: Env, input: &Input) -> Decision {
+        decide(host, env, input, &self.stats)
+    }
+}
+
+fn decide(host: &mut dyn Host, env: Env, input: &Input, stats: &Rc<SharedStats>) -> Decision {
     if stats.mode == Mode::AdaptiveScore {
         if let (Some(global), Some(keys)) = (input.config.policy.global_inflight(), input.inflight)
         {
@@ -40,53 +64,41 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input, stats: &Rc<SharedSta
             return global_pick(host, env, input, stats, (global, keys), now);
         }
     }
-    match decide_local(host, env.tel, env.rng, input.ctx, stats) {
-        Local::Counted(lease) => Decision::Route {
-            endpoint: lease.name().to_string(),
-            hold: Some(Hold::Service(lease)),
-            fallbacks: Vec::new(),
-            reason: Reason::ClusterMetrics,
-        },
-        Local::Other(decision) => decision,
-    }
-}
-
-/// What [`decide_local`] decided.
-pub enum Local {
-    /// A service chosen and counted in the shared record; the lease gives the count back.
-    Counted(ServiceLease),
-    /// Anything else, as the decision it is.
-    Other(Decision),
+    decide_local(host, env.tel, env.rng, input.ctx, stats)
 }
 
 /// The decision in this proxy (every mode; AdaptiveScore without Redis): the chosen service,
-/// counted in the shared record, as the lease that gives the count back. Anything else — no
-/// service to choose, or a choice from a fresh table because the record failed, which holds
-/// no count — is the decision it is. A route that waits for nothing (cluster_stream.rs) comes
-/// here directly: its routed request needs no [`Decision`] built and taken apart.
-pub fn decide_local(
+/// counted in the shared record, held by the request until its stream ends. No service to
+/// choose falls back; when the record cannot be written the choice comes from a fresh table
+/// and holds no count.
+fn decide_local(
     host: &mut dyn Host,
     tel: &Telemetry,
     rng: &mut VmRng,
     ctx: u32,
     stats: &Rc<SharedStats>,
-) -> Local {
+) -> Decision {
     let now = host.now_ms();
     let now_ms = i64::try_from(now).unwrap_or(i64::MAX);
-    let result = write(host, stats, Change::Choose { rng, now_ms });
-    match result {
+    match write(host, stats, Change::Choose { rng, now_ms }) {
         Ok((chosen, reset)) => {
             if reset {
                 tel.inc(host, Counter::ClusterStatsReset);
             }
-            match chosen {
-                Some(service) => Local::Counted(ServiceLease {
-                    stats: stats.clone(),
-                    service,
-                    start_ms: now,
-                    global: None,
-                }),
-                None => Local::Other(Decision::Fallback(Cause::NoHealthyEndpoint)),
+            let Some(service) = chosen else {
+                return Decision::Fallback(Cause::NoHealthyEndpoint);
+            };
+            let lease = ServiceLease {
+                stats: stats.clone(),
+                service,
+                start_ms: now,
+                global: None,
+            };
+            Decision::Route {
+                endpoint: lease.name().to_string(),
+                fallbacks: Vec::new(),
+                reason: Reason::ClusterMetrics,
+                hold: Some(Hold::Service(lease)),
             }
         }
         Err(e) => {
@@ -96,20 +108,18 @@ pub fn decide_local(
             tel.log(host, LogLevel::Debug, ctx, format_args!("{e}"));
             let table = stats.fresh.fresh();
             let mut next = || rng.next_u64();
-            Local::Other(
-                match select::select(stats.mode, &stats.params, &table, now_ms, &mut next) {
-                    Pick::Pick(i) => match table.names().get(i) {
-                        Some(service) => Decision::Route {
-                            endpoint: service.clone(),
-                            fallbacks: Vec::new(),
-                            reason: Reason::ClusterMetrics,
-                            hold: None,
-                        },
-                        None => Decision::Fallback(Cause::SharedData),
+            match select::select(stats.mode, &stats.params, &table, now_ms, &mut next) {
+                Pick::Pick(i) => match table.names().get(i) {
+                    Some(service) => Decision::Route {
+                        endpoint: service.clone(),
+                        fallbacks: Vec::new(),
+                        reason: Reason::ClusterMetrics,
+                        hold: None,
                     },
-                    Pick::NoServices => Decision::Fallback(Cause::SharedData),
+                    None => Decision::Fallback(Cause::SharedData),
                 },
-            )
+                Pick::NoServices => Decision::Fallback(Cause::SharedData),
+            }
         }
     }
 }
@@ -211,8 +221,7 @@ pub fn done(host: &mut dyn Host, tel: &Telemetry, lease: ServiceLease, outcome: 
 }
 
 /// What one write of the route's record does, after this worker's held samples: one type for
-/// every write, so the compare-and-swap around it is compiled once (docs/architecture.md
-/// "Plugin CPU").
+/// every write, so every write goes through the one compare-and-swap in [`write`].
 enum Change<'a> {
     /// Choose a service by the mode and count it in: the decision.
     Choose { rng: &'a mut VmRng, now_ms: i64 },
