@@ -4,7 +4,7 @@
 //! body is buffered and delivered only after the request is resumed, at once. The root tick
 //! releases a request held past `maxBodyWaitMs` (`Event::BodyTimeout`); a body that then
 //! arrives at once shows the host withheld it, and from then on this VM decides at the headers
-//! (README "Plain Envoy").
+//! (docs/plain-envoy.md).
 
 use super::request::Request;
 use super::telemetry::Telemetry;
@@ -26,7 +26,7 @@ enum Flow {
 
 /// A body chunk arriving this soon after the deadline released its request was held back by
 /// the host, not late from the client: Envoy delivers the buffered body in the same event-loop
-/// turn as the resume (README "Plain Envoy").
+/// turn as the resume (docs/plain-envoy.md).
 pub const WITHHELD_GAP_MS: u64 = 50;
 
 /// The root tick that checks body deadlines: a tenth of the shortest wait, within 10-100 ms.

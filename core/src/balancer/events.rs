@@ -93,7 +93,7 @@ pub enum Rejection {
     /// classes"); 429 with `Retry-After`.
     ShedPriority,
     /// Tenant fairness: the request's tenant holds its share of the pool while another tenant
-    /// is active (README "Tenant fairness"); 429 with `Retry-After`.
+    /// is active (docs/sessions-and-queues.md "Tenant fairness"); 429 with `Retry-After`.
     ShedTenant,
     /// cluster_hash: `hash_header` missing or empty (Higress answers 403).
     HashHeaderMissing,
@@ -122,7 +122,7 @@ impl Rejection {
     /// tenants, yet a waiter holds it back from lower classes everywhere (its Redis or
     /// shared-data entry) and takes its VM queue's retries as the head, so quiet tenants
     /// behind it would wait for the flooder's own requests to finish; the 429 with
-    /// `Retry-After` is the back-pressure fairness means (README "Tenant fairness").
+    /// `Retry-After` is the back-pressure fairness means (docs/sessions-and-queues.md "Tenant fairness").
     pub fn may_wait(self) -> bool {
         match self {
             Rejection::MaxRequestCount | Rejection::Shed | Rejection::ShedPriority => true,
@@ -195,7 +195,7 @@ pub const DENIED: LocalReply = LocalReply {
     retry_after_s: 0,
 };
 
-/// A waiting request's place in its VM's queue (README "Waiting queue"): highest class
+/// A waiting request's place in its VM's queue (docs/sessions-and-queues.md "Waiting queue"): highest class
 /// (`rank` 0) first, then arrival order (`seq`).
 #[derive(Debug, Clone)]
 pub struct Ticket {

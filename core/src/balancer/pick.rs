@@ -217,7 +217,7 @@ pub struct EndpointPick {
     /// it (0 = none).
     pub pool_cap: u64,
     /// Tenant fairness: the request's tenant id and the most it may hold while another tenant
-    /// is active (README "Tenant fairness").
+    /// is active (docs/sessions-and-queues.md "Tenant fairness").
     pub tenant: Option<(String, u64)>,
 }
 
@@ -366,7 +366,7 @@ pub fn cost_of(config: &RouteConfig, body_bytes: usize) -> u64 {
 }
 
 /// The pool load a request of `class` is refused at: `maxPoolRequests` (0 = none), with the
-/// class's headroom or reserve as for `maxRequestCount` (README "Priority classes").
+/// class's headroom or reserve as for `maxRequestCount` (docs/sessions-and-queues.md "Priority classes").
 pub fn pool_cap(config: &RouteConfig, class: Option<Class>) -> u64 {
     let cap = config.common.max_pool;
     match (&config.common.priority, class) {
@@ -384,7 +384,7 @@ pub fn tenant_capacity(config: &RouteConfig, endpoints: usize) -> u64 {
 }
 
 /// The load cap a request of `class` is refused at: `maxRequestCount` (0 = none) without
-/// priority classes, else its class's cap (README "Priority classes").
+/// priority classes, else its class's cap (docs/sessions-and-queues.md "Priority classes").
 pub fn class_cap(config: &RouteConfig, class: Option<Class>) -> u64 {
     let cap = config.common.max_load;
     match (&config.common.priority, class) {

@@ -1,4 +1,4 @@
-//! The waiting queue of a VM (README "Waiting queue"): requests refused for want of room wait
+//! The waiting queue of a VM (docs/sessions-and-queues.md "Waiting queue"): requests refused for want of room wait
 //! here, highest class first, then in arrival order. A request joins through `Effect::Wait`,
 //! leaves through `Effect::LeaveQueue`; room freed (a count given back, an admission, the
 //! root tick) lets the head try once more (`Event::Admit`), and the tick ends waits past

@@ -1,5 +1,5 @@
 //! `lb_type: cluster`, `lb_policy: cluster_metrics`: Higress's keys, types, defaults and checks,
-//! in the order its Go constructor runs them (README "Cluster policies" table). The first
+//! in the order its Go constructor runs them (docs/configuration.md "Cluster policies" table). The first
 //! failing check is the error, with Go's own text.
 
 use super::error::ConfigError;

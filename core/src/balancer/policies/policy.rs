@@ -47,7 +47,7 @@ pub struct Env<'a> {
 }
 
 /// The request's priority class (None when the route has no `priorityHeader`); a value
-/// naming no class is counted (README "Priority classes").
+/// naming no class is counted (docs/sessions-and-queues.md "Priority classes").
 pub fn priority_class(host: &mut dyn Host, tel: &Telemetry, config: &RouteConfig) -> Option<Class> {
     let p = config.common.priority.as_ref()?;
     let value = host.request_header(&p.header).ok().flatten();
@@ -60,7 +60,7 @@ pub fn priority_class(host: &mut dyn Host, tel: &Telemetry, config: &RouteConfig
 
 /// The request's tenant id and the most it may hold while another tenant is active (its
 /// share of the capacity of the pool's `endpoints`), when the route has tenant fairness and
-/// the request names a tenant (README "Tenant fairness").
+/// the request names a tenant (docs/sessions-and-queues.md "Tenant fairness").
 pub fn tenant(host: &dyn Host, config: &RouteConfig, endpoints: usize) -> Option<(String, u64)> {
     let f = config.common.fairness.as_ref()?;
     let value = host.request_header_bytes(&f.header).ok().flatten();

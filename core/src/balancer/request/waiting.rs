@@ -1,4 +1,4 @@
-//! A request's waiting-queue transitions (README "Waiting queue"): refused for want of room it
+//! A request's waiting-queue transitions (docs/sessions-and-queues.md "Waiting queue"): refused for want of room it
 //! waits, holding nothing; room may free (one more acquire), or its deadline passes (the 429
 //! it would have got at once).
 

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 pub const SCRAPE_CLUSTER: &str = "ailb_scrape";
 
 /// The Envoy settings that decide whether the plugin sees the request body before routing
-/// (README "Plain Envoy").
+/// (docs/plain-envoy.md).
 #[derive(Debug, Clone, Copy)]
 pub struct Body {
     /// The wasm filter's `allow_on_headers_stop_iteration`.

@@ -27,7 +27,7 @@ pub fn answer(mut pick: SessionPick, reply: Result<PickReply, Cause>) -> Answer 
             Answer::new(vec![Effect::Count(Counter::RedisNoScript)], resend)
         }
         // Redis could not keep or bind the session (down, timeout, error, a reply naming a pod
-        // not offered): the scheduler's pick, counted (README "Sessions").
+        // not offered): the scheduler's pick, counted (docs/sessions-and-queues.md "Sessions").
         _ => route(pick.choice, Reason::Metrics, Counter::SessionFallback),
     }
 }

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 /// What a plain-Envoy pick is admitted against besides the endpoint cap: the pool cap and
-/// the tenant's share (README "Tenant fairness"), kept in the same counts record as the
+/// the tenant's share (docs/sessions-and-queues.md "Tenant fairness"), kept in the same counts record as the
 /// endpoints' loads (lines `~t<tenant> <in flight>` and `~s<tenant> <last request, ms>`), so
 /// one CAS update checks and counts all of it, as the Redis script does
 /// (docs/redis-data-model.md §11).
@@ -145,7 +145,7 @@ pub fn take<T>(
 }
 
 /// How long an endpoint that failed to answer a least-request pick or a session's request is
-/// passed over (README "Plain Envoy", "Sessions"): Envoy's retry served the request from a
+/// passed over (docs/plain-envoy.md, "Sessions"): Envoy's retry served the request from a
 /// fallback, so the pod refused the connection or reset it. Short: a pod that is back takes
 /// its share again soon.
 pub const DOWN_MS: u64 = 10_000;

@@ -156,7 +156,7 @@ pub fn routed(
 }
 
 /// Waiting queue with priority classes: how many requests of a higher class than `class` wait
-/// in this proxy (README "Waiting queue"); they hold back the room they wait for. 0 without a
+/// in this proxy (docs/sessions-and-queues.md "Waiting queue"); they hold back the room they wait for. 0 without a
 /// queue.
 pub fn waiting_above(host: &dyn Host, input: &Input, class: Option<Class>) -> u64 {
     match (input.config.common.queue, class) {

@@ -10,7 +10,7 @@ use crate::stats::Counter;
 /// What `reply` (Err: never sent, nothing acquired) comes to for the request that sent `pick`.
 /// A sticky request that falls back degrades to the cluster's own balancing, counted as a
 /// session not honoured (docs/redis-data-model.md §10); a tenant's request that falls back
-/// is not held to its share, counted the same way (README "Tenant fairness").
+/// is not held to its share, counted the same way (docs/sessions-and-queues.md "Tenant fairness").
 pub fn answer(pick: EndpointPick, reply: Result<PickReply, Cause>) -> Answer {
     let mut if_fallback = Vec::new();
     if pick.session.is_some() {
@@ -53,7 +53,7 @@ fn replied(mut pick: EndpointPick, reply: PickReply) -> Answer {
             };
             let mut effects: Vec<Effect> = counted.map(Effect::Count).into_iter().collect();
             // Only the top class is admitted past `maxRequestCount`: its headroom
-            // (README "Priority classes"), as the plain-Envoy pick counts it.
+            // (docs/sessions-and-queues.md "Priority classes"), as the plain-Envoy pick counts it.
             let base_cap = pick.config.common.max_load;
             if base_cap > 0 && load_before.is_some_and(|l| l >= base_cap) {
                 effects.push(Effect::Count(Counter::PriorityAdmittedHeadroom));

@@ -106,7 +106,7 @@ fn decide(
     let admission = counts::Admission::of(host, input.config, class);
     let above = least::waiting_above(host, input, class);
     // A session route also passes over the pods marked down (Envoy answered one of its
-    // requests from a fallback: README "Sessions"), as over saturated ones.
+    // requests from a fallback: docs/sessions-and-queues.md "Sessions"), as over saturated ones.
     let down_at = input.config.session.as_ref().map(|_| admission.now_ms);
     let taken = counts::take(
         host,
