@@ -99,7 +99,7 @@ check-abi: deps build e2e-build
 unit-test: deps
 	$(CARGO) test --quiet --workspace
 
-# Property-based fuzzing on stable (core/tests/fuzz/, README "Fuzzing"): each target runs
+# Property-based fuzzing on stable (core/tests/fuzz/, docs/test-bed.md "Fuzzing"): each target runs
 # FUZZ_SECONDS, one at a time, optimised (`make test` runs them 2 s each, unoptimised).
 FUZZ_SECONDS ?= 120
 fuzz:

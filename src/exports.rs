@@ -151,7 +151,7 @@ pub extern "C" fn proxy_on_configure(root: u32, _configuration_size: usize) -> b
         Ok(parsed) => {
             let level = ffi::log_level();
             // Where the config leans on Higress's lenient reading, say so once per load
-            // (README "Configuration compatibility").
+            // (docs/compatibility.md).
             for w in &parsed.warnings {
                 host.log(LogLevel::Warn, &format!("[ai-load-balancer] config: {w}"));
             }

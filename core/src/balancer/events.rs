@@ -89,8 +89,8 @@ pub enum Rejection {
     MaxRequestCount,
     /// A sheddable request while every endpoint is saturated (endpoint_metrics).
     Shed,
-    /// Priority classes: every endpoint is at this request's class cap (README "Priority
-    /// classes"); 429 with `Retry-After`.
+    /// Priority classes: every endpoint is at this request's class cap (docs/sessions-and-queues.md
+    /// "Priority classes"); 429 with `Retry-After`.
     ShedPriority,
     /// Tenant fairness: the request's tenant holds its share of the pool while another tenant
     /// is active (docs/sessions-and-queues.md "Tenant fairness"); 429 with `Retry-After`.

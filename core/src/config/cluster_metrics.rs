@@ -73,8 +73,8 @@ pub struct ClusterMetricsConfig {
     pub global_inflight: Option<GlobalInflight>,
     /// Ours (`inflight_capacity`): requests a service runs at once without slowing down.
     /// AdaptiveScore's in-flight factor becomes `1 + ongoing / capacity` and a service with no
-    /// latency sample yet is scored at its candidates' mean latency (README "Cluster
-    /// policies"). None: Higress's formula exactly.
+    /// latency sample yet is scored at its candidates' mean latency (docs/configuration.md
+    /// "Cluster policies"). None: Higress's formula exactly.
     pub inflight_capacity: Option<u64>,
 }
 

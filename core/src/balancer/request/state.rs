@@ -40,8 +40,8 @@ impl Request {
     }
 
     /// Plain Envoy, a least-request pick or a session's prefix_cache pick: the endpoint this
-    /// request was counted on, to compare with the one Envoy answered from (README "Plain
-    /// Envoy", "Sessions"); None elsewhere.
+    /// request was counted on, to compare with the one Envoy answered from (docs/plain-envoy.md,
+    /// docs/sessions-and-queues.md "Sessions"); None elsewhere.
     pub fn watched_endpoint(&self) -> Option<&str> {
         match &self.phase {
             Phase::Routed {

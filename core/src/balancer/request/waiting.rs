@@ -66,8 +66,8 @@ impl Request {
         e
     }
 
-    /// A refusal: with a waiting queue, one for want of room waits instead (README "Waiting
-    /// queue"); `again` is how it tries again.
+    /// A refusal: with a waiting queue, one for want of room waits instead (docs/sessions-and-queues.md
+    /// "Waiting queue"); `again` is how it tries again.
     pub(super) fn refuse(&mut self, r: Rejection, again: Again) -> Vec<Effect> {
         if self.config.common.queue.is_some() && r.may_wait() {
             self.phase = Phase::Waiting {

@@ -4,8 +4,8 @@
 //! cluster_metrics AdaptiveScore; round robin (plugin off, the load generator names the
 //! services in rotation); the oracle (plugin off, the load generator names the fastest healthy
 //! service, llm-a). AdaptiveScore runs twice: as a user of this plugin configures it for 3 LLM
-//! services (`p2c_choices: 3`, `inflight_capacity: 8` = 2 pods × 4 running; README "Cluster
-//! policies"), and with Higress's defaults and formula. For the plugin-CPU figures the same
+//! services (`p2c_choices: 3`, `inflight_capacity: 8` = 2 pods × 4 running; docs/configuration.md
+//! "Cluster policies"), and with Higress's defaults and formula. For the plugin-CPU figures the same
 //! arrivals also run through cluster_hash, the empty module (the host's floor) and two modules
 //! making only a policy's host calls (cluster_hash's, AdaptiveScore's).
 
