@@ -77,8 +77,8 @@ build: toolchain
 	$(MAKE) --no-print-directory check-config-tool
 
 # dist/check-config: a native binary running a config file (plugin config, console route YAML,
-# WasmPlugin resource, spec.yaml; JSON or YAML) through the plugin's own parser (README
-# "Configuration compatibility"). Its crate is the only one that depends on serde_yaml.
+# WasmPlugin resource, spec.yaml; JSON or YAML) through the plugin's own parser
+# (docs/compatibility.md).
 check-config-tool:
 	$(CARGO) build --release --quiet -p ailb-check-config --bin check-config
 	mkdir -p $(DIST)
