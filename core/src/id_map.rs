@@ -1,14 +1,10 @@
 //! [`IdMap`]: the map keyed by ids the host numbers (u32 context ids, call tokens), which every
 //! callback of every request looks its stream up in.
 //!
-//! The values sit dense in a `Vec`; a non-generic open-addressing index finds them. It
-//! replaced `std::collections::HashMap` because an idle worker runs each callback with cold
-//! caches, so what a request costs follows the code lines it touches: hashbrown's group
-//! probing compiled to ~110 distinct 64-byte lines of plugin code per cluster request across
-//! its map types (insert, remove_entry, get_mut, contains_key, erase for each), counted per
-//! request by callgrind on the emulator (docs/plugin-cpu.md, `ailb-footprint`). Context ids
-//! count up, so a Fibonacci multiply spreads them without a hasher; the host picks the ids,
-//! not a client, so no chosen-key defence is needed.
+//! The values sit dense in a `Vec`; a non-generic open-addressing index finds them, so the
+//! probing is compiled once for every map type. Context ids count up, so a Fibonacci multiply
+//! spreads them without a hasher; the host picks the ids, not a client, so no chosen-key
+//! defence is needed.
 
 /// Slots of a new index; doubled whenever three quarters are taken.
 const MIN_SLOTS: usize = 16;

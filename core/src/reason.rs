@@ -1,6 +1,6 @@
 //! Why a request went where it went: the fallback causes and the decision reasons. Both are
 //! enums so nothing matches on strings; `name()` is the one spelling used in metric names, logs
-//! and the debug header (README "Metrics", "Debug header").
+//! and the debug header (docs/metrics.md, "Debug header").
 
 /// Why a request went to the cluster's own load balancer (or got 503 under `failureMode: deny`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -90,10 +90,10 @@ pub enum Reason {
     Rejected429,
     /// Every endpoint saturated and the request sheddable: 429.
     Shed429,
-    /// Priority classes: every endpoint at the request's class cap: 429 (README "Priority classes").
+    /// Priority classes: every endpoint at the request's class cap: 429 (docs/sessions-and-queues.md "Priority classes").
     ShedPriority,
     /// Tenant fairness: the request's tenant at its share while another is active: 429
-    /// (README "Tenant fairness").
+    /// (docs/sessions-and-queues.md "Tenant fairness").
     ShedTenant,
     /// cluster_hash: the `hash_header` value's slot.
     ClusterHash,

@@ -1,4 +1,4 @@
-//! Plugin counters, defined once per VM under the stable prefix `ai_lb.` (README "Metrics").
+//! Plugin counters, defined once per VM under the stable prefix `ai_lb.` (docs/metrics.md).
 //! A counter whose definition failed is a no-op rather than an error on the request path.
 
 use crate::config::Policy;
@@ -113,7 +113,7 @@ pub enum Counter {
     PriorityAdmittedHeadroom,
     /// Priority classes: a `priorityHeader` value naming no class (the default class used).
     PriorityUnknownClass,
-    /// Waiting queue: a request refused for want of room waits instead (README "Waiting queue").
+    /// Waiting queue: a request refused for want of room waits instead (docs/sessions-and-queues.md "Waiting queue").
     QueueQueued,
     /// Waiting queue: a waiting request got room and was routed.
     QueueAdmitted,

@@ -494,7 +494,7 @@ fn it_runs_on_a_redis_cluster_node() {
 
 #[test]
 fn priority_class_caps_shed_lower_classes_first_across_gateways() {
-    // The class cap each gateway sends (README "Priority classes"), from the plugin's own
+    // The class cap each gateway sends (docs/sessions-and-queues.md "Priority classes"), from the plugin's own
     // config reading; two connections stand for two gateways sharing the counts.
     let doc = r#"{"lb_policy":"global_least_request","lb_config":{"serviceFQDN":"redis.static",
         "servicePort":6379,"maxRequestCount":4,"priorityHeader":"x-priority",

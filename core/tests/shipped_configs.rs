@@ -236,7 +236,7 @@ fn wasm_filters(v: &Value, limits: Limits, out: &mut Vec<(Value, Limits)>) {
 #[test]
 fn envoy_configs_let_the_plugin_read_the_body_it_holds_for() {
     // `envoy --mode validate` (make e2e-test) runs the plugin's parser but not its warnings,
-    // nor these rules (README "Plain Envoy"): a filter whose routes hold for the body sets
+    // nor these rules (docs/plain-envoy.md): a filter whose routes hold for the body sets
     // allow_on_headers_stop_iteration, and its routes' body buffer leaves two whole reads above
     // maxBodyBytes, so an oversized body is balanced unread instead of refused with 413 (a held
     // body grows by whole reads before the plugin sees them: docs/higress-abi.md §10).

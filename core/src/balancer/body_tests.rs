@@ -2,6 +2,7 @@
 //! no longer), the body deadline bounds the hold when the host never delivers it, and a VM
 //! that sees the body withheld stops holding (docs/higress-abi.md §10).
 
+use super::body_flow::WITHHELD_GAP_MS;
 use super::*;
 use crate::config::Build;
 use crate::host::mock::MockHost;

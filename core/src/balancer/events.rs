@@ -23,6 +23,12 @@ pub enum Decision {
     },
     /// Refuse the request with 429.
     Reject(Rejection),
+    /// Redis found no room for this pick and acquired nothing: refused, and if the request
+    /// waits, the same pick tries again.
+    Full {
+        rejection: Rejection,
+        pick: Box<Pick>,
+    },
     /// Refused for want of room (plain Envoy's prefix_cache), with what was read from the body:
     /// if the request waits, its retry decides with it (see [`PromptRead`]).
     Refused {
@@ -31,6 +37,26 @@ pub enum Decision {
     },
     /// The policy cannot decide: fail open (or 503 under `failureMode: deny`).
     Fallback(Cause),
+}
+
+/// What a Redis reply to a pick (or a pick that could not be sent) comes to: `effects`
+/// first, then `decision`, taken as a policy's decision; `if_fallback` is counted when that
+/// decision falls back.
+#[derive(Debug)]
+pub struct Answer {
+    pub effects: Vec<Effect>,
+    pub decision: Decision,
+    pub if_fallback: Vec<Counter>,
+}
+
+impl Answer {
+    pub fn new(effects: Vec<Effect>, decision: Decision) -> Answer {
+        Answer {
+            effects,
+            decision,
+            if_fallback: Vec::new(),
+        }
+    }
 }
 
 /// What plain Envoy's prefix_cache read from a request's body before refusing it for want of
@@ -45,9 +71,11 @@ pub struct PromptRead {
     pub session: Option<Vec<u8>>,
 }
 
-/// What a request routed in this proxy holds until its stream ends.
+/// What a routed request holds until its stream ends.
 #[derive(Debug)]
 pub enum Hold {
+    /// A Redis lease (an endpoint pick Redis answered).
+    Lease(Lease),
     /// A per-proxy endpoint count (plain-Envoy least request).
     Local(LocalLease),
     /// A cluster_metrics service: in flight, and its latency to record.
@@ -61,11 +89,11 @@ pub enum Rejection {
     MaxRequestCount,
     /// A sheddable request while every endpoint is saturated (endpoint_metrics).
     Shed,
-    /// Priority classes: every endpoint is at this request's class cap (README "Priority
-    /// classes"); 429 with `Retry-After`.
+    /// Priority classes: every endpoint is at this request's class cap (docs/sessions-and-queues.md
+    /// "Priority classes"); 429 with `Retry-After`.
     ShedPriority,
     /// Tenant fairness: the request's tenant holds its share of the pool while another tenant
-    /// is active (README "Tenant fairness"); 429 with `Retry-After`.
+    /// is active (docs/sessions-and-queues.md "Tenant fairness"); 429 with `Retry-After`.
     ShedTenant,
     /// cluster_hash: `hash_header` missing or empty (Higress answers 403).
     HashHeaderMissing,
@@ -94,7 +122,7 @@ impl Rejection {
     /// tenants, yet a waiter holds it back from lower classes everywhere (its Redis or
     /// shared-data entry) and takes its VM queue's retries as the head, so quiet tenants
     /// behind it would wait for the flooder's own requests to finish; the 429 with
-    /// `Retry-After` is the back-pressure fairness means (README "Tenant fairness").
+    /// `Retry-After` is the back-pressure fairness means (docs/sessions-and-queues.md "Tenant fairness").
     pub fn may_wait(self) -> bool {
         match self {
             Rejection::MaxRequestCount | Rejection::Shed | Rejection::ShedPriority => true,
@@ -167,7 +195,7 @@ pub const DENIED: LocalReply = LocalReply {
     retry_after_s: 0,
 };
 
-/// A waiting request's place in its VM's queue (README "Waiting queue"): highest class
+/// A waiting request's place in its VM's queue (docs/sessions-and-queues.md "Waiting queue"): highest class
 /// (`rank` 0) first, then arrival order (`seq`).
 #[derive(Debug, Clone)]
 pub struct Ticket {

@@ -1,4 +1,4 @@
-//! The pool cap and tenant fairness (README "Tenant fairness") against the mock host: the
+//! The pool cap and tenant fairness (docs/sessions-and-queues.md "Tenant fairness") against the mock host: the
 //! strict keys, the tenant of a header value, what the Higress build sends to the acquire
 //! script and how it answers a refusal, and the plain-Envoy counts record deciding alone.
 

@@ -39,7 +39,7 @@ pub struct LocalLease {
     /// Tenant fairness: the tenant id whose in-flight count this request holds too.
     pub tenant: Option<String>,
     /// Envoy answered from another endpoint (its retry to a fallback): this one failed, and the
-    /// release marks it down for sessions (local_least_request.rs `DOWN_MS`).
+    /// release marks it down for sessions (least_request/counts.rs `DOWN_MS`).
     pub failed: bool,
 }
 
@@ -48,7 +48,7 @@ pub struct LocalLease {
 /// count in Redis when the route counts globally.
 #[derive(Debug, Clone)]
 pub struct ServiceLease {
-    pub stats: Rc<super::service_stats::SharedStats>,
+    pub stats: Rc<super::policies::cluster_metrics::stats::SharedStats>,
     /// The service, as its index among the statistics' distinct names (an index, so that
     /// neither the decision nor the stream end copies or compares a name; one out of range is
     /// a service the statistics do not know, which every update ignores).
@@ -142,7 +142,7 @@ pub struct ServicePick {
     pub candidates: Rc<Vec<(String, f64)>>,
     /// What the local path chooses when Redis cannot answer (Higress falls back the same way).
     pub local: String,
-    pub stats: Rc<super::service_stats::SharedStats>,
+    pub stats: Rc<super::policies::cluster_metrics::stats::SharedStats>,
     pub start_ms: u64,
     pub by_sha: bool,
 }
@@ -217,7 +217,7 @@ pub struct EndpointPick {
     /// it (0 = none).
     pub pool_cap: u64,
     /// Tenant fairness: the request's tenant id and the most it may hold while another tenant
-    /// is active (README "Tenant fairness").
+    /// is active (docs/sessions-and-queues.md "Tenant fairness").
     pub tenant: Option<(String, u64)>,
 }
 
@@ -366,7 +366,7 @@ pub fn cost_of(config: &RouteConfig, body_bytes: usize) -> u64 {
 }
 
 /// The pool load a request of `class` is refused at: `maxPoolRequests` (0 = none), with the
-/// class's headroom or reserve as for `maxRequestCount` (README "Priority classes").
+/// class's headroom or reserve as for `maxRequestCount` (docs/sessions-and-queues.md "Priority classes").
 pub fn pool_cap(config: &RouteConfig, class: Option<Class>) -> u64 {
     let cap = config.common.max_pool;
     match (&config.common.priority, class) {
@@ -384,7 +384,7 @@ pub fn tenant_capacity(config: &RouteConfig, endpoints: usize) -> u64 {
 }
 
 /// The load cap a request of `class` is refused at: `maxRequestCount` (0 = none) without
-/// priority classes, else its class's cap (README "Priority classes").
+/// priority classes, else its class's cap (docs/sessions-and-queues.md "Priority classes").
 pub fn class_cap(config: &RouteConfig, class: Option<Class>) -> u64 {
     let cap = config.common.max_load;
     match (&config.common.priority, class) {

@@ -1,4 +1,4 @@
-//! Priority classes (README "Priority classes") against the mock host: the class cap sent to
+//! Priority classes (docs/sessions-and-queues.md "Priority classes") against the mock host: the class cap sent to
 //! the acquire script (Higress build), the plain-Envoy class order under a full pool, the 429
 //! with `Retry-After`, the counters, and that a shed request holds nothing.
 

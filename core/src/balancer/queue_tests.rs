@@ -1,4 +1,4 @@
-//! The waiting queue (README "Waiting queue") against the mock host: a request refused for want
+//! The waiting queue (docs/sessions-and-queues.md "Waiting queue") against the mock host: a request refused for want
 //! of room waits (held) instead, is admitted on a tick or a local release, highest class then
 //! arrival first, one acquire per chance; its deadline answers the 429 it would have got; a
 //! client gone while waiting leaves nothing; the Redis waiter entry comes and goes.
@@ -614,7 +614,7 @@ fn random_orders_leak_nothing() {
     );
 }
 
-// ---- maxPoolRequests and tenant fairness (README "Tenant fairness") with the queue ----
+// ---- maxPoolRequests and tenant fairness (docs/sessions-and-queues.md "Tenant fairness") with the queue ----
 
 /// The acquire's `ARGV[i]`.
 fn argv(q: &[u8], i: usize) -> String {

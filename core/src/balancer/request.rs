@@ -12,18 +12,19 @@
 //! while a pick is in flight ([`Request::is_held`]); the balancer resumes it when an
 //! asynchronous event moves it out of a held phase, unless a local reply ended it.
 
-use super::events::DENIED;
+use super::events::{Answer, DENIED};
 pub use super::events::{
     Decision, Effect, Event, Hold, Leave, LocalReply, PromptRead, Rejection, Ticket, WaitAnswer,
     Waiter,
 };
 pub use super::held::undo;
 use super::held::{success, Held};
-use super::pick::{EndpointPick, Pick, PickReply, ServiceLease, ServicePick, SessionPick};
+use super::pick::{Pick, PickReply};
+use super::policies;
 use crate::config::{FailureMode, PolicyConfig, RouteConfig};
 use crate::reason::{Cause, Reason};
 use crate::redis::inflight::InflightKeys;
-use crate::redis::scripts::{Keys, SessionState};
+use crate::redis::scripts::Keys;
 use crate::stats::{Counter, Outcome};
 use std::rc::Rc;
 
@@ -62,6 +63,8 @@ enum Again {
 #[derive(Debug)]
 pub struct Request {
     pub config: Rc<RouteConfig>,
+    /// The config's place among the plugin's route configs (global first): its policy's.
+    pub route: usize,
     /// Redis keys of (route, cluster); None when the host did not name them.
     pub keys: Option<Rc<Keys>>,
     /// cluster_metrics with `global_inflight_enabled`: the route's count in Redis.
@@ -81,6 +84,7 @@ impl Request {
     pub fn new(config: Rc<RouteConfig>, keys: Option<Rc<Keys>>) -> Request {
         Request {
             config,
+            route: 0,
             keys,
             inflight: None,
             body_bytes: 0,
@@ -146,203 +150,6 @@ impl Request {
                 }
                 _ => Vec::new(),
             },
-        }
-    }
-
-    /// The waiting queue's place of this request (the balancer's index follows it).
-    pub fn ticket(&self) -> Option<&Ticket> {
-        self.ticket.as_ref()
-    }
-
-    /// Whether it waits in the queue now (not retrying).
-    pub fn is_waiting(&self) -> bool {
-        matches!(self.phase, Phase::Waiting { .. })
-    }
-
-    /// Stream end while queued (waiting or retrying): its place and Redis waiter go. Whatever
-    /// a retry in flight acquired goes back through [`Request::finish`]'s orphan.
-    pub fn leave_queue(&mut self) -> Option<Effect> {
-        let ticket = self.ticket.take()?;
-        Some(Effect::LeaveQueue {
-            ticket,
-            why: Leave::Abandoned,
-        })
-    }
-
-    fn on_waited(&mut self, rejection: Rejection, answer: WaitAnswer) -> Vec<Effect> {
-        if !self.is_waiting() {
-            return Vec::new();
-        }
-        match answer {
-            WaitAnswer::Wait(ticket) => {
-                self.ticket = Some(ticket);
-                Vec::new()
-            }
-            WaitAnswer::Full => self.reject(rejection),
-            WaitAnswer::Timeout => self.time_out(rejection),
-        }
-    }
-
-    /// Room may have freed: one more acquire (the same pick, or the policy again).
-    fn on_admit(&mut self) -> Vec<Effect> {
-        let Phase::Waiting { again, .. } = std::mem::replace(&mut self.phase, Phase::Resending)
-        else {
-            return Vec::new();
-        };
-        match again {
-            Again::Pick(pick) => vec![Effect::Retry(pick)],
-            Again::Decide(Some(read)) => vec![Effect::Redecide(read)],
-            // The body is not read again: a held body is not readable outside its callback.
-            Again::Decide(None) => vec![Effect::Decide { read_body: false }],
-        }
-    }
-
-    /// The deadline passed: the 429 it would have got at once, and out of the queue.
-    fn time_out(&mut self, rejection: Rejection) -> Vec<Effect> {
-        let mut e = Vec::new();
-        if let Some(ticket) = self.ticket.take() {
-            e.push(Effect::LeaveQueue {
-                ticket,
-                why: Leave::Timeout,
-            });
-        }
-        e.extend(self.reject(rejection));
-        e
-    }
-
-    /// Held by the plugin: buffering the body, or waiting for Redis.
-    pub fn is_held(&self) -> bool {
-        matches!(
-            self.phase,
-            Phase::AwaitingBody | Phase::Picking { .. } | Phase::Resending | Phase::Waiting { .. }
-        )
-    }
-
-    /// A local reply ended the stream: it must not be resumed.
-    pub fn replied(&self) -> bool {
-        matches!(self.phase, Phase::Settled { replied: true, .. })
-    }
-
-    /// Whether body chunks still matter (nothing decided yet).
-    pub fn wants_body(&self) -> bool {
-        matches!(self.phase, Phase::AwaitingBody)
-    }
-
-    /// Plain Envoy: when a request still waiting for its body is balanced without it.
-    pub fn body_deadline(&self) -> Option<u64> {
-        let wait = self.config.common.max_body_wait_ms;
-        (self.wants_body() && wait > 0).then(|| self.since_ms.saturating_add(wait))
-    }
-
-    /// Whether the response status matters (cluster_metrics' success test).
-    pub fn wants_status(&self) -> bool {
-        matches!(
-            self.phase,
-            Phase::Routed {
-                held: Held::Service { .. },
-                ..
-            }
-        )
-    }
-
-    /// Plain Envoy, a least-request pick or a session's prefix_cache pick: the endpoint this
-    /// request was counted on, to compare with the one Envoy answered from (README "Plain
-    /// Envoy", "Sessions"); None elsewhere.
-    pub fn watched_endpoint(&self) -> Option<&str> {
-        match &self.phase {
-            Phase::Routed {
-                held: Held::Local(lease),
-                ..
-            } if matches!(self.config.policy, PolicyConfig::GlobalLeastRequest)
-                || (self.config.session.is_some()
-                    && matches!(self.config.policy, PolicyConfig::PrefixCache(_))) =>
-            {
-                Some(&lease.endpoint)
-            }
-            _ => None,
-        }
-    }
-
-    /// The endpoint it was counted on did not answer: its release marks it down.
-    pub fn mark_failed(&mut self) {
-        if let Phase::Routed {
-            held: Held::Local(lease),
-            ..
-        } = &mut self.phase
-        {
-            lease.failed = true;
-        }
-    }
-
-    /// Whether response body chunks still matter (cluster_metrics before its first byte).
-    pub fn wants_response_body(&self) -> bool {
-        matches!(
-            self.phase,
-            Phase::Routed {
-                held: Held::Service {
-                    first_byte: false,
-                    ..
-                },
-                ..
-            }
-        )
-    }
-
-    /// Whether a reply under `token` still belongs to this request.
-    pub fn awaits(&self, token: u32) -> bool {
-        matches!(self.phase, Phase::Picking { token: t, .. } if t == token)
-    }
-
-    /// The host lost this stream's context while its pick was in flight: the caller undoes the
-    /// pick now, and stream end will have nothing left to give back.
-    pub fn abandon_pick(&mut self) -> Option<Box<Pick>> {
-        let settled = Phase::Settled {
-            reason: Reason::Pending,
-            replied: false,
-        };
-        match std::mem::replace(&mut self.phase, settled) {
-            Phase::Picking { pick, .. } => Some(pick),
-            other => {
-                self.phase = other;
-                None
-            }
-        }
-    }
-
-    /// For the debug header: the endpoint and why.
-    pub fn describe(&self) -> (Option<&str>, Reason) {
-        match &self.phase {
-            Phase::Routed {
-                endpoint, reason, ..
-            } => (Some(endpoint), *reason),
-            Phase::Settled { reason, .. } => (None, *reason),
-            Phase::Picking { .. } | Phase::Resending | Phase::Waiting { .. } => {
-                (None, Reason::Pending)
-            }
-            Phase::AwaitingBody => (None, Reason::AwaitingBody),
-        }
-    }
-
-    /// Stream end, whatever ended it: what must be given back, exactly once.
-    pub fn finish(self) -> Option<Effect> {
-        match self.phase {
-            Phase::Routed {
-                held: Held::Lease(l),
-                ..
-            } => Some(Effect::Release(l)),
-            Phase::Routed {
-                held: Held::Local(l),
-                ..
-            } => Some(Effect::ReleaseLocal(l)),
-            Phase::Routed {
-                held: Held::Service { lease, status, .. },
-                ..
-            } => Some(Effect::ServiceDone {
-                lease,
-                outcome: Some(success(status)),
-            }),
-            Phase::Picking { token, pick } => Some(Effect::Orphan { token, pick }),
-            _ => None,
         }
     }
 
@@ -412,6 +219,7 @@ impl Request {
                 }]
             }
             Decision::Reject(r) => self.refuse(r, Again::Decide(None)),
+            Decision::Full { rejection, pick } => self.refuse(rejection, Again::Pick(pick)),
             Decision::Refused { rejection, read } => {
                 self.refuse(rejection, Again::Decide(Some(read)))
             }
@@ -420,18 +228,13 @@ impl Request {
     }
 
     fn on_sent(&mut self, result: Result<u32, Cause>, pick: Box<Pick>) -> Vec<Effect> {
-        match (result, &*pick) {
-            (Ok(token), _) => {
+        match result {
+            Ok(token) => {
                 self.phase = Phase::Picking { token, pick };
                 Vec::new()
             }
-            // Never sent: nothing acquired. A service pick still has its local choice.
-            (Err(cause), Pick::Service(p)) => self.route_locally(p, cause),
-            (Err(cause), Pick::Endpoint(p)) => {
-                let (sticky, tenant) = (p.session.is_some(), p.tenant.is_some());
-                session_fallback(sticky, tenant, self.fall_back(cause))
-            }
-            (Err(_), Pick::Session(p)) => self.route_unbound(p.choice.clone()),
+            // Never sent: nothing acquired.
+            Err(cause) => self.answered(policies::answer(*pick, Err(cause))),
         }
     }
 
@@ -440,222 +243,22 @@ impl Request {
         else {
             return Vec::new();
         };
-        match *pick {
-            Pick::Endpoint(p) => {
-                let (sticky, tenant) = (p.session.is_some(), p.tenant.is_some());
-                let e = self.on_endpoint_reply(p, reply);
-                session_fallback(sticky, tenant, e)
-            }
-            Pick::Service(p) => self.on_service_reply(p, reply),
-            Pick::Session(p) => self.on_session_reply(p, reply),
+        self.answered(policies::answer(*pick, Ok(reply)))
+    }
+
+    /// What a reply came to: its effects, then its decision as a policy's.
+    fn answered(&mut self, answer: Answer) -> Vec<Effect> {
+        let Answer {
+            mut effects,
+            decision,
+            if_fallback,
+        } = answer;
+        let fell_back = matches!(decision, Decision::Fallback(_));
+        effects.extend(self.on_decided(decision));
+        if fell_back {
+            effects.extend(if_fallback.into_iter().map(Effect::Count));
         }
-    }
-
-    /// endpoint_metrics with a session and Redis: the pod Redis kept or bound the session to
-    /// (one the request offered), else the scheduler's pick, as without a session.
-    fn on_session_reply(&mut self, mut pick: SessionPick, reply: PickReply) -> Vec<Effect> {
-        match reply {
-            PickReply::Picked {
-                endpoint, session, ..
-            } if endpoint == pick.choice || pick.keep.contains(&endpoint) => {
-                let (reason, counter) = match session {
-                    SessionState::Kept => (Reason::Session, Counter::SessionHit),
-                    SessionState::Rebound => (Reason::SessionRebound, Counter::SessionRebound),
-                    SessionState::New | SessionState::None => {
-                        (Reason::Metrics, Counter::SessionBound)
-                    }
-                };
-                self.route_metrics(endpoint, reason, Effect::Count(counter))
-            }
-            PickReply::NoScript if pick.by_sha => {
-                pick.by_sha = false;
-                vec![
-                    Effect::Count(Counter::RedisNoScript),
-                    Effect::Send(Box::new(Pick::Session(pick))),
-                ]
-            }
-            _ => self.route_unbound(pick.choice),
-        }
-    }
-
-    /// Redis could not keep or bind the session (down, timeout, error, a reply naming a pod
-    /// not offered): the scheduler's pick, counted (README "Sessions").
-    fn route_unbound(&mut self, choice: String) -> Vec<Effect> {
-        self.route_metrics(
-            choice,
-            Reason::Metrics,
-            Effect::Count(Counter::SessionFallback),
-        )
-    }
-
-    fn route_metrics(&mut self, endpoint: String, reason: Reason, count: Effect) -> Vec<Effect> {
-        self.phase = Phase::Routed {
-            endpoint: endpoint.clone(),
-            reason,
-            held: Held::Nothing,
-        };
-        vec![
-            count,
-            Effect::SentTo(endpoint.clone()),
-            Effect::Publish {
-                endpoint,
-                fallbacks: Vec::new(),
-            },
-        ]
-    }
-
-    fn on_endpoint_reply(&mut self, mut pick: EndpointPick, reply: PickReply) -> Vec<Effect> {
-        let namespace = pick.keys.namespace.clone();
-        match reply {
-            PickReply::Picked {
-                endpoint,
-                depth,
-                spilled,
-                session,
-                load_before,
-            } => {
-                let lease = pick.lease(&endpoint);
-                if !pick.candidates.contains(&endpoint) {
-                    // Only possible if two endpoint sets share a fingerprint: resync next time.
-                    let mut e = vec![Effect::Unsynced { namespace }, Effect::Release(lease)];
-                    e.extend(self.fall_back(Cause::BadReply));
-                    return e;
-                }
-                self.phase = Phase::Routed {
-                    endpoint: endpoint.clone(),
-                    reason: pick.reason(depth, spilled, session),
-                    held: Held::Lease(lease),
-                };
-                let mut e = Vec::with_capacity(4);
-                let counted = match session {
-                    SessionState::None => None,
-                    SessionState::Kept => Some(Counter::SessionHit),
-                    SessionState::New => Some(Counter::SessionBound),
-                    SessionState::Rebound => Some(Counter::SessionRebound),
-                };
-                e.extend(counted.map(Effect::Count));
-                // Only the top class is admitted past `maxRequestCount`: its headroom
-                // (README "Priority classes"), as the plain-Envoy pick counts it.
-                let base_cap = pick.config.common.max_load;
-                if base_cap > 0 && load_before.is_some_and(|l| l >= base_cap) {
-                    e.push(Effect::Count(Counter::PriorityAdmittedHeadroom));
-                }
-                e.push(Effect::Synced {
-                    namespace,
-                    fingerprint: pick.fingerprint.clone(),
-                });
-                e.push(Effect::Publish {
-                    endpoint,
-                    fallbacks: Vec::new(),
-                });
-                e
-            }
-            PickReply::Resync if !pick.sent_list => {
-                // Redis lost or never had our endpoint set: resend the pick with it, once.
-                pick.sent_list = true;
-                vec![
-                    Effect::Count(Counter::RedisResync),
-                    Effect::Unsynced { namespace },
-                    Effect::Send(Box::new(Pick::Endpoint(pick))),
-                ]
-            }
-            PickReply::Resync | PickReply::Service(_) => {
-                let mut e = vec![Effect::Unsynced { namespace }];
-                e.extend(self.fall_back(Cause::BadReply));
-                e
-            }
-            full @ (PickReply::Full | PickReply::PoolFull) => {
-                let r = match pick.class {
-                    Some(_) => Rejection::ShedPriority,
-                    None => Rejection::MaxRequestCount,
-                };
-                // A full pool answers as full endpoints do, and may wait the same way.
-                let mut e = Vec::new();
-                if matches!(full, PickReply::PoolFull) {
-                    e.push(Effect::Count(Counter::PoolFull));
-                }
-                e.extend(self.refuse(r, Again::Pick(Box::new(Pick::Endpoint(pick)))));
-                e
-            }
-            PickReply::Tenant => self.reject(Rejection::ShedTenant),
-            PickReply::NoScript if pick.by_sha => {
-                // Redis restarted or flushed its script cache: EVAL reloads it.
-                pick.by_sha = false;
-                vec![
-                    Effect::Count(Counter::RedisNoScript),
-                    Effect::Send(Box::new(Pick::Endpoint(pick))),
-                ]
-            }
-            PickReply::NoScript => self.fall_back(Cause::RedisError),
-            PickReply::Failed(cause) => {
-                let mut e = Vec::new();
-                if cause == Cause::RedisTimeout {
-                    // The script may have run before the reply was lost.
-                    e.push(Effect::ReleaseAll(Box::new(Pick::Endpoint(pick))));
-                }
-                e.extend(self.fall_back(cause));
-                e
-            }
-        }
-    }
-
-    /// cluster_metrics global in-flight: Redis chose and counted a service, or the local path
-    /// decides, as Higress does on any Redis trouble (docs/higress-cluster-policies.md §3.6).
-    fn on_service_reply(&mut self, mut pick: ServicePick, reply: PickReply) -> Vec<Effect> {
-        match reply {
-            PickReply::Service(service) if pick.offered(&service) => {
-                let lease = pick.lease(&service);
-                self.route_service(lease, vec![Effect::Count(Counter::ClusterInflightGlobal)])
-            }
-            PickReply::Service(service) => {
-                let mut e = vec![Effect::ReleaseService(pick.global(&service))];
-                e.extend(self.route_locally(&pick, Cause::BadReply));
-                e
-            }
-            PickReply::NoScript if pick.by_sha => {
-                pick.by_sha = false;
-                vec![
-                    Effect::Count(Counter::RedisNoScript),
-                    Effect::Send(Box::new(Pick::Service(pick))),
-                ]
-            }
-            PickReply::Failed(Cause::RedisTimeout) => {
-                // The script may have run before the reply was lost: give back whatever it
-                // could have counted.
-                let mut e = self.route_locally(&pick, Cause::RedisTimeout);
-                e.insert(0, Effect::ReleaseAll(Box::new(Pick::Service(pick))));
-                e
-            }
-            PickReply::Failed(cause) => self.route_locally(&pick, cause),
-            PickReply::NoScript => self.route_locally(&pick, Cause::RedisError),
-            PickReply::Picked { .. }
-            | PickReply::Resync
-            | PickReply::Full
-            | PickReply::PoolFull
-            | PickReply::Tenant => self.route_locally(&pick, Cause::BadReply),
-        }
-    }
-
-    /// The local path's choice, with nothing counted in Redis.
-    fn route_locally(&mut self, pick: &ServicePick, cause: Cause) -> Vec<Effect> {
-        let lease = pick.local_lease(&pick.local);
-        self.route_service(lease, vec![Effect::InflightLocal(cause)])
-    }
-
-    /// Routes to `lease`'s service: counted in this proxy's statistics, then published.
-    fn route_service(&mut self, lease: ServiceLease, mut e: Vec<Effect>) -> Vec<Effect> {
-        let service = lease.name().to_string();
-        e.push(Effect::ServiceStart(lease.clone()));
-        self.phase = Phase::Routed {
-            endpoint: service.clone(),
-            reason: Reason::ClusterMetrics,
-            held: Held::from_hold(Some(Hold::Service(lease))),
-        };
-        e.push(Effect::Publish {
-            endpoint: service,
-            fallbacks: Vec::new(),
-        });
-        e
+        effects
     }
 
     fn on_published(&mut self, result: Result<(), Cause>) -> Vec<Effect> {
@@ -718,19 +321,6 @@ impl Request {
         }]
     }
 
-    /// A refusal: with a waiting queue, one for want of room waits instead (README "Waiting
-    /// queue"); `again` is how it tries again.
-    fn refuse(&mut self, r: Rejection, again: Again) -> Vec<Effect> {
-        if self.config.common.queue.is_some() && r.may_wait() {
-            self.phase = Phase::Waiting {
-                rejection: r,
-                again,
-            };
-            return vec![Effect::Wait(r)];
-        }
-        self.reject(r)
-    }
-
     fn reject(&mut self, r: Rejection) -> Vec<Effect> {
         self.phase = Phase::Settled {
             reason: r.reason(),
@@ -778,22 +368,8 @@ impl Request {
     }
 }
 
-/// A sticky request that fell back (Redis down, timed out, answered garbage) degrades to the
-/// cluster's own balancing: counted, as the session could not be honoured
-/// (docs/redis-data-model.md §10).
-/// A tenant's request that fell back is not held to its share (the cluster balances it):
-/// counted the same way (README "Tenant fairness").
-fn session_fallback(sticky: bool, tenant: bool, mut e: Vec<Effect>) -> Vec<Effect> {
-    if e.iter().any(|x| matches!(x, Effect::FellBack { .. })) {
-        if sticky {
-            e.push(Effect::Count(Counter::SessionFallback));
-        }
-        if tenant {
-            e.push(Effect::Count(Counter::TenantFallback));
-        }
-    }
-    e
-}
+mod state;
+mod waiting;
 
 #[cfg(test)]
 mod service_tests;

@@ -279,7 +279,7 @@ fn envoy_a_session_pod_that_envoy_retried_away_from_is_left_for_a_while() {
     let (moved, reason) = envoy_turn(&mut host, &mut e, 5, None);
     assert_ne!(moved, home);
     assert_eq!(reason, "session_rebound");
-    host.now_ms += policies::local_least_request::DOWN_MS - 1;
+    host.now_ms += policies::least_request::counts::DOWN_MS - 1;
     assert_eq!(envoy_turn(&mut host, &mut e, 6, None).0, moved);
     // Then back on its pod.
     host.now_ms += 2;
@@ -338,7 +338,7 @@ fn envoy_least_request_puts_a_pod_envoy_retried_away_from_last_for_a_while() {
         assert_ne!(chosen(&dest), dead, "{dest}");
         assert!(dest.ends_with(dead.as_str()), "{dest}");
         if ctx == 60 {
-            host.now_ms += policies::local_least_request::DOWN_MS - 1;
+            host.now_ms += policies::least_request::counts::DOWN_MS - 1;
         }
     }
     // Then back in the rotation.

@@ -1,5 +1,5 @@
 //! `lb_type: cluster`, `lb_policy: cluster_metrics`: Higress's keys, types, defaults and checks,
-//! in the order its Go constructor runs them (README "Cluster policies" table). The first
+//! in the order its Go constructor runs them (docs/configuration.md "Cluster policies" table). The first
 //! failing check is the error, with Go's own text.
 
 use super::error::ConfigError;
@@ -73,8 +73,8 @@ pub struct ClusterMetricsConfig {
     pub global_inflight: Option<GlobalInflight>,
     /// Ours (`inflight_capacity`): requests a service runs at once without slowing down.
     /// AdaptiveScore's in-flight factor becomes `1 + ongoing / capacity` and a service with no
-    /// latency sample yet is scored at its candidates' mean latency (README "Cluster
-    /// policies"). None: Higress's formula exactly.
+    /// latency sample yet is scored at its candidates' mean latency (docs/configuration.md
+    /// "Cluster policies"). None: Higress's formula exactly.
     pub inflight_capacity: Option<u64>,
 }
 

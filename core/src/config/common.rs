@@ -58,13 +58,13 @@ pub struct Common {
     /// Higress build, where the host always delivers the body of a held request).
     pub max_body_wait_ms: u64,
     pub detail_log: bool,
-    /// Priority classes (README "Priority classes"); None: every request alike.
+    /// Priority classes (docs/sessions-and-queues.md "Priority classes"); None: every request alike.
     pub priority: Option<Priority>,
-    /// The waiting queue (README "Waiting queue"); None: refuse at once.
+    /// The waiting queue (docs/sessions-and-queues.md "Waiting queue"); None: refuse at once.
     pub queue: Option<Queue>,
     /// `maxPoolRequests`: cap on the load summed over every endpoint (0 = none).
     pub max_pool: u64,
-    /// Tenant fairness (README "Tenant fairness"); None: off.
+    /// Tenant fairness (docs/sessions-and-queues.md "Tenant fairness"); None: off.
     pub fairness: Option<std::rc::Rc<super::fairness::Fairness>>,
 }
 

@@ -1,4 +1,4 @@
-//! The pool-wide cap and tenant fairness (ours, strict; README "Tenant fairness"):
+//! The pool-wide cap and tenant fairness (ours, strict; docs/sessions-and-queues.md "Tenant fairness"):
 //! `maxPoolRequests` caps the route's in-flight load summed over every endpoint; a request's
 //! tenant comes from `tenantHeader`, and while another tenant is active no tenant holds more
 //! than its share (`tenantShares`, else `defaultTenantShare`) of the pool's capacity. A

@@ -1,5 +1,5 @@
 //! Higress's keys read the way its Go plugin reads them: through gjson's accessors, which
-//! coerce instead of failing (README "Configuration compatibility" has the table):
+//! coerce instead of failing (docs/compatibility.md has the table):
 //!
 //! | accessor | number | string | bool | null, array, object |
 //! |---|---|---|---|---|

@@ -127,6 +127,15 @@ impl PluginConfig {
         self.matching(keys)
     }
 
+    /// [`Self::select`] as the config's position among [`Self::routes`] (global first).
+    pub fn select_position(&self, keys: &RequestKeys) -> Option<usize> {
+        let rules = usize::from(self.global.is_some());
+        match self.rules.iter().position(|(m, _)| m.matches(keys)) {
+            Some(i) => Some(rules + i),
+            None => self.global.as_ref().map(|_| 0),
+        }
+    }
+
     /// The config Higress would apply to one request (the same as [`Self::select`]).
     pub fn matching(&self, keys: &RequestKeys) -> Option<&Rc<RouteConfig>> {
         self.rules

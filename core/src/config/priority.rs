@@ -1,4 +1,4 @@
-//! Priority classes (README "Priority classes"): a request's class comes from `priorityHeader`;
+//! Priority classes (docs/sessions-and-queues.md "Priority classes"): a request's class comes from `priorityHeader`;
 //! when every endpoint is at `maxRequestCount` the lower classes are refused first (429 with
 //! `Retry-After`), and the highest class may go `criticalHeadroom` above the cap.
 

@@ -1,4 +1,4 @@
-//! The waiting queue (README "Waiting queue"): instead of refusing a request for want of room
+//! The waiting queue (docs/sessions-and-queues.md "Waiting queue"): instead of refusing a request for want of room
 //! (every endpoint at its cap, or its class cap), hold it for up to `queueTimeoutMs` and admit it
 //! when capacity frees, highest class first; at most `maxQueued` wait per VM.
 

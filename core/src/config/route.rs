@@ -188,7 +188,7 @@ fn compile(
                 )
             };
             // Cluster policies publish through `cluster_header` in both builds: the route's
-            // `cluster_header` action reads it (README "Cluster policies").
+            // `cluster_header` action reads it (docs/configuration.md "Cluster policies").
             let name = match &p {
                 PolicyConfig::ClusterMetrics(c) => c.cluster_header.clone(),
                 PolicyConfig::ClusterHash(c) => c.cluster_header.clone(),
@@ -223,7 +223,7 @@ fn compile(
                 }
             }
             // endpoint_metrics keeps session bindings in Redis when a sticky route names a
-            // Redis service (Higress build; README "Sessions"), else nothing.
+            // Redis service (Higress build; docs/sessions-and-queues.md "Sessions"), else nothing.
             let binds = kind == Policy::EndpointMetrics
                 && build == Build::Higress
                 && lb.service_fqdn.is_some()
@@ -287,7 +287,7 @@ fn compile(
     Ok((config, reads))
 }
 
-/// Session stickiness, an option of every endpoint policy (README "Sessions"). The binding
+/// Session stickiness, an option of every endpoint policy (docs/sessions-and-queues.md "Sessions"). The binding
 /// lives in Redis where the route has Redis (`redis`: global_least_request and prefix_cache,
 /// and endpoint_metrics naming a Redis service, Higress build; docs/redis-data-model.md §10);
 /// elsewhere the session id is consistent-hashed onto the endpoints and no binding is stored,

@@ -1,4 +1,4 @@
-//! Session stickiness keys (ours, strict; README "Configuration"): where a request's session id
+//! Session stickiness keys (ours, strict; docs/configuration.md): where a request's session id
 //! is read (`sessionHeader`, `sessionCookie`, `sessionBodyField`, tried in that order) and how
 //! long a session keeps its pod without a request (`sessionTTL`, refreshed on use; only where a
 //! binding is stored in Redis). An option of every endpoint policy (docs/redis-data-model.md §10).

@@ -1,7 +1,7 @@
 //! Leniency notices. Where the parser accepts what Higress's Go plugin accepts but a strict
 //! reader would not (a number given as a string, a zero meaning "default", an unknown key), it
 //! says so: one warning per field path per config load, naming what was assumed. Values of
-//! secret fields are never quoted (README "Configuration compatibility").
+//! secret fields are never quoted (docs/compatibility.md).
 
 use std::fmt;
 

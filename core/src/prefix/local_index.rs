@@ -4,7 +4,7 @@
 //! [`ENTRY_BYTES`] each, spread over [`Layout::shards`] records by key so a request decodes a
 //! few small records rather than one large one; entries expire `redisKeyTTL` after their last
 //! write or hit, and a full record evicts the entry that expires first (with one TTL that is the
-//! least recently used one). Pure: the policy (balancer/policies/local_prefix_cache.rs) reads
+//! least recently used one). Pure: the policy (balancer/policies/prefix_cache/local.rs) reads
 //! and writes the records.
 //!
 //! Record layout: `version u8 = 1 ‖ 0 u8 ‖ count u16 LE ‖ count × (key [8] ‖ endpoint tag u32 LE

@@ -7,7 +7,7 @@
 //! runs them long), from `FUZZ_SEED` (a fixed default, so a run is repeatable). A failing case
 //! is saved to `target/fuzz-crashes/<target>-<seed>.bin`; `FUZZ_REPLAY=<that file> cargo test
 //! -p ailb-core --test fuzz <target>` runs it alone. A crash found here becomes a named unit
-//! test next to the code it hit (README "Fuzzing").
+//! test next to the code it hit (docs/test-bed.md "Fuzzing").
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod gen;

@@ -26,6 +26,8 @@ struct State {
     status: BTreeMap<String, u64>,
     lora_running: BTreeMap<String, usize>,
     lora_waiting: BTreeMap<String, usize>,
+    /// `/metrics` pages served, by the request's query string; never reset (tests wait on it).
+    metrics_served: BTreeMap<String, u64>,
 }
 
 /// Point-in-time copy of the engine state (the `/admin/state` JSON).
@@ -126,6 +128,22 @@ impl Engine {
     /// Counts an incoming generation request (before faults, parsing or queueing).
     pub fn count_request(&self) {
         self.lock().requests_total += 1;
+    }
+
+    /// Counts a `/metrics` page served (after it was read) to a request with query `query`: a
+    /// health checker may tag its path (`/metrics?gw=<gateway id>`), so a test can tell the
+    /// rounds of several gateways apart.
+    pub fn count_metrics_served(&self, query: &str) {
+        *self
+            .lock()
+            .metrics_served
+            .entry(query.to_string())
+            .or_default() += 1;
+    }
+
+    /// `/metrics` pages served so far to requests with query `query`.
+    pub fn metrics_served(&self, query: &str) -> u64 {
+        self.lock().metrics_served.get(query).copied().unwrap_or(0)
     }
 
     /// Counts a final outcome (`"200"`, `"400"`, `"reset"`, ...).

@@ -206,7 +206,11 @@ async fn handle(
     let api = path.find("/v1/").map_or(path.as_str(), |i| &path[i..]);
     let kind = match (req.method(), path.as_str(), ApiKind::of_path(api)) {
         (&Method::POST, _, Some(kind)) => kind,
-        (&Method::GET, "/metrics", _) => return Ok(metrics_resp(engine)),
+        (&Method::GET, "/metrics", _) => {
+            let resp = metrics_resp(engine);
+            engine.count_metrics_served(&query);
+            return Ok(resp);
+        }
         (&Method::GET, "/admin/state", _) => {
             let body = serde_json::to_string(&engine.snapshot()).unwrap_or_default();
             return Ok(json_resp(StatusCode::OK, body));

@@ -163,7 +163,7 @@ pub struct PluginCfg {
     #[serde(default = "default_root_id")]
     pub root_id: String,
     /// What a dead VM (a trap in any callback) does to requests: Envoy's
-    /// `PluginConfig.failure_policy`, FAIL_CLOSED by default (README "VM failure").
+    /// `PluginConfig.failure_policy`, FAIL_CLOSED by default (docs/higress-abi.md).
     #[serde(default)]
     pub failure_policy: FailurePolicy,
     /// FAIL_RELOAD: a new VM is built for a new request once this long has passed since the

@@ -87,7 +87,7 @@ pub async fn handle(w: Rc<Worker>, req: Request<Incoming>) -> Result<Response<Ou
     let (parts, mut body) = req.into_parts();
     let headers = request_pairs(&parts);
     let route = match_route(&w.shared.cfg.routes, parts.uri.path());
-    // A dead VM (README "VM failure"): FAIL_RELOAD builds a new one when its backoff allows,
+    // A dead VM (docs/higress-abi.md): FAIL_RELOAD builds a new one when its backoff allows,
     // FAIL_OPEN serves the request without the plugin, FAIL_CLOSED answers 503.
     let fail_open = w.fail_open();
     let dead =

@@ -8,7 +8,7 @@ use tokio::sync::Notify;
 
 pub type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 
-/// `list` as [`Pairs`], for driving a VM in process (`ailb-footprint`, tests).
+/// `list` as [`Pairs`], for driving a VM in process (tests).
 pub fn pairs(list: &[(&str, &str)]) -> Pairs {
     list.iter()
         .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))

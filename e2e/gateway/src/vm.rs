@@ -56,7 +56,7 @@ pub struct Plugin {
 impl Plugin {
     pub fn load(wasm: &[u8]) -> Result<Plugin> {
         // `AILB_PERFMAP` writes /tmp/perf-<pid>.map, so `perf report` names the plugin's
-        // compiled functions (docs/plugin-cpu.md: finding where a callback's time goes).
+        // compiled functions (an opt-in profiling aid).
         let engine = if std::env::var_os("AILB_PERFMAP").is_some() {
             fresh_perf_map();
             let mut c = wasmtime::Config::new();
@@ -68,9 +68,6 @@ impl Plugin {
         let module = Module::new(&engine, wasm)
             .map_err(anyhow::Error::from)
             .context("compiling plugin wasm")?;
-        if let Some(path) = std::env::var_os("AILB_ADDRMAP") {
-            write_address_map(&module, std::path::Path::new(&path))?;
-        }
         let abi = AbiVersion::detect(module.exports().map(|e| e.name()))
             .ok_or_else(|| anyhow!("module exports no proxy_abi_version_* function"))?;
         Ok(Plugin {
@@ -83,29 +80,12 @@ impl Plugin {
 
 /// Removes `/tmp/perf-<pid>.map` once per process, before the first engine writes it. wasmtime
 /// appends to that file (several engines of one process share it), so a map an earlier
-/// process with the same pid left would be read as this process's code (under valgrind the
-/// code lands at the same addresses run after run). `ailb-bench footprint` once counted 413
-/// lines for cluster_hash where the runs before and after counted 313 (2026-11-26), with 109
-/// stale maps in /tmp, most likely from one of them.
+/// process with the same pid left would be read as this process's code.
 fn fresh_perf_map() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         let _ = std::fs::remove_file(format!("/tmp/perf-{}.map", std::process::id()));
     });
-}
-
-/// `AILB_ADDRMAP=path`: the compiled code's address map, for naming the plugin's hot code
-/// by source line (docs/plugin-cpu.md "How it is measured"): the first line is the text
-/// section's address, then one `code_offset wasm_file_offset` pair per line.
-fn write_address_map(module: &Module, path: &std::path::Path) -> Result<()> {
-    use std::fmt::Write as _;
-    let mut out = format!("{:x}\n", module.text().as_ptr() as usize);
-    for (code, wasm) in module.address_map().into_iter().flatten() {
-        if let Some(wasm) = wasm {
-            let _ = writeln!(out, "{code:x} {wasm:x}");
-        }
-    }
-    std::fs::write(path, out).with_context(|| format!("writing {}", path.display()))
 }
 
 impl Vm {
@@ -115,7 +95,6 @@ impl Vm {
         crate::hostcalls::add_to_linker(&mut linker)?;
         crate::higress::add_to_linker(&mut linker)?;
         crate::wasi::add_to_linker(&mut linker, &plugin.module)?;
-        crate::trace::add_to_linker(&mut linker)?;
         let mut store = Store::new(&plugin.engine, host);
         let instance: Instance = linker
             .instantiate(&mut store, &plugin.module)
@@ -162,16 +141,6 @@ impl Vm {
             failed: false,
             code: image.start as usize..image.end as usize,
         })
-    }
-
-    /// The VM's linear memory and the module's compiled code, as host addresses: what
-    /// `ailb-footprint --pages` counts the touched pages of.
-    pub fn host_ranges(&self) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
-        let memory = self.store.data().memory.map_or(0..0, |m| {
-            let base = m.data_ptr(&self.store) as usize;
-            base..base + m.data_size(&self.store)
-        });
-        (memory, self.code.clone())
     }
 
     fn trap(&mut self, what: &str, e: anyhow::Error) -> anyhow::Error {

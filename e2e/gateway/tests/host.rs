@@ -272,13 +272,11 @@ fn redis_call_tokens_buffer_and_root_rules() {
         "/v1",
         &[("x-tp-mode", "redis"), ("x-tp-query", q)],
     );
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", rs.port)).unwrap();
-    use std::io::{Read, Write};
-    s.write_all(b"SELECT 1\r\nGET k\r\n").unwrap();
-    std::thread::sleep(Duration::from_millis(100));
-    let mut b = [0u8; 64];
-    let n = s.read(&mut b).unwrap();
-    assert!(String::from_utf8_lossy(&b[..n]).contains("$1\r\nv\r\n"));
+    let mut c = rs.conn();
+    c.cmd(&["SELECT", "1"]);
+    let mut got = Vec::new();
+    ailb_testkit::encode_value(&c.cmd(&["GET", "k"]), &mut got);
+    assert_eq!(String::from_utf8_lossy(&got), "$1\r\nv\r\n");
 }
 
 #[test]
@@ -429,17 +427,12 @@ fn one_compiled_plugin_serves_many_gateways_and_a_dropped_gateway_stops() {
     let (listen, admin) = (a.listen, a.admin);
     drop(a);
     // Every worker and the admin thread close their sockets once they see the drop.
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while [listen, admin]
-        .iter()
-        .any(|addr| std::net::TcpStream::connect(addr).is_ok())
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "a dropped gateway still accepts"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let closed = wait_until(Duration::from_secs(5), || {
+        [listen, admin]
+            .iter()
+            .all(|addr| std::net::TcpStream::connect(addr).is_err())
+    });
+    assert!(closed, "a dropped gateway still accepts");
     assert_eq!(get(b.listen, "/v1", &[]).status, 200);
 }
 
@@ -480,7 +473,11 @@ fn kill_vm_while_a_request_waits_for_redis(
         (r, t.elapsed())
     });
     assert_eq!(wait_stat(&gw, "gateway.redis_calls", 1), 1);
-    std::thread::sleep(Duration::from_millis(100));
+    // The request waits on the BLPOP in Redis.
+    assert!(
+        wait_until(Duration::from_secs(5), || blocked_clients(rs) == Some(1)),
+        "the BLPOP never blocked"
+    );
     let trap = get(gw.listen, "/v1", &[("x-tp-mode", "trap")]);
     let (r, took) = paused.join().unwrap();
     assert_eq!(stat(&gw, "gateway.vm_traps"), 1);
@@ -534,16 +531,26 @@ fn fail_reload_a_fresh_vm_serves_new_requests_after_the_backoff() {
     assert!(took < Duration::from_secs(2), "failed late: {took:?}");
     // Within the 1 s backoff: still the dead VM.
     assert_eq!(get(gw.listen, "/v1", &[]).status, 503);
-    std::thread::sleep(Duration::from_millis(1100));
-    // A fresh VM: configured again, Redis tokens from 7 again, on a new connection (the old
-    // one is still blocked in BLPOP).
+    // Past it, the next request gets a fresh VM (each request before that is refused).
+    assert!(
+        wait_until(Duration::from_secs(5), || get(gw.listen, "/v1", &[]).status
+            == 200),
+        "no fresh VM after the backoff"
+    );
+    // The fresh VM: configured again, Redis tokens from 7 again, on a new connection (the old
+    // VM's, blocked in BLPOP, went with it).
     let r = get(gw.listen, "/v1", &[("x-tp-mode", "redis")]);
     assert_eq!(r.status, 200, "{}", r.body);
     let info = r.echoed("x-tp-redis").unwrap();
     assert!(info.contains("token=7 status=0"), "{info}");
     assert_eq!(stat(&gw, "gateway.vm_reloads"), 1);
-    // The old VM's BLPOP answer (at 5 s) comes on the dropped connection; the new VM goes on.
-    std::thread::sleep(Duration::from_millis(4000));
+    // Redis is done with the old VM's BLPOP: the reload closed its connection, so Redis drops
+    // it (were the connection kept, its answer would come at 5 s, for the old VM). The new VM
+    // goes on.
+    assert!(
+        wait_until(Duration::from_secs(10), || blocked_clients(&rs) == Some(0)),
+        "Redis still holds the old VM's BLPOP"
+    );
     let r = get(gw.listen, "/v1", &[("x-tp-mode", "redis")]);
     assert!(r
         .echoed("x-tp-redis")

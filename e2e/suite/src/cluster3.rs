@@ -1,7 +1,7 @@
 //! The Redis Cluster bed's fleet: emulator gateways (2 workers each) whose Redis cluster is
-//! the `redis_proxy` of a [`RedisCluster`], fake pods, and many routes under three policies:
-//! `global_least_request`, `prefix_cache`, and `cluster_metrics` AdaptiveScore with
-//! `global_inflight_enabled`.
+//! the `redis_proxy` of a [`crate::redis_cluster::RedisCluster`], fake pods, and many routes
+//! under three policies: `global_least_request`, `prefix_cache`, and `cluster_metrics`
+//! AdaptiveScore with `global_inflight_enabled`.
 //!
 //! Routes: the emulator matches routes by path, so route `glr-017` is the prefix
 //! `/glr-017/` (the fake pods serve `/<anything>/v1/chat/completions`). One plugin instance
@@ -10,254 +10,20 @@
 //! its Redis keys by the `route_name` property (docs/redis-data-model.md §1, §8), so each route
 //! has its own hash tag and the routes spread over every shard. That is the cheapest faithful
 //! setup: one VM per worker as in Higress, not one plugin per route.
+//!
+//! Here: the failure drill. Steady load through every gateway while a fault runs (a master
+//! killed, the proxy restarted, ...), then probes until Redis's counts are back to the truth,
+//! and what was lost, fell back, went negative or leaked on the way. The routes are in
+//! `routes`, the pods, cluster and gateways in `fleet`.
 
-use crate::gateway::{http, redis_cluster as cluster_name, Gateway, CLUSTER};
-use crate::redis_cluster::{auth_cmd, RedisCluster, PASSWORD, USER};
-use ailb_core::redis::inflight::InflightKeys;
-use ailb_core::redis::resp::Value;
-use ailb_core::redis::scripts::Keys;
-use ailb_fakepod::{PodConfig, PodHandle};
-use serde_json::{json, Value as Json};
-use std::collections::BTreeMap;
+mod fleet;
+mod routes;
 
-/// The route prefixes of the three policies.
-pub const POLICIES: [&str; 3] = ["glr", "px", "cm"];
-/// cluster_metrics' services: one cluster per pod 0, 1, 2.
-pub const SERVICES: [&str; 3] = ["llm-a", "llm-b", "llm-c"];
-pub const INFLIGHT_PREFIX: &str = "higress:adaptive_score_inflight";
-
-pub fn route_name(policy: &str, i: usize) -> String {
-    format!("{policy}-{i:03}")
-}
-
-/// A route of the bed: its policy and name.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Route {
-    pub policy: &'static str,
-    pub name: String,
-}
-
-impl Route {
-    pub fn path(&self) -> String {
-        format!("/{}/v1/chat/completions", self.name)
-    }
-
-    /// The key whose slot holds all of this route's keys.
-    pub fn anchor_key(&self) -> String {
-        match self.policy {
-            "cm" => InflightKeys::new(INFLIGHT_PREFIX, &self.name).leases,
-            _ => Keys::new("ailb", &self.name, CLUSTER).load,
-        }
-    }
-}
-
-/// What Redis says about one route: load per endpoint / count per service, and leases.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct RouteCounts {
-    pub counts: BTreeMap<String, f64>,
-    pub leases: i64,
-}
-
-impl RouteCounts {
-    pub fn total(&self) -> f64 {
-        self.counts.values().sum()
-    }
-    pub fn any_negative(&self) -> bool {
-        self.counts.values().any(|&v| v < 0.0)
-    }
-    pub fn is_zero(&self) -> bool {
-        self.leases == 0 && self.counts.values().all(|&v| v == 0.0)
-    }
-}
-
-/// Reads a route's counts with `cmd` (the proxy, or a master directly); None when unreachable
-/// or answered with an error.
-pub fn route_counts(route: &Route, cmd: &dyn Fn(&[&str]) -> Option<Value>) -> Option<RouteCounts> {
-    let (read, leases) = match route.policy {
-        "cm" => {
-            let k = InflightKeys::new(INFLIGHT_PREFIX, &route.name);
-            (vec!["HGETALL".to_string(), k.counts], k.leases)
-        }
-        _ => {
-            let k = Keys::new("ailb", &route.name, CLUSTER);
-            (
-                ["ZRANGE", &k.load, "0", "-1", "WITHSCORES"]
-                    .map(str::to_string)
-                    .to_vec(),
-                k.leases,
-            )
-        }
-    };
-    let args: Vec<&str> = read.iter().map(String::as_str).collect();
-    let Value::Array(Some(items)) = cmd(&args)? else {
-        return None;
-    };
-    let mut counts = BTreeMap::new();
-    for pair in items.chunks(2) {
-        if let [m, s] = pair {
-            let v = s.as_str().and_then(|s| s.parse().ok()).unwrap_or(f64::NAN);
-            counts.insert(m.as_str().unwrap_or_default().to_string(), v);
-        }
-    }
-    let leases = cmd(&["ZCARD", &leases])?.as_i64()?;
-    Some(RouteCounts { counts, leases })
-}
-
-/// Counts through the proxy on `port` (usable from a watcher thread).
-pub fn counts_via(port: u16, route: &Route) -> Option<RouteCounts> {
-    route_counts(route, &|a| auth_cmd(port, USER, PASSWORD, a))
-}
-
-pub struct Fleet {
-    pub rt: tokio::runtime::Runtime,
-    pub pods: Vec<PodHandle>,
-    pub redis: RedisCluster,
-    /// Routes per policy.
-    pub per_policy: usize,
-}
-
-impl Fleet {
-    /// 3 fake pods (`tune` adjusts them) and the cluster; `per_policy` routes of each policy.
-    pub fn new(per_policy: usize, tune: impl Fn(&mut PodConfig)) -> Fleet {
-        let (rt, pods) = crate::bed::spawn_pods(3, tune);
-        Fleet {
-            rt,
-            pods,
-            redis: RedisCluster::start(),
-            per_policy,
-        }
-    }
-
-    pub fn routes(&self) -> Vec<Route> {
-        POLICIES
-            .iter()
-            .flat_map(|&p| {
-                (0..self.per_policy).map(move |i| Route {
-                    policy: p,
-                    name: route_name(p, i),
-                })
-            })
-            .collect()
-    }
-
-    /// The plugin config: one rule per policy over its routes, Redis = the proxy with the ACL
-    /// user and `password`.
-    pub fn plugin(&self, password: &str, lease_ttl_s: u64) -> Json {
-        let port = self.redis.proxy.port;
-        let names =
-            |p: &str| -> Vec<String> { (0..self.per_policy).map(|i| route_name(p, i)).collect() };
-        let redis = json!({"serviceFQDN": "redis.static", "servicePort": port,
-                           "username": USER, "password": password, "timeout": 1000,
-                           "leaseTTL": lease_ttl_s});
-        let mut cm = redis.clone();
-        if let Some(o) = cm.as_object_mut() {
-            o.remove("timeout");
-            o.insert("global_inflight_timeout".into(), json!(1000));
-            o.insert("mode".into(), json!("AdaptiveScore"));
-            o.insert("service_list".into(), json!(SERVICES));
-            o.insert("global_inflight_enabled".into(), json!(true));
-        }
-        json!({"_rules_": [
-            {"_match_route_": names("glr"), "lb_policy": "global_least_request", "lb_config": redis},
-            {"_match_route_": names("px"), "lb_policy": "prefix_cache", "lb_config": redis},
-            {"_match_route_": names("cm"), "lb_type": "cluster", "lb_policy": "cluster_metrics",
-             "lb_config": cm}
-        ]})
-    }
-
-    /// The emulator config of gateway `id` running `plugin`.
-    pub fn gateway_config(&self, id: &str, plugin: &Json) -> Json {
-        let port = self.redis.proxy.port;
-        let addrs: Vec<String> = self.pods.iter().map(|p| p.addr.to_string()).collect();
-        let ep = |a: &String| json!({"address": a, "health": "Healthy"});
-        let mut clusters = vec![json!({"name": CLUSTER, "lb_policy": "round_robin",
-                                       "endpoints": addrs.iter().map(ep).collect::<Vec<_>>()})];
-        for (s, a) in SERVICES.iter().zip(&addrs) {
-            clusters.push(json!({"name": s, "lb_policy": "round_robin", "endpoints": [ep(a)]}));
-        }
-        let routes: Vec<Json> = self
-            .routes()
-            .iter()
-            .map(|r| {
-                let m = json!({"prefix": format!("/{}/", r.name)});
-                if r.policy == "cm" {
-                    json!({"name": r.name, "match": m,
-                           "cluster_header": crate::cluster::TARGET_HEADER})
-                } else {
-                    json!({"name": r.name, "match": m, "cluster": CLUSTER})
-                }
-            })
-            .collect();
-        json!({
-            "listen": "127.0.0.1:0", "admin": "127.0.0.1:0", "workers": 2,
-            "gateway_id": id, "log_level": "warn",
-            "redis_clusters": [{"name": cluster_name(port), "address": format!("127.0.0.1:{port}")}],
-            "clusters": clusters, "routes": routes,
-            "plugin": {"wasm": crate::plugin_wasm(), "config": plugin},
-        })
-    }
-
-    /// `n` gateways running the plugin with `password`.
-    pub fn gateways(&self, n: usize, password: &str, lease_ttl_s: u64) -> Vec<Gateway> {
-        let plugin = self.plugin(password, lease_ttl_s);
-        (0..n)
-            .map(|i| {
-                let id = format!("c3-{i}");
-                Gateway::start_config(&self.gateway_config(&id, &plugin), &id)
-                    .unwrap_or_else(|e| panic!("{e}"))
-            })
-            .collect()
-    }
-
-    /// A route's counts read on the master that owns it (not through the proxy).
-    pub fn counts_on_master(&self, route: &Route) -> Option<RouteCounts> {
-        let key = route.anchor_key();
-        route_counts(route, &|a| self.redis.on_master(&key, a))
-    }
-}
-
-/// One chat request on `route` through the gateway at `url`: (status, `x-pod`).
-pub fn send(url: &str, route: &Route, text: &str, max_tokens: u64) -> (u16, String) {
-    let body = crate::bed::chat_body(text, max_tokens);
-    match http(
-        url,
-        "POST",
-        &route.path(),
-        &[("content-type", "application/json")],
-        &body,
-    ) {
-        Ok((status, headers, _)) => {
-            let pod = headers
-                .iter()
-                .find(|(k, _)| k == "x-pod")
-                .map(|(_, v)| v.clone())
-                .unwrap_or_default();
-            (status, pod)
-        }
-        Err(_) => (0, String::new()),
-    }
-}
-
-/// The plugin's decisions and fallbacks summed over `gateways`: (decisions, fallbacks).
-/// cluster_metrics counts a Redis-less decision as `inflight_local`.
-pub fn decisions(gateways: &[Gateway]) -> (i64, i64) {
-    let mut all = 0;
-    let mut fell = 0;
-    for g in gateways {
-        let s = g.stats();
-        let get = |k: &str| s.get(k).copied().unwrap_or(0);
-        fell += get("ai_lb.glr.fallback")
-            + get("ai_lb.prefix.fallback")
-            + get("ai_lb.cluster_metrics.inflight_local");
-        all += get("ai_lb.glr.routed")
-            + get("ai_lb.glr.fallback")
-            + get("ai_lb.prefix.routed")
-            + get("ai_lb.prefix.fallback")
-            + get("ai_lb.cluster_metrics.inflight_global")
-            + get("ai_lb.cluster_metrics.inflight_local");
-    }
-    (all, fell)
-}
+use crate::gateway::Gateway;
+pub use fleet::{decisions, send, Fleet};
+pub use routes::{
+    counts_via, route_counts, route_name, Route, RouteCounts, INFLIGHT_PREFIX, POLICIES, SERVICES,
+};
 
 /// What a drill saw.
 #[derive(Clone, Debug, Default)]

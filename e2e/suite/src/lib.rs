@@ -5,10 +5,8 @@
 pub mod bed;
 pub mod cluster;
 pub mod cluster3;
-pub mod data_footprint;
 pub mod empty_plugin;
 pub mod envoy;
-pub mod footprint;
 pub mod gateway;
 pub mod metrics;
 pub mod redis;
@@ -32,23 +30,6 @@ pub fn plugin_wasm() -> PathBuf {
         p.display()
     );
     p
-}
-
-/// The same module exporting only ABI 0_2_1 (built by `make build` as a test fixture).
-pub fn plugin_wasm_abi021() -> PathBuf {
-    repo_root().join("dist/testdata/ai-load-balancer-abi021-only.wasm")
-}
-
-/// The bench's compact AdaptiveScore module (e2e/compact-adaptive), built by `make bench`.
-pub fn compact_adaptive_wasm() -> anyhow::Result<PathBuf> {
-    let p = repo_root()
-        .join("e2e/compact-adaptive/target/wasm32-wasip1/release/ailb_compact_adaptive.wasm");
-    anyhow::ensure!(
-        p.exists(),
-        "{} is missing: run `make compact-adaptive` first (`make bench` does)",
-        p.display()
-    );
-    Ok(p)
 }
 
 /// A binary of the e2e workspace (`ailb-gateway`), built by `make e2e-build`.

@@ -1,8 +1,10 @@
 //! Helpers for the endpoint_metrics tests (emulator and real Envoy): pods with one of them
-//! busy, and where a series of requests landed.
+//! busy, where a series of requests landed, and waiting for the gateways' health checks to
+//! store the pods' pages.
 
 use crate::bed::{chat, Bed};
-use crate::gateway::http;
+use crate::gateway::{http, wait_until};
+use ailb_fakepod::PodHandle;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -73,4 +75,33 @@ pub fn land(url: &str, n: usize, headers: &[(&str, &str)]) -> (BTreeMap<String, 
         *pods.entry(pod).or_insert(0) += 1;
     }
     (pods, statuses)
+}
+
+/// The health-check path of gateway `id` in an emulator config with `store_metrics`: `/metrics`
+/// tagged with the gateway, so the fake pods count each gateway's checks apart
+/// ([`wait_pages_stored`]).
+pub fn metrics_check_path(id: &str) -> String {
+    format!("/metrics?gw={id}")
+}
+
+/// Waits (10 s at most) until the health checks of every gateway in `gateways` (ids, their check
+/// paths from [`metrics_check_path`]) have stored every one of `pods`' pages as they are now;
+/// call it right after changing a page. One gateway's checks of one pod run one after another:
+/// of the pages a pod serves them from now on, the first may have been read before the call,
+/// the second was read after it, and when the third is served the gateway has stored the
+/// second.
+pub fn wait_pages_stored(pods: &[PodHandle], gateways: &[&str]) -> bool {
+    let served = |pod: &PodHandle, gw: &str| pod.engine().metrics_served(&format!("gw={gw}"));
+    let before: Vec<Vec<u64>> = pods
+        .iter()
+        .map(|p| gateways.iter().map(|g| served(p, g)).collect())
+        .collect();
+    wait_until(Duration::from_secs(10), || {
+        pods.iter().zip(&before).all(|(p, was)| {
+            gateways
+                .iter()
+                .zip(was)
+                .all(|(g, was)| served(p, g) >= was + 3)
+        })
+    })
 }

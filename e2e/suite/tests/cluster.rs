@@ -170,7 +170,7 @@ fn cluster_metrics_adaptive_moves_traffic_off_the_slow_and_the_failing_service()
 
 /// LeastFirstTokenLatency scores services by time to the first token alone, taken at the first
 /// body chunk of each answer. Streamed answers come in many chunks and the plugin reads only
-/// the first (the others stop at src/body_watch.rs): llm-b is three times slower to its first
+/// the first (the balancer ignores the others): llm-b is three times slower to its first
 /// token, and once both services have samples the traffic leaves it. Without the samples
 /// every service scores the same and a random pick sends it about half.
 #[test]

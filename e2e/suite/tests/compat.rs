@@ -8,7 +8,7 @@
 //!   rules (docs/higress-abi.md §11), is decided by that scope's policy and served by a pod;
 //! * Go `refuse`: `proxy_on_configure` answers false and the gateway does not start. Higress's
 //!   wasm-go wrapper fails plugin start on a config it cannot parse, and one bad rule fails the
-//!   whole config (README "Configuration compatibility"; the emulator's rule: e2e/gateway
+//!   whole config (docs/compatibility.md; the emulator's rule: e2e/gateway
 //!   README, docs/higress-abi.md §12).
 //!
 //! The gateways run in this process on one compilation of the plugin (compiling it per gateway

@@ -143,7 +143,7 @@ fn envoy_least_request_spreads_long_requests_per_proxy() {
 
 #[test]
 fn envoy_priority_classes_shed_the_lowest_class_first_with_retry_after() {
-    // Per pod: sheddable up to 1 in flight, standard 2, critical 3 (README "Priority classes").
+    // Per pod: sheddable up to 1 in flight, standard 2, critical 3 (docs/sessions-and-queues.md "Priority classes").
     let bed = Bed::new(2, |c| {
         c.max_running = 64;
         c.decode_us_per_token = 10_000;

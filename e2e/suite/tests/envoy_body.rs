@@ -1,5 +1,5 @@
 //! The plain-Envoy artifact reads the request body before routing in real Envoy 1.40
-//! (README "Plain Envoy"): least request weighted by body bytes, endpoint_metrics' LoRA
+//! (docs/plain-envoy.md): least request weighted by body bytes, endpoint_metrics' LoRA
 //! affinity from the body's `model`, a 5 MB body refused (413) or balanced unread as the buffer
 //! limit says, and a filter deployed without `allow_on_headers_stop_iteration` bounded by
 //! `maxBodyWaitMs`, then no longer holding.

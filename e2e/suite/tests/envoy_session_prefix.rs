@@ -159,7 +159,7 @@ fn envoy_prefix_sessions_win_over_the_prefix_and_leave_a_saturated_pod() {
 /// Plain-Envoy global_least_request sessions when a pod dies: Envoy's retry answers the next
 /// turn from the session's ring walk, the plugin sees the answer came from another pod and
 /// marks the dead one down proxy-wide, and the following turns go straight to the walk's next
-/// pod as `session_rebound` (README "Sessions"); the other sessions stay.
+/// pod as `session_rebound` (docs/sessions-and-queues.md "Sessions"); the other sessions stay.
 #[test]
 fn envoy_least_request_sessions_leave_a_pod_that_stopped_answering() {
     let mut bed = Bed::new(3, |c| {
@@ -212,7 +212,7 @@ fn envoy_least_request_sessions_leave_a_pod_that_stopped_answering() {
 /// Plain-Envoy global_least_request without sessions when a pod dies: it holds no requests,
 /// so it would be the least loaded pod of every tie; after the first request Envoy's retry
 /// had to serve elsewhere, the plugin lists it last for 10 s and no request is sent to it
-/// first again (README "Plain Envoy").
+/// first again (docs/plain-envoy.md).
 #[test]
 fn envoy_least_request_lists_a_pod_that_stopped_answering_last() {
     let mut bed = Bed::new(3, |c| {

@@ -1,4 +1,4 @@
-//! The pool cap and tenant fairness end to end (README "Tenant fairness"): two emulator
+//! The pool cap and tenant fairness end to end (docs/sessions-and-queues.md "Tenant fairness"): two emulator
 //! gateways × 2 workers sharing one real redis-server in front of slow fake pods. A flooding
 //! tenant is held to its share while a quiet one is active (429 + Retry-After, counted in
 //! ai_lb.tenant.shed), a lone tenant uses the whole pool, `maxPoolRequests` holds across both

@@ -4,7 +4,7 @@
 
 use ailb_e2e::bed::Bed;
 use ailb_e2e::gateway::{wait_until, Gateway, GatewaySpec};
-use ailb_e2e::metrics::{busy_bed, land, preload};
+use ailb_e2e::metrics::{busy_bed, land, metrics_check_path, preload, wait_pages_stored};
 use ailb_fakepod::MetricsSource;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -15,7 +15,7 @@ fn host_mode_spec(bed: &Bed, lb: Value) -> GatewaySpec {
         Some(json!({"lb_policy": "endpoint_metrics", "lb_config": lb})),
     );
     spec.health_check = Some(
-        json!({"path": "/metrics", "interval_ms": 100, "timeout_ms": 500,
+        json!({"path": metrics_check_path("gw-m"), "interval_ms": 100, "timeout_ms": 500,
         "unhealthy_threshold": 3, "healthy_threshold": 1, "store_metrics": true}),
     );
     spec
@@ -45,8 +45,9 @@ fn host_metrics_keep_requests_off_the_busy_pod() {
     let bed = busy_bed();
     let gw = bed.gateway(&host_mode_spec(&bed, json!({})));
     preload(&bed, 0, 6, 300);
-    // Let a health check store pod-0's queue, then send through the gateway.
-    std::thread::sleep(Duration::from_millis(400));
+    // Once the health checks have stored pod-0's queue (and the others' pages), send through
+    // the gateway.
+    assert!(wait_pages_stored(&bed.pods, &["gw-m"]), "{}", gw.logs());
     let (pods, statuses) = land(&gw.url, 12, &[]);
     assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
     assert_eq!(pods.get("pod-0"), None, "landed: {pods:?}");
@@ -87,7 +88,7 @@ fn garbage_metrics_and_failed_scrapes_fall_back_cleanly() {
     // Garbage from every pod's health check: every request is served by the cluster's LB.
     let bed = Bed::new(3, |c| c.metrics = MetricsSource::Garbage);
     let gw = bed.gateway(&host_mode_spec(&bed, json!({})));
-    std::thread::sleep(Duration::from_millis(300));
+    assert!(wait_pages_stored(&bed.pods, &["gw-m"]), "{}", gw.logs());
     let (pods, statuses) = land(&gw.url, 9, &[]);
     assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
     assert_eq!(pods.len(), 3, "round-robin fallback: {pods:?}");

@@ -1,4 +1,4 @@
-//! Priority classes end to end (README "Priority classes"): two emulator gateways × 2 workers
+//! Priority classes end to end (docs/sessions-and-queues.md "Priority classes"): two emulator gateways × 2 workers
 //! sharing one real redis-server in front of slow fake pods; as the pool fills, the lowest class
 //! is refused first (429 + Retry-After, counted in ai_lb.priority.shed), critical uses its headroom, and
 //! every count and lease comes back, shed requests holding none.

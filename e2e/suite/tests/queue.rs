@@ -1,4 +1,4 @@
-//! The waiting queue end to end (README "Waiting queue"): two emulator gateways × 2 workers
+//! The waiting queue end to end (docs/sessions-and-queues.md "Waiting queue"): two emulator gateways × 2 workers
 //! sharing one real redis-server in front of slow fake pods. Under overload, requests wait
 //! (headers held) instead of a 429; a critical request waiting on gateway A gets the room that
 //! frees on gateway B before B's own earlier standard waiters (the Redis wait set); the debug

@@ -8,6 +8,7 @@
 
 use ailb_e2e::bed::{chat_body, Bed};
 use ailb_e2e::gateway::{http, wait_until, Gateway, GatewaySpec};
+use ailb_e2e::metrics::{metrics_check_path, wait_pages_stored};
 use ailb_fakepod::MetricsSource;
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
@@ -15,9 +16,16 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 const DEBUG: &str = "x-ai-lb-debug";
-/// Long enough for several health-check rounds (every 100 ms) to store a rewritten page, with
-/// room for a loaded machine.
-const HEALTH_ROUNDS: Duration = Duration::from_millis(1000);
+/// The two gateways of each test.
+const GATEWAYS: [&str; 2] = ["gw-a", "gw-b"];
+
+/// Until both gateways' health checks have stored every pod's page as it is now.
+fn pages_stored(bed: &Bed) {
+    assert!(
+        wait_pages_stored(&bed.pods, &GATEWAYS),
+        "the health checks did not store the pods' pages"
+    );
+}
 
 /// A vLLM metrics page with this queue and KV-cache use.
 fn vllm_page(waiting: u32, kv: f64) -> String {
@@ -42,7 +50,7 @@ fn spec_with(bed: &Bed, id: &str, lb: serde_json::Value) -> GatewaySpec {
         Some(json!({"lb_policy": "endpoint_metrics", "lb_config": lb})),
     );
     spec.health_check = Some(
-        json!({"path": "/metrics", "interval_ms": 100, "timeout_ms": 300,
+        json!({"path": metrics_check_path(id), "interval_ms": 100, "timeout_ms": 300,
         "unhealthy_threshold": 2, "healthy_threshold": 1, "store_metrics": true}),
     );
     spec
@@ -129,7 +137,7 @@ fn metrics_sessions_stay_put_across_gateways_leave_a_saturated_pod_and_a_dead_on
     let a = bed.gateway(&gateway_spec(&bed, "gw-a"));
     let b = bed.gateway(&gateway_spec(&bed, "gw-b"));
     // Both gateways have stored every pod's page.
-    std::thread::sleep(HEALTH_ROUNDS);
+    pages_stored(&bed);
     // Ids of every shape: short, 10 KB, unicode.
     let mut sessions: Vec<String> = (0..14).map(|i| format!("conv-{i}")).collect();
     sessions.push("x".repeat(10 * 1024));
@@ -162,7 +170,7 @@ fn metrics_sessions_stay_put_across_gateways_leave_a_saturated_pod_and_a_dead_on
     let (hot, _) = per_pod.into_iter().max_by_key(|(_, n)| *n).unwrap();
     let hot = hot.clone();
     std::fs::write(page(&hot), vllm_page(50, 0.1)).unwrap();
-    std::thread::sleep(HEALTH_ROUNDS);
+    pages_stored(&bed);
     let mut moved = 0;
     for sid in &sessions {
         for gw in [&a, &b] {
@@ -184,7 +192,7 @@ fn metrics_sessions_stay_put_across_gateways_leave_a_saturated_pod_and_a_dead_on
     assert_eq!(sum([&a, &b], "ai_lb.session.rebound"), moved);
     // It recovers: its sessions are back on it.
     std::fs::write(page(&hot), vllm_page(0, 0.1)).unwrap();
-    std::thread::sleep(HEALTH_ROUNDS);
+    pages_stored(&bed);
     for sid in &sessions {
         assert_eq!(
             both(&a, &b, sid, "recovered"),
@@ -253,7 +261,7 @@ fn redis_bound_metrics_sessions_follow_their_binding_and_survive_redis_down() {
         "debugHeader": DEBUG});
     let a = bed.gateway(&spec_with(&bed, "gw-a", lb.clone()));
     let b = bed.gateway(&spec_with(&bed, "gw-b", lb));
-    std::thread::sleep(HEALTH_ROUNDS);
+    pages_stored(&bed);
     let mut sessions: Vec<String> = (0..10).map(|i| format!("conv-{i}")).collect();
     sessions.push("x".repeat(10 * 1024));
     sessions.push("\u{4f1a}\u{8bdd}-\u{00e9}".into());
@@ -284,7 +292,7 @@ fn redis_bound_metrics_sessions_follow_their_binding_and_survive_redis_down() {
     let (hot, _) = per_pod.into_iter().max_by_key(|(_, n)| *n).unwrap();
     let hot = hot.clone();
     std::fs::write(page(&hot), vllm_page(50, 0.1)).unwrap();
-    std::thread::sleep(HEALTH_ROUNDS);
+    pages_stored(&bed);
     let mut moved = BTreeMap::new();
     for sid in &sessions {
         let (pod, reason) = turn(&a, sid, "saturated");
@@ -305,7 +313,7 @@ fn redis_bound_metrics_sessions_follow_their_binding_and_survive_redis_down() {
     assert!(!moved.is_empty());
     assert_eq!(sum([&a, &b], "ai_lb.session.rebound"), moved.len() as i64);
     std::fs::write(page(&hot), vllm_page(0, 0.1)).unwrap();
-    std::thread::sleep(HEALTH_ROUNDS);
+    pages_stored(&bed);
     for (sid, pod) in &moved {
         assert_eq!(turn(&b, sid, "recovered"), (pod.clone(), "session".into()));
     }

@@ -2,8 +2,8 @@
 //! parser (`ailb_core::config::parse`). JSON is handed to the parser byte for byte (repeated
 //! keys and number spellings reach it as Higress would see them); YAML (the console's and
 //! Kubernetes' format, several documents allowed) is converted to JSON first, as the control
-//! plane does. [`extract`] finds the configs, [`check`] parses them. README "Configuration
-//! compatibility" documents the output.
+//! plane does. [`extract`] finds the configs, [`check`] parses them. docs/compatibility.md
+//! documents the output.
 
 use ailb_core::config::{self, Build, ConfigError, ErrorKind, Warning};
 use serde::Deserialize;

@@ -5,21 +5,10 @@
 //! hashed into a fixed-size key. Where no binding is stored (plain Envoy, endpoint_metrics) the
 //! id is hashed onto the CHWBL ring of the endpoints instead ([`ring_key`]).
 
-use super::input::Input;
 use crate::config::{BodyField, SessionConfig};
 use crate::hash::{self, SplitMix64};
 use crate::host::Host;
-use crate::redis::scripts::session_key;
 use serde_json::Value;
-use std::rc::Rc;
-
-/// The request's session key, when the route is sticky and the request names a session.
-pub fn key(host: &dyn Host, input: &Input) -> Option<Rc<str>> {
-    let config = input.config.session.as_ref()?;
-    let keys = input.keys?;
-    let id = session_id(host, config, input.read_body.then_some(input.body_bytes))?;
-    Some(session_key(&keys.namespace, &id).into())
-}
 
 /// Where a session id lands on a CHWBL ring (`prefix/chwbl.rs`): FNV-1a, then SplitMix64 to
 /// spread the bits. Every worker and every replica computes the same point, so the ring's

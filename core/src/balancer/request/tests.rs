@@ -3,9 +3,11 @@
 //! released exactly once, whatever order things happen in.
 
 use super::*;
-use crate::balancer::pick::{LocalLease, ServiceLease};
+use crate::balancer::pick::{EndpointPick, LocalLease, ServiceLease};
 use crate::config::PluginConfig;
 use crate::hash::SplitMix64;
+use crate::redis::inflight::InflightKeys;
+use crate::redis::scripts::SessionState;
 use crate::stats::Counter;
 
 fn config(extra: &str) -> Rc<RouteConfig> {
@@ -305,110 +307,288 @@ fn local_decisions_give_back_their_count_once() {
     assert!(matches!(r.finish(), Some(Effect::ReleaseLocal(l)) if l == local));
 }
 
-/// Random event orders against one ledger: an acquire happens when Redis answers `Picked` (or
-/// may have happened on a lost reply); it must be released exactly once, by the live request
-/// or by `undo` on its orphan.
+/// The kinds of request the random-order test drives: Redis endpoint picks
+/// (global_least_request), cluster_metrics counted in this proxy, cluster_metrics with its
+/// global in-flight count in Redis, and cluster_hash (which holds nothing).
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Endpoint,
+    ServiceLocal,
+    ServiceGlobal,
+    Hash,
+}
+
+/// What was acquired and given back, by name: Redis lease members, global in-flight members
+/// and this proxy's service counts (`local`). A lost reply may have acquired anything its
+/// pick offered: `lost` counts those, each to be covered by one `ReleaseAll`.
+#[derive(Default)]
+struct Ledger {
+    acquired: Vec<String>,
+    released: Vec<String>,
+    lost: usize,
+    released_all: usize,
+    /// A first byte recorded after its count came back.
+    late_first_byte: bool,
+}
+
+impl Ledger {
+    /// An effect that is not answered with an event: note what it gives back or takes.
+    fn note(&mut self, effect: Effect) {
+        match effect {
+            Effect::Release(l) => self.released.push(l.member),
+            Effect::ReleaseService(g) => self.released.push(g.member),
+            Effect::ReleaseAll(_) => self.released_all += 1,
+            Effect::ReleaseLocal(l) => self.released.push(format!("local|{}", l.endpoint)),
+            Effect::ServiceStart(_) => self.acquired.push("local|service".into()),
+            Effect::ServiceDone { lease, .. } => {
+                self.released.push("local|service".into());
+                if let Some(g) = lease.global {
+                    self.released.push(g.member);
+                }
+            }
+            Effect::FirstByte { .. } => {
+                let local = |v: &Vec<String>| v.iter().filter(|m| *m == "local|service").count();
+                if local(&self.released) >= local(&self.acquired) {
+                    self.late_first_byte = true;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Redis answers `reply` to `pick`: what its script acquired.
+    fn answered(&mut self, pick: &Pick, reply: &PickReply) {
+        match (pick, reply) {
+            (Pick::Endpoint(p), PickReply::Picked { endpoint, .. }) => {
+                self.acquired.push(p.lease(endpoint).member)
+            }
+            (Pick::Service(p), PickReply::Service(service)) => {
+                self.acquired.push(p.global(service).member)
+            }
+            (_, PickReply::Failed(Cause::RedisTimeout)) => self.lost += 1,
+            _ => {}
+        }
+    }
+}
+
+fn hash_config() -> Rc<RouteConfig> {
+    let json = r#"{"lb_type":"cluster","lb_policy":"cluster_hash","lb_config":{"hash_header":"x-user","clusters":[{"cluster":"a","weight":50},{"cluster":"b","weight":50}]}}"#;
+    PluginConfig::parse(json.as_bytes())
+        .unwrap()
+        .global
+        .unwrap()
+}
+
+fn service_pick(config: &Rc<RouteConfig>, lease: &ServiceLease) -> Box<Pick> {
+    Box::new(Pick::Service(crate::balancer::pick::ServicePick {
+        config: config.clone(),
+        keys: Rc::new(InflightKeys::new("higress:inflight", "chat")),
+        request_id: "rid".into(),
+        key_ttl_s: 60,
+        candidates: Rc::new(vec![("a".into(), 2.0), ("b".into(), 1.0)]),
+        local: "b".into(),
+        stats: lease.stats.clone(),
+        start_ms: 5,
+        by_sha: true,
+    }))
+}
+
+/// A random reply to a pick of `kind`.
+fn random_reply(kind: Kind, rng: &mut SplitMix64) -> PickReply {
+    let roll = rng.next_u64() % 8;
+    match (kind, roll) {
+        (Kind::Endpoint, 0..=2) => picked_reply("10.0.0.2:80"),
+        (Kind::Endpoint, 3) => picked_reply("10.9.9.9:80"), // not offered
+        (Kind::Endpoint, 4) => PickReply::Resync,
+        (Kind::Endpoint, 5) => PickReply::Full,
+        (_, 0..=2) => PickReply::Service("a".into()),
+        (_, 3) => PickReply::Service("zzz".into()), // not offered
+        (_, 4) => PickReply::Failed(Cause::RedisError),
+        (_, 5) => PickReply::Full, // not a service reply
+        (_, 6) => PickReply::NoScript,
+        _ => PickReply::Failed(Cause::RedisTimeout),
+    }
+}
+
+fn picked_reply(endpoint: &str) -> PickReply {
+    PickReply::Picked {
+        endpoint: endpoint.into(),
+        depth: 1,
+        spilled: false,
+        session: SessionState::None,
+        load_before: Some(0),
+    }
+}
+
+/// One request of `kind` with its random history.
+struct Run {
+    kind: Kind,
+    lease: ServiceLease,
+    token: u32,
+    ledger: Ledger,
+}
+
+impl Run {
+    /// What the route's policy decides.
+    fn decision(&mut self, config: &Rc<RouteConfig>, rng: &mut SplitMix64) -> Decision {
+        let roll = rng.next_u64() % 8;
+        match self.kind {
+            Kind::Endpoint => Decision::Acquire(pick(config, "rid")),
+            Kind::ServiceGlobal => Decision::Acquire(service_pick(config, &self.lease)),
+            Kind::ServiceLocal if roll == 0 => Decision::Fallback(Cause::NoHealthyEndpoint),
+            Kind::ServiceLocal => {
+                // The policy counted the service before it decided.
+                self.ledger.acquired.push("local|service".into());
+                Decision::Route {
+                    endpoint: "a".into(),
+                    fallbacks: Vec::new(),
+                    reason: Reason::ClusterMetrics,
+                    hold: Some(Hold::Service(self.lease.clone())),
+                }
+            }
+            Kind::Hash if roll == 0 => Decision::Reject(Rejection::HashHeaderMissing),
+            Kind::Hash => Decision::Route {
+                endpoint: "a".into(),
+                fallbacks: Vec::new(),
+                reason: Reason::ClusterHash,
+                hold: None,
+            },
+        }
+    }
+
+    /// Feeds `event`, then answers every effect that asks for an answer as the balancer
+    /// would (decide, send, publish), noting the others.
+    fn drive(&mut self, r: &mut Request, event: Event, rng: &mut SplitMix64) {
+        let mut next = Some(event);
+        while let Some(event) = next.take() {
+            for effect in r.handle(event) {
+                match effect {
+                    Effect::Decide { .. } => {
+                        next = Some(Event::Decided(self.decision(&r.config, rng)));
+                    }
+                    Effect::Send(pick) | Effect::Retry(pick) => {
+                        // Now and then the host refuses the call: nothing was sent.
+                        let result = if rng.next_u64().is_multiple_of(8) {
+                            Err(Cause::RedisError)
+                        } else {
+                            self.token += 4;
+                            Ok(self.token)
+                        };
+                        next = Some(Event::Sent { result, pick });
+                    }
+                    Effect::Publish { .. } => {
+                        let ok = !rng.next_u64().is_multiple_of(4);
+                        let result = if ok {
+                            Ok(())
+                        } else {
+                            Err(Cause::OverrideFailed)
+                        };
+                        next = Some(Event::Published(result));
+                    }
+                    Effect::Orphan { .. } => unreachable!("only at stream end"),
+                    other => self.ledger.note(other),
+                }
+            }
+        }
+    }
+}
+
+/// Random event orders against one ledger, for every kind of request: an acquire happens when
+/// a policy counts (cluster_metrics in this proxy), when Redis answers with a lease (an
+/// endpoint or a service, offered or not), or may have happened on a lost reply; each is given
+/// back exactly once, by the live request or by `undo` on its orphan, and a service's first
+/// byte is never recorded after its count came back.
 #[test]
 fn every_acquire_is_released_exactly_once_in_any_event_order() {
     let mut rng = SplitMix64(0x5eed);
-    for round in 0..2000 {
-        let mut first = request("");
-        to_picking(&mut first, 7);
-        let mut slot = Some(first);
-        let mut acquired: Vec<String> = Vec::new();
-        let mut released_members: Vec<String> = Vec::new();
-        let mut covered_by_release_all = false;
-        let mut orphan: Option<Box<Pick>> = None;
-        let mut token = 7;
-        for _ in 0..6 {
-            let roll = rng.next_u64() % 8;
+    let kinds = [
+        Kind::Endpoint,
+        Kind::ServiceLocal,
+        Kind::ServiceGlobal,
+        Kind::Hash,
+    ];
+    for round in 0..8000 {
+        let kind = kinds[round % kinds.len()];
+        let (cluster, lease) = cluster_request();
+        let mut r = match kind {
+            Kind::Endpoint => request(""),
+            Kind::ServiceLocal | Kind::ServiceGlobal => cluster,
+            Kind::Hash => Request::new(hash_config(), None),
+        };
+        let mut run = Run {
+            kind,
+            lease,
+            token: 7,
+            ledger: Ledger::default(),
+        };
+        run.drive(
+            &mut r,
+            Event::Headers {
+                end_of_stream: false,
+                withheld: false,
+            },
+            &mut rng,
+        );
+        if matches!(kind, Kind::Endpoint) {
+            let body = Event::Body {
+                size: 20,
+                end_of_stream: true,
+            };
+            run.drive(&mut r, body, &mut rng);
+        }
+        let mut slot = Some(r);
+        let mut orphan: Option<(u32, Box<Pick>)> = None;
+        for _ in 0..8 {
             let Some(r) = slot.as_mut() else {
                 break;
             };
-            let effects = if roll == 0 {
-                // Stream end now.
-                match slot.take().and_then(Request::finish) {
-                    Some(Effect::Orphan { pick, .. }) => {
-                        orphan = Some(pick);
-                        Vec::new()
+            match rng.next_u64() % 6 {
+                0 => match slot.take().and_then(Request::finish) {
+                    Some(Effect::Orphan { token, pick }) => orphan = Some((token, pick)),
+                    Some(other) => run.ledger.note(other),
+                    None => {}
+                },
+                1 | 2 if r.awaits(run.token) => {
+                    let reply = random_reply(kind, &mut rng);
+                    if let Phase::Picking { pick, .. } = &r.phase {
+                        run.ledger.answered(pick, &reply);
                     }
-                    Some(other) => vec![other],
-                    None => Vec::new(),
+                    run.drive(r, Event::PickReply(reply), &mut rng);
                 }
-            } else if r.awaits(token) {
-                let reply = match roll {
-                    1..=3 => PickReply::Picked {
-                        endpoint: "10.0.0.2:80".into(),
-                        depth: 1,
-                        spilled: false,
-                        session: SessionState::None,
-                        load_before: Some(0),
-                    },
-                    4 => PickReply::Resync,
-                    5 => PickReply::NoScript,
-                    6 => PickReply::Failed(Cause::RedisTimeout),
-                    _ => PickReply::Full,
-                };
-                if matches!(reply, PickReply::Picked { .. }) {
-                    acquired.push(format!("{}|10.0.0.2:80|1", "rid"));
+                3 => {
+                    let status = Some(200 + 300 * (rng.next_u64() % 2) as u32);
+                    run.drive(r, Event::ResponseHeaders { status }, &mut rng);
                 }
-                let mut out = r.handle(Event::PickReply(reply));
-                // A resend goes out under a new token.
-                if let Some(pos) = out.iter().position(|e| matches!(e, Effect::Send(_))) {
-                    let Effect::Send(p) = out.remove(pos) else {
-                        unreachable!()
-                    };
-                    token += 4;
-                    out.extend(r.handle(Event::Sent {
-                        result: Ok(token),
-                        pick: p,
-                    }));
-                }
-                if out.iter().any(|e| matches!(e, Effect::Publish { .. })) {
-                    let ok = !rng.next_u64().is_multiple_of(4);
-                    let result = if ok {
-                        Ok(())
-                    } else {
-                        Err(Cause::OverrideFailed)
-                    };
-                    out.extend(r.handle(Event::Published(result)));
-                }
-                out
-            } else {
-                Vec::new()
-            };
-            for e in effects {
-                match e {
-                    Effect::Release(l) => released_members.push(l.member),
-                    Effect::ReleaseAll(_) => covered_by_release_all = true,
-                    _ => {}
-                }
-            }
-        }
-        if let Some(r) = slot.take() {
-            match r.finish() {
-                Some(Effect::Release(l)) => released_members.push(l.member),
-                Some(Effect::Orphan { pick, .. }) => orphan = Some(pick),
+                4 if r.wants_response_body() => run.drive(r, Event::ResponseBody, &mut rng),
                 _ => {}
             }
         }
-        if let Some(p) = orphan {
-            // The pick's reply arrives after the stream ended.
-            let reply = PickReply::Picked {
-                endpoint: "10.0.0.2:80".into(),
-                depth: 0,
-                spilled: false,
-                session: SessionState::None,
-                load_before: Some(0),
-            };
-            acquired.push("rid|10.0.0.2:80|1".into());
-            released_members.extend(released(&undo(p, &reply)));
+        match slot.take().and_then(Request::finish) {
+            Some(Effect::Orphan { token, pick }) => orphan = Some((token, pick)),
+            Some(other) => run.ledger.note(other),
+            None => {}
         }
-        assert_eq!(
-            released_members, acquired,
-            "round {round}: released {released_members:?} acquired {acquired:?} \
-             (release-all: {covered_by_release_all})"
-        );
+        if let Some((token, pick)) = orphan {
+            assert_eq!(token, run.token, "round {round}: the pick in flight");
+            // The pick's reply arrives after the stream ended.
+            let reply = random_reply(kind, &mut rng);
+            run.ledger.answered(&pick, &reply);
+            for effect in undo(pick, &reply) {
+                run.ledger.note(effect);
+            }
+        }
+        let Ledger {
+            mut acquired,
+            mut released,
+            lost,
+            released_all,
+            late_first_byte,
+        } = run.ledger;
+        acquired.sort();
+        released.sort();
+        assert_eq!(released, acquired, "round {round} ({kind:?})");
+        assert_eq!(released_all, lost, "round {round} ({kind:?}): lost replies");
+        assert!(!late_first_byte, "round {round} ({kind:?})");
     }
 }
 

@@ -223,15 +223,37 @@ pub fn stat(gw: &Gateway, name: &str) -> i64 {
         .unwrap_or(0)
 }
 
-pub fn wait_stat(gw: &Gateway, name: &str, want: i64) -> i64 {
-    let deadline = Instant::now() + Duration::from_secs(5);
+/// Waits until `f` holds or `timeout` passes (polling every 20 ms); returns whether it held.
+pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
     loop {
-        let v = stat(gw, name);
-        if v >= want || Instant::now() > deadline {
-            return v;
+        if f() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Waits (5 s at most) until counter `name` reaches `want`; returns its last value.
+pub fn wait_stat(gw: &Gateway, name: &str, want: i64) -> i64 {
+    let mut v = 0;
+    wait_until(Duration::from_secs(5), || {
+        v = stat(gw, name);
+        v >= want
+    });
+    v
+}
+
+/// Clients blocked in a command (`BLPOP`) on `rs`, from `INFO clients`.
+pub fn blocked_clients(rs: &RedisServer) -> Option<u64> {
+    let mut info = Vec::new();
+    ailb_testkit::encode_value(&rs.try_cmd(&["INFO", "clients"])?, &mut info);
+    String::from_utf8_lossy(&info)
+        .lines()
+        .find_map(|l| l.strip_prefix("blocked_clients:")?.trim().parse().ok())
 }
 
 pub fn gateway(yaml: &str) -> Gateway {

@@ -3,32 +3,33 @@
 //! through shared data, [`snapshot`]) — corrected by the requests this proxy sent since the
 //! metrics were taken, then the scheduler's choice (docs/model-server-metrics.md). A request
 //! naming a session goes to its pod ahead of the scheduler while that pod is not saturated: its
-//! consistent-hash pod ([`EndpointMetrics::session_home`]), or with Redis (Higress build) the pod
-//! one script call keeps it bound to (`pick::SessionPick`; docs/redis-data-model.md §10).
+//! consistent-hash pod ([`Metrics::session_home`]), or with Redis (Higress build) the pod one
+//! script call keeps it bound to (`pick::SessionPick`, [`reply`]; docs/redis-data-model.md §10).
+//! What is read lives in the VM's one [`Metrics`] ([`service`]), which the dispatcher owns.
 
 mod host_list;
+pub mod reply;
 mod report;
 mod scrape;
+pub mod service;
 mod snapshot;
 
-use super::input::{priority_class, Env, Input};
+use super::policy::{priority_class, Env, Input, Policy};
+use super::session;
+use crate::balancer::events::{Decision, Rejection};
 use crate::balancer::pick::{Pick, SessionPick};
-use crate::balancer::request::{Decision, Rejection};
 use crate::balancer::shared;
-use crate::balancer::telemetry::Telemetry;
-use crate::config::{MetricsConfig, MetricsSource, PluginConfig, RouteConfig};
-use crate::host::{self, Host};
+use crate::config::MetricsConfig;
+use crate::host::Host;
 use crate::model_metrics::{
     scheduler, Candidate, Decision as Choice, RateLimitWindow, RequestInfo,
 };
-use crate::prefix::chwbl::Ring;
 use crate::reason::{Cause, Reason};
 use crate::redis::scripts;
 use crate::stats::Counter;
-use crate::upstream;
-use host_list::HostList;
-use scrape::Scraper;
-use snapshot::{SnapEntry, SENT_KEY};
+use service::Home;
+pub use service::Metrics;
+use snapshot::SENT_KEY;
 use std::collections::HashMap;
 use std::rc::Rc;
 
@@ -38,71 +39,30 @@ struct ModelOnly {
     model: Option<String>,
 }
 
-/// Per-VM state of the policy.
+/// An endpoint_metrics route: its metrics settings. What it reads lives in the VM's one
+/// [`Metrics`] (`Env::metrics`).
 pub struct EndpointMetrics {
-    host_list: HostList,
-    /// Decoded scrape snapshots by namespace, with the shared-data CAS they were read at.
-    snapshots: HashMap<String, (u32, Rc<HashMap<String, SnapEntry>>)>,
-    /// Fingerprint of the target list this VM last published, per namespace (Higress scrape).
-    targets: HashMap<String, String>,
-    scraper: Scraper,
-    /// Sessions: the ring of the last candidate list seen, with that list's fingerprint (the
-    /// healthy set changes rarely; the ring is rebuilt only then).
-    ring: Option<(String, Rc<Ring>)>,
+    config: Rc<MetricsConfig>,
 }
 
 impl EndpointMetrics {
-    pub fn new(config: &PluginConfig, seed: u64) -> EndpointMetrics {
+    pub fn new(config: &Rc<MetricsConfig>) -> EndpointMetrics {
         EndpointMetrics {
-            host_list: HostList::default(),
-            snapshots: HashMap::new(),
-            targets: HashMap::new(),
-            scraper: Scraper::new(config, seed),
-            ring: None,
+            config: config.clone(),
         }
     }
+}
 
-    pub fn tick_ms(&self) -> u32 {
-        self.scraper.tick_ms()
-    }
-
-    pub fn on_tick(&mut self, host: &mut dyn Host, tel: &Telemetry) {
-        self.scraper.on_tick(host, tel);
-    }
-
-    pub fn on_http_response(
-        &mut self,
-        host: &mut dyn Host,
-        tel: &Telemetry,
-        token: u32,
-        body_size: usize,
-    ) {
-        self.scraper.on_http_response(host, tel, token, body_size);
-    }
-
+impl Policy for EndpointMetrics {
     /// Decides now, from metrics already parsed (never parsed per request).
-    pub fn decide(
-        &mut self,
-        host: &mut dyn Host,
-        env: Env,
-        input: &Input,
-        mc: &MetricsConfig,
-    ) -> Decision {
+    fn decide(&mut self, host: &mut dyn Host, env: Env, input: &Input) -> Decision {
+        let mc = &*self.config;
         let config = input.config;
         let sent = sent_counts(host);
         // Higress's host list also names the pods that are not healthy (and this VM remembers
         // those that left): a session's home is taken among them too, so that its leaving
         // counts as a rebound (docs/redis-data-model.md §10).
-        let (candidates, members) = match mc.source {
-            MetricsSource::Host => {
-                let cluster = host::text_property(host, "cluster_name").unwrap_or_default();
-                let c = self
-                    .host_list
-                    .candidates(host, env.tel, cluster.clone(), mc, &sent);
-                (c, self.host_list.ring_members(&cluster))
-            }
-            MetricsSource::Scrape => (self.scraped_candidates(host, config, mc, &sent), None),
-        };
+        let (candidates, members) = env.metrics.candidates(host, env.tel, config, mc, &sent);
         let candidates = match candidates {
             Ok(c) if c.is_empty() => return Decision::Fallback(Cause::NoHealthyEndpoint),
             Ok(c) => c,
@@ -146,8 +106,7 @@ impl EndpointMetrics {
         // A session's pod wins while it has metrics that do not say saturated: the pod Redis
         // binds it to (Higress build, a route with Redis), else its consistent-hash pod.
         let session = config.session.as_ref().and_then(|s| {
-            let id =
-                super::session::session_id(&*host, s, input.read_body.then_some(input.body_bytes))?;
+            let id = session::session_id(&*host, s, input.read_body.then_some(input.body_bytes))?;
             Some((s, id))
         });
         let bind = match (&session, input.keys, &config.redis) {
@@ -157,7 +116,11 @@ impl EndpointMetrics {
             _ => None,
         };
         let home = match (&session, &bind) {
-            (Some((_, id)), None) => Some(self.session_home(&candidates, members.as_deref(), id)),
+            (Some((_, id)), None) => Some(env.metrics.session_home(
+                &candidates,
+                members.as_deref(),
+                id,
+            )),
             _ => None,
         };
         if let Some(Home { at: Some(h), away }) = home {
@@ -247,173 +210,6 @@ impl EndpointMetrics {
             Choice::NoCandidates => Decision::Fallback(Cause::NoHealthyEndpoint),
         }
     }
-
-    /// The session's pod among `candidates`: its id's walk over the CHWBL ring of the ring
-    /// members (`session::ring_key`, the rule plain-Envoy global_least_request uses), where
-    /// `members` (Higress's host list: every listed pod whatever its health, and those that
-    /// left recently, `host_list::DEPARTED_KEEP_MS`) joins the candidates. The walk's first
-    /// address is the session's home; when that is not a candidate (unhealthy or gone) the
-    /// walk's first candidate takes it and the session counts as rebound. An address keeps its
-    /// points whatever else joins or leaves, so every worker and every gateway that sees the
-    /// same healthy set puts a session on the same pod without storing a binding, whether or
-    /// not it remembers a departed pod, and only the sessions of a departed pod move
-    /// (docs/redis-data-model.md §10).
-    fn session_home(
-        &mut self,
-        candidates: &[Candidate],
-        members: Option<&Vec<String>>,
-        id: &[u8],
-    ) -> Home {
-        // The members (sorted) already hold every listed pod, the healthy candidates among
-        // them: taken as they are, with no per-request copy, unless a candidate is missing.
-        let covered =
-            members.filter(|m| candidates.iter().all(|c| m.binary_search(&c.addr).is_ok()));
-        let merged: Vec<String>;
-        let addrs: &[String] = match covered {
-            Some(m) => m,
-            None => {
-                let mut a: Vec<String> = candidates.iter().map(|c| c.addr.clone()).collect();
-                if let Some(m) = members {
-                    a.extend(m.iter().cloned());
-                    a.sort_unstable();
-                    a.dedup();
-                }
-                merged = a;
-                &merged
-            }
-        };
-        let fp = upstream::fingerprint(addrs);
-        let ring = match &self.ring {
-            Some((f, ring)) if *f == fp => ring.clone(),
-            _ => {
-                let ring = Rc::new(Ring::new(addrs));
-                self.ring = Some((fp, ring.clone()));
-                ring
-            }
-        };
-        // The walk's first step is usually a candidate: a scan per step, no index built.
-        let mut away = false;
-        for e in ring.walk(super::session::ring_key(id)) {
-            let Some(addr) = addrs.get(e) else {
-                break;
-            };
-            match candidates.iter().position(|c| c.addr == *addr) {
-                Some(at) => return Home { at: Some(at), away },
-                None => away = true,
-            }
-        }
-        Home { at: None, away }
-    }
-
-    /// A plain-Envoy prefix_cache's metrics guard: for each of `config.endpoints`, whether its
-    /// scraped metrics say it is saturated ([`scheduler::is_saturated`]); unknown or stale
-    /// metrics never are (fail open). Read as scraped, without the sent-since-scrape
-    /// correction: the guard's other half is this proxy's in-flight load already, and the
-    /// correction (every request sent since the scrape queues, unless `maxRunningHint` says
-    /// there is room) would call a busy but healthy pod saturated between two scrapes.
-    pub fn saturated(
-        &mut self,
-        host: &mut dyn Host,
-        config: &RouteConfig,
-        mc: &MetricsConfig,
-    ) -> Vec<bool> {
-        let candidates = self
-            .scraped_candidates(host, config, mc, &HashMap::new())
-            .unwrap_or_default();
-        config
-            .endpoints
-            .iter()
-            .map(|addr| {
-                candidates
-                    .iter()
-                    .find(|c| c.addr == *addr)
-                    .and_then(|c| scheduler::is_saturated(c, &mc.scheduler))
-                    .unwrap_or(false)
-            })
-            .collect()
-    }
-
-    /// The scraper's snapshot (decoded again only when its CAS moved); stale entries unknown.
-    fn scraped_candidates(
-        &mut self,
-        host: &mut dyn Host,
-        config: &RouteConfig,
-        mc: &MetricsConfig,
-        sent: &HashMap<String, u64>,
-    ) -> Result<Vec<Candidate>, Cause> {
-        let endpoints: Rc<Vec<String>> = if config.endpoints.is_empty() {
-            let buf = host
-                .upstream_hosts()
-                .map_err(|_| Cause::HostListUnavailable)?;
-            let list = upstream::decode_hosts(&buf).map_err(|_| Cause::HostListUnavailable)?;
-            Rc::new(upstream::healthy_addresses(&list))
-        } else {
-            config.endpoints.clone()
-        };
-        let Some(ns) = mc.scrape_namespace(&config.endpoints) else {
-            return Err(Cause::NoMetrics);
-        };
-        if config.endpoints.is_empty() {
-            self.publish_targets(host, &ns, &endpoints);
-        }
-        let snap = self.snapshot(host, &ns);
-        let max_age = mc.scrape.as_ref().map_or(0, |s| s.max_age_ms);
-        let now = host.now_ms();
-        Ok(endpoints
-            .iter()
-            .map(|addr| {
-                let entry = snap
-                    .get(addr)
-                    .filter(|e| now.saturating_sub(e.at_ms) <= max_age);
-                let now_sent = sent.get(addr).copied().unwrap_or(0);
-                Candidate {
-                    addr: addr.clone(),
-                    metrics: entry.and_then(|e| e.metrics.clone()),
-                    in_flight_since_scrape: snapshot::clamp_u32(
-                        now_sent.saturating_sub(entry.map_or(now_sent, |e| e.sent_base)),
-                    ),
-                }
-            })
-            .collect())
-    }
-
-    /// Higress scrape mode: the scraper learns the pods from the requests' host lists.
-    fn publish_targets(&mut self, host: &mut dyn Host, ns: &str, endpoints: &[String]) {
-        let fp = upstream::fingerprint(endpoints);
-        if self.targets.get(ns) == Some(&fp) {
-            return;
-        }
-        let value = endpoints.join("\n");
-        if host
-            .shared_set(&snapshot::targets_key(ns), value.as_bytes(), 0)
-            .is_ok()
-        {
-            self.targets.insert(ns.to_string(), fp);
-        }
-    }
-
-    fn snapshot(&mut self, host: &mut dyn Host, ns: &str) -> Rc<HashMap<String, SnapEntry>> {
-        let Ok(Some((bytes, cas))) = host.shared_get(&snapshot::snapshot_key(ns)) else {
-            return Rc::new(HashMap::new());
-        };
-        if let Some((c, snap)) = self.snapshots.get(ns) {
-            if *c == cas {
-                return snap.clone();
-            }
-        }
-        let snap = Rc::new(snapshot::decode_snapshot(&bytes));
-        self.snapshots.insert(ns.to_string(), (cas, snap.clone()));
-        snap
-    }
-}
-
-/// A session's place on the consistent-hash ring ([`EndpointMetrics::session_home`]).
-#[derive(Clone, Copy)]
-struct Home {
-    /// The first candidate of its walk (by position in the candidates).
-    at: Option<usize>,
-    /// Its home (the walk's first address) is not a candidate: unhealthy or gone.
-    away: bool,
 }
 
 /// Whether a session stays on candidate `c`: it has metrics (a pod never scraped, failed, stale

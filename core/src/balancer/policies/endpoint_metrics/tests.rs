@@ -612,7 +612,7 @@ fn config_keys_defaults_and_errors() {
         assert!(err.contains(&format!("lb_config.{field}")), "{lb}: {err}");
     }
     // What Higress's Go plugin accepts is accepted with one warning naming the field
-    // (issue 9; README "Configuration compatibility").
+    // (issue 9; docs/compatibility.md).
     for (lb, field) in [
         (json!({"metric_policy": "fastest"}), "metric_policy"),
         (json!({"metric_policy": "least"}), "metric_policy"),

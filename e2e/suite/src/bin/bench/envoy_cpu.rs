@@ -3,16 +3,13 @@
 //! config without the wasm filter. Beside them, the filter running a module whose callbacks do
 //! nothing (`empty_plugin`): what Envoy's wasm filter costs any plugin (stream context, one V8
 //! entry per callback), so the plugin's own share is the difference from it; and a module that
-//! makes only cluster_hash's host calls (`envoy_cluster_hash_host_calls_over_floor`); and the
-//! least Rust AdaptiveScore (`e2e/compact-adaptive`, docs/plugin-cpu.md), what a compact
-//! AdaptiveScore costs here. The six proxies get the same requests, interleaved, so the
-//! machine's noise falls on all alike.
+//! makes only cluster_hash's host calls (`envoy_cluster_hash_host_calls_over_floor`). The five
+//! proxies get the same requests, interleaved, so the machine's noise falls on all alike.
 
 use crate::cluster::{NAMES, THIRDS};
 use crate::common::{chat10, from_clients};
 use ailb_e2e::bed::Bed;
 use ailb_e2e::cluster::{hash_plugin, TARGET_HEADER};
-use ailb_e2e::compact_adaptive_wasm;
 use ailb_e2e::empty_plugin::{empty_wasm, host_calls_wasm};
 use ailb_e2e::envoy::Envoy;
 use ailb_e2e::gateway::http;
@@ -38,11 +35,10 @@ pub fn envoy_cluster_plugin_cpu() -> anyhow::Result<()> {
     let bare = Envoy::start_clusters_plain(&services);
     let empty = Envoy::start_clusters_module(&services, &empty_wasm()?, &json!({}));
     let calls = Envoy::start_clusters_module(&services, &host_calls_wasm()?, &json!({}));
-    let compact = Envoy::start_clusters_module(&services, &compact_adaptive_wasm()?, &json!({}));
-    let proxies = [&adaptive, &hash, &bare, &empty, &calls, &compact];
+    let proxies = [&adaptive, &hash, &bare, &empty, &calls];
     let body = chat10();
     // Every request names a service (the plugin-less proxy routes by it; the plugins replace
-    // it) and a user (cluster_hash's key), so all six parse the same headers.
+    // it) and a user (cluster_hash's key), so all five parse the same headers.
     let send_round = |i: usize| -> anyhow::Result<()> {
         let user = format!("user-{i}");
         let headers = [
@@ -68,7 +64,7 @@ pub fn envoy_cluster_plugin_cpu() -> anyhow::Result<()> {
                 .try_for_each(send_round)
         })?;
         let after = threads()?;
-        for (i, name) in ["adaptive", "hash", "none", "empty", "host-calls", "compact"]
+        for (i, name) in ["adaptive", "hash", "none", "empty", "host-calls"]
             .iter()
             .enumerate()
         {
@@ -101,12 +97,10 @@ pub fn envoy_cluster_plugin_cpu() -> anyhow::Result<()> {
     let all = (WARM + 2 * MEASURED) as i64;
     anyhow::ensure!(
         adaptive.stat("ai_lb.cluster_metrics.routed") == all
-            && hash.stat("ai_lb.cluster_hash.routed") == all
-            && compact.stat("compact.routed") == all,
-        "the plugins routed {}, {} and {} of {all}",
+            && hash.stat("ai_lb.cluster_hash.routed") == all,
+        "the plugins routed {} and {} of {all}",
         adaptive.stat("ai_lb.cluster_metrics.routed"),
-        hash.stat("ai_lb.cluster_hash.routed"),
-        compact.stat("compact.routed")
+        hash.stat("ai_lb.cluster_hash.routed")
     );
     // One request at a time, then 8 clients at once (a busy proxy, caches warm).
     for (suffix, us) in [("", &one), ("_loaded_8_clients", &loaded)] {
@@ -119,10 +113,6 @@ pub fn envoy_cluster_plugin_cpu() -> anyhow::Result<()> {
         println!(
             "BENCH envoy_cluster_hash_host_calls_over_floor{suffix} {:.1} us",
             us[4] - floor
-        );
-        println!(
-            "BENCH envoy_cluster_adaptive_compact_reference_over_floor{suffix} {:.1} us",
-            us[5] - floor
         );
         for (name, total) in [("adaptive", us[0]), ("hash", us[1])] {
             println!(

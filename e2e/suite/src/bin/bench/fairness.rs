@@ -1,4 +1,4 @@
-//! Tenant fairness (README "Tenant fairness"): 2 gateways x 2 workers in front of 4 fake pods,
+//! Tenant fairness (docs/sessions-and-queues.md "Tenant fairness"): 2 gateways x 2 workers in front of 4 fake pods,
 //! the pool capped at its pods' slots (`maxPoolRequests`). A quiet tenant and a tenant sending
 //! 10x as much (more than the whole pool can serve) share it; the same arrival sequence's quiet
 //! requests alone give the baseline. Also the peak pool load seen in Redis against the cap, and

@@ -3,11 +3,11 @@
 
 mod cluster;
 mod cluster3;
+mod cluster_streamed;
 mod common;
 mod envoy_cpu;
 mod envoy_prefix;
 mod fairness;
-mod footprint;
 mod glr;
 mod metrics;
 mod prefix;
@@ -15,7 +15,7 @@ mod priority;
 mod session;
 mod thirdparty;
 
-/// `ailb-bench [cpu] [leak] [p99] [prefix] [session] [metrics] [cluster|cluster-cpu|cluster-cold|cluster-hash|cluster-p99] [envoy-prefix] [envoy-cpu] [thirdparty] [cluster3] [priority] [queue] [fairness] [footprint]`: the named sections only (all by default).
+/// `ailb-bench [cpu] [leak] [p99] [prefix] [session] [metrics] [cluster|cluster-cpu|cluster-cold|cluster-hash|cluster-p99] [envoy-prefix] [envoy-cpu] [thirdparty] [cluster3] [priority] [queue] [fairness]`: the named sections only (all by default).
 fn main() -> anyhow::Result<()> {
     let only: Vec<String> = std::env::args().skip(1).collect();
     let run = |name: &str| only.is_empty() || only.iter().any(|a| a == name);
@@ -53,10 +53,7 @@ fn main() -> anyhow::Result<()> {
         cluster::cluster_hash_slot_agreement()?;
     }
     if part("cluster-p99") {
-        cluster::cluster_adaptive_vs_round_robin_and_oracle()?;
-    }
-    if run("footprint") {
-        footprint::plugin_code_lines()?;
+        cluster_streamed::cluster_adaptive_vs_round_robin_and_oracle()?;
     }
     if run("envoy-prefix") {
         envoy_prefix::envoy_prefix_vs_round_robin_and_redis()?;

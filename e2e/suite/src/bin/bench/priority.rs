@@ -1,4 +1,4 @@
-//! Priority classes under overload (README "Priority classes"): 2 gateways x 2 workers in front
+//! Priority classes under overload (docs/sessions-and-queues.md "Priority classes"): 2 gateways x 2 workers in front
 //! of 4 fake pods, 150% of the pool's capacity offered in 3 classes; the same arrival sequence's
 //! critical requests alone give the idle baseline.
 
@@ -156,7 +156,7 @@ pub fn priority_under_overload() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The waiting queue (README "Waiting queue") under the same 150% overload and the same
+/// The waiting queue (docs/sessions-and-queues.md "Waiting queue") under the same 150% overload and the same
 /// arrival sequence as [`priority_under_overload`]: requests over the pool wait up to
 /// `QUEUE_TIMEOUT_MS` instead of a 429, highest class first across both gateways. Measured, not
 /// asserted: the critical p99 (and its ratio to the idle run of the critical requests alone),

@@ -1,0 +1,130 @@
+//! Feeding a request's state machine: a phase callback's event and its verdict, an
+//! asynchronous event that may resume the request, the root tick's deadlines and queue
+//! retries, and the response headers. Each event's effects are performed (perform.rs) and an
+//! effect's answer is fed back as the next event.
+
+use super::held;
+use super::request::{Event, Request};
+use super::{Balancer, Verdict};
+use crate::host::{Host, LogLevel};
+use crate::reason::Reason;
+use crate::stats::Counter;
+
+impl Balancer {
+    /// A phase callback (headers, body): its verdict follows from where the request ends up.
+    pub(super) fn callback(&mut self, host: &mut dyn Host, ctx: u32, event: Event) -> Verdict {
+        self.drive(host, ctx, event);
+        match self.requests.get(&ctx) {
+            Some(r) if r.is_held() || r.replied() => Verdict::Pause,
+            _ => Verdict::Continue,
+        }
+    }
+
+    /// An asynchronous event for a held request: resume it if the event released it.
+    pub(super) fn resumed(&mut self, host: &mut dyn Host, ctx: u32, event: Event) {
+        self.drive(host, ctx, event);
+        let Some(r) = self.requests.get(&ctx) else {
+            return;
+        };
+        if !r.is_held() && !r.replied() {
+            if let Err(e) = host.resume_request() {
+                self.tel.log(host, LogLevel::Warn, ctx, format_args!("{e}"));
+            }
+        }
+    }
+
+    /// Feeds `event` to the request and performs its effects; an effect that answers with an
+    /// event (decide, send, publish) feeds that event in turn.
+    pub(super) fn drive(&mut self, host: &mut dyn Host, ctx: u32, event: Event) {
+        let mut next = Some(event);
+        while let Some(event) = next.take() {
+            let Some(req) = self.requests.get_mut(&ctx) else {
+                return;
+            };
+            for effect in req.handle(event) {
+                if let Some(answer) = self.perform(host, ctx, effect) {
+                    next = Some(answer);
+                }
+            }
+        }
+    }
+
+    /// Root tick: requests held for their body past their deadline, released without it.
+    pub(super) fn expire_body_waits(&mut self, host: &mut dyn Host) {
+        for ctx in self.body.due(host.now_ms(), &self.requests) {
+            // A context the host no longer knows ends with on_done; nothing to resume.
+            if host.set_effective_context(ctx).is_err() {
+                continue;
+            }
+            self.resumed(host, ctx, Event::BodyTimeout);
+            self.body.released(ctx, host.now_ms());
+        }
+    }
+
+    /// Root tick: waiting requests past their deadline get the 429 they would have got.
+    pub(super) fn expire_queue(&mut self, host: &mut dyn Host) {
+        for ctx in self.queue.expired(host.now_ms(), &self.requests) {
+            if host.set_effective_context(ctx).is_ok() {
+                self.resumed(host, ctx, Event::QueueTimeout);
+            }
+        }
+    }
+
+    /// Room may have freed: the queue's heads try again, one acquire per freed room.
+    pub(super) fn serve_queue(&mut self, host: &mut dyn Host) {
+        while let Some(ctx) = self.queue.next_head(host, &self.requests) {
+            self.resumed(host, ctx, Event::Admit);
+        }
+    }
+
+    /// The response headers of request `ctx`: cluster_metrics' status, plain Envoy's served-
+    /// elsewhere check, the debug header.
+    pub(super) fn response_headers(&mut self, host: &mut dyn Host, ctx: u32) {
+        let Some(req) = self.requests.get(&ctx) else {
+            return;
+        };
+        // Only cluster_metrics' statistics read the status: a host call saved elsewhere.
+        if req.wants_status() {
+            let status = held::response_status(host);
+            self.drive(host, ctx, Event::ResponseHeaders { status });
+        }
+        // Plain Envoy, least request and sessions: a response from another endpoint than the
+        // one counted is Envoy's retry to a fallback, so that pod refused or reset the
+        // connection. One property read per such request; the release marks the pod down.
+        let served_elsewhere = self
+            .requests
+            .get(&ctx)
+            .and_then(Request::watched_endpoint)
+            .is_some_and(|chosen| {
+                host.property(&["upstream", "address"])
+                    .ok()
+                    .flatten()
+                    .is_some_and(|served| served != chosen.as_bytes())
+            });
+        if let Some(req) = self.requests.get_mut(&ctx).filter(|_| served_elsewhere) {
+            let sticky = matches!(req.describe().1, Reason::Session | Reason::SessionRebound);
+            req.mark_failed();
+            let counter = if sticky {
+                Counter::SessionPodDown
+            } else {
+                Counter::GlrPodDown
+            };
+            self.tel.inc(host, counter);
+        }
+        let Some(req) = self.requests.get(&ctx) else {
+            return;
+        };
+        if let Some(name) = &req.config.common.debug_header {
+            let (endpoint, reason) = req.describe();
+            let mut value = format!(
+                "endpoint={}; reason={}",
+                endpoint.unwrap_or("-"),
+                reason.name()
+            );
+            if let Some(ms) = req.queued_ms {
+                value.push_str(&format!("; queued_ms={ms}"));
+            }
+            let _ = host.add_response_header(name, &value);
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! The per-proxy counts of the plain-Envoy policies (global_least_request and prefix_cache
+//! without Redis): one shared-data record per endpoint set (`ailb.glr.<fingerprint>`) holding
+//! each endpoint's in-flight cost, the tenants' in-flight costs and last requests, and the
+//! endpoints marked down; every change is one compare-and-swap ([`take`], [`release`]).
+
+use crate::balancer::pick::{pool_cap, LocalLease};
+use crate::balancer::policies::policy::tenant;
+use crate::balancer::shared;
+use crate::balancer::telemetry::Telemetry;
+use crate::config::{Class, RouteConfig};
+use crate::host::{Host, HostError};
+use crate::stats::Counter;
+use crate::upstream;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+/// What a plain-Envoy pick is admitted against besides the endpoint cap: the pool cap and
+/// the tenant's share (docs/sessions-and-queues.md "Tenant fairness"), kept in the same counts record as the
+/// endpoints' loads (lines `~t<tenant> <in flight>` and `~s<tenant> <last request, ms>`), so
+/// one CAS update checks and counts all of it, as the Redis script does
+/// (docs/redis-data-model.md §11).
+#[derive(Debug, Clone, Default)]
+pub struct Admission {
+    /// `maxPoolRequests` or the request's class cap of it (0 = none).
+    pub pool_cap: u64,
+    /// The tenant id and the most it may hold while another tenant is active.
+    pub tenant: Option<(String, u64)>,
+    pub window_ms: u64,
+    pub now_ms: u64,
+}
+
+/// Why [`take`] refused before choosing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    Pool,
+    Tenant,
+}
+
+impl Admission {
+    pub fn of(host: &dyn Host, config: &RouteConfig, class: Option<Class>) -> Admission {
+        Admission {
+            pool_cap: pool_cap(config, class),
+            tenant: tenant(host, config, config.endpoints.len()),
+            window_ms: config.common.fairness.as_ref().map_or(0, |f| f.window_ms),
+            now_ms: host.now_ms(),
+        }
+    }
+
+    /// Checks the request against the pool cap and its tenant's share in `counts` (the
+    /// record's lines); a refused tenant is marked seen (it is waiting).
+    fn check(&self, counts: &mut HashMap<String, u64>, cost: u64) -> Result<(), Refused> {
+        if self.tenant.is_some() {
+            // Tenants quiet for the window are no longer active.
+            let oldest = self.now_ms.saturating_sub(self.window_ms);
+            counts.retain(|k, v| !k.starts_with(SEEN) || *v > oldest);
+        }
+        let mut refused = None;
+        if self.pool_cap > 0 {
+            let total: u64 = counts
+                .iter()
+                .filter(|(k, _)| !k.starts_with('~'))
+                .map(|(_, v)| *v)
+                .sum();
+            if total > 0 && total.saturating_add(cost) > self.pool_cap {
+                refused = Some(Refused::Pool);
+            }
+        }
+        if let (None, Some((id, limit))) = (refused, &self.tenant) {
+            let held = counts.get(&format!("{HELD}{id}")).copied().unwrap_or(0);
+            if held > 0 && held.saturating_add(cost) > *limit {
+                let (own_held, own_seen) = (format!("{HELD}{id}"), format!("{SEEN}{id}"));
+                let other_active = counts.iter().any(|(k, &v)| {
+                    (k.starts_with(SEEN) && *k != own_seen)
+                        || (k.starts_with(HELD) && *k != own_held && v > 0)
+                });
+                if other_active {
+                    refused = Some(Refused::Tenant);
+                }
+            }
+        }
+        match (refused, &self.tenant) {
+            (Some(r), Some((id, _))) => {
+                counts.insert(format!("{SEEN}{id}"), self.now_ms);
+                Err(r)
+            }
+            (Some(r), None) => Err(r),
+            (None, _) => Ok(()),
+        }
+    }
+
+    /// Counts an admitted request's tenant.
+    fn count(&self, counts: &mut HashMap<String, u64>, cost: u64) {
+        if let Some((id, _)) = &self.tenant {
+            let n = counts.entry(format!("{HELD}{id}")).or_insert(0);
+            *n = n.saturating_add(cost);
+            counts.insert(format!("{SEEN}{id}"), self.now_ms);
+        }
+    }
+}
+
+/// Counts-record line prefixes of a tenant's in-flight cost and its last request (never an
+/// endpoint address).
+const HELD: &str = "~t";
+const SEEN: &str = "~s";
+
+/// The one counting path of the plain-Envoy policies (least request here, prefix_cache in
+/// prefix_cache/local.rs): in one CAS update of the counts record `key`, the request is first
+/// checked against the pool cap and its tenant's share ([`Admission`]; `Err`: refused, nothing
+/// counted), then `choose` is shown this proxy's load of each of `endpoints` (by position, in
+/// `costMode` units) and which of them are marked down as of `now_ms` (by position; empty when
+/// none is or `now_ms` is None; expired marks are dropped), and the endpoint it picks is
+/// charged `cost` (and the tenant with it), the weight its lease gives back at stream end.
+/// `Ok(None)`: `choose` picked none and nothing was counted. `choose` may run again when the
+/// CAS is lost.
+pub fn take<T>(
+    host: &mut dyn Host,
+    key: &str,
+    endpoints: &[String],
+    cost: u64,
+    admission: &Admission,
+    now_ms: Option<u64>,
+    mut choose: impl FnMut(&[u64], &[bool]) -> Option<(usize, T)>,
+) -> Result<Result<Option<(usize, T)>, Refused>, HostError> {
+    shared::update(host, key, |cur| {
+        let mut counts = cur
+            .as_deref()
+            .map(shared::decode_counts)
+            .unwrap_or_default();
+        if let Err(r) = admission.check(&mut counts, cost) {
+            return (shared::encode_counts(&counts), Err(r));
+        }
+        let loads: Vec<u64> = endpoints
+            .iter()
+            .map(|e| counts.get(e).copied().unwrap_or(0))
+            .collect();
+        let down = now_ms.map_or_else(Vec::new, |now| down_marks(&mut counts, endpoints, now));
+        let choice = choose(&loads, &down).filter(|(e, _)| *e < endpoints.len());
+        if let Some(address) = choice.as_ref().and_then(|(e, _)| endpoints.get(*e)) {
+            let n = counts.entry(address.clone()).or_insert(0);
+            *n = n.saturating_add(cost);
+            admission.count(&mut counts, cost);
+        }
+        (shared::encode_counts(&counts), Ok(choice))
+    })
+}
+
+/// How long an endpoint that failed to answer a least-request pick or a session's request is
+/// passed over (docs/plain-envoy.md, "Sessions"): Envoy's retry served the request from a
+/// fallback, so the pod refused the connection or reset it. Short: a pod that is back takes
+/// its share again soon.
+pub const DOWN_MS: u64 = 10_000;
+/// Counts-record lines `~d<endpoint> <until, ms>`: the endpoint is down until then.
+const DOWN: &str = "~d";
+
+/// Which of `endpoints` are marked down at `now` (by position; empty when none is); drops the
+/// marks that expired.
+fn down_marks(counts: &mut HashMap<String, u64>, endpoints: &[String], now: u64) -> Vec<bool> {
+    if !counts.keys().any(|k| k.starts_with(DOWN)) {
+        return Vec::new();
+    }
+    counts.retain(|k, until| !k.starts_with(DOWN) || *until > now);
+    let marked: std::collections::HashSet<&str> =
+        counts.keys().filter_map(|k| k.strip_prefix(DOWN)).collect();
+    endpoints
+        .iter()
+        .map(|e| marked.contains(e.as_str()))
+        .collect()
+}
+
+/// The shared-data record of this proxy's in-flight counts over `endpoints` (also the load
+/// prefix_cache's plain-Envoy guard reads and counts in, prefix_cache/local.rs).
+pub fn counts_key(endpoints: &[String]) -> Rc<str> {
+    format!("ailb.glr.{}", upstream::fingerprint(endpoints)).into()
+}
+
+/// Stream end of a plain-Envoy least-request pick: its cost back, never below zero.
+pub fn release(host: &mut dyn Host, tel: &Telemetry, lease: LocalLease) {
+    let down_until = lease.failed.then(|| host.now_ms().saturating_add(DOWN_MS));
+    let result = shared::update(host, &lease.key, |cur| {
+        let mut counts = cur
+            .as_deref()
+            .map(shared::decode_counts)
+            .unwrap_or_default();
+        if let Some(n) = counts.get_mut(&lease.endpoint) {
+            *n = n.saturating_sub(lease.cost);
+        }
+        if let Some(until) = down_until {
+            counts.insert(format!("{DOWN}{}", lease.endpoint), until);
+        }
+        if let Some(id) = &lease.tenant {
+            let held = format!("{HELD}{id}");
+            let left = counts
+                .get(&held)
+                .map_or(0, |n| n.saturating_sub(lease.cost));
+            if left == 0 {
+                counts.remove(&held);
+            } else {
+                counts.insert(held, left);
+            }
+        }
+        (shared::encode_counts(&counts), ())
+    });
+    if result.is_err() {
+        tel.inc(host, Counter::ReleaseFailures);
+    }
+}

@@ -1,0 +1,310 @@
+//! global_least_request in the plain-Envoy build: there is no Redis host call there, so the
+//! counts are per proxy, in shared data (every worker VM sees them, counts.rs), updated with
+//! CAS and given back at stream end. Each request counts its `costMode` weight (the body's
+//! bytes or estimated tokens: such routes hold the request for its body).
+
+use super::counts::{counts_key, take, Admission, Refused};
+use crate::balancer::events::{Decision, Hold, PromptRead, Rejection};
+use crate::balancer::pick::{class_cap, cost_of, LocalLease};
+use crate::balancer::policies::policy::{priority_class, Env, Input, Policy};
+use crate::balancer::policies::session;
+use crate::balancer::telemetry::Telemetry;
+use crate::balancer::waiters;
+use crate::config::{Class, RouteConfig};
+use crate::config::{SESSION_MAX_IMBALANCE, SESSION_MAX_IMBALANCE_RATIO};
+use crate::host::{Host, HostError, LogLevel};
+use crate::prefix::chwbl::Ring;
+use crate::reason::{Cause, Reason};
+use crate::stats::Counter;
+use std::rc::Rc;
+
+/// global_least_request without Redis; with a session, the ring of the route's endpoints,
+/// built once.
+pub struct LocalLeastRequest {
+    ring: Option<Ring>,
+}
+
+impl LocalLeastRequest {
+    pub fn new(config: &RouteConfig) -> LocalLeastRequest {
+        LocalLeastRequest {
+            ring: config
+                .session
+                .as_ref()
+                .map(|_| Ring::new(&config.endpoints)),
+        }
+    }
+}
+
+impl Policy for LocalLeastRequest {
+    fn decide(&mut self, host: &mut dyn Host, env: Env, input: &Input) -> Decision {
+        decide(host, env, input, self.ring.as_ref())
+    }
+}
+
+/// A plain-Envoy least-request decision; `ring`: the endpoints' ring, for a session.
+pub fn decide(host: &mut dyn Host, env: Env, input: &Input, ring: Option<&Ring>) -> Decision {
+    let endpoints = &input.config.endpoints;
+    if endpoints.is_empty() {
+        return Decision::Fallback(Cause::NoHealthyEndpoint);
+    }
+    // The class first: a sticky request is held to its class cap like any other.
+    let class = priority_class(host, env.tel, input.config);
+    if let (Some(ring), Some(session)) = (ring, &input.config.session) {
+        // A waiting request's retry cannot read its held body again: it keeps the id its
+        // first decision read (`sessionBodyField`), as prefix_cache keeps its prompt.
+        let id = match input.read.and_then(|r| r.session.clone()) {
+            Some(kept) => Some(kept),
+            None => {
+                session::session_id(&*host, session, input.read_body.then_some(input.body_bytes))
+            }
+        };
+        if let Some(id) = id {
+            return match sticky(host, env, input, ring, &id, class) {
+                Decision::Reject(rejection) if rejection.may_wait() => {
+                    let read = input.read.cloned().unwrap_or_else(|| {
+                        Rc::new(PromptRead {
+                            keys: Vec::new(),
+                            anchor: 0,
+                            session: Some(id),
+                        })
+                    });
+                    Decision::Refused { rejection, read }
+                }
+                other => other,
+            };
+        }
+    }
+    let key = counts_key(endpoints);
+    let start = env.rng.next_u64();
+    let base_cap = input.config.common.max_load;
+    let cap = class_cap(input.config, class);
+    let cost = cost_of(input.config, input.body_bytes);
+    let admission = Admission::of(host, input.config, class);
+    let above = waiting_above(host, input, class);
+    let now = Some(admission.now_ms);
+    let picked = take(
+        host,
+        &key,
+        endpoints,
+        cost,
+        &admission,
+        now,
+        |loads, down| {
+            if waiters::outranked(loads, cap, admission.pool_cap, cost, above) {
+                return None;
+            }
+            let order = least_first(loads, start, down);
+            let best = *order.first()?;
+            let load = loads.get(best).copied().unwrap_or(0);
+            if cap > 0 && load >= cap {
+                return None;
+            }
+            Some((best, (order, load)))
+        },
+    );
+    match picked {
+        Ok(Ok(Some((chosen, (order, load))))) => {
+            if base_cap > 0 && load >= base_cap {
+                // Only the highest class gets past `maxRequestCount`: its headroom.
+                env.tel.inc(host, Counter::PriorityAdmittedHeadroom);
+            }
+            let Some(address) = endpoints.get(chosen).cloned() else {
+                return Decision::Fallback(Cause::NoHealthyEndpoint);
+            };
+            let fallbacks = order
+                .into_iter()
+                .skip(1)
+                .filter_map(|e| endpoints.get(e).cloned())
+                .collect();
+            routed(
+                key,
+                address,
+                cost,
+                &admission,
+                fallbacks,
+                Reason::LeastRequest,
+            )
+        }
+        Ok(Ok(None)) => no_room(class),
+        Ok(Err(refused)) => refusal(host, env.tel, refused, class),
+        Err(e) => shared_data_failed(host, env.tel, input.ctx, &admission, &e),
+    }
+}
+
+/// A plain-Envoy pick that took `cost` at `address` in the counts under `key`: routed,
+/// holding that cost until stream end.
+pub fn routed(
+    key: Rc<str>,
+    address: String,
+    cost: u64,
+    admission: &Admission,
+    fallbacks: Vec<String>,
+    reason: Reason,
+) -> Decision {
+    Decision::Route {
+        hold: Some(Hold::Local(LocalLease {
+            key,
+            endpoint: address.clone(),
+            cost,
+            tenant: admission.tenant.as_ref().map(|(id, _)| id.clone()),
+            failed: false,
+        })),
+        endpoint: address,
+        fallbacks,
+        reason,
+    }
+}
+
+/// Waiting queue with priority classes: how many requests of a higher class than `class` wait
+/// in this proxy (docs/sessions-and-queues.md "Waiting queue"); they hold back the room they wait for. 0 without a
+/// queue.
+pub fn waiting_above(host: &dyn Host, input: &Input, class: Option<Class>) -> u64 {
+    match (input.config.common.queue, class) {
+        (Some(_), Some(c)) if c.rank > 0 => {
+            waiters::above(host, &waiters::key(&input.config.endpoints), c.rank)
+        }
+        _ => 0,
+    }
+}
+
+/// No endpoint had room: a request with a priority class was shed at its class cap
+/// (`shed_priority`), any other refused at `maxRequestCount`.
+pub fn no_room(class: Option<Class>) -> Decision {
+    if class.is_some() {
+        Decision::Reject(Rejection::ShedPriority)
+    } else {
+        Decision::Reject(Rejection::MaxRequestCount)
+    }
+}
+
+/// The pool cap or the tenant's share refused the request (nothing was counted): the pool
+/// cap answers as the endpoint cap does (`shed_priority` with a class, else
+/// `maxRequestCount`), the tenant's share with `shed_tenant`.
+pub fn refusal(
+    host: &mut dyn Host,
+    tel: &Telemetry,
+    refused: Refused,
+    class: Option<Class>,
+) -> Decision {
+    match refused {
+        Refused::Pool => {
+            tel.inc(host, Counter::PoolFull);
+            no_room(class)
+        }
+        Refused::Tenant => Decision::Reject(Rejection::ShedTenant),
+    }
+}
+
+/// The counts could not be read or written: nothing was taken, so the request goes to the
+/// cluster's own balancing (a tenant's request unheld to its share: counted).
+pub fn shared_data_failed(
+    host: &mut dyn Host,
+    tel: &Telemetry,
+    ctx: u32,
+    admission: &Admission,
+    e: &HostError,
+) -> Decision {
+    if admission.tenant.is_some() {
+        tel.inc(host, Counter::TenantFallback);
+    }
+    tel.log(host, LogLevel::Debug, ctx, format_args!("{e}"));
+    Decision::Fallback(Cause::SharedData)
+}
+
+/// Plain Envoy with a session: no binding is stored; the session id is consistent-hashed onto
+/// the ring of the configured endpoints, so every worker and every replica sends it to the
+/// same pod without talking (docs/redis-data-model.md §10). It walks on past a pod over the
+/// guard Redis applies (the cap, or busier than this proxy's least-loaded pod by more than 8
+/// and 1.5 times) or marked down ([`DOWN_MS`]): `session_rebound`.
+fn sticky(
+    host: &mut dyn Host,
+    env: Env,
+    input: &Input,
+    ring: &Ring,
+    id: &[u8],
+    class: Option<Class>,
+) -> Decision {
+    let endpoints = &input.config.endpoints;
+    let key = session::ring_key(id);
+    let home = ring.walk(key).next();
+    let base_cap = input.config.common.max_load;
+    let cap = class_cap(input.config, class);
+    let cost = cost_of(input.config, input.body_bytes);
+    let counts = counts_key(endpoints);
+    let admission = Admission::of(host, input.config, class);
+    let above = waiting_above(host, input, class);
+    let now = Some(admission.now_ms);
+    let picked = take(
+        host,
+        &counts,
+        endpoints,
+        cost,
+        &admission,
+        now,
+        |loads, down| {
+            if waiters::outranked(loads, cap, admission.pool_cap, cost, above) {
+                return None;
+            }
+            let min = loads.iter().copied().min().unwrap_or(0) as f64;
+            let ok = |e: usize| {
+                let load = loads.get(e).copied().unwrap_or(0);
+                let over_cap = cap > 0 && load.saturating_add(cost) > cap;
+                let load = load as f64;
+                let imbalanced = load - min > SESSION_MAX_IMBALANCE as f64
+                    && load > min * SESSION_MAX_IMBALANCE_RATIO;
+                !over_cap && !imbalanced && !down.get(e).copied().unwrap_or(false)
+            };
+            ring.walk(key)
+                .find(|&e| ok(e))
+                .map(|e| (e, loads.get(e).copied().unwrap_or(0)))
+        },
+    );
+    match picked {
+        Ok(Ok(Some((chosen, load)))) => {
+            if base_cap > 0 && load >= base_cap {
+                // Only the highest class gets past `maxRequestCount`: its headroom.
+                env.tel.inc(host, Counter::PriorityAdmittedHeadroom);
+            }
+            let Some(address) = endpoints.get(chosen).cloned() else {
+                return Decision::Fallback(Cause::NoHealthyEndpoint);
+            };
+            let (reason, counter) = if home == Some(chosen) {
+                (Reason::Session, Counter::SessionHit)
+            } else {
+                (Reason::SessionRebound, Counter::SessionRebound)
+            };
+            env.tel.inc(host, counter);
+            let fallbacks = ring
+                .walk(key)
+                .filter(|&e| e != chosen)
+                .filter_map(|e| endpoints.get(e).cloned())
+                .take(16)
+                .collect();
+            routed(counts, address, cost, &admission, fallbacks, reason)
+        }
+        Ok(Ok(None)) => no_room(class),
+        Ok(Err(refused)) => refusal(host, env.tel, refused, class),
+        Err(e) => {
+            env.tel.inc(host, Counter::SessionFallback);
+            shared_data_failed(host, env.tel, input.ctx, &admission, &e)
+        }
+    }
+}
+
+/// Endpoint positions by load, ties rotated by `start` so equal endpoints share the traffic;
+/// the ones marked `down` come last (a pod that stopped answering holds nothing, so it would
+/// otherwise be first every time), still there as fallbacks and chosen when every pod is.
+fn least_first(loads: &[u64], start: u64, down: &[bool]) -> Vec<usize> {
+    let n = loads.len().max(1);
+    let offset = (start % n as u64) as usize;
+    let mut v: Vec<(bool, u64, usize, usize)> = loads
+        .iter()
+        .enumerate()
+        .map(|(i, &load)| {
+            let is_down = down.get(i).copied().unwrap_or(false);
+            (is_down, load, (i + n - offset) % n, i)
+        })
+        .collect();
+    v.sort_unstable();
+    v.into_iter().map(|(_, _, _, i)| i).collect()
+}

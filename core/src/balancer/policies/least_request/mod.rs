@@ -1,0 +1,74 @@
+//! global_least_request. Higress build ([`RedisLeastRequest`]): one atomic script call picks
+//! the least-loaded healthy endpoint across every gateway and counts it
+//! (docs/redis-data-model.md §4); the reply is read in [`reply`]. Plain-Envoy build
+//! ([`local::LocalLeastRequest`]): per-proxy counts in shared data ([`counts`]), and a session
+//! consistent-hashed onto the ring of the endpoints.
+
+pub mod counts;
+pub mod local;
+pub mod reply;
+
+use super::policy::{priority_class, tenant, Env, Input, Policy};
+use super::session;
+use crate::balancer::events::Decision;
+use crate::balancer::pick::{EndpointPick, Pick};
+use crate::config::RouteConfig;
+use crate::host::Host;
+use crate::reason::Cause;
+use crate::redis::scripts;
+use std::rc::Rc;
+
+/// The policy object of a global_least_request route: Redis-backed where the route has a
+/// Redis target, else per proxy.
+pub fn build(config: &Rc<RouteConfig>) -> Box<dyn Policy> {
+    match config.redis {
+        Some(_) => Box::new(RedisLeastRequest),
+        None => Box::new(local::LocalLeastRequest::new(config)),
+    }
+}
+
+/// global_least_request with Redis (Higress build).
+pub struct RedisLeastRequest;
+
+impl Policy for RedisLeastRequest {
+    fn decide(&mut self, host: &mut dyn Host, env: Env, input: &Input) -> Decision {
+        acquire(host, env, input, None)
+    }
+}
+
+/// A Redis acquire for this request: plain least-request (`chain` None) or with a prefix chain.
+pub fn acquire(
+    host: &mut dyn Host,
+    env: Env,
+    input: &Input,
+    chain: Option<Rc<Vec<String>>>,
+) -> Decision {
+    let Some(keys) = input.keys else {
+        return Decision::Fallback(Cause::NoRoute);
+    };
+    let class = priority_class(host, env.tel, input.config);
+    match EndpointPick::plan(
+        host,
+        input.config,
+        keys,
+        input.body_bytes,
+        chain,
+        input.synced,
+        env.rng,
+    ) {
+        Ok(mut pick) => {
+            pick.session = session_key(host, input);
+            pick.tenant = tenant(host, input.config, pick.candidates.len());
+            Decision::Acquire(Box::new(Pick::Endpoint(pick.with_class(class))))
+        }
+        Err(cause) => Decision::Fallback(cause),
+    }
+}
+
+/// The request's session key, when the route is sticky and the request names a session.
+fn session_key(host: &dyn Host, input: &Input) -> Option<Rc<str>> {
+    let config = input.config.session.as_ref()?;
+    let keys = input.keys?;
+    let id = session::session_id(host, config, input.read_body.then_some(input.body_bytes))?;
+    Some(scripts::session_key(&keys.namespace, &id).into())
+}

@@ -1,0 +1,119 @@
+//! Redis's reply to an endpoint pick (global_least_request, prefix_cache): the lease it took,
+//! a resend (NOSCRIPT, a lost endpoint set), a refusal for want of room, or a fallback.
+
+use crate::balancer::events::{Answer, Decision, Effect, Hold, Rejection};
+use crate::balancer::pick::{EndpointPick, Pick, PickReply};
+use crate::reason::Cause;
+use crate::redis::scripts::SessionState;
+use crate::stats::Counter;
+
+/// What `reply` (Err: never sent, nothing acquired) comes to for the request that sent `pick`.
+/// A sticky request that falls back degrades to the cluster's own balancing, counted as a
+/// session not honoured (docs/redis-data-model.md §10); a tenant's request that falls back
+/// is not held to its share, counted the same way (docs/sessions-and-queues.md "Tenant fairness").
+pub fn answer(pick: EndpointPick, reply: Result<PickReply, Cause>) -> Answer {
+    let mut if_fallback = Vec::new();
+    if pick.session.is_some() {
+        if_fallback.push(Counter::SessionFallback);
+    }
+    if pick.tenant.is_some() {
+        if_fallback.push(Counter::TenantFallback);
+    }
+    let answer = match reply {
+        Ok(reply) => replied(pick, reply),
+        Err(cause) => Answer::new(Vec::new(), Decision::Fallback(cause)),
+    };
+    Answer {
+        if_fallback,
+        ..answer
+    }
+}
+
+fn replied(mut pick: EndpointPick, reply: PickReply) -> Answer {
+    let namespace = pick.keys.namespace.clone();
+    match reply {
+        PickReply::Picked {
+            endpoint,
+            depth,
+            spilled,
+            session,
+            load_before,
+        } => {
+            let lease = pick.lease(&endpoint);
+            if !pick.candidates.contains(&endpoint) {
+                // Only possible if two endpoint sets share a fingerprint: resync next time.
+                let effects = vec![Effect::Unsynced { namespace }, Effect::Release(lease)];
+                return Answer::new(effects, Decision::Fallback(Cause::BadReply));
+            }
+            let counted = match session {
+                SessionState::None => None,
+                SessionState::Kept => Some(Counter::SessionHit),
+                SessionState::New => Some(Counter::SessionBound),
+                SessionState::Rebound => Some(Counter::SessionRebound),
+            };
+            let mut effects: Vec<Effect> = counted.map(Effect::Count).into_iter().collect();
+            // Only the top class is admitted past `maxRequestCount`: its headroom
+            // (docs/sessions-and-queues.md "Priority classes"), as the plain-Envoy pick counts it.
+            let base_cap = pick.config.common.max_load;
+            if base_cap > 0 && load_before.is_some_and(|l| l >= base_cap) {
+                effects.push(Effect::Count(Counter::PriorityAdmittedHeadroom));
+            }
+            effects.push(Effect::Synced {
+                namespace,
+                fingerprint: pick.fingerprint.clone(),
+            });
+            let decision = Decision::Route {
+                reason: pick.reason(depth, spilled, session),
+                endpoint,
+                fallbacks: Vec::new(),
+                hold: Some(Hold::Lease(lease)),
+            };
+            Answer::new(effects, decision)
+        }
+        PickReply::Resync if !pick.sent_list => {
+            // Redis lost or never had our endpoint set: resend the pick with it, once.
+            pick.sent_list = true;
+            let effects = vec![
+                Effect::Count(Counter::RedisResync),
+                Effect::Unsynced { namespace },
+            ];
+            Answer::new(effects, resend(pick))
+        }
+        PickReply::Resync | PickReply::Service(_) => Answer::new(
+            vec![Effect::Unsynced { namespace }],
+            Decision::Fallback(Cause::BadReply),
+        ),
+        full @ (PickReply::Full | PickReply::PoolFull) => {
+            let rejection = match pick.class {
+                Some(_) => Rejection::ShedPriority,
+                None => Rejection::MaxRequestCount,
+            };
+            // A full pool answers as full endpoints do, and may wait the same way.
+            let mut effects = Vec::new();
+            if matches!(full, PickReply::PoolFull) {
+                effects.push(Effect::Count(Counter::PoolFull));
+            }
+            let pick = Box::new(Pick::Endpoint(pick));
+            Answer::new(effects, Decision::Full { rejection, pick })
+        }
+        PickReply::Tenant => Answer::new(Vec::new(), Decision::Reject(Rejection::ShedTenant)),
+        PickReply::NoScript if pick.by_sha => {
+            // Redis restarted or flushed its script cache: EVAL reloads it.
+            pick.by_sha = false;
+            Answer::new(vec![Effect::Count(Counter::RedisNoScript)], resend(pick))
+        }
+        PickReply::NoScript => Answer::new(Vec::new(), Decision::Fallback(Cause::RedisError)),
+        PickReply::Failed(cause) => {
+            let mut effects = Vec::new();
+            if cause == Cause::RedisTimeout {
+                // The script may have run before the reply was lost.
+                effects.push(Effect::ReleaseAll(Box::new(Pick::Endpoint(pick))));
+            }
+            Answer::new(effects, Decision::Fallback(cause))
+        }
+    }
+}
+
+fn resend(pick: EndpointPick) -> Decision {
+    Decision::Acquire(Box::new(Pick::Endpoint(pick)))
+}

@@ -1,0 +1,70 @@
+//! What a policy is: one object per route config, built at configure ([`super::build`]), that
+//! answers one question — where does this request go — as a [`Decision`]. It is given the
+//! request it decides for ([`Input`]) and the VM's shared services ([`Env`]); the request's
+//! state machine does the rest.
+
+use super::endpoint_metrics::service::Metrics;
+use crate::balancer::events::{Decision, PromptRead};
+use crate::balancer::pick::tenant_capacity;
+use crate::balancer::rng::VmRng;
+use crate::balancer::telemetry::Telemetry;
+use crate::config::{Class, Fairness, RouteConfig};
+use crate::host::Host;
+use crate::redis::inflight::InflightKeys;
+use crate::redis::scripts::Keys;
+use crate::stats::Counter;
+use std::rc::Rc;
+
+/// What a policy knows about the request it decides for.
+pub struct Input<'a> {
+    pub ctx: u32,
+    pub config: &'a Rc<RouteConfig>,
+    /// The route's Redis keys (None when the host did not name the route and cluster).
+    pub keys: Option<&'a Rc<Keys>>,
+    pub body_bytes: usize,
+    /// False for a body over `maxBodyBytes`: decide without reading it.
+    pub read_body: bool,
+    /// A waiting request's retry (plain Envoy): what its first decision read from the body.
+    pub read: Option<&'a Rc<PromptRead>>,
+    /// cluster_metrics with `global_inflight_enabled`: the route's Redis count (None when the
+    /// host did not name the route: the local path decides, as in Higress).
+    pub inflight: Option<&'a Rc<InflightKeys>>,
+    /// The endpoint-set fingerprint Redis holds for these keys, as far as this VM knows.
+    pub synced: Option<&'a Rc<str>>,
+}
+
+/// A route's policy, with whatever state it keeps (built once per route config).
+pub trait Policy {
+    fn decide(&mut self, host: &mut dyn Host, env: Env, input: &Input) -> Decision;
+}
+
+/// What every policy may use besides the host: the VM's counters and randomness, and its one
+/// view of the endpoints' model-server metrics (the scraper feeds every route).
+pub struct Env<'a> {
+    pub tel: &'a mut Telemetry,
+    pub rng: &'a mut VmRng,
+    pub metrics: &'a mut Metrics,
+}
+
+/// The request's priority class (None when the route has no `priorityHeader`); a value
+/// naming no class is counted (docs/sessions-and-queues.md "Priority classes").
+pub fn priority_class(host: &mut dyn Host, tel: &Telemetry, config: &RouteConfig) -> Option<Class> {
+    let p = config.common.priority.as_ref()?;
+    let value = host.request_header(&p.header).ok().flatten();
+    let class = p.class_of(value.as_deref());
+    if class.unknown {
+        tel.inc(host, Counter::PriorityUnknownClass);
+    }
+    Some(class)
+}
+
+/// The request's tenant id and the most it may hold while another tenant is active (its
+/// share of the capacity of the pool's `endpoints`), when the route has tenant fairness and
+/// the request names a tenant (docs/sessions-and-queues.md "Tenant fairness").
+pub fn tenant(host: &dyn Host, config: &RouteConfig, endpoints: usize) -> Option<(String, u64)> {
+    let f = config.common.fairness.as_ref()?;
+    let value = host.request_header_bytes(&f.header).ok().flatten();
+    let t = f.tenant_of(value.as_deref())?;
+    let limit = Fairness::limit(t.share, tenant_capacity(config, endpoints));
+    Some((t.id, limit))
+}

@@ -1,0 +1,248 @@
+//! prefix_cache in the plain-Envoy build (docs/redis-data-model.md §9). There is no Redis host
+//! call there, so:
+//! - the prefix index is per proxy, in shared data (prefix/local_index.rs): each request's
+//!   conversation keys (its anchor and deepest keys) → the endpoint it was sent to;
+//! - a request whose conversation the index does not know goes where consistent hashing with
+//!   bounded loads puts its anchor key (prefix/chwbl.rs). Every proxy computes the same, so
+//!   replicas that share nothing send a conversation to the same pod while it is within the
+//!   bound;
+//! - the load is this proxy's in-flight load, counted by local least-request's own path
+//!   (`least_request::counts::take`: the same record, the same `costMode` weight) and held as a
+//!   `Hold::Local` lease: stream end gives it back on the existing path;
+//! - with a metrics guard configured (`scrapeCluster`), the scraped engine metrics count too: a
+//!   pod whose queue or KV cache is saturated is left, and not chosen while another pod is not;
+//! - a request naming a session (`sessionHeader`, ...) goes to the first endpoint of its session
+//!   id's walk over the same ring, ahead of any prefix match, unless that pod is over the guard
+//!   (then it is placed as without a session, past that pod: `session_rebound`;
+//!   docs/redis-data-model.md §10).
+//!
+//! A body that is not a usable prompt (or too large to read) gets a plain-Envoy least-request
+//! pick.
+
+use super::index::LocalPrefix;
+use crate::balancer::events::{Decision, PromptRead};
+use crate::balancer::pick::{class_cap, cost_of};
+use crate::balancer::policies::least_request::{counts, local as least};
+use crate::balancer::policies::policy::{priority_class, Env, Input, Policy};
+use crate::balancer::policies::session;
+use crate::balancer::telemetry::Telemetry;
+use crate::config::{PrefixSettings, RouteConfig};
+use crate::host::{Host, LogLevel};
+use crate::prefix::{anchor_of, canonicalize};
+use crate::reason::{Cause, Reason};
+use crate::stats::Counter;
+use std::rc::Rc;
+
+/// A request reads and records at most this many of its deepest keys, plus its anchor: a
+/// conversation's next turn matches within its last few blocks, and a long new prompt must not
+/// touch hundreds of records.
+pub const WINDOW: usize = 32;
+/// The most fallbacks a route publishes (`fallbackCount` ≤ 16).
+const MAX_FALLBACKS: usize = 16;
+
+/// prefix_cache without Redis: the route's settings and its index, built at configure.
+pub struct LocalPrefixCache {
+    settings: PrefixSettings,
+    state: LocalPrefix,
+}
+
+impl LocalPrefixCache {
+    /// `position`: the config's place among the plugin's route configs (global first), so each
+    /// route keeps its own index.
+    pub fn new(position: usize, config: &RouteConfig, settings: &PrefixSettings) -> Self {
+        LocalPrefixCache {
+            settings: settings.clone(),
+            state: LocalPrefix::new(position, config, settings),
+        }
+    }
+}
+
+impl Policy for LocalPrefixCache {
+    fn decide(&mut self, host: &mut dyn Host, env: Env, input: &Input) -> Decision {
+        decide(host, env, input, &self.settings, &self.state)
+    }
+}
+
+fn decide(
+    host: &mut dyn Host,
+    env: Env,
+    input: &Input,
+    settings: &PrefixSettings,
+    state: &LocalPrefix,
+) -> Decision {
+    let endpoints = &input.config.endpoints;
+    if endpoints.is_empty() {
+        return Decision::Fallback(Cause::NoHealthyEndpoint);
+    }
+    // A waiting request's retry decides with what its first decision read (the held body is
+    // not readable outside its callback).
+    let read = match input.read {
+        Some(read) => read.clone(),
+        None if input.read_body => match read_prompt(host, env.tel, input, settings) {
+            Some(read) => Rc::new(read),
+            None => return least::decide(host, env, input, Some(&state.ring)),
+        },
+        None => return least::decide(host, env, input, Some(&state.ring)),
+    };
+    let (keys, at) = (&read.keys, read.anchor);
+    let Some(&home) = keys.get(at) else {
+        return least::decide(host, env, input, Some(&state.ring));
+    };
+    let home = u64::from_le_bytes(home);
+    let window = window(keys.len(), at);
+    let now = host.now_ms();
+    let known = state.lookup(host, keys, &window, now);
+    let hot = match &settings.guard {
+        Some(mc) => env.metrics.saturated(host, input.config, mc),
+        None => Vec::new(),
+    };
+    let session = read
+        .session
+        .as_ref()
+        .and_then(|id| state.ring.walk(session::ring_key(id)).next());
+    let class = priority_class(host, env.tel, input.config);
+    let cap = class_cap(input.config, class);
+    let cost = cost_of(input.config, input.body_bytes);
+    let admission = counts::Admission::of(host, input.config, class);
+    let above = least::waiting_above(host, input, class);
+    // A session route also passes over the pods marked down (Envoy answered one of its
+    // requests from a fallback: docs/sessions-and-queues.md "Sessions"), as over saturated ones.
+    let down_at = input.config.session.as_ref().map(|_| admission.now_ms);
+    let taken = counts::take(
+        host,
+        &state.counts_key,
+        endpoints,
+        cost,
+        &admission,
+        down_at,
+        |loads, down| {
+            if crate::balancer::waiters::outranked(loads, cap, admission.pool_cap, cost, above) {
+                return None;
+            }
+            let merged: Vec<bool>;
+            let hot: &[bool] = if down.is_empty() {
+                &hot
+            } else {
+                merged = (0..endpoints.len())
+                    .map(|e| {
+                        hot.get(e).copied().unwrap_or(false)
+                            || down.get(e).copied().unwrap_or(false)
+                    })
+                    .collect();
+                &merged
+            };
+            state
+                .choose(loads, cost, cap, hot, known, home, session)
+                .map(|(e, reason, passed)| (e, (reason, passed)))
+        },
+    );
+    match taken {
+        Ok(Ok(Some((chosen, (reason, passed))))) => {
+            let Some(address) = endpoints.get(chosen).cloned() else {
+                return Decision::Fallback(Cause::NoHealthyEndpoint);
+            };
+            if passed {
+                env.tel.inc(host, Counter::PrefixSaturated);
+            }
+            match reason {
+                Reason::Session => env.tel.inc(host, Counter::SessionHit),
+                Reason::SessionRebound => env.tel.inc(host, Counter::SessionRebound),
+                _ => {}
+            }
+            state.record(host, env.tel, input.ctx, keys, &window, known, chosen, now);
+            let fallbacks = state
+                .ring
+                .walk(home)
+                .filter(|&e| e != chosen)
+                .take(MAX_FALLBACKS)
+                .filter_map(|e| endpoints.get(e).cloned())
+                .collect();
+            least::routed(
+                state.counts_key.clone(),
+                address,
+                cost,
+                &admission,
+                fallbacks,
+                reason,
+            )
+        }
+        Ok(Ok(None)) => keeping(least::no_room(class), read),
+        Ok(Err(refused)) => keeping(least::refusal(host, env.tel, refused, class), read),
+        Err(e) => {
+            if session.is_some() {
+                env.tel.inc(host, Counter::SessionFallback);
+            }
+            least::shared_data_failed(host, env.tel, input.ctx, &admission, &e)
+        }
+    }
+}
+
+/// The body's prefix keys, anchor and session id; None (counted, logged) when it has no prompt
+/// to key on: least request then decides.
+fn read_prompt(
+    host: &mut dyn Host,
+    tel: &Telemetry,
+    input: &Input,
+    settings: &PrefixSettings,
+) -> Option<PromptRead> {
+    let body = host.request_body(0, input.body_bytes).unwrap_or_default();
+    match canonicalize(&body, &settings.canon) {
+        Ok(canon) => Some(PromptRead {
+            keys: canon.chain_keys(),
+            anchor: anchor_of(canon.blocks(), settings.anchor),
+            session: input
+                .config
+                .session
+                .as_ref()
+                .and_then(|s| session::session_id(&*host, s, Some(input.body_bytes))),
+        }),
+        Err(e) => {
+            tel.inc(host, Counter::Fallback(Cause::BadRequest));
+            tel.log(
+                host,
+                LogLevel::Debug,
+                input.ctx,
+                format_args!("no prefix ({e}); least-request"),
+            );
+            None
+        }
+    }
+}
+
+/// A refusal for want of room keeps what was read, for the retry if the request waits.
+fn keeping(decision: Decision, read: Rc<PromptRead>) -> Decision {
+    match decision {
+        Decision::Reject(rejection) if rejection.may_wait() => {
+            Decision::Refused { rejection, read }
+        }
+        other => other,
+    }
+}
+
+/// The chain positions a request reads and records, deepest first: its last [`WINDOW`] keys
+/// from the anchor on, then the anchor if it is further back. Keys before the anchor (tools,
+/// system prompt) are shared by many conversations and never route one.
+fn window(len: usize, anchor: usize) -> Vec<usize> {
+    let low = anchor.max(len.saturating_sub(WINDOW));
+    let mut w: Vec<usize> = (low..len).rev().collect();
+    if anchor < low {
+        w.push(anchor);
+    }
+    w
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_window_is_the_deepest_keys_then_the_anchor() {
+        assert_eq!(window(3, 1), vec![2, 1]);
+        assert_eq!(window(1, 0), vec![0]);
+        assert_eq!(window(0, 0), Vec::<usize>::new());
+        let w = window(100, 2);
+        assert_eq!(w.len(), WINDOW + 1);
+        assert_eq!((w[0], w[WINDOW - 1], w[WINDOW]), (99, 68, 2));
+        assert_eq!(window(40, 20), (20..40).rev().collect::<Vec<_>>());
+    }
+}

@@ -1,0 +1,237 @@
+use super::*;
+
+fn one(line: &str) -> Sample {
+    let e = parse(line.as_bytes());
+    assert_eq!(e.stats.malformed, 0, "{line}: {:?}", e.stats.first_error);
+    assert_eq!(e.samples.len(), 1, "{line}");
+    e.samples.into_iter().next().unwrap()
+}
+
+fn err(line: &str) -> LineError {
+    let e = parse(line.as_bytes());
+    assert!(e.samples.is_empty(), "{line}");
+    e.stats.first_error.unwrap().1
+}
+
+#[test]
+fn sample_lines() {
+    let s = one("vllm:num_requests_waiting{model_name=\"m\",engine=\"0\"} 3");
+    assert_eq!(s.name, "vllm:num_requests_waiting");
+    assert_eq!(s.label("engine"), Some("0"));
+    assert_eq!(s.value, 3.0);
+    assert_eq!(s.timestamp_ms, None);
+
+    let cases: &[(&str, f64)] = &[
+        ("a 1.7382173358407154e+09", 1.7382173358407154e9),
+        ("a -1.0", -1.0),
+        ("a +Inf", f64::INFINITY),
+        ("a -Inf", f64::NEG_INFINITY),
+        ("a 1E-3", 0.001),
+        ("a{} 2", 2.0),
+        ("a{b=\"c\",} 4", 4.0),
+        ("a { b = \"c\" , } 5", 5.0),
+        ("a{b=\"c\"}6", 6.0),
+        ("  a\t7  ", 7.0),
+        ("_x:y_total 8", 8.0),
+    ];
+    for (line, want) in cases {
+        assert_eq!(one(line).value, *want, "{line}");
+    }
+    assert!(one("a NaN").value.is_nan());
+    assert_eq!(
+        one("a 1 1700000000000").timestamp_ms,
+        Some(1_700_000_000_000)
+    );
+    assert_eq!(one("a 1 -5").timestamp_ms, Some(-5));
+    assert_eq!(one("a 1 1.7e12").timestamp_ms, Some(1_700_000_000_000));
+}
+
+#[test]
+fn label_escapes() {
+    let s = one(r#"a{p="C:\\dir",q="say \"hi\"",r="l1\nl2",u="ü ✓"} 1"#);
+    assert_eq!(s.label("p"), Some(r"C:\dir"));
+    assert_eq!(s.label("q"), Some("say \"hi\""));
+    assert_eq!(s.label("r"), Some("l1\nl2"));
+    assert_eq!(s.label("u"), Some("ü ✓"));
+}
+
+#[test]
+fn malformed_lines_are_typed() {
+    let cases: &[(&str, LineError)] = &[
+        ("9abc 1", LineError::BadMetricName),
+        ("a{9=\"x\"} 1", LineError::BadLabelName),
+        ("a{b\"x\"} 1", LineError::MissingEquals),
+        ("a{b=x} 1", LineError::MissingQuote),
+        ("a{b=\"x", LineError::UnterminatedLabelValue),
+        ("a{b=\"x\\", LineError::UnterminatedLabelValue),
+        ("a{b=\"\\t\"} 1", LineError::BadEscape),
+        ("a{b=\"x\"", LineError::UnterminatedLabels),
+        ("a{b=\"x\" c=\"y\"} 1", LineError::UnterminatedLabels),
+        ("a", LineError::MissingValue),
+        ("a{b=\"x\"}", LineError::MissingValue),
+        ("a.5", LineError::MissingValue),
+        ("a one", LineError::BadValue),
+        ("a 0x10", LineError::BadValue),
+        ("a 1 soon", LineError::BadTimestamp),
+        ("a 1 2 3", LineError::TrailingGarbage),
+    ];
+    for (line, want) in cases {
+        assert_eq!(err(line), *want, "{line}");
+    }
+    let mut bad = b"a{b=\"".to_vec();
+    bad.extend_from_slice(&[0xff, 0xfe]);
+    bad.extend_from_slice(b"\"} 1");
+    assert_eq!(
+        parse(&bad).stats.first_error,
+        Some((1, LineError::InvalidUtf8))
+    );
+}
+
+#[test]
+fn comments_types_blank_lines_and_crlf() {
+    let text = "# HELP a Help with \\ and \"quotes\"\r\n# TYPE a gauge\r\n\r\n# random comment\r\n#\r\n\
+                # TYPE h histogram\r\n# TYPE w weird\r\n# TYPE\r\na 1\r\nh_bucket{le=\"+Inf\"} 2\r\n\
+                h_sum 3.5\r\nh_count 2\r\nc_total 4\r\nc_created 1.7e9\r\n";
+    let e = parse(text.as_bytes());
+    assert_eq!(e.stats.malformed, 0, "{:?}", e.stats.first_error);
+    assert_eq!(e.samples.len(), 6);
+    assert_eq!(e.metric_type("a"), Some(MetricType::Gauge));
+    assert_eq!(e.metric_type("h"), Some(MetricType::Histogram));
+    assert_eq!(e.metric_type("w"), Some(MetricType::Other));
+    assert_eq!(
+        e.series("h_bucket").next().unwrap().label("le"),
+        Some("+Inf")
+    );
+    assert_eq!(
+        e.series("c_total").count(),
+        1,
+        "exact names, no prefix match"
+    );
+    assert_eq!(e.stats.lines, 15);
+}
+
+#[test]
+fn garbage_is_skipped_and_counted() {
+    let e = parse(b"a 1\n}}}{{{\nb 2\n=\n\"x\" 1\nc 3\n");
+    assert_eq!(e.samples.len(), 3);
+    assert_eq!(e.stats.malformed, 3);
+    assert_eq!(e.stats.first_error, Some((2, LineError::BadMetricName)));
+}
+
+#[test]
+fn filtered_parse_skips_unwanted() {
+    let text = "# TYPE a gauge\n# TYPE b gauge\na 1\nb{x=\"y\"} 2\nb{broken 3\n";
+    let e = parse_filtered(text.as_bytes(), |n| n == "a");
+    assert_eq!(e.samples.len(), 1);
+    assert_eq!(e.types, vec![("a".to_owned(), MetricType::Gauge)]);
+    assert_eq!(e.stats.filtered_out, 2);
+    assert_eq!(e.stats.malformed, 0, "unwanted lines are not validated");
+}
+
+#[test]
+fn limits_truncate_with_a_flag() {
+    let many_labels: String = (0..=MAX_LABELS).map(|i| format!("l{i}=\"v\",")).collect();
+    assert_eq!(
+        err(&format!("a{{{many_labels}}} 1")),
+        LineError::TooManyLabels
+    );
+    let long = "x".repeat(MAX_LABEL_VALUE_LEN + 1);
+    assert_eq!(
+        err(&format!("a{{b=\"{long}\"}} 1")),
+        LineError::LabelValueTooLong
+    );
+    let long_esc = "\\n".repeat(MAX_LABEL_VALUE_LEN + 1);
+    assert_eq!(
+        err(&format!("a{{b=\"{long_esc}\"}} 1")),
+        LineError::LabelValueTooLong
+    );
+    assert_eq!(
+        err(&format!("{} 1", "n".repeat(MAX_NAME_LEN + 1))),
+        LineError::NameTooLong
+    );
+
+    let series = "a 1\n".repeat(MAX_SERIES + 5);
+    let e = parse(series.as_bytes());
+    assert_eq!(e.samples.len(), MAX_SERIES);
+    assert_eq!(e.stats.truncated, Some(Truncation::Series));
+
+    let lines = "\n".repeat(MAX_LINES + 5);
+    let e = parse(lines.as_bytes());
+    assert_eq!(e.stats.lines, MAX_LINES);
+    assert_eq!(e.stats.truncated, Some(Truncation::Lines));
+
+    // The cut lands inside "a 123456…"; the partial line must not be read as a value.
+    let mut big = "#".repeat(MAX_INPUT_BYTES - 5).into_bytes();
+    big.push(b'\n');
+    big.extend_from_slice(b"a 1234567\n");
+    let e = parse(&big);
+    assert_eq!(e.stats.truncated, Some(Truncation::InputBytes));
+    assert!(e.samples.is_empty());
+}
+
+/// The scraper reads at most 4 MiB, so a bigger page arrives as exactly 4 MiB: that is a cut
+/// page too. Before, only a page over 4 MiB was, and `1234` cut to `12` was read as 12.
+#[test]
+fn a_page_of_exactly_the_limit_is_cut_and_its_partial_line_dropped() {
+    // What arrives of a page whose line `q{engine="1"} 1234` straddles the 4 MiB mark.
+    let tail = "a 1\nq{engine=\"0\"} 7\nq{engine=\"1\"} 12";
+    let mut cut = "#".repeat(MAX_INPUT_BYTES - tail.len() - 1).into_bytes();
+    cut.push(b'\n');
+    cut.extend_from_slice(tail.as_bytes());
+    assert_eq!(cut.len(), MAX_INPUT_BYTES);
+    let e = parse(&cut);
+    assert_eq!(e.stats.truncated, Some(Truncation::InputBytes));
+    let q: Vec<f64> = e.series("q").map(|s| s.value).collect();
+    assert_eq!(q, vec![7.0], "the partial `12` is dropped, not read as 12");
+    assert_eq!(e.open_family.as_deref(), Some("q"));
+    assert!(!e.is_complete("q"), "engine 1 may lie past the cut");
+    assert!(e.is_complete("a"), "a whole family before the cut");
+    assert!(
+        !e.is_complete("absent"),
+        "absent from a cut page proves nothing"
+    );
+
+    // One byte shorter than the limit: a whole page, read as is.
+    let mut whole = cut.clone();
+    whole.truncate(MAX_INPUT_BYTES - 1);
+    let e = parse(&whole);
+    assert_eq!(e.stats.truncated, None);
+    assert_eq!(e.open_family, None);
+    assert!(e.is_complete("absent"));
+}
+
+#[test]
+fn a_producer_limit_cuts_a_smaller_page() {
+    let text = "# TYPE w_total counter\nw_total{e=\"0\"} 5\nw_created{e=\"0\"} 1.7e9\nx 1\ny 22";
+    // Higress-style: the body was cut at 64 KiB; here at the page's own length.
+    let e = parse_page(text.as_bytes(), text.len(), |_| true);
+    assert_eq!(e.stats.truncated, Some(Truncation::InputBytes));
+    assert!(e.series("y").next().is_none(), "`y 22` may be `y 2234`");
+    assert_eq!(e.open_family.as_deref(), Some("x"));
+    assert!(!e.is_complete("x") && !e.is_complete("y"));
+    assert!(e.is_complete("w_total"), "its family closed before the cut");
+    let e = parse_page(text.as_bytes(), text.len() + 1, |_| true);
+    assert_eq!(
+        (e.stats.truncated, e.series("y").next().map(|s| s.value)),
+        (None, Some(22.0))
+    );
+    // The family of a filtered line counts as open too: `w_created` is `w`'s.
+    let t2 = "w_total 5\nw_created 1.7e9\n";
+    let e = parse_page(t2.as_bytes(), t2.len(), |n| n == "w_total");
+    assert_eq!(e.open_family.as_deref(), Some("w"));
+    assert!(!e.is_complete("w_total"));
+}
+
+#[test]
+fn families_strip_counter_and_histogram_suffixes() {
+    for (name, fam) in [
+        ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits"),
+        ("vllm:prefix_cache_hits_created", "vllm:prefix_cache_hits"),
+        ("h_bucket", "h"),
+        ("h_sum", "h"),
+        ("h_count", "h"),
+        ("vllm:num_requests_waiting", "vllm:num_requests_waiting"),
+    ] {
+        assert_eq!(family(name), fam);
+    }
+}

@@ -1,0 +1,126 @@
+//! The scripts' replies, typed: what an acquire answered, whether a release released, and the
+//! errors a reply can carry instead.
+
+use crate::redis::resp::{self, Value};
+
+/// How the session fared in an acquire (the script's fifth reply item).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SessionState {
+    /// No session in this request.
+    #[default]
+    None,
+    /// The session stayed on its endpoint.
+    Kept,
+    /// The session had no endpoint: bound to the one picked.
+    New,
+    /// The session's endpoint left or was over the guard: bound to the one picked.
+    Rebound,
+}
+
+/// What an acquire answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AcquireReply {
+    /// `depth`: prefix blocks matched (0 = none); `spilled`: the match was too loaded;
+    /// `load_before`: the endpoint's load before this request (None: the session binding
+    /// call, which counts nothing).
+    Picked {
+        endpoint: String,
+        depth: u32,
+        spilled: bool,
+        session: SessionState,
+        load_before: Option<u64>,
+    },
+    /// Every endpoint is at the cap, or the pool at its cap: nothing was incremented.
+    Full,
+    /// The pool is at its cap: nothing was incremented.
+    PoolFull,
+    /// The request's tenant is at its share while another tenant is active.
+    Tenant,
+    /// Redis does not have this caller's endpoint set: resend with the list.
+    Sync,
+    /// No endpoints at all in Redis.
+    Empty,
+}
+
+/// A reply that is not what the script returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplyError {
+    /// The script is not cached in Redis: resend with EVAL.
+    NoScript,
+    /// Redis answered an error (`-ERR`, `-NOAUTH`, `-MOVED`, ...).
+    Redis(String),
+    /// Not RESP, or not the shape the script returns.
+    Malformed(String),
+}
+
+impl std::fmt::Display for ReplyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReplyError::NoScript => write!(f, "NOSCRIPT"),
+            ReplyError::Redis(e) => write!(f, "redis error: {e}"),
+            ReplyError::Malformed(e) => write!(f, "malformed reply: {e}"),
+        }
+    }
+}
+
+pub(in crate::redis) fn decode(raw: &[u8]) -> Result<Value, ReplyError> {
+    match resp::decode_exact(raw) {
+        Ok(Value::Error(e)) if e.starts_with("NOSCRIPT") => Err(ReplyError::NoScript),
+        Ok(Value::Error(e)) => Err(ReplyError::Redis(e)),
+        Ok(v) => Ok(v),
+        Err(e) => Err(ReplyError::Malformed(e.to_string())),
+    }
+}
+
+pub fn parse_acquire(raw: &[u8]) -> Result<AcquireReply, ReplyError> {
+    let value = decode(raw)?;
+    let Value::Array(Some(items)) = &value else {
+        return Err(ReplyError::Malformed(format!(
+            "expected an array, got {value:?}"
+        )));
+    };
+    let tag = items.first().and_then(Value::as_str);
+    match (tag, items.get(1).and_then(Value::as_str)) {
+        (Some("OK"), Some(ep)) if !ep.is_empty() => {
+            // {OK, endpoint, depth, spilled, session state, load before}; the session binding
+            // call (session_bind.lua) stops after the state.
+            let int = |i: usize| items.get(i).and_then(Value::as_i64);
+            let session = match int(4) {
+                Some(0) => SessionState::None,
+                Some(1) => SessionState::Kept,
+                Some(2) => SessionState::New,
+                Some(3) => SessionState::Rebound,
+                _ => {
+                    return Err(ReplyError::Malformed(format!(
+                        "unexpected session state in {items:?}"
+                    )))
+                }
+            };
+            Ok(AcquireReply::Picked {
+                endpoint: ep.to_string(),
+                depth: int(2).unwrap_or(0).clamp(0, i64::from(u32::MAX)) as u32,
+                spilled: int(3) == Some(1),
+                session,
+                load_before: int(5).and_then(|l| u64::try_from(l).ok()),
+            })
+        }
+        (Some("FULL"), _) => Ok(AcquireReply::Full),
+        (Some("TENANT"), _) => Ok(AcquireReply::Tenant),
+        (Some("POOL"), _) => Ok(AcquireReply::PoolFull),
+        (Some("SYNC"), _) => Ok(AcquireReply::Sync),
+        (Some("EMPTY"), _) => Ok(AcquireReply::Empty),
+        _ => Err(ReplyError::Malformed(format!(
+            "unexpected acquire reply {items:?}"
+        ))),
+    }
+}
+
+/// Whether a lease was released.
+pub fn parse_release(raw: &[u8]) -> Result<bool, ReplyError> {
+    match decode(raw)? {
+        Value::Integer(n) => Ok(n == 1),
+        other => Err(ReplyError::Malformed(format!(
+            "unexpected release reply {other:?}"
+        ))),
+    }
+}
