@@ -127,7 +127,7 @@ run: deps build e2e-build
 	$(E2E_BIN)/ailb-run --policy $(POLICY) $(ARGS)
 
 # No module imports a module that imports it back (tools/import-loops.py), in every crate.
-IMPORT_LOOP_DIRS := src core testkit tools/check-config e2e/gateway e2e/fakepod e2e/suite e2e/gateway/testdata/testplugin
+IMPORT_LOOP_DIRS := src core testkit tools/check-config tools/k8s-yaml e2e/gateway e2e/fakepod e2e/suite e2e/gateway/testdata/testplugin
 
 lint: toolchain
 	$(CARGO) fmt --check

@@ -34,7 +34,10 @@ fn load(path: &Path) -> Case {
         // Kept as bytes below: duplicate keys must reach the parser.
         Value::String(text.clone())
     } else {
-        serde_json::to_value(serde_yaml::from_str::<serde_yaml::Value>(&text).unwrap()).unwrap()
+        // As kubectl, Helm and Argo CD read it (YAML 1.1), the way Higress gets it.
+        let mut docs = ailb_k8s_yaml::documents(&text).unwrap();
+        assert_eq!(docs.len(), 1, "{}: one document", path.display());
+        docs.remove(0).value
     };
     let configs = match &doc {
         Value::String(raw) if is_json => vec![Value::String(raw.clone())],

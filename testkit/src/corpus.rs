@@ -6,7 +6,8 @@
 //! Header lines of a corpus file (YAML comments; a `.json` file, which cannot hold comments,
 //! has them in the `.verdict` file beside it): `# go: accept|refuse`, `# source: ...`,
 //! `# why: ...`, `# expect: <fact> = <value>`, `# refuse: <part of our error>`,
-//! `# warn: <part of a warning>`.
+//! `# warn: <part of a warning>`, `# yaml: <part of check-config's note where a YAML 1.2 reader
+//! differs>`.
 
 use std::path::{Path, PathBuf};
 

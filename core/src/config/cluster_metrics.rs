@@ -91,15 +91,19 @@ impl ClusterMetricsConfig {
 /// Go's `getFloatConfig`: the default when absent. NaN (only from a string such as `"NaN"`)
 /// passes Go's range checks and poisons every score; it is read as the default instead.
 fn float_or(r: &mut Reader<'_>, key: &str, v: &Field<Go>, default: f64) -> f64 {
-    let f = r.float(key, v).unwrap_or(default);
-    if f.is_nan() {
+    // Checked before the lenient read, whose warning would say "read as the number NaN".
+    let nan = v.as_ref().is_some_and(|g| g.float(false).0.is_nan());
+    if nan {
         r.warn(
             key,
-            format!("NaN: assumed the default {default} (Higress would compute with NaN)"),
+            format!(
+                "a string that reads as NaN: the default {default} is used (Higress would \
+                 compute with NaN)"
+            ),
         );
         return default;
     }
-    f
+    r.float(key, v).unwrap_or(default)
 }
 
 impl TryFrom<In<'_, '_, RawLbConfig>> for ClusterMetricsConfig {

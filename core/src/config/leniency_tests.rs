@@ -176,6 +176,16 @@ fn cluster_metrics_nan_and_duplicates() {
     ] {
         assert!(paths.contains(&p), "{p}: {:?}", parsed.warnings);
     }
+    // One warning for the NaN, saying what is used: never "read as NaN".
+    let beta: Vec<String> = parsed
+        .warnings
+        .iter()
+        .filter(|w| w.path == "lb_config.ewma_beta")
+        .map(|w| w.to_string())
+        .collect();
+    assert_eq!(beta.len(), 1, "{beta:?}");
+    assert!(beta[0].contains("the default 0.5 is used"), "{beta:?}");
+    assert!(!beta[0].contains("read as the number NaN"), "{beta:?}");
 }
 
 #[test]

@@ -239,6 +239,14 @@ fn higress_keys(raw: &RawLbConfig, r: &mut Reader<'_>) -> (MetricPolicy, Option<
             name: target,
         })
     };
+    if policy == MetricPolicy::Default && extra.is_some() {
+        r.warn(
+            "target_metric",
+            "used only by `least` and `most`: the default filter chain here reads the real \
+             queue and KV metrics (Higress's Go plugin, given a target_metric, runs its default \
+             filter on zeroed metrics instead)",
+        );
+    }
     if matches!(policy, MetricPolicy::Least | MetricPolicy::Most) && extra.is_none() {
         r.warn(
             "metric_policy",

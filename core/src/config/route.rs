@@ -253,6 +253,13 @@ fn compile(
                 r: &mut *r,
                 build,
             })?;
+            if kind == Policy::PrefixCache && build == Build::Higress && common.max_load > 0 {
+                r.warn(
+                    "maxRequestCount",
+                    "caps each endpoint under prefix_cache here too (a request that finds every \
+                     pod at the cap gets 429); Higress's Go prefix_cache never reads it",
+                );
+            }
             let p = match (kind, metrics) {
                 (Policy::EndpointMetrics, Some(m)) => PolicyConfig::EndpointMetrics(Rc::new(m)),
                 (Policy::PrefixCache, _) => PolicyConfig::PrefixCache(PrefixSettings::try_from((
