@@ -77,7 +77,7 @@ def documented_command():
     lines = []
     for page in ["docs/install-higress.md", "README.md"]:
         text = open(os.path.join(ROOT, page), encoding="utf-8").read()
-        found = re.findall(r"^skopeo copy .*$", text, re.M)
+        found = re.findall(r"^ *(skopeo copy .*)$", text, re.M)
         if len(found) != 1:
             fail(f"{page}: want one `skopeo copy` line, found {found}")
         lines.append(found[0].strip())
