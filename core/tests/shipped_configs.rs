@@ -487,3 +487,30 @@ fn envoy_configs_let_the_plugin_read_the_body_it_holds_for() {
         "{holding:?}"
     );
 }
+
+#[test]
+fn the_packaged_readmes_show_the_same_accepted_examples() {
+    // plugin-config/README.md (Chinese, the plugin market's default) and README_EN.md go into
+    // the image (make package); their YAML examples are the same and each one is accepted.
+    let read = |name: &str| {
+        std::fs::read_to_string(
+            Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../plugin-config")).join(name),
+        )
+        .unwrap()
+    };
+    let blocks = |text: &str| -> Vec<String> {
+        text.split("```yaml\n")
+            .skip(1)
+            .map(|b| b.split("```").next().unwrap().to_string())
+            .collect()
+    };
+    let (zh, en) = (read("README.md"), read("README_EN.md"));
+    let cjk = |t: &str| t.chars().any(|c| ('\u{4e00}'..='\u{9fff}').contains(&c));
+    assert!(cjk(&zh) && !cjk(&en));
+    assert_eq!(blocks(&zh), blocks(&en));
+    assert!(blocks(&en).len() >= 5);
+    for block in blocks(&en) {
+        let y: serde_yaml::Value = serde_yaml::from_str(&block).unwrap();
+        parse(&serde_json::to_value(y).unwrap());
+    }
+}
