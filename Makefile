@@ -139,7 +139,7 @@ lint: toolchain
 	$(CARGO) clippy --quiet --target $(WASM_TARGET) --lib --features envoy -- -D warnings
 
 # Everything CI checks. Redis tests start their own redis-server on a free port.
-test: deps lint unit-test check-abi package wasm-unit-test e2e-test
+test: deps lint unit-test check-abi package package-test wasm-unit-test e2e-test
 	@echo "make test: all checks passed"
 
 bench: deps build e2e-build
@@ -148,16 +148,22 @@ bench: deps build e2e-build
 	$(CARGO) run --profile bench-native --quiet -p ailb-core --example bench_local_prefix
 	$(E2E_BIN)/ailb-bench
 
-# Higress plugin-market layout: plugin.tar.gz (holding plugin.wasm) beside spec.yaml and the
-# plugin's user README (plugin-config/README.md).
+# The Higress plugin image as an OCI image layout in dist/oci (tools/oci-package.py): README_EN.md,
+# README.md, spec.yaml and last plugin.tar.gz (holding plugin.wasm), as Higress's fetcher needs;
+# the same wasm gives the same digests. Push it unchanged (docs/install-higress.md):
+#   skopeo copy --preserve-digests oci:dist/oci:$(PACKAGE_TAG) docker://<registry>/ai-load-balancer:$(PACKAGE_TAG)
+PACKAGE_TAG  ?= $(shell sed -n 's/^  version: *//p' plugin-config/spec.yaml)
+PACKAGE_OCI  := $(DIST)/oci
 package: build
-	rm -rf $(DIST)/oci && mkdir -p $(DIST)/oci/layer
-	cp $(HIGRESS_WASM) $(DIST)/oci/layer/plugin.wasm
-	tar -C $(DIST)/oci/layer -czf $(DIST)/oci/plugin.tar.gz plugin.wasm
-	cp plugin-config/spec.yaml $(DIST)/oci/spec.yaml
-	cp plugin-config/README.md $(DIST)/oci/README.md
-	rm -rf $(DIST)/oci/layer
-	@tar -tzf $(DIST)/oci/plugin.tar.gz | grep -qx plugin.wasm && ls -l $(DIST)/oci
+	python3 tools/oci-package.py $(PACKAGE_OCI) $(PACKAGE_TAG) $(HIGRESS_WASM) plugin-config/spec.yaml \
+	  plugin-config/README.md plugin-config/README_EN.md
+
+# Pushes dist/oci with the documented command to a registry on 127.0.0.1 (a free port, a temp
+# dir; installs docker-registry and skopeo when root) and reads the manifest back: layer order,
+# media types, plugin.wasm, and that a second `make package` gives the same bytes.
+.PHONY: package-test
+package-test: package
+	python3 tools/oci-package-test.py $(PACKAGE_OCI) $(PACKAGE_TAG) $(HIGRESS_WASM)
 
 fmt:
 	$(CARGO) fmt

@@ -34,79 +34,265 @@ fn it_parses_the_spec_example() {
     parse(&schema["example"]);
 }
 
-#[test]
-fn it_accepts_every_schema_key_with_its_default() {
-    // The schema and the parser must agree on names, types and which policy reads a key: each
-    // key with its default (or example) under each of its policies is accepted without warning.
+/// `lb_config`'s properties in spec.yaml's configSchema.
+fn schema_keys() -> Map<String, Value> {
     let spec = yaml("spec.yaml");
-    let props = spec["spec"]["configSchema"]["openAPIV3Schema"]["properties"]["lb_config"]
-        ["properties"]
+    let schema = &spec["spec"]["configSchema"]["openAPIV3Schema"];
+    schema["properties"]["lb_config"]["properties"]
         .as_object()
         .unwrap()
-        .clone();
-    assert!(props.len() >= 30);
-    for (key, p) in props {
-        let value = p
-            .get("default")
-            .or_else(|| p.get("example"))
-            .cloned()
-            .unwrap_or_else(|| match p["type"].as_str() {
-                Some("integer") => json!(6379),
-                Some("boolean") => json!(true),
-                Some("array") => json!(["10.0.0.1:8000"]),
-                _ => json!("x-ai-lb-debug"),
-            });
-        // Policy-specific keys name their policies; the rest apply to every Redis policy.
-        let policies: Vec<&str> = p["x-policies"]
-            .as_array()
-            .map(|a| a.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_else(|| vec!["global_least_request", "prefix_cache"]);
-        let envoy = p["x-build"].as_str() == Some("envoy");
-        for policy in policies {
-            let mut lb = Map::new();
-            let mut cfg = json!({"lb_policy": policy});
-            match policy {
-                "global_least_request" | "prefix_cache" if !envoy => {
-                    lb.insert("serviceFQDN".into(), json!("redis.static"));
-                    lb.insert("servicePort".into(), json!(6379));
-                }
-                "cluster_metrics" => {
-                    cfg["lb_type"] = json!("cluster");
-                    lb.insert("mode".into(), json!("AdaptiveScore"));
-                    lb.insert("service_list".into(), json!(["outbound|80||a.static"]));
-                }
-                "cluster_hash" => {
-                    cfg["lb_type"] = json!("cluster");
-                    let one = json!([{"cluster": "outbound|80||a.static", "weight": 100}]);
-                    lb.insert("clusters".into(), one);
+        .clone()
+}
+
+/// The parser's own key list: the `RawLbConfig` fields of core/src/config/raw.rs
+/// (`field: Go = "key"` for Higress's keys, `field: Own<T> = "key"` for ours), each key with
+/// its Rust type (`Go` for Higress's leniently read keys).
+fn parser_keys() -> Vec<(String, String)> {
+    let src =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/config/raw.rs")).unwrap();
+    let start = src.find("    RawLbConfig {").unwrap();
+    let end = start + src[start..].find("\n    }\n").unwrap();
+    src[start..end]
+        .lines()
+        .filter_map(|line| {
+            let (field, rest) = line.trim().split_once(": ")?;
+            let (ty, key) = rest.rsplit_once(" = \"")?;
+            assert!(field
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c == '_' || c.is_ascii_digit()));
+            Some((key.trim_end_matches("\",").to_string(), ty.to_string()))
+        })
+        .collect()
+}
+
+/// The schema type an `Own<T>` key must have (Higress's `Go` keys: whatever the schema says).
+fn schema_type_of(rust: &str) -> Option<(&'static str, Option<&'static str>)> {
+    let inner = rust.strip_prefix("Own<")?.strip_suffix('>')?;
+    Some(match inner {
+        "u64" | "u32" | "u16" => ("integer", None),
+        "f64" => ("number", None),
+        "String" => ("string", None),
+        "Vec<String>" => ("array", Some("string")),
+        "std::collections::BTreeMap<String, f64>" => ("object", Some("number")),
+        "Value" => ("object", None),
+        other => panic!("raw.rs type {other}: add its schema type here"),
+    })
+}
+
+#[test]
+fn the_schema_names_exactly_the_parsers_keys_with_their_types() {
+    let schema = schema_keys();
+    let parser = parser_keys();
+    assert!(parser.len() >= 80, "{}", parser.len());
+    let mut missing: Vec<&str> = parser
+        .iter()
+        .map(|(k, _)| k.as_str())
+        .filter(|k| !schema.contains_key(*k))
+        .collect();
+    missing.sort();
+    assert!(
+        missing.is_empty(),
+        "spec.yaml lacks parser keys {missing:?}"
+    );
+    let extra: Vec<&String> = schema
+        .keys()
+        .filter(|k| !parser.iter().any(|(p, _)| p == *k))
+        .collect();
+    assert!(
+        extra.is_empty(),
+        "spec.yaml has keys the parser does not know: {extra:?}"
+    );
+    for (key, rust) in &parser {
+        let p = &schema[key];
+        let ty = p["type"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{key}: no type"));
+        assert!(
+            ["string", "integer", "number", "boolean", "array", "object"].contains(&ty),
+            "{key}: {ty}"
+        );
+        if let Some((want, inner)) = schema_type_of(rust) {
+            assert_eq!(ty, want, "{key} is {rust} in the parser");
+            match (want, inner) {
+                ("array", Some(t)) => assert_eq!(p["items"]["type"], t, "{key} items"),
+                ("object", Some(t)) => {
+                    assert_eq!(p["additionalProperties"]["type"], t, "{key} values")
                 }
                 _ => {}
             }
-            if envoy {
-                lb.insert("endpoints".into(), json!(["10.0.0.1:8000"]));
-            }
-            // A key that only means something with others (priority classes) names them.
-            if let Some(companions) = p["x-requires"].as_object() {
-                lb.extend(companions.clone());
-            }
-            lb.insert(key.clone(), value.clone());
-            cfg["lb_config"] = Value::Object(lb);
-            let build = if envoy { Build::Envoy } else { Build::Higress };
-            let parsed = ailb_core::config::parse(cfg.to_string().as_bytes(), build)
-                .unwrap_or_else(|e| panic!("schema key {key} ({policy}): {e}"));
-            // Expected beside prefix_cache: Higress's Go prefix_cache ignores maxRequestCount,
-            // which caps here (plugin-config/compat/meaning-prefix-cache-max-request-count.yaml).
-            let warnings: Vec<_> = parsed
-                .warnings
-                .iter()
-                .filter(|w| !(policy == "prefix_cache" && w.path == "lb_config.maxRequestCount"))
-                .collect();
+        }
+        // Higress's spec format: a title and description in English and Chinese.
+        for field in ["title", "description"] {
+            assert!(p[field].is_string(), "{key}: no {field}");
+            let i18n = format!("x-{field}-i18n");
+            assert!(p[&i18n]["zh-CN"].is_string(), "{key}: no {i18n}.zh-CN");
+        }
+        for own in ["x-policies", "x-requires", "x-build"] {
             assert!(
-                warnings.is_empty(),
-                "schema key {key} ({policy}): {:?}",
-                warnings
+                p.get(own).is_none(),
+                "{key}: {own} is not Higress's spec format"
             );
         }
+    }
+}
+
+#[test]
+fn the_spec_is_in_higress_format() {
+    let spec = yaml("spec.yaml");
+    let info = &spec["info"];
+    assert_eq!(info["type"], "oss");
+    assert_eq!(info["name"], "ai-load-balancer");
+    assert_eq!(info["category"], "ai");
+    for key in [
+        "image",
+        "readmeUrl",
+        "title",
+        "description",
+        "iconUrl",
+        "version",
+    ] {
+        assert!(info[key].is_string(), "info.{key}");
+    }
+    assert!(info["x-title-i18n"]["zh-CN"].is_string());
+    assert!(info["x-description-i18n"]["zh-CN"].is_string());
+    assert!(info["x-readmeUrl-i18n"]["en-US"].is_string());
+    assert_eq!(spec["spec"]["phase"], "UNSPECIFIED_PHASE");
+    let global = &spec["spec"]["configSchema"]["openAPIV3Schema"];
+    // Higress's plugins give routes the global schema (the console uses only configSchema).
+    assert_eq!(
+        &spec["spec"]["routeConfigSchema"]["openAPIV3Schema"],
+        global
+    );
+    let mut top: Vec<&String> = global["properties"].as_object().unwrap().keys().collect();
+    top.sort();
+    assert_eq!(top, ["lb_config", "lb_policy", "lb_type"]);
+    parse(&global["example"]);
+}
+
+/// Configs in which a key of `policy` can be read: the policy's required keys, and the keys
+/// other keys only mean something beside (priority classes, the queue, sessions, tenants,
+/// scraping, the weighted policy, the global in-flight count).
+fn contexts(policy: &str, build: Build) -> Vec<Value> {
+    let mut base = json!({"lb_policy": policy, "lb_config": {}});
+    let redis = json!({"serviceFQDN": "redis.static", "servicePort": 6379});
+    let lb = base["lb_config"].as_object_mut().unwrap();
+    match (policy, build) {
+        ("global_least_request" | "prefix_cache", Build::Higress) => {
+            lb.extend(redis.as_object().unwrap().clone())
+        }
+        ("global_least_request" | "prefix_cache", Build::Envoy) => {
+            lb.insert("endpoints".into(), json!(["10.0.0.1:8000"]));
+        }
+        ("cluster_metrics", _) => {
+            base["lb_type"] = json!("cluster");
+            let lb = base["lb_config"].as_object_mut().unwrap();
+            lb.insert("mode".into(), json!("AdaptiveScore"));
+            lb.insert("service_list".into(), json!(["outbound|80||a.static"]));
+        }
+        ("cluster_hash", _) => {
+            base["lb_type"] = json!("cluster");
+            let one = json!([{"cluster": "outbound|80||a.static", "weight": 100}]);
+            base["lb_config"]["clusters"] = one;
+        }
+        _ => {}
+    }
+    let groups = [
+        json!({}),
+        json!({"maxRequestCount": 4, "priorityHeader": "x-priority"}),
+        json!({"maxRequestCount": 4, "queueTimeoutMs": 2000}),
+        json!({"sessionHeader": "x-session-id"}),
+        json!({"sessionHeader": "x-session-id", "serviceFQDN": "redis.static", "servicePort": 6379}),
+        json!({"maxPoolRequests": 64, "tenantHeader": "x-tenant"}),
+        json!({"scrapeCluster": "ailb_scrape"}),
+        json!({"metricsSource": "scrape", "scrapeCluster": "ailb_scrape"}),
+        json!({"metric_policy": "weighted"}),
+        json!({"metric_policy": "least", "target_metric": "vllm:num_requests_waiting"}),
+        json!({"global_inflight_enabled": true, "serviceFQDN": "redis.static", "servicePort": 6379}),
+    ];
+    groups
+        .iter()
+        .map(|g| {
+            let mut cfg = base.clone();
+            let lb = cfg["lb_config"].as_object_mut().unwrap();
+            lb.extend(g.as_object().unwrap().clone());
+            cfg
+        })
+        .collect()
+}
+
+const POLICIES: [&str; 5] = [
+    "global_least_request",
+    "prefix_cache",
+    "endpoint_metrics",
+    "cluster_metrics",
+    "cluster_hash",
+];
+
+/// Where `key: value` is accepted without a warning: "policy build" for each such config.
+fn accepted_in(key: &str, value: &Value) -> Vec<String> {
+    let mut ok = Vec::new();
+    for build in [Build::Higress, Build::Envoy] {
+        for policy in POLICIES {
+            for mut cfg in contexts(policy, build) {
+                cfg["lb_config"][key] = value.clone();
+                if let Ok(p) = ailb_core::config::parse(cfg.to_string().as_bytes(), build) {
+                    if p.warnings.is_empty() {
+                        ok.push(format!("{policy} {build:?}"));
+                    }
+                }
+            }
+        }
+    }
+    ok
+}
+
+/// A value of the schema's type for `p`: its default, else its example.
+fn value_of(p: &Value) -> Value {
+    p.get("default")
+        .or_else(|| p.get("example"))
+        .cloned()
+        .unwrap_or_else(|| panic!("{p}: give it a default or an example"))
+}
+
+#[test]
+fn it_accepts_every_schema_key_with_a_value_of_its_type() {
+    // Each key with its default (or example) is accepted without a warning by at least one
+    // policy in one build, beside the keys it needs.
+    for (key, p) in schema_keys() {
+        let value = value_of(&p);
+        assert!(
+            !accepted_in(&key, &value).is_empty(),
+            "schema key {key}: {value} accepted nowhere"
+        );
+    }
+}
+
+#[test]
+fn it_refuses_our_keys_with_another_type_and_flags_unknown_keys() {
+    // Our keys are strict: a value of another type than the schema's is refused (never taken
+    // silently). Higress's keys are read as its Go plugin reads them, so only ours are checked.
+    let wrong = |ty: &str| match ty {
+        "string" => json!(7),
+        "array" | "object" => json!(true),
+        _ => json!("seven"),
+    };
+    let schema = schema_keys();
+    for (key, rust) in parser_keys() {
+        if !rust.starts_with("Own<") {
+            continue;
+        }
+        let ty = schema[&key]["type"].as_str().unwrap();
+        let bad = wrong(ty);
+        let taken = accepted_in(&key, &bad);
+        assert!(
+            taken.is_empty(),
+            "{key}: {bad} ({ty} expected) taken in {taken:?}"
+        );
+    }
+    // A key the parser does not know (a misspelling) is never taken without a word.
+    for key in ["maxRequestCont", "sessionheader", "leaseTtl", "lb_polcy"] {
+        let taken = accepted_in(key, &json!(4));
+        assert!(taken.is_empty(), "unknown key {key} taken in {taken:?}");
     }
 }
 
@@ -327,4 +513,31 @@ fn each_envoy_example_tells_to_run_itself() {
         seen += 1;
     }
     assert!(seen >= 4, "the envoy/ examples were found");
+}
+
+#[test]
+fn the_packaged_readmes_show_the_same_accepted_examples() {
+    // plugin-config/README.md (Chinese, the plugin market's default) and README_EN.md go into
+    // the image (make package); their YAML examples are the same and each one is accepted.
+    let read = |name: &str| {
+        std::fs::read_to_string(
+            Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../plugin-config")).join(name),
+        )
+        .unwrap()
+    };
+    let blocks = |text: &str| -> Vec<String> {
+        text.split("```yaml\n")
+            .skip(1)
+            .map(|b| b.split("```").next().unwrap().to_string())
+            .collect()
+    };
+    let (zh, en) = (read("README.md"), read("README_EN.md"));
+    let cjk = |t: &str| t.chars().any(|c| ('\u{4e00}'..='\u{9fff}').contains(&c));
+    assert!(cjk(&zh) && !cjk(&en));
+    assert_eq!(blocks(&zh), blocks(&en));
+    assert!(blocks(&en).len() >= 5);
+    for block in blocks(&en) {
+        let y: serde_yaml::Value = serde_yaml::from_str(&block).unwrap();
+        parse(&serde_json::to_value(y).unwrap());
+    }
 }
