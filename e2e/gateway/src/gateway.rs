@@ -138,7 +138,17 @@ fn run_worker(
             let _ = sock.set_nodelay(true);
             let w = worker.clone();
             tokio::task::spawn_local(async move {
-                let svc = service_fn(move |req| crate::stream::handle(w.clone(), req));
+                let svc = service_fn(move |req| {
+                    let w = w.clone();
+                    async move {
+                        // Dropped unanswered: hyper gave up on the request because the client
+                        // went away before its response began.
+                        let pending = crate::shared::PendingResponse::new(w.shared.clone());
+                        let response = crate::stream::handle(w, req).await;
+                        pending.answered();
+                        response
+                    }
+                });
                 let _ = http1::Builder::new()
                     .keep_alive(true)
                     .serve_connection(TokioIo::new(sock), svc)

@@ -229,7 +229,7 @@ async fn pump(
         if !eos {
             let frame = tokio::select! {
                 f = rbody.frame() => f,
-                _ = tx.closed() => return,
+                _ = tx.closed() => return client_gone(&w),
             };
             match frame {
                 None => eos = true,
@@ -270,7 +270,7 @@ async fn pump(
                 .send(Ok(Frame::data(Bytes::from(std::mem::take(&mut buf)))))
                 .is_err()
         {
-            return;
+            return client_gone(&w);
         }
         if eos {
             if let Some(t) = trailers {
@@ -279,6 +279,11 @@ async fn pump(
             return;
         }
     }
+}
+
+/// The client closed its connection while its response was streaming.
+fn client_gone(w: &Worker) {
+    w.shared.counters.client_aborts.fetch_add(1, Relaxed);
 }
 
 /// Body held at end of stream: wait for continue_stream(Response) or the client leaving.
@@ -300,7 +305,10 @@ async fn wait_resume(w: &Worker, ctx: u32, tx: &Tx) -> bool {
         }
         tokio::select! {
             _ = signals.notify.notified() => {}
-            _ = tx.closed() => return false,
+            _ = tx.closed() => {
+                client_gone(w);
+                return false;
+            }
         }
     }
 }

@@ -98,6 +98,28 @@ pub struct Metric {
     pub count: AtomicU64,
 }
 
+/// A request whose response has not begun: counted as a client abort if dropped so.
+pub struct PendingResponse(Option<Arc<Shared>>);
+
+impl PendingResponse {
+    pub fn new(shared: Arc<Shared>) -> PendingResponse {
+        PendingResponse(Some(shared))
+    }
+
+    /// The handler answered (a response, or a reset it counted itself).
+    pub fn answered(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for PendingResponse {
+    fn drop(&mut self) {
+        if let Some(shared) = &self.0 {
+            shared.counters.client_aborts.fetch_add(1, Relaxed);
+        }
+    }
+}
+
 /// Gateway-level counters shown by `/stats`.
 #[derive(Default)]
 pub struct Counters {
