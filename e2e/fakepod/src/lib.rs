@@ -18,6 +18,7 @@ pub mod responses_api;
 pub mod rng;
 pub mod server;
 pub mod tokenize;
+pub mod wire;
 
 pub use config::{EngineKind, MetricsSource, PodConfig};
 pub use engine::Snapshot;

@@ -2,7 +2,7 @@
 //! named events, as the official clients read them. As Anthropic counts them, `input_tokens`
 //! are the prompt tokens not read from the cache and `cache_read_input_tokens` the rest.
 
-use crate::openai::{named_sse, RespMeta, Usage};
+use crate::wire::{named_sse, Ident, Usage};
 use serde_json::{json, Value};
 
 fn usage_json(u: Usage) -> Value {
@@ -14,7 +14,7 @@ fn usage_json(u: Usage) -> Value {
     })
 }
 
-fn message(meta: &RespMeta, content: Value, stop: Option<&str>, usage: Value) -> Value {
+fn message(meta: Ident<'_>, content: Value, stop: Option<&str>, usage: Value) -> Value {
     json!({
         "id": meta.id, "type": "message", "role": "assistant", "model": meta.model,
         "content": content, "stop_reason": stop, "stop_sequence": null, "usage": usage,
@@ -22,13 +22,13 @@ fn message(meta: &RespMeta, content: Value, stop: Option<&str>, usage: Value) ->
 }
 
 /// The non-streamed answer (the pod always stops at its token budget).
-pub fn full(meta: &RespMeta, text: &str, usage: Usage) -> Value {
+pub fn full(meta: Ident<'_>, text: &str, usage: Usage) -> Value {
     let content = json!([{"type": "text", "text": text}]);
     message(meta, content, Some("max_tokens"), usage_json(usage))
 }
 
 /// `message_start` (with the prompt's usage) and the text block's start.
-pub fn open(meta: &RespMeta, usage: Usage) -> String {
+pub fn open(meta: Ident<'_>, usage: Usage) -> String {
     let start = Usage {
         completion: 0,
         ..usage

@@ -2,6 +2,8 @@
 //! Responses API in `responses_api.rs`, Anthropic Messages in `messages_api.rs`.
 
 use crate::tokenize::{canonical_prompt, ApiKind};
+use crate::wire::Ident;
+pub use crate::wire::{named_sse, sse, Usage};
 use ailb_core::hash::{fnv1a, FNV_OFFSET};
 use serde_json::{json, Value};
 
@@ -88,26 +90,6 @@ pub fn after_answer(kind: ApiKind, prompt: &str, answer: &str) -> String {
     }
 }
 
-/// Token usage of a finished request.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Usage {
-    pub prompt: u64,
-    pub completion: u64,
-    pub cached: u64,
-}
-
-impl Usage {
-    /// OpenAI Chat / Completions `usage`.
-    pub fn json(&self) -> Value {
-        json!({
-            "prompt_tokens": self.prompt,
-            "completion_tokens": self.completion,
-            "total_tokens": self.prompt + self.completion,
-            "prompt_tokens_details": {"cached_tokens": self.cached},
-        })
-    }
-}
-
 /// Identity fields shared by every chunk of one response.
 #[derive(Debug, Clone)]
 pub struct RespMeta {
@@ -118,12 +100,20 @@ pub struct RespMeta {
 }
 
 impl RespMeta {
+    fn ident(&self) -> Ident<'_> {
+        Ident {
+            id: &self.id,
+            created: self.created,
+            model: &self.model,
+        }
+    }
+
     /// Events a stream sends before its first token (none for Chat and Completions).
     pub fn open(&self, usage: Usage) -> String {
         match self.kind {
             ApiKind::Chat | ApiKind::Completions => String::new(),
-            ApiKind::Responses => crate::responses_api::open(self),
-            ApiKind::Messages => crate::messages_api::open(self, usage),
+            ApiKind::Responses => crate::responses_api::open(self.ident()),
+            ApiKind::Messages => crate::messages_api::open(self.ident(), usage),
         }
     }
 
@@ -141,7 +131,7 @@ impl RespMeta {
             ApiKind::Completions => {
                 json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish})
             }
-            ApiKind::Responses => return crate::responses_api::delta(self, text, i),
+            ApiKind::Responses => return crate::responses_api::delta(self.ident(), text, i),
             ApiKind::Messages => return crate::messages_api::delta(text),
         };
         sse(json!({
@@ -166,7 +156,7 @@ impl RespMeta {
                 out.push_str(DONE);
                 out
             }
-            ApiKind::Responses => crate::responses_api::close(self, text, usage),
+            ApiKind::Responses => crate::responses_api::close(self.ident(), text, usage),
             ApiKind::Messages => crate::messages_api::close(usage),
         }
     }
@@ -190,8 +180,12 @@ impl RespMeta {
                 "text_completion",
                 json!({"index": 0, "text": text, "logprobs": null, "finish_reason": "length"}),
             ),
-            ApiKind::Responses => return crate::responses_api::full(self, text, usage).to_string(),
-            ApiKind::Messages => return crate::messages_api::full(self, text, usage).to_string(),
+            ApiKind::Responses => {
+                return crate::responses_api::full(self.ident(), text, usage).to_string()
+            }
+            ApiKind::Messages => {
+                return crate::messages_api::full(self.ident(), text, usage).to_string()
+            }
         };
         json!({
             "id": self.id, "object": object, "created": self.created, "model": self.model,
@@ -199,18 +193,6 @@ impl RespMeta {
         })
         .to_string()
     }
-}
-
-/// One SSE event without a name (`data: {...}\n\n`).
-pub fn sse(v: Value) -> String {
-    format!("data: {v}\n\n")
-}
-
-/// One named SSE event (`event: <type>\ndata: {...}\n\n`), as the Responses and Messages
-/// APIs send them: the name repeats the payload's `type`.
-pub fn named_sse(v: Value) -> String {
-    let name = v.get("type").and_then(Value::as_str).unwrap_or("message");
-    format!("event: {name}\ndata: {v}\n\n")
 }
 
 /// The stream terminator.

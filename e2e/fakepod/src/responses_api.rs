@@ -2,7 +2,7 @@
 //! named events, as the official clients read them. Usage reports the cached prompt tokens in
 //! `input_tokens_details.cached_tokens`.
 
-use crate::openai::{named_sse, RespMeta, Usage};
+use crate::wire::{named_sse, Ident, Usage};
 use serde_json::{json, Value};
 
 /// Events before the first delta take sequence numbers 0..OPENING.
@@ -18,7 +18,7 @@ fn usage_json(u: Usage) -> Value {
     })
 }
 
-fn item_id(meta: &RespMeta) -> String {
+fn item_id(meta: Ident<'_>) -> String {
     format!("msg_{}", meta.id)
 }
 
@@ -26,7 +26,7 @@ fn text_part(text: &str) -> Value {
     json!({"type": "output_text", "text": text, "annotations": []})
 }
 
-fn message_item(meta: &RespMeta, text: Option<&str>) -> Value {
+fn message_item(meta: Ident<'_>, text: Option<&str>) -> Value {
     let (status, content) = match text {
         Some(t) => ("completed", json!([text_part(t)])),
         None => ("in_progress", json!([])),
@@ -38,7 +38,7 @@ fn message_item(meta: &RespMeta, text: Option<&str>) -> Value {
 }
 
 /// The response object; `done` carries the answer and its usage.
-fn response(meta: &RespMeta, done: Option<(&str, Usage)>) -> Value {
+fn response(meta: Ident<'_>, done: Option<(&str, Usage)>) -> Value {
     let (status, output, usage) = match done {
         Some((text, u)) => (
             "completed",
@@ -57,12 +57,12 @@ fn response(meta: &RespMeta, done: Option<(&str, Usage)>) -> Value {
 }
 
 /// The non-streamed answer.
-pub fn full(meta: &RespMeta, text: &str, usage: Usage) -> Value {
+pub fn full(meta: Ident<'_>, text: &str, usage: Usage) -> Value {
     response(meta, Some((text, usage)))
 }
 
 /// `response.created`, the message item and its text part, before the first delta.
-pub fn open(meta: &RespMeta) -> String {
+pub fn open(meta: Ident<'_>) -> String {
     let events = [
         json!({"type": "response.created", "sequence_number": 0, "response": response(meta, None)}),
         json!({"type": "response.output_item.added", "sequence_number": 1, "output_index": 0,
@@ -75,7 +75,7 @@ pub fn open(meta: &RespMeta) -> String {
 }
 
 /// Token `i` of the answer.
-pub fn delta(meta: &RespMeta, text: &str, i: u64) -> String {
+pub fn delta(meta: Ident<'_>, text: &str, i: u64) -> String {
     named_sse(json!({
         "type": "response.output_text.delta", "sequence_number": OPENING + i,
         "item_id": item_id(meta), "output_index": 0, "content_index": 0, "delta": text,
@@ -84,7 +84,7 @@ pub fn delta(meta: &RespMeta, text: &str, i: u64) -> String {
 }
 
 /// The done events and `response.completed` with the usage.
-pub fn close(meta: &RespMeta, text: &str, usage: Usage) -> String {
+pub fn close(meta: Ident<'_>, text: &str, usage: Usage) -> String {
     let seq = OPENING + usage.completion;
     let id = item_id(meta);
     let events = [
