@@ -44,24 +44,12 @@ fn schema_keys() -> Map<String, Value> {
         .clone()
 }
 
-/// The parser's own key list: the `RawLbConfig` fields of core/src/config/raw.rs
-/// (`field: Go = "key"` for Higress's keys, `field: Own<T> = "key"` for ours), each key with
-/// its Rust type (`Go` for Higress's leniently read keys).
+/// The parser's own key list (`ailb_core::config::LB_CONFIG_KEYS`), each key with its Rust
+/// type without spaces (`Go` for Higress's leniently read keys).
 fn parser_keys() -> Vec<(String, String)> {
-    let src =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/config/raw.rs")).unwrap();
-    let start = src.find("    RawLbConfig {").unwrap();
-    let end = start + src[start..].find("\n    }\n").unwrap();
-    src[start..end]
-        .lines()
-        .filter_map(|line| {
-            let (field, rest) = line.trim().split_once(": ")?;
-            let (ty, key) = rest.rsplit_once(" = \"")?;
-            assert!(field
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c == '_' || c.is_ascii_digit()));
-            Some((key.trim_end_matches("\",").to_string(), ty.to_string()))
-        })
+    ailb_core::config::LB_CONFIG_KEYS
+        .iter()
+        .map(|(k, ty)| (k.to_string(), ty.replace(' ', "")))
         .collect()
 }
 
@@ -73,7 +61,7 @@ fn schema_type_of(rust: &str) -> Option<(&'static str, Option<&'static str>)> {
         "f64" => ("number", None),
         "String" => ("string", None),
         "Vec<String>" => ("array", Some("string")),
-        "std::collections::BTreeMap<String, f64>" => ("object", Some("number")),
+        "std::collections::BTreeMap<String,f64>" => ("object", Some("number")),
         "Value" => ("object", None),
         other => panic!("raw.rs type {other}: add its schema type here"),
     })

@@ -49,6 +49,10 @@ pub use prefix::PrefixSettings;
 pub use priority::{Class, Priority};
 pub use queue::{Queue, DEFAULT_MAX_QUEUED};
 pub use rules::{Matcher, RequestKeys};
+
+/// Every `lb_config` key the parser reads, with its Rust type as written in raw.rs (`Go` for
+/// Higress's leniently read keys, `Own<T>` for this plugin's strict ones).
+pub const LB_CONFIG_KEYS: &[(&str, &str)] = raw::RawLbConfig::TYPES;
 pub use scrape::ScrapeConfig;
 pub use session::{BodyField, SessionConfig, SESSION_MAX_IMBALANCE, SESSION_MAX_IMBALANCE_RATIO};
 pub use types::{

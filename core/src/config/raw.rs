@@ -8,7 +8,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
 /// Declares a raw object: one [`Field`] per key (`Some` when present, even if `null`),
-/// `KEYS` in declaration order, `present()` listing the keys that were given, and a serde
+/// `KEYS` (and `TYPES`) in declaration order, `present()` listing the keys that were given, and a serde
 /// `Deserialize` that, like gjson, never fails on a value. (Written out by this macro rather
 /// than `#[derive(Deserialize)]`: the derived visitor for 60 optional fields cost 40 KB of
 /// wasm, this one a few hundred bytes.)
@@ -24,6 +24,12 @@ macro_rules! raw_object {
 
         impl $name {
             pub const KEYS: &'static [&'static str] = &[$($key),*];
+
+            /// Each key with its Rust type as written (`Go` for Higress's keys, `Own<T>` for
+            /// ours): the list spec.yaml is checked against.
+            #[allow(dead_code)] // read by the tests only
+            pub const TYPES: &'static [(&'static str, &'static str)] =
+                &[$(($key, stringify!($ty))),*];
 
             /// The named keys that were given, in declaration order.
             #[allow(dead_code)] // not every raw object needs it
