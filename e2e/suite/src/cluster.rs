@@ -4,6 +4,7 @@
 
 use crate::bed::Bed;
 use crate::gateway::{GatewaySpec, ROUTE};
+use ailb_fakepod::PodConfig;
 use serde_json::{json, Value};
 
 /// The header the route reads (Higress's default `cluster_header`).
@@ -26,6 +27,20 @@ pub fn services(names: &[&str], per_service: usize) -> Vec<Service> {
             pods: (i * per_service..(i + 1) * per_service).collect(),
         })
         .collect()
+}
+
+/// Pod tuning for three services of two pods: pods 2 and 3 (the second service) three times
+/// slower to the first token, pods 4 and 5 (the third) answering `error_rate` of requests with
+/// 500 (seeded by `fault_seed`).
+pub fn slow_and_failing(c: &mut PodConfig, error_rate: f64, fault_seed: u64) {
+    match c.name.as_str() {
+        "pod-2" | "pod-3" => c.ttft_multiplier = 3.0,
+        "pod-4" | "pod-5" => {
+            c.error_rate = error_rate;
+            c.fault_seed = fault_seed;
+        }
+        _ => {}
+    }
 }
 
 /// The service a pod (`x-pod: pod-N`) belongs to.

@@ -8,7 +8,8 @@
 use ailb_core::cluster::hash::slot_of;
 use ailb_e2e::bed::{chat_body, Bed};
 use ailb_e2e::cluster::{
-    cluster_config, hash_plugin, metrics_plugin, service_of, services, Service, TARGET_HEADER,
+    cluster_config, hash_plugin, metrics_plugin, service_of, services, slow_and_failing, Service,
+    TARGET_HEADER,
 };
 use ailb_e2e::gateway::{http, open, wait_until, Gateway};
 use serde_json::Value;
@@ -111,14 +112,7 @@ fn cluster_metrics_adaptive_moves_traffic_off_the_slow_and_the_failing_service()
     let bed = Bed::new(6, |c| {
         c.decode_us_per_token = 10_000;
         c.prefill_us_per_token = 200;
-        match c.name.as_str() {
-            "pod-2" | "pod-3" => c.ttft_multiplier = 3.0,
-            "pod-4" | "pod-5" => {
-                c.error_rate = 0.5;
-                c.fault_seed = 11;
-            }
-            _ => {}
-        }
+        slow_and_failing(c, 0.5, 11);
     });
     let svcs = services(&NAMES, 2);
     let gws = gateways(&bed, &svcs, &metrics_plugin(&svcs, "AdaptiveScore"));

@@ -25,14 +25,7 @@ pub fn cluster_adaptive_vs_round_robin_and_oracle() -> anyhow::Result<()> {
         c.prefill_us_per_token = 200;
         c.decode_us_per_token = 5_000;
         c.decode_batch_penalty = 0.0;
-        match c.name.as_str() {
-            "pod-2" | "pod-3" => c.ttft_multiplier = 3.0,
-            "pod-4" | "pod-5" => {
-                c.error_rate = 0.2;
-                c.fault_seed = 9;
-            }
-            _ => {}
-        }
+        ailb_e2e::cluster::slow_and_failing(c, 0.2, 9);
     });
     let svcs = services(&NAMES, 2);
     // 440 streamed requests in 20 s (Poisson): 22 rps, well within llm-a's capacity alone

@@ -3,8 +3,11 @@
 //! busy pod for endpoint_metrics, a slow and a failing service for cluster_metrics, users
 //! hashed over weighted services for cluster_hash).
 
+use ailb_core::config::Policy;
 use ailb_e2e::bed::Bed;
-use ailb_e2e::cluster::{cluster_config, hash_plugin, metrics_plugin, services, Service};
+use ailb_e2e::cluster::{
+    cluster_config, hash_plugin, metrics_plugin, services, slow_and_failing, Service,
+};
 use ailb_e2e::gateway::{http, wait_until, Gateway};
 use ailb_e2e::metrics::{busy_bed, preload};
 use ailb_e2e::redis::Counts;
@@ -13,60 +16,22 @@ use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Policy {
-    GlobalLeastRequest,
-    PrefixCache,
-    EndpointMetrics,
-    ClusterMetrics,
-    ClusterHash,
+/// The policy named on the command line (`metrics_based` is `endpoint_metrics`).
+pub fn policy(name: &str) -> anyhow::Result<Policy> {
+    let name = if name == "metrics_based" {
+        "endpoint_metrics"
+    } else {
+        name
+    };
+    Policy::ALL
+        .into_iter()
+        .find(|p| p.name() == name)
+        .ok_or_else(|| anyhow::anyhow!("unknown policy {name:?}: one of {}", names()))
 }
 
-impl Policy {
-    pub const NAMES: [&'static str; 5] = [
-        "global_least_request",
-        "prefix_cache",
-        "endpoint_metrics",
-        "cluster_metrics",
-        "cluster_hash",
-    ];
-
-    pub fn name(self) -> &'static str {
-        Self::NAMES[self as usize]
-    }
-
-    /// The plugin's counter group (`ai_lb.<label>.*`).
-    pub fn label(self) -> &'static str {
-        match self {
-            Policy::GlobalLeastRequest => "glr",
-            Policy::PrefixCache => "prefix",
-            Policy::EndpointMetrics => "metrics",
-            Policy::ClusterMetrics => "cluster_metrics",
-            Policy::ClusterHash => "cluster_hash",
-        }
-    }
-}
-
-impl std::str::FromStr for Policy {
-    type Err = anyhow::Error;
-
-    fn from_str(s: &str) -> anyhow::Result<Policy> {
-        let all = [
-            Policy::GlobalLeastRequest,
-            Policy::PrefixCache,
-            Policy::EndpointMetrics,
-            Policy::ClusterMetrics,
-            Policy::ClusterHash,
-        ];
-        let name = if s == "metrics_based" {
-            "endpoint_metrics"
-        } else {
-            s
-        };
-        all.into_iter().find(|p| p.name() == name).ok_or_else(|| {
-            anyhow::anyhow!("unknown policy {s:?}: one of {}", Policy::NAMES.join(", "))
-        })
-    }
+/// Every policy's name, for usage lines.
+pub fn names() -> String {
+    Policy::ALL.map(Policy::name).join(", ")
 }
 
 /// A running bed: pods, Redis and one gateway with the policy's config.
@@ -134,14 +99,7 @@ impl Demo {
                 let bed = Bed::new(6, |c| {
                     c.decode_us_per_token = 5_000;
                     c.prefill_us_per_token = 200;
-                    match c.name.as_str() {
-                        "pod-2" | "pod-3" => c.ttft_multiplier = 3.0,
-                        "pod-4" | "pod-5" => {
-                            c.error_rate = 0.5;
-                            c.fault_seed = 11;
-                        }
-                        _ => {}
-                    }
+                    slow_and_failing(c, 0.5, 11);
                 });
                 svcs = services(&SERVICE_NAMES, 2);
                 let config = metrics_plugin(&svcs, "AdaptiveScore");

@@ -9,7 +9,8 @@
 mod demo;
 mod report;
 
-use demo::{Demo, Policy};
+use ailb_core::config::Policy;
+use demo::Demo;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -28,13 +29,13 @@ fn args() -> anyhow::Result<Args> {
             "--once" => once = true,
             "--policy" => {
                 let name = it.next().unwrap_or_default();
-                policy = name.parse()?;
+                policy = demo::policy(&name)?;
             }
             other => match other.strip_prefix("--policy=") {
-                Some(name) => policy = name.parse()?,
+                Some(name) => policy = demo::policy(name)?,
                 None => anyhow::bail!(
                     "unknown argument {other}\nusage: ailb-run [--policy {}] [--once]",
-                    Policy::NAMES.join("|")
+                    demo::names().replace(", ", "|")
                 ),
             },
         }

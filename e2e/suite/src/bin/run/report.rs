@@ -1,7 +1,8 @@
 //! What `make run` prints: where everything listens, the workload's lines, a per-pod table
 //! (per service for the cluster policies) and the policy's own counters.
 
-use crate::demo::{Demo, Outcome, Policy};
+use crate::demo::{Demo, Outcome};
+use ailb_core::config::Policy;
 use ailb_e2e::cluster::service_of;
 use std::path::Path;
 
@@ -72,7 +73,7 @@ fn pod_table(demo: &Demo, out: &Outcome) {
             p.name, addr, via_gateway, s.running, s.waiting, s.peak_running, hit, in_flight
         );
     }
-    if demo.policy.label() == "glr" || demo.policy.label() == "prefix" {
+    if demo.policy.metric_label() == "glr" || demo.policy.metric_label() == "prefix" {
         println!("(leases left in Redis: {})", after.leases);
     }
 }
@@ -122,7 +123,7 @@ fn service_table(demo: &Demo, out: &Outcome) {
 
 /// The policy's counters (`ai_lb.<label>.*`), then any fallback or Redis error.
 pub fn counters(demo: &Demo) {
-    let group = format!("ai_lb.{}.", demo.policy.label());
+    let group = format!("ai_lb.{}.", demo.policy.metric_label());
     let stats = demo.gateway.stats();
     println!("\nplugin counters ({}*):", group);
     for (name, value) in &stats {
