@@ -528,10 +528,11 @@ fn prefix_sends_the_chain_as_keys() {
     let args = host.last_query_args();
     assert_eq!(args[1], Scripts::new().prefix_acquire.sha);
     assert_eq!(
-        args[2], "8",
-        "load, leases, members + one key per message + wait, tenants, seen"
+        args[2], "7",
+        "load, leases, members + the user message's key (the system prompt's alone is not \
+         sent: prefixAnchor conversation) + wait, tenants, seen"
     );
-    for key in &args[6..8] {
+    for key in &args[6..7] {
         assert!(
             key.starts_with("ailb:{chat|outbound|8000||llm.static}:px:"),
             "{key}"
@@ -542,7 +543,7 @@ fn prefix_sends_the_chain_as_keys() {
         );
     }
     assert_eq!(
-        args[19..22],
+        args[18..21],
         ["1800", "8", "1.5"],
         "ttl and imbalance thresholds"
     );

@@ -44,8 +44,9 @@ pub struct PrefixSettings {
     /// Plain-Envoy build: most prefix keys the per-proxy index holds (`localIndexMaxEntries`;
     /// docs/redis-data-model.md §9).
     pub index_max_entries: usize,
-    /// Plain-Envoy build: the block a request is hashed by where the index knows nothing
-    /// (`prefixAnchor`, docs/redis-data-model.md §9).
+    /// The first block whose prefix key is matched and recorded (`prefixAnchor`), in both
+    /// builds; in the plain-Envoy build also the block a request is hashed by where the index
+    /// knows nothing (docs/redis-data-model.md §5, §9).
     pub anchor: Anchor,
     /// Plain-Envoy build: the scraped engine metrics the load guard also reads (present when
     /// `scrapeCluster` is set): a saturated pod is left and not chosen while another is not.
@@ -134,12 +135,6 @@ impl TryFrom<(In<'_, '_, RawLbConfig>, usize)> for PrefixSettings {
                 )
             })?,
         };
-        if raw.prefix_anchor.is_some() && i.build == Build::Higress {
-            return Err(r.err(
-                "prefixAnchor",
-                "only in the plain-Envoy build (Higress shares its prefix index in Redis)",
-            ));
-        }
         let guard = guard(raw, r, i.build)?.map(Rc::new);
         Ok(PrefixSettings {
             ttl_s,

@@ -23,7 +23,11 @@ fn bed() -> Bed {
 }
 
 fn two_gateways(bed: &Bed) -> (Gateway, Gateway) {
-    let cfg = prefix_config(bed.redis.port, json!({}));
+    two_gateways_with(bed, json!({}))
+}
+
+fn two_gateways_with(bed: &Bed, extra: Value) -> (Gateway, Gateway) {
+    let cfg = prefix_config(bed.redis.port, extra);
     (
         bed.gateway(&bed.spec("px-a", Some(cfg.clone()))),
         bed.gateway(&bed.spec("px-b", Some(cfg))),
@@ -90,10 +94,63 @@ fn it_keeps_multi_turn_sessions_on_one_pod_across_gateways() {
     assert!(wait_for_zero(&bed, Duration::from_secs(5)).is_zero());
 }
 
+/// By default a match on the system prompt alone is no reason to prefer a pod
+/// (`prefixAnchor: conversation`): new conversations under one system prompt spread over the
+/// pods by load, while each conversation's next turn still follows its own pod.
+#[test]
+fn it_spreads_new_conversations_under_one_system_prompt() {
+    let bed = bed();
+    let (a, b) = two_gateways(&bed);
+    let sys = system(&format!(
+        "Shared system prompt. {}",
+        "Rules apply. ".repeat(40)
+    ));
+    // Each first turn is held in flight while the next arrives, so the least-loaded choice
+    // must move on; a preamble match would pull every one of them to the same pod.
+    let first: Vec<_> = (0..8)
+        .map(|q| {
+            let gw = if q % 2 == 0 { a.url.clone() } else { b.url.clone() };
+            let sys = sys.clone();
+            let t = std::thread::spawn(move || {
+                let body = json!({"model": "fake-model", "messages": [sys, user(format!("conversation {q}"))], "max_tokens": 300}).to_string();
+                let (_, headers, _) = http(&gw, "POST", "/v1/chat/completions", &[("content-type", "application/json")], body.as_bytes()).unwrap();
+                headers.iter().find(|(k, _)| k == "x-pod").map(|(_, v)| v.clone()).unwrap_or_default()
+            });
+            std::thread::sleep(Duration::from_millis(20));
+            t
+        })
+        .collect();
+    let pods: Vec<String> = first.into_iter().map(|t| t.join().unwrap()).collect();
+    let distinct: std::collections::BTreeSet<&String> = pods.iter().collect();
+    assert!(
+        distinct.len() >= 3,
+        "8 conversations under one system prompt piled up: {pods:?}"
+    );
+    let hits = a.stat("ai_lb.prefix.hit") + b.stat("ai_lb.prefix.hit");
+    assert_eq!(hits, 0, "no first turn matched the shared system prompt");
+    // The next turn of each conversation goes where its first turn went.
+    for (q, pod) in pods.iter().enumerate() {
+        let gw = if q % 2 == 0 { &b } else { &a };
+        let next = send(
+            gw,
+            &[
+                sys.clone(),
+                user(format!("conversation {q}")),
+                json!({"role": "assistant", "content": "ok"}),
+                user("and then?".into()),
+            ],
+            1,
+        );
+        assert_eq!(&next, pod, "conversation {q} left its pod");
+    }
+}
+
+/// `prefixAnchor: preamble`: one long system prompt serving many short conversations keeps
+/// them on the pod that holds it.
 #[test]
 fn it_sends_different_questions_under_one_system_prompt_to_its_pod() {
     let bed = bed();
-    let (a, b) = two_gateways(&bed);
+    let (a, b) = two_gateways_with(&bed, json!({"prefixAnchor": "preamble"}));
     let sys = system(&format!(
         "Shared system prompt. {}",
         "Rules apply. ".repeat(40)
@@ -116,7 +173,7 @@ fn it_sends_different_questions_under_one_system_prompt_to_its_pod() {
 #[test]
 fn it_spills_a_hot_prefix_and_brings_it_back() {
     let bed = bed();
-    let (a, b) = two_gateways(&bed);
+    let (a, b) = two_gateways_with(&bed, json!({"prefixAnchor": "preamble"}));
     let sys = system(&format!(
         "Hot system prompt. {}",
         "Policy text. ".repeat(40)

@@ -1,6 +1,8 @@
 //! prefix_cache. Higress build ([`RedisPrefixCache`]): the prompt → canonical blocks →
 //! chained keys, computed here so the script only reads and writes keys
-//! (docs/redis-data-model.md §5). The script picks the pod of the deepest known prefix unless
+//! (docs/redis-data-model.md §5). Only the keys from the request's anchor block on are sent
+//! (`prefixAnchor`, §5 step 2): a match on the system prompt and tools alone, which many
+//! conversations share, is no reason to prefer a pod. The script picks the pod of the deepest known prefix unless
 //! it is over the load guard; its reply is an endpoint pick's (`least_request::reply`). A body
 //! that is not a usable prompt (or is too large to read) still gets a least-request pick.
 //! Plain-Envoy build: [`local::LocalPrefixCache`].
@@ -13,7 +15,7 @@ use super::policy::{Env, Input, Policy};
 use crate::balancer::events::Decision;
 use crate::config::{PrefixSettings, RouteConfig};
 use crate::host::{Host, LogLevel};
-use crate::prefix::{canonicalize, prefix_key};
+use crate::prefix::{anchor_of, canonicalize, prefix_key, Anchor, Canonical};
 use crate::reason::Cause;
 use crate::stats::Counter;
 use std::rc::Rc;
@@ -54,11 +56,7 @@ fn decide(host: &mut dyn Host, env: Env, input: &Input, settings: &PrefixSetting
     let body = host.request_body(0, input.body_bytes).unwrap_or_default();
     match canonicalize(&body, &settings.canon) {
         Ok(canon) => {
-            let chain: Vec<String> = canon
-                .chain_keys()
-                .iter()
-                .map(|k| prefix_key(&keys.namespace, k))
-                .collect();
+            let chain = anchored_chain(&canon, settings.anchor, &keys.namespace);
             least_request::acquire(host, env, input, Some(Rc::new(chain)))
         }
         Err(e) => {
@@ -73,3 +71,20 @@ fn decide(host: &mut dyn Host, env: Env, input: &Input, settings: &PrefixSetting
         }
     }
 }
+
+/// The Redis keys of `canon`'s chain from its `anchor` block on, shortest prefix first. Keys
+/// before the anchor name a prefix of the shared preamble alone: sending them would let every
+/// new conversation under one system prompt match the pod that saw the prompt first and pile
+/// onto it (the plain-Envoy index reads from the same block: docs/redis-data-model.md §9).
+pub fn anchored_chain(canon: &Canonical, anchor: Anchor, namespace: &str) -> Vec<String> {
+    let from = anchor_of(canon.blocks(), anchor);
+    canon
+        .chain_keys()
+        .iter()
+        .skip(from)
+        .map(|k| prefix_key(namespace, k))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;
