@@ -1,13 +1,17 @@
 //! Prometheus text exposition parser (format 0.0.4, as emitted by `prometheus_client` and the Go
 //! client), tolerant of what model servers really emit.
 //!
-//! Never fails as a whole and never panics: a malformed line is skipped and counted in
-//! [`ParseStats`]; work is bounded by the `MAX_*` constants (over-limit input is cut and flagged in
-//! [`ParseStats::truncated`]). Output memory is bounded by the input size, itself capped at
-//! [`MAX_INPUT_BYTES`].
+//! Never fails as a whole and never panics: a malformed line is skipped, counted in
+//! [`ParseStats`] and, when its name can be read, its family marked ([`Exposition::gap`]), so a
+//! reader never takes the rest of that family for all of it; work is bounded by the `MAX_*`
+//! constants (over-limit input is cut and flagged in [`ParseStats::truncated`]). Output memory
+//! is bounded by the input size, itself capped at [`MAX_INPUT_BYTES`]. The reading loop is in
+//! `page`, one line in `line`.
 
-use super::scan::{Cursor, Lines};
-pub use super::scan::{LineError, MAX_LABEL_VALUE_LEN, MAX_NAME_LEN};
+mod line;
+mod page;
+
+pub use super::scan::{LineError, MAX_LABEL_VALUE_LEN, MAX_LIST_LABEL_VALUE_LEN, MAX_NAME_LEN};
 
 /// Bytes of input looked at; the rest is dropped (cut at the last complete line). A page this
 /// long or longer is read as cut (see [`parse_page`]). Higress stored only 64 KiB of the probe
@@ -22,6 +26,21 @@ pub const MAX_SERIES: usize = 50_000;
 pub const MAX_TYPES: usize = 10_000;
 /// Labels per sample; a line with more is malformed.
 pub const MAX_LABELS: usize = 64;
+/// Families whose label values are lists and may be up to [`MAX_LIST_LABEL_VALUE_LEN`] long:
+/// vLLM's LoRA info names every adapter in two labels (docs/model-server-metrics.md §1.1).
+pub const LIST_LABEL_FAMILIES: &[&str] = &["vllm:lora_requests_info"];
+/// Families with a malformed line remembered by name; past this many every family reads as
+/// damaged ([`Exposition::gap`]).
+pub const MAX_MALFORMED_FAMILIES: usize = 32;
+
+/// The longest label value a line of series `name` may carry.
+pub fn label_value_limit(name: &str) -> usize {
+    if LIST_LABEL_FAMILIES.contains(&name) {
+        MAX_LIST_LABEL_VALUE_LEN
+    } else {
+        MAX_LABEL_VALUE_LEN
+    }
+}
 
 /// Type declared by a `# TYPE` line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,9 +107,28 @@ pub struct Exposition {
     pub samples: Vec<Sample>,
     pub types: Vec<(String, MetricType)>,
     pub stats: ParseStats,
-    /// On a cut page ([`ParseStats::truncated`]): the family of the last sample line read before
-    /// the cut, whose remaining series may lie past it.
+    /// On a cut page ([`ParseStats::truncated`]): the family the cut went through, whose
+    /// remaining series may lie past it: that of the last line naming a family (a sample line,
+    /// kept or filtered, or a `# HELP` / `# TYPE` line), or of the partial line the cut left
+    /// when that names another family.
     pub open_family: Option<String>,
+    /// Families with a malformed line: their other lines are not all of them, so they read as
+    /// unknown ([`Gap::Malformed`]). A line whose own name is damaged marks the families of the
+    /// sample lines on either side of it, the ones it most likely belongs to.
+    pub malformed_families: Vec<String>,
+    /// A malformed line whose name could not be read: it may have been any family's only line,
+    /// so a family absent from the page proves nothing (as on a cut page).
+    pub malformed_unnamed: bool,
+}
+
+/// Why a family of a page may be incomplete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gap {
+    /// The page was cut before the family ended (or, absent, before it began).
+    Cut,
+    /// A line of the family was malformed (or, absent, a line with a damaged name may have
+    /// been its only one).
+    Malformed,
 }
 
 impl Exposition {
@@ -105,12 +143,33 @@ impl Exposition {
         self.samples.iter().any(|s| s.name == name)
     }
 
-    /// Whether every series of `name` is on the page: always on a whole page; on a cut page only
-    /// when the name was seen and its family is not the one the cut went through. A family past
-    /// the cut is not on the page at all, so absence proves nothing there.
+    /// Whether every series of `name` is on the page ([`Self::gap`] is `None`).
     pub fn is_complete(&self, name: &str) -> bool {
-        self.stats.truncated.is_none()
-            || (self.has(name) && self.open_family.as_deref() != Some(family(name)))
+        self.gap(name).is_none()
+    }
+
+    /// Why the series of `name` on the page may not be all of them: a malformed line of its
+    /// family; on a cut page, the name not seen or its family the one the cut went through (a
+    /// family past the cut is not on the page at all, so absence proves nothing there); on a
+    /// page with a line whose name is damaged, the name not seen. `None`: the page holds every
+    /// series of `name` (or, absent, the producer exports none).
+    pub fn gap(&self, name: &str) -> Option<Gap> {
+        let fam = family(name);
+        if self.malformed_in(name) {
+            return Some(Gap::Malformed);
+        }
+        let seen = self.has(name);
+        if self.stats.truncated.is_some() && (!seen || self.open_family.as_deref() == Some(fam)) {
+            return Some(Gap::Cut);
+        }
+        (self.malformed_unnamed && !seen).then_some(Gap::Malformed)
+    }
+
+    /// Whether a line of `name`'s family was malformed (or too many families were to tell).
+    pub fn malformed_in(&self, name: &str) -> bool {
+        let fam = family(name);
+        self.malformed_families.len() > MAX_MALFORMED_FAMILIES
+            || self.malformed_families.iter().any(|f| f == fam)
     }
 
     /// Type declared for a family name (`# TYPE` lines), if any.
@@ -140,226 +199,23 @@ pub fn parse_filtered<F: FnMut(&str) -> bool>(input: &[u8], wanted: F) -> Exposi
 /// `12` is never read as 12; [`ParseStats::truncated`] and [`Exposition::open_family`] tell the
 /// mapping which families may be incomplete ([`Exposition::is_complete`]). A whole page that is
 /// exactly `cut_at` long cannot be told from a cut one and is read as cut too.
-pub fn parse_page<F: FnMut(&str) -> bool>(
-    input: &[u8],
-    cut_at: usize,
-    mut wanted: F,
-) -> Exposition {
-    let mut out = Exposition::default();
-    let head = input.get(..MAX_INPUT_BYTES).unwrap_or(input);
-    let body = if input.len() >= cut_at.clamp(1, MAX_INPUT_BYTES) {
-        out.stats.truncated = Some(Truncation::InputBytes);
-        // Drop the partial last line so a cut value ("0.12" of "0.125") is never read.
-        match head.iter().rposition(|&b| b == b'\n') {
-            Some(nl) => head.get(..nl).unwrap_or_default(),
-            None => &[],
-        }
-    } else {
-        input
-    };
-    // The last sample line's name (kept or filtered): its family is the one a cut went through.
-    let mut last_sample: Option<&str> = None;
-    for raw in Lines::new(body) {
-        if out.stats.lines >= MAX_LINES {
-            out.stats.truncated = Some(Truncation::Lines);
-            break;
-        }
-        out.stats.lines += 1;
-        let line = raw.strip_suffix(b"\r").unwrap_or(raw);
-        match parse_line(line, &mut wanted) {
-            Ok(Line::Skip) => {}
-            Ok(Line::Filtered(name)) => {
-                out.stats.filtered_out += 1;
-                last_sample = Some(name);
-            }
-            Ok(Line::Type(name, ty)) => {
-                if out.types.len() < MAX_TYPES {
-                    out.types.push((name, ty));
-                }
-            }
-            Ok(Line::Sample(s, name)) => {
-                last_sample = Some(name);
-                if out.samples.len() >= MAX_SERIES {
-                    out.stats.truncated = Some(Truncation::Series);
-                    break;
-                }
-                out.samples.push(s);
-            }
-            Err(e) => {
-                out.stats.malformed += 1;
-                if out.stats.first_error.is_none() {
-                    out.stats.first_error = Some((out.stats.lines, e));
-                }
-            }
-        }
-    }
-    out.stats.samples = out.samples.len();
-    if out.stats.truncated.is_some() {
-        out.open_family = last_sample.map(|n| family(n).to_owned());
-    }
-    out
+pub fn parse_page<F: FnMut(&str) -> bool>(input: &[u8], cut_at: usize, wanted: F) -> Exposition {
+    page::parse_page(input, cut_at, wanted)
 }
+
+/// What counters, histograms and summaries add to their family's name.
+const SUFFIXES: [&str; 7] = [
+    "_total", "_created", "_bucket", "_count", "_sum", "_gcount", "_gsum",
+];
 
 /// The family a series name belongs to: the name without the suffix a counter, histogram or
 /// summary adds (`x_total`, `x_created`, `x_bucket`, … → `x`). Only used to compare names, so
 /// stripping a suffix a gauge happens to end with merely groups more names together.
 pub fn family(name: &str) -> &str {
-    const SUFFIXES: [&str; 7] = [
-        "_total", "_created", "_bucket", "_count", "_sum", "_gcount", "_gsum",
-    ];
     SUFFIXES
         .iter()
         .find_map(|s| name.strip_suffix(s))
         .unwrap_or(name)
-}
-
-enum Line<'a> {
-    Skip,
-    Filtered(&'a str),
-    Type(String, MetricType),
-    /// The sample and its name as it appears in the line.
-    Sample(Sample, &'a str),
-}
-
-fn parse_line<'a, F: FnMut(&str) -> bool>(
-    line: &'a [u8],
-    wanted: &mut F,
-) -> Result<Line<'a>, LineError> {
-    let mut c = Cursor { s: line, i: 0 };
-    c.skip_ws();
-    match c.peek() {
-        None => Ok(Line::Skip),
-        Some(b'#') => Ok(parse_comment(&mut c, wanted)),
-        Some(_) => parse_sample(&mut c, wanted),
-    }
-}
-
-/// `# TYPE name type` is kept; `# HELP` and any other comment is skipped. A malformed TYPE line
-/// is only a comment, never an error: the samples carry the data.
-fn parse_comment<'a, F: FnMut(&str) -> bool>(c: &mut Cursor<'a>, wanted: &mut F) -> Line<'a> {
-    c.i += 1;
-    c.skip_ws();
-    if !c.eat_word(b"TYPE") {
-        return Line::Skip;
-    }
-    c.skip_ws();
-    let Ok(name) = c.metric_name() else {
-        return Line::Skip;
-    };
-    if !wanted(name) {
-        return Line::Skip;
-    }
-    c.skip_ws();
-    let ty = match c.rest_trimmed() {
-        b"counter" => MetricType::Counter,
-        b"gauge" => MetricType::Gauge,
-        b"histogram" => MetricType::Histogram,
-        b"summary" => MetricType::Summary,
-        b"untyped" => MetricType::Untyped,
-        _ => MetricType::Other,
-    };
-    Line::Type(name.to_owned(), ty)
-}
-
-fn parse_sample<'a, F: FnMut(&str) -> bool>(
-    c: &mut Cursor<'a>,
-    wanted: &mut F,
-) -> Result<Line<'a>, LineError> {
-    let name = c.metric_name()?;
-    if !wanted(name) {
-        return Ok(Line::Filtered(name));
-    }
-    let mut had_ws = c.skip_ws();
-    let mut labels = Vec::new();
-    let braces = c.peek() == Some(b'{');
-    if braces {
-        c.i += 1;
-        parse_labels(c, &mut labels)?;
-        had_ws = c.skip_ws();
-    }
-    // `name{…}0.5` is accepted like the Python client does; `name.5` is not a name plus a value.
-    let value_tok = c.token();
-    if value_tok.is_empty() || !(had_ws || braces) {
-        return Err(LineError::MissingValue);
-    }
-    let value = parse_f64(value_tok).ok_or(LineError::BadValue)?;
-    c.skip_ws();
-    let ts_tok = c.token();
-    let timestamp_ms = if ts_tok.is_empty() {
-        None
-    } else {
-        Some(parse_timestamp(ts_tok).ok_or(LineError::BadTimestamp)?)
-    };
-    c.skip_ws();
-    if c.peek().is_some() {
-        return Err(LineError::TrailingGarbage);
-    }
-    Ok(Line::Sample(
-        Sample {
-            name: name.to_owned(),
-            labels,
-            value,
-            timestamp_ms,
-        },
-        name,
-    ))
-}
-
-/// Parses `name="value",…}` after the `{`. Accepts a trailing comma and spaces around tokens.
-fn parse_labels(c: &mut Cursor<'_>, out: &mut Vec<(String, String)>) -> Result<(), LineError> {
-    loop {
-        c.skip_ws();
-        match c.peek() {
-            None => return Err(LineError::UnterminatedLabels),
-            Some(b'}') => {
-                c.i += 1;
-                return Ok(());
-            }
-            Some(_) => {}
-        }
-        if out.len() >= MAX_LABELS {
-            return Err(LineError::TooManyLabels);
-        }
-        let key = c.label_name()?;
-        c.skip_ws();
-        if !c.eat(b'=') {
-            return Err(LineError::MissingEquals);
-        }
-        c.skip_ws();
-        if !c.eat(b'"') {
-            return Err(LineError::MissingQuote);
-        }
-        let value = c.label_value()?;
-        out.push((key.to_owned(), value));
-        c.skip_ws();
-        match c.peek() {
-            Some(b',') => c.i += 1,
-            Some(b'}') => {}
-            None => return Err(LineError::UnterminatedLabels),
-            Some(_) => return Err(LineError::UnterminatedLabels),
-        }
-    }
-}
-
-/// Go-client spellings (`NaN`, `+Inf`, `-Inf`) plus anything Rust's float parser takes
-/// (exponents, `inf`, `nan`).
-fn parse_f64(tok: &[u8]) -> Option<f64> {
-    std::str::from_utf8(tok).ok()?.parse::<f64>().ok()
-}
-
-/// Integer milliseconds; a float is accepted (some exporters emit `1.7e12`) if finite and in range.
-fn parse_timestamp(tok: &[u8]) -> Option<i64> {
-    let s = std::str::from_utf8(tok).ok()?;
-    if let Ok(v) = s.parse::<i64>() {
-        return Some(v);
-    }
-    let f = s.parse::<f64>().ok()?;
-    // i64::MAX as f64 rounds up to 2^63, so use a strict bound.
-    if f.is_finite() && f > -9.2e18 && f < 9.2e18 {
-        Some(f as i64)
-    } else {
-        None
-    }
 }
 
 #[cfg(test)]

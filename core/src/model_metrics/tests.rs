@@ -3,7 +3,7 @@
 //! mutations, and parse → map → select end to end.
 
 use super::engines::{self, MapError, ModelServer};
-use super::prom::{self, Exposition, MAX_LABELS, MAX_LABEL_VALUE_LEN, MAX_LINES, MAX_NAME_LEN};
+use super::prom::{self, label_value_limit, Exposition, MAX_LABELS, MAX_LINES, MAX_NAME_LEN};
 use super::scheduler::{select, Candidate, Decision, MetricPolicy, RequestInfo, SchedulerConfig};
 use super::{RateLimitWindow, SplitMix64};
 
@@ -158,7 +158,7 @@ fn assert_bounded(input: &[u8], e: &Exposition) {
         assert!(!s.name.is_empty() && s.name.len() <= MAX_NAME_LEN);
         assert!(s.labels.len() <= MAX_LABELS);
         for (k, v) in &s.labels {
-            assert!(k.len() <= MAX_NAME_LEN && v.len() <= MAX_LABEL_VALUE_LEN);
+            assert!(k.len() <= MAX_NAME_LEN && v.len() <= label_value_limit(&s.name));
             stored += k.len() + v.len();
         }
         stored += s.name.len();
