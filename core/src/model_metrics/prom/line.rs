@@ -5,7 +5,7 @@
 //! whole, so the caller can tell whose family the damage hides a line of.
 
 use super::{label_value_limit, MetricType, Sample, MAX_LABELS};
-use crate::model_metrics::scan::{Cursor, LineError, MAX_NAME_LEN};
+use crate::model_metrics::scan::{Cursor, LineError, MAX_LIST_LABEL_VALUE_LEN, MAX_NAME_LEN};
 use std::borrow::Cow;
 
 pub(super) enum Line<'a> {
@@ -94,77 +94,100 @@ fn parse_sample<'a, F: FnMut(&str) -> bool>(
     c: &mut Cursor<'a>,
     wanted: &mut F,
 ) -> Result<Line<'a>, Bad<'a>> {
-    let mut labels = Vec::new();
-    // `{"name", labels…}`: the name is the braces' first entry, a quoted string with no `=`.
-    let (n, in_braces) = if c.eat(b'{') {
-        c.skip_ws();
-        if c.peek() != Some(b'"') {
-            return Err(LineError::BadMetricName.into());
-        }
-        let n = name(c)?;
-        c.skip_ws();
-        match c.peek() {
-            Some(b',' | b'}') => {}
-            _ => return Err(LineError::BadMetricName.into()),
-        }
-        (n, true)
-    } else {
-        let n = c.metric_name()?;
-        // A plain name runs to a space or a brace; anything else glued to it means the name
-        // itself is damaged (`vllm:num_req?ests_waiting 40`), whoever's it was.
-        if !matches!(c.peek(), Some(b' ' | b'\t' | b'{')) {
-            return Err(if wanted(n) {
-                Bad {
-                    name: Some(Cow::Borrowed(n)),
-                    error: LineError::MissingValue,
-                }
-            } else {
-                LineError::BadMetricName.into()
-            });
-        }
-        (Cow::Borrowed(n), false)
-    };
-    if !wanted(&n) {
-        return Ok(Line::Filtered(n));
+    if c.eat(b'{') {
+        return quoted_sample(c, wanted);
     }
-    let limit = label_value_limit(&n);
-    match sample_rest(c, in_braces, limit, &mut labels) {
+    let n = c.metric_name()?;
+    // A plain name runs to a space or a brace; anything else glued to it means the name itself
+    // is damaged (`vllm:num_req?ests_waiting 40`), whoever's it was.
+    if !matches!(c.peek(), Some(b' ' | b'\t' | b'{')) {
+        return Err(if wanted(n) {
+            Bad {
+                name: Some(Cow::Borrowed(n)),
+                error: LineError::MissingValue,
+            }
+        } else {
+            LineError::BadMetricName.into()
+        });
+    }
+    if !wanted(n) {
+        return Ok(Line::Filtered(Cow::Borrowed(n)));
+    }
+    let mut labels = Vec::new();
+    let rest = (|| {
+        let mut had_ws = c.skip_ws();
+        let braces = c.eat(b'{');
+        if braces {
+            parse_labels(c, label_value_limit(n), &mut labels, None)?;
+            had_ws = c.skip_ws();
+        }
+        value_and_timestamp(c, had_ws, braces)
+    })();
+    match rest {
         Ok((value, timestamp_ms)) => Ok(Line::Sample(
             Sample {
-                name: n.clone().into_owned(),
+                name: n.to_owned(),
                 labels,
                 value,
                 timestamp_ms,
             },
-            n,
+            Cow::Borrowed(n),
         )),
         Err(error) => Err(Bad {
-            name: Some(n),
+            name: Some(Cow::Borrowed(n)),
             error,
         }),
     }
 }
 
-/// What follows a wanted name: labels, value, optional timestamp. `in_braces`: a quoted name
-/// was read inside the braces, which are still open (at its `,` or `}`).
-fn sample_rest(
-    c: &mut Cursor<'_>,
-    in_braces: bool,
-    limit: usize,
-    labels: &mut Vec<(String, String)>,
-) -> Result<(f64, Option<i64>), LineError> {
-    let mut had_ws = c.skip_ws();
-    let braces = in_braces || c.peek() == Some(b'{');
-    if braces {
-        if in_braces {
-            // At the `,` after the name (read on into the labels) or at the closing `}`.
-            c.eat(b',');
-        } else {
-            c.i += 1;
-        }
-        parse_labels(c, limit, labels)?;
-        had_ws = c.skip_ws();
+/// `{…} value` with the name a bare quoted string among the labels (first, as Prometheus 3
+/// writes it, or anywhere, as its parser takes it). The whole label set is read to find the
+/// name, so values get the longest limit first and the name's own limit after.
+fn quoted_sample<'a, F: FnMut(&str) -> bool>(
+    c: &mut Cursor<'a>,
+    wanted: &mut F,
+) -> Result<Line<'a>, Bad<'a>> {
+    let mut labels = Vec::new();
+    let mut name = None;
+    let read = parse_labels(c, MAX_LIST_LABEL_VALUE_LEN, &mut labels, Some(&mut name));
+    let Some(n) = name else {
+        return Err(read.err().unwrap_or(LineError::BadMetricName).into());
+    };
+    if !wanted(&n) {
+        return Ok(Line::Filtered(Cow::Owned(n)));
     }
+    let limit = label_value_limit(&n);
+    let rest = read.and_then(|()| {
+        if labels.iter().any(|(_, v)| v.len() > limit) {
+            return Err(LineError::LabelValueTooLong);
+        }
+        let had_ws = c.skip_ws();
+        value_and_timestamp(c, had_ws, true)
+    });
+    match rest {
+        Ok((value, timestamp_ms)) => Ok(Line::Sample(
+            Sample {
+                name: n.clone(),
+                labels,
+                value,
+                timestamp_ms,
+            },
+            Cow::Owned(n),
+        )),
+        Err(error) => Err(Bad {
+            name: Some(Cow::Owned(n)),
+            error,
+        }),
+    }
+}
+
+/// The value and optional timestamp after the name and labels. `had_ws`: whitespace came
+/// before; `braces`: a label set did.
+fn value_and_timestamp(
+    c: &mut Cursor<'_>,
+    had_ws: bool,
+    braces: bool,
+) -> Result<(f64, Option<i64>), LineError> {
     // `name{…}0.5` is accepted like the Python client does; `name.5` is not a name plus a value.
     let value_tok = c.token();
     if value_tok.is_empty() || !(had_ws || braces) {
@@ -186,11 +209,13 @@ fn sample_rest(
 }
 
 /// Parses `name="value",…}` after the `{`. Accepts a trailing comma, spaces around tokens and
-/// quoted label names (Prometheus 3).
+/// quoted label names (Prometheus 3). With `metric` (a line that began with `{`), one entry may
+/// be a bare quoted string: the metric's name.
 fn parse_labels(
     c: &mut Cursor<'_>,
     limit: usize,
     out: &mut Vec<(String, String)>,
+    mut metric: Option<&mut Option<String>>,
 ) -> Result<(), LineError> {
     loop {
         c.skip_ws();
@@ -206,8 +231,22 @@ fn parse_labels(
             return Err(LineError::TooManyLabels);
         }
         let key = if c.eat(b'"') {
-            c.label_value(MAX_NAME_LEN)
-                .map_err(|_| LineError::BadLabelName)?
+            let quoted = c
+                .label_value(MAX_NAME_LEN)
+                .map_err(|_| LineError::BadLabelName)?;
+            c.skip_ws();
+            if c.peek() != Some(b'=') {
+                // A bare quoted string: the metric's name, once, on a line that began with `{`.
+                match metric.as_deref_mut() {
+                    Some(slot @ None) if !quoted.is_empty() => *slot = Some(quoted),
+                    _ => return Err(LineError::BadMetricName),
+                }
+                if !entry_end(c)? {
+                    return Ok(());
+                }
+                continue;
+            }
+            quoted
         } else {
             c.label_name()?.to_owned()
         };
@@ -221,12 +260,25 @@ fn parse_labels(
         }
         let value = c.label_value(limit)?;
         out.push((key, value));
-        c.skip_ws();
-        match c.peek() {
-            Some(b',') => c.i += 1,
-            Some(b'}') => {}
-            _ => return Err(LineError::UnterminatedLabels),
+        if !entry_end(c)? {
+            return Ok(());
         }
+    }
+}
+
+/// After a label entry: `,` (more may follow: true) or `}` (the set ends: false, eaten).
+fn entry_end(c: &mut Cursor<'_>) -> Result<bool, LineError> {
+    c.skip_ws();
+    match c.peek() {
+        Some(b',') => {
+            c.i += 1;
+            Ok(true)
+        }
+        Some(b'}') => {
+            c.i += 1;
+            Ok(false)
+        }
+        _ => Err(LineError::UnterminatedLabels),
     }
 }
 

@@ -272,9 +272,27 @@ fn quoted_names_are_read() {
         Some(MetricType::Gauge)
     );
     assert_eq!(e.samples.len(), 1);
-    for bad in [r#"{"a"="b"} 1"#, r#"{""} 1"#, r#"{a="b"} 1"#, r#"{"a" 1"#] {
+    // As Prometheus's own parser (prometheus/common expfmt): the name may stand anywhere in
+    // the set, once; label names may be quoted after a plain name too.
+    let s = one(r#"{labelname="value", "my.noncompliant.metric"} 1"#);
+    assert_eq!(
+        (s.name.as_str(), s.label("labelname")),
+        ("my.noncompliant.metric", Some("value"))
+    );
+    assert_eq!(
+        one(r#"metric_name{"foo"="bar", "dotted.label"="bla"} 3.14"#).label("dotted.label"),
+        Some("bla")
+    );
+    for bad in [
+        r#"{"a"="b"} 1"#,
+        r#"{""} 1"#,
+        r#"{a="b"} 1"#,
+        r#"{"one.name","another.name"} 3.14"#,
+    ] {
         assert_eq!(err(bad), LineError::BadMetricName, "{bad}");
     }
+    assert_eq!(err(r#"{"a" 1"#), LineError::UnterminatedLabels);
+    assert_eq!(err(r#"a{"b"} 1"#), LineError::BadMetricName);
     // The filter sees the unquoted name.
     let e = parse_filtered(
         br#"{"a"} 1
