@@ -4,7 +4,7 @@
 //! 1.0 with UTF-8 names). A line that fails says which name it carried, when that name was read
 //! whole, so the caller can tell whose family the damage hides a line of.
 
-use super::{label_value_limit, MetricType, Sample, MAX_LABELS};
+use super::exposition::{label_value_limit, MetricType, Sample, MAX_LABELS};
 use crate::model_metrics::scan::{Cursor, LineError, MAX_LIST_LABEL_VALUE_LEN, MAX_NAME_LEN};
 use std::borrow::Cow;
 

@@ -4,11 +4,11 @@
 //! last line naming one is the only one a cut can go through, and a line whose name is
 //! damaged belongs to the family before or after it.
 
-use super::line::{parse_line, Line};
-use super::{
+use super::exposition::{
     family, Exposition, Truncation, MAX_INPUT_BYTES, MAX_LINES, MAX_MALFORMED_FAMILIES, MAX_SERIES,
     MAX_TYPES, SUFFIXES,
 };
+use super::line::{parse_line, Line};
 use crate::model_metrics::scan::{Cursor, Lines};
 use std::borrow::Cow;
 
