@@ -122,8 +122,8 @@ fn after_partial<'a>(partial: &'a [u8], last: Option<Cow<'a, str>>) -> Option<Co
     };
     let other = match &last {
         None => true,
-        Some(l) if whole => family(&name) != family(l),
-        Some(l) => !could_be_of(&name, family(l)),
+        Some(l) if whole => family(name) != family(l),
+        Some(l) => !could_be_of(name, family(l)),
     };
     if other {
         Some(Cow::Borrowed(name))
