@@ -61,6 +61,11 @@ fn the_key_block_names_where_the_key_comes_from() {
     let cfg = br#"{"lb_type":"cluster","lb_policy":"cluster_hash","lb_config":{"clusters":[{"cluster":"a","weight":100}],"key":{"source":"body","jsonPath":"id"}}}"#;
     let body = parse(cfg, Build::Higress).unwrap().config.global.unwrap();
     assert!(!body.decide_at_headers);
+    assert_eq!(body.common.max_body_bytes, 100 << 20);
+    // Plain Envoy holds it too, with its usual wait for a body it may withhold.
+    let envoy = parse(cfg, Build::Envoy).unwrap().config.global.unwrap();
+    assert!(!envoy.decide_at_headers);
+    assert_eq!(envoy.common.max_body_wait_ms, 1000);
     let cfg = br#"{"lb_type":"cluster","lb_policy":"cluster_hash","lb_config":{"clusters":[{"cluster":"a","weight":100}],"key":{"source":"cookie","name":"s"}}}"#;
     assert!(
         parse(cfg, Build::Higress)

@@ -75,7 +75,11 @@ fn key_of(host: &dyn Host, key: &HashKey, input: &Input) -> Option<Vec<u8>> {
             cookie::go_cookie(&header, name)
         }
         HashKey::Body { path, .. } => {
-            if !input.read_body || input.body_bytes == 0 {
+            // The PR answers a GET or HEAD 403 at its headers, whatever body it carries.
+            let method = host.request_header(":method").ok().flatten();
+            let bodiless = method
+                .is_some_and(|m| m.eq_ignore_ascii_case("GET") || m.eq_ignore_ascii_case("HEAD"));
+            if bodiless || !input.read_body || input.body_bytes == 0 {
                 return None;
             }
             let body = host.request_body(0, input.body_bytes).ok()?;

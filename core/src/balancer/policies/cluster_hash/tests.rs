@@ -120,6 +120,15 @@ fn a_body_key_holds_the_request_for_its_body() {
         send(&mut host, &mut e, 8, &[], Some("callOptions")),
         Err(MISSING.into())
     );
+    // A GET has no body key, whatever it carries (the PR answers it at its headers).
+    let get = send(
+        &mut host,
+        &mut e,
+        9,
+        &[(":method", "GET")],
+        Some(&body("s-1")),
+    );
+    assert_eq!(get, Err(MISSING.into()));
     assert_eq!(e.tracked(), (0, 0));
 }
 
