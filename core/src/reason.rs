@@ -101,6 +101,8 @@ pub enum Reason {
     ClusterMetrics,
     /// cluster_hash: no `hash_header` (or an empty one): 403.
     HashHeaderMissing403,
+    /// cluster_hash with a `key` block: no key (or an empty one): 403.
+    HashKeyMissing403,
     /// A cluster policy could not write `cluster_header`: 500, as Higress answers.
     ClusterHeaderFailed500,
     /// The plugin could not decide: the cluster's own load balancing (or 503 under deny).
@@ -126,6 +128,7 @@ impl Reason {
             Reason::ClusterHash => "cluster_hash",
             Reason::ClusterMetrics => "cluster_metrics",
             Reason::HashHeaderMissing403 => "hash_header_missing_403",
+            Reason::HashKeyMissing403 => "hash_key_missing_403",
             Reason::ClusterHeaderFailed500 => "cluster_header_failed_500",
             Reason::Fallback(c) => c.name(),
         }

@@ -89,6 +89,9 @@ pub enum Counter {
     /// endpoint_metrics: a metrics text was JSON, not Prometheus text (trtllm-serve's
     /// `/metrics`; its Prometheus text is at `/prometheus/metrics`).
     MetricsNotPrometheus,
+    /// endpoint_metrics: lines of a metrics text that did not parse (counted per line); the
+    /// families they belong to read as unknown.
+    MetricsMalformed,
     /// cluster_hash: a request without `hash_header` answered 403.
     HashHeaderMissing,
     /// A cluster policy could not write `cluster_header`: answered 500.
@@ -132,7 +135,7 @@ pub enum Counter {
     PoolFull,
 }
 
-const FIXED: [(Counter, &str); 43] = [
+const FIXED: [(Counter, &str); 44] = [
     (Counter::RedisCalls, "ai_lb.redis.calls"),
     (Counter::RedisErrors, "ai_lb.redis.errors"),
     (Counter::RedisTimeouts, "ai_lb.redis.timeouts"),
@@ -162,6 +165,7 @@ const FIXED: [(Counter, &str); 43] = [
         Counter::MetricsNotPrometheus,
         "ai_lb.metrics.not_prometheus",
     ),
+    (Counter::MetricsMalformed, "ai_lb.metrics.malformed"),
     (
         Counter::HashHeaderMissing,
         "ai_lb.cluster_hash.rejected_403",
@@ -224,8 +228,13 @@ impl Stats {
     }
 
     pub fn inc(&self, host: &mut dyn Host, counter: Counter) {
+        self.add(host, counter, 1);
+    }
+
+    /// Counts `n` at once (lines of one text, say).
+    pub fn add(&self, host: &mut dyn Host, counter: Counter, n: i64) {
         if let Some(Some(id)) = self.ids.get(Self::index(counter)) {
-            let _ = host.increment_metric(*id, 1);
+            let _ = host.increment_metric(*id, n);
         }
     }
 

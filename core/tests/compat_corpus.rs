@@ -125,6 +125,12 @@ fn route_facts(c: &RouteConfig) -> Vec<(&'static str, String)> {
                 m.extra.as_ref().map_or("none".into(), |e| e.name.clone()),
             ));
             v.push(("metrics.rate_limit", f(m.scheduler.rate_limit)));
+            let window = m.scheduler.rate_window_ms;
+            let age = window.map_or("any".into(), |ms| ms.to_string());
+            v.push((
+                "metrics.window",
+                format!("{}/{age}", m.scheduler.rate_window),
+            ));
         }
         PolicyConfig::ClusterMetrics(m) => {
             v.push(("cluster.mode", format!("{:?}", m.mode)));
@@ -150,6 +156,7 @@ fn route_facts(c: &RouteConfig) -> Vec<(&'static str, String)> {
         }
         PolicyConfig::ClusterHash(h) => {
             v.push(("hash.header", h.hash_header.clone()));
+            v.push(("hash.key", h.key.describe()));
             v.push(("hash.cluster_header", h.cluster_header.clone()));
             let list: Vec<String> = h
                 .clusters

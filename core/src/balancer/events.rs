@@ -97,6 +97,8 @@ pub enum Rejection {
     ShedTenant,
     /// cluster_hash: `hash_header` missing or empty (Higress answers 403).
     HashHeaderMissing,
+    /// cluster_hash with a `key` block (Higress PR #3921): its key missing or empty (403).
+    HashKeyMissing,
     /// A cluster policy could not write `cluster_header` (Higress answers 500).
     ClusterHeaderFailed,
 }
@@ -128,6 +130,7 @@ impl Rejection {
             Rejection::MaxRequestCount | Rejection::Shed | Rejection::ShedPriority => true,
             Rejection::ShedTenant
             | Rejection::HashHeaderMissing
+            | Rejection::HashKeyMissing
             | Rejection::ClusterHeaderFailed => false,
         }
     }
@@ -139,6 +142,7 @@ impl Rejection {
             Rejection::ShedPriority => Reason::ShedPriority,
             Rejection::ShedTenant => Reason::ShedTenant,
             Rejection::HashHeaderMissing => Reason::HashHeaderMissing403,
+            Rejection::HashKeyMissing => Reason::HashKeyMissing403,
             Rejection::ClusterHeaderFailed => Reason::ClusterHeaderFailed500,
         }
     }
@@ -175,6 +179,13 @@ impl Rejection {
                 status: crate::cluster::hash::MISSING_HEADER_STATUS,
                 details: "ai_lb_hash_header_required",
                 body: crate::cluster::hash::MISSING_HEADER_BODY.as_bytes(),
+                retry_after_s: 0,
+            },
+            // The PR's answer (`rejectMissingHashKey`).
+            Rejection::HashKeyMissing => LocalReply {
+                status: crate::cluster::hash::MISSING_HEADER_STATUS,
+                details: "ai_lb_hash_key_required",
+                body: crate::cluster::hash::MISSING_KEY_BODY.as_bytes(),
                 retry_after_s: 0,
             },
             Rejection::ClusterHeaderFailed => LocalReply {

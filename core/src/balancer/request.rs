@@ -342,7 +342,7 @@ impl Request {
                     Effect::Reply(r.reply()),
                 ];
             }
-            Rejection::HashHeaderMissing => Counter::HashHeaderMissing,
+            Rejection::HashHeaderMissing | Rejection::HashKeyMissing => Counter::HashHeaderMissing,
             Rejection::ClusterHeaderFailed => Counter::ClusterHeaderFailed,
         };
         vec![Effect::Count(counter), Effect::Reply(r.reply())]

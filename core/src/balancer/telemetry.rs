@@ -33,6 +33,10 @@ impl Telemetry {
         self.stats.inc(host, counter);
     }
 
+    pub fn add(&self, host: &mut dyn Host, counter: Counter, n: i64) {
+        self.stats.add(host, counter, n);
+    }
+
     pub fn enabled(&self, level: LogLevel) -> bool {
         level >= self.level
     }

@@ -9,6 +9,8 @@ pub const SLOT_COUNT: usize = 100;
 /// Local reply when the hash header is missing or empty.
 pub const MISSING_HEADER_STATUS: u32 = 403;
 pub const MISSING_HEADER_BODY: &str = "hash header required";
+/// Its body when the config has a `key` block (Higress PR #3921).
+pub const MISSING_KEY_BODY: &str = "hash key required";
 /// Local reply when writing the cluster header fails (the glue's case; Go sends the same).
 pub const HEADER_WRITE_FAILED_STATUS: u32 = 500;
 pub const HEADER_WRITE_FAILED_BODY: &str = "internal error";

@@ -7,7 +7,10 @@
 //! * `cluster_hash` ([`hash`]): FNV-1a 32 of the `hash_header` value, modulo 100, indexes 100
 //!   slots filled by weight in list order (weights must be positive and sum to exactly 100). A
 //!   missing or empty header is answered 403 `hash header required`. Same header value → same
-//!   slot as Higress, so a mixed fleet agrees (docs/higress-cluster-policies.md §2).
+//!   slot as Higress, so a mixed fleet agrees (docs/higress-cluster-policies.md §2). Higress PR
+//!   #3921's `key` block takes the key from a header, a cookie ([`cookie`]), a JSON body field
+//!   ([`json_path`]) or a Wasm property instead; a request without it is answered 403
+//!   `hash key required`.
 //! * `cluster_metrics` ([`stats`], [`select`]): per-service in-flight and selection counts, rings
 //!   of the last `queue_size` TTFT and total-latency samples (ms), EWMAs and error counters for
 //!   `AdaptiveScore`. Modes `LeastBusy`, `LeastTotalLatency`, `LeastFirstTokenLatency` sweep from
@@ -20,7 +23,9 @@
 //! Higress keeps this state per config instance and per worker VM; [`stats::ServiceTable`] has a
 //! line codec so the caller may instead keep it in proxy-wide shared data.
 
+pub mod cookie;
 pub mod hash;
+pub mod json_path;
 pub mod select;
 pub mod stats;
 

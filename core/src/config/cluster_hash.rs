@@ -5,11 +5,12 @@
 use super::cluster_metrics::DEFAULT_CLUSTER_HEADER;
 use super::error::ConfigError;
 use super::go::Field;
+use super::hash_key::{self, HashKey};
 use super::raw::RawLbConfig;
 use super::read::header_or;
 use super::read::In;
 
-pub const CLUSTER_HASH_KEYS: &[&str] = &["hash_header", "cluster_header", "clusters"];
+pub const CLUSTER_HASH_KEYS: &[&str] = &["hash_header", "key", "cluster_header", "clusters"];
 pub const DEFAULT_HASH_HEADER: &str = "x-mse-consumer";
 
 /// One `clusters` entry.
@@ -24,6 +25,11 @@ pub struct WeightedCluster {
 pub struct ClusterHashConfig {
     /// The request header whose value is hashed; a request without it is answered 403.
     pub hash_header: String,
+    /// Where the hashed key comes from: `hash_header`, or Higress PR #3921's `key` block.
+    pub key: HashKey,
+    /// The config has a `key` block: a request without its key is answered 403 `hash key
+    /// required` (the PR's text), else `hash header required` (the released plugin's).
+    pub key_block: bool,
     pub cluster_header: String,
     /// In list order (slot order); duplicate names allowed, as in Go.
     pub clusters: Vec<WeightedCluster>,
@@ -35,6 +41,10 @@ impl TryFrom<In<'_, '_, RawLbConfig>> for ClusterHashConfig {
     fn try_from(i: In<'_, '_, RawLbConfig>) -> Result<Self, ConfigError> {
         let (raw, r) = (i.raw, i.r);
         let hash_header = header_or(r, "hash_header", &raw.hash_header, DEFAULT_HASH_HEADER);
+        // Read before the other keys, as the PR's Go code does: its errors come first.
+        let block = hash_key::read(&raw.key, r, &hash_header)?;
+        let key_block = block.is_some();
+        let key = block.unwrap_or_else(|| HashKey::Header(hash_header.clone()));
         let cluster_header = header_or(
             r,
             "cluster_header",
@@ -94,6 +104,8 @@ impl TryFrom<In<'_, '_, RawLbConfig>> for ClusterHashConfig {
         }
         Ok(ClusterHashConfig {
             hash_header,
+            key,
+            key_block,
             cluster_header,
             clusters,
         })

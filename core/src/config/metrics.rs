@@ -15,6 +15,9 @@ pub const METRICS_KEYS: &[&str] = &[
     "metric_policy",
     "target_metric",
     "rate_limit",
+    "window_size",
+    "window_seconds",
+    "engine",
     "metricsSource",
     "hostListCacheMs",
     "queueingThresholdLora",
@@ -89,6 +92,8 @@ impl TryFrom<In<'_, '_, RawLbConfig>> for MetricsConfig {
         let defaults = SchedulerConfig::default();
         let (policy, extra) = higress_keys(raw, r);
         let rate_limit = rate_limit(raw, r);
+        let (rate_window, rate_window_ms) = rate_window(raw, r);
+        engine(raw, r);
         let (queue_threshold_critical, kv_cache_threshold) = saturation_keys(raw, r)?;
         let queueing_threshold_lora = number_in(
             r,
@@ -165,6 +170,8 @@ impl TryFrom<In<'_, '_, RawLbConfig>> for MetricsConfig {
                 lora_affinity_threshold,
                 weights,
                 rate_limit,
+                rate_window,
+                rate_window_ms,
                 max_running_hint,
             },
             extra,
@@ -275,6 +282,52 @@ fn rate_limit(raw: &RawLbConfig, r: &mut Reader<'_>) -> f64 {
             format!("{v} is not a share in (0, 1]: Higress then moves nearly every pick to a random other pod; here no pod can meet it once the window fills, so the metrics pick stands"),
         );
         0.0
+    }
+}
+
+/// Most decisions a `rate_limit` window holds here (16 bytes each in shared data).
+pub const MAX_RATE_WINDOW: usize = 10_000;
+
+/// `window_size` / `window_seconds` of Higress PR #4260 (open), read as its Go code reads them:
+/// either key turns the window into at most `window_size` decisions (0 or below: 100) none
+/// older than `window_seconds` (0 or below: 60). With neither, the released plugin's window:
+/// the last 100 decisions, however old.
+fn rate_window(raw: &RawLbConfig, r: &mut Reader<'_>) -> (usize, Option<u64>) {
+    let size = r.int("window_size", &raw.window_size);
+    let seconds = r.int("window_seconds", &raw.window_seconds);
+    if size.is_none() && seconds.is_none() {
+        return (crate::model_metrics::rate_limit::WINDOW, None);
+    }
+    let mut size = size.filter(|n| *n > 0).unwrap_or(100);
+    if size > MAX_RATE_WINDOW as i64 {
+        r.warn(
+            "window_size",
+            format!("{size} decisions: this plugin keeps at most {MAX_RATE_WINDOW}"),
+        );
+        size = MAX_RATE_WINDOW as i64;
+    }
+    let seconds = seconds.filter(|n| *n > 0).unwrap_or(60);
+    let ms = u64::try_from(seconds)
+        .unwrap_or(u64::MAX / 1000)
+        .saturating_mul(1000);
+    (usize::try_from(size).unwrap_or(MAX_RATE_WINDOW), Some(ms))
+}
+
+/// `engine` of Higress PR #4043 (open): `vllm` (the default) or `sglang` names the metric
+/// names Go reads. Here every pod's engine is told from its metric names, which reads what
+/// either value names, and a pod of another engine too; an unknown value is said.
+fn engine(raw: &RawLbConfig, r: &mut Reader<'_>) {
+    let Some(engine) = r.string("engine", &raw.engine) else {
+        return;
+    };
+    if !matches!(engine.as_str(), "vllm" | "sglang") {
+        r.warn(
+            "engine",
+            format!(
+                "unknown value `{engine}` (vllm, sglang; Go reads it as vllm): each pod's engine \
+                 is detected from its metric names (vLLM, SGLang, TRT-LLM, TGI)"
+            ),
+        );
     }
 }
 

@@ -18,6 +18,7 @@ mod envelope;
 mod error;
 mod fairness;
 mod go;
+mod hash_key;
 mod inflight;
 mod json;
 mod metrics;
@@ -28,6 +29,7 @@ mod raw;
 mod read;
 mod redis;
 mod route;
+mod route_cluster;
 mod rules;
 mod scrape;
 mod session;
@@ -43,6 +45,7 @@ pub use common::DEFAULT_DESTINATION_HEADER;
 pub use document::{plugin_configs, wasm_plugin, Delivered};
 pub use error::{ConfigError, ErrorKind};
 pub use fairness::{tenant_id, Fairness, Tenant, FAIRNESS_KEYS};
+pub use hash_key::{HashKey, DEFAULT_KEY_MAX_BODY_BYTES};
 pub use inflight::{GlobalInflight, DEFAULT_INFLIGHT_KEY_PREFIX};
 pub use metrics::{MetricsConfig, MetricsSource, DEFAULT_CRITICALITY_HEADER};
 pub use prefix::PrefixSettings;
@@ -173,5 +176,7 @@ impl PluginConfig {
 
 #[cfg(test)]
 mod leniency_tests;
+#[cfg(test)]
+mod open_pr_tests;
 #[cfg(test)]
 mod tests;

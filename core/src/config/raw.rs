@@ -98,6 +98,10 @@ raw_object! {
         metric_policy: Go = "metric_policy",
         target_metric: Go = "target_metric",
         rate_limit: Go = "rate_limit",
+        // Higress PR #4260 (open): endpoint_metrics' rate-limit window; PR #4043 (open): engine.
+        window_size: Go = "window_size",
+        window_seconds: Go = "window_seconds",
+        engine: Go = "engine",
         // Higress: cluster_metrics.
         mode: Go = "mode",
         service_list: Go = "service_list",
@@ -116,6 +120,8 @@ raw_object! {
         global_inflight_key_ttl: Go = "global_inflight_key_ttl",
         // Higress: cluster_hash.
         hash_header: Go = "hash_header",
+        // Higress PR #3921 (open): where the hash key comes from.
+        key: Go = "key",
         clusters: Go = "clusters",
         // Ours: every endpoint policy.
         lease_ttl: Own<u64> = "leaseTTL",

@@ -2,19 +2,21 @@
 //! chosen as Higress's Go plugin chooses them, `lb_config` compiled by the policy's module,
 //! and every `lb_config` key the policy does not read reported (Higress ignores them too).
 
-use super::cluster_hash::{ClusterHashConfig, CLUSTER_HASH_KEYS};
-use super::cluster_metrics::{ClusterMetricsConfig, CLUSTER_METRICS_KEYS, DEFAULT_CLUSTER_HEADER};
+use super::cluster_hash::CLUSTER_HASH_KEYS;
+use super::cluster_metrics::CLUSTER_METRICS_KEYS;
 use super::common::{self, Common, COMMON_KEYS, ENVOY_KEYS};
 use super::error::ConfigError;
 use super::fairness::FAIRNESS_KEYS;
+use super::hash_key::HashKey;
 use super::inflight::INFLIGHT_REDIS_KEYS;
 use super::metrics::{MetricsConfig, METRICS_KEYS, SATURATION_SCRAPE_KEYS};
 use super::prefix::{PrefixSettings, GUARD_KEYS, PREFIX_KEYS};
 use super::raw::{RawLbConfig, RawRoute, LEGACY_KEYS};
 use super::read::{In, Reader};
 use super::redis;
+use super::route_cluster;
 use super::session::{self, SESSION_KEYS};
-use super::types::{CostMode, Policy, PolicyConfig, Publish, RouteConfig};
+use super::types::{CostMode, Policy, PolicyConfig, RouteConfig};
 use super::values::Build;
 use super::warning::nearest;
 use serde_json::Value;
@@ -169,41 +171,7 @@ fn compile(
     let mut session = None;
     let (policy_config, redis, common, endpoints, publish) = match policy {
         "cluster_metrics" | "cluster_hash" => {
-            let (p, redis) = if policy == "cluster_metrics" {
-                let c = ClusterMetricsConfig::try_from(In {
-                    raw: lb,
-                    r: &mut *r,
-                    build,
-                })?;
-                let redis = c.global_inflight.as_ref().map(|g| g.redis.clone());
-                (PolicyConfig::ClusterMetrics(c), redis)
-            } else {
-                (
-                    PolicyConfig::ClusterHash(ClusterHashConfig::try_from(In {
-                        raw: lb,
-                        r: &mut *r,
-                        build,
-                    })?),
-                    None,
-                )
-            };
-            // Cluster policies publish through `cluster_header` in both builds: the route's
-            // `cluster_header` action reads it (docs/configuration.md "Cluster policies").
-            let name = match &p {
-                PolicyConfig::ClusterMetrics(c) => c.cluster_header.clone(),
-                PolicyConfig::ClusterHash(c) => c.cluster_header.clone(),
-                _ => DEFAULT_CLUSTER_HEADER.to_string(),
-            };
-            let publish = Publish::ClusterHeader {
-                name: name.to_ascii_lowercase(),
-            };
-            let common = match &p {
-                PolicyConfig::ClusterMetrics(c) if c.global_inflight.is_some() => Common {
-                    lease_ttl_ms: super::inflight::lease_ttl_ms(lb, r)?,
-                    ..Common::defaults()
-                },
-                _ => Common::defaults(),
-            };
+            let (p, redis, common, publish) = route_cluster::compile(policy, lb, r, build)?;
             (p, redis, common, Vec::new(), publish)
         }
         _ => {
@@ -276,12 +244,13 @@ fn compile(
             (p, redis, common, endpoints, publish)
         }
     };
-    // Cluster policies read only headers (as in Higress). Plain Envoy holds a request for its
-    // body only where the body is used: the prompt (prefix_cache), the model (endpoint_metrics'
-    // LoRA affinity and sheddable models) and the cost (least request by bytes or tokens). The
-    // Higress build always waits for the body: its host delivers it to a held request.
-    let decide_at_headers = policy_config.is_cluster()
-        || (build == Build::Envoy && !reads_body(&policy_config, &common));
+    // Cluster policies read only headers (as in Higress), but for a cluster_hash key in the
+    // body (Higress PR #3921). Plain Envoy holds a request for its body only where the body is
+    // used: the prompt (prefix_cache), the model (endpoint_metrics' LoRA affinity and sheddable
+    // models) and the cost (least request by bytes or tokens). The Higress build always waits
+    // for an endpoint policy's body: its host delivers it to a held request.
+    let decide_at_headers = !reads_body(&policy_config, &common)
+        && (policy_config.is_cluster() || build == Build::Envoy);
     let config = RouteConfig {
         policy: policy_config,
         redis,
@@ -336,7 +305,8 @@ fn reads_body(policy: &PolicyConfig, common: &Common) -> bool {
     match policy {
         PolicyConfig::PrefixCache(_) | PolicyConfig::EndpointMetrics(_) => true,
         PolicyConfig::GlobalLeastRequest => common.cost != CostMode::Requests,
-        PolicyConfig::ClusterMetrics(_) | PolicyConfig::ClusterHash(_) => false,
+        PolicyConfig::ClusterHash(h) => matches!(h.key, HashKey::Body { .. }),
+        PolicyConfig::ClusterMetrics(_) => false,
     }
 }
 

@@ -49,15 +49,43 @@ pub fn scrape_page(body: &[u8], cut_at: usize, extra: Option<&ExtraMetric>) -> S
     }
 }
 
-/// A Prometheus text line starts with a metric name, `#` or whitespace, never with `{` or `[`,
-/// which every JSON document (object or array) does.
+/// A Prometheus text line starts with a metric name, `#` or whitespace, or (Prometheus 3, a
+/// quoted name) with `{"name",` / `{"name"}`; a JSON document starts with `[`, or with `{` and
+/// then a key followed by `:` (or nothing: `{}`).
 pub fn looks_like_json(body: &[u8]) -> bool {
     let body = body.strip_prefix(b"\xef\xbb\xbf").unwrap_or(body);
-    matches!(
-        body.iter().find(|b| !b.is_ascii_whitespace()),
-        Some(b'{' | b'[')
-    )
+    let mut rest = body.iter().skip_while(|b| b.is_ascii_whitespace());
+    match rest.next() {
+        Some(b'[') => true,
+        Some(b'{') => {
+            let mut rest = rest.skip_while(|b| b.is_ascii_whitespace());
+            match rest.next() {
+                Some(b'"') => after_string(rest).is_some_and(|b| b == b':'),
+                _ => true,
+            }
+        }
+        _ => false,
+    }
 }
 
+/// The first byte after a JSON string's closing quote and any whitespace (`it` is past the
+/// opening quote); `None` when the string does not end.
+fn after_string<'a>(mut it: impl Iterator<Item = &'a u8>) -> Option<u8> {
+    loop {
+        match it.next()? {
+            b'\\' => {
+                it.next()?;
+            }
+            b'"' => break,
+            _ => {}
+        }
+    }
+    it.find(|b| !b.is_ascii_whitespace()).copied()
+}
+
+#[cfg(test)]
+mod malformed_tests;
+#[cfg(test)]
+mod readings_tests;
 #[cfg(test)]
 mod tests;

@@ -80,8 +80,13 @@ pub struct SchedulerConfig {
     /// slot (GIE `loraAffinityThreshold` = 0.999).
     pub lora_affinity_threshold: f64,
     pub weights: Weights,
-    /// Higress `rate_limit`: max share of the last 100 decisions per pod; 1.0 = off.
+    /// Higress `rate_limit`: max share of the window's decisions per pod; 1.0 = off.
     pub rate_limit: f64,
+    /// Decisions the `rate_limit` window holds (Higress PR #4260 `window_size`; 100).
+    pub rate_window: usize,
+    /// Oldest decision the window holds, ms (PR #4260 `window_seconds`; `None`: any age, as
+    /// Higress's released plugin keeps the last 100 however old).
+    pub rate_window_ms: Option<u64>,
     /// Per-pod batch capacity (e.g. vLLM `max_num_seqs`) for the in-flight correction; `None`
     /// (default) = unknown, every in-flight request counts as queued.
     pub max_running_hint: Option<u32>,
@@ -97,6 +102,8 @@ impl Default for SchedulerConfig {
             lora_affinity_threshold: 0.999,
             weights: Weights::default(),
             rate_limit: 1.0,
+            rate_window: super::rate_limit::WINDOW,
+            rate_window_ms: None,
             max_running_hint: None,
         }
     }

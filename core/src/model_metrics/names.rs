@@ -110,8 +110,10 @@ pub(super) const SPECS: &[Spec] = &[
         hit_rate: &[s("sglang:cache_hit_rate")],
         hit_counters: &[],
         cache_info: Some(("sglang:cache_config_info", "page_size", "num_pages")),
-        block_size: &[],
-        num_blocks: &[],
+        // Current releases export the KV pool's shape as gauges, one series per scheduler
+        // (docs/model-server-metrics.md §1.2): pages per data-parallel rank add up.
+        block_size: &[s("sglang:page_size")],
+        num_blocks: &[s("sglang:num_pages")],
     },
     Spec {
         engine: ModelServer::TritonTrtLlm,
@@ -165,11 +167,13 @@ pub(super) const WANTED: &[&str] = &[
     "sglang:cache_hit_rate",
     "sglang:num_decode_prealloc_queue_reqs",
     "sglang:num_decode_transfer_queue_reqs",
+    "sglang:num_pages",
     "sglang:num_prefill_bootstrap_queue_reqs",
     "sglang:num_prefill_inflight_queue_reqs",
     "sglang:num_prefill_prealloc_queue_reqs",
     "sglang:num_queue_reqs",
     "sglang:num_running_reqs",
+    "sglang:page_size",
     "sglang:token_usage",
     "tgi_batch_current_size",
     "tgi_queue_size",

@@ -8,12 +8,12 @@
 //!   replicas of one scheduler's state, so the group takes their **max**;
 //! * counts are **summed** over groups, ratios **averaged** ([`Aggregation`]).
 //!
-//! A value is unknown when its family may lie past the cut of a cut page
-//! ([`Exposition::is_complete`]), or when any of its series is NaN/±Inf or outside the signal's
+//! A value is unknown when its family may lie past the cut of a cut page, or has a malformed
+//! line ([`Exposition::gap`]), or when any of its series is NaN/±Inf or outside the signal's
 //! [`Range`]: one bad data-parallel rank would otherwise be dropped from a sum, and the pod would
 //! look less loaded than it is.
 
-use super::prom::{Exposition, Sample};
+use super::prom::{Exposition, Gap, Sample};
 
 /// How the series of a configured extra metric combine into one value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -36,6 +36,18 @@ pub enum Unknown {
     NotFinite,
     /// A series lies outside the signal's range (a negative count, a KV use over 1, …).
     OutOfRange,
+    /// A line of the family could not be parsed (a label value over the limit, a sidecar's or a
+    /// proxy's damage), so the lines read are not all of it.
+    Malformed,
+}
+
+impl From<Gap> for Unknown {
+    fn from(g: Gap) -> Self {
+        match g {
+            Gap::Cut => Unknown::Cut,
+            Gap::Malformed => Unknown::Malformed,
+        }
+    }
 }
 
 impl Unknown {
@@ -44,6 +56,7 @@ impl Unknown {
             Unknown::Cut => "page cut at the size limit",
             Unknown::NotFinite => "NaN or Inf",
             Unknown::OutOfRange => "out of range",
+            Unknown::Malformed => "a malformed line",
         }
     }
 }
@@ -155,9 +168,21 @@ impl<'a> Reader<'a> {
         how: Aggregation,
         range: Range,
     ) -> Read {
+        self.first_by(names, how, range, None)
+    }
+
+    /// [`Self::first`] for a family broken down by label `by` (`…_by_reason{reason}`): within
+    /// a data-parallel group its parts add up ([`aggregate`]).
+    pub(super) fn first_by<'n>(
+        &mut self,
+        names: impl IntoIterator<Item = (&'n str, Option<(&'n str, &'n str)>)>,
+        how: Aggregation,
+        range: Range,
+        by: Option<&str>,
+    ) -> Read {
         let mut pending: Vec<(&str, Unknown)> = Vec::new();
         for (name, label) in names {
-            match aggregate(self.expo, name, label, how, range) {
+            match aggregate(self.expo, name, label, how, range, by) {
                 Ok(Some(a)) => return Read::Value(a),
                 Ok(None) => {}
                 Err(Unknown::Cut) => {
@@ -176,9 +201,10 @@ impl<'a> Reader<'a> {
         Read::Unknown
     }
 
-    /// [`Self::first`] for an optional signal: its absence from a cut page is not worth a note
-    /// (most pages lack most optional families, and every cut page would say so); a family the
-    /// cut went through, or a bad value, still is.
+    /// [`Self::first`] for an optional signal: its absence from a cut page (or one with a line
+    /// whose name is damaged) is not worth a note (most pages lack most optional families, and
+    /// every such page would say so); a family the cut went through, one with a malformed line,
+    /// or a bad value, still is.
     pub(super) fn first_optional<'n>(
         &mut self,
         names: impl IntoIterator<Item = (&'n str, Option<(&'n str, &'n str)>)>,
@@ -189,29 +215,49 @@ impl<'a> Reader<'a> {
         let read = self.first(names, how, range);
         let expo = self.expo;
         let added = self.notes.split_off(before);
-        self.notes.extend(
-            added
-                .into_iter()
-                .filter(|n| n.why != Unknown::Cut || expo.has(&n.metric)),
-        );
+        self.notes.extend(added.into_iter().filter(|n| {
+            !matches!(n.why, Unknown::Cut | Unknown::Malformed)
+                || expo.has(&n.metric)
+                || expo.malformed_in(&n.metric)
+        }));
         read
     }
 }
 
+/// The label a family is broken down by, from its name (`vllm:num_requests_waiting_by_reason`
+/// → `reason`, Prometheus's `_by_<label>` naming): its series are parts of one count, not
+/// replicas of it.
+pub fn breakdown_label(name: &str) -> Option<&str> {
+    let (_, label) = name.rsplit_once("_by_")?;
+    let ok = label
+        .bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+        && label
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    ok.then_some(label)
+}
+
 /// Aggregates the series of `name` whose label matches `label` (see the module doc): `Ok(None)`
-/// when none has a value, `Err` when the value is unknown.
+/// when none has a value, `Err` when the value is unknown. With a breakdown label `by`, the
+/// series of a group are first maxed per value of `by` (replicas of one part), then the parts
+/// summed: `waiting_by_reason` of one engine is the sum over its reasons.
 pub(super) fn aggregate(
     expo: &Exposition,
     name: &str,
     label: Option<(&str, &str)>,
     how: Aggregation,
     range: Range,
+    by: Option<&str>,
 ) -> Result<Option<Agg>, Unknown> {
-    if !expo.is_complete(name) {
-        return Err(Unknown::Cut);
+    if let Some(gap) = expo.gap(name) {
+        return Err(gap.into());
     }
-    // (group key, max value in group); pods have a handful of groups, so a Vec beats a map.
-    let mut groups: Vec<([Option<&str>; 3], f64)> = Vec::new();
+    // (group key, part, max value of the part); pods have a handful of groups, so a Vec beats
+    // a map.
+    type Part<'s> = ([Option<&'s str>; 3], Option<&'s str>, f64);
+    let mut parts: Vec<Part<'_>> = Vec::new();
     for smp in expo.series(name) {
         if let Some((k, v)) = label {
             if smp.label(k) != Some(v) {
@@ -222,8 +268,16 @@ pub(super) fn aggregate(
             continue;
         };
         let key = group_key(smp);
+        let part = by.and_then(|b| smp.label(b));
+        match parts.iter_mut().find(|(k, p, _)| *k == key && *p == part) {
+            Some((_, _, best)) => *best = best.max(value),
+            None => parts.push((key, part, value)),
+        }
+    }
+    let mut groups: Vec<([Option<&str>; 3], f64)> = Vec::new();
+    for (key, _, value) in parts {
         match groups.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, best)) => *best = best.max(value),
+            Some((_, total)) => *total += value,
             None => groups.push((key, value)),
         }
     }
@@ -285,7 +339,7 @@ mod tests {
     #[test]
     fn one_bad_rank_makes_the_sum_unknown() {
         let e = prom::parse(b"w{engine=\"0\"} 4\nw{engine=\"1\"} NaN\nr{engine=\"0\"} 1e308\nr{engine=\"1\"} 1e308\n");
-        let sum = |n| aggregate(&e, n, None, Aggregation::Sum, Range::Any);
+        let sum = |n| aggregate(&e, n, None, Aggregation::Sum, Range::Any, None);
         assert_eq!(sum("w"), Err(Unknown::NotFinite), "not 4");
         assert_eq!(sum("r"), Err(Unknown::NotFinite), "overflowing sum");
         assert_eq!(sum("absent"), Ok(None));

@@ -5,8 +5,12 @@ use std::fmt;
 
 /// Length of a metric or label name.
 pub const MAX_NAME_LEN: usize = 512;
-/// Length of one (unescaped) label value. LoRA adapter lists live in label values, so keep room.
+/// Length of one (unescaped) label value.
 pub const MAX_LABEL_VALUE_LEN: usize = 16 * 1024;
+/// Length of one label value of a family whose labels hold lists: vLLM's
+/// `lora_requests_info` joins every adapter with a running or waiting request into one value
+/// (docs/model-server-metrics.md §1.1), 1,000 adapters of up to 255 bytes each.
+pub const MAX_LIST_LABEL_VALUE_LEN: usize = 256 * 1024;
 
 /// Why a line was skipped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,14 +121,16 @@ impl<'a> Cursor<'a> {
         std::str::from_utf8(self.s.get(start..self.i)?).ok()
     }
 
-    /// Reads an escaped label value after the opening quote, through the closing quote.
-    pub(super) fn label_value(&mut self) -> Result<String, LineError> {
+    /// Reads an escaped quoted string (a label value, or a Prometheus 3 quoted name) after the
+    /// opening quote, through the closing quote; longer than `limit` is
+    /// [`LineError::LabelValueTooLong`].
+    pub(super) fn label_value(&mut self, limit: usize) -> Result<String, LineError> {
         let rest = self.s.get(self.i..).unwrap_or_default();
         // Fast path: no escapes before the closing quote (the usual case).
         if let Some(end) = find2(rest, b'"', b'\\') {
             if rest.get(end) == Some(&b'"') {
                 let raw = rest.get(..end).unwrap_or_default();
-                if raw.len() > MAX_LABEL_VALUE_LEN {
+                if raw.len() > limit {
                     return Err(LineError::LabelValueTooLong);
                 }
                 self.i += end + 1;
@@ -150,7 +156,7 @@ impl<'a> Cursor<'a> {
                 }
                 _ => buf.push(b),
             }
-            if buf.len() > MAX_LABEL_VALUE_LEN {
+            if buf.len() > limit {
                 return Err(LineError::LabelValueTooLong);
             }
         }

@@ -3,7 +3,7 @@
 //! mutations, and parse → map → select end to end.
 
 use super::engines::{self, MapError, ModelServer};
-use super::prom::{self, Exposition, MAX_LABELS, MAX_LABEL_VALUE_LEN, MAX_LINES, MAX_NAME_LEN};
+use super::prom::{self, label_value_limit, Exposition, MAX_LABELS, MAX_LINES, MAX_NAME_LEN};
 use super::scheduler::{select, Candidate, Decision, MetricPolicy, RequestInfo, SchedulerConfig};
 use super::{RateLimitWindow, SplitMix64};
 
@@ -11,12 +11,14 @@ const AIBRIX_V0: &str = include_str!("testdata/vllm-v0-aibrix-docs-sample.txt");
 const ISSUE_7918: &str = include_str!("testdata/vllm-v0-issue7918-sample.txt");
 const CACHE_CONFIG_V1: &str = include_str!("testdata/vllm-v1-cache-config-info-pr29605.txt");
 const LORA_V1: &str = include_str!("testdata/vllm-v1-lora-requests-info-pr13504.txt");
+const SGLANG_DOCS: &str = include_str!("testdata/sglang-docs-production-metrics-sample.txt");
 
 const SAMPLES: &[(&str, &str)] = &[
     ("vllm-v0-aibrix-docs-sample.txt", AIBRIX_V0),
     ("vllm-v0-issue7918-sample.txt", ISSUE_7918),
     ("vllm-v1-cache-config-info-pr29605.txt", CACHE_CONFIG_V1),
     ("vllm-v1-lora-requests-info-pr13504.txt", LORA_V1),
+    ("sglang-docs-production-metrics-sample.txt", SGLANG_DOCS),
 ];
 
 fn clean(text: &str) -> Exposition {
@@ -158,7 +160,7 @@ fn assert_bounded(input: &[u8], e: &Exposition) {
         assert!(!s.name.is_empty() && s.name.len() <= MAX_NAME_LEN);
         assert!(s.labels.len() <= MAX_LABELS);
         for (k, v) in &s.labels {
-            assert!(k.len() <= MAX_NAME_LEN && v.len() <= MAX_LABEL_VALUE_LEN);
+            assert!(k.len() <= MAX_NAME_LEN && v.len() <= label_value_limit(&s.name));
             stored += k.len() + v.len();
         }
         stored += s.name.len();
@@ -509,4 +511,72 @@ fn a_queue_gauge_past_the_four_mib_cut_is_unknown_not_zero() {
         .unknown
         .iter()
         .any(|u| u.metric == "vllm:num_requests_waiting" && u.why == engines::Unknown::Cut));
+}
+
+/// Issue 39 item 3: a cut page is read for every family its kept part proves whole. The text
+/// format keeps a family's lines together, so a later family's `# HELP` / `# TYPE` line, or
+/// the partial line the cut left when it begins another family, ends the one before it.
+/// Before, only a later sample line did: a cut through the next family's comments left the
+/// last gauge (here KV use) open, and the pod unknown.
+#[test]
+fn a_cut_after_the_next_familys_comments_reads_the_gauges_before_it() {
+    let gauges = "vllm:num_requests_running{engine=\"0\",model_name=\"m\"} 3.0\n\
+                  vllm:num_requests_waiting{engine=\"0\",model_name=\"m\"} 1.0\n\
+                  vllm:engine_sleep_state{engine=\"0\",model_name=\"m\",sleep_state=\"awake\"} 1.0\n\
+                  vllm:kv_cache_usage_perc{engine=\"0\",model_name=\"m\"} 0.5\n";
+    let next = "# HELP vllm:iteration_tokens_total Histogram of tokens per engine step.\n\
+                # TYPE vllm:iteration_tokens_total histogram\n\
+                vllm:iteration_tokens_total_bucket{engine=\"0\",le=\"1.0\"} 3.0\n";
+    let page = format!("{}{gauges}{next}", "# padding\n".repeat(6000));
+    let at_gauges_end = page.find("# HELP vllm:iteration").unwrap();
+    for cut in [
+        at_gauges_end + "# HELP vllm:iter".len(),
+        page.find("vllm:iteration_tokens_total_bucket").unwrap() + 9,
+    ] {
+        let out = engines::scrape_page(&page.as_bytes()[..cut], cut, None);
+        let m = out
+            .result
+            .unwrap_or_else(|e| panic!("cut at {cut}: {e:?} {:?}", out.unknown));
+        assert_eq!((m.waiting, m.running, m.kv_usage), (1.0, 3.0, Some(0.5)));
+    }
+    // Cut inside KV's own line, or right after it: KV may go on past the cut.
+    for cut in [at_gauges_end - 3, at_gauges_end] {
+        let out = engines::scrape_page(&page.as_bytes()[..cut], cut, None);
+        assert_eq!(
+            out.result,
+            Err(MapError::LoadUnknown(ModelServer::Vllm)),
+            "{cut}"
+        );
+    }
+}
+
+/// SGLang's own sample page (its docs, before the disaggregation queue gauges): read whole, and
+/// unknown at every cut, since a cut page cannot prove those gauges absent (docs/metrics.md
+/// "Cut pages"); never a reading that lacks the queue at the end of the page.
+#[test]
+fn sglang_docs_sample_whole_and_cut() {
+    let e = clean(SGLANG_DOCS);
+    assert_eq!(e.samples.len(), 91);
+    let m = engines::map_exposition(&e, None).unwrap();
+    assert_eq!(m.engine, ModelServer::Sglang);
+    assert_eq!(
+        (m.waiting, m.running, m.kv_usage),
+        (2826.0, 162.0, Some(0.28))
+    );
+    assert_eq!(m.prefix_hit_rate, Some(0.007507552643049313));
+    assert_eq!(
+        (m.block_size, m.num_gpu_blocks, m.dp_groups),
+        (None, None, 1)
+    );
+    for len in (0..SGLANG_DOCS.len()).step_by(7) {
+        let out = engines::scrape_page(&SGLANG_DOCS.as_bytes()[..len], len, None);
+        assert!(
+            matches!(
+                out.result,
+                Err(MapError::LoadUnknown(_) | MapError::UnknownEngine)
+            ),
+            "cut at {len}: {:?}",
+            out.result
+        );
+    }
 }

@@ -12,7 +12,7 @@
 use crate::gen::{drive, mutate_bytes, Rng};
 use ailb_core::model_metrics::engines::{self, looks_like_json};
 use ailb_core::model_metrics::prom::{
-    self, MAX_LABELS, MAX_LABEL_VALUE_LEN, MAX_LINES, MAX_NAME_LEN,
+    self, label_value_limit, MAX_LABELS, MAX_LINES, MAX_NAME_LEN,
 };
 use ailb_core::model_metrics::scheduler::select;
 use ailb_core::model_metrics::{
@@ -307,7 +307,7 @@ fn bounded(input: &[u8], e: &prom::Exposition) {
         assert!(!s.name.is_empty() && s.name.len() <= MAX_NAME_LEN);
         assert!(s.labels.len() <= MAX_LABELS);
         for (k, v) in &s.labels {
-            assert!(k.len() <= MAX_NAME_LEN && v.len() <= MAX_LABEL_VALUE_LEN);
+            assert!(k.len() <= MAX_NAME_LEN && v.len() <= label_value_limit(&s.name));
             stored += k.len() + v.len();
         }
         stored += s.name.len();

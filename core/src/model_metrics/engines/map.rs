@@ -16,9 +16,9 @@
 use super::detect::detect_engine;
 use super::snapshot::{EndpointMetrics, ExtraMetric, LoraInfo, MapError};
 use crate::model_metrics::names::{ModelServer, Sel, SPECS, TRITON_KV, VLLM_LORA, VLLM_SLEEP};
-use crate::model_metrics::prom::Exposition;
+use crate::model_metrics::prom::{Exposition, Sample};
 use crate::model_metrics::read::{
-    check, Agg, Aggregation, Range, Read, Reader, Unknown, UnknownValue,
+    breakdown_label, check, Agg, Aggregation, Range, Read, Reader, Unknown, UnknownValue,
 };
 
 /// Maps a parsed page to a snapshot. Optional families (KV on engines without it, LoRA, prefix,
@@ -111,7 +111,8 @@ fn map_with(r: &mut Reader<'_>, extra: Option<&ExtraMetric>) -> Result<EndpointM
             .and_then(to_u64)
     });
     let extra_value = extra.and_then(|x| {
-        r.first([(x.name.as_str(), None)], x.aggregation, Range::Any)
+        let by = breakdown_label(&x.name);
+        r.first_by([(x.name.as_str(), None)], x.aggregation, Range::Any, by)
             .value()
     });
     let extra_counts_requests = extra.is_some_and(|x| {
@@ -120,15 +121,9 @@ fn map_with(r: &mut Reader<'_>, extra: Option<&ExtraMetric>) -> Result<EndpointM
             .chain(spec.running)
             .any(|sel| sel.label.is_none() && sel.name == x.name)
     });
-    let lora = if engine != ModelServer::Vllm {
-        None
-    } else if expo.is_complete(VLLM_LORA) {
-        lora_info(expo)
+    let lora = if engine == ModelServer::Vllm {
+        vllm_lora(r)
     } else {
-        // The newest series may lie past the cut; an older one could claim a free slot.
-        if expo.has(VLLM_LORA) {
-            r.note(VLLM_LORA, Unknown::Cut);
-        }
         None
     };
     Ok(EndpointMetrics {
@@ -171,8 +166,8 @@ fn add(a: Read, b: Read) -> Read {
 /// `discard_all` 1); `Some(false)` when all are awake or the page has no sleep family (vLLM
 /// before the metric); `None` when unknown (cut page, NaN, a value outside 0..=1).
 fn vllm_asleep(r: &mut Reader<'_>) -> Option<bool> {
-    if !r.expo.is_complete(VLLM_SLEEP) {
-        r.note(VLLM_SLEEP, Unknown::Cut);
+    if let Some(gap) = r.expo.gap(VLLM_SLEEP) {
+        r.note(VLLM_SLEEP, gap.into());
         return None;
     }
     let mut asleep = false;
@@ -193,35 +188,78 @@ fn vllm_asleep(r: &mut Reader<'_>) -> Option<bool> {
     Some(asleep)
 }
 
+/// LoRA state, or `None` when the pod has none (LoRA off) or it is unknown: a family the cut
+/// went through or with a malformed line may have lost its newest series, and an older one could
+/// claim a free slot or an adapter long gone (the cut and malformed cases are noted).
+fn vllm_lora(r: &mut Reader<'_>) -> Option<LoraInfo> {
+    let expo = r.expo;
+    if let Some(gap) = expo.gap(VLLM_LORA) {
+        if expo.has(VLLM_LORA) || expo.malformed_in(VLLM_LORA) {
+            r.note(VLLM_LORA, gap.into());
+        }
+        return None;
+    }
+    match latest_lora(expo) {
+        Ok(l) => l,
+        Err(why) => {
+            r.note(VLLM_LORA, why);
+            None
+        }
+    }
+}
+
 /// Picks the `vllm:lora_requests_info` series with the largest value: the value is the update
 /// time and every label combination seen stays exported (docs/model-server-metrics.md §1.1; GIE
-/// `getLatestMetric`).
+/// `getLatestMetric`). `None` without the family, or when its state is unknown.
 pub fn lora_info(expo: &Exposition) -> Option<LoraInfo> {
-    let latest = expo
-        .series(VLLM_LORA)
-        .filter(|x| !x.value.is_nan())
-        .reduce(|best, x| if x.value > best.value { x } else { best })?;
-    Some(LoraInfo {
-        running: split_list(latest.label("running_lora_adapters")),
-        waiting: split_list(latest.label("waiting_lora_adapters")),
+    match expo.gap(VLLM_LORA) {
+        None => latest_lora(expo).ok().flatten(),
+        Some(_) => None,
+    }
+}
+
+/// The newest series' state. Unknown when a series' time is not finite (which is newest cannot
+/// be told) or a list is longer than [`MAX_ADAPTERS`] (cutting it would drop adapters that run).
+fn latest_lora(expo: &Exposition) -> Result<Option<LoraInfo>, Unknown> {
+    let mut latest: Option<&Sample> = None;
+    for x in expo.series(VLLM_LORA) {
+        if !x.value.is_finite() {
+            return Err(Unknown::NotFinite);
+        }
+        if latest.is_none_or(|best| x.value > best.value) {
+            latest = Some(x);
+        }
+    }
+    let Some(latest) = latest else {
+        return Ok(None);
+    };
+    Ok(Some(LoraInfo {
+        running: split_list(latest.label("running_lora_adapters"))?,
+        waiting: split_list(latest.label("waiting_lora_adapters"))?,
         max_lora: latest
             .label("max_lora")
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(0),
-    })
+    }))
 }
 
-/// Adapter names beyond this are dropped; keeps per-pod state bounded.
-const MAX_ADAPTERS: usize = 256;
+/// Adapters one list may name (1,000 adapters fit, as the family's label limit does,
+/// `prom::LIST_LABEL_FAMILIES`); a longer list makes the state unknown rather than cut.
+const MAX_ADAPTERS: usize = 4096;
 
-fn split_list(v: Option<&str>) -> Vec<String> {
-    v.unwrap_or("")
+fn split_list(v: Option<&str>) -> Result<Vec<String>, Unknown> {
+    let list: Vec<String> = v
+        .unwrap_or("")
         .split(',')
         .map(str::trim)
         .filter(|a| !a.is_empty())
-        .take(MAX_ADAPTERS)
+        .take(MAX_ADAPTERS + 1)
         .map(str::to_owned)
-        .collect()
+        .collect();
+    if list.len() > MAX_ADAPTERS {
+        return Err(Unknown::OutOfRange);
+    }
+    Ok(list)
 }
 
 /// `used / max` blocks for Triton builds without the `fraction` series.
@@ -251,7 +289,11 @@ fn triton_kv_fallback(r: &mut Reader<'_>) -> Read {
 /// Block size and count from the labels of an info gauge (vLLM: one series per DP engine, same
 /// config; the first series wins).
 fn cache_info(expo: &Exposition, family: &str, bs: &str, nb: &str) -> (Option<u32>, Option<u64>) {
-    let Some(first) = expo.series(family).next() else {
+    let first = match expo.gap(family) {
+        None => expo.series(family).next(),
+        Some(_) => None,
+    };
+    let Some(first) = first else {
         return (None, None);
     };
     let num = |k: &str| first.label(k).and_then(|v| v.trim().parse::<u64>().ok());

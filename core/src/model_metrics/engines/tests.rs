@@ -172,7 +172,6 @@ vllm:gpu_cache_usage_perc{model_name="m"} 1.0000001
 vllm:gpu_prefix_cache_hit_rate{model_name="m"} -1.0
 vllm:lora_requests_info{max_lora="4",running_lora_adapters="a, b,",waiting_lora_adapters="c"} 20
 vllm:lora_requests_info{max_lora="4",running_lora_adapters="old",waiting_lora_adapters=""} 10
-vllm:lora_requests_info{max_lora="4",running_lora_adapters="nan",waiting_lora_adapters=""} NaN
 "#;
     let m = map(text).unwrap();
     assert_eq!(m.kv_usage, Some(1.0), "a rounding overshoot is clamped");
@@ -182,6 +181,20 @@ vllm:lora_requests_info{max_lora="4",running_lora_adapters="nan",waiting_lora_ad
     assert_eq!(l.waiting, vec!["c"]);
     assert_eq!(l.max_lora, 4);
     assert!(l.has_free_slot() && l.is_running("b") && !l.is_running("c") && l.is_waiting("c"));
+    // A series whose time is NaN may be the newest: which one is cannot be told, so the LoRA
+    // state is unknown, not the newest of the others (before, NaN series were skipped).
+    let nan = format!(
+        "{text}vllm:lora_requests_info{{max_lora=\"4\",running_lora_adapters=\"nan\",waiting_lora_adapters=\"\"}} NaN\n"
+    );
+    let out = scrape_page(nan.as_bytes(), 1 << 20, None);
+    assert_eq!(out.result.unwrap().lora, None);
+    assert_eq!(
+        out.unknown,
+        vec![UnknownValue {
+            metric: "vllm:lora_requests_info".into(),
+            why: Unknown::NotFinite
+        }]
+    );
 }
 
 /// Found by `tests/fuzz` (prom_cut): on a cut page the preferred KV name may lie past the

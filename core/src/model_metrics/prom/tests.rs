@@ -207,9 +207,23 @@ fn a_producer_limit_cuts_a_smaller_page() {
     let e = parse_page(text.as_bytes(), text.len(), |_| true);
     assert_eq!(e.stats.truncated, Some(Truncation::InputBytes));
     assert!(e.series("y").next().is_none(), "`y 22` may be `y 2234`");
-    assert_eq!(e.open_family.as_deref(), Some("x"));
-    assert!(!e.is_complete("x") && !e.is_complete("y"));
+    // The partial line names `y` whole: `x` ended before the cut, `y` is the open family.
+    assert_eq!(e.open_family.as_deref(), Some("y"));
+    assert!(e.is_complete("x") && !e.is_complete("y"));
     assert!(e.is_complete("w_total"), "its family closed before the cut");
+    // Cut inside the name: `y` could still be `x_…`? No `x` name starts with `y`, so `x` is
+    // whole; a partial `x_to` may be `x_total`, so `x` stays open.
+    for (tail, x_whole) in [("y", true), ("x_to", false), ("x", false), ("   ", false)] {
+        let t = format!("w_total 5\nx 1\n{tail}");
+        let e = parse_page(t.as_bytes(), t.len(), |_| true);
+        assert_eq!(e.is_complete("x"), x_whole, "{tail:?}");
+        assert!(e.is_complete("w_total"));
+    }
+    // A `# HELP` / `# TYPE` line of the next family closes the one before it.
+    let t = "x 1\n# HELP y the next\n# TYPE y gauge\n";
+    let e = parse_page(t.as_bytes(), t.len(), |_| true);
+    assert_eq!(e.open_family.as_deref(), Some("y"));
+    assert!(e.is_complete("x") && !e.is_complete("y"));
     let e = parse_page(text.as_bytes(), text.len() + 1, |_| true);
     assert_eq!(
         (e.stats.truncated, e.series("y").next().map(|s| s.value)),
@@ -234,4 +248,90 @@ fn families_strip_counter_and_histogram_suffixes() {
     ] {
         assert_eq!(family(name), fam);
     }
+}
+
+/// Prometheus 3 writes a name that is not a legacy name (and may write any name) quoted
+/// inside the braces, label names too (text format 1.0 with UTF-8 names).
+#[test]
+fn quoted_names_are_read() {
+    let s = one(r#"{"vllm:num_requests_waiting",model_name="x"} 3"#);
+    assert_eq!(
+        (s.name.as_str(), s.label("model_name"), s.value),
+        ("vllm:num_requests_waiting", Some("x"), 3.0)
+    );
+    let s = one(r#"{ "my.metric" , "label.with.dots"="v", engine="0" } 4 1700000000000"#);
+    assert_eq!(s.name, "my.metric");
+    assert_eq!(s.label("label.with.dots"), Some("v"));
+    assert_eq!(s.timestamp_ms, Some(1_700_000_000_000));
+    assert_eq!(one(r#"{"a\"b"} 5"#).name, "a\"b");
+    assert_eq!(one(r#"{"a"}6"#).value, 6.0);
+    let text = "# HELP \"vllm:num_requests_waiting\" Waiting.\n# TYPE \"vllm:num_requests_waiting\" gauge\n{\"vllm:num_requests_waiting\"} 1\n";
+    let e = parse(text.as_bytes());
+    assert_eq!(
+        e.metric_type("vllm:num_requests_waiting"),
+        Some(MetricType::Gauge)
+    );
+    assert_eq!(e.samples.len(), 1);
+    // As Prometheus's own parser (prometheus/common expfmt): the name may stand anywhere in
+    // the set, once; label names may be quoted after a plain name too.
+    let s = one(r#"{labelname="value", "my.noncompliant.metric"} 1"#);
+    assert_eq!(
+        (s.name.as_str(), s.label("labelname")),
+        ("my.noncompliant.metric", Some("value"))
+    );
+    assert_eq!(
+        one(r#"metric_name{"foo"="bar", "dotted.label"="bla"} 3.14"#).label("dotted.label"),
+        Some("bla")
+    );
+    for bad in [
+        r#"{"a"="b"} 1"#,
+        r#"{""} 1"#,
+        r#"{a="b"} 1"#,
+        r#"{"one.name","another.name"} 3.14"#,
+    ] {
+        assert_eq!(err(bad), LineError::BadMetricName, "{bad}");
+    }
+    assert_eq!(err(r#"{"a" 1"#), LineError::UnterminatedLabels);
+    assert_eq!(err(r#"a{"b"} 1"#), LineError::BadMetricName);
+    // The filter sees the unquoted name.
+    let e = parse_filtered(
+        br#"{"a"} 1
+{"b"} 2
+"#,
+        |n| n == "b",
+    );
+    assert_eq!((e.samples.len(), e.stats.filtered_out), (1, 1));
+}
+
+/// A malformed line marks its family (issue 39 item 1), and a line whose name is damaged the
+/// families around it, and makes absence prove nothing.
+#[test]
+fn malformed_lines_mark_their_family() {
+    let e = parse(b"a{x=\"1\"} 1\na{x=\"2} 2\nb_total 3\nc 4\n");
+    assert_eq!(e.malformed_families, vec!["a"]);
+    assert_eq!(e.gap("a"), Some(Gap::Malformed));
+    assert_eq!(
+        (e.gap("b_total"), e.gap("c"), e.gap("absent")),
+        (None, None, None)
+    );
+    let e = parse(b"a 1\n\x01b 2\nc_bucket 3\nd 4\n");
+    assert!(e.malformed_unnamed);
+    assert_eq!(e.malformed_families, vec!["a", "c"]);
+    assert_eq!(e.gap("d"), None);
+    assert_eq!(e.gap("absent"), Some(Gap::Malformed));
+    // A name damaged in its middle is not taken for the name before the damage.
+    let e = parse_filtered(b"a 1\nwai?ting 2\nb 3\n", |n| n != "wai");
+    assert_eq!((e.stats.malformed, e.stats.filtered_out), (1, 0));
+    assert_eq!(e.malformed_families, vec!["a", "b"]);
+    // A wanted name's line with a label over the limit: that family, named.
+    let long = format!("lora{{v=\"{}\"}} 1\n", "x".repeat(MAX_LABEL_VALUE_LEN + 1));
+    let e = parse(long.as_bytes());
+    assert_eq!(e.malformed_families, vec!["lora"]);
+    assert_eq!(e.stats.first_error, Some((1, LineError::LabelValueTooLong)));
+    // vLLM's LoRA family takes long lists.
+    let lora = format!(
+        "vllm:lora_requests_info{{running_lora_adapters=\"{}\"}} 1\n",
+        "x".repeat(MAX_LABEL_VALUE_LEN + 1)
+    );
+    assert_eq!(parse(lora.as_bytes()).samples.len(), 1);
 }

@@ -168,8 +168,8 @@ impl HostList {
                     upstream::unescape_json_string(h.raw_metrics).and_then(|text| {
                         let limit = upstream::HOST_METRICS_LIMIT;
                         let out = engines::scrape_page(text.as_bytes(), limit, mc.extra.as_ref());
-                        self.report
-                            .text(host, tel, h.address, Source::HealthCheck, &out);
+                        let source = Source::HealthCheck { bytes: text.len() };
+                        self.report.text(host, tel, h.address, source, &out);
                         out.result.ok().map(Rc::new)
                     })
                 };

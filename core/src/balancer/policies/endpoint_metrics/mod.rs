@@ -142,13 +142,14 @@ impl Policy for EndpointMetrics {
             }
         }
         let mut window = (mc.scheduler.rate_limit < 1.0).then(|| {
-            let h = host
+            let entries = host
                 .shared_get(&snapshot::window_key(&ns))
                 .ok()
                 .flatten()
                 .map(|(v, _)| snapshot::decode_window(&v))
                 .unwrap_or_default();
-            RateLimitWindow::from_hashes(&h)
+            let s = &mc.scheduler;
+            RateLimitWindow::restore(&entries, s.rate_window, s.rate_window_ms, host.now_ms())
         });
         let mut rng = || env.rng.next_u64();
         match scheduler::select(&candidates, &info, &mc.scheduler, window.as_mut(), &mut rng) {
@@ -161,7 +162,7 @@ impl Policy for EndpointMetrics {
                 };
                 if let Some(w) = &window {
                     // Last writer wins: a lost update only forgets one decision.
-                    let bytes = snapshot::encode_window(&w.hashes());
+                    let bytes = snapshot::encode_window(&w.entries());
                     let _ = host.shared_set(&snapshot::window_key(&ns), &bytes, 0);
                 }
                 if rate_limited {

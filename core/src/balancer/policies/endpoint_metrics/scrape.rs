@@ -258,8 +258,11 @@ impl Scraper {
                     .unwrap_or_default();
                 let out = engines::scrape_page(&body, MAX_SCRAPE_BYTES, job.config.extra.as_ref());
                 let path = job.config.scrape.as_ref().map_or("", |s| s.path.as_str());
-                self.report
-                    .text(host, tel, &p.addr, Source::Scrape { path }, &out);
+                let source = Source::Scrape {
+                    path,
+                    bytes: body_size,
+                };
+                self.report.text(host, tel, &p.addr, source, &out);
                 out.result.ok()
             }
             _ => None,

@@ -21,8 +21,10 @@ pub fn targets_key(ns: &str) -> String {
     format!("ailb.targets.{ns}")
 }
 
+/// The window's decisions with their times (`ailb.rlw.`; the `ailb.rl.` record of earlier
+/// versions held hashes only and is not read).
 pub fn window_key(ns: &str) -> String {
-    format!("ailb.rl.{ns}")
+    format!("ailb.rlw.{ns}")
 }
 
 /// One endpoint in the scrape snapshot.
@@ -165,17 +167,22 @@ fn engine_from(s: &str) -> Option<ModelServer> {
     })
 }
 
-/// Serialised rate-limit window (`rate_limit` per proxy): the recent decisions' address hashes.
-pub fn encode_window(hashes: &[u64]) -> Vec<u8> {
-    hashes.iter().flat_map(|h| h.to_le_bytes()).collect()
+/// Serialised rate-limit window (`rate_limit` per proxy): each recent decision's address hash
+/// and time (ms), little-endian, 16 bytes each.
+pub fn encode_window(entries: &[(u64, u64)]) -> Vec<u8> {
+    entries
+        .iter()
+        .flat_map(|(h, at)| h.to_le_bytes().into_iter().chain(at.to_le_bytes()))
+        .collect()
 }
 
-pub fn decode_window(b: &[u8]) -> Vec<u64> {
-    b.chunks_exact(8)
-        .map(|c| {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(c);
-            u64::from_le_bytes(w)
-        })
+pub fn decode_window(b: &[u8]) -> Vec<(u64, u64)> {
+    let word = |c: &[u8]| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c.get(..8).unwrap_or(&[0; 8]));
+        u64::from_le_bytes(w)
+    };
+    b.chunks_exact(16)
+        .map(|c| (word(c), word(c.get(8..).unwrap_or_default())))
         .collect()
 }
