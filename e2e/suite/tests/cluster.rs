@@ -12,7 +12,7 @@ use ailb_e2e::cluster::{
     TARGET_HEADER,
 };
 use ailb_e2e::gateway::{http, open, wait_until, Gateway};
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
 const NAMES: [&str; 3] = ["llm-a", "llm-b", "llm-c"];
@@ -103,6 +103,75 @@ fn cluster_hash_keeps_a_value_on_one_service_across_gateways_and_workers() {
         .sum();
     assert_eq!(routed, 24 * 8);
     assert_eq!(gws[0].stat("ai_lb.cluster_hash.rejected_403"), 2);
+}
+
+/// cluster_hash's `key` block (Higress PR #3921): a cookie's value and a JSON body field are
+/// hashed onto Higress's slots like a header's value, through both gateways; a request without
+/// the key is the PR's 403.
+#[test]
+fn cluster_hash_key_block_hashes_a_cookie_and_a_body_field() {
+    let bed = Bed::new(3, |_| {});
+    let svcs = services(&NAMES, 1);
+    let weights = [(NAMES[0], 30), (NAMES[1], 30), (NAMES[2], 40)];
+    let with_key = |key: Value| {
+        let mut p = hash_plugin("x-user", &weights);
+        p["lb_config"]["key"] = key;
+        p
+    };
+    let cookie = gateways(
+        &bed,
+        &svcs,
+        &with_key(json!({"source": "cookie", "name": "uid"})),
+    );
+    for u in 0..12 {
+        let user = format!("cookie-user-{u}");
+        let jar = format!("theme=dark; uid={user}; lang=en");
+        for (i, gw) in cookie.iter().enumerate() {
+            // x-user names another user: the key block, not hash_header, decides.
+            let h = [("cookie", jar.as_str()), ("x-user", "someone-else")];
+            let (status, pod, body) = send(gw, &format!("{user} {i}"), &h);
+            assert_eq!(status, 200, "{user}: {body}");
+            assert_eq!(
+                service_of(&svcs, &pod),
+                Some(expected_service(&user)),
+                "{user}"
+            );
+        }
+    }
+    let (status, _, body) = send(&cookie[0], "no cookie", &[("x-user", "u")]);
+    assert_eq!((status, body.as_str()), (403, "hash key required"));
+    drop(cookie);
+    let body_key = with_key(json!({"source": "body", "jsonPath": "$.metadata.session"}));
+    let gws = gateways(&bed, &svcs, &body_key);
+    for u in 0..12 {
+        let session = format!("session-{u}");
+        let body = json!({"model": "fake-model", "max_tokens": 2,
+            "metadata": {"session": session},
+            "messages": [{"role": "user", "content": format!("hello {u}")}]})
+        .to_string();
+        for gw in &gws {
+            let (status, hs, answer) = http(
+                &gw.url,
+                "POST",
+                "/v1/chat/completions",
+                &[("content-type", "application/json")],
+                body.as_bytes(),
+            )
+            .unwrap_or_else(|e| panic!("{session}: {e}"));
+            assert_eq!(status, 200, "{}", String::from_utf8_lossy(&answer));
+            let pod = hs
+                .iter()
+                .find(|(k, _)| k == "x-pod")
+                .map(|(_, v)| v.clone());
+            assert_eq!(
+                pod.and_then(|p| service_of(&svcs, &p)),
+                Some(expected_service(&session)),
+                "{session}"
+            );
+        }
+    }
+    let (status, _, body) = send(&gws[0], "no session field", &[]);
+    assert_eq!((status, body.as_str()), (403, "hash key required"));
 }
 
 #[test]
