@@ -45,6 +45,10 @@ pub struct PodConfig {
     /// When positive: the pod prefills at this many tokens per second in one FIFO lane shared
     /// by its requests (lane.rs), instead of `prefill_us_per_token` per request in parallel.
     pub prefill_tokens_per_s: f64,
+    /// With a prefill lane: tokens of prefill one forward pass takes (vLLM
+    /// `max_num_batched_tokens`); a decode step while the lane is busy lasts at least that
+    /// chunk's time (0 = decode never waits for prefill).
+    pub prefill_chunk_tokens: u64,
     /// Admission waits until a request's uncached prompt and output fit in
     /// `kv_capacity_tokens` beside the running requests' (kv.rs).
     pub kv_admission: bool,
@@ -85,6 +89,7 @@ impl Default for PodConfig {
             cache_blocks: 4096,
             prefill_us_per_token: 100,
             prefill_tokens_per_s: 0.0,
+            prefill_chunk_tokens: 0,
             kv_admission: false,
             stream_interval: 1,
             decode_us_per_token: 10_000,
@@ -125,6 +130,7 @@ ailb-fakepod: OpenAI-compatible fake model server
   --cache-blocks N            4096  prefix-cache LRU capacity in blocks (0 = off)
   --prefill-us-per-token US   100   per uncached prompt token
   --prefill-tokens-per-s R    0     >0: one FIFO prefill lane at R tokens/s (replaces the above)
+  --prefill-chunk-tokens N     0     decode steps during a prefill last N tokens of it
   --kv-admission              admit only when uncached prompt + output fit in the KV capacity
   --stream-interval N         1     tokens per streamed event after the first
   --decode-us-per-token US    10000 per output token
@@ -168,6 +174,7 @@ impl Cli {
                 "--cache-blocks" => c.cache_blocks = a.parse(&flag)?,
                 "--prefill-us-per-token" => c.prefill_us_per_token = a.parse(&flag)?,
                 "--prefill-tokens-per-s" => c.prefill_tokens_per_s = a.parse(&flag)?,
+                "--prefill-chunk-tokens" => c.prefill_chunk_tokens = a.parse(&flag)?,
                 "--kv-admission" => c.kv_admission = true,
                 "--stream-interval" => c.stream_interval = a.parse(&flag)?,
                 "--decode-us-per-token" => c.decode_us_per_token = a.parse(&flag)?,

@@ -198,7 +198,7 @@ impl Engine {
         };
         let kv = match &self.kv {
             Some(pool) => {
-                let need = job.prompt_tokens - self.peek(job) + job.output_tokens;
+                let need = job.prompt_tokens - self.peek(job) + job.output_tokens.div_ceil(2);
                 if waiting.is_none() && !pool.fits(need) {
                     waiting = Some(WaitGuard::enter(self, job.lora.as_deref()));
                 }
@@ -274,11 +274,21 @@ impl Engine {
         }
     }
 
-    /// Duration of one decode step given the current batch size.
+    /// Duration of one decode step given the current batch size. With a prefill lane and
+    /// `prefill_chunk_tokens`, a step taken while a prefill runs shares its forward pass with
+    /// a chunk of that prefill (vLLM's chunked prefill, `max_num_batched_tokens`), so it lasts
+    /// at least the chunk's time: the decode slowdown a prefill-heavy pod shows.
     pub fn decode_step(&self) -> Duration {
         let running = self.lock().running.max(1) as f64;
         let factor = 1.0 + self.cfg.decode_batch_penalty.max(0.0) * (running - 1.0);
-        Duration::from_nanos((self.cfg.decode_us_per_token as f64 * 1000.0 * factor) as u64)
+        let step =
+            Duration::from_nanos((self.cfg.decode_us_per_token as f64 * 1000.0 * factor) as u64);
+        match &self.lane {
+            Some(lane) if self.cfg.prefill_chunk_tokens > 0 && lane.busy() => {
+                step.max(lane.duration(self.cfg.prefill_chunk_tokens))
+            }
+            _ => step,
+        }
     }
 
     /// Snapshot for `/admin/state` and `/metrics`.

@@ -1,9 +1,11 @@
 //! KV-cache admission of an engine-like pod (`--kv-admission`): a request is admitted only when
-//! the KV blocks it will write (its uncached prompt tokens and its output) fit beside those of
-//! the requests already running; otherwise it waits, FIFO, as vLLM's waiting queue does when
-//! the KV cache is full. Blocks a request finds in the prefix cache are shared, not charged.
-//! vLLM would admit optimistically and preempt when decode runs out of blocks; reserving the
-//! output up front is the conservative variant without preemption (docs/trace-bench.md).
+//! the KV blocks it will write fit beside those of the requests already running; otherwise it
+//! waits, FIFO, as vLLM's waiting queue does when the KV cache is full. Blocks a request finds
+//! in the prefix cache are shared, not charged. It writes its uncached prompt tokens, and its
+//! output grows one token per step: vLLM admits on the prompt and preempts a request when a
+//! decode step finds no free block; this model has no preemption and instead holds, for the
+//! whole request, its uncached prompt plus half its output (the output's mean occupancy;
+//! docs/trace-bench.md).
 //!
 //! The prefix cache lives in the same KV: while requests hold blocks, the cache may keep only
 //! the rest ([`KvPool::cache_room`]).

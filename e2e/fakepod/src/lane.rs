@@ -70,6 +70,11 @@ impl PrefillLane {
         }
     }
 
+    /// Whether a prefill is running now.
+    pub fn busy(&self) -> bool {
+        *self.busy_until.lock().unwrap_or_else(|e| e.into_inner()) > Instant::now()
+    }
+
     /// Work ahead of a request arriving now: the granted prefills' remaining time plus the
     /// queued estimate at this lane's rate.
     pub fn backlog(&self) -> Duration {

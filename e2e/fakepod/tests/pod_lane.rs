@@ -100,7 +100,7 @@ async fn probe(c: &ailb_fakepod::load::client::HttpClient, url: &str, body: &str
 
 #[tokio::test]
 async fn kv_admission_makes_requests_wait_for_room() {
-    // 2,048 tokens of KV: a 1,000-token prompt with 1,000 output tokens fits once.
+    // 2,048 tokens of KV: a 1,000-token prompt with half of 1,000 output tokens fits once.
     let p = pod("pod-kv", |c| {
         c.kv_admission = true;
         c.kv_capacity_tokens = 2048;

@@ -6,6 +6,7 @@
 
 pub mod client;
 pub mod gen;
+pub mod infinite;
 pub mod mooncake;
 pub mod replay;
 pub mod text;

@@ -19,6 +19,7 @@ use tokio::time::{sleep_until, Instant};
 pub struct Dispatch<'a> {
     pub index: usize,
     pub prompt_tokens: u64,
+    pub output_tokens: u64,
     /// The prompt's KV block hashes as the pods key them.
     pub hashes: &'a [u64],
 }
@@ -46,6 +47,10 @@ pub struct Options {
     pub headers: Vec<(String, String)>,
     /// Run at these trace times, once each (e.g. flush a pod's cache).
     pub events: Vec<(Duration, Box<dyn FnOnce() + Send>)>,
+    /// A load sweep stops starting conversations (and turns) once a stage's pod-side TTFT p90,
+    /// over at least 20 answered requests, exceeds this: the stage is past the knee, and
+    /// loading further only lengthens the run.
+    pub stop_past: Option<Duration>,
 }
 
 impl Options {
@@ -55,6 +60,7 @@ impl Options {
             timeout: Duration::from_secs(120),
             headers: Vec::new(),
             events: Vec::new(),
+            stop_past: None,
         }
     }
 }
@@ -117,8 +123,12 @@ pub async fn replay(
     let headers = Arc::new(opts.headers);
     let mut tasks = JoinSet::new();
     let convs = Arc::new(w.conversations.clone());
+    let stop = Arc::new(Stop::new(w.stages.len().max(1), opts.stop_past));
     for (c, conv) in w.conversations.iter().enumerate() {
         sleep_until(start + wall(conv.start)).await;
+        if stop.stopped() {
+            break;
+        }
         let ctx = (
             client.clone(),
             urls.clone(),
@@ -126,15 +136,19 @@ pub async fn replay(
             headers.clone(),
             convs.clone(),
             hashes_from.clone(),
+            stop.clone(),
         );
         let (timeout, first) = (opts.timeout, first_index[c]);
         tasks.spawn(async move {
-            let (client, urls, target, headers, convs, engine) = ctx;
+            let (client, urls, target, headers, convs, engine, stop) = ctx;
             let conv = &convs[c];
             let mut dialogue = Dialogue::new(conv);
             let mut out = Vec::new();
             let mut turn = 0;
             while let Some(built) = dialogue.next_request() {
+                if turn > 0 && stop.stopped() {
+                    break;
+                }
                 let index = first + turn;
                 let at = start.elapsed().mul_f64(scale);
                 let output_tokens = built.output_tokens;
@@ -163,6 +177,7 @@ pub async fn replay(
                 };
                 let mut r = record(index, c, turn, conv.stage, at, pod, answer, scale);
                 r.output_tokens = output_tokens;
+                stop.observe(&r);
                 out.push(r);
                 turn += 1;
             }
@@ -173,6 +188,46 @@ pub async fn replay(
     events.abort_all();
     records.sort_by_key(|r| r.index);
     records
+}
+
+/// The sweep's stopping rule ([`Options::stop_past`]).
+struct Stop {
+    limit: Option<Duration>,
+    ttfts: std::sync::Mutex<Vec<Vec<Duration>>>,
+    stopped: std::sync::atomic::AtomicBool,
+}
+
+impl Stop {
+    fn new(stages: usize, limit: Option<Duration>) -> Self {
+        Stop {
+            limit,
+            ttfts: std::sync::Mutex::new(vec![Vec::new(); stages]),
+            stopped: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    fn stopped(&self) -> bool {
+        self.stopped.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn observe(&self, r: &Record) {
+        let (Some(limit), Some(t)) = (self.limit, r.ttft_pod) else {
+            return;
+        };
+        let mut all = self.ttfts.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(v) = all.get_mut(r.stage) else {
+            return;
+        };
+        v.push(t);
+        if v.len() >= 20 {
+            let mut s = v.clone();
+            s.sort();
+            if s[s.len() * 9 / 10] > limit {
+                self.stopped
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -193,6 +248,7 @@ async fn routed(
     let pod = router.pick(&Dispatch {
         index,
         prompt_tokens,
+        output_tokens: built.output_tokens,
         hashes: &hashes,
     });
     let url = format!("{}/v1/chat/completions", urls[pod]);
