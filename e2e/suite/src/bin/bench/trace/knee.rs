@@ -44,7 +44,7 @@ pub fn knee(run: &Run, w: &Workload, slo_s: f64, token_scale: f64) -> Knee {
             .filter(|r| matches!(r.status, 429 | 503))
             .count();
         let p90 = pct(&run.ttfts_where(|r| r.stage == i), 0.9);
-        if !(p90 <= slo_s) || shed as f64 > 0.01 * recs.len() as f64 {
+        if p90.is_nan() || p90 > slo_s || shed as f64 > 0.01 * recs.len() as f64 {
             break;
         }
         let tokens: u64 = recs.iter().map(|r| r.prompt_tokens).sum();

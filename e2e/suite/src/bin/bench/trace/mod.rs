@@ -30,7 +30,7 @@ use ailb_e2e::trace::replay::Options;
 use ailb_e2e::trace::workload::Workload;
 use ailb_e2e::trace::{infinite, mooncake};
 use fleet::{Cost, Scale, CHEAP_PREFILL, LLMD_H100};
-use run::{run, Run, Via};
+use run::{bench, plugin, run, Run, Via};
 use serde_json::json;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -74,10 +74,6 @@ fn trace_name(path: &std::path::Path) -> String {
         .collect()
 }
 
-fn bench(name: &str, v: f64, unit: &str) {
-    println!("BENCH {name} {v:.3} {unit}");
-}
-
 /// The in-process references for a bed.
 fn references(bed: &ailb_e2e::bed::Bed, cost: &Cost, s: Scale) -> Vec<(&'static str, Via)> {
     let n = bed.pods.len();
@@ -101,10 +97,6 @@ fn references(bed: &ailb_e2e::bed::Bed, cost: &Cost, s: Scale) -> Vec<(&'static 
             Via::Router(Arc::new(peer::LlmdStyle::new(n, cost.mean_rate(s), blocks))),
         ),
     ]
-}
-
-fn plugin(n: usize) -> Via {
-    Via::Gateways { n, lb: json!({}) }
 }
 
 fn part(name: &str) -> bool {

@@ -82,7 +82,9 @@ impl LlmdStyle {
 
 /// A deterministic 1 % of requests.
 fn explores(index: usize) -> bool {
-    ailb_core::hash::SplitMix64(index as u64).next_u64() % 100 == 0
+    ailb_core::hash::SplitMix64(index as u64)
+        .next_u64()
+        .is_multiple_of(100)
 }
 
 impl Router for LlmdStyle {

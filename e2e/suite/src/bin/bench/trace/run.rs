@@ -22,6 +22,16 @@ pub enum Via {
     Router(Arc<dyn Router>),
 }
 
+/// The plugin as a user configures it, in `n` gateways.
+pub fn plugin(n: usize) -> Via {
+    Via::Gateways { n, lb: json!({}) }
+}
+
+/// One `BENCH <name> <value> <unit>` line.
+pub fn bench(name: &str, v: f64, unit: &str) {
+    println!("BENCH {name} {v:.3} {unit}");
+}
+
 pub struct Run {
     pub name: String,
     pub records: Vec<Record>,

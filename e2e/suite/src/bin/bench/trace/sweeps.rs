@@ -5,8 +5,8 @@
 
 use super::fleet::{Cost, Scale, LLMD_H100};
 use super::knee::{knee, slo, Knee};
-use super::run::{run, Run, Via};
-use super::{bench, peer, plugin, routers};
+use super::run::{bench, plugin, run, Run, Via};
+use super::{peer, routers};
 use ailb_e2e::trace::gen::{b2b, codegen, B2b};
 use ailb_e2e::trace::replay::Options;
 use ailb_e2e::trace::workload::{Dialogue, Workload};
