@@ -49,7 +49,7 @@ pub struct PodConfig {
     /// `max_num_batched_tokens`); a decode step while the lane is busy lasts at least that
     /// chunk's time (0 = decode never waits for prefill).
     pub prefill_chunk_tokens: u64,
-    /// Admission waits until a request's uncached prompt and output fit in
+    /// Admission waits until a request's uncached prompt and half its output fit in
     /// `kv_capacity_tokens` beside the running requests' (kv.rs).
     pub kv_admission: bool,
     /// Tokens per streamed event after the first (vLLM `--stream-interval`): the first token
@@ -131,7 +131,7 @@ ailb-fakepod: OpenAI-compatible fake model server
   --prefill-us-per-token US   100   per uncached prompt token
   --prefill-tokens-per-s R    0     >0: one FIFO prefill lane at R tokens/s (replaces the above)
   --prefill-chunk-tokens N     0     decode steps during a prefill last N tokens of it
-  --kv-admission              admit only when uncached prompt + output fit in the KV capacity
+  --kv-admission              admit only when uncached prompt + half the output fit in the KV
   --stream-interval N         1     tokens per streamed event after the first
   --decode-us-per-token US    10000 per output token
   --decode-batch-penalty F    0.02  decode slows by F per extra running request
@@ -267,7 +267,18 @@ mod tests {
         let slow = parse("--ttft-multiplier 3 --error-rate 0.2 --fault-seed 7").unwrap();
         assert_eq!(slow.pod.ttft_multiplier, 3.0);
         assert_eq!((slow.pod.error_rate, slow.pod.fault_seed), (0.2, 7));
+        let engine = parse(
+            "--prefill-tokens-per-s 16000 --prefill-chunk-tokens 2048 --kv-admission --stream-interval 8",
+        )
+        .unwrap()
+        .pod;
+        assert_eq!(engine.prefill_tokens_per_s, 16000.0);
+        assert_eq!(engine.prefill_chunk_tokens, 2048);
+        assert!(engine.kv_admission);
+        assert_eq!(engine.stream_interval, 8);
         for bad in [
+            "--stream-interval 0",
+            "--prefill-tokens-per-s -1",
             "--ttft-multiplier 0.5",
             "--ttft-multiplier NaN",
             "--error-rate 1.5",
