@@ -142,11 +142,18 @@ lint: toolchain
 test: deps lint unit-test check-abi package package-test wasm-unit-test e2e-test
 	@echo "make test: all checks passed"
 
+# ailb-bench runs every section, the trace bench last (docs/trace-bench.md, about 7 minutes:
+# e2e/data/traces/mooncake-synthetic.jsonl, its preamble variant, the b2b and codegen sweeps).
 bench: deps build e2e-build
 	$(CARGO) run --profile bench-native --quiet -p ailb-core --example bench_redis
 	$(CARGO) run --profile bench-native --quiet -p ailb-core --example bench_parse
 	$(CARGO) run --profile bench-native --quiet -p ailb-core --example bench_local_prefix
 	$(E2E_BIN)/ailb-bench
+
+# The trace bench alone, on TRACE= (any Mooncake-format .jsonl; the synthetic trace by default).
+.PHONY: bench-trace
+bench-trace: deps build e2e-build
+	$(E2E_BIN)/ailb-bench trace $(TRACE)
 
 # The Higress plugin image as an OCI image layout in dist/oci (tools/oci-package.py): README_EN.md,
 # README.md, spec.yaml and last plugin.tar.gz (holding plugin.wasm), as Higress's fetcher needs;

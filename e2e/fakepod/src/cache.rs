@@ -32,16 +32,26 @@ impl PrefixCache {
     /// recently used: under pressure a prompt's tail is evicted before its shared prefix, which is
     /// what vLLM's reverse-order block freeing achieves too.
     pub fn insert(&mut self, hashes: &[u64]) {
+        self.insert_within(hashes, None);
+    }
+
+    /// [`PrefixCache::insert`], keeping at most `room` blocks when that is below the capacity
+    /// (the KV the running requests leave free, kv.rs); at least the inserted prompt's blocks
+    /// stay, as a running request's own blocks cannot be evicted.
+    pub fn insert_within(&mut self, hashes: &[u64], room: Option<usize>) {
         if self.capacity == 0 {
             return;
         }
+        let limit = room
+            .map_or(self.capacity, |r| r.max(hashes.len()))
+            .min(self.capacity);
         for h in hashes.iter().rev() {
             self.tick += 1;
             if let Some(old) = self.last_use.insert(*h, self.tick) {
                 self.by_tick.remove(&old);
             }
             self.by_tick.insert(self.tick, *h);
-            while self.last_use.len() > self.capacity {
+            while self.last_use.len() > limit {
                 let Some((_, victim)) = self.by_tick.pop_first() else {
                     break;
                 };

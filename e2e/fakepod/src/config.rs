@@ -42,6 +42,19 @@ pub struct PodConfig {
     /// Prefix cache capacity in blocks (0 disables the cache).
     pub cache_blocks: usize,
     pub prefill_us_per_token: u64,
+    /// When positive: the pod prefills at this many tokens per second in one FIFO lane shared
+    /// by its requests (lane.rs), instead of `prefill_us_per_token` per request in parallel.
+    pub prefill_tokens_per_s: f64,
+    /// With a prefill lane: tokens of prefill one forward pass takes (vLLM
+    /// `max_num_batched_tokens`); a decode step while the lane is busy lasts at least that
+    /// chunk's time (0 = decode never waits for prefill).
+    pub prefill_chunk_tokens: u64,
+    /// Admission waits until a request's uncached prompt and half its output fit in
+    /// `kv_capacity_tokens` beside the running requests' (kv.rs).
+    pub kv_admission: bool,
+    /// Tokens per streamed event after the first (vLLM `--stream-interval`): the first token
+    /// always leaves alone, so TTFT is unchanged, and a long answer costs fewer events.
+    pub stream_interval: usize,
     pub decode_us_per_token: u64,
     /// Each extra running request slows a decode step by this fraction (batching cost).
     pub decode_batch_penalty: f64,
@@ -75,6 +88,10 @@ impl Default for PodConfig {
             block_tokens: 16,
             cache_blocks: 4096,
             prefill_us_per_token: 100,
+            prefill_tokens_per_s: 0.0,
+            prefill_chunk_tokens: 0,
+            kv_admission: false,
+            stream_interval: 1,
             decode_us_per_token: 10_000,
             decode_batch_penalty: 0.02,
             kv_capacity_tokens: 65_536,
@@ -112,6 +129,10 @@ ailb-fakepod: OpenAI-compatible fake model server
   --block-tokens N            16    tokens per KV block
   --cache-blocks N            4096  prefix-cache LRU capacity in blocks (0 = off)
   --prefill-us-per-token US   100   per uncached prompt token
+  --prefill-tokens-per-s R    0     >0: one FIFO prefill lane at R tokens/s (replaces the above)
+  --prefill-chunk-tokens N     0     decode steps during a prefill last N tokens of it
+  --kv-admission              admit only when uncached prompt + half the output fit in the KV
+  --stream-interval N         1     tokens per streamed event after the first
   --decode-us-per-token US    10000 per output token
   --decode-batch-penalty F    0.02  decode slows by F per extra running request
   --kv-capacity-tokens N      65536 KV usage gauge denominator
@@ -152,6 +173,10 @@ impl Cli {
                 "--block-tokens" => c.block_tokens = a.parse(&flag)?,
                 "--cache-blocks" => c.cache_blocks = a.parse(&flag)?,
                 "--prefill-us-per-token" => c.prefill_us_per_token = a.parse(&flag)?,
+                "--prefill-tokens-per-s" => c.prefill_tokens_per_s = a.parse(&flag)?,
+                "--prefill-chunk-tokens" => c.prefill_chunk_tokens = a.parse(&flag)?,
+                "--kv-admission" => c.kv_admission = true,
+                "--stream-interval" => c.stream_interval = a.parse(&flag)?,
                 "--decode-us-per-token" => c.decode_us_per_token = a.parse(&flag)?,
                 "--decode-batch-penalty" => c.decode_batch_penalty = a.parse(&flag)?,
                 "--kv-capacity-tokens" => c.kv_capacity_tokens = a.parse(&flag)?,
@@ -176,8 +201,11 @@ impl Cli {
                 other => bail!("unknown flag {other}\n\n{USAGE}"),
             }
         }
-        if c.max_running == 0 || c.block_tokens == 0 || pods == 0 {
-            bail!("--max-running, --block-tokens and --pods must be positive");
+        if c.max_running == 0 || c.block_tokens == 0 || c.stream_interval == 0 || pods == 0 {
+            bail!("--max-running, --block-tokens, --stream-interval and --pods must be positive");
+        }
+        if !(c.prefill_tokens_per_s.is_finite() && c.prefill_tokens_per_s >= 0.0) {
+            bail!("--prefill-tokens-per-s must be a finite number >= 0");
         }
         if !(c.ttft_multiplier.is_finite() && c.ttft_multiplier >= 1.0) {
             bail!("--ttft-multiplier must be a finite number >= 1");
@@ -239,7 +267,18 @@ mod tests {
         let slow = parse("--ttft-multiplier 3 --error-rate 0.2 --fault-seed 7").unwrap();
         assert_eq!(slow.pod.ttft_multiplier, 3.0);
         assert_eq!((slow.pod.error_rate, slow.pod.fault_seed), (0.2, 7));
+        let engine = parse(
+            "--prefill-tokens-per-s 16000 --prefill-chunk-tokens 2048 --kv-admission --stream-interval 8",
+        )
+        .unwrap()
+        .pod;
+        assert_eq!(engine.prefill_tokens_per_s, 16000.0);
+        assert_eq!(engine.prefill_chunk_tokens, 2048);
+        assert!(engine.kv_admission);
+        assert_eq!(engine.stream_interval, 8);
         for bad in [
+            "--stream-interval 0",
+            "--prefill-tokens-per-s -1",
             "--ttft-multiplier 0.5",
             "--ttft-multiplier NaN",
             "--error-rate 1.5",

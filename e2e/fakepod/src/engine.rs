@@ -4,7 +4,9 @@
 
 use crate::cache::PrefixCache;
 use crate::config::PodConfig;
-use serde::Serialize;
+use crate::kv::{KvHold, KvPool};
+use crate::lane::PrefillLane;
+pub use crate::snapshot::Snapshot;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -28,29 +30,10 @@ struct State {
     lora_waiting: BTreeMap<String, usize>,
     /// `/metrics` pages served, by the request's query string; never reset (tests wait on it).
     metrics_served: BTreeMap<String, u64>,
-}
-
-/// Point-in-time copy of the engine state (the `/admin/state` JSON).
-#[derive(Clone, Debug, Default, Serialize, serde::Deserialize, PartialEq)]
-pub struct Snapshot {
-    pub name: String,
-    pub running: usize,
-    pub waiting: usize,
-    pub requests_total: u64,
-    pub peak_running: usize,
-    pub peak_waiting: usize,
-    pub prefix_hit_tokens: u64,
-    pub prefix_query_tokens: u64,
-    pub prompt_tokens_total: u64,
-    pub generation_tokens_total: u64,
-    pub kv_tokens: u64,
-    pub kv_usage: f64,
-    pub cache_blocks_used: usize,
-    pub cache_blocks_capacity: usize,
-    /// Responses by status code, plus `reset`/`hang`/`reset-after-headers` for faults.
-    pub status: BTreeMap<String, u64>,
-    pub lora_running: Vec<String>,
-    pub lora_waiting: Vec<String>,
+    /// `/admin/restart` calls (each empties the cache and moves the start time).
+    restarts: u64,
+    /// Unix time the engine (re)started: `process_start_time_seconds`.
+    started_unix: f64,
 }
 
 /// One pod's engine, shared by all its connections.
@@ -60,6 +43,10 @@ pub struct Engine {
     slots: Arc<Semaphore>,
     state: Mutex<State>,
     cache: Mutex<PrefixCache>,
+    /// `--prefill-tokens-per-s`: one prefill lane at that rate (lane.rs).
+    lane: Option<PrefillLane>,
+    /// `--kv-admission`: admission bounded by the KV capacity (kv.rs).
+    kv: Option<KvPool>,
 }
 
 /// What admission needs to know about a request.
@@ -68,6 +55,8 @@ pub struct Job {
     pub prompt_tokens: u64,
     pub block_hashes: Vec<u64>,
     pub lora: Option<String>,
+    /// Output tokens it will generate (reserved in the KV under `--kv-admission`).
+    pub output_tokens: u64,
 }
 
 /// Outcome of admission, held while the request runs; dropping it frees the slot.
@@ -75,9 +64,12 @@ pub struct Job {
 pub struct Running {
     engine: Arc<Engine>,
     _permit: OwnedSemaphorePermit,
+    _kv: Option<KvHold>,
     lora: Option<String>,
     kv_held: u64,
     pub queue_wait: Duration,
+    /// Prompt tokens found in the prefix cache: at admission, or at the head of the prefill
+    /// lane when the pod has one.
     pub hit_tokens: u64,
 }
 
@@ -85,6 +77,21 @@ pub struct Running {
 struct WaitGuard<'a> {
     engine: &'a Engine,
     lora: Option<&'a str>,
+}
+
+impl<'a> WaitGuard<'a> {
+    /// Counts a request in `waiting` (and its adapter's waiting set) until dropped: when it is
+    /// admitted, or cancelled while it waits.
+    fn enter(engine: &'a Engine, lora: Option<&'a str>) -> Self {
+        let mut st = engine.lock();
+        st.waiting += 1;
+        st.peak_waiting = st.peak_waiting.max(st.waiting);
+        if let Some(l) = lora {
+            *st.lora_waiting.entry(l.to_string()).or_default() += 1;
+        }
+        drop(st);
+        WaitGuard { engine, lora }
+    }
 }
 
 impl Drop for WaitGuard<'_> {
@@ -95,6 +102,13 @@ impl Drop for WaitGuard<'_> {
             dec(&mut st.lora_waiting, l);
         }
     }
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
 }
 
 fn dec(map: &mut BTreeMap<String, usize>, key: &str) {
@@ -111,7 +125,15 @@ impl Engine {
         Arc::new(Self {
             slots: Arc::new(Semaphore::new(cfg.max_running)),
             cache: Mutex::new(PrefixCache::new(cfg.cache_blocks)),
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                started_unix: unix_now(),
+                ..State::default()
+            }),
+            lane: (cfg.prefill_tokens_per_s > 0.0)
+                .then(|| PrefillLane::new(cfg.prefill_tokens_per_s)),
+            kv: cfg
+                .kv_admission
+                .then(|| KvPool::new(cfg.kv_capacity_tokens, cfg.block_tokens)),
             cfg,
         })
     }
@@ -158,25 +180,42 @@ impl Engine {
             .map(String::from)
     }
 
-    /// Queues the job FIFO until a slot frees, then does the prefix-cache lookup (as vLLM's
-    /// scheduler does when it schedules a waiting request) and takes its KV tokens.
+    /// Queues the job FIFO until a slot frees (and, under `--kv-admission`, until its KV fits),
+    /// then takes its KV tokens. Without a prefill lane the prefix-cache lookup happens here,
+    /// as vLLM's scheduler does when it schedules a waiting request; with one it happens at the
+    /// head of the lane ([`Engine::lookup`]).
     pub async fn admit(self: &Arc<Self>, job: &Job) -> Running {
         let queued_at = Instant::now();
+        let mut waiting = None;
         // A free slot is taken at once (tokio hands released permits to queued waiters first,
         // so this cannot jump the queue); only requests that really wait show in the gauge.
         let permit = match self.slots.clone().try_acquire_owned() {
             Ok(p) => p,
-            Err(_) => self.wait_for_slot(job.lora.as_deref()).await,
+            Err(_) => {
+                waiting = Some(WaitGuard::enter(self, job.lora.as_deref()));
+                self.acquire_slot().await
+            }
         };
-        let hits_blocks = self.lock_cache().leading_hits(&job.block_hashes) as u64;
-        let hit_tokens = (hits_blocks * self.cfg.block_tokens as u64).min(job.prompt_tokens);
+        let kv = match &self.kv {
+            Some(pool) => {
+                let need = job.prompt_tokens - self.peek(job) + job.output_tokens.div_ceil(2);
+                if waiting.is_none() && !pool.fits(need) {
+                    waiting = Some(WaitGuard::enter(self, job.lora.as_deref()));
+                }
+                Some(pool.admit(need).await)
+            }
+            None => None,
+        };
+        drop(waiting);
+        let hit_tokens = if self.lane.is_none() {
+            self.lookup(job)
+        } else {
+            0
+        };
         {
             let mut st = self.lock();
             st.running += 1;
             st.peak_running = st.peak_running.max(st.running);
-            st.prefix_queries_tokens += job.prompt_tokens;
-            st.prefix_hit_tokens += hit_tokens;
-            st.prompt_tokens_total += job.prompt_tokens;
             st.kv_tokens += job.prompt_tokens;
             if let Some(l) = &job.lora {
                 *st.lora_running.entry(l.clone()).or_default() += 1;
@@ -185,6 +224,7 @@ impl Engine {
         Running {
             engine: self.clone(),
             _permit: permit,
+            _kv: kv,
             lora: job.lora.clone(),
             kv_held: job.prompt_tokens,
             queue_wait: queued_at.elapsed(),
@@ -192,31 +232,63 @@ impl Engine {
         }
     }
 
-    /// Queues FIFO for a slot, visible in `waiting` (and the adapter's waiting set) meanwhile.
-    async fn wait_for_slot(self: &Arc<Self>, lora: Option<&str>) -> OwnedSemaphorePermit {
-        {
-            let mut st = self.lock();
-            st.waiting += 1;
-            st.peak_waiting = st.peak_waiting.max(st.waiting);
-            if let Some(l) = lora {
-                *st.lora_waiting.entry(l.to_string()).or_default() += 1;
-            }
-        }
-        // Dropped (undoing the gauges) when the slot is granted or the request is cancelled.
-        let _guard = WaitGuard { engine: self, lora };
-        // tokio's semaphore is fair (FIFO), which is the vLLM waiting-queue order. It is never
-        // closed, so acquisition cannot fail; the fallback only keeps this panic-free.
+    /// Prompt tokens of `job` in the prefix cache now, counted as vLLM V1 counts its prefix
+    /// cache queries and hits.
+    pub fn lookup(&self, job: &Job) -> u64 {
+        let hit_tokens = self.peek(job);
+        let mut st = self.lock();
+        st.prefix_queries_tokens += job.prompt_tokens;
+        st.prefix_hit_tokens += hit_tokens;
+        st.prompt_tokens_total += job.prompt_tokens;
+        hit_tokens
+    }
+
+    /// Prompt tokens of `job` in the prefix cache now, without counting a query.
+    pub fn peek(&self, job: &Job) -> u64 {
+        let blocks = self.lock_cache().leading_hits(&job.block_hashes) as u64;
+        (blocks * self.cfg.block_tokens as u64).min(job.prompt_tokens)
+    }
+
+    /// Running and waiting requests now.
+    pub fn gauges(&self) -> (usize, usize) {
+        let st = self.lock();
+        (st.running, st.waiting)
+    }
+
+    /// KV blocks held by running requests under `--kv-admission` (0 without).
+    pub fn kv_held_blocks(&self) -> usize {
+        self.kv.as_ref().map_or(0, KvPool::held)
+    }
+
+    /// The prefill lane, when the pod has one.
+    pub fn lane(&self) -> Option<&PrefillLane> {
+        self.lane.as_ref()
+    }
+
+    /// A slot, FIFO. The semaphore is never closed, so acquisition cannot fail; the fallback
+    /// only keeps this panic-free.
+    async fn acquire_slot(self: &Arc<Self>) -> OwnedSemaphorePermit {
         match self.slots.clone().acquire_owned().await {
             Ok(p) => p,
             Err(_) => std::future::pending().await,
         }
     }
 
-    /// Duration of one decode step given the current batch size.
+    /// Duration of one decode step given the current batch size. With a prefill lane and
+    /// `prefill_chunk_tokens`, a step taken while a prefill runs shares its forward pass with
+    /// a chunk of that prefill (vLLM's chunked prefill, `max_num_batched_tokens`), so it lasts
+    /// at least the chunk's time: the decode slowdown a prefill-heavy pod shows.
     pub fn decode_step(&self) -> Duration {
         let running = self.lock().running.max(1) as f64;
         let factor = 1.0 + self.cfg.decode_batch_penalty.max(0.0) * (running - 1.0);
-        Duration::from_nanos((self.cfg.decode_us_per_token as f64 * 1000.0 * factor) as u64)
+        let step =
+            Duration::from_nanos((self.cfg.decode_us_per_token as f64 * 1000.0 * factor) as u64);
+        match &self.lane {
+            Some(lane) if self.cfg.prefill_chunk_tokens > 0 && lane.busy() => {
+                step.max(lane.duration(self.cfg.prefill_chunk_tokens))
+            }
+            _ => step,
+        }
     }
 
     /// Snapshot for `/admin/state` and `/metrics`.
@@ -244,7 +316,19 @@ impl Engine {
             status: st.status.clone(),
             lora_running: st.lora_running.keys().cloned().collect(),
             lora_waiting: st.lora_waiting.keys().cloned().collect(),
+            restarts: st.restarts,
+            started_unix: st.started_unix,
         }
+    }
+
+    /// What a restarted engine keeps of its prefix cache: nothing. Counts the restart and moves
+    /// the start time (`process_start_time_seconds`), which is how a router watching the pod's
+    /// metrics can tell; requests in flight finish.
+    pub fn restart(&self) {
+        self.lock_cache().clear();
+        let mut st = self.lock();
+        st.restarts += 1;
+        st.started_unix = unix_now().max(st.started_unix + 1e-3);
     }
 
     /// Zeroes counters; peaks restart from the current gauges. The cache is kept unless asked.
@@ -268,16 +352,18 @@ impl Engine {
 
 impl Running {
     /// Records the prompt's blocks in the cache once prefill is done.
+    /// Under `--kv-admission` the cache keeps only the blocks running requests do not hold.
     pub fn commit_prompt(&self, block_hashes: &[u64]) {
-        self.engine.lock_cache().insert(block_hashes);
+        let room = self.engine.kv.as_ref().map(KvPool::cache_room);
+        self.engine.lock_cache().insert_within(block_hashes, room);
     }
 
-    /// Accounts one generated token (it now occupies KV space too).
-    pub fn add_generated(&mut self) {
-        self.kv_held += 1;
+    /// Accounts `n` generated tokens (they now occupy KV space too).
+    pub fn add_generated(&mut self, n: u64) {
+        self.kv_held += n;
         let mut st = self.engine.lock();
-        st.generation_tokens_total += 1;
-        st.kv_tokens += 1;
+        st.generation_tokens_total += n;
+        st.kv_tokens += n;
     }
 }
 

@@ -26,6 +26,8 @@ struct Plan {
     seed: u64,
     meta: RespMeta,
     include_usage: bool,
+    /// When the pod had the whole request: pod-side TTFT counts from here.
+    arrived: Instant,
 }
 
 fn plan(engine: &Engine, gen: &GenRequest, n: u64) -> Plan {
@@ -52,6 +54,7 @@ fn plan(engine: &Engine, gen: &GenRequest, n: u64) -> Plan {
             prompt_tokens: tokens.len() as u64,
             block_hashes: hashes.clone(),
             lora,
+            output_tokens: out_tokens_of(cfg, gen),
         },
         hashes,
         after,
@@ -70,6 +73,7 @@ fn plan(engine: &Engine, gen: &GenRequest, n: u64) -> Plan {
             kind: gen.kind,
         },
         include_usage: gen.include_usage,
+        arrived: Instant::now(),
     }
 }
 
@@ -80,23 +84,60 @@ fn out_tokens_of(cfg: &crate::config::PodConfig, gen: &GenRequest) -> u64 {
 }
 
 /// Queue, then prefill: sleeps for the uncached part of the prompt and caches its blocks.
+/// With a prefill lane the lookup, the prefill and the commit happen at the lane's head, one
+/// request at a time (lane.rs).
 async fn prefill(engine: &Arc<Engine>, p: &Plan) -> Running {
-    let run = engine.admit(&p.job).await;
-    let uncached = p.job.prompt_tokens - run.hit_tokens;
-    let prefill = Duration::from_micros(uncached * engine.cfg.prefill_us_per_token);
+    let mut run = engine.admit(&p.job).await;
     // A slow-to-first-token service: prefill and the first decode step (which follows at
     // once) take `ttft_multiplier` times as long.
     let m = engine.cfg.ttft_multiplier.max(1.0);
+    if let Some(lane) = engine.lane() {
+        let turn = lane.enter(p.job.prompt_tokens - engine.peek(&p.job)).await;
+        run.hit_tokens = engine.lookup(&p.job);
+        let uncached = p.job.prompt_tokens - run.hit_tokens;
+        turn.prefill((uncached as f64 * m) as u64).await;
+        run.commit_prompt(&p.hashes);
+        drop(turn);
+        sleep(engine.decode_step().mul_f64(m - 1.0)).await;
+        return run;
+    }
+    let uncached = p.job.prompt_tokens - run.hit_tokens;
+    let prefill = Duration::from_micros(uncached * engine.cfg.prefill_us_per_token);
     sleep(prefill.mul_f64(m) + engine.decode_step().mul_f64(m - 1.0)).await;
     run.commit_prompt(&p.hashes);
     run
 }
 
-/// Decode step deadlines are absolute so sub-millisecond steps don't accumulate timer slack.
-async fn next_token(engine: &Engine, deadline: &mut Instant, run: &mut Running) {
-    *deadline += engine.decode_step();
+/// Decodes the next `n` tokens (one batch step each; step deadlines are absolute so short
+/// steps don't accumulate timer slack).
+async fn next_tokens(engine: &Engine, deadline: &mut Instant, run: &mut Running, n: u64) {
+    *deadline += engine.decode_step() * n as u32;
     sleep_until(*deadline).await;
-    run.add_generated();
+    run.add_generated(n);
+}
+
+/// Output tokens `[from, to)` by events: the first token alone (TTFT), then
+/// `stream_interval` tokens per event.
+fn groups(out_tokens: u64, interval: usize) -> impl Iterator<Item = (u64, u64)> {
+    let step = interval.max(1) as u64;
+    let mut from = 0;
+    std::iter::from_fn(move || {
+        if from >= out_tokens {
+            return None;
+        }
+        let to = if from == 0 {
+            1
+        } else {
+            (from + step).min(out_tokens)
+        };
+        let g = (from, to);
+        from = to;
+        Some(g)
+    })
+}
+
+fn micros(d: Duration) -> u64 {
+    d.as_micros() as u64
 }
 
 /// Serves one parsed completion request (`n` numbers it for the response id): streamed as SSE
@@ -121,15 +162,20 @@ pub async fn generate(engine: Arc<Engine>, gen: GenRequest, n: u64) -> Response<
     let mut run = prefill(&engine, &p).await;
     let mut deadline = Instant::now();
     let mut text = String::new();
-    for i in 0..p.out_tokens {
-        next_token(&engine, &mut deadline, &mut run).await;
-        text.push_str(token_text(p.seed, i));
+    let mut ttft = Duration::ZERO;
+    for (from, to) in groups(p.out_tokens, engine.cfg.stream_interval) {
+        next_tokens(&engine, &mut deadline, &mut run, to - from).await;
+        if from == 0 {
+            ttft = p.arrived.elapsed();
+        }
+        (from..to).for_each(|i| text.push_str(token_text(p.seed, i)));
     }
     run.commit_prompt(&p.after);
     let usage = Usage {
         prompt: p.job.prompt_tokens,
         completion: p.out_tokens,
         cached: run.hit_tokens,
+        timing: Some((micros(ttft), micros(run.queue_wait))),
     };
     let mut r = json_resp(StatusCode::OK, p.meta.full(&text, usage));
     let h = r.headers_mut();
@@ -151,6 +197,7 @@ async fn stream_tokens(
         prompt: p.job.prompt_tokens,
         completion: p.out_tokens,
         cached: run.hit_tokens,
+        timing: None,
     };
     let open = p.meta.open(usage);
     if !open.is_empty() && tx.send(Ok(open.into())).await.is_err() {
@@ -158,13 +205,17 @@ async fn stream_tokens(
     }
     let mut deadline = Instant::now();
     let mut text = String::new();
-    for i in 0..p.out_tokens {
-        next_token(engine, &mut deadline, &mut run).await;
-        let finish = (i + 1 == p.out_tokens).then_some("length");
-        let token = token_text(p.seed, i);
-        text.push_str(token);
+    let mut ttft = Duration::ZERO;
+    for (from, to) in groups(p.out_tokens, engine.cfg.stream_interval) {
+        next_tokens(engine, &mut deadline, &mut run, to - from).await;
+        let finish = (to == p.out_tokens).then_some("length");
+        let piece: String = (from..to).map(|i| token_text(p.seed, i)).collect();
+        text.push_str(&piece);
+        if from == 0 {
+            ttft = p.arrived.elapsed();
+        }
         if tx
-            .send(Ok(p.meta.chunk(token, i, finish).into()))
+            .send(Ok(p.meta.chunk(&piece, from, finish).into()))
             .await
             .is_err()
         {
@@ -172,6 +223,7 @@ async fn stream_tokens(
         }
     }
     usage.cached = run.hit_tokens;
+    usage.timing = Some((micros(ttft), micros(run.queue_wait)));
     run.commit_prompt(&p.after);
     drop(run); // the request is finished before the closing events go out
     let close = p.meta.close(&text, usage, p.include_usage);

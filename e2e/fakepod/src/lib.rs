@@ -10,13 +10,17 @@ pub mod cache;
 pub mod config;
 pub mod engine;
 pub mod generate;
+pub mod kv;
+pub mod lane;
 pub mod load;
 pub mod messages_api;
 pub mod metrics;
 pub mod openai;
+pub mod probe;
 pub mod responses_api;
 pub mod rng;
 pub mod server;
+pub mod snapshot;
 pub mod tokenize;
 pub mod wire;
 

@@ -72,6 +72,14 @@ pub fn render(cfg: &PodConfig, snap: &Snapshot) -> String {
         EngineKind::VllmV1 | EngineKind::VllmV0 => render_vllm(&mut o, cfg, snap, &model),
         EngineKind::Sglang => render_sglang(&mut o, cfg, snap, &model),
     }
+    // prometheus_client's process collector, which both engines' servers expose: a restart
+    // (`/admin/restart`) moves it.
+    o.family(
+        "process_start_time_seconds",
+        "gauge",
+        "Start time of the process since unix epoch in seconds.",
+    );
+    let _ = writeln!(o.text, "process_start_time_seconds {}", snap.started_unix);
     o.text
 }
 

@@ -6,6 +6,7 @@ use crate::engine::{Engine, Snapshot};
 use crate::generate::generate;
 use crate::metrics;
 use crate::openai::{error_body, parse_request};
+use crate::probe::probe_body;
 use crate::rng::Rng;
 use crate::tokenize::ApiKind;
 use anyhow::{Context as _, Result};
@@ -221,6 +222,25 @@ async fn handle(
                 .any(|kv| kv == "cache=1" || kv == "cache=true");
             engine.reset(cache);
             return Ok(json_resp(StatusCode::OK, r#"{"ok":true}"#.into()));
+        }
+        (&Method::POST, "/admin/restart", _) => {
+            engine.restart();
+            return Ok(json_resp(StatusCode::OK, r#"{"ok":true}"#.into()));
+        }
+        (&Method::POST, "/admin/probe", _) => {
+            let api = query.strip_prefix("api=").unwrap_or("");
+            let body = req
+                .into_body()
+                .collect()
+                .await
+                .map_err(|_| DropConnection)?;
+            return Ok(match probe_body(engine, api, &body.to_bytes()) {
+                Ok(p) => json_resp(
+                    StatusCode::OK,
+                    serde_json::to_string(&p).unwrap_or_default(),
+                ),
+                Err(msg) => json_resp(StatusCode::BAD_REQUEST, error_body(400, &msg)),
+            });
         }
         (&Method::GET, "/health", _) => return Ok(respond(StatusCode::OK, "text/plain", "")),
         (&Method::GET, "/v1/models", _) => return Ok(models_resp(engine)),

@@ -17,17 +17,27 @@ pub struct Usage {
     pub prompt: u64,
     pub completion: u64,
     pub cached: u64,
+    /// Time from the pod having the whole request to its first token leaving, and the part of
+    /// it spent waiting for admission, in microseconds: not an OpenAI field (`fake_ttft_us`,
+    /// `fake_queue_us` beside the others), so a time-compressed bench can read TTFT at the pod,
+    /// without the client-side costs that compression would inflate (docs/trace-bench.md).
+    pub timing: Option<(u64, u64)>,
 }
 
 impl Usage {
     /// OpenAI Chat / Completions `usage`.
     pub fn json(&self) -> Value {
-        json!({
+        let mut v = json!({
             "prompt_tokens": self.prompt,
             "completion_tokens": self.completion,
             "total_tokens": self.prompt + self.completion,
             "prompt_tokens_details": {"cached_tokens": self.cached},
-        })
+        });
+        if let (Some((ttft, queue)), Some(o)) = (self.timing, v.as_object_mut()) {
+            o.insert("fake_ttft_us".into(), ttft.into());
+            o.insert("fake_queue_us".into(), queue.into());
+        }
+        v
     }
 }
 

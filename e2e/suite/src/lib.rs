@@ -13,6 +13,7 @@ pub mod redis;
 pub mod redis_cluster;
 pub mod storm;
 pub mod thirdparty;
+pub mod trace;
 
 use std::path::PathBuf;
 

@@ -14,10 +14,14 @@ mod prefix;
 mod priority;
 mod session;
 mod thirdparty;
+mod trace;
 
-/// `ailb-bench [cpu] [leak] [p99] [prefix] [session] [metrics] [cluster|cluster-cpu|cluster-cold|cluster-hash|cluster-p99] [envoy-prefix] [envoy-cpu] [thirdparty] [cluster3] [priority] [queue] [fairness]`: the named sections only (all by default).
+/// `ailb-bench [cpu] [leak] [p99] [prefix] [session] [metrics] [cluster|cluster-cpu|cluster-cold|cluster-hash|cluster-p99] [envoy-prefix] [envoy-cpu] [thirdparty] [cluster3] [priority] [queue] [fairness] [trace [FILE.jsonl]]`: the named sections only (all by default).
 fn main() -> anyhow::Result<()> {
-    let only: Vec<String> = std::env::args().skip(1).collect();
+    // `trace [FILE]`: a `.jsonl` argument is the trace to replay, not a section.
+    let (files, only): (Vec<String>, Vec<String>) = std::env::args()
+        .skip(1)
+        .partition(|a| a.ends_with(".jsonl"));
     let run = |name: &str| only.is_empty() || only.iter().any(|a| a == name);
     if run("cpu") {
         glr::plugin_cpu_and_added_latency()?;
@@ -76,6 +80,9 @@ fn main() -> anyhow::Result<()> {
     }
     if run("fairness") {
         fairness::fairness_under_a_flood()?;
+    }
+    if run("trace") {
+        trace::trace(files.first().map(std::path::PathBuf::from))?;
     }
     Ok(())
 }

@@ -1,0 +1,31 @@
+//! The `/admin/state` JSON: a point-in-time copy of a pod's engine state.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Point-in-time copy of the engine state (the `/admin/state` JSON).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Snapshot {
+    pub name: String,
+    pub running: usize,
+    pub waiting: usize,
+    pub requests_total: u64,
+    pub peak_running: usize,
+    pub peak_waiting: usize,
+    pub prefix_hit_tokens: u64,
+    pub prefix_query_tokens: u64,
+    pub prompt_tokens_total: u64,
+    pub generation_tokens_total: u64,
+    pub kv_tokens: u64,
+    pub kv_usage: f64,
+    pub cache_blocks_used: usize,
+    pub cache_blocks_capacity: usize,
+    /// Responses by status code, plus `reset`/`hang`/`reset-after-headers` for faults.
+    pub status: BTreeMap<String, u64>,
+    pub lora_running: Vec<String>,
+    pub lora_waiting: Vec<String>,
+    #[serde(default)]
+    pub restarts: u64,
+    #[serde(default)]
+    pub started_unix: f64,
+}
