@@ -239,20 +239,11 @@ impl Stats {
     }
 
     fn index(counter: Counter) -> usize {
-        match counter {
-            // Every request counts one: its position straight from the discriminants, which
-            // are the positions in `ALL` (checked by a test).
-            Counter::Decision(p, o) => p as usize * Outcome::ALL.len() + o as usize,
-            other => Self::searched_index(other),
-        }
-    }
-
-    /// [`Stats::index`] of the counters found by search, out of line: the decision counter's
-    /// few instructions stay together in the code every request runs.
-    #[inline(never)]
-    fn searched_index(counter: Counter) -> usize {
         let decisions = Policy::ALL.len() * Outcome::ALL.len();
         match counter {
+            // Positions straight from the discriminants, which are the positions in `ALL`
+            // (checked by a test).
+            Counter::Decision(p, o) => p as usize * Outcome::ALL.len() + o as usize,
             Counter::Fallback(c) => {
                 decisions + FIXED.len() + Cause::ALL.iter().position(|&x| x == c).unwrap_or(0)
             }

@@ -12,6 +12,7 @@
 
 mod client;
 pub mod corpus;
+pub mod dashboard;
 mod files;
 mod server;
 
