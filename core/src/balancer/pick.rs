@@ -361,7 +361,9 @@ pub fn cost_of(config: &RouteConfig, body_bytes: usize) -> u64 {
     match config.common.cost {
         crate::config::CostMode::Requests => 1,
         crate::config::CostMode::Bytes => (body_bytes as u64).max(1),
-        crate::config::CostMode::Tokens => (body_bytes as u64 / 4).max(1),
+        crate::config::CostMode::Tokens => {
+            (body_bytes as u64 / crate::config::BYTES_PER_TOKEN).max(1)
+        }
     }
 }
 

@@ -61,7 +61,7 @@ pub use session::{BodyField, SessionConfig, SESSION_MAX_IMBALANCE, SESSION_MAX_I
 pub use types::{
     CostMode, FailureMode, Policy, PolicyConfig, Publish, RedisTarget, RouteConfig, Secret,
 };
-pub use values::Build;
+pub use values::{Build, BYTES_PER_TOKEN};
 pub use warning::Warning;
 
 use std::rc::Rc;

@@ -8,7 +8,7 @@ use super::metrics::{saturation_keys, MetricsConfig, DEFAULT_CRITICALITY_HEADER}
 use super::raw::RawLbConfig;
 use super::read::In;
 use super::scrape;
-use super::values::{Build, MetricsSource};
+use super::values::{Build, MetricsSource, BYTES_PER_TOKEN};
 use crate::model_metrics::SchedulerConfig;
 use crate::prefix::local_index;
 use crate::prefix::{Anchor, CanonConfig};
@@ -17,6 +17,7 @@ use std::rc::Rc;
 pub const PREFIX_KEYS: &[&str] = &[
     "redisKeyTTL",
     "blockChunkBytes",
+    "blockTokens",
     "maxBlocks",
     "affinityMaxImbalance",
     "affinityMaxImbalanceRatio",
@@ -85,6 +86,21 @@ impl TryFrom<(In<'_, '_, RawLbConfig>, usize)> for PrefixSettings {
                 "must be 0 (off) or between 64 and 1048576",
             ));
         }
+        // The block size in approximate prompt tokens, to match an engine's prefix-cache block
+        // (a Mooncake trace's 512-token blocks, docs/trace-bench.md).
+        let chunk_bytes = match r.own("blockTokens", &raw.block_tokens)? {
+            None => chunk_bytes,
+            Some(_) if raw.block_chunk_bytes.is_some() => {
+                return Err(r.err(
+                    "blockTokens",
+                    "set blockTokens or blockChunkBytes, not both",
+                ));
+            }
+            Some(t) if !(16..=262_144).contains(&t) => {
+                return Err(r.err("blockTokens", format!("{t} is outside 16-262144")));
+            }
+            Some(t) => t * BYTES_PER_TOKEN,
+        };
         let max_blocks = r
             .own("maxBlocks", &raw.max_blocks)?
             .unwrap_or(defaults.max_blocks as u64);
@@ -242,5 +258,26 @@ mod tests {
             panic!("not prefix_cache");
         };
         assert_eq!(s.index_max_entries, local_index::DEFAULT_MAX_ENTRIES);
+    }
+
+    #[test]
+    fn block_tokens_sets_the_block_size_in_approximate_tokens() {
+        assert_eq!(envoy(json!({})).unwrap().canon.chunk_bytes, 4096);
+        let s = envoy(json!({"blockTokens": 512})).unwrap();
+        assert_eq!(s.canon.chunk_bytes, 512 * BYTES_PER_TOKEN as usize);
+        for (lb, want) in [
+            (
+                json!({"blockTokens": 8}),
+                "blockTokens: 8 is outside 16-262144",
+            ),
+            (json!({"blockTokens": "512"}), "blockTokens: wrong type"),
+            (
+                json!({"blockTokens": 512, "blockChunkBytes": 2048}),
+                "blockTokens: set blockTokens or blockChunkBytes, not both",
+            ),
+        ] {
+            let e = envoy(lb).unwrap_err();
+            assert!(e.to_string().contains(want), "{e}");
+        }
     }
 }

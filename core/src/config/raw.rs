@@ -157,6 +157,7 @@ raw_object! {
         max_body_wait_ms: Own<u64> = "maxBodyWaitMs",
         // Ours: prefix_cache.
         block_chunk_bytes: Own<u64> = "blockChunkBytes",
+        block_tokens: Own<u64> = "blockTokens",
         max_blocks: Own<u64> = "maxBlocks",
         affinity_max_imbalance: Own<u64> = "affinityMaxImbalance",
         affinity_max_imbalance_ratio: Own<f64> = "affinityMaxImbalanceRatio",

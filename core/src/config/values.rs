@@ -11,9 +11,14 @@ pub enum CostMode {
     Requests,
     /// The request body's size in bytes.
     Bytes,
-    /// An estimate of prompt tokens: body bytes / 4, at least 1.
+    /// An estimate of prompt tokens: body bytes / [`BYTES_PER_TOKEN`], at least 1.
     Tokens,
 }
+
+/// Bytes of request text per prompt token, the plugin's one estimate where it needs tokens and
+/// has no tokenizer (`costMode: tokens`, `blockTokens`): about 4 for English text with the
+/// BPE vocabularies of current models.
+pub const BYTES_PER_TOKEN: u64 = 4;
 
 /// What happens when the plugin cannot decide (Redis down, no healthy host, ...).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
