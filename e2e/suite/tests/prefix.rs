@@ -36,10 +36,15 @@ fn two_gateways_with(bed: &Bed, extra: Value) -> (Gateway, Gateway) {
 
 /// Sends one chat turn; returns the pod that answered.
 fn send(gw: &Gateway, messages: &[Value], max_tokens: u64) -> String {
+    send_to(&gw.url, messages, max_tokens)
+}
+
+/// [`send`] by the gateway's URL (for a thread of its own).
+fn send_to(url: &str, messages: &[Value], max_tokens: u64) -> String {
     let body =
         json!({"model": "fake-model", "messages": messages, "max_tokens": max_tokens}).to_string();
     let (status, headers, _) = http(
-        &gw.url,
+        url,
         "POST",
         "/v1/chat/completions",
         &[("content-type", "application/json")],
@@ -109,12 +114,14 @@ fn it_spreads_new_conversations_under_one_system_prompt() {
     // must move on; a preamble match would pull every one of them to the same pod.
     let first: Vec<_> = (0..8)
         .map(|q| {
-            let gw = if q % 2 == 0 { a.url.clone() } else { b.url.clone() };
+            let gw = if q % 2 == 0 {
+                a.url.clone()
+            } else {
+                b.url.clone()
+            };
             let sys = sys.clone();
             let t = std::thread::spawn(move || {
-                let body = json!({"model": "fake-model", "messages": [sys, user(format!("conversation {q}"))], "max_tokens": 300}).to_string();
-                let (_, headers, _) = http(&gw, "POST", "/v1/chat/completions", &[("content-type", "application/json")], body.as_bytes()).unwrap();
-                headers.iter().find(|(k, _)| k == "x-pod").map(|(_, v)| v.clone()).unwrap_or_default()
+                send_to(&gw, &[sys, user(format!("conversation {q}"))], 300)
             });
             std::thread::sleep(Duration::from_millis(20));
             t
