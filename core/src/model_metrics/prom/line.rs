@@ -123,21 +123,7 @@ fn parse_sample<'a, F: FnMut(&str) -> bool>(
         }
         value_and_timestamp(c, had_ws, braces)
     })();
-    match rest {
-        Ok((value, timestamp_ms)) => Ok(Line::Sample(
-            Sample {
-                name: n.to_owned(),
-                labels,
-                value,
-                timestamp_ms,
-            },
-            Cow::Borrowed(n),
-        )),
-        Err(error) => Err(Bad {
-            name: Some(Cow::Borrowed(n)),
-            error,
-        }),
-    }
+    sample_line(Cow::Borrowed(n), labels, rest)
 }
 
 /// `{…} value` with the name a bare quoted string among the labels (first, as Prometheus 3
@@ -164,18 +150,27 @@ fn quoted_sample<'a, F: FnMut(&str) -> bool>(
         let had_ws = c.skip_ws();
         value_and_timestamp(c, had_ws, true)
     });
+    sample_line(Cow::Owned(n), labels, rest)
+}
+
+/// The line of sample `name` once its labels are read: the sample, or the family it spoils.
+fn sample_line<'a>(
+    name: Cow<'a, str>,
+    labels: Vec<(String, String)>,
+    rest: Result<(f64, Option<i64>), LineError>,
+) -> Result<Line<'a>, Bad<'a>> {
     match rest {
         Ok((value, timestamp_ms)) => Ok(Line::Sample(
             Sample {
-                name: n.clone(),
+                name: name.clone().into_owned(),
                 labels,
                 value,
                 timestamp_ms,
             },
-            Cow::Owned(n),
+            name,
         )),
         Err(error) => Err(Bad {
-            name: Some(Cow::Owned(n)),
+            name: Some(name),
             error,
         }),
     }
