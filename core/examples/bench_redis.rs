@@ -9,8 +9,11 @@
 // A benchmark driver, not plugin code: failing loudly on a broken setup is the point.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use ailb_core::config::TokenGate;
 use ailb_core::redis::resp::Value;
-use ailb_core::redis::scripts::{self, AcquireArgs, Keys, PrefixArgs, Scripts, SessionArgs};
+use ailb_core::redis::scripts::{
+    self, AcquireArgs, Keys, PrefixArgs, PrefixChain, Scripts, SessionArgs,
+};
 use ailb_core::upstream::fingerprint;
 use ailb_testkit::{command_stats, Conn, RedisServer};
 use std::collections::VecDeque;
@@ -180,11 +183,20 @@ fn measure_side_by_side(redis: &RedisServer, hosts: usize, variants: &[Variant])
                                 chain.push(format!("{}:px:a{t:02}{seq:013x}", keys.namespace));
                                 chain.push(format!("{}:px:b{t:02}{seq:013x}", keys.namespace));
                             }
+                            // 256 tokens per block: every pick books its uncached share.
+                            let n = chain.len() as u64;
+                            let chain = PrefixChain {
+                                cached_tokens: (1..=n).map(|i| i * 256).collect(),
+                                prompt_tokens: n * 256,
+                                stream: true,
+                                keys: chain,
+                            };
                             let prefix = PrefixArgs {
                                 chain: &chain,
                                 ttl_s: 1800,
                                 max_imbalance: 8,
                                 max_imbalance_ratio: 1.5,
+                                gate: TokenGate::default(),
                             };
                             let q = scripts::pick_call(
                                 &scripts,
@@ -220,9 +232,10 @@ fn measure_side_by_side(redis: &RedisServer, hosts: usize, variants: &[Variant])
                     for (v, h) in held.iter_mut().enumerate() {
                         barrier.wait(); // measured: releases of variant v's oldest leases
                         let keys = &routes[v].1;
+                        let booked = routes[v].0.blocks > 0;
                         let queries: Vec<Vec<u8>> = h
                             .drain(..BATCH)
-                            .map(|m| scripts::release_call(&scripts, true, keys, &[m]))
+                            .map(|m| scripts::release_call(&scripts, true, keys, &[m], booked))
                             .collect();
                         for r in conn.pipeline(&queries) {
                             assert_eq!(r, Value::Integer(1), "release must find its lease");
@@ -234,9 +247,10 @@ fn measure_side_by_side(redis: &RedisServer, hosts: usize, variants: &[Variant])
                 // same route starts from idle endpoints, not from this one's leftover load.
                 for (v, h) in held.iter_mut().enumerate() {
                     let keys = &routes[v].1;
+                    let booked = routes[v].0.blocks > 0;
                     let queries: Vec<Vec<u8>> = h
                         .drain(..)
-                        .map(|m| scripts::release_call(&scripts, true, keys, &[m]))
+                        .map(|m| scripts::release_call(&scripts, true, keys, &[m], booked))
                         .collect();
                     conn.pipeline(&queries);
                 }

@@ -43,6 +43,8 @@ pub enum Counter {
     RedisNoScript,
     RedisResync,
     Releases,
+    /// prefix_cache: a batch of first bytes sent (booked prefill tokens given back).
+    FirstBytesSent,
     ReleasesOrphaned,
     ReleaseFailures,
     /// A sticky request stayed on its session's endpoint.
@@ -135,13 +137,14 @@ pub enum Counter {
     PoolFull,
 }
 
-const FIXED: [(Counter, &str); 44] = [
+const FIXED: [(Counter, &str); 45] = [
     (Counter::RedisCalls, "ai_lb.redis.calls"),
     (Counter::RedisErrors, "ai_lb.redis.errors"),
     (Counter::RedisTimeouts, "ai_lb.redis.timeouts"),
     (Counter::RedisNoScript, "ai_lb.redis.noscript"),
     (Counter::RedisResync, "ai_lb.redis.resync"),
     (Counter::Releases, "ai_lb.release.sent"),
+    (Counter::FirstBytesSent, "ai_lb.prefix.first_bytes_sent"),
     (Counter::ReleasesOrphaned, "ai_lb.release.orphaned"),
     (Counter::ReleaseFailures, "ai_lb.release.failed"),
     (Counter::SessionHit, "ai_lb.session.hit"),

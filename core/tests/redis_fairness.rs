@@ -5,10 +5,11 @@
 // Test scaffolding helpers outside #[test] fns fail loudly by design.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use ailb_core::config::TokenGate;
 use ailb_core::config::{Fairness, PluginConfig};
 use ailb_core::redis::resp::Value;
 use ailb_core::redis::scripts::{
-    self, AcquireArgs, AcquireReply, Keys, PrefixArgs, Scripts, TenantArgs,
+    self, AcquireArgs, AcquireReply, Keys, PrefixArgs, PrefixChain, Scripts, TenantArgs,
 };
 use ailb_core::upstream::fingerprint;
 use ailb_testkit::{Conn, RedisServer};
@@ -80,12 +81,16 @@ impl Bed {
                 window_ms: WINDOW_MS,
             }),
         };
-        let chain = vec![format!("{}:px:0000000000000001", self.keys.namespace)];
+        let chain = PrefixChain {
+            keys: vec![format!("{}:px:0000000000000001", self.keys.namespace)],
+            ..PrefixChain::default()
+        };
         let prefix = PrefixArgs {
             chain: &chain,
             ttl_s: 60,
             max_imbalance: 8,
             max_imbalance_ratio: 1.5,
+            gate: TokenGate::default(),
         };
         let q = scripts::pick_call(
             &self.scripts,
@@ -122,7 +127,7 @@ impl Bed {
     }
 
     fn release(&self, c: &mut Conn, members: &[String]) -> bool {
-        let q = scripts::release_call(&self.scripts, false, &self.keys, members);
+        let q = scripts::release_call(&self.scripts, false, &self.keys, members, true);
         scripts::parse_release(&c.raw_reply(&q)).unwrap()
     }
 

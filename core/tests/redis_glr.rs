@@ -92,7 +92,7 @@ impl Glr {
     }
 
     fn release(&self, c: &mut Conn, members: &[String]) -> bool {
-        let q = scripts::release_call(&self.scripts, false, &self.keys, members);
+        let q = scripts::release_call(&self.scripts, false, &self.keys, members, false);
         scripts::parse_release(&c.raw_reply(&q)).unwrap()
     }
 

@@ -4,9 +4,12 @@
 // Test scaffolding helpers outside #[test] fns fail loudly by design.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use ailb_core::config::TokenGate;
 use ailb_core::prefix::{canonicalize, prefix_key, CanonConfig};
 use ailb_core::redis::resp::Value;
-use ailb_core::redis::scripts::{self, AcquireArgs, AcquireReply, Keys, PrefixArgs, Scripts};
+use ailb_core::redis::scripts::{
+    self, AcquireArgs, AcquireReply, Keys, PrefixArgs, PrefixChain, Scripts,
+};
 use ailb_core::upstream::fingerprint;
 use ailb_testkit::{Conn, RedisServer};
 use serde_json::json;
@@ -64,11 +67,16 @@ impl Px {
             pool_cap: 0,
             tenant: None,
         };
+        let chain = PrefixChain {
+            keys: chain.to_vec(),
+            ..PrefixChain::default()
+        };
         let prefix = PrefixArgs {
-            chain,
+            chain: &chain,
             ttl_s: 1800,
             max_imbalance: 4,
             max_imbalance_ratio: 1.5,
+            gate: TokenGate::default(),
         };
         let q = scripts::pick_call(&self.scripts, false, &self.keys, &args, Some(&prefix));
         scripts::parse_acquire(&c.raw_reply(&q)).unwrap()
@@ -103,6 +111,7 @@ impl Px {
             false,
             &self.keys,
             &[scripts::lease_member(rid, ep, 1, None)],
+            true,
         );
         assert!(
             scripts::parse_release(&c.raw_reply(&q)).unwrap(),

@@ -7,8 +7,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use ailb_core::balancer::WAIT_RANK;
+use ailb_core::config::TokenGate;
 use ailb_core::redis::scripts::{
-    self, AcquireArgs, AcquireReply, Keys, PrefixArgs, Scripts, SessionArgs, TenantArgs,
+    self, AcquireArgs, AcquireReply, Keys, PrefixArgs, PrefixChain, Scripts, SessionArgs,
+    TenantArgs,
 };
 use ailb_core::upstream::fingerprint;
 use ailb_testkit::{Conn, RedisServer};
@@ -84,11 +86,16 @@ impl Route {
                 window_ms: 10_000,
             }),
         };
+        let chain = PrefixChain {
+            keys: chain,
+            ..PrefixChain::default()
+        };
         let px = PrefixArgs {
             chain: &chain,
             ttl_s: 60,
             max_imbalance: 8,
             max_imbalance_ratio: 1.5,
+            gate: TokenGate::default(),
         };
         let q = scripts::pick_call(
             &self.scripts,

@@ -4,10 +4,11 @@
 // Test scaffolding helpers outside #[test] fns fail loudly by design.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use ailb_core::config::TokenGate;
 use ailb_core::redis::resp::Value;
 use ailb_core::redis::scripts::{
-    self, session_key, AcquireArgs, AcquireReply, Keys, PrefixArgs, Scripts, SessionArgs,
-    SessionState,
+    self, session_key, AcquireArgs, AcquireReply, Keys, PrefixArgs, PrefixChain, Scripts,
+    SessionArgs, SessionState,
 };
 use ailb_core::upstream::fingerprint;
 use ailb_testkit::{Conn, RedisServer};
@@ -74,11 +75,16 @@ impl Bed {
             pool_cap: 0,
             tenant: None,
         };
-        let prefix = chain.map(|chain| PrefixArgs {
+        let chain = chain.map(|keys| PrefixChain {
+            keys: keys.to_vec(),
+            ..PrefixChain::default()
+        });
+        let prefix = chain.as_ref().map(|chain| PrefixArgs {
             chain,
             ttl_s: 1800,
             max_imbalance: 8,
             max_imbalance_ratio: 1.5,
+            gate: TokenGate::default(),
         });
         let q = scripts::pick_call(&self.scripts, false, &self.keys, &args, prefix.as_ref());
         scripts::parse_acquire(&c.raw_reply(&q)).unwrap()
@@ -114,6 +120,7 @@ impl Bed {
             false,
             &self.keys,
             &[scripts::lease_member(rid, ep, 1, None)],
+            true,
         );
         assert!(scripts::parse_release(&c.raw_reply(&q)).unwrap());
     }

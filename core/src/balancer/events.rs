@@ -1,7 +1,7 @@
 //! The vocabulary of the request state machine (`super::request`): what a policy decides, the
 //! events a request receives and the effects it asks the balancer to perform.
 
-use super::pick::{GlobalLease, Lease, LocalLease, Pick, PickReply, ServiceLease};
+use super::pick::{Booking, GlobalLease, Lease, LocalLease, Pick, PickReply, ServiceLease};
 use crate::config::RouteConfig;
 use crate::prefix::PrefixKey;
 use crate::reason::{Cause, Reason};
@@ -344,6 +344,13 @@ pub enum Effect {
     FirstByte {
         lease: ServiceLease,
         success: bool,
+    },
+    /// prefix_cache: the first response bytes of a request that booked prefill tokens: give
+    /// them back and time the endpoint's prefill (batched, docs/redis-data-model.md §13).
+    FirstBytes {
+        config: Rc<RouteConfig>,
+        keys: Rc<Keys>,
+        booking: Booking,
     },
     /// cluster_metrics: give the in-flight count back (in Redis too when counted there);
     /// `outcome` (success?) records the total latency and errors, None records nothing (the

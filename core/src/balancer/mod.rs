@@ -277,6 +277,8 @@ impl Balancer {
             }
             self.perform(host, ctx, effect);
         }
+        // First bytes that waited for their batch go now (first_bytes.rs).
+        self.redis.flush_first_bytes(host, &mut self.tel);
         self.serve_queue(host);
     }
 

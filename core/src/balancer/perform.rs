@@ -96,7 +96,10 @@ impl Balancer {
                 None
             }
             Effect::Release(lease) => {
-                let keys = LeaseKeys::Endpoint(lease.keys);
+                let keys = LeaseKeys::Endpoint {
+                    keys: lease.keys,
+                    booked: lease.prefix,
+                };
                 let members = vec![lease.member];
                 self.redis
                     .release(host, &mut self.tel, &lease.config, keys, members);
@@ -111,7 +114,13 @@ impl Balancer {
             }
             Effect::ReleaseAll(pick) => {
                 let (keys, members) = match &*pick {
-                    Pick::Endpoint(p) => (LeaseKeys::Endpoint(p.keys.clone()), p.every_lease()),
+                    Pick::Endpoint(p) => {
+                        let keys = LeaseKeys::Endpoint {
+                            keys: p.keys.clone(),
+                            booked: p.chain.is_some(),
+                        };
+                        (keys, p.every_lease())
+                    }
                     Pick::Service(p) => (LeaseKeys::Service(p.keys.clone()), p.every_member()),
                     Pick::Session(_) => return None, // a session binding holds no count
                 };
@@ -137,6 +146,15 @@ impl Balancer {
             }
             Effect::FirstByte { lease, success } => {
                 policies::cluster_metrics::first_byte(host, &self.tel, &lease, success);
+                None
+            }
+            Effect::FirstBytes {
+                config,
+                keys,
+                booking,
+            } => {
+                self.redis
+                    .first_bytes(host, &mut self.tel, &config, keys, booking);
                 None
             }
             Effect::ServiceDone { lease, outcome } => {

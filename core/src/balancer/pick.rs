@@ -10,7 +10,7 @@ use crate::config::RouteConfig;
 use crate::host::Host;
 use crate::reason::{Cause, Reason};
 use crate::redis::inflight::{self, InflightKeys};
-use crate::redis::scripts::{self, Keys, SessionState};
+use crate::redis::scripts::{self, Booked, Keys, PrefixChain, SessionState};
 use crate::upstream;
 use std::rc::Rc;
 
@@ -21,6 +21,24 @@ pub struct Lease {
     pub config: Rc<RouteConfig>,
     pub keys: Rc<Keys>,
     pub member: String,
+    /// prefix_cache: the lease may carry a prefill booking, given back with it.
+    pub prefix: bool,
+    /// prefix_cache: the booking to give back at the first response bytes (taken then).
+    pub booking: Option<Booking>,
+}
+
+/// prefix_cache: the uncached prompt tokens a pick booked on its endpoint until the first
+/// response bytes, which also time the endpoint's prefill rate (docs/redis-data-model.md §13).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Booking {
+    /// The lease id it is filed under (`scripts::lease_id`).
+    pub lease_id: String,
+    pub endpoint: String,
+    pub booked: Booked,
+    /// When the pick was planned (host clock, ms): the first bytes' time from it is the TTFT
+    /// of a streamed request (`timed`); other responses start after the whole answer.
+    pub since_ms: u64,
+    pub timed: bool,
 }
 
 impl PartialEq for Lease {
@@ -201,8 +219,10 @@ pub struct EndpointPick {
     pub sent_list: bool,
     /// EVALSHA (true) or EVAL after a NOSCRIPT.
     pub by_sha: bool,
-    /// prefix_cache: the prompt's prefix-chain keys (possibly empty); None = least-request.
-    pub chain: Option<Rc<Vec<String>>>,
+    /// prefix_cache: the prompt's prefix chain (possibly empty); None = least-request.
+    pub chain: Option<Rc<PrefixChain>>,
+    /// When the pick was planned or last refreshed (host clock, ms).
+    pub planned_ms: u64,
     /// The load cap the script refuses at: `maxRequestCount`, or the request's class cap.
     pub cap: u64,
     /// The request's priority class (None: priority classes off).
@@ -231,6 +251,7 @@ pub enum PickReply {
         session: SessionState,
         /// The endpoint's load before this request (None: a session binding, nothing counted).
         load_before: Option<u64>,
+        booked: Option<Booked>,
     },
     /// A service pick: Redis counted this service.
     Service(String),
@@ -268,7 +289,7 @@ impl EndpointPick {
         config: &Rc<RouteConfig>,
         keys: &Rc<Keys>,
         body_bytes: usize,
-        chain: Option<Rc<Vec<String>>>,
+        chain: Option<Rc<PrefixChain>>,
         synced: Option<&Rc<str>>,
         rng: &mut VmRng,
     ) -> Result<EndpointPick, Cause> {
@@ -283,6 +304,7 @@ impl EndpointPick {
             fingerprint,
             by_sha: true,
             chain,
+            planned_ms: host.now_ms(),
             cap: config.common.max_load,
             class: None,
             session: None,
@@ -300,6 +322,7 @@ impl EndpointPick {
         self.sent_list = synced != Some(&fingerprint);
         self.candidates = Rc::new(healthy);
         self.fingerprint = fingerprint;
+        self.planned_ms = host.now_ms();
         Ok(())
     }
 
@@ -309,6 +332,19 @@ impl EndpointPick {
             config: self.config.clone(),
             keys: self.keys.clone(),
             member: scripts::lease_member(&self.request_id, endpoint, self.cost, self.tenant_id()),
+            prefix: self.chain.is_some(),
+            booking: None,
+        }
+    }
+
+    /// The booking Redis answered for `endpoint`.
+    pub fn booking(&self, endpoint: &str, booked: Booked) -> Booking {
+        Booking {
+            lease_id: scripts::lease_id(&self.request_id, self.tenant_id()),
+            endpoint: endpoint.to_string(),
+            booked,
+            since_ms: self.planned_ms,
+            timed: self.chain.as_ref().is_some_and(|c| c.stream),
         }
     }
 

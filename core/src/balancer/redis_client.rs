@@ -5,6 +5,10 @@
 //! a pick's reply is handed back to the balancer, releases and script loads end here.
 
 mod calls;
+mod first_bytes;
+
+#[cfg(test)]
+pub use first_bytes::MAX_WAIT_MS;
 
 use super::pick::{Pick, PickReply};
 use super::telemetry::Telemetry;
@@ -30,8 +34,14 @@ pub enum CallStatus {
 /// count.
 #[derive(Debug, Clone)]
 pub enum LeaseKeys {
-    Endpoint(Rc<Keys>),
+    /// `booked`: prefix_cache, whose leases may carry a prefill booking.
+    Endpoint {
+        keys: Rc<Keys>,
+        booked: bool,
+    },
     Service(Rc<InflightKeys>),
+    /// prefix_cache's first bytes: (lease id, endpoint, rate sample) triples, not lease members.
+    FirstBytes(Rc<Keys>),
 }
 
 /// A release in flight (fire-and-forget; retried once with EVAL on NOSCRIPT).
@@ -69,6 +79,8 @@ pub struct RedisClient {
     pending: IdMap<Op>,
     /// Fingerprint of the endpoint set this VM last synced, per key namespace.
     synced: HashMap<String, Rc<str>>,
+    /// prefix_cache first bytes not yet sent, per route (first_bytes.rs).
+    batches: Vec<first_bytes::Batch>,
 }
 
 impl RedisClient {
@@ -84,7 +96,8 @@ impl RedisClient {
             if self.ensure_ready(host, tel, cfg) {
                 let scripts = match cfg.policy {
                     PolicyConfig::EndpointMetrics(_) => vec![&self.scripts.session_bind],
-                    _ => self.scripts.for_route(cfg.policy.is_cluster()),
+                    PolicyConfig::PrefixCache(_) => self.scripts.for_route(false, true),
+                    _ => self.scripts.for_route(cfg.policy.is_cluster(), false),
                 };
                 for script in scripts {
                     if let Ok(token) = host.redis_call(&redis.cluster, &scripts::load(script)) {
@@ -289,8 +302,11 @@ impl RedisClient {
 
     fn send_release(&mut self, host: &mut dyn Host, tel: &mut Telemetry, rel: Release) {
         let query = match &rel.keys {
-            LeaseKeys::Endpoint(k) => {
-                scripts::release_call(&self.scripts, rel.by_sha, k, &rel.members)
+            LeaseKeys::Endpoint { keys, booked } => {
+                scripts::release_call(&self.scripts, rel.by_sha, keys, &rel.members, *booked)
+            }
+            LeaseKeys::FirstBytes(k) => {
+                scripts::prefill_done_call(&self.scripts, rel.by_sha, k, &rel.members)
             }
             LeaseKeys::Service(k) => {
                 inflight::release_call(&self.scripts, rel.by_sha, k, &rel.members)
@@ -298,7 +314,11 @@ impl RedisClient {
         };
         match self.call(host, tel, &rel.config, &query) {
             Ok(token) => {
-                tel.inc(host, crate::stats::Counter::Releases);
+                let counter = match rel.keys {
+                    LeaseKeys::FirstBytes(_) => crate::stats::Counter::FirstBytesSent,
+                    _ => crate::stats::Counter::Releases,
+                };
+                tel.inc(host, counter);
                 self.pending.insert(token, Op::Release(rel));
             }
             Err(_) => tel.inc(host, crate::stats::Counter::ReleaseFailures),

@@ -299,26 +299,31 @@ impl Request {
     }
 
     fn on_response_body(&mut self) -> Vec<Effect> {
-        let Phase::Routed {
-            held:
-                Held::Service {
-                    lease,
-                    status,
-                    first_byte,
-                },
-            ..
-        } = &mut self.phase
-        else {
+        let Phase::Routed { held, .. } = &mut self.phase else {
             return Vec::new();
         };
-        if *first_byte {
-            return Vec::new();
+        match held {
+            Held::Service {
+                lease,
+                status,
+                first_byte: first_byte @ false,
+            } => {
+                *first_byte = true;
+                vec![Effect::FirstByte {
+                    lease: lease.clone(),
+                    success: success(*status),
+                }]
+            }
+            Held::Lease(lease) => match lease.booking.take() {
+                Some(booking) => vec![Effect::FirstBytes {
+                    config: lease.config.clone(),
+                    keys: lease.keys.clone(),
+                    booking,
+                }],
+                None => Vec::new(),
+            },
+            _ => Vec::new(),
         }
-        *first_byte = true;
-        vec![Effect::FirstByte {
-            lease: lease.clone(),
-            success: success(*status),
-        }]
     }
 
     fn reject(&mut self, r: Rejection) -> Vec<Effect> {

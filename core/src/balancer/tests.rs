@@ -1,6 +1,7 @@
 //! Request lifecycle against the mock host: every path that acquires must release once.
 
 use super::*;
+use crate::balancer::redis_client::MAX_WAIT_MS;
 use crate::host::mock::MockHost;
 use crate::host::HostErrorKind;
 use crate::redis::resp::encode_command;
@@ -499,7 +500,7 @@ fn prefix_setup() -> (MockHost, Balancer) {
         7,
         LogLevel::Trace,
     );
-    let n = Scripts::new().all().len() as u32;
+    let n = Scripts::new().for_route(false, true).len() as u32;
     for k in 0..n {
         let token = host.next_token - 4 * (n - k);
         deliver(&mut host, &mut e2, token, b"$1\r\nx\r\n");
@@ -523,49 +524,91 @@ fn start_with_body(host: &mut MockHost, e: &mut Balancer, ctx: u32, body: &[u8])
 #[test]
 fn prefix_sends_the_chain_as_keys() {
     let (mut host, mut e) = prefix_setup();
-    let body = br#"{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"q"}]}"#;
+    let body = br#"{"model":"m","stream":true,"messages":[{"role":"system","content":"s"},{"role":"user","content":"q"}]}"#;
     let t = start_with_body(&mut host, &mut e, 2, body);
     let args = host.last_query_args();
     assert_eq!(args[1], Scripts::new().prefix_acquire.sha);
     assert_eq!(
-        args[2], "7",
-        "load, leases, members + the user message's key (the system prompt's alone is not \
-         sent: prefixAnchor conversation) + wait, tenants, seen"
+        args[2], "10",
+        "load, leases, members, prefill, booked, rates + the user message's key (the system \
+         prompt's alone is not sent: prefixAnchor conversation) + wait, tenants, seen"
     );
-    for key in &args[6..7] {
-        assert!(
-            key.starts_with("ailb:{chat|outbound|8000||llm.static}:px:"),
-            "{key}"
-        );
-        assert_eq!(
-            key.len(),
-            "ailb:{chat|outbound|8000||llm.static}:px:".len() + 16
-        );
+    let ns = "ailb:{chat|outbound|8000||llm.static}:";
+    assert_eq!(
+        args[6..9],
+        [
+            format!("{ns}prefill"),
+            format!("{ns}prefill_booked"),
+            format!("{ns}prefill_rate")
+        ]
+    );
+    for key in &args[9..10] {
+        assert!(key.starts_with(&format!("{ns}px:")), "{key}");
+        assert_eq!(key.len(), ns.len() + "px:".len() + 16);
     }
     assert_eq!(
-        args[18..21],
+        args[21..24],
         ["1800", "8", "1.5"],
         "ttl and imbalance thresholds"
+    );
+    // The gate: prompt tokens, threshold, penalty, start rate, learned; then the tokens up to
+    // the end of the user message's block.
+    let canon = crate::prefix::canonicalize(body, &Default::default()).unwrap();
+    let tokens = (canon.blocks().map(<[u8]>::len).sum::<usize>() / 4).to_string();
+    assert_eq!(args[30..35], [tokens.as_str(), "0", "5000", "16000", "1"]);
+    assert_eq!(args[35], tokens, "the user message's block ends the prompt");
+    assert_eq!(
+        args[36..],
+        ["10.0.0.1:80", "10.0.0.2:80"],
+        "then the healthy set"
     );
     deliver(
         &mut host,
         &mut e,
         t,
-        &bulk_array(&["OK", "10.0.0.2:80", "2", "0", "0", "0"]),
+        &bulk_array(&["OK", "10.0.0.2:80", "2", "0", "0", "0", "1500", "2500"]),
     );
     assert_eq!(host.override_host.as_deref(), Some("10.0.0.2:80"));
     assert_eq!(host.metric("ai_lb.prefix.hit"), 1);
     assert_eq!(host.metric("ai_lb.prefix.routed"), 1);
-    e.on_response_headers(&mut host, 2);
+    assert!(e.on_response_headers(&mut host, 2), "first bytes wanted");
     assert_eq!(
         host.response_headers[0].1,
         "endpoint=10.0.0.2:80; reason=prefix_hit"
     );
-    end(&mut host, &mut e, 2);
+    // First bytes 250 ms after the pick: 4,000 tokens at 16,000 tokens/s. One request does not
+    // fill a batch: nothing is sent yet.
+    let calls = host.redis_calls.len();
+    host.now_ms += 250;
     assert!(
-        host.last_query_args()[6].ends_with("|10.0.0.2:80|1"),
+        !e.on_response_body(&mut host, 2),
+        "later chunks do not matter"
+    );
+    assert_eq!(host.redis_calls.len(), calls);
+    host.now_ms += MAX_WAIT_MS;
+    end(&mut host, &mut e, 2);
+    let release = host.query_args(calls);
+    assert_eq!(release[1], Scripts::new().release.sha);
+    assert_eq!(release[2], "5", "load, leases, tenants, prefill, booked");
+    assert!(
+        release[8].ends_with("|10.0.0.2:80|1"),
         "released like least-request"
     );
+    // The batch waited long enough: sent at stream end, with the rate sample.
+    let done = host.last_query_args();
+    assert_eq!(done[1], Scripts::new().prefill_done.sha);
+    assert_eq!(
+        done[2..6],
+        [
+            "3".to_string(),
+            format!("{ns}prefill"),
+            format!("{ns}prefill_booked"),
+            format!("{ns}prefill_rate")
+        ]
+    );
+    assert!(done[6].len() > 8, "the lease id: {}", done[6]);
+    assert_eq!(done[7..], ["10.0.0.2:80", "16000"]);
+    assert_eq!(host.metric("ai_lb.prefix.first_bytes_sent"), 1);
 }
 
 #[test]

@@ -4,6 +4,7 @@
 //! metrics its load guard also reads (ours, strict).
 
 use super::error::ConfigError;
+use super::gate::TokenGate;
 use super::metrics::{saturation_keys, MetricsConfig, DEFAULT_CRITICALITY_HEADER};
 use super::raw::RawLbConfig;
 use super::read::In;
@@ -23,6 +24,9 @@ pub const PREFIX_KEYS: &[&str] = &[
     "affinityMaxImbalanceRatio",
     "localIndexMaxEntries",
     "prefixAnchor",
+    "affinityThreshold",
+    "maxTTFTPenaltyMs",
+    "peakPrefillThroughput",
 ];
 
 /// The keys that turn on the plain-Envoy metrics guard: the scraper's and the saturation
@@ -52,6 +56,8 @@ pub struct PrefixSettings {
     /// Plain-Envoy build: the scraped engine metrics the load guard also reads (present when
     /// `scrapeCluster` is set): a saturated pod is left and not chosen while another is not.
     pub guard: Option<Rc<MetricsConfig>>,
+    /// Sticky until saturated: the token-aware gate (config/gate.rs).
+    pub gate: TokenGate,
 }
 
 const DEFAULT_TTL_S: i64 = 1800;
@@ -152,6 +158,7 @@ impl TryFrom<(In<'_, '_, RawLbConfig>, usize)> for PrefixSettings {
             })?,
         };
         let guard = guard(raw, r, i.build)?.map(Rc::new);
+        let gate = TokenGate::read(raw, r)?;
         Ok(PrefixSettings {
             ttl_s,
             canon: CanonConfig {
@@ -164,6 +171,7 @@ impl TryFrom<(In<'_, '_, RawLbConfig>, usize)> for PrefixSettings {
             index_max_entries: index_max_entries as usize,
             anchor,
             guard,
+            gate,
         })
     }
 }

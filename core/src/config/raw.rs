@@ -163,6 +163,9 @@ raw_object! {
         affinity_max_imbalance_ratio: Own<f64> = "affinityMaxImbalanceRatio",
         local_index_max_entries: Own<u64> = "localIndexMaxEntries",
         prefix_anchor: Own<String> = "prefixAnchor",
+        affinity_threshold: Own<f64> = "affinityThreshold",
+        max_ttft_penalty_ms: Own<u64> = "maxTTFTPenaltyMs",
+        peak_prefill_throughput: Own<u64> = "peakPrefillThroughput",
         // Ours: endpoint_metrics.
         metrics_source: Own<String> = "metricsSource",
         host_list_cache_ms: Own<u64> = "hostListCacheMs",

@@ -99,7 +99,12 @@ impl MockHost {
     }
 
     pub fn last_query_args(&self) -> Vec<String> {
-        let (_, q) = self.redis_calls.last().expect("no redis call");
+        self.query_args(self.redis_calls.len().saturating_sub(1))
+    }
+
+    /// The words of Redis call `i` (in the order sent).
+    pub fn query_args(&self, i: usize) -> Vec<String> {
+        let (_, q) = self.redis_calls.get(i).expect("no such redis call");
         match crate::redis::resp::decode_exact(q).expect("query is RESP") {
             crate::redis::resp::Value::Array(Some(items)) => items
                 .iter()

@@ -58,6 +58,9 @@ pub struct Canonical {
     pub api: Api,
     /// True when blocks past `max_blocks` were dropped.
     pub capped: bool,
+    /// `"stream": true`: the first response bytes come at the first token, so they time the
+    /// prefill (docs/redis-data-model.md §13).
+    pub stream: bool,
     buf: Vec<u8>,
     ends: Vec<usize>,
 }
@@ -126,6 +129,7 @@ pub fn canonicalize(body: &[u8], cfg: &CanonConfig) -> Result<Canonical, CanonEr
         model,
         api,
         capped: out.capped,
+        stream: matches!(top.stream, Some(J::Bool(true))),
         buf: out.buf,
         ends: out.ends,
     })
@@ -294,6 +298,7 @@ struct Top<'a> {
     instructions: Option<J<'a>>,
     system: Option<J<'a>>,
     tools: Option<J<'a>>,
+    stream: Option<J<'a>>,
     not_object: Option<&'static str>,
 }
 
@@ -323,6 +328,7 @@ impl<'de> Visitor<'de> for TopSeed {
                 "input" => top.input = Some(map.next_value_seed(list())?),
                 "prompt" => top.prompt = Some(map.next_value()?),
                 "instructions" => top.instructions = Some(map.next_value()?),
+                "stream" => top.stream = Some(map.next_value()?),
                 "system" => top.system = Some(map.next_value()?),
                 "tools" => top.tools = Some(map.next_value()?),
                 _ => {

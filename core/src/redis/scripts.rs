@@ -5,9 +5,11 @@
 use super::resp;
 use sha1::{Digest, Sha1};
 
+mod prefix;
 mod reply;
+pub use prefix::{lease_id, prefill_done_call, PrefixArgs, PrefixChain};
 pub(super) use reply::decode;
-pub use reply::{parse_acquire, parse_release, AcquireReply, ReplyError, SessionState};
+pub use reply::{parse_acquire, parse_release, AcquireReply, Booked, ReplyError, SessionState};
 
 /// A script text and its SHA-1 for EVALSHA.
 #[derive(Debug, Clone)]
@@ -35,6 +37,11 @@ pub const PREFIX_ACQUIRE: &str = concat!(
     include_str!("scripts/pick.lua"),
     include_str!("scripts/prefix_acquire.lua")
 );
+/// prefix_cache's batched first-bytes: bookings given back, prefill rates learned (§13).
+pub const PREFILL_DONE: &str = concat!(
+    include_str!("scripts/lease.lua"),
+    include_str!("scripts/prefill_done.lua")
+);
 pub const RELEASE: &str = concat!(
     include_str!("scripts/lease.lua"),
     include_str!("scripts/release.lua")
@@ -56,6 +63,7 @@ pub struct Scripts {
     pub acquire: Script,
     pub prefix_acquire: Script,
     pub release: Script,
+    pub prefill_done: Script,
     /// cluster_metrics global in-flight (`super::inflight`).
     pub service_acquire: Script,
     pub service_release: Script,
@@ -69,6 +77,7 @@ impl Scripts {
             acquire: Script::new(GLR_ACQUIRE),
             prefix_acquire: Script::new(PREFIX_ACQUIRE),
             release: Script::new(RELEASE),
+            prefill_done: Script::new(PREFILL_DONE),
             service_acquire: Script::new(SERVICE_ACQUIRE),
             service_release: Script::new(SERVICE_RELEASE),
             session_bind: Script::new(SESSION_BIND),
@@ -81,12 +90,16 @@ impl Scripts {
     }
 
     /// The scripts a route calls (preloaded with `SCRIPT LOAD` at configure): a cluster route
-    /// only the global in-flight pair.
-    pub fn for_route(&self, cluster: bool) -> Vec<&Script> {
-        if cluster {
-            vec![&self.service_acquire, &self.service_release]
-        } else {
-            self.all().to_vec()
+    /// only the global in-flight pair; a prefix_cache route also its first bytes'.
+    pub fn for_route(&self, cluster: bool, prefix: bool) -> Vec<&Script> {
+        match (cluster, prefix) {
+            (true, _) => vec![&self.service_acquire, &self.service_release],
+            (false, true) => {
+                let mut all = self.all().to_vec();
+                all.push(&self.prefill_done);
+                all
+            }
+            (false, false) => self.all().to_vec(),
         }
     }
 }
@@ -110,6 +123,12 @@ pub struct Keys {
     /// tenant -> its last request (zset).
     pub tenants: String,
     pub seen: String,
+    /// prefix_cache's token gate (docs/redis-data-model.md §13): endpoint -> booked prefill
+    /// tokens (zset), lease id -> "<endpoint>|<tokens>" (hash), endpoint -> learned prefill
+    /// rate in tokens/s (hash).
+    pub prefill: String,
+    pub booked: String,
+    pub rates: String,
 }
 
 impl Keys {
@@ -124,6 +143,9 @@ impl Keys {
             wait: format!("{namespace}:wait"),
             tenants: format!("{namespace}:tenants"),
             seen: format!("{namespace}:tenants_seen"),
+            prefill: format!("{namespace}:prefill"),
+            booked: format!("{namespace}:prefill_booked"),
+            rates: format!("{namespace}:prefill_rate"),
             namespace,
         }
     }
@@ -229,16 +251,6 @@ pub fn session_key(namespace: &str, id: &[u8]) -> String {
     format!("{namespace}:session:{}", hex::encode(Sha1::digest(id)))
 }
 
-/// What a prefix_cache pick adds to an acquire.
-#[derive(Debug, Clone)]
-pub struct PrefixArgs<'a> {
-    /// Full Redis keys of the prompt's prefix chain, shortest first.
-    pub chain: &'a [String],
-    pub ttl_s: u64,
-    pub max_imbalance: u64,
-    pub max_imbalance_ratio: f64,
-}
-
 pub fn acquire_call(scripts: &Scripts, by_sha: bool, keys: &Keys, a: &AcquireArgs) -> Vec<u8> {
     pick_call(scripts, by_sha, keys, a, None)
 }
@@ -286,6 +298,8 @@ pub fn pick_call(
         a.wait_rank.map_or("-1".to_string(), |r| r.to_string()),
     ];
     args.extend(admission.iter().map(|s| s.as_bytes()));
+    let gate = prefix.map(PrefixArgs::gate_args).unwrap_or_default();
+    args.extend(gate.iter().map(|s| s.as_bytes()));
     if let Some(eps) = a.endpoints {
         args.extend(eps.iter().map(|e| e.as_bytes()));
     }
@@ -293,7 +307,8 @@ pub fn pick_call(
     let script = match prefix {
         None => &scripts.acquire,
         Some(p) => {
-            all_keys.extend(p.chain.iter().map(String::as_str));
+            all_keys.extend([keys.prefill.as_str(), &keys.booked, &keys.rates]);
+            all_keys.extend(p.chain.keys.iter().map(String::as_str));
             &scripts.prefix_acquire
         }
     };
@@ -312,20 +327,23 @@ pub fn pick_call(
 /// The lease member a successful acquire wrote: `<request id>|<endpoint>|<cost>`, with
 /// `<request id>~<tenant id>` as the first part for a tenant's request (lease.lua).
 pub fn lease_member(request_id: &str, endpoint: &str, cost: u64, tenant: Option<&str>) -> String {
-    match tenant {
-        Some(t) => format!("{request_id}~{t}|{endpoint}|{cost}"),
-        None => format!("{request_id}|{endpoint}|{cost}"),
-    }
+    format!("{}|{endpoint}|{cost}", lease_id(request_id, tenant))
 }
 
-pub fn release_call(scripts: &Scripts, by_sha: bool, keys: &Keys, members: &[String]) -> Vec<u8> {
+/// `booked`: the leases may hold prefill bookings (prefix_cache), given back with them.
+pub fn release_call(
+    scripts: &Scripts,
+    by_sha: bool,
+    keys: &Keys,
+    members: &[String],
+    booked: bool,
+) -> Vec<u8> {
     let args: Vec<&[u8]> = members.iter().map(|m| m.as_bytes()).collect();
-    call(
-        &scripts.release,
-        by_sha,
-        &[&keys.load, &keys.leases, &keys.tenants],
-        &args,
-    )
+    let mut all_keys = vec![keys.load.as_str(), &keys.leases, &keys.tenants];
+    if booked {
+        all_keys.extend([keys.prefill.as_str(), &keys.booked]);
+    }
+    call(&scripts.release, by_sha, &all_keys, &args)
 }
 
 #[cfg(test)]

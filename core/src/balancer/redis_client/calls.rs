@@ -80,6 +80,7 @@ fn endpoint_query(scripts: &Scripts, pick: &EndpointPick, now_ms: u64, random: u
             ttl_s: p.ttl_s,
             max_imbalance: p.max_imbalance,
             max_imbalance_ratio: p.max_imbalance_ratio,
+            gate: p.gate,
         }),
         _ => None,
     };
@@ -95,12 +96,14 @@ pub fn decode_pick(host: &mut dyn Host, tel: &mut Telemetry, ctx: u32, bytes: &[
             spilled,
             session,
             load_before,
+            booked,
         }) => PickReply::Picked {
             endpoint,
             depth,
             spilled,
             session,
             load_before,
+            booked,
         },
         Ok(AcquireReply::Sync | AcquireReply::Empty) => PickReply::Resync,
         Ok(AcquireReply::Full) => PickReply::Full,

@@ -70,16 +70,17 @@ impl Request {
 
     /// Whether response body chunks still matter (cluster_metrics before its first byte).
     pub fn wants_response_body(&self) -> bool {
-        matches!(
-            self.phase,
+        match &self.phase {
             Phase::Routed {
-                held: Held::Service {
-                    first_byte: false,
-                    ..
-                },
+                held: Held::Service { first_byte, .. },
                 ..
-            }
-        )
+            } => !first_byte,
+            Phase::Routed {
+                held: Held::Lease(lease),
+                ..
+            } => lease.booking.is_some(),
+            _ => false,
+        }
     }
 
     /// Whether a reply under `token` still belongs to this request.

@@ -39,6 +39,7 @@ fn pick(config: &Rc<RouteConfig>, id: &str) -> Box<Pick> {
         sent_list: false,
         by_sha: true,
         chain: None,
+        planned_ms: 0,
         cap: config.common.max_load,
         class: None,
         session: None,
@@ -95,6 +96,7 @@ fn picked(endpoint: &str) -> Event {
         spilled: false,
         session: SessionState::None,
         load_before: Some(0),
+        booked: None,
     })
 }
 
@@ -222,6 +224,7 @@ fn stream_end_during_the_pick_orphans_it_and_undo_releases_on_arrival() {
         spilled: false,
         session: SessionState::None,
         load_before: Some(0),
+        booked: None,
     };
     assert_eq!(released(&undo(pick.clone(), &reply)), ["rid|10.0.0.1:80|1"]);
     let lost = undo(pick.clone(), &PickReply::Failed(Cause::RedisTimeout));
@@ -417,6 +420,7 @@ fn picked_reply(endpoint: &str) -> PickReply {
         spilled: false,
         session: SessionState::None,
         load_before: Some(0),
+        booked: None,
     }
 }
 

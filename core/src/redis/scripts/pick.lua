@@ -1,26 +1,33 @@
 -- Shared by the acquire scripts (prepended by src/redis/scripts.rs, after lease.lua).
 
 -- Membership sync: new endpoints start at 0, endpoints gone from the set are dropped (their
--- leases stay; releasing them later is a no-op because of ZADD XX).
-local function sync_members(load, members_key, fingerprint, first, argv)
+-- leases stay; releasing them later is a no-op because of ZADD XX). `also`: another per-endpoint
+-- zset kept to the same members (prefix_cache's prefill tokens), or nil.
+local function sync_members(load, members_key, fingerprint, first, argv, also)
   local keep = {}
   for i = first, #argv do
     keep[argv[i]] = true
     redis.call('ZADD', load, 'NX', 0, argv[i])
+    if also then redis.call('ZADD', also, 'NX', 0, argv[i]) end
   end
   for _, ep in ipairs(redis.call('ZRANGE', load, 0, -1)) do
     if not keep[ep] then redis.call('ZREM', load, ep) end
+  end
+  if also then
+    for _, ep in ipairs(redis.call('ZRANGE', also, 0, -1)) do
+      if not keep[ep] then redis.call('ZREM', also, ep) end
+    end
   end
   redis.call('SET', members_key, fingerprint)
 end
 
 -- Amortised self-healing: give back up to `limit` leases whose holder never released them.
--- The tenant counts heal with them.
-local function reclaim(load, leases, now, limit, tenants)
+-- The tenant counts and prefill bookings (nil for global_least_request) heal with them.
+local function reclaim(load, leases, now, limit, tenants, prefill, booked)
   if limit > 0 then
     for _, m in ipairs(redis.call('ZRANGEBYSCORE', leases, '-inf', now, 'LIMIT', 0, limit)) do
       redis.call('ZREM', leases, m)
-      give_back(load, m, tenants)
+      give_back(load, m, tenants, prefill, booked)
     end
   end
 end

@@ -1,7 +1,9 @@
 -- prefix_cache: route to the endpoint holding the longest known prefix of this prompt, unless
--- it is too loaded; then count the request exactly as global_least_request does.
+-- it is too loaded; then count the request exactly as global_least_request does, and book its
+-- uncached prompt tokens on the endpoint until its first bytes (docs/redis-data-model.md §13).
 -- KEYS[1] load, KEYS[2] leases, KEYS[3] members (as in glr_acquire.lua)
--- KEYS[4..] the prompt's chained prefix keys, shortest prefix first (computed by the plugin),
+-- KEYS[4] prefill zset, KEYS[5] booked hash, KEYS[6] rates hash (§13)
+-- KEYS[7..] the prompt's chained prefix keys, shortest prefix first (computed by the plugin),
 -- then, only when ARGV[12] > 0, the session key (as in glr_acquire.lua), then the wait zset,
 -- the tenants hash and the seen zset (as in glr_acquire.lua; always sent).
 -- ARGV[1..8] as in glr_acquire.lua
@@ -9,34 +11,40 @@
 -- ARGV[12] session TTL (s, 0 = no session); the session's guard is ARGV[10], ARGV[11]
 -- ARGV[13..16] pool cap, tenant id, tenant limit, tenant window (as glr_acquire.lua's 12..15)
 -- ARGV[17] the request's class rank for the waiting queue (-1 = no queue check)
--- ARGV[18..] the healthy endpoints, sent only when the caller's set changed.
+-- ARGV[18] the prompt's tokens (estimate)  ARGV[19] affinity threshold (share of the prompt)
+-- ARGV[20] max TTFT penalty (ms)  ARGV[21] prefill rate before learning (tokens/s)
+-- ARGV[22] 1: use the learned rates, 0: ARGV[21] for every endpoint
+-- ARGV[23..22+n] the prompt's tokens up to the end of each chain key's block (n chain keys)
+-- ARGV[23+n..] the healthy endpoints, sent only when the caller's set changed.
 -- Reply: {"OK", endpoint, matched depth, spilled 0|1, session state (0 without a session, else
--- pick.lua's session_pick), the endpoint's load before this request} | {"FULL", min load} | {"POOL", pool load} | {"TENANT", tenant's load}
--- | {"SYNC"} | {"EMPTY"}
+-- pick.lua's session_pick), the endpoint's load before this request, its prefill tokens before
+-- this request, the tokens booked} | {"FULL", min load} | {"POOL", pool load}
+-- | {"TENANT", tenant's load} | {"SYNC"} | {"EMPTY"}
 local load, leases = KEYS[1], KEYS[2]
+local prefill, booked, rates = KEYS[4], KEYS[5], KEYS[6]
 local tenants, seen = KEYS[#KEYS - 1], KEYS[#KEYS]
 local now = tonumber(ARGV[1])
+local session_ttl = tonumber(ARGV[12])
+local n = #KEYS - 9
+if session_ttl > 0 then n = n - 1 end
 
-if #ARGV > 17 then
-  sync_members(load, KEYS[3], ARGV[7], 18, ARGV)
+if #ARGV > 22 + n then
+  sync_members(load, KEYS[3], ARGV[7], 23 + n, ARGV, prefill)
 elseif redis.call('GET', KEYS[3]) ~= ARGV[7] then
   return {'SYNC'}
 end
-reclaim(load, leases, now, tonumber(ARGV[8]), tenants)
+reclaim(load, leases, now, tonumber(ARGV[8]), tenants, prefill, booked)
 local tenant, window = ARGV[14], tonumber(ARGV[16])
 
 -- The deepest known prefix whose endpoint is still a member (healthy). A key pointing at an
 -- endpoint that left is skipped, not followed: the chain itself never depends on Redis.
 -- Deepest first, in two reads: a conversation's next turn matches all but its newest blocks,
 -- so the last few keys usually answer; the rest are read only when they do not.
-local session_ttl = tonumber(ARGV[12])
-local n = #KEYS - 6
-if session_ttl > 0 then n = n - 1 end
 local skey = KEYS[#KEYS - 3]
 local depth, matched, matched_load = 0, nil, nil
 local function scan(lo, hi)
   if hi < lo then return false end
-  local owners = redis.call('MGET', unpack(KEYS, 3 + lo, 3 + hi))
+  local owners = redis.call('MGET', unpack(KEYS, 6 + lo, 6 + hi))
   for i = hi, lo, -1 do
     local ep = owners[i - lo + 1]
     if ep then
@@ -82,6 +90,47 @@ elseif matched then
     pick, spilled = nil, 1
   end
 end
+-- Sticky until saturated (§13): a match must cover `threshold` of the prompt, and the warm
+-- endpoint's estimated TTFT (its booked prefill tokens and this request's uncached ones, at its
+-- prefill rate) may exceed the best cold endpoint's by at most the penalty. An estimate under
+-- the penalty cannot exceed any other by more, so a quiet warm endpoint costs two reads.
+local prompt, threshold, penalty = tonumber(ARGV[18]), tonumber(ARGV[19]), tonumber(ARGV[20])
+local start_rate, learn = tonumber(ARGV[21]), ARGV[22] == '1'
+local function cached(d)
+  if d == 0 then return 0 end
+  return tonumber(ARGV[22 + d])
+end
+local function eta_ms(ep, uncached)
+  local rate = learn and tonumber(redis.call('HGET', rates, ep)) or start_rate
+  local queued = tonumber(redis.call('ZSCORE', prefill, ep) or '0')
+  return (queued + uncached) * 1000 / math.max(rate, 1)
+end
+-- The cold endpoint (all of the prompt to prefill) with the lowest estimate, among the few with
+-- the fewest booked tokens and the least loaded; one at the cap is not a choice.
+local function best_cold(warm)
+  local best, best_eta = nil, nil
+  local candidates = redis.call('ZRANGE', prefill, 0, 3)
+  candidates[#candidates + 1] = first
+  for _, ep in ipairs(candidates) do
+    local score = ep ~= warm and redis.call('ZSCORE', load, ep)
+    if score and not (cap > 0 and tonumber(score) + cost > cap) then
+      local e = eta_ms(ep, prompt)
+      if not best_eta or e < best_eta then best, best_eta = ep, e end
+    end
+  end
+  return best, best_eta
+end
+if pick and pick == matched and not kept then
+  if cached(depth) < threshold * prompt then
+    pick, spilled = nil, 1
+  else
+    local warm = eta_ms(matched, math.max(prompt - cached(depth), 0))
+    if warm > penalty then
+      local cold, cold_eta = best_cold(matched)
+      if cold and warm - cold_eta > penalty then pick, spilled = cold, 1 end
+    end
+  end
+end
 if not pick then
   if cap > 0 and min > 0 and min + cost > cap then
     return {'FULL', min_s}
@@ -91,21 +140,27 @@ end
 
 local ttl = tonumber(ARGV[9])
 if depth > 0 then
-  redis.call('EXPIRE', KEYS[3 + depth], ttl)
+  redis.call('EXPIRE', KEYS[6 + depth], ttl)
 end
 -- The chosen endpoint will hold the whole prompt: the keys past the match point to it, so this
 -- conversation's next turn follows it. After a spill the shorter, shared keys stay where they
 -- were: moving them would herd every conversation sharing that prefix onto the new endpoint.
 for i = depth + 1, n do
-  redis.call('SET', KEYS[3 + i], pick, 'EX', ttl)
+  redis.call('SET', KEYS[6 + i], pick, 'EX', ttl)
 end
 local before = take(load, leases, pick, ARGV[4], now + tonumber(ARGV[2]),
   lease_id(ARGV[3], tenant))
 tenant_take(tenants, seen, now, cost, tenant, window)
+local uncached, ahead = prompt, 0
+if pick == matched then uncached = math.max(prompt - cached(depth), 0) end
+if uncached > 0 then
+  ahead = tonumber(redis.call('ZINCRBY', prefill, uncached, pick)) - uncached
+  redis.call('HSET', booked, lease_id(ARGV[3], tenant), pick .. '|' .. uncached)
+end
 if session_ttl > 0 then
   -- A kept binding's TTL was refreshed by its read when due; a new or moved one is written.
   if session ~= 1 then
     redis.call('SET', skey, pick, 'EX', session_ttl)
   end
 end
-return {'OK', pick, depth, spilled, session, before}
+return {'OK', pick, depth, spilled, session, before, ahead, uncached}

@@ -17,6 +17,14 @@ pub enum SessionState {
     Rebound,
 }
 
+/// prefix_cache: the uncached prompt tokens an acquire booked on its endpoint, and the
+/// endpoint's booked tokens before them (docs/redis-data-model.md §13).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Booked {
+    pub ahead: u64,
+    pub tokens: u64,
+}
+
 /// What an acquire answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AcquireReply {
@@ -29,6 +37,8 @@ pub enum AcquireReply {
         spilled: bool,
         session: SessionState,
         load_before: Option<u64>,
+        /// prefix_cache's booking (None: nothing booked, or another script).
+        booked: Option<Booked>,
     },
     /// Every endpoint is at the cap, or the pool at its cap: nothing was incremented.
     Full,
@@ -82,8 +92,9 @@ pub fn parse_acquire(raw: &[u8]) -> Result<AcquireReply, ReplyError> {
     let tag = items.first().and_then(Value::as_str);
     match (tag, items.get(1).and_then(Value::as_str)) {
         (Some("OK"), Some(ep)) if !ep.is_empty() => {
-            // {OK, endpoint, depth, spilled, session state, load before}; the session binding
-            // call (session_bind.lua) stops after the state.
+            // {OK, endpoint, depth, spilled, session state, load before[, prefill ahead,
+            // tokens booked]}; the session binding call (session_bind.lua) stops after the
+            // state, global_least_request after the load.
             let int = |i: usize| items.get(i).and_then(Value::as_i64);
             let session = match int(4) {
                 Some(0) => SessionState::None,
@@ -102,6 +113,13 @@ pub fn parse_acquire(raw: &[u8]) -> Result<AcquireReply, ReplyError> {
                 spilled: int(3) == Some(1),
                 session,
                 load_before: int(5).and_then(|l| u64::try_from(l).ok()),
+                booked: match (int(6), int(7)) {
+                    (Some(ahead), Some(tokens)) if tokens > 0 => Some(Booked {
+                        ahead: u64::try_from(ahead).unwrap_or(0),
+                        tokens: tokens as u64,
+                    }),
+                    _ => None,
+                },
             })
         }
         (Some("FULL"), _) => Ok(AcquireReply::Full),

@@ -125,19 +125,29 @@ fn session_calls_carry_the_key_last_and_the_ttl_before_the_list() {
         &glr[18..],
         ["60", "8", "1.5", "0", "", "0", "1", "-1", "a:1"]
     );
-    let chain = vec!["p:{r|c}:px:1".to_string()];
+    let chain = PrefixChain {
+        keys: vec!["p:{r|c}:px:1".to_string()],
+        cached_tokens: vec![120],
+        prompt_tokens: 150,
+        stream: true,
+    };
     let prefix = PrefixArgs {
         chain: &chain,
         ttl_s: 30,
         max_imbalance: 4,
         max_imbalance_ratio: 2.0,
+        gate: crate::config::TokenGate::default(),
     };
     let px = words(pick_call(&s, true, &k, &args, Some(&prefix)));
-    assert_eq!(px[2], "8");
-    assert_eq!(&px[6..8], [chain[0].as_str(), key.as_str()]);
+    assert_eq!(px[2], "11");
+    assert_eq!(&px[6..9], [k.prefill.as_str(), &k.booked, &k.rates]);
+    assert_eq!(&px[9..11], [chain.keys[0].as_str(), key.as_str()]);
     assert_eq!(
-        &px[19..],
-        ["30", "4", "2", "60", "0", "", "0", "1", "-1", "a:1"]
+        &px[22..],
+        [
+            "30", "4", "2", "60", "0", "", "0", "1", "-1", // as glr, then the gate:
+            "150", "0", "5000", "16000", "1", "120", "a:1"
+        ]
     );
 }
 
@@ -156,7 +166,8 @@ fn parses_session_states() {
                 depth: 2,
                 spilled: false,
                 session: want,
-                load_before: None
+                load_before: None,
+                booked: None
             })
         );
     }
@@ -173,7 +184,8 @@ fn parses_replies() {
             depth: 0,
             spilled: false,
             session: SessionState::None,
-            load_before: Some(7)
+            load_before: Some(7),
+            booked: None
         })
     );
     assert_eq!(
@@ -183,7 +195,8 @@ fn parses_replies() {
             depth: 3,
             spilled: true,
             session: SessionState::Kept,
-            load_before: Some(0)
+            load_before: Some(0),
+            booked: None
         })
     );
     assert_eq!(

@@ -15,7 +15,7 @@ use crate::balancer::pick::{EndpointPick, Pick};
 use crate::config::RouteConfig;
 use crate::host::Host;
 use crate::reason::Cause;
-use crate::redis::scripts;
+use crate::redis::scripts::{self, PrefixChain};
 use std::rc::Rc;
 
 /// The policy object of a global_least_request route: Redis-backed where the route has a
@@ -41,7 +41,7 @@ pub fn acquire(
     host: &mut dyn Host,
     env: Env,
     input: &Input,
-    chain: Option<Rc<Vec<String>>>,
+    chain: Option<Rc<PrefixChain>>,
 ) -> Decision {
     let Some(keys) = input.keys else {
         return Decision::Fallback(Cause::NoRoute);

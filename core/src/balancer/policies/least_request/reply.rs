@@ -38,8 +38,10 @@ fn replied(mut pick: EndpointPick, reply: PickReply) -> Answer {
             spilled,
             session,
             load_before,
+            booked,
         } => {
-            let lease = pick.lease(&endpoint);
+            let mut lease = pick.lease(&endpoint);
+            lease.booking = booked.map(|b| pick.booking(&endpoint, b));
             if !pick.candidates.contains(&endpoint) {
                 // Only possible if two endpoint sets share a fingerprint: resync next time.
                 let effects = vec![Effect::Unsynced { namespace }, Effect::Release(lease)];

@@ -13,10 +13,11 @@ pub mod local;
 use super::least_request;
 use super::policy::{Env, Input, Policy};
 use crate::balancer::events::Decision;
-use crate::config::{PrefixSettings, RouteConfig};
+use crate::config::{PrefixSettings, RouteConfig, BYTES_PER_TOKEN};
 use crate::host::{Host, LogLevel};
 use crate::prefix::{anchor_of, canonicalize, prefix_key, Anchor, Canonical};
 use crate::reason::Cause;
+use crate::redis::scripts::PrefixChain;
 use crate::stats::Counter;
 use std::rc::Rc;
 
@@ -57,6 +58,7 @@ fn decide(host: &mut dyn Host, env: Env, input: &Input, settings: &PrefixSetting
     match canonicalize(&body, &settings.canon) {
         Ok(canon) => {
             let chain = anchored_chain(&canon, settings.anchor, &keys.namespace);
+            let chain = with_tokens(chain, &canon, input.body_bytes);
             least_request::acquire(host, env, input, Some(Rc::new(chain)))
         }
         Err(e) => {
@@ -84,6 +86,28 @@ pub fn anchored_chain(canon: &Canonical, anchor: Anchor, namespace: &str) -> Vec
         .skip(from)
         .map(|k| prefix_key(namespace, k))
         .collect()
+}
+
+/// `keys` with the token estimates the gate weighs them by (docs/redis-data-model.md §13): the
+/// prompt's tokens up to the end of each key's block, and the whole prompt's. A prompt cut at
+/// `maxBlocks` is estimated from the body, whose tail the blocks do not hold.
+fn with_tokens(keys: Vec<String>, canon: &Canonical, body_bytes: usize) -> PrefixChain {
+    let tokens = |bytes: usize| bytes as u64 / BYTES_PER_TOKEN;
+    let mut end = 0;
+    let ends: Vec<u64> = canon
+        .blocks()
+        .map(|b| {
+            end += b.len();
+            tokens(end)
+        })
+        .collect();
+    let prompt = if canon.capped { body_bytes } else { end };
+    PrefixChain {
+        cached_tokens: ends[ends.len().saturating_sub(keys.len())..].to_vec(),
+        keys,
+        prompt_tokens: tokens(prompt).max(ends.last().copied().unwrap_or(0)),
+        stream: canon.stream,
+    }
 }
 
 #[cfg(test)]
