@@ -119,11 +119,13 @@ impl Balancer {
         // in-flight count.
         let redis_routes = b.config.all().filter(|c| c.redis.is_some());
         b.redis.preload(host, &mut b.tel, redis_routes);
-        // One tick per root context: the scraper's and the body deadlines' share it.
+        // One tick per root context: the scraper's, the body deadlines', the queue's and the
+        // first bytes' share it.
         let tick = [
             b.metrics.tick_ms(),
             body_flow::tick_ms(&b.config),
             queue::tick_ms(&b.config),
+            redis_client::first_bytes_tick_ms(&b.config),
         ]
         .into_iter()
         .filter(|&t| t > 0)
@@ -321,6 +323,7 @@ impl Balancer {
     /// makes its stream the effective context, and the scraper's callouts belong to the root).
     pub fn on_tick(&mut self, host: &mut dyn Host) {
         self.metrics.on_tick(host, &self.tel);
+        self.redis.flush_first_bytes(host, &mut self.tel);
         self.expire_body_waits(host);
         if !self.queue.is_empty() {
             self.expire_queue(host);

@@ -7,6 +7,7 @@
 mod calls;
 mod first_bytes;
 
+pub use first_bytes::tick_ms as first_bytes_tick_ms;
 #[cfg(test)]
 pub use first_bytes::MAX_WAIT_MS;
 

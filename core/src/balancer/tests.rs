@@ -611,6 +611,49 @@ fn prefix_sends_the_chain_as_keys() {
     assert_eq!(host.metric("ai_lb.prefix.first_bytes_sent"), 1);
 }
 
+/// A prefix_cache stream's first bytes give its booked prefill tokens back while it still
+/// runs: in a batch of 8, or by the root tick once the oldest waited MAX_WAIT_MS.
+#[test]
+fn first_bytes_go_in_batches_or_by_the_tick() {
+    let (mut host, mut e) = prefix_setup();
+    assert_eq!(host.tick_ms, Some(MAX_WAIT_MS as u32));
+    let body = br#"{"model":"m","stream":true,"messages":[{"role":"user","content":"q"}]}"#;
+    let mut ctxs = Vec::new();
+    for ctx in 2..11 {
+        let t = start_with_body(&mut host, &mut e, ctx, body);
+        deliver(
+            &mut host,
+            &mut e,
+            t,
+            &bulk_array(&["OK", "10.0.0.1:80", "0", "0", "0", "0", "0", "100"]),
+        );
+        e.on_response_headers(&mut host, ctx);
+        ctxs.push(ctx);
+    }
+    let sent = |host: &MockHost| {
+        let sha = Scripts::new().prefill_done.sha;
+        (0..host.redis_calls.len())
+            .filter(|&i| host.query_args(i)[1] == sha)
+            .map(|i| (host.query_args(i).len() - 6) / 3)
+            .collect::<Vec<_>>()
+    };
+    for &ctx in &ctxs[..8] {
+        e.on_response_body(&mut host, ctx);
+    }
+    assert_eq!(sent(&host), [8], "a full batch goes at once");
+    e.on_response_body(&mut host, ctxs[8]);
+    e.on_tick(&mut host);
+    assert_eq!(sent(&host), [8], "the ninth has not waited yet");
+    host.now_ms += MAX_WAIT_MS;
+    e.on_tick(&mut host);
+    assert_eq!(
+        sent(&host),
+        [8, 1],
+        "the tick sends it, its stream still running"
+    );
+    assert!(!e.on_response_body(&mut host, ctxs[8]) && sent(&host).len() == 2);
+}
+
 #[test]
 fn prefix_counts_spills() {
     let (mut host, mut e) = prefix_setup();

@@ -26,10 +26,22 @@ pub fn try_counts(port: u16, route: &str, cluster: &str) -> Option<Counts> {
     }
     let leases = try_cmd(port, &["ZCARD", &keys.leases])?.as_i64()?;
     let tenants = try_cmd(port, &["HLEN", &keys.tenants])?.as_i64()?;
+    let bookings = try_cmd(port, &["HLEN", &keys.booked])?.as_i64()?;
+    let Value::Array(Some(items)) =
+        try_cmd(port, &["ZRANGE", &keys.prefill, "0", "-1", "WITHSCORES"])?
+    else {
+        return None;
+    };
+    let prefill = items
+        .chunks(2)
+        .filter_map(|p| p.get(1).and_then(Value::as_f64))
+        .sum();
     Some(Counts {
         load,
         leases,
         tenants,
+        bookings,
+        prefill,
     })
 }
 
@@ -44,6 +56,10 @@ pub struct Counts {
     pub leases: i64,
     /// Tenants with a non-zero in-flight count (tenant fairness; a count at 0 is deleted).
     pub tenants: i64,
+    /// prefix_cache: prefill bookings not given back, and the tokens booked over every
+    /// endpoint (docs/redis-data-model.md §13).
+    pub bookings: i64,
+    pub prefill: f64,
 }
 
 impl Counts {
@@ -52,10 +68,14 @@ impl Counts {
     }
 
     pub fn is_zero(&self) -> bool {
-        self.leases == 0 && self.tenants == 0 && self.load.values().all(|&v| v == 0.0)
+        self.leases == 0
+            && self.tenants == 0
+            && self.bookings == 0
+            && self.prefill == 0.0
+            && self.load.values().all(|&v| v == 0.0)
     }
 
     pub fn any_negative(&self) -> bool {
-        self.load.values().any(|&v| v < 0.0)
+        self.load.values().any(|&v| v < 0.0) || self.prefill < 0.0
     }
 }

@@ -259,3 +259,72 @@ fn it_moves_a_dead_pods_prefixes() {
         "and the conversation stays on its new pod"
     );
 }
+
+/// The token gate's bookkeeping end to end (docs/redis-data-model.md §13): a streamed prompt's
+/// uncached tokens are booked on its pod until its first bytes, given back while the stream
+/// still runs, and its time to first bytes teaches the pod's prefill rate; nothing is left
+/// booked when every stream has ended.
+#[test]
+fn a_streams_prefill_booking_goes_back_at_its_first_bytes_and_teaches_the_rate() {
+    let bed = Bed::new(2, |c| {
+        c.max_running = 32;
+        c.decode_us_per_token = 20_000; // 40 tokens: 0.8 s of streaming after the first bytes
+        c.prefill_us_per_token = 50; // 20,000 tokens/s
+    });
+    let (a, _b) = two_gateways(&bed);
+    let keys = ailb_core::redis::scripts::Keys::new(
+        "ailb",
+        ailb_e2e::gateway::ROUTE,
+        ailb_e2e::gateway::CLUSTER,
+    );
+    for turn in 0..3 {
+        let doc = format!(
+            "turn {turn} document: {}",
+            "words of a long shared text. ".repeat(600)
+        );
+        let body = json!({"model": "fake-model", "stream": true, "max_tokens": 40,
+            "messages": [user(doc)]})
+        .to_string();
+        let url = a.url.clone();
+        let stream = std::thread::spawn(move || {
+            http(
+                &url,
+                "POST",
+                "/v1/chat/completions",
+                &[("content-type", "application/json")],
+                body.as_bytes(),
+            )
+            .map(|(status, _, body)| (status, String::from_utf8_lossy(&body).into_owned()))
+        });
+        // Held: one lease, its booking given back once the first bytes came (within a tick).
+        let given_back = wait_until(Duration::from_secs(3), || {
+            let c = bed.counts();
+            c.leases == 1 && c.bookings == 0 && c.prefill == 0.0
+        });
+        assert!(
+            given_back && !stream.is_finished(),
+            "turn {turn}: {:?}",
+            bed.counts()
+        );
+        let (status, text) = stream.join().unwrap().unwrap();
+        assert_eq!(status, 200);
+        assert!(text.contains("data: [DONE]"), "streamed");
+    }
+    assert!(wait_for_zero(&bed, Duration::from_secs(5)).is_zero());
+    assert!(a.stat("ai_lb.prefix.first_bytes_sent") >= 1);
+    // ~4,400 tokens at 20,000 tokens/s on a pod that had nothing ahead: the rate learned is
+    // of that order (the time to first bytes also holds the gateway and the first decode step).
+    let rates: Vec<i64> = bed
+        .pods
+        .iter()
+        .filter_map(|p| {
+            ailb_testkit::try_cmd(bed.redis.port, &["HGET", &keys.rates, &p.addr.to_string()])
+                .and_then(|v| v.as_str().and_then(|s| s.parse().ok()))
+        })
+        .collect();
+    assert!(!rates.is_empty(), "no rate learned");
+    assert!(
+        rates.iter().all(|&r| (4_000..=40_000).contains(&r)),
+        "{rates:?} tokens/s"
+    );
+}

@@ -7,7 +7,7 @@
 use super::{LeaseKeys, RedisClient, Release};
 use crate::balancer::pick::Booking;
 use crate::balancer::telemetry::Telemetry;
-use crate::config::RouteConfig;
+use crate::config::{PluginConfig, PolicyConfig, RouteConfig};
 use crate::host::Host;
 use crate::redis::scripts::Keys;
 use std::rc::Rc;
@@ -20,6 +20,19 @@ pub const MAX_WAIT_MS: u64 = 20;
 /// Fewer tokens than this do not time a prefill: the fixed costs (network, scheduling, the
 /// first decode step) would dominate the sample.
 pub const MIN_TIMED_TOKENS: u64 = 1024;
+
+/// The root tick a config needs for its first bytes (0: none): a prefix_cache route with Redis
+/// sends a waiting batch within a tick of [`MAX_WAIT_MS`] even when no other stream ends.
+pub fn tick_ms(config: &PluginConfig) -> u32 {
+    let prefix = |c: &&Rc<RouteConfig>| {
+        c.redis.is_some() && matches!(c.policy, PolicyConfig::PrefixCache(_))
+    };
+    if config.all().any(|c| prefix(&c)) {
+        MAX_WAIT_MS as u32
+    } else {
+        0
+    }
+}
 
 /// One route's first bytes not yet sent.
 pub(super) struct Batch {

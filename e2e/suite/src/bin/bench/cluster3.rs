@@ -65,6 +65,7 @@ fn picks_per_s(fleet: &Fleet, seconds: f64) -> anyhow::Result<f64> {
             true,
             k,
             &[scripts::lease_member("sync", ep, 1, None)],
+            false,
         );
         anyhow::ensure!(c.cmd_raw(&rel) == Value::Integer(1), "sync release");
     }
@@ -120,6 +121,7 @@ fn picks_per_s(fleet: &Fleet, seconds: f64) -> anyhow::Result<f64> {
                             true,
                             k,
                             &[scripts::lease_member(rid, ep, 1, None)],
+                            false,
                         ));
                     }
                     for r in conn.pipeline(&releases) {
