@@ -3,7 +3,7 @@
 
 use super::pick::{Booking, GlobalLease, Lease, LocalLease, Pick, PickReply, ServiceLease};
 use crate::config::RouteConfig;
-use crate::prefix::PrefixKey;
+use crate::prefix::{PrefixKey, PromptTokens};
 use crate::reason::{Cause, Reason};
 use crate::redis::scripts::Keys;
 use crate::stats::Counter;
@@ -69,6 +69,8 @@ pub struct PromptRead {
     pub anchor: usize,
     /// The session id, as read with the body (`sessionBodyField` needs it).
     pub session: Option<Vec<u8>>,
+    /// The prompt's token estimates (the token gate's, prefix/tokens.rs).
+    pub tokens: PromptTokens,
 }
 
 /// What a routed request holds until its stream ends.
@@ -348,8 +350,12 @@ pub enum Effect {
     /// prefix_cache: the first response bytes of a request that booked prefill tokens: give
     /// them back and time the endpoint's prefill (batched, docs/redis-data-model.md §13).
     FirstBytes {
-        config: Rc<RouteConfig>,
-        keys: Rc<Keys>,
+        lease: Lease,
+        booking: Booking,
+    },
+    /// prefix_cache, plain Envoy: the same in this proxy's counts (least_request/prefill.rs).
+    FirstBytesLocal {
+        lease: LocalLease,
         booking: Booking,
     },
     /// cluster_metrics: give the in-flight count back (in Redis too when counted there);

@@ -136,11 +136,22 @@ fn header(list: &[(String, String)], name: &str) -> Option<String> {
 
 /// This proxy's in-flight counts (the local least-request record), summed.
 fn in_flight(host: &MockHost) -> u64 {
+    count_lines(host, |line| !line.starts_with('~'))
+}
+
+/// Prefill tokens booked and not given back (least_request/prefill.rs).
+fn booked(host: &MockHost) -> u64 {
+    count_lines(host, |line| line.starts_with("~p"))
+}
+
+fn count_lines(host: &MockHost, which: impl Fn(&str) -> bool) -> u64 {
     let shared = host.shared.borrow();
     shared
         .iter()
         .filter(|(k, _)| k.starts_with("ailb.glr."))
-        .map(|(_, (v, _))| shared::decode_counts(v).values().sum::<u64>())
+        .flat_map(|(_, (v, _))| shared::decode_counts(v))
+        .filter(|(line, _)| which(line))
+        .map(|(_, n)| n)
         .sum()
 }
 
@@ -472,6 +483,7 @@ fn every_count_taken_is_given_back_once() {
         end(&mut host, &mut e, ctx);
     }
     assert_eq!(in_flight(&host), 0);
+    assert_eq!(booked(&host), 0, "every booking given back with its count");
     assert!(host.metric("ai_lb.fallback.bad_request") > 0);
     assert!(host.metric("ai_lb.fallback.body_too_large") > 0);
     assert!(host.metric("ai_lb.prefix.rejected_429") > 0);
@@ -1038,4 +1050,63 @@ fn a_turn_that_waited_for_room_is_still_routed_by_its_prefix() {
         end(&mut host, &mut e, ctx);
     }
     assert_eq!((in_flight(&host), e.tracked()), (0, (0, 0)));
+}
+
+/// Sets this proxy's booked prefill tokens of `endpoint` (the counts record's `~p` line).
+fn set_booked(host: &mut MockHost, endpoint: &str, tokens: u64) {
+    let mut shared = host.shared.borrow_mut();
+    for (key, (v, _)) in shared.iter_mut() {
+        if key.starts_with("ailb.glr.") {
+            let mut counts = shared::decode_counts(v);
+            counts.insert(format!("~p{endpoint}"), tokens);
+            *v = shared::encode_counts(&counts);
+        }
+    }
+}
+
+/// The token gate per proxy (docs/redis-data-model.md §13): a pick books its uncached tokens
+/// with its count, its first bytes give them back, and a warm pod whose booked prefill would
+/// make the request wait longer than a cold pod by more than the penalty is left for the
+/// fastest cold one.
+#[test]
+fn the_token_gate_leaves_a_warm_pod_with_a_long_prefill_queue() {
+    let gate = json!({"peakPrefillThroughput": 1_000, "maxTTFTPenaltyMs": 500});
+    let (mut host, mut e) = proxy(config(&endpoints(3), json!({}), gate, 65_536));
+    let doc = |turn: &str| {
+        json!({"model": "m", "stream": true, "messages": [
+            {"role": "user", "content": format!("a long document {}", "text ".repeat(1_600))},
+            {"role": "assistant", "content": "read it"},
+            {"role": "user", "content": turn}]})
+        .to_string()
+        .into_bytes()
+    };
+    let first = send(&mut host, &mut e, 1, &doc("question 1"));
+    let all = booked(&host);
+    assert!(all >= 2_000, "the whole prompt is booked: {all}");
+    // Its first bytes give the booking back; the count stays until stream end.
+    assert!(e.wants_response_body(1));
+    e.on_response_body(&mut host, 1);
+    assert_eq!((booked(&host), in_flight(&host)), (0, 1));
+    assert!(!e.wants_response_body(1));
+    end(&mut host, &mut e, 1);
+    // The next turn: the warm pod has nothing booked, a few tokens to prefill: kept.
+    let next = send(&mut host, &mut e, 2, &doc("question 2"));
+    assert_eq!(
+        (next.to.as_str(), next.reason.as_str()),
+        (first.to.as_str(), "prefix_hit")
+    );
+    assert!(
+        booked(&host) < 100,
+        "only the new turn's tokens: {}",
+        booked(&host)
+    );
+    end(&mut host, &mut e, 2);
+    // 30,000 tokens queued on it: 30 s against the cold pods' ~2 s: left.
+    set_booked(&mut host, &first.to, 30_000);
+    let spilled = send(&mut host, &mut e, 3, &doc("question 3"));
+    assert_eq!(spilled.reason, "prefix_spill");
+    assert_ne!(spilled.to, first.to);
+    // Stream end before any first bytes gives the cold pod's booking back with its count.
+    end(&mut host, &mut e, 3);
+    assert_eq!((booked(&host), in_flight(&host)), (30_000, 0));
 }

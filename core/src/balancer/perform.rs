@@ -148,13 +148,12 @@ impl Balancer {
                 policies::cluster_metrics::first_byte(host, &self.tel, &lease, success);
                 None
             }
-            Effect::FirstBytes {
-                config,
-                keys,
-                booking,
-            } => {
-                self.redis
-                    .first_bytes(host, &mut self.tel, &config, keys, booking);
+            Effect::FirstBytes { lease, booking } => {
+                self.redis.first_bytes(host, &mut self.tel, &lease, booking);
+                None
+            }
+            Effect::FirstBytesLocal { lease, booking } => {
+                policies::least_request::prefill::first_bytes(host, &self.tel, &lease, booking);
                 None
             }
             Effect::ServiceDone { lease, outcome } => {

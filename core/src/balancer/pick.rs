@@ -29,11 +29,8 @@ pub struct Lease {
 
 /// prefix_cache: the uncached prompt tokens a pick booked on its endpoint until the first
 /// response bytes, which also time the endpoint's prefill rate (docs/redis-data-model.md §13).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Booking {
-    /// The lease id it is filed under (`scripts::lease_id`).
-    pub lease_id: String,
-    pub endpoint: String,
     pub booked: Booked,
     /// When the pick was planned (host clock, ms): the first bytes' time from it is the TTFT
     /// of a streamed request (`timed`); other responses start after the whole answer.
@@ -44,6 +41,33 @@ pub struct Booking {
 impl PartialEq for Lease {
     fn eq(&self, other: &Lease) -> bool {
         self.keys == other.keys && self.member == other.member
+    }
+}
+
+/// Fewer tokens than this do not time a prefill: the fixed costs (network, scheduling, the
+/// first decode step) would dominate the sample.
+pub const MIN_TIMED_TOKENS: u64 = 1024;
+
+impl Booking {
+    /// The prefill rate (tokens/s) a streamed request's first bytes at `now_ms` show: the
+    /// tokens its endpoint had booked ahead of it and its own, over its time to first bytes.
+    /// 0: no sample.
+    pub fn rate_sample(&self, now_ms: u64) -> u64 {
+        let tokens = self.booked.ahead.saturating_add(self.booked.tokens);
+        let ttft_ms = now_ms.saturating_sub(self.since_ms);
+        if !self.timed || tokens < MIN_TIMED_TOKENS || ttft_ms == 0 {
+            return 0;
+        }
+        tokens.saturating_mul(1000) / ttft_ms
+    }
+}
+
+impl Lease {
+    /// The lease id (a booking's name, `scripts::lease_id`) and the endpoint of its member
+    /// (`scripts::lease_member`).
+    pub fn id_and_endpoint(&self) -> Option<(&str, &str)> {
+        let (rest, _cost) = self.member.rsplit_once('|')?;
+        rest.split_once('|')
     }
 }
 
@@ -59,6 +83,9 @@ pub struct LocalLease {
     /// Envoy answered from another endpoint (its retry to a fallback): this one failed, and the
     /// release marks it down for sessions (least_request/counts.rs `DOWN_MS`).
     pub failed: bool,
+    /// prefix_cache: the prefill tokens booked with the count, until the first bytes (taken
+    /// then) or the release (least_request/prefill.rs).
+    pub booking: Option<Booking>,
 }
 
 /// cluster_metrics: the service a request was sent to, recorded at first byte and stream end
@@ -337,11 +364,9 @@ impl EndpointPick {
         }
     }
 
-    /// The booking Redis answered for `endpoint`.
-    pub fn booking(&self, endpoint: &str, booked: Booked) -> Booking {
+    /// The booking Redis answered.
+    pub fn booking(&self, booked: Booked) -> Booking {
         Booking {
-            lease_id: scripts::lease_id(&self.request_id, self.tenant_id()),
-            endpoint: endpoint.to_string(),
             booked,
             since_ms: self.planned_ms,
             timed: self.chain.as_ref().is_some_and(|c| c.stream),

@@ -81,7 +81,7 @@ pub struct RedisClient {
     /// Fingerprint of the endpoint set this VM last synced, per key namespace.
     synced: HashMap<String, Rc<str>>,
     /// prefix_cache first bytes not yet sent, per route (first_bytes.rs).
-    batches: Vec<first_bytes::Batch>,
+    batches: first_bytes::Batches,
 }
 
 impl RedisClient {
@@ -299,6 +299,31 @@ impl RedisClient {
             tel.log(host, LogLevel::Debug, 0, format_args!("{e}"));
             Cause::RedisUnavailable
         })
+    }
+
+    /// Queues a prefix_cache request's first bytes, and sends the batches that are due.
+    pub fn first_bytes(
+        &mut self,
+        host: &mut dyn Host,
+        tel: &mut Telemetry,
+        lease: &super::pick::Lease,
+        booking: super::pick::Booking,
+    ) {
+        self.batches.add(lease, booking, host.now_ms());
+        self.flush_first_bytes(host, tel);
+    }
+
+    /// Sends every first-bytes batch that is full or has waited long enough.
+    pub fn flush_first_bytes(&mut self, host: &mut dyn Host, tel: &mut Telemetry) {
+        for b in self.batches.due(host.now_ms()) {
+            let rel = Release {
+                config: b.config,
+                keys: LeaseKeys::FirstBytes(b.keys),
+                members: b.done,
+                by_sha: true,
+            };
+            self.send_release(host, tel, rel);
+        }
     }
 
     fn send_release(&mut self, host: &mut dyn Host, tel: &mut Telemetry, rel: Release) {

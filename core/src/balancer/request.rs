@@ -316,8 +316,14 @@ impl Request {
             }
             Held::Lease(lease) => match lease.booking.take() {
                 Some(booking) => vec![Effect::FirstBytes {
-                    config: lease.config.clone(),
-                    keys: lease.keys.clone(),
+                    lease: lease.clone(),
+                    booking,
+                }],
+                None => Vec::new(),
+            },
+            Held::Local(lease) => match lease.booking.take() {
+                Some(booking) => vec![Effect::FirstBytesLocal {
+                    lease: lease.clone(),
                     booking,
                 }],
                 None => Vec::new(),

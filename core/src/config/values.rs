@@ -15,10 +15,7 @@ pub enum CostMode {
     Tokens,
 }
 
-/// Bytes of request text per prompt token, the plugin's one estimate where it needs tokens and
-/// has no tokenizer (`costMode: tokens`, `blockTokens`): about 4 for English text with the
-/// BPE vocabularies of current models.
-pub const BYTES_PER_TOKEN: u64 = 4;
+pub use crate::prefix::BYTES_PER_TOKEN;
 
 /// What happens when the plugin cannot decide (Redis down, no healthy host, ...).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

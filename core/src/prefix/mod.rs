@@ -16,12 +16,14 @@ mod error;
 mod json;
 pub mod local_index;
 mod message;
+mod tokens;
 
 pub use anchor::{anchor, anchor_of, Anchor};
 pub use block::{KIND_CONTINUATION, KIND_MESSAGE, KIND_PROMPT, KIND_TOOLS};
 pub use canon::{canonicalize, Api, CanonConfig, Canonical};
 pub use chain::{block_hash, chain_keys, key_hex, prefix_key, PrefixKey};
 pub use error::CanonError;
+pub use tokens::{PromptTokens, BYTES_PER_TOKEN};
 
 #[cfg(test)]
 mod tests;

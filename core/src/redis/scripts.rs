@@ -7,7 +7,7 @@ use sha1::{Digest, Sha1};
 
 mod prefix;
 mod reply;
-pub use prefix::{lease_id, prefill_done_call, PrefixArgs, PrefixChain};
+pub use prefix::{lease_id, PrefixArgs, PrefixChain};
 pub(super) use reply::decode;
 pub use reply::{parse_acquire, parse_release, AcquireReply, Booked, ReplyError, SessionState};
 
@@ -344,6 +344,18 @@ pub fn release_call(
         all_keys.extend([keys.prefill.as_str(), &keys.booked]);
     }
     call(&scripts.release, by_sha, &all_keys, &args)
+}
+
+/// First bytes of a route's prefix_cache requests: `done` holds (lease id, endpoint, rate
+/// sample in tokens/s, 0 = none) triples (prefill_done.lua).
+pub fn prefill_done_call(scripts: &Scripts, by_sha: bool, keys: &Keys, done: &[String]) -> Vec<u8> {
+    let args: Vec<&[u8]> = done.iter().map(|m| m.as_bytes()).collect();
+    call(
+        &scripts.prefill_done,
+        by_sha,
+        &[&keys.prefill, &keys.booked, &keys.rates],
+        &args,
+    )
 }
 
 #[cfg(test)]

@@ -79,6 +79,10 @@ impl Request {
                 held: Held::Lease(lease),
                 ..
             } => lease.booking.is_some(),
+            Phase::Routed {
+                held: Held::Local(lease),
+                ..
+            } => lease.booking.is_some(),
             _ => false,
         }
     }

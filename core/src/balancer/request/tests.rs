@@ -295,6 +295,7 @@ fn local_decisions_give_back_their_count_once() {
     let local = LocalLease {
         tenant: None,
         failed: false,
+        booking: None,
         key: "k".into(),
         endpoint: "10.0.0.1:80".into(),
         cost: 1,

@@ -1,7 +1,6 @@
 //! What prefix_cache adds to the endpoint scripts: its chain and token gate in an acquire, and
 //! the batched first-bytes call (docs/redis-data-model.md §5, §13).
 
-use super::{call, Keys, Scripts};
 use crate::config::{PrefillRate, TokenGate};
 
 /// A prompt's prefix chain as the acquire sends it.
@@ -53,16 +52,4 @@ pub fn lease_id(request_id: &str, tenant: Option<&str>) -> String {
         Some(t) => format!("{request_id}~{t}"),
         None => request_id.to_string(),
     }
-}
-
-/// First bytes of a route's prefix_cache requests: `done` holds (lease id, endpoint, rate
-/// sample in tokens/s, 0 = none) triples (prefill_done.lua).
-pub fn prefill_done_call(scripts: &Scripts, by_sha: bool, keys: &Keys, done: &[String]) -> Vec<u8> {
-    let args: Vec<&[u8]> = done.iter().map(|m| m.as_bytes()).collect();
-    call(
-        &scripts.prefill_done,
-        by_sha,
-        &[&keys.prefill, &keys.booked, &keys.rates],
-        &args,
-    )
 }

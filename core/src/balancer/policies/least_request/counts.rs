@@ -3,6 +3,7 @@
 //! each endpoint's in-flight cost, the tenants' in-flight costs and last requests, and the
 //! endpoints marked down; every change is one compare-and-swap ([`take`], [`release`]).
 
+use super::prefill::{self, Prefill};
 use crate::balancer::pick::{pool_cap, LocalLease};
 use crate::balancer::policies::policy::tenant;
 use crate::balancer::shared;
@@ -121,6 +122,26 @@ pub fn take<T>(
     now_ms: Option<u64>,
     mut choose: impl FnMut(&[u64], &[bool]) -> Option<(usize, T)>,
 ) -> Result<Result<Option<(usize, T)>, Refused>, HostError> {
+    let choose = |loads: &[u64], down: &[bool], _: Option<&Prefill>| {
+        choose(loads, down).map(|(e, t)| (e, t, 0))
+    };
+    take_booking(host, key, endpoints, cost, admission, now_ms, false, choose)
+}
+
+/// [`take`] for prefix_cache's token gate (docs/redis-data-model.md §13, per proxy): with
+/// `prefill`, `choose` also sees each endpoint's booked prefill tokens and learned rate, and
+/// the tokens it returns are booked on the endpoint it picks, in the same update.
+#[allow(clippy::too_many_arguments)] // take's arguments and the one switch
+pub fn take_booking<T>(
+    host: &mut dyn Host,
+    key: &str,
+    endpoints: &[String],
+    cost: u64,
+    admission: &Admission,
+    now_ms: Option<u64>,
+    prefill: bool,
+    mut choose: impl FnMut(&[u64], &[bool], Option<&Prefill>) -> Option<(usize, T, u64)>,
+) -> Result<Result<Option<(usize, T)>, Refused>, HostError> {
     shared::update(host, key, |cur| {
         let mut counts = cur
             .as_deref()
@@ -134,13 +155,20 @@ pub fn take<T>(
             .map(|e| counts.get(e).copied().unwrap_or(0))
             .collect();
         let down = now_ms.map_or_else(Vec::new, |now| down_marks(&mut counts, endpoints, now));
-        let choice = choose(&loads, &down).filter(|(e, _)| *e < endpoints.len());
-        if let Some(address) = choice.as_ref().and_then(|(e, _)| endpoints.get(*e)) {
+        let view = prefill.then(|| Prefill::read(&counts, endpoints));
+        let choice = choose(&loads, &down, view.as_ref()).filter(|(e, _, _)| *e < endpoints.len());
+        let Some((e, t, tokens)) = choice else {
+            return (shared::encode_counts(&counts), Ok(None));
+        };
+        if let Some(address) = endpoints.get(e) {
             let n = counts.entry(address.clone()).or_insert(0);
             *n = n.saturating_add(cost);
             admission.count(&mut counts, cost);
+            if tokens > 0 {
+                prefill::book(&mut counts, address, tokens);
+            }
         }
-        (shared::encode_counts(&counts), Ok(choice))
+        (shared::encode_counts(&counts), Ok(Some((e, t))))
     })
 }
 
@@ -186,6 +214,9 @@ pub fn release(host: &mut dyn Host, tel: &Telemetry, lease: LocalLease) {
         }
         if let Some(until) = down_until {
             counts.insert(format!("{DOWN}{}", lease.endpoint), until);
+        }
+        if let Some(b) = &lease.booking {
+            prefill::give_back(&mut counts, &lease.endpoint, b.booked.tokens);
         }
         if let Some(id) = &lease.tenant {
             let held = format!("{HELD}{id}");

@@ -5,7 +5,7 @@
 
 use super::counts::{counts_key, take, Admission, Refused};
 use crate::balancer::events::{Decision, Hold, PromptRead, Rejection};
-use crate::balancer::pick::{class_cap, cost_of, LocalLease};
+use crate::balancer::pick::{class_cap, cost_of, Booking, LocalLease};
 use crate::balancer::policies::policy::{priority_class, Env, Input, Policy};
 use crate::balancer::policies::session;
 use crate::balancer::telemetry::Telemetry;
@@ -66,6 +66,7 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input, ring: Option<&Ring>)
                             keys: Vec::new(),
                             anchor: 0,
                             session: Some(id),
+                            tokens: Default::default(),
                         })
                     });
                     Decision::Refused { rejection, read }
@@ -123,6 +124,7 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input, ring: Option<&Ring>)
                 &admission,
                 fallbacks,
                 Reason::LeastRequest,
+                None,
             )
         }
         Ok(Ok(None)) => no_room(class),
@@ -140,6 +142,7 @@ pub fn routed(
     admission: &Admission,
     fallbacks: Vec<String>,
     reason: Reason,
+    booking: Option<Booking>,
 ) -> Decision {
     Decision::Route {
         hold: Some(Hold::Local(LocalLease {
@@ -148,6 +151,7 @@ pub fn routed(
             cost,
             tenant: admission.tenant.as_ref().map(|(id, _)| id.clone()),
             failed: false,
+            booking,
         })),
         endpoint: address,
         fallbacks,
@@ -280,7 +284,7 @@ fn sticky(
                 .filter_map(|e| endpoints.get(e).cloned())
                 .take(16)
                 .collect();
-            routed(counts, address, cost, &admission, fallbacks, reason)
+            routed(counts, address, cost, &admission, fallbacks, reason, None)
         }
         Ok(Ok(None)) => no_room(class),
         Ok(Err(refused)) => refusal(host, env.tel, refused, class),

@@ -6,6 +6,7 @@
 
 pub mod counts;
 pub mod local;
+pub mod prefill;
 pub mod reply;
 
 use super::policy::{priority_class, tenant, Env, Input, Policy};

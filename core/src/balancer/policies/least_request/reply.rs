@@ -41,7 +41,7 @@ fn replied(mut pick: EndpointPick, reply: PickReply) -> Answer {
             booked,
         } => {
             let mut lease = pick.lease(&endpoint);
-            lease.booking = booked.map(|b| pick.booking(&endpoint, b));
+            lease.booking = booked.map(|b| pick.booking(b));
             if !pick.candidates.contains(&endpoint) {
                 // Only possible if two endpoint sets share a fingerprint: resync next time.
                 let effects = vec![Effect::Unsynced { namespace }, Effect::Release(lease)];

@@ -34,8 +34,8 @@ pub struct LocalPrefix {
 /// The deepest key of a request the index knows: its position in the chain, and the endpoint.
 #[derive(Debug, Clone, Copy)]
 pub struct Known {
-    depth: usize,
-    endpoint: usize,
+    pub depth: usize,
+    pub endpoint: usize,
 }
 
 impl LocalPrefix {
@@ -126,9 +126,10 @@ impl LocalPrefix {
     /// when all are, the loads decide alone. `session`: the session's pod (its id's ring walk's
     /// first endpoint), kept ahead of any prefix match under the same guard; when it is over
     /// the guard the request is placed as without a session but never on it, and reads
-    /// `session_rebound` (docs/redis-data-model.md §10). The flag: a saturated endpoint was
-    /// passed by (the session's or known one, or the one the walk would have taken). None:
-    /// every endpoint is at the cap.
+    /// `session_rebound` (docs/redis-data-model.md §10). `sticky` false: the token gate found
+    /// the match too short to prefer its endpoint (gate.rs), which is then left as over the
+    /// guard. The flag: a saturated endpoint was passed by (the session's or known one, or the
+    /// one the walk would have taken). None: every endpoint is at the cap.
     #[allow(clippy::too_many_arguments)] // one call site; a struct would only rename them
     pub fn choose(
         &self,
@@ -139,6 +140,7 @@ impl LocalPrefix {
         known: Option<Known>,
         home: u64,
         session: Option<usize>,
+        sticky: bool,
     ) -> Option<(usize, Reason, bool)> {
         let room = |e: usize| cap == 0 || loads.get(e).is_some_and(|&l| l < cap);
         let saturated = |e: usize| hot.get(e).copied().unwrap_or(false);
@@ -157,7 +159,7 @@ impl LocalPrefix {
         }
         let mut left = None;
         if let Some(k) = known {
-            if Some(k.endpoint) != session && within(k.endpoint) {
+            if sticky && Some(k.endpoint) != session && within(k.endpoint) {
                 let reason = match session {
                     Some(_) => Reason::SessionRebound,
                     None => Reason::PrefixHit,

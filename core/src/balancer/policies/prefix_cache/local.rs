@@ -19,17 +19,19 @@
 //! A body that is not a usable prompt (or too large to read) gets a plain-Envoy least-request
 //! pick.
 
+use super::gate::{self, Verdict};
 use super::index::LocalPrefix;
 use crate::balancer::events::{Decision, PromptRead};
-use crate::balancer::pick::{class_cap, cost_of};
+use crate::balancer::pick::{class_cap, cost_of, Booking};
 use crate::balancer::policies::least_request::{counts, local as least};
 use crate::balancer::policies::policy::{priority_class, Env, Input, Policy};
 use crate::balancer::policies::session;
 use crate::balancer::telemetry::Telemetry;
 use crate::config::{PrefixSettings, RouteConfig};
 use crate::host::{Host, LogLevel};
-use crate::prefix::{anchor_of, canonicalize};
+use crate::prefix::{anchor_of, canonicalize, PromptTokens};
 use crate::reason::{Cause, Reason};
+use crate::redis::scripts::Booked;
 use crate::stats::Counter;
 use std::rc::Rc;
 
@@ -108,14 +110,16 @@ fn decide(
     // A session route also passes over the pods marked down (Envoy answered one of its
     // requests from a fallback: docs/sessions-and-queues.md "Sessions"), as over saturated ones.
     let down_at = input.config.session.as_ref().map(|_| admission.now_ms);
-    let taken = counts::take(
+    let tokens = &read.tokens;
+    let taken = counts::take_booking(
         host,
         &state.counts_key,
         endpoints,
         cost,
         &admission,
         down_at,
-        |loads, down| {
+        true,
+        |loads, down, prefill| {
             if crate::balancer::waiters::outranked(loads, cap, admission.pool_cap, cost, above) {
                 return None;
             }
@@ -131,13 +135,49 @@ fn decide(
                     .collect();
                 &merged
             };
-            state
-                .choose(loads, cost, cap, hot, known, home, session)
-                .map(|(e, reason, passed)| (e, (reason, passed)))
+            // The token gate (gate.rs) over a match the session does not override.
+            let open = |e: usize| {
+                let room = cap == 0 || loads.get(e).is_some_and(|&l| l < cap);
+                room && !hot.get(e).copied().unwrap_or(false)
+            };
+            let verdict = match (known, session, prefill) {
+                (Some(k), None, Some(p)) => gate::judge(
+                    &settings.gate,
+                    tokens.total,
+                    tokens.through(k.depth),
+                    k.endpoint,
+                    p,
+                    open,
+                ),
+                _ => Verdict::Keep,
+            };
+            let choice = match verdict {
+                Verdict::Spill(cold) => Some((cold, Reason::PrefixSpill, false)),
+                v => state.choose(
+                    loads,
+                    cost,
+                    cap,
+                    hot,
+                    known,
+                    home,
+                    session,
+                    v == Verdict::Keep,
+                ),
+            };
+            choice.map(|(e, reason, passed)| {
+                let cached = known
+                    .filter(|k| k.endpoint == e)
+                    .map_or(0, |k| tokens.through(k.depth));
+                let booked = Booked {
+                    ahead: prefill.and_then(|p| p.booked.get(e).copied()).unwrap_or(0),
+                    tokens: tokens.total.saturating_sub(cached),
+                };
+                (e, (reason, passed, booked), booked.tokens)
+            })
         },
     );
     match taken {
-        Ok(Ok(Some((chosen, (reason, passed))))) => {
+        Ok(Ok(Some((chosen, (reason, passed, booked))))) => {
             let Some(address) = endpoints.get(chosen).cloned() else {
                 return Decision::Fallback(Cause::NoHealthyEndpoint);
             };
@@ -164,6 +204,11 @@ fn decide(
                 &admission,
                 fallbacks,
                 reason,
+                (booked.tokens > 0).then_some(Booking {
+                    booked,
+                    since_ms: now,
+                    timed: tokens.stream,
+                }),
             )
         }
         Ok(Ok(None)) => keeping(least::no_room(class), read),
@@ -195,6 +240,7 @@ fn read_prompt(
                 .session
                 .as_ref()
                 .and_then(|s| session::session_id(&*host, s, Some(input.body_bytes))),
+            tokens: PromptTokens::of(&canon, input.body_bytes),
         }),
         Err(e) => {
             tel.inc(host, Counter::Fallback(Cause::BadRequest));

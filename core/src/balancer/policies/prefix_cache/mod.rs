@@ -7,15 +7,16 @@
 //! that is not a usable prompt (or is too large to read) still gets a least-request pick.
 //! Plain-Envoy build: [`local::LocalPrefixCache`].
 
+mod gate;
 mod index;
 pub mod local;
 
 use super::least_request;
 use super::policy::{Env, Input, Policy};
 use crate::balancer::events::Decision;
-use crate::config::{PrefixSettings, RouteConfig, BYTES_PER_TOKEN};
+use crate::config::{PrefixSettings, RouteConfig};
 use crate::host::{Host, LogLevel};
-use crate::prefix::{anchor_of, canonicalize, prefix_key, Anchor, Canonical};
+use crate::prefix::{anchor_of, canonicalize, prefix_key, Anchor, Canonical, PromptTokens};
 use crate::reason::Cause;
 use crate::redis::scripts::PrefixChain;
 use crate::stats::Counter;
@@ -89,24 +90,14 @@ pub fn anchored_chain(canon: &Canonical, anchor: Anchor, namespace: &str) -> Vec
 }
 
 /// `keys` with the token estimates the gate weighs them by (docs/redis-data-model.md §13): the
-/// prompt's tokens up to the end of each key's block, and the whole prompt's. A prompt cut at
-/// `maxBlocks` is estimated from the body, whose tail the blocks do not hold.
+/// prompt's tokens up to the end of each key's block, and the whole prompt's.
 fn with_tokens(keys: Vec<String>, canon: &Canonical, body_bytes: usize) -> PrefixChain {
-    let tokens = |bytes: usize| bytes as u64 / BYTES_PER_TOKEN;
-    let mut end = 0;
-    let ends: Vec<u64> = canon
-        .blocks()
-        .map(|b| {
-            end += b.len();
-            tokens(end)
-        })
-        .collect();
-    let prompt = if canon.capped { body_bytes } else { end };
+    let t = PromptTokens::of(canon, body_bytes);
     PrefixChain {
-        cached_tokens: ends[ends.len().saturating_sub(keys.len())..].to_vec(),
+        cached_tokens: t.ends[t.ends.len().saturating_sub(keys.len())..].to_vec(),
         keys,
-        prompt_tokens: tokens(prompt).max(ends.last().copied().unwrap_or(0)),
-        stream: canon.stream,
+        prompt_tokens: t.total,
+        stream: t.stream,
     }
 }
 

@@ -164,12 +164,12 @@ fn opts(s: Scale) -> Options {
 /// Every router on the trace; the runs, for the picture.
 fn trace_routers(bed: &Bed, w: &Workload, s: Scale, o1: f64) -> anyhow::Result<Vec<Run>> {
     let name = &w.name;
-    let px = run(bed, "prefix_cache", w, plugin(1), opts(s))?;
+    let px = run(bed, "prefix_cache", w, plugin(1, s), opts(s))?;
     let mut refs = Vec::new();
     for (label, via) in references(bed, &LLMD_H100, s) {
         refs.push(run(bed, label, w, via, opts(s))?);
     }
-    let px4 = run(bed, "prefix_cache_4gw", w, plugin(4), opts(s))?;
+    let px4 = run(bed, "prefix_cache_4gw", w, plugin(4, s), opts(s))?;
     let envoy = run(
         bed,
         "envoy_prefix",
@@ -215,7 +215,7 @@ fn trace_routers(bed: &Bed, w: &Workload, s: Scale, o1: f64) -> anyhow::Result<V
 
 /// The preamble variant through the plugin and round robin.
 fn preamble(bed: &Bed, pre: &Workload, s: Scale) -> anyhow::Result<()> {
-    let pre_px = run(bed, "preamble_prefix_cache", pre, plugin(1), opts(s))?;
+    let pre_px = run(bed, "preamble_prefix_cache", pre, plugin(1, s), opts(s))?;
     let pre_rr = run(
         bed,
         "preamble_round_robin",
@@ -249,7 +249,7 @@ fn flush(bed: &Bed, w: &Workload, s: Scale) -> anyhow::Result<()> {
     let mut o = opts(s);
     o.events
         .push((flush_at, Box::new(move || engine.restart())));
-    let fl = run(bed, "prefix_cache_flush", w, plugin(1), o)?;
+    let fl = run(bed, "prefix_cache_flush", w, plugin(1, s), o)?;
     let (back, normal, after, after_rate) = recovery::recovery(&fl, 0, flush_at);
     eprintln!("  flush of pod-0 at {:.0} s: wrong-pod share {normal:.3} before, {after_rate:.3} over the {after} requests it got after; back to normal after {back:?} of them", flush_at.as_secs_f64());
     // Without recovery within the run the count is only a lower bound: then the wrong-pod
@@ -267,7 +267,7 @@ fn flush(bed: &Bed, w: &Workload, s: Scale) -> anyhow::Result<()> {
 /// The trace again with prefill four times cheaper: the plugin, O2 and round robin.
 fn cheap(w: &Workload, s: Scale) -> anyhow::Result<()> {
     let cheap = CHEAP_PREFILL.bed(TRACE_PODS, s);
-    let c_px = run(&cheap, "cheap_prefix_cache", w, plugin(1), opts(s))?;
+    let c_px = run(&cheap, "cheap_prefix_cache", w, plugin(1, s), opts(s))?;
     let mut c_refs = references(&cheap, &CHEAP_PREFILL, s);
     let (_, c_o2_via) = c_refs.remove(0);
     let c_o2 = run(&cheap, "cheap_O2_oracle", w, c_o2_via, opts(s))?;

@@ -1,6 +1,8 @@
 //! One router's replay of one workload on a bed (pods reset, Redis flushed first, so every
 //! router starts cold on the same arrivals), and the figures taken from its records.
 
+use super::fleet::Scale;
+use super::peer::MAX_TTFT_PENALTY_S;
 use crate::prefix::prefix_config;
 use ailb_e2e::bed::Bed;
 use ailb_e2e::envoy::Envoy;
@@ -22,9 +24,18 @@ pub enum Via {
     Router(Arc<dyn Router>),
 }
 
-/// The plugin as a user configures it, in `n` gateways.
-pub fn plugin(n: usize) -> Via {
-    Via::Gateways { n, lb: json!({}) }
+/// The plugin as a user configures it, in `n` gateways: its defaults, with the token gate's
+/// `maxTTFTPenaltyMs` (5,000 ms of trace time, llm-d's default) in the bench's compressed time.
+pub fn plugin(n: usize, s: Scale) -> Via {
+    Via::Gateways {
+        n,
+        lb: json!({ "maxTTFTPenaltyMs": penalty_ms(s) }),
+    }
+}
+
+/// llm-d's 5,000 ms TTFT penalty in wall time at scale `s`.
+pub fn penalty_ms(s: Scale) -> u64 {
+    (MAX_TTFT_PENALTY_S * 1000.0 / s.time).round().max(1.0) as u64
 }
 
 /// One `BENCH <name> <value> <unit>` line.

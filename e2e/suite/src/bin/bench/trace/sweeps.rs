@@ -88,7 +88,7 @@ pub fn b2b_and_codegen(s: Scale) -> anyhow::Result<()> {
         vec![
             ("round_robin", rr()),
             ("llmd_style", llmd()),
-            ("prefix_cache", plugin(1)),
+            ("prefix_cache", plugin(1, s)),
         ],
         &bed,
     )?;
@@ -114,7 +114,7 @@ pub fn b2b_and_codegen(s: Scale) -> anyhow::Result<()> {
         s,
         vec![
             ("round_robin", rr()),
-            ("prefix_cache", plugin(1)),
+            ("prefix_cache", plugin(1, s)),
             ("llmd_style", llmd()),
         ],
         &bed,
