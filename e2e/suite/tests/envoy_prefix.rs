@@ -395,3 +395,41 @@ fn envoy_a_pod_whose_scraped_queue_is_full_is_left_until_it_recovers() {
     assert!(debug.contains("prefix_hit"), "{debug}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The token gate per proxy in real Envoy (docs/redis-data-model.md §13): with prefill
+/// estimated at 1,000 tokens/s and a 1 s penalty, a conversation's new turns (a few uncached
+/// tokens each) stay on the pod holding its ~2,000-token document, and every streamed
+/// response's first bytes give its booking back (counted). The spill over a long booked queue
+/// is tested per proxy in core (local_prefix_tests.rs).
+#[test]
+fn envoy_streams_give_their_prefill_booking_back_at_first_bytes() {
+    let bed = bed(3);
+    let pods = bed.pod_addrs();
+    let gate = json!({"peakPrefillThroughput": 1_000, "maxTTFTPenaltyMs": 1_000});
+    let envoy = Envoy::start(&pods, &plugin_with(&pods, gate));
+    let doc = format!("a long shared document: {}", "text of it. ".repeat(700));
+    let body = |turn: usize, max_tokens: u64| {
+        let mut messages = vec![json!({"role": "user", "content": doc})];
+        for t in 1..=turn {
+            messages.push(json!({"role": "assistant", "content": format!("answer {t}")}));
+            messages.push(json!({"role": "user", "content": format!("follow-up {t}")}));
+        }
+        json!({"model": "m", "stream": true, "messages": messages, "max_tokens": max_tokens})
+            .to_string()
+            .into_bytes()
+    };
+    let (status, home, debug) = send(&envoy.url, &body(0, 2));
+    assert_eq!(status, 200, "{debug}");
+    for turn in 1..4 {
+        let (status, pod, debug) = send(&envoy.url, &body(turn, 2));
+        assert_eq!((status, pod.as_str()), (200, home.as_str()), "{debug}");
+        assert!(debug.ends_with("prefix_hit"), "{debug}");
+    }
+    assert!(
+        wait_until(Duration::from_secs(3), || envoy
+            .stat("ai_lb.prefix.first_bytes_sent")
+            >= 4),
+        "every stream's first bytes: {}",
+        envoy.stat("ai_lb.prefix.first_bytes_sent")
+    );
+}
