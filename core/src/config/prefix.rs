@@ -23,6 +23,7 @@ pub const PREFIX_KEYS: &[&str] = &[
     "affinityMaxImbalanceRatio",
     "localIndexMaxEntries",
     "prefixAnchor",
+    "verifyCachedTokens",
 ];
 
 /// The keys that turn on the plain-Envoy metrics guard: the scraper's and the saturation
@@ -52,6 +53,9 @@ pub struct PrefixSettings {
     /// Plain-Envoy build: the scraped engine metrics the load guard also reads (present when
     /// `scrapeCluster` is set): a saturated pod is left and not chosen while another is not.
     pub guard: Option<Rc<MetricsConfig>>,
+    /// Compare the engines' `cached_tokens` with each pick's predicted prefix and correct the
+    /// index (`verifyCachedTokens`, both builds; docs/redis-data-model.md §5).
+    pub verify: bool,
 }
 
 const DEFAULT_TTL_S: i64 = 1800;
@@ -152,6 +156,9 @@ impl TryFrom<(In<'_, '_, RawLbConfig>, usize)> for PrefixSettings {
             })?,
         };
         let guard = guard(raw, r, i.build)?.map(Rc::new);
+        let verify = r
+            .own("verifyCachedTokens", &raw.verify_cached_tokens)?
+            .unwrap_or(true);
         Ok(PrefixSettings {
             ttl_s,
             canon: CanonConfig {
@@ -164,6 +171,7 @@ impl TryFrom<(In<'_, '_, RawLbConfig>, usize)> for PrefixSettings {
             index_max_entries: index_max_entries as usize,
             anchor,
             guard,
+            verify,
         })
     }
 }
@@ -279,5 +287,16 @@ mod tests {
             let e = envoy(lb).unwrap_err();
             assert!(e.to_string().contains(want), "{e}");
         }
+    }
+
+    #[test]
+    fn verify_cached_tokens_is_on_unless_turned_off() {
+        assert!(envoy(json!({})).unwrap().verify);
+        assert!(!envoy(json!({"verifyCachedTokens": false})).unwrap().verify);
+        let e = envoy(json!({"verifyCachedTokens": "no"})).unwrap_err();
+        assert!(
+            e.to_string().contains("verifyCachedTokens: wrong type"),
+            "{e}"
+        );
     }
 }

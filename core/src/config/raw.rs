@@ -163,6 +163,7 @@ raw_object! {
         affinity_max_imbalance_ratio: Own<f64> = "affinityMaxImbalanceRatio",
         local_index_max_entries: Own<u64> = "localIndexMaxEntries",
         prefix_anchor: Own<String> = "prefixAnchor",
+        verify_cached_tokens: Own<bool> = "verifyCachedTokens",
         // Ours: endpoint_metrics.
         metrics_source: Own<String> = "metricsSource",
         host_list_cache_ms: Own<u64> = "hostListCacheMs",

@@ -77,7 +77,8 @@ mod tests {
 
     #[test]
     fn a_stream_without_options_asks_for_usage() {
-        let v = injected(r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#);
+        let v =
+            injected(r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#);
         assert_eq!(v["stream_options"]["include_usage"], true);
         assert_eq!(v["messages"][0]["content"], "hi");
         let v = injected(" \n{ \"stream\" : true , \"prompt\":\"x\",\"stream_options\":null}");

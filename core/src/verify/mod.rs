@@ -114,7 +114,11 @@ mod tests {
                 tokens_but_last: 612
             }
         );
-        assert_eq!(Prediction::at(&bytes, 9).tokens, 0, "past the chain: nothing");
+        assert_eq!(
+            Prediction::at(&bytes, 9).tokens,
+            0,
+            "past the chain: nothing"
+        );
     }
 
     #[test]
@@ -135,7 +139,11 @@ mod tests {
             tokens: 500,
             tokens_but_last: 0,
         };
-        assert_eq!(judge(one_block, 0), Shortfall::None, "one block short at most");
+        assert_eq!(
+            judge(one_block, 0),
+            Shortfall::None,
+            "one block short at most"
+        );
     }
 
     #[test]

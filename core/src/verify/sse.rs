@@ -41,7 +41,6 @@ impl UsageFilter {
         }
         Some(out)
     }
-
 }
 
 /// Appends `event` to `out` unless it is the usage-only one.
@@ -138,10 +137,17 @@ mod tests {
     fn other_streams_pass_untouched() {
         let crlf = "data: {\"choices\":[{\"delta\":{}}]}\r\n\r\ndata: [DONE]\r\n\r\n";
         assert_eq!(through(crlf, &[10]), (crlf.to_string(), 0));
-        let last_with_choices = "data: {\"choices\":[{\"delta\":{}}],\"usage\":{\"prompt_tokens\":3}}\n\n";
-        assert_eq!(through(last_with_choices, &[7]), (last_with_choices.into(), 0));
+        let last_with_choices =
+            "data: {\"choices\":[{\"delta\":{}}],\"usage\":{\"prompt_tokens\":3}}\n\n";
+        assert_eq!(
+            through(last_with_choices, &[7]),
+            (last_with_choices.into(), 0)
+        );
         let no_blank_line = format!("{TOKEN}data: [DONE]");
-        assert_eq!(through(&no_blank_line, &[5, 70]), (no_blank_line.clone(), 0));
+        assert_eq!(
+            through(&no_blank_line, &[5, 70]),
+            (no_blank_line.clone(), 0)
+        );
         let json = "{\"choices\":[],\"usage\":{}}";
         assert_eq!(through(json, &[3]), (json.to_string(), 0), "not an event");
         let spaced = "data: {\"choices\" : [ ] , \"usage\": {}}\n\n";

@@ -121,7 +121,8 @@ mod tests {
         assert_eq!(scan(responses), usage(300, 256));
         let spaced = b"{\"usage\": {\"prompt_tokens\" : 7,\n \"prompt_tokens_details\": { \"cached_tokens\" :\t4 }}}";
         assert_eq!(scan(spaced), usage(7, 4));
-        let two = br#"data: {"usage":{"prompt_tokens":10,"prompt_tokens_details":{"cached_tokens":1}}}
+        let two =
+            br#"data: {"usage":{"prompt_tokens":10,"prompt_tokens_details":{"cached_tokens":1}}}
 
 data: {"usage":{"prompt_tokens":20,"prompt_tokens_details":{"cached_tokens":16}}}
 
