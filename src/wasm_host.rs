@@ -92,6 +92,29 @@ impl Host for WasmHost {
         .unwrap_or_default())
     }
 
+    fn set_request_body(&mut self, body: &[u8]) -> HostResult<()> {
+        // SAFETY: pointer/length of a live slice. Start 0 with a size past the end replaces
+        // the whole buffered body (Envoy's and the emulator's rule).
+        check("set_request_body", unsafe {
+            proxy_set_buffer_bytes(REQUEST_BODY, 0, usize::MAX >> 1, body.as_ptr(), body.len())
+        })
+    }
+
+    fn response_body(&self, start: usize, len: usize) -> HostResult<Vec<u8>> {
+        // SAFETY: as for the request body.
+        Ok(fetch("get_response_body", |p, l| unsafe {
+            proxy_get_buffer_bytes(RESPONSE_BODY, start, len, p, l)
+        })?
+        .unwrap_or_default())
+    }
+
+    fn set_response_body(&mut self, body: &[u8]) -> HostResult<()> {
+        // SAFETY: as above; in a response-body callback the buffer is the current chunk.
+        check("set_response_body", unsafe {
+            proxy_set_buffer_bytes(RESPONSE_BODY, 0, usize::MAX >> 1, body.as_ptr(), body.len())
+        })
+    }
+
     fn resume_request(&mut self) -> HostResult<()> {
         // SAFETY: no pointers.
         check("continue_stream", unsafe {

@@ -16,6 +16,10 @@ pub struct MockHost {
     pub request_headers: Vec<(String, String)>,
     pub response_headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// The current response body chunk (what a response-body callback reads and replaces).
+    pub response_body: Vec<u8>,
+    /// Request-body replacements made, in order.
+    pub body_writes: u32,
     /// Pairs buffer `proxy_get_upstream_hosts` returns.
     pub hosts: Vec<u8>,
     pub hosts_status: Option<HostErrorKind>,
@@ -177,6 +181,27 @@ impl Host for MockHost {
 
     fn request_body(&self, start: usize, len: usize) -> HostResult<Vec<u8>> {
         Ok(self.body.iter().skip(start).take(len).copied().collect())
+    }
+
+    fn set_request_body(&mut self, body: &[u8]) -> HostResult<()> {
+        self.body = body.to_vec();
+        self.body_writes += 1;
+        Ok(())
+    }
+
+    fn response_body(&self, start: usize, len: usize) -> HostResult<Vec<u8>> {
+        Ok(self
+            .response_body
+            .iter()
+            .skip(start)
+            .take(len)
+            .copied()
+            .collect())
+    }
+
+    fn set_response_body(&mut self, body: &[u8]) -> HostResult<()> {
+        self.response_body = body.to_vec();
+        Ok(())
     }
 
     fn resume_request(&mut self) -> HostResult<()> {

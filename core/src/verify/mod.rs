@@ -25,17 +25,17 @@ pub struct Prediction {
 }
 
 impl Prediction {
-    /// The prediction of a match `depth` keys deep into a chain whose prefix sizes are
-    /// `prefix_bytes` (`prefix_bytes[d]`: the prompt's bytes up to and including the chain's
-    /// key `d`, 1-based; `prefix_bytes[0]`: the bytes before the chain's first key).
-    pub fn at(prefix_bytes: &[u64], depth: usize) -> Prediction {
-        if depth == 0 {
+    /// The prediction of a match on the prompt's first `blocks` blocks, whose sizes are
+    /// `prefix_bytes` (`prefix_bytes[n]`: the bytes of the first `n` blocks,
+    /// `Canonical::prefix_bytes`).
+    pub fn at(prefix_bytes: &[u64], blocks: usize) -> Prediction {
+        if blocks == 0 {
             return Prediction::default();
         }
-        let at = |d: usize| prefix_bytes.get(d).copied().unwrap_or(0) / BYTES_PER_TOKEN;
+        let at = |n: usize| prefix_bytes.get(n).copied().unwrap_or(0) / BYTES_PER_TOKEN;
         Prediction {
-            tokens: at(depth),
-            tokens_but_last: at(depth - 1),
+            tokens: at(blocks),
+            tokens_but_last: at(blocks - 1),
         }
     }
 }
@@ -105,13 +105,13 @@ mod tests {
 
     #[test]
     fn predictions_come_from_the_chains_prefix_sizes() {
-        let bytes = [400, 2448, 4496, 6544];
+        let bytes = [0, 2448, 4496, 6544];
         assert_eq!(Prediction::at(&bytes, 0), Prediction::default());
         assert_eq!(
             Prediction::at(&bytes, 2),
             Prediction {
                 tokens: 1124,
-                tokens_but_last: 612
+                tokens_but_last: 612,
             }
         );
         assert_eq!(
