@@ -69,6 +69,10 @@ pub struct PromptRead {
     pub anchor: usize,
     /// The session id, as read with the body (`sessionBodyField` needs it).
     pub session: Option<Vec<u8>>,
+    /// `Canonical::prefix_bytes` (the engine-verified index's prediction, verify.rs).
+    pub prefix_bytes: Vec<u64>,
+    /// The plugin asked the stream for its usage (`verifyCachedTokens`, verify.rs).
+    pub injected: bool,
 }
 
 /// What a routed request holds until its stream ends.

@@ -528,11 +528,12 @@ fn prefix_sends_the_chain_as_keys() {
     let args = host.last_query_args();
     assert_eq!(args[1], Scripts::new().prefix_acquire.sha);
     assert_eq!(
-        args[2], "7",
-        "load, leases, members + the user message's key (the system prompt's alone is not \
-         sent: prefixAnchor conversation) + wait, tenants, seen"
+        args[2], "8",
+        "load, leases, members, generations + the user message's key (the system prompt's \
+         alone is not sent: prefixAnchor conversation) + wait, tenants, seen"
     );
-    for key in &args[6..7] {
+    assert_eq!(args[6], "ailb:{chat|outbound|8000||llm.static}:gen");
+    for key in &args[7..8] {
         assert!(
             key.starts_with("ailb:{chat|outbound|8000||llm.static}:px:"),
             "{key}"
@@ -543,7 +544,7 @@ fn prefix_sends_the_chain_as_keys() {
         );
     }
     assert_eq!(
-        args[18..21],
+        args[19..22],
         ["1800", "8", "1.5"],
         "ttl and imbalance thresholds"
     );

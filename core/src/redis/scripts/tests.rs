@@ -133,10 +133,10 @@ fn session_calls_carry_the_key_last_and_the_ttl_before_the_list() {
         max_imbalance_ratio: 2.0,
     };
     let px = words(pick_call(&s, true, &k, &args, Some(&prefix)));
-    assert_eq!(px[2], "8");
-    assert_eq!(&px[6..8], [chain[0].as_str(), key.as_str()]);
+    assert_eq!(px[2], "9");
+    assert_eq!(&px[6..9], [k.gen.as_str(), chain[0].as_str(), key.as_str()]);
     assert_eq!(
-        &px[19..],
+        &px[20..],
         ["30", "4", "2", "60", "0", "", "0", "1", "-1", "a:1"]
     );
 }

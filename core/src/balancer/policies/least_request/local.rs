@@ -66,6 +66,8 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input, ring: Option<&Ring>)
                             keys: Vec::new(),
                             anchor: 0,
                             session: Some(id),
+                            prefix_bytes: Vec::new(),
+                            injected: false,
                         })
                     });
                     Decision::Refused { rejection, read }

@@ -13,6 +13,7 @@ pub mod local;
 use super::least_request;
 use super::policy::{Env, Input, Policy};
 use crate::balancer::events::Decision;
+use crate::balancer::verify::{ask_for_usage, Expect, Index};
 use crate::config::{PrefixSettings, RouteConfig};
 use crate::host::{Host, LogLevel};
 use crate::prefix::{anchor_of, canonicalize, prefix_key, Anchor, Canonical};
@@ -56,8 +57,18 @@ fn decide(host: &mut dyn Host, env: Env, input: &Input, settings: &PrefixSetting
     let body = host.request_body(0, input.body_bytes).unwrap_or_default();
     match canonicalize(&body, &settings.canon) {
         Ok(canon) => {
-            let chain = anchored_chain(&canon, settings.anchor, &keys.namespace);
-            least_request::acquire(host, env, input, Some(Rc::new(chain)))
+            let chain = Rc::new(anchored_chain(&canon, settings.anchor, &keys.namespace));
+            if settings.verify {
+                let injected = ask_for_usage(host, &body);
+                let index = Index::Redis {
+                    config: input.config.clone(),
+                    keys: keys.clone(),
+                    chain: chain.clone(),
+                    anchor: anchor_of(canon.blocks(), settings.anchor),
+                };
+                *env.expect = Some(Expect::new(canon.prefix_bytes(), injected, index));
+            }
+            least_request::acquire(host, env, input, Some(chain))
         }
         Err(e) => {
             env.tel.inc(host, Counter::Fallback(Cause::BadRequest));

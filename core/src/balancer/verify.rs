@@ -1,0 +1,240 @@
+//! The engine-verified prefix index, the balancer's part (docs/redis-data-model.md §5
+//! "Engine-verified keys", §9): a prefix_cache decision leaves an [`Expect`] (its prompt's
+//! block sizes, whether it asked a stream for usage, which index to correct); the pick's
+//! answer says how deep it matched; the response is watched to its end (core/src/verify/,
+//! pure), and a severe shortfall bumps the pod's generation — in Redis by one fire-and-forget
+//! script call, in the plain-Envoy build through the route's policy. Nothing here holds or
+//! fails the request: every host call that fails is logged and the verification dropped.
+
+use super::Balancer;
+use crate::config::RouteConfig;
+use crate::host::{Host, LogLevel};
+use crate::prefix::PrefixKey;
+use crate::redis::scripts::Keys;
+use crate::stats::Counter;
+use crate::verify::{self, inject::Streamed, Prediction, Shortfall, Watch};
+use std::rc::Rc;
+
+/// What a prefix_cache decision leaves for its response's verification.
+#[derive(Debug)]
+pub struct Expect {
+    /// `Canonical::prefix_bytes`: the prompt's size up to each block.
+    pub prefix_bytes: Vec<u64>,
+    /// The plugin added `stream_options.include_usage`: the usage event is taken out again.
+    pub injected: bool,
+    /// How many of the prompt's blocks the pick matched (Redis: known at its reply).
+    pub matched: Option<usize>,
+    pub index: Index,
+    /// Set at the response headers: watched (`true`: a 2xx of the endpoint picked, verified at
+    /// the end; `false`: only the usage event is taken out).
+    watch: Option<(Watch, bool)>,
+}
+
+/// The index a shortfall corrects.
+#[derive(Debug)]
+pub enum Index {
+    /// Higress: the chain keys sent (from block `anchor` on) in the route's `keys`.
+    Redis {
+        config: Rc<RouteConfig>,
+        keys: Rc<Keys>,
+        chain: Rc<Vec<String>>,
+        anchor: usize,
+    },
+    /// Plain Envoy: the chain's keys and the positions read and recorded; the route config's
+    /// policy holds the index.
+    Local {
+        keys: Vec<PrefixKey>,
+        window: Vec<usize>,
+    },
+}
+
+impl Expect {
+    pub fn new(prefix_bytes: Vec<u64>, injected: bool, index: Index) -> Expect {
+        Expect {
+            prefix_bytes,
+            injected,
+            matched: None,
+            index,
+            watch: None,
+        }
+    }
+}
+
+/// Adds the usage request to a streamed body that lacks `stream_options` (replacing the
+/// buffered body and its `content-length`); whether it did. A failed write leaves the body as
+/// it was: the stream is then not verified.
+pub fn ask_for_usage(host: &mut dyn Host, body: &[u8]) -> bool {
+    let Streamed::Injected(with_usage) = verify::inject::streamed(body) else {
+        return false;
+    };
+    if host.set_request_body(&with_usage).is_err() {
+        return false;
+    }
+    // Only a body that had a length gets the new one (a chunked request has none).
+    if host
+        .request_header("content-length")
+        .ok()
+        .flatten()
+        .is_some()
+    {
+        let _ = host.set_request_header("content-length", &with_usage.len().to_string());
+    }
+    true
+}
+
+impl Balancer {
+    /// A Redis pick's answer: how deep its chain matched (keys past the anchor block).
+    pub(super) fn verify_picked(&mut self, ctx: u32, depth: u32) {
+        if let Some(e) = self.expects.get_mut(&ctx) {
+            if let Index::Redis { anchor, .. } = e.index {
+                e.matched = Some(if depth == 0 {
+                    0
+                } else {
+                    anchor + depth as usize
+                });
+            }
+        }
+    }
+
+    /// The response headers: watch the body if a decision left an expectation. Verified only
+    /// when the request was routed to an endpoint and the answer is 2xx.
+    pub(super) fn verify_headers(&mut self, host: &mut dyn Host, ctx: u32) {
+        let Some(e) = self.expects.get_mut(&ctx) else {
+            return;
+        };
+        let routed = self
+            .requests
+            .get(&ctx)
+            .and_then(|r| r.describe().0)
+            .is_some();
+        let ok = routed
+            && e.matched.is_some()
+            && host
+                .response_status()
+                .ok()
+                .flatten()
+                .is_some_and(|s| s.len() == 3 && s.first() == Some(&b'2'));
+        if !ok && !e.injected {
+            self.expects.remove(&ctx);
+            return;
+        }
+        e.watch = Some((Watch::new(e.injected), ok));
+    }
+
+    pub(super) fn verify_watching(&self, ctx: u32) -> bool {
+        self.expects.get(&ctx).is_some_and(|e| e.watch.is_some())
+    }
+
+    /// A response body chunk of a watched response; at its end, the verdict.
+    pub(super) fn verify_body(&mut self, host: &mut dyn Host, ctx: u32, size: usize, end: bool) {
+        let Some((watch, _)) = self.expects.get_mut(&ctx).and_then(|e| e.watch.as_mut()) else {
+            return;
+        };
+        let chunk = match host.response_body(0, size) {
+            Ok(c) => c,
+            Err(err) => {
+                self.tel
+                    .log(host, LogLevel::Debug, ctx, format_args!("{err}"));
+                Vec::new()
+            }
+        };
+        if let Some(out) = watch.chunk(&chunk, end) {
+            if let Err(err) = host.set_response_body(&out) {
+                self.tel
+                    .log(host, LogLevel::Warn, ctx, format_args!("{err}"));
+            }
+        }
+        if end {
+            self.verify_end(host, ctx);
+        }
+    }
+
+    /// The response ended (or the stream did, without a last body chunk): compare, count,
+    /// correct.
+    pub(super) fn verify_end(&mut self, host: &mut dyn Host, ctx: u32) {
+        let Some(e) = self.expects.remove(&ctx) else {
+            return;
+        };
+        let Some((watch, true)) = &e.watch else {
+            return;
+        };
+        let endpoint = match self.requests.get(&ctx).and_then(|r| r.describe().0) {
+            Some(ep) => ep.to_string(),
+            None => return,
+        };
+        let Some(usage) = watch.usage() else {
+            self.tel.inc(host, Counter::PrefixVerifyNoUsage);
+            return;
+        };
+        let predicted = Prediction::at(&e.prefix_bytes, e.matched.unwrap_or(0));
+        let tel = &mut self.tel;
+        tel.inc(host, Counter::PrefixVerified);
+        let as_i64 = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        tel.add(
+            host,
+            Counter::PrefixPredictedTokens,
+            as_i64(predicted.tokens),
+        );
+        tel.add(
+            host,
+            Counter::PrefixCachedTokens,
+            as_i64(usage.cached_tokens),
+        );
+        tel.add(
+            host,
+            Counter::PrefixPromptTokens,
+            as_i64(usage.prompt_tokens),
+        );
+        tel.pods
+            .add(host, &endpoint, usage.cached_tokens, usage.prompt_tokens);
+        match verify::judge(predicted, usage.cached_tokens) {
+            Shortfall::None => {}
+            Shortfall::Mild => tel.inc(host, Counter::PrefixShortfallMild),
+            Shortfall::Severe => {
+                tel.inc(host, Counter::PrefixShortfall);
+                tel.log(
+                    host,
+                    LogLevel::Info,
+                    ctx,
+                    format_args!(
+                        "{endpoint} cached {} of the {} tokens predicted: its older prefixes \
+                         stop matching",
+                        usage.cached_tokens, predicted.tokens
+                    ),
+                );
+                self.forget(host, ctx, &endpoint, &e);
+            }
+        }
+    }
+
+    /// A severe shortfall on `endpoint`: its generation is bumped, and this request's prompt
+    /// (which it just computed) re-recorded under the new one.
+    fn forget(&mut self, host: &mut dyn Host, ctx: u32, endpoint: &str, e: &Expect) {
+        match &e.index {
+            Index::Redis {
+                config,
+                keys,
+                chain,
+                ..
+            } => {
+                let sent = self
+                    .redis
+                    .forget(host, &mut self.tel, config, keys, chain, endpoint);
+                if sent {
+                    self.tel.inc(host, Counter::PrefixGenerationBump);
+                }
+            }
+            Index::Local { .. } => {
+                let Some(route) = self.requests.get(&ctx).map(|r| r.route) else {
+                    return;
+                };
+                let Some(r) = self.routes.get_mut(route) else {
+                    return;
+                };
+                if r.policy.forget(host, &self.tel, ctx, endpoint, e) {
+                    self.tel.inc(host, Counter::PrefixGenerationBump);
+                }
+            }
+        }
+    }
+}
