@@ -8,6 +8,7 @@
 mod body_flow;
 mod drive;
 mod events;
+mod expect;
 mod held;
 mod perform;
 mod pick;
@@ -84,7 +85,7 @@ pub struct Balancer {
     queue: Queue,
     /// prefix_cache with `verifyCachedTokens`: each request's expectation, from its decision
     /// to its response's end (verify.rs).
-    expects: IdMap<verify::Expect>,
+    expects: IdMap<expect::Expect>,
 }
 
 impl Balancer {

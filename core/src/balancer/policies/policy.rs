@@ -5,10 +5,10 @@
 
 use super::endpoint_metrics::service::Metrics;
 use crate::balancer::events::{Decision, PromptRead};
+use crate::balancer::expect::Expect;
 use crate::balancer::pick::tenant_capacity;
 use crate::balancer::rng::VmRng;
 use crate::balancer::telemetry::Telemetry;
-use crate::balancer::verify::Expect;
 use crate::config::{Class, Fairness, RouteConfig};
 use crate::host::Host;
 use crate::redis::inflight::InflightKeys;

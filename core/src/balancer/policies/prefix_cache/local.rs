@@ -21,12 +21,12 @@
 
 use super::index::LocalPrefix;
 use crate::balancer::events::{Decision, PromptRead};
+use crate::balancer::expect::{ask_for_usage, Expect, Index};
 use crate::balancer::pick::{class_cap, cost_of};
 use crate::balancer::policies::least_request::{counts, local as least};
 use crate::balancer::policies::policy::{priority_class, Env, Input, Policy};
 use crate::balancer::policies::session;
 use crate::balancer::telemetry::Telemetry;
-use crate::balancer::verify::{ask_for_usage, Expect, Index};
 use crate::config::{PrefixSettings, RouteConfig};
 use crate::host::{Host, LogLevel};
 use crate::prefix::{anchor_of, canonicalize};

@@ -13,7 +13,7 @@ pub mod local;
 use super::least_request;
 use super::policy::{Env, Input, Policy};
 use crate::balancer::events::Decision;
-use crate::balancer::verify::{ask_for_usage, Expect, Index};
+use crate::balancer::expect::{ask_for_usage, Expect, Index};
 use crate::config::{PrefixSettings, RouteConfig};
 use crate::host::{Host, LogLevel};
 use crate::prefix::{anchor_of, canonicalize, prefix_key, Anchor, Canonical};
