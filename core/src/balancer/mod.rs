@@ -386,3 +386,5 @@ mod priority_tests;
 mod queue_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod verify_tests;
