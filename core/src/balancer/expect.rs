@@ -4,7 +4,7 @@
 
 use crate::config::RouteConfig;
 use crate::host::Host;
-use crate::prefix::PrefixKey;
+use crate::prefix::{Api, PrefixKey};
 use crate::redis::scripts::Keys;
 use crate::verify::{self, inject::Streamed, Watch};
 use std::rc::Rc;
@@ -54,10 +54,15 @@ impl Expect {
     }
 }
 
-/// Adds the usage request to a streamed body that lacks `stream_options` (replacing the
-/// buffered body and its `content-length`); whether it did. A failed write leaves the body as
-/// it was: the stream is then not verified.
-pub fn ask_for_usage(host: &mut dyn Host, body: &[u8]) -> bool {
+/// Adds the usage request to a streamed Chat / Completions body that lacks `stream_options`
+/// (replacing the buffered body and its `content-length`); whether it did. Responses and
+/// Anthropic Messages streams end with their usage unasked, and their APIs may refuse a field
+/// they do not define. A failed write leaves the body as it was: the stream is then not
+/// verified.
+pub fn ask_for_usage(host: &mut dyn Host, api: Api, body: &[u8]) -> bool {
+    if !matches!(api, Api::ChatCompletions | Api::Completions) {
+        return false;
+    }
     let Streamed::Injected(with_usage) = verify::inject::streamed(body) else {
         return false;
     };

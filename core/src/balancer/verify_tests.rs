@@ -280,3 +280,21 @@ fn plain_envoy_a_severe_shortfall_forgets_the_pods_older_conversations() {
     assert!(a4.ends_with("prefix_hit"), "{a4}");
     assert_eq!(host.metric("ai_lb.prefix.generation_bumps"), 1);
 }
+
+#[test]
+fn only_chat_and_completions_streams_are_asked_for_usage() {
+    let long = "x".repeat(300);
+    for (body, asked) in [
+        (json!({"model": "m", "stream": true, "prompt": long}), true),
+        (json!({"model": "m", "stream": true, "input": long}), false),
+        (
+            json!({"model": "m", "stream": true, "max_tokens": 5, "system": "s",
+                "messages": [{"role": "user", "content": long}]}),
+            false,
+        ),
+    ] {
+        let (mut host, mut e) = redis_route(json!({}));
+        send(&mut host, &mut e, 2, body.to_string().as_bytes());
+        assert_eq!(host.body_writes, u32::from(asked), "{body}");
+    }
+}

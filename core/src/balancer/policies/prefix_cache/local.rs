@@ -233,7 +233,7 @@ fn read_prompt(
                 .as_ref()
                 .and_then(|s| session::session_id(&*host, s, Some(input.body_bytes))),
             prefix_bytes: canon.prefix_bytes(),
-            injected: settings.verify && ask_for_usage(host, &body),
+            injected: settings.verify && ask_for_usage(host, canon.api, &body),
         }),
         Err(e) => {
             tel.inc(host, Counter::Fallback(Cause::BadRequest));

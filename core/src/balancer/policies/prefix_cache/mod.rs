@@ -59,7 +59,7 @@ fn decide(host: &mut dyn Host, env: Env, input: &Input, settings: &PrefixSetting
         Ok(canon) => {
             let chain = Rc::new(anchored_chain(&canon, settings.anchor, &keys.namespace));
             if settings.verify {
-                let injected = ask_for_usage(host, &body);
+                let injected = ask_for_usage(host, canon.api, &body);
                 let index = Index::Redis {
                     config: input.config.clone(),
                     keys: keys.clone(),
