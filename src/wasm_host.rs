@@ -51,6 +51,13 @@ impl Host for WasmHost {
         })
     }
 
+    fn response_header_bytes(&self, name: &str) -> HostResult<Option<Vec<u8>>> {
+        // SAFETY: as above.
+        fetch("get_header", |p, l| unsafe {
+            proxy_get_header_map_value(RESPONSE_HEADERS, name.as_ptr(), name.len(), p, l)
+        })
+    }
+
     fn remove_request_header(&mut self, name: &str) -> HostResult<()> {
         // SAFETY: pointer/length of a live &str.
         check("remove_header", unsafe {

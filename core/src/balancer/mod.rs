@@ -32,7 +32,7 @@ use crate::id_map::IdMap;
 use crate::redis::inflight::InflightKeys;
 use crate::redis::scripts::Keys;
 use body_flow::BodyFlow;
-use pick::{Pick, PickReply};
+use pick::Pick;
 use policies::endpoint_metrics::Metrics;
 use policies::Policy;
 use queue::Queue;
@@ -319,8 +319,8 @@ impl Balancer {
             return;
         };
         let alive = self.requests.get(&ctx).is_some_and(|r| r.awaits(token));
-        if let (true, PickReply::Picked { depth, .. }) = (alive, &reply) {
-            self.verify_picked(ctx, *depth);
+        if alive {
+            self.verify_picked(ctx, &reply);
         }
         if alive && host.set_effective_context(ctx).is_ok() {
             self.resumed(host, ctx, Event::PickReply(reply));

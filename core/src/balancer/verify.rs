@@ -7,20 +7,33 @@
 //! fails the request: every host call that fails is logged and the verification dropped.
 
 use super::expect::{Expect, Index};
+use super::pick::PickReply;
 use super::Balancer;
 use crate::host::{Host, LogLevel};
+use crate::redis::scripts::SessionState;
 use crate::stats::Counter;
 use crate::verify::{self, Prediction, Shortfall, Watch};
 
 impl Balancer {
-    /// A Redis pick's answer: how deep its chain matched (keys past the anchor block).
-    pub(super) fn verify_picked(&mut self, ctx: u32, depth: u32) {
+    /// A Redis pick's answer: how deep its chain matched (keys past the anchor block) on the
+    /// endpoint it chose. A spill or a session's pod is not the matched one: nothing predicted.
+    pub(super) fn verify_picked(&mut self, ctx: u32, reply: &PickReply) {
+        let PickReply::Picked {
+            depth,
+            spilled,
+            session,
+            ..
+        } = reply
+        else {
+            return;
+        };
+        let elsewhere = *spilled || matches!(session, SessionState::Kept | SessionState::Rebound);
         if let Some(e) = self.expects.get_mut(&ctx) {
             if let Index::Redis { anchor, .. } = e.index {
-                e.matched = Some(if depth == 0 {
-                    0
-                } else {
-                    anchor + depth as usize
+                e.matched = Some(match *depth {
+                    0 => 0,
+                    _ if elsewhere => 0,
+                    d => anchor + d as usize,
                 });
             }
         }
@@ -44,11 +57,14 @@ impl Balancer {
                 .ok()
                 .flatten()
                 .is_some_and(|s| s.len() == 3 && s.first() == Some(&b'2'));
-        if !ok && !e.injected {
+        // The usage event is taken out of an uncompressed event stream only: anything else
+        // would be held back looking for an event's end that never comes.
+        let edit = e.injected && plain_event_stream(host);
+        if !ok && !edit {
             self.expects.remove(&ctx);
             return;
         }
-        e.watch = Some((Watch::new(e.injected), ok));
+        e.watch = Some((Watch::new(edit), ok));
     }
 
     pub(super) fn verify_watching(&self, ctx: u32) -> bool {
@@ -167,4 +183,12 @@ impl Balancer {
             }
         }
     }
+}
+
+/// Whether the response is a server-sent event stream without a content encoding.
+fn plain_event_stream(host: &dyn Host) -> bool {
+    let header = |name: &str| host.response_header_bytes(name).ok().flatten();
+    let sse = header("content-type").is_some_and(|t| t.starts_with(b"text/event-stream"));
+    let encoded = header("content-encoding").is_some_and(|c| !c.eq_ignore_ascii_case(b"identity"));
+    sse && !encoded
 }

@@ -70,7 +70,24 @@ fn respond(
     status: &str,
     chunks: &[&str],
 ) -> String {
-    host.response_headers = vec![(":status".into(), status.into())];
+    respond_with(host, e, ctx, &[(":status", status)], chunks)
+}
+
+/// An event stream's 200.
+const SSE: &[(&str, &str)] = &[(":status", "200"), ("content-type", "text/event-stream")];
+
+/// [`respond`] with these response headers.
+fn respond_with(
+    host: &mut MockHost,
+    e: &mut Balancer,
+    ctx: u32,
+    headers: &[(&str, &str)],
+    chunks: &[&str],
+) -> String {
+    host.response_headers = headers
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     let mut wants = e.on_response_headers(host, ctx);
     let mut client = Vec::new();
     for (i, c) in chunks.iter().enumerate() {
@@ -110,7 +127,7 @@ fn a_stream_is_asked_for_usage_and_the_client_never_sees_it() {
     picked(&mut host, &mut e, t, "10.0.0.2:80", 1);
     let usage = usage_event(460, 448);
     let (a, b) = usage.split_at(40);
-    let client = respond(&mut host, &mut e, 2, "200", &[TOKEN, a, b, DONE]);
+    let client = respond_with(&mut host, &mut e, 2, SSE, &[TOKEN, a, b, DONE]);
     assert_eq!(
         client,
         format!("{TOKEN}{DONE}"),
@@ -141,7 +158,7 @@ fn a_client_that_asked_for_usage_gets_its_stream_untouched() {
     assert_eq!(host.body_writes, 0);
     picked(&mut host, &mut e, t, "10.0.0.1:80", 0);
     let usage = usage_event(460, 0);
-    let client = respond(&mut host, &mut e, 2, "200", &[TOKEN, &usage, DONE]);
+    let client = respond_with(&mut host, &mut e, 2, SSE, &[TOKEN, &usage, DONE]);
     assert_eq!(client, format!("{TOKEN}{usage}{DONE}"));
     assert_eq!(
         host.metric("ai_lb.prefix.verified"),
@@ -149,6 +166,47 @@ fn a_client_that_asked_for_usage_gets_its_stream_untouched() {
         "a miss predicts nothing"
     );
     assert_eq!(host.metric("ai_lb.prefix.shortfall"), 0);
+}
+
+#[test]
+fn a_compressed_or_non_sse_answer_is_never_edited() {
+    let usage = usage_event(460, 448);
+    for headers in [
+        &[
+            (":status", "200"),
+            ("content-type", "text/event-stream"),
+            ("content-encoding", "gzip"),
+        ][..],
+        &[(":status", "200"), ("content-type", "application/json")],
+    ] {
+        let (mut host, mut e) = redis_route(json!({}));
+        let t = send(&mut host, &mut e, 2, &chat(Some(true), None, &["q"]));
+        assert_eq!(host.body_writes, 1);
+        picked(&mut host, &mut e, t, "10.0.0.2:80", 1);
+        let (a, b) = TOKEN.split_at(9);
+        let client = respond_with(&mut host, &mut e, 2, headers, &[a, b, &usage, DONE]);
+        assert_eq!(client, format!("{TOKEN}{usage}{DONE}"), "{headers:?}");
+        assert_eq!(host.metric("ai_lb.prefix.verified"), 1, "still read");
+    }
+}
+
+#[test]
+fn a_spilled_or_session_pick_predicts_nothing() {
+    for (spilled, session) in [("1", "0"), ("0", "1")] {
+        let (mut host, mut e) = redis_route(json!({}));
+        let t = send(&mut host, &mut e, 2, &chat(None, None, &["q", "r"]));
+        let reply = encode_command(&["OK", "10.0.0.1:80", "2", spilled, session, "0"]);
+        deliver(&mut host, &mut e, t, &reply);
+        let json = r#"{"usage":{"prompt_tokens":900,"prompt_tokens_details":{"cached_tokens":0}}}"#;
+        respond(&mut host, &mut e, 2, "200", &[json]);
+        assert_eq!(host.metric("ai_lb.prefix.verified"), 1);
+        assert_eq!(host.metric("ai_lb.prefix.predicted_tokens"), 0);
+        assert_eq!(
+            host.metric("ai_lb.prefix.shortfall"),
+            0,
+            "spilled {spilled}"
+        );
+    }
 }
 
 #[test]

@@ -174,6 +174,14 @@ impl Host for MockHost {
             .map(|(_, v)| v.clone().into_bytes()))
     }
 
+    fn response_header_bytes(&self, name: &str) -> HostResult<Option<Vec<u8>>> {
+        Ok(self
+            .response_headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone().into_bytes()))
+    }
+
     fn add_response_header(&mut self, name: &str, value: &str) -> HostResult<()> {
         self.response_headers.push((name.into(), value.into()));
         Ok(())
