@@ -79,9 +79,16 @@ impl Balancer {
         let chunk = match host.response_body(0, size) {
             Ok(c) => c,
             Err(err) => {
-                self.tel
-                    .log(host, LogLevel::Debug, ctx, format_args!("{err}"));
-                Vec::new()
+                // Never write a chunk that could not be read: stop watching (an event held
+                // back, if any, is lost; the rest of the stream passes as it is).
+                self.tel.log(
+                    host,
+                    LogLevel::Warn,
+                    ctx,
+                    format_args!("{err}: not verified"),
+                );
+                self.expects.remove(&ctx);
+                return;
             }
         };
         if let Some(out) = watch.chunk(&chunk, end) {

@@ -191,6 +191,19 @@ fn a_compressed_or_non_sse_answer_is_never_edited() {
 }
 
 #[test]
+fn an_unreadable_chunk_is_never_written() {
+    let (mut host, mut e) = redis_route(json!({}));
+    let t = send(&mut host, &mut e, 2, &chat(Some(true), None, &["q"]));
+    picked(&mut host, &mut e, t, "10.0.0.2:80", 1);
+    host.response_body_status = Some(crate::host::HostErrorKind::InternalFailure);
+    let usage = usage_event(460, 448);
+    let client = respond_with(&mut host, &mut e, 2, SSE, &[TOKEN, &usage, DONE]);
+    assert_eq!(client, format!("{TOKEN}{usage}{DONE}"), "passed as it is");
+    assert_eq!(host.metric("ai_lb.prefix.verified"), 0);
+    assert_eq!(e.expects.len(), 0);
+}
+
+#[test]
 fn a_spilled_or_session_pick_predicts_nothing() {
     for (spilled, session) in [("1", "0"), ("0", "1")] {
         let (mut host, mut e) = redis_route(json!({}));

@@ -20,6 +20,8 @@ pub struct MockHost {
     pub response_body: Vec<u8>,
     /// Request-body replacements made, in order.
     pub body_writes: u32,
+    /// Makes every response-body read fail with this error.
+    pub response_body_status: Option<HostErrorKind>,
     /// Pairs buffer `proxy_get_upstream_hosts` returns.
     pub hosts: Vec<u8>,
     pub hosts_status: Option<HostErrorKind>,
@@ -198,6 +200,9 @@ impl Host for MockHost {
     }
 
     fn response_body(&self, start: usize, len: usize) -> HostResult<Vec<u8>> {
+        if let Some(kind) = self.response_body_status {
+            return Err(HostError::new("response_body", kind));
+        }
         Ok(self
             .response_body
             .iter()
