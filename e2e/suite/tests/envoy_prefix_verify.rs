@@ -84,6 +84,17 @@ fn envoy_a_stream_is_verified_without_its_client_seeing_the_usage() {
     );
     assert!(envoy.stat("ai_lb.prefix.cached_tokens") > 0);
     assert_eq!(envoy.stat("ai_lb.prefix.shortfall"), 0);
+    // The per-pod pair, named after the pod's address: the one that served the conversation.
+    let per_pod: Vec<i64> = bed
+        .pod_addrs()
+        .iter()
+        .map(|a| envoy.stat(&format!("ai_lb.prefix.verified.{a}.prompt_tokens")))
+        .collect();
+    assert_eq!(per_pod.iter().filter(|&&n| n > 0).count(), 1, "{per_pod:?}");
+    assert_eq!(
+        per_pod.iter().sum::<i64>(),
+        envoy.stat("ai_lb.prefix.prompt_tokens")
+    );
 }
 
 #[test]

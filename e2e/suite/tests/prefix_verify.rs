@@ -169,6 +169,12 @@ fn a_stream_is_verified_without_its_client_seeing_the_usage() {
         "the stream's usage was read"
     );
     assert!(gw.stat("ai_lb.prefix.cached_tokens") > 0);
+    let per_pod: i64 = bed
+        .pod_addrs()
+        .iter()
+        .map(|a| gw.stat(&format!("ai_lb.prefix.verified.{a}.cached_tokens")))
+        .sum();
+    assert_eq!(per_pod, gw.stat("ai_lb.prefix.cached_tokens"), "per pod");
     // A client that asked for usage gets its usage event.
     body["stream_options"] = json!({"include_usage": true});
     let (_, _, text) = send(&gw, &chat_with(&body, 3));
