@@ -44,6 +44,11 @@ pub fn streamed(body: &[u8]) -> Streamed {
     if body.get(open) != Some(&b'{') {
         return Streamed::Malformed;
     }
+    // Most requests are not streamed: no second parse of their body (the canonicaliser
+    // read it already) unless it names `stream` at all.
+    if !body.windows(8).any(|w| w == b"\"stream\"") {
+        return Streamed::No;
+    }
     let Ok(head) = serde_json::from_slice::<Head>(body) else {
         return Streamed::Malformed;
     };
