@@ -197,10 +197,11 @@ pub extern "C" fn proxy_on_response_headers(id: u32, _headers: usize, _eos: u32)
     CONTINUE
 }
 
-/// cluster_metrics times the first response-body chunk (its TTFT); nothing is held.
+/// cluster_metrics times the first response-body chunk (its TTFT); prefix_cache reads a
+/// verified response's usage and may rewrite the chunk (its usage event out); nothing is held.
 #[no_mangle]
-pub extern "C" fn proxy_on_response_body(id: u32, _body_size: usize, _eos: u32) -> u32 {
-    with_balancer(id, |b, h| b.on_response_body(h, id));
+pub extern "C" fn proxy_on_response_body(id: u32, body_size: usize, eos: u32) -> u32 {
+    with_balancer(id, |b, h| b.on_response_body(h, id, body_size, eos != 0));
     CONTINUE
 }
 

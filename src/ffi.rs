@@ -46,6 +46,13 @@ extern "C" {
         out: *mut *mut u8,
         out_len: *mut usize,
     ) -> u32;
+    pub fn proxy_set_buffer_bytes(
+        kind: u32,
+        start: usize,
+        size: usize,
+        value: *const u8,
+        value_len: usize,
+    ) -> u32;
     pub fn proxy_continue_stream(stream: u32) -> u32;
     pub fn proxy_send_local_response(
         status: u32,
@@ -120,6 +127,7 @@ pub const REQUEST_HEADERS: u32 = 0;
 pub const RESPONSE_HEADERS: u32 = 2;
 pub const HTTP_CALL_RESPONSE_HEADERS: u32 = 6;
 pub const REQUEST_BODY: u32 = 0;
+pub const RESPONSE_BODY: u32 = 1;
 pub const HTTP_CALL_RESPONSE_BODY: u32 = 4;
 const PLUGIN_CONFIGURATION: u32 = 7;
 #[cfg(not(feature = "envoy"))]

@@ -51,6 +51,13 @@ impl Host for WasmHost {
         })
     }
 
+    fn response_header_bytes(&self, name: &str) -> HostResult<Option<Vec<u8>>> {
+        // SAFETY: as above.
+        fetch("get_header", |p, l| unsafe {
+            proxy_get_header_map_value(RESPONSE_HEADERS, name.as_ptr(), name.len(), p, l)
+        })
+    }
+
     fn remove_request_header(&mut self, name: &str) -> HostResult<()> {
         // SAFETY: pointer/length of a live &str.
         check("remove_header", unsafe {
@@ -90,6 +97,29 @@ impl Host for WasmHost {
             proxy_get_buffer_bytes(REQUEST_BODY, start, len, p, l)
         })?
         .unwrap_or_default())
+    }
+
+    fn set_request_body(&mut self, body: &[u8]) -> HostResult<()> {
+        // SAFETY: pointer/length of a live slice. Start 0 with a size past the end replaces
+        // the whole buffered body (Envoy's and the emulator's rule).
+        check("set_request_body", unsafe {
+            proxy_set_buffer_bytes(REQUEST_BODY, 0, usize::MAX >> 1, body.as_ptr(), body.len())
+        })
+    }
+
+    fn response_body(&self, start: usize, len: usize) -> HostResult<Vec<u8>> {
+        // SAFETY: as for the request body.
+        Ok(fetch("get_response_body", |p, l| unsafe {
+            proxy_get_buffer_bytes(RESPONSE_BODY, start, len, p, l)
+        })?
+        .unwrap_or_default())
+    }
+
+    fn set_response_body(&mut self, body: &[u8]) -> HostResult<()> {
+        // SAFETY: as above; in a response-body callback the buffer is the current chunk.
+        check("set_response_body", unsafe {
+            proxy_set_buffer_bytes(RESPONSE_BODY, 0, usize::MAX >> 1, body.as_ptr(), body.len())
+        })
     }
 
     fn resume_request(&mut self) -> HostResult<()> {

@@ -20,3 +20,4 @@ pub mod reason;
 pub mod redis;
 pub mod stats;
 pub mod upstream;
+pub mod verify;

@@ -74,6 +74,26 @@ pub enum Counter {
     /// prefix_cache, plain Envoy with scraped metrics: the request's endpoint (known or
     /// hashed) was saturated by its scraped metrics and passed by (docs/redis-data-model.md §9).
     PrefixSaturated,
+    /// prefix_cache: a 2xx response's usage reported its cached tokens (docs/redis-data-model.md
+    /// §5 "Engine-verified keys").
+    PrefixVerified,
+    /// prefix_cache: a 2xx response ended without a readable usage report (no usage, garbage,
+    /// a client's own `stream_options`, a reset): nothing verified.
+    PrefixVerifyNoUsage,
+    /// prefix_cache, verified responses: the tokens the picks predicted the pods held (added).
+    PrefixPredictedTokens,
+    /// prefix_cache, verified responses: the tokens the engines reported cached (added).
+    PrefixCachedTokens,
+    /// prefix_cache, verified responses: their prompt tokens (added): cached ÷ prompt is the
+    /// verified hit rate.
+    PrefixPromptTokens,
+    /// prefix_cache: an engine cached more than a block less than predicted, but at least half.
+    PrefixShortfallMild,
+    /// prefix_cache: an engine cached under half the predicted prefix: the pod lost cache.
+    PrefixShortfall,
+    /// prefix_cache: a pod's generation was bumped after a shortfall: its older index entries
+    /// stop matching.
+    PrefixGenerationBump,
     /// endpoint_metrics: a metrics text was parsed (per scrape or host-text change, never per request).
     MetricsParsed,
     /// endpoint_metrics: `rate_limit` moved a pick to another endpoint.
@@ -137,7 +157,7 @@ pub enum Counter {
     PoolFull,
 }
 
-const FIXED: [(Counter, &str); 45] = [
+const FIXED: [(Counter, &str); 53] = [
     (Counter::RedisCalls, "ai_lb.redis.calls"),
     (Counter::RedisErrors, "ai_lb.redis.errors"),
     (Counter::RedisTimeouts, "ai_lb.redis.timeouts"),
@@ -158,6 +178,20 @@ const FIXED: [(Counter, &str); 45] = [
     (Counter::PrefixIndexReset, "ai_lb.prefix.index_reset"),
     (Counter::PrefixIndexFailed, "ai_lb.prefix.index_failed"),
     (Counter::PrefixSaturated, "ai_lb.prefix.saturated"),
+    (Counter::PrefixVerified, "ai_lb.prefix.verified"),
+    (Counter::PrefixVerifyNoUsage, "ai_lb.prefix.verify_no_usage"),
+    (
+        Counter::PrefixPredictedTokens,
+        "ai_lb.prefix.predicted_tokens",
+    ),
+    (Counter::PrefixCachedTokens, "ai_lb.prefix.cached_tokens"),
+    (Counter::PrefixPromptTokens, "ai_lb.prefix.prompt_tokens"),
+    (Counter::PrefixShortfallMild, "ai_lb.prefix.shortfall_mild"),
+    (Counter::PrefixShortfall, "ai_lb.prefix.shortfall"),
+    (
+        Counter::PrefixGenerationBump,
+        "ai_lb.prefix.generation_bumps",
+    ),
     (Counter::MetricsParsed, "ai_lb.metrics.parsed"),
     (Counter::MetricsRateLimited, "ai_lb.metrics.rate_limited"),
     (Counter::ScrapeOk, "ai_lb.metrics.scrape_ok"),
@@ -214,6 +248,49 @@ const FIXED: [(Counter, &str); 45] = [
     (Counter::TenantFallback, "ai_lb.tenant.fallback"),
     (Counter::PoolFull, "ai_lb.pool.full"),
 ];
+
+/// The most pods given their own verified counters per VM: the names are made from the
+/// endpoint's address at its first verified response, and a pod fleet churning for weeks must
+/// not grow the host's stats without bound. Pods past it are in the totals only.
+pub const MAX_POD_COUNTERS: usize = 256;
+
+/// Per-pod verified counters, defined at a pod's first verified response:
+/// `ai_lb.prefix.verified.<ip:port>.cached_tokens` and `.prompt_tokens` (their ratio is the
+/// pod's verified hit rate).
+#[derive(Debug, Default)]
+pub struct PodStats {
+    ids: std::collections::HashMap<String, [Option<u32>; 2]>,
+}
+
+impl PodStats {
+    /// The two counter names of `endpoint`.
+    pub fn names(endpoint: &str) -> [String; 2] {
+        [
+            format!("ai_lb.prefix.verified.{endpoint}.cached_tokens"),
+            format!("ai_lb.prefix.verified.{endpoint}.prompt_tokens"),
+        ]
+    }
+
+    /// Adds one verified response of `endpoint`.
+    pub fn add(&mut self, host: &mut dyn Host, endpoint: &str, cached: u64, prompt: u64) {
+        if !self.ids.contains_key(endpoint) {
+            if self.ids.len() >= MAX_POD_COUNTERS {
+                return;
+            }
+            let ids = Self::names(endpoint)
+                .map(|name| host.define_metric(MetricType::Counter, &name).ok());
+            self.ids.insert(endpoint.to_string(), ids);
+        }
+        let Some(ids) = self.ids.get(endpoint) else {
+            return;
+        };
+        for (id, n) in ids.iter().zip([cached, prompt]) {
+            if let Some(id) = id {
+                let _ = host.increment_metric(*id, i64::try_from(n).unwrap_or(i64::MAX));
+            }
+        }
+    }
+}
 
 /// Metric ids in the order of [`Stats::names`].
 #[derive(Debug, Default)]

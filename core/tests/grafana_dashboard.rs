@@ -41,6 +41,10 @@ fn every_panel_query_names_a_counter_the_plugin_defines() {
     ] {
         assert!(used.contains(&format!("ai_lb_{policy}_routed")), "{policy}");
     }
+    // The verified hit rate: what the engines say they had cached, of the prompts sent.
+    for n in ["ai_lb_prefix_cached_tokens", "ai_lb_prefix_prompt_tokens"] {
+        assert!(used.contains(n), "{n}");
+    }
 }
 
 #[test]

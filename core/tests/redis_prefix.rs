@@ -303,3 +303,73 @@ fn it_runs_on_a_redis_cluster_node() {
     assert!(matches!(c.cmd(&["GET", &t[0]]), Value::Bulk(Some(_))));
     px.release(&mut c, "r", &p.endpoint);
 }
+
+/// Engine-verified keys (docs/redis-data-model.md §5): after a pod's generation bump its older
+/// keys are unknown, the bumping request's chain matches again at the new generation, and
+/// the pick writes new keys at the pod's current generation.
+#[test]
+fn it_ignores_keys_of_an_older_generation_and_rewrites_the_bumping_chain() {
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    let px = Px::new(&["a:1"]);
+    px.sync(&mut c);
+    let forget = |c: &mut Conn, chain: &[String], now: u64| -> Vec<i64> {
+        let q = scripts::forget_call(&px.keys, chain, "a:1", 1800, now);
+        match c.cmd_raw(&q) {
+            Value::Array(Some(v)) => v.iter().map(|x| x.as_i64().unwrap()).collect(),
+            other => panic!("{other:?}"),
+        }
+    };
+    let old = px.chain(turn("other sys", &["an old conversation"]));
+    let p = px.pick(&mut c, "r1", &old);
+    px.release(&mut c, "r1", &p.endpoint);
+    assert_eq!(
+        c.cmd(&["GET", &old[1]]).as_str(),
+        Some("a:1"),
+        "generation 0: the pod alone"
+    );
+    let t1 = px.chain(turn("sys", &["verified"]));
+    let p = px.pick(&mut c, "r2", &t1);
+    px.release(&mut c, "r2", &p.endpoint);
+    // The engine answered r2 with a severe shortfall: the pod restarted.
+    assert_eq!(forget(&mut c, &t1, 10_000), vec![1, 1]);
+    for key in &t1 {
+        assert_eq!(c.cmd(&["GET", key]).as_str(), Some("a:1#1"));
+    }
+    let next = px.chain(turn("other sys", &["an old conversation", "more"]));
+    assert_eq!(
+        px.pick(&mut c, "r3", &next).depth,
+        0,
+        "the old generation's keys are unknown"
+    );
+    px.release(&mut c, "r3", "a:1");
+    assert_eq!(
+        c.cmd(&["GET", next.last().unwrap()]).as_str(),
+        Some("a:1#1"),
+        "written at the current generation"
+    );
+    let t2 = px.chain(turn("sys", &["verified", "next turn"]));
+    assert_eq!(
+        px.pick(&mut c, "r4", &t2).depth,
+        t1.len() as u32,
+        "the re-written chain matches"
+    );
+    px.release(&mut c, "r4", "a:1");
+    // The other requests in flight on the restarted pod come back short too: within the
+    // interval they re-write their chains without a second bump.
+    let t3 = px.chain(turn("sys", &["in flight"]));
+    assert_eq!(forget(&mut c, &t3, 10_000 + 100), vec![0, 1]);
+    assert_eq!(c.cmd(&["GET", &t3[0]]).as_str(), Some("a:1#1"));
+    assert_eq!(px.pick(&mut c, "r5", &t2).depth, t2.len() as u32);
+    px.release(&mut c, "r5", "a:1");
+    assert_eq!(
+        forget(&mut c, &t3, 10_000 + scripts::FORGET_INTERVAL_MS)[0],
+        1,
+        "a later shortfall bumps again"
+    );
+    assert_eq!(
+        px.pick(&mut c, "r6", &t2).depth,
+        1,
+        "only the system prompt the bumping chain shares is known now"
+    );
+}

@@ -59,6 +59,7 @@ fn schema_type_of(rust: &str) -> Option<(&'static str, Option<&'static str>)> {
     Some(match inner {
         "u64" | "u32" | "u16" => ("integer", None),
         "f64" => ("number", None),
+        "bool" => ("boolean", None),
         "String" => ("string", None),
         "Vec<String>" => ("array", Some("string")),
         "std::collections::BTreeMap<String,f64>" => ("object", Some("number")),

@@ -212,7 +212,7 @@ fn statistics_are_shared_by_every_worker_of_a_proxy() {
     // A stream that answered well gives its count back at its end, not at its worker's next
     // write: held there, the other worker would see its service busy and steer around it.
     respond(&mut host2, &mut vm2, 2, "200");
-    vm2.on_response_body(&mut host2, 2);
+    vm2.on_response_body(&mut host2, 2, 0, false);
     end(&mut host2, &mut vm2, 2);
     assert_eq!(
         table(&host).stats().iter().map(|s| s.ongoing).sum::<i64>(),
@@ -246,11 +246,11 @@ fn ttft_is_recorded_at_the_first_body_chunk_and_total_latency_at_the_end() {
     );
     host.now_ms = t0 + 300;
     assert!(
-        !e.on_response_body(&mut host, 2),
+        !e.on_response_body(&mut host, 2, 0, false),
         "later chunks do not matter"
     );
     host.now_ms = t0 + 400;
-    e.on_response_body(&mut host, 2);
+    e.on_response_body(&mut host, 2, 0, false);
     let s = stats(&host, &svc);
     assert!(
         s.ttft.is_empty() && s.ewma_ttft.is_none(),
@@ -278,7 +278,7 @@ fn a_held_ttft_sample_is_written_by_the_workers_next_decision_which_sees_it() {
     let slow = send(&mut host, &mut e, 2, &[]).unwrap();
     respond(&mut host, &mut e, 2, "200");
     host.now_ms = t0 + 300;
-    e.on_response_body(&mut host, 2);
+    e.on_response_body(&mut host, 2, 0, false);
     assert!(stats(&host, &slow).ttft.is_empty());
     // The next decision writes the sample in its own compare-and-swap, after reading it: the
     // measured service (mean 300) loses to the unmeasured ones (mean 0).
@@ -306,11 +306,11 @@ fn a_worker_holding_32_samples_writes_them_at_once() {
     };
     for ctx in 2..33 {
         respond(&mut host, &mut e, ctx, "200");
-        e.on_response_body(&mut host, ctx);
+        e.on_response_body(&mut host, ctx, 0, false);
     }
     assert_eq!(measured(&host), 0, "31 samples are held");
     respond(&mut host, &mut e, 33, "200");
-    e.on_response_body(&mut host, 33);
+    e.on_response_body(&mut host, 33, 0, false);
     let mut services = picks.clone();
     services.sort();
     services.dedup();
@@ -331,7 +331,7 @@ fn errors_are_penalised_and_the_service_cools_down() {
     let bad = send(&mut host, &mut e, 2, &[]).unwrap();
     host.now_ms = t0 + 50;
     respond(&mut host, &mut e, 2, "503");
-    e.on_response_body(&mut host, 2);
+    e.on_response_body(&mut host, 2, 0, false);
     host.now_ms = t0 + 60;
     end(&mut host, &mut e, 2);
     let s = stats(&host, &bad);
@@ -399,7 +399,7 @@ fn shared_data_failure_still_routes_and_holds_nothing() {
     let got = send(&mut host, &mut e, 2, &[]).unwrap();
     assert!([A, B, C].contains(&got.as_str()));
     assert_eq!(host.metric("ai_lb.cluster_metrics.stats_failed"), 1);
-    e.on_response_body(&mut host, 2);
+    e.on_response_body(&mut host, 2, 0, false);
     end(&mut host, &mut e, 2);
     assert_eq!(host.metric("ai_lb.release.failed"), 0, "nothing was held");
     assert_eq!(e.tracked(), (0, 0));
@@ -670,10 +670,10 @@ fn a_routed_cluster_request_lives_in_the_request_machine_until_its_end() {
         "the glue learns it at once"
     );
     host.now_ms = t0 + 40;
-    e.on_response_body(&mut host, 2);
+    e.on_response_body(&mut host, 2, 0, false);
     assert!(!e.wants_response_body(2), "only the first chunk matters");
     host.now_ms = t0 + 90;
-    e.on_response_body(&mut host, 2);
+    e.on_response_body(&mut host, 2, 0, false);
     host.now_ms = t0 + 100;
     end(&mut host, &mut e, 2);
     end(&mut host, &mut e, 2); // on_log then on_done: given back once

@@ -71,6 +71,10 @@ pub struct PromptRead {
     pub session: Option<Vec<u8>>,
     /// The prompt's token estimates (the token gate's, prefix/tokens.rs).
     pub tokens: PromptTokens,
+    /// `Canonical::prefix_bytes` (the engine-verified index's prediction, verify.rs).
+    pub prefix_bytes: Vec<u64>,
+    /// The plugin asked the stream for its usage (`verifyCachedTokens`, verify.rs).
+    pub injected: bool,
 }
 
 /// What a routed request holds until its stream ends.

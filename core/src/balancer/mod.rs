@@ -8,6 +8,7 @@
 mod body_flow;
 mod drive;
 mod events;
+mod expect;
 mod held;
 mod perform;
 mod pick;
@@ -19,6 +20,7 @@ pub mod request;
 mod rng;
 mod shared;
 mod telemetry;
+mod verify;
 pub(crate) mod waiters;
 
 pub use queue::WAIT_RANK;
@@ -81,6 +83,9 @@ pub struct Balancer {
     /// Plain Envoy: whether the host delivers a held request's body (body_flow.rs).
     body: BodyFlow,
     queue: Queue,
+    /// prefix_cache with `verifyCachedTokens`: each request's expectation, from its decision
+    /// to its response's end (verify.rs).
+    expects: IdMap<expect::Expect>,
 }
 
 impl Balancer {
@@ -114,6 +119,7 @@ impl Balancer {
             rng: VmRng::new(seed),
             body: BodyFlow::default(),
             queue: Queue::default(),
+            expects: IdMap::default(),
         };
         // Every route with a Redis target: the endpoint policies', and cluster_metrics' global
         // in-flight count.
@@ -241,29 +247,48 @@ impl Balancer {
     /// [`Balancer::wants_response_body`]), so the glue asks once.
     pub fn on_response_headers(&mut self, host: &mut dyn Host, ctx: u32) -> bool {
         self.response_headers(host, ctx);
+        self.verify_headers(host, ctx);
         self.wants_response_body(ctx)
     }
 
     /// Whether stream `ctx`'s next response body chunk matters (cluster_metrics before its
-    /// first byte): the glue skips the others without calling in.
+    /// first byte, a prefix_cache response being verified): the glue skips the others
+    /// without calling in.
     pub fn wants_response_body(&self, ctx: u32) -> bool {
-        self.requests
-            .get(&ctx)
-            .is_some_and(Request::wants_response_body)
+        self.verify_watching(ctx)
+            || self
+                .requests
+                .get(&ctx)
+                .is_some_and(Request::wants_response_body)
     }
 
-    /// A response body chunk: cluster_metrics records its time to the first one. Never holds
-    /// the response (the glue answers Continue). Whether later chunks still matter.
-    pub fn on_response_body(&mut self, host: &mut dyn Host, ctx: u32) -> bool {
-        if self.wants_response_body(ctx) {
+    /// A response body chunk of `size` bytes (the last when `end_of_stream`):
+    /// cluster_metrics records its time to the first one; a verified prefix_cache response
+    /// keeps its tail and may have its usage event taken out (verify.rs). Never holds the
+    /// response (the glue answers Continue). Whether later chunks still matter.
+    pub fn on_response_body(
+        &mut self,
+        host: &mut dyn Host,
+        ctx: u32,
+        size: usize,
+        end_of_stream: bool,
+    ) -> bool {
+        if self
+            .requests
+            .get(&ctx)
+            .is_some_and(Request::wants_response_body)
+        {
             self.drive(host, ctx, Event::ResponseBody);
         }
+        self.verify_body(host, ctx, size, end_of_stream);
         self.wants_response_body(ctx)
     }
 
     /// Stream end, whatever ended it: give back what was acquired, exactly once.
     pub fn on_done(&mut self, host: &mut dyn Host, ctx: u32) {
         self.body.forget(ctx);
+        // A response that ended without a last body chunk (reset, trailers) still counts.
+        self.verify_end(host, ctx);
         let Some(mut req) = self.requests.remove(&ctx) else {
             return;
         };
@@ -298,6 +323,9 @@ impl Balancer {
             return;
         };
         let alive = self.requests.get(&ctx).is_some_and(|r| r.awaits(token));
+        if alive {
+            self.verify_picked(ctx, &reply);
+        }
         if alive && host.set_effective_context(ctx).is_ok() {
             self.resumed(host, ctx, Event::PickReply(reply));
             self.serve_queue(host);
@@ -363,3 +391,5 @@ mod priority_tests;
 mod queue_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod verify_tests;

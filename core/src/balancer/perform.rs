@@ -228,12 +228,18 @@ impl Balancer {
                 .as_ref()
                 .and_then(|k| self.redis.synced(&k.namespace)),
         };
+        let mut expect = None;
         let env = Env {
             tel: &mut self.tel,
             rng: &mut self.rng,
             metrics: &mut self.metrics,
+            expect: &mut expect,
         };
         let route = self.routes.get_mut(req.route)?;
-        Some(route.policy.decide(host, env, &input))
+        let decision = route.policy.decide(host, env, &input);
+        if let Some(e) = expect {
+            self.expects.insert(ctx, e);
+        }
+        Some(decision)
     }
 }

@@ -63,6 +63,8 @@ enum Op {
     ScriptLoad,
     /// A waiting-queue entry written or removed (fire-and-forget).
     Waiter,
+    /// A pod's prefix generation bumped (fire-and-forget, prefix_forget.lua).
+    Forget,
 }
 
 /// A pick's reply, for the balancer to route to its request (or its orphan).
@@ -202,6 +204,31 @@ impl RedisClient {
         }
     }
 
+    /// prefix_cache, after a severe shortfall on `endpoint`: bump its generation and re-write
+    /// `chain` at the new one (docs/redis-data-model.md §5). Fire-and-forget: one that cannot
+    /// be sent (counted as a Redis error) leaves the index as it was. Whether it was sent.
+    pub fn forget(
+        &mut self,
+        host: &mut dyn Host,
+        tel: &mut Telemetry,
+        config: &Rc<RouteConfig>,
+        keys: &Keys,
+        chain: &[String],
+        endpoint: &str,
+    ) -> bool {
+        let PolicyConfig::PrefixCache(settings) = &config.policy else {
+            return false;
+        };
+        let query = scripts::forget_call(keys, chain, endpoint, settings.ttl_s, host.now_ms());
+        match self.call(host, tel, config, &query) {
+            Ok(token) => {
+                self.pending.insert(token, Op::Forget);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     /// A callback arrived: a pick's answer is returned; releases and script loads end here.
     pub fn on_reply(
         &mut self,
@@ -232,7 +259,7 @@ impl RedisClient {
                 self.on_release_reply(host, tel, rel, reply);
                 None
             }
-            Op::ScriptLoad | Op::Waiter => {
+            Op::ScriptLoad | Op::Waiter | Op::Forget => {
                 if reply.is_err() {
                     tel.inc(host, crate::stats::Counter::RedisErrors);
                 }

@@ -4,7 +4,7 @@
 
 use crate::host::{Host, LogLevel};
 use crate::reason::Cause;
-use crate::stats::{Counter, Stats};
+use crate::stats::{Counter, PodStats, Stats};
 use std::collections::HashMap;
 use std::fmt;
 
@@ -17,6 +17,8 @@ pub struct Telemetry {
     last_warn: HashMap<Cause, u64>,
     /// When [`Telemetry::redis_refused`] last warned.
     last_refused: Option<u64>,
+    /// prefix_cache's per-pod verified counters, defined as pods are verified.
+    pub pods: PodStats,
 }
 
 impl Telemetry {
@@ -26,6 +28,7 @@ impl Telemetry {
             level,
             last_warn: HashMap::new(),
             last_refused: None,
+            pods: PodStats::default(),
         }
     }
 

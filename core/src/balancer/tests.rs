@@ -36,7 +36,9 @@ fn setup(extra: &str) -> (MockHost, Balancer) {
 pub(super) fn configured(mut host: MockHost, config: PluginConfig) -> (MockHost, Balancer) {
     let mut engine = Balancer::configure(&mut host, config, 42, LogLevel::Trace);
     let loads = host.redis_calls.len();
-    assert_eq!(loads, Scripts::new().all().len());
+    let scripts = Scripts::new();
+    let (endpoint, prefix) = (scripts.all().len(), scripts.for_route(false, true).len());
+    assert!(loads == endpoint || loads == prefix, "{loads} script loads");
     for n in 0..loads as u32 {
         let sha = b"$40\r\n0123456789012345678901234567890123456789\r\n";
         deliver(&mut host, &mut engine, 7 + 4 * n, sha);
@@ -529,25 +531,27 @@ fn prefix_sends_the_chain_as_keys() {
     let args = host.last_query_args();
     assert_eq!(args[1], Scripts::new().prefix_acquire.sha);
     assert_eq!(
-        args[2], "10",
-        "load, leases, members, prefill, booked, rates + the user message's key (the system \
-         prompt's alone is not sent: prefixAnchor conversation) + wait, tenants, seen"
+        args[2], "11",
+        "load, leases, members, prefill, booked, rates, generations + the user message's key \
+         (the system prompt's alone is not sent: prefixAnchor conversation) + wait, tenants, \
+         seen"
     );
     let ns = "ailb:{chat|outbound|8000||llm.static}:";
     assert_eq!(
-        args[6..9],
+        args[6..10],
         [
             format!("{ns}prefill"),
             format!("{ns}prefill_booked"),
-            format!("{ns}prefill_rate")
+            format!("{ns}prefill_rate"),
+            format!("{ns}gen")
         ]
     );
-    for key in &args[9..10] {
+    for key in &args[10..11] {
         assert!(key.starts_with(&format!("{ns}px:")), "{key}");
         assert_eq!(key.len(), ns.len() + "px:".len() + 16);
     }
     assert_eq!(
-        args[21..24],
+        args[22..25],
         ["1800", "8", "1.5"],
         "ttl and imbalance thresholds"
     );
@@ -555,10 +559,10 @@ fn prefix_sends_the_chain_as_keys() {
     // the end of the user message's block.
     let canon = crate::prefix::canonicalize(body, &Default::default()).unwrap();
     let tokens = (canon.blocks().map(<[u8]>::len).sum::<usize>() / 4).to_string();
-    assert_eq!(args[30..35], [tokens.as_str(), "0", "5000", "16000", "1"]);
-    assert_eq!(args[35], tokens, "the user message's block ends the prompt");
+    assert_eq!(args[31..36], [tokens.as_str(), "0", "5000", "16000", "1"]);
+    assert_eq!(args[36], tokens, "the user message's block ends the prompt");
     assert_eq!(
-        args[36..],
+        args[37..],
         ["10.0.0.1:80", "10.0.0.2:80"],
         "then the healthy set"
     );
@@ -580,11 +584,13 @@ fn prefix_sends_the_chain_as_keys() {
     // fill a batch: nothing is sent yet.
     let calls = host.redis_calls.len();
     host.now_ms += 250;
-    assert!(
-        !e.on_response_body(&mut host, 2),
-        "later chunks do not matter"
+    e.on_response_body(&mut host, 2, 10, false);
+    e.on_response_body(&mut host, 2, 10, false);
+    assert_eq!(
+        host.redis_calls.len(),
+        calls,
+        "the first bytes wait for their batch"
     );
-    assert_eq!(host.redis_calls.len(), calls);
     host.now_ms += MAX_WAIT_MS;
     end(&mut host, &mut e, 2);
     let release = host.query_args(calls);
@@ -638,10 +644,10 @@ fn first_bytes_go_in_batches_or_by_the_tick() {
             .collect::<Vec<_>>()
     };
     for &ctx in &ctxs[..8] {
-        e.on_response_body(&mut host, ctx);
+        e.on_response_body(&mut host, ctx, 10, false);
     }
     assert_eq!(sent(&host), [8], "a full batch goes at once");
-    e.on_response_body(&mut host, ctxs[8]);
+    e.on_response_body(&mut host, ctxs[8], 10, false);
     e.on_tick(&mut host);
     assert_eq!(sent(&host), [8], "the ninth has not waited yet");
     host.now_ms += MAX_WAIT_MS;
@@ -651,7 +657,8 @@ fn first_bytes_go_in_batches_or_by_the_tick() {
         [8, 1],
         "the tick sends it, its stream still running"
     );
-    assert!(!e.on_response_body(&mut host, ctxs[8]) && sent(&host).len() == 2);
+    e.on_response_body(&mut host, ctxs[8], 10, false);
+    assert_eq!(sent(&host).len(), 2, "a stream's first bytes are sent once");
 }
 
 #[test]

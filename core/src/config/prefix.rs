@@ -27,6 +27,7 @@ pub const PREFIX_KEYS: &[&str] = &[
     "affinityThreshold",
     "maxTTFTPenaltyMs",
     "peakPrefillThroughput",
+    "verifyCachedTokens",
 ];
 
 /// The keys that turn on the plain-Envoy metrics guard: the scraper's and the saturation
@@ -58,6 +59,9 @@ pub struct PrefixSettings {
     pub guard: Option<Rc<MetricsConfig>>,
     /// Sticky until saturated: the token-aware gate (config/gate.rs).
     pub gate: TokenGate,
+    /// Compare the engines' `cached_tokens` with each pick's predicted prefix and correct the
+    /// index (`verifyCachedTokens`, both builds; docs/redis-data-model.md §5).
+    pub verify: bool,
 }
 
 const DEFAULT_TTL_S: i64 = 1800;
@@ -159,6 +163,9 @@ impl TryFrom<(In<'_, '_, RawLbConfig>, usize)> for PrefixSettings {
         };
         let guard = guard(raw, r, i.build)?.map(Rc::new);
         let gate = TokenGate::read(raw, r)?;
+        let verify = r
+            .own("verifyCachedTokens", &raw.verify_cached_tokens)?
+            .unwrap_or(true);
         Ok(PrefixSettings {
             ttl_s,
             canon: CanonConfig {
@@ -172,6 +179,7 @@ impl TryFrom<(In<'_, '_, RawLbConfig>, usize)> for PrefixSettings {
             anchor,
             guard,
             gate,
+            verify,
         })
     }
 }
@@ -287,5 +295,16 @@ mod tests {
             let e = envoy(lb).unwrap_err();
             assert!(e.to_string().contains(want), "{e}");
         }
+    }
+
+    #[test]
+    fn verify_cached_tokens_is_on_unless_turned_off() {
+        assert!(envoy(json!({})).unwrap().verify);
+        assert!(!envoy(json!({"verifyCachedTokens": false})).unwrap().verify);
+        let e = envoy(json!({"verifyCachedTokens": "no"})).unwrap_err();
+        assert!(
+            e.to_string().contains("verifyCachedTokens: wrong type"),
+            "{e}"
+        );
     }
 }

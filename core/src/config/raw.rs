@@ -166,6 +166,7 @@ raw_object! {
         affinity_threshold: Own<f64> = "affinityThreshold",
         max_ttft_penalty_ms: Own<u64> = "maxTTFTPenaltyMs",
         peak_prefill_throughput: Own<u64> = "peakPrefillThroughput",
+        verify_cached_tokens: Own<bool> = "verifyCachedTokens",
         // Ours: endpoint_metrics.
         metrics_source: Own<String> = "metricsSource",
         host_list_cache_ms: Own<u64> = "hostListCacheMs",

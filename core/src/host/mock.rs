@@ -16,6 +16,12 @@ pub struct MockHost {
     pub request_headers: Vec<(String, String)>,
     pub response_headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// The current response body chunk (what a response-body callback reads and replaces).
+    pub response_body: Vec<u8>,
+    /// Request-body replacements made, in order.
+    pub body_writes: u32,
+    /// Makes every response-body read fail with this error.
+    pub response_body_status: Option<HostErrorKind>,
     /// Pairs buffer `proxy_get_upstream_hosts` returns.
     pub hosts: Vec<u8>,
     pub hosts_status: Option<HostErrorKind>,
@@ -175,6 +181,14 @@ impl Host for MockHost {
             .map(|(_, v)| v.clone().into_bytes()))
     }
 
+    fn response_header_bytes(&self, name: &str) -> HostResult<Option<Vec<u8>>> {
+        Ok(self
+            .response_headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone().into_bytes()))
+    }
+
     fn add_response_header(&mut self, name: &str, value: &str) -> HostResult<()> {
         self.response_headers.push((name.into(), value.into()));
         Ok(())
@@ -182,6 +196,30 @@ impl Host for MockHost {
 
     fn request_body(&self, start: usize, len: usize) -> HostResult<Vec<u8>> {
         Ok(self.body.iter().skip(start).take(len).copied().collect())
+    }
+
+    fn set_request_body(&mut self, body: &[u8]) -> HostResult<()> {
+        self.body = body.to_vec();
+        self.body_writes += 1;
+        Ok(())
+    }
+
+    fn response_body(&self, start: usize, len: usize) -> HostResult<Vec<u8>> {
+        if let Some(kind) = self.response_body_status {
+            return Err(HostError::new("response_body", kind));
+        }
+        Ok(self
+            .response_body
+            .iter()
+            .skip(start)
+            .take(len)
+            .copied()
+            .collect())
+    }
+
+    fn set_response_body(&mut self, body: &[u8]) -> HostResult<()> {
+        self.response_body = body.to_vec();
+        Ok(())
     }
 
     fn resume_request(&mut self) -> HostResult<()> {

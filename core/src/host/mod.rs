@@ -99,6 +99,29 @@ pub trait Host {
     /// read, so the host names it itself (`src/wasm_host.rs` says why).
     fn response_status(&self) -> HostResult<Option<Vec<u8>>>;
     fn request_body(&self, start: usize, len: usize) -> HostResult<Vec<u8>>;
+    /// In the response phases: a response header's raw bytes (prefix_cache reads
+    /// `content-type` and `content-encoding` before it edits a stream, balancer/verify.rs).
+    fn response_header_bytes(&self, _name: &str) -> HostResult<Option<Vec<u8>>> {
+        Err(HostError::new("get_header", HostErrorKind::Unsupported))
+    }
+    /// Replaces the buffered request body (prefix_cache's `include_usage`, core/src/verify/inject.rs).
+    fn set_request_body(&mut self, _body: &[u8]) -> HostResult<()> {
+        Err(HostError::new(
+            "set_request_body",
+            HostErrorKind::Unsupported,
+        ))
+    }
+    /// In a response-body callback: bytes of the current chunk.
+    fn response_body(&self, _start: usize, _len: usize) -> HostResult<Vec<u8>> {
+        Err(HostError::new("response_body", HostErrorKind::Unsupported))
+    }
+    /// In a response-body callback: replaces the current chunk.
+    fn set_response_body(&mut self, _body: &[u8]) -> HostResult<()> {
+        Err(HostError::new(
+            "set_response_body",
+            HostErrorKind::Unsupported,
+        ))
+    }
     fn resume_request(&mut self) -> HostResult<()>;
     /// `headers` ride along besides `content-type: text/plain` (e.g. `retry-after`).
     fn send_local_response(

@@ -76,6 +76,16 @@ pub fn endpoint_tag(address: &str) -> u32 {
     (h ^ (h >> 32)) as u32
 }
 
+/// The tag of `address` at generation `gen` (docs/redis-data-model.md §9 "Engine-verified
+/// keys"): generation 0 is [`endpoint_tag`], a later one the tag of `address#gen`, so a bump
+/// leaves every entry written at an older generation naming no endpoint.
+pub fn generation_tag(address: &str, gen: u64) -> u32 {
+    match gen {
+        0 => endpoint_tag(address),
+        g => endpoint_tag(&format!("{address}#{g}")),
+    }
+}
+
 /// A record did not decode as written by [`Shard`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Corrupt;

@@ -50,6 +50,8 @@ pub const SERVICE_ACQUIRE: &str = concat!(
     include_str!("scripts/service_lease.lua"),
     include_str!("scripts/service_acquire.lua")
 );
+/// prefix_cache's engine-verified keys: a pod's generation bump (docs/redis-data-model.md §5).
+pub const PREFIX_FORGET: &str = include_str!("scripts/prefix_forget.lua");
 /// endpoint_metrics sessions with Redis (Higress build): keep, or bind anew, in one call.
 pub const SESSION_BIND: &str = include_str!("scripts/session_bind.lua");
 pub const SERVICE_RELEASE: &str = concat!(
@@ -119,6 +121,8 @@ pub struct Keys {
     pub members: String,
     /// The waiting queue's waiters of every gateway (docs/redis-data-model.md §12).
     pub wait: String,
+    /// prefix_cache: each pod's generation (hash; docs/redis-data-model.md §5).
+    pub gen: String,
     /// Tenant fairness (docs/redis-data-model.md §11): tenant -> in-flight cost (hash), and
     /// tenant -> its last request (zset).
     pub tenants: String,
@@ -146,6 +150,7 @@ impl Keys {
             prefill: format!("{namespace}:prefill"),
             booked: format!("{namespace}:prefill_booked"),
             rates: format!("{namespace}:prefill_rate"),
+            gen: format!("{namespace}:gen"),
             namespace,
         }
     }
@@ -307,7 +312,7 @@ pub fn pick_call(
     let script = match prefix {
         None => &scripts.acquire,
         Some(p) => {
-            all_keys.extend([keys.prefill.as_str(), &keys.booked, &keys.rates]);
+            all_keys.extend([keys.prefill.as_str(), &keys.booked, &keys.rates, &keys.gen]);
             all_keys.extend(p.chain.keys.iter().map(String::as_str));
             &scripts.prefix_acquire
         }
@@ -328,6 +333,38 @@ pub fn pick_call(
 /// `<request id>~<tenant id>` as the first part for a tenant's request (lease.lua).
 pub fn lease_member(request_id: &str, endpoint: &str, cost: u64, tenant: Option<&str>) -> String {
     format!("{}|{endpoint}|{cost}", lease_id(request_id, tenant))
+}
+
+/// The least time between two generation bumps of one pod (prefix_forget.lua).
+pub const FORGET_INTERVAL_MS: u64 = 5_000;
+
+/// `EVAL` of prefix_forget.lua: `endpoint`'s generation bumped, `chain` re-written at the new
+/// one. Sent as EVAL (text, not SHA): it is rare, and a lost script needs no second round.
+pub fn forget_call(
+    keys: &Keys,
+    chain: &[String],
+    endpoint: &str,
+    ttl_s: u64,
+    now_ms: u64,
+) -> Vec<u8> {
+    let mut all_keys: Vec<&str> = vec![&keys.gen];
+    all_keys.extend(chain.iter().map(String::as_str));
+    let (ttl, now, interval) = (
+        ttl_s.to_string(),
+        now_ms.to_string(),
+        FORGET_INTERVAL_MS.to_string(),
+    );
+    let forget = Script {
+        text: PREFIX_FORGET,
+        sha: String::new(),
+    };
+    let args: [&[u8]; 4] = [
+        endpoint.as_bytes(),
+        ttl.as_bytes(),
+        now.as_bytes(),
+        interval.as_bytes(),
+    ];
+    call(&forget, false, &all_keys, &args)
 }
 
 /// `booked`: the leases may hold prefill bookings (prefix_cache), given back with them.

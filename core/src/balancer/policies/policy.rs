@@ -5,6 +5,7 @@
 
 use super::endpoint_metrics::service::Metrics;
 use crate::balancer::events::{Decision, PromptRead};
+use crate::balancer::expect::Expect;
 use crate::balancer::pick::tenant_capacity;
 use crate::balancer::rng::VmRng;
 use crate::balancer::telemetry::Telemetry;
@@ -36,6 +37,21 @@ pub struct Input<'a> {
 /// A route's policy, with whatever state it keeps (built once per route config).
 pub trait Policy {
     fn decide(&mut self, host: &mut dyn Host, env: Env, input: &Input) -> Decision;
+
+    /// The engine behind `endpoint` cached far less than this policy's index predicted for
+    /// request `ctx` (`expect`): make the index forget what it holds for that endpoint,
+    /// except this request's prompt (plain-Envoy prefix_cache; the Redis index is corrected
+    /// by the balancer's script call). Whether a generation was bumped.
+    fn forget(
+        &mut self,
+        _host: &mut dyn Host,
+        _tel: &Telemetry,
+        _ctx: u32,
+        _endpoint: &str,
+        _expect: &Expect,
+    ) -> bool {
+        false
+    }
 }
 
 /// What every policy may use besides the host: the VM's counters and randomness, and its one
@@ -44,6 +60,9 @@ pub struct Env<'a> {
     pub tel: &'a mut Telemetry,
     pub rng: &'a mut VmRng,
     pub metrics: &'a mut Metrics,
+    /// prefix_cache with `verifyCachedTokens`: what its response is to be verified against
+    /// (balancer/verify.rs).
+    pub expect: &'a mut Option<Expect>,
 }
 
 /// The request's priority class (None when the route has no `priorityHeader`); a value

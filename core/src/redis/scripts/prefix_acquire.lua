@@ -3,7 +3,8 @@
 -- uncached prompt tokens on the endpoint until its first bytes (docs/redis-data-model.md §13).
 -- KEYS[1] load, KEYS[2] leases, KEYS[3] members (as in glr_acquire.lua)
 -- KEYS[4] prefill zset, KEYS[5] booked hash, KEYS[6] rates hash (§13)
--- KEYS[7..] the prompt's chained prefix keys, shortest prefix first (computed by the plugin),
+-- KEYS[7] the pods' generations (hash, prefix_forget.lua; §5)
+-- KEYS[8..] the prompt's chained prefix keys, shortest prefix first (computed by the plugin),
 -- then, only when ARGV[12] > 0, the session key (as in glr_acquire.lua), then the wait zset,
 -- the tenants hash and the seen zset (as in glr_acquire.lua; always sent).
 -- ARGV[1..8] as in glr_acquire.lua
@@ -25,7 +26,7 @@ local prefill, booked, rates = KEYS[4], KEYS[5], KEYS[6]
 local tenants, seen = KEYS[#KEYS - 1], KEYS[#KEYS]
 local now = tonumber(ARGV[1])
 local session_ttl = tonumber(ARGV[12])
-local n = #KEYS - 9
+local n = #KEYS - 10
 if session_ttl > 0 then n = n - 1 end
 
 if #ARGV > 22 + n then
@@ -41,13 +42,31 @@ local tenant, window = ARGV[14], tonumber(ARGV[16])
 -- Deepest first, in two reads: a conversation's next turn matches all but its newest blocks,
 -- so the last few keys usually answer; the rest are read only when they do not.
 local skey = KEYS[#KEYS - 3]
+-- A key's value is its pod (generation 0) or `<pod>#<generation>`; a key written at an older
+-- generation than the pod's current one is unknown: the pod lost that cache since
+-- (docs/redis-data-model.md §5 "Engine-verified keys"). One HGET per distinct pod read.
+local gens, gen_of = KEYS[7], {}
+local function gen(ep)
+  local g = gen_of[ep]
+  if g == nil then
+    g = tonumber(redis.call('HGET', gens, ep)) or 0
+    gen_of[ep] = g
+  end
+  return g
+end
+local function owner(v)
+  local ep, g = string.match(v, '^(.*)#(%d+)$')
+  if ep then return ep, tonumber(g) end
+  return v, 0
+end
 local depth, matched, matched_load = 0, nil, nil
 local function scan(lo, hi)
   if hi < lo then return false end
-  local owners = redis.call('MGET', unpack(KEYS, 6 + lo, 6 + hi))
+  local owners = redis.call('MGET', unpack(KEYS, 7 + lo, 7 + hi))
   for i = hi, lo, -1 do
-    local ep = owners[i - lo + 1]
-    if ep then
+    local ep, g = nil, 0
+    if owners[i - lo + 1] then ep, g = owner(owners[i - lo + 1]) end
+    if ep and g == gen(ep) then
       local score = redis.call('ZSCORE', load, ep)
       if score then
         depth, matched, matched_load = i, ep, tonumber(score)
@@ -140,13 +159,15 @@ end
 
 local ttl = tonumber(ARGV[9])
 if depth > 0 then
-  redis.call('EXPIRE', KEYS[6 + depth], ttl)
+  redis.call('EXPIRE', KEYS[7 + depth], ttl)
 end
 -- The chosen endpoint will hold the whole prompt: the keys past the match point to it, so this
 -- conversation's next turn follows it. After a spill the shorter, shared keys stay where they
 -- were: moving them would herd every conversation sharing that prefix onto the new endpoint.
+local stamp = pick
+if depth < n and gen(pick) > 0 then stamp = pick .. '#' .. gen(pick) end
 for i = depth + 1, n do
-  redis.call('SET', KEYS[6 + i], pick, 'EX', ttl)
+  redis.call('SET', KEYS[7 + i], stamp, 'EX', ttl)
 end
 local before = take(load, leases, pick, ARGV[4], now + tonumber(ARGV[2]),
   lease_id(ARGV[3], tenant))

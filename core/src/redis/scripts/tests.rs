@@ -139,11 +139,14 @@ fn session_calls_carry_the_key_last_and_the_ttl_before_the_list() {
         gate: crate::config::TokenGate::default(),
     };
     let px = words(pick_call(&s, true, &k, &args, Some(&prefix)));
-    assert_eq!(px[2], "11");
-    assert_eq!(&px[6..9], [k.prefill.as_str(), &k.booked, &k.rates]);
-    assert_eq!(&px[9..11], [chain.keys[0].as_str(), key.as_str()]);
+    assert_eq!(px[2], "12");
     assert_eq!(
-        &px[22..],
+        &px[6..10],
+        [k.prefill.as_str(), &k.booked, &k.rates, &k.gen]
+    );
+    assert_eq!(&px[10..12], [chain.keys[0].as_str(), key.as_str()]);
+    assert_eq!(
+        &px[23..],
         [
             "30", "4", "2", "60", "0", "", "0", "1", "-1", // as glr, then the gate:
             "150", "0", "5000", "16000", "1", "120", "a:1"

@@ -67,6 +67,8 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input, ring: Option<&Ring>)
                             anchor: 0,
                             session: Some(id),
                             tokens: Default::default(),
+                            prefix_bytes: Vec::new(),
+                            injected: false,
                         })
                     });
                     Decision::Refused { rejection, read }

@@ -22,8 +22,13 @@ pub struct LocalPrefix {
     base: String,
     layout: Layout,
     pub ring: Ring,
-    /// Each endpoint's tag in index entries, by position in the route's `endpoints`.
+    /// The route's `endpoints`.
+    addresses: Rc<Vec<String>>,
+    /// Each endpoint's tag at generation 0, by position in the route's `endpoints`.
     tags: Vec<u32>,
+    /// Shared-data name of the endpoints' generations (`<ip:port> <generation>` lines, and
+    /// `<ip:port>@ms <when last bumped>`): absent until a first bump.
+    gen_key: String,
     pub counts_key: Rc<str>,
     ttl_ms: u64,
     /// CHWBL's bound, and the hit guard: both from `affinityMaxImbalanceRatio` (factor) and
@@ -37,6 +42,10 @@ pub struct Known {
     pub depth: usize,
     pub endpoint: usize,
 }
+
+/// The least time between two generation bumps of one endpoint, as in Redis: the requests in
+/// flight on a restarted pod all come back short, and the first bump is enough.
+pub const FORGET_INTERVAL_MS: u64 = crate::redis::scripts::FORGET_INTERVAL_MS;
 
 impl LocalPrefix {
     /// `position`: the config's place among the plugin's route configs (global first), so each
@@ -54,6 +63,8 @@ impl LocalPrefix {
             hash::fnv1a(hash::FNV_OFFSET, identity.as_bytes())
         );
         LocalPrefix {
+            gen_key: format!("{base}.gen"),
+            addresses: config.endpoints.clone(),
             base,
             layout,
             ring: Ring::new(&config.endpoints),
@@ -73,6 +84,75 @@ impl LocalPrefix {
 }
 
 impl LocalPrefix {
+    /// Each endpoint's tag now, by position: its generation's (one shared-data read; the
+    /// generation-0 tags while no endpoint was ever bumped).
+    pub fn tags(&self, host: &dyn Host) -> Vec<u32> {
+        let Ok(Some((bytes, _))) = host.shared_get(&self.gen_key) else {
+            return self.tags.clone();
+        };
+        let gens = shared::decode_counts(&bytes);
+        self.addresses
+            .iter()
+            .zip(&self.tags)
+            .map(|(a, &t)| match gens.get(a) {
+                Some(&g) if g > 0 => local_index::generation_tag(a, g),
+                _ => t,
+            })
+            .collect()
+    }
+
+    /// A severe shortfall on `endpoint` (docs/redis-data-model.md §9): its generation is
+    /// bumped (unless it was within [`FORGET_INTERVAL_MS`]), so its older entries name no
+    /// endpoint, and this request's keys (`keys` at `window`) are recorded at the new one.
+    /// Whether it bumped.
+    #[allow(clippy::too_many_arguments)] // one call site; a struct would only rename them
+    pub fn forget(
+        &self,
+        host: &mut dyn Host,
+        tel: &Telemetry,
+        ctx: u32,
+        endpoint: &str,
+        keys: &[PrefixKey],
+        window: &[usize],
+        now: u64,
+    ) -> bool {
+        let Some(at) = self.addresses.iter().position(|a| a == endpoint) else {
+            return false;
+        };
+        let when = format!("{endpoint}@ms");
+        let bumped = shared::update(host, &self.gen_key, |cur| {
+            let mut gens = shared::decode_counts(cur.as_deref().unwrap_or_default());
+            // Endpoints no longer in the list are dropped: the record stays small.
+            gens.retain(|k, _| {
+                let a = k.strip_suffix("@ms").unwrap_or(k);
+                self.addresses.iter().any(|e| e == a)
+            });
+            let last = gens.get(&when).copied();
+            let bump = last.is_none_or(|t| now.saturating_sub(t) >= FORGET_INTERVAL_MS);
+            if bump {
+                *gens.entry(endpoint.to_string()).or_insert(0) += 1;
+                gens.insert(when.clone(), now);
+            }
+            (shared::encode_counts(&gens), bump)
+        });
+        let bumped = match bumped {
+            Ok(b) => b,
+            Err(e) => {
+                tel.inc(host, Counter::PrefixIndexFailed);
+                tel.log(
+                    host,
+                    LogLevel::Debug,
+                    ctx,
+                    format_args!("{}: {e}", self.gen_key),
+                );
+                return false;
+            }
+        };
+        let tags = self.tags(host);
+        self.record(host, tel, ctx, keys, window, None, at, now, &tags);
+        bumped
+    }
+
     /// The deepest key of `window` the index maps to a current endpoint. Each record is read
     /// once; one that does not decode is passed over here and reset by the next write.
     pub fn lookup(
@@ -81,6 +161,7 @@ impl LocalPrefix {
         keys: &[PrefixKey],
         window: &[usize],
         now: u64,
+        tags: &[u32],
     ) -> Option<Known> {
         let mut records: Vec<(u32, Option<Vec<u8>>)> = Vec::new();
         for &depth in window {
@@ -101,19 +182,12 @@ impl LocalPrefix {
                 continue;
             };
             if let Ok(Some(tag)) = Shard::lookup(bytes, key, now) {
-                if let Some(endpoint) = self.endpoint_of(tag) {
+                if let Some(endpoint) = endpoint_of(tags, tag) {
                     return Some(Known { depth, endpoint });
                 }
             }
         }
         None
-    }
-
-    /// The current endpoint with this tag; none when no endpoint (or, improbably, two) has it.
-    fn endpoint_of(&self, tag: u32) -> Option<usize> {
-        let mut found = self.tags.iter().enumerate().filter(|(_, t)| **t == tag);
-        let (first, _) = found.next()?;
-        found.next().is_none().then_some(first)
     }
 
     /// Where the request goes, by the loads (`costMode` units) it is about to join with `cost`.
@@ -215,8 +289,9 @@ impl LocalPrefix {
         known: Option<Known>,
         endpoint: usize,
         now: u64,
+        tags: &[u32],
     ) {
-        let Some(&tag) = self.tags.get(endpoint) else {
+        let Some(&tag) = tags.get(endpoint) else {
             return;
         };
         let expires = now.saturating_add(self.ttl_ms);
@@ -272,4 +347,12 @@ impl LocalPrefix {
             }
         }
     }
+}
+
+/// The current endpoint with this tag (`tags` by position); none when no endpoint (or,
+/// improbably, two) has it.
+fn endpoint_of(tags: &[u32], tag: u32) -> Option<usize> {
+    let mut found = tags.iter().enumerate().filter(|(_, t)| **t == tag);
+    let (first, _) = found.next()?;
+    found.next().is_none().then_some(first)
 }

@@ -22,6 +22,7 @@
 use super::gate::{self, Verdict};
 use super::index::LocalPrefix;
 use crate::balancer::events::{Decision, PromptRead};
+use crate::balancer::expect::{ask_for_usage, Expect, Index};
 use crate::balancer::pick::{class_cap, cost_of, Booking};
 use crate::balancer::policies::least_request::{counts, local as least};
 use crate::balancer::policies::policy::{priority_class, Env, Input, Policy};
@@ -63,6 +64,22 @@ impl Policy for LocalPrefixCache {
     fn decide(&mut self, host: &mut dyn Host, env: Env, input: &Input) -> Decision {
         decide(host, env, input, &self.settings, &self.state)
     }
+
+    fn forget(
+        &mut self,
+        host: &mut dyn Host,
+        tel: &Telemetry,
+        ctx: u32,
+        endpoint: &str,
+        expect: &Expect,
+    ) -> bool {
+        let Index::Local { keys, window } = &expect.index else {
+            return false;
+        };
+        let now = host.now_ms();
+        self.state
+            .forget(host, tel, ctx, endpoint, keys, window, now)
+    }
 }
 
 fn decide(
@@ -93,7 +110,8 @@ fn decide(
     let home = u64::from_le_bytes(home);
     let window = window(keys.len(), at);
     let now = host.now_ms();
-    let known = state.lookup(host, keys, &window, now);
+    let tags = state.tags(host);
+    let known = state.lookup(host, keys, &window, now, &tags);
     let hot = match &settings.guard {
         Some(mc) => env.metrics.saturated(host, input.config, mc),
         None => Vec::new(),
@@ -189,7 +207,26 @@ fn decide(
                 Reason::SessionRebound => env.tel.inc(host, Counter::SessionRebound),
                 _ => {}
             }
-            state.record(host, env.tel, input.ctx, keys, &window, known, chosen, now);
+            state.record(
+                host, env.tel, input.ctx, keys, &window, known, chosen, now, &tags,
+            );
+            if settings.verify && !read.prefix_bytes.is_empty() {
+                let mut expect = Expect::new(
+                    read.prefix_bytes.clone(),
+                    read.injected,
+                    Index::Local {
+                        keys: keys.clone(),
+                        window: window.clone(),
+                    },
+                );
+                // A known prefix ends at its key's block; an unknown one predicts nothing.
+                expect.matched = Some(
+                    known
+                        .filter(|k| k.endpoint == chosen)
+                        .map_or(0, |k| k.depth + 1),
+                );
+                *env.expect = Some(expect);
+            }
             let fallbacks = state
                 .ring
                 .walk(home)
@@ -241,6 +278,8 @@ fn read_prompt(
                 .as_ref()
                 .and_then(|s| session::session_id(&*host, s, Some(input.body_bytes))),
             tokens: PromptTokens::of(&canon, input.body_bytes),
+            prefix_bytes: canon.prefix_bytes(),
+            injected: settings.verify && ask_for_usage(host, canon.api, &body),
         }),
         Err(e) => {
             tel.inc(host, Counter::Fallback(Cause::BadRequest));

@@ -14,6 +14,7 @@ pub mod local;
 use super::least_request;
 use super::policy::{Env, Input, Policy};
 use crate::balancer::events::Decision;
+use crate::balancer::expect::{ask_for_usage, Expect, Index};
 use crate::config::{PrefixSettings, RouteConfig};
 use crate::host::{Host, LogLevel};
 use crate::prefix::{anchor_of, canonicalize, prefix_key, Anchor, Canonical, PromptTokens};
@@ -59,8 +60,18 @@ fn decide(host: &mut dyn Host, env: Env, input: &Input, settings: &PrefixSetting
     match canonicalize(&body, &settings.canon) {
         Ok(canon) => {
             let chain = anchored_chain(&canon, settings.anchor, &keys.namespace);
-            let chain = with_tokens(chain, &canon, input.body_bytes);
-            least_request::acquire(host, env, input, Some(Rc::new(chain)))
+            let chain = Rc::new(with_tokens(chain, &canon, input.body_bytes));
+            if settings.verify {
+                let injected = ask_for_usage(host, canon.api, &body);
+                let index = Index::Redis {
+                    config: input.config.clone(),
+                    keys: keys.clone(),
+                    chain: chain.clone(),
+                    anchor: anchor_of(canon.blocks(), settings.anchor),
+                };
+                *env.expect = Some(Expect::new(canon.prefix_bytes(), injected, index));
+            }
+            least_request::acquire(host, env, input, Some(chain))
         }
         Err(e) => {
             env.tel.inc(host, Counter::Fallback(Cause::BadRequest));

@@ -5,8 +5,12 @@
 //! answering with fewer than half that many cached tokens was the wrong pod for it. The normal
 //! rate is the flushed pod's share of such answers before the flush; the figure is the number
 //! of requests the pod received after the flush until a window of 20 of them is back within 5
-//! points of that rate. Today's plugin learns nothing from `cached_tokens`, so the figure is
-//! what re-routing and the pod's own re-caching give.
+//! points of that rate. The plugin reads each answer's `cached_tokens` (`verifyCachedTokens`,
+//! on by default; docs/redis-data-model.md §5 "Engine-verified keys"): the first answers of
+//! the flushed pod that come back with under half their predicted prefix bump its generation,
+//! so its older prefix keys stop matching and its conversations are placed afresh. The figure
+//! is therefore about the requests already in flight at the flush, plus those that reached
+//! the pod before the first short answer returned.
 
 use super::run::Run;
 use ailb_e2e::trace::replay::Record;

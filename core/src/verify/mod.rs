@@ -1,0 +1,169 @@
+//! The engine-verified prefix index (docs/redis-data-model.md §5 "Engine-verified keys", §9):
+//! engines tell every client how much of its prompt they had cached
+//! (`usage.prompt_tokens_details.cached_tokens`), so a prefix_cache route reads that number at
+//! the end of a 2xx response ([`usage`]), asks for it on a stream that did not
+//! ([`inject`], taken out again by [`sse`]), and compares it with the prefix its pick
+//! predicted the pod holds ([`judge`]). A severe shortfall means the pod lost cache the index
+//! thought it had (eviction, restart): the balancer bumps that pod's generation so its older
+//! index entries stop matching. Pure: the balancer (`balancer/verify.rs`) does the host calls.
+
+pub mod inject;
+pub mod sse;
+pub mod usage;
+
+use crate::config::BYTES_PER_TOKEN;
+pub use usage::Usage;
+
+/// What the pick predicted, in approximate tokens (bytes / [`BYTES_PER_TOKEN`], as the chain
+/// knows its blocks' sizes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Prediction {
+    /// The matched prefix: the pod is thought to hold this much of the prompt (0: a miss).
+    pub tokens: u64,
+    /// The same prefix without its deepest block.
+    pub tokens_but_last: u64,
+}
+
+impl Prediction {
+    /// The prediction of a match on the prompt's first `blocks` blocks, whose sizes are
+    /// `prefix_bytes` (`prefix_bytes[n]`: the bytes of the first `n` blocks,
+    /// `Canonical::prefix_bytes`).
+    pub fn at(prefix_bytes: &[u64], blocks: usize) -> Prediction {
+        if blocks == 0 {
+            return Prediction::default();
+        }
+        let at = |n: usize| prefix_bytes.get(n).copied().unwrap_or(0) / BYTES_PER_TOKEN;
+        Prediction {
+            tokens: at(blocks),
+            tokens_but_last: at(blocks - 1),
+        }
+    }
+}
+
+/// How an engine's answer compares with the prediction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shortfall {
+    /// It had what was predicted, within one block (an engine caches whole blocks and
+    /// recomputes the last token), or nothing was predicted.
+    None,
+    /// More than one block short but at least half there: counted, nothing changes (a
+    /// partial eviction the next turn repairs by itself).
+    Mild,
+    /// Under half the predicted prefix and more than one block short: the pod lost what the
+    /// index says it holds.
+    Severe,
+}
+
+/// The shortfall rule.
+pub fn judge(predicted: Prediction, cached_tokens: u64) -> Shortfall {
+    if predicted.tokens == 0 || cached_tokens >= predicted.tokens_but_last {
+        Shortfall::None
+    } else if cached_tokens.saturating_mul(2) < predicted.tokens {
+        Shortfall::Severe
+    } else {
+        Shortfall::Mild
+    }
+}
+
+/// One routed response being watched: its tail, and, when the plugin asked for the stream's
+/// usage, the filter that takes the usage event out again.
+#[derive(Debug, Default)]
+pub struct Watch {
+    tail: usage::Tail,
+    filter: Option<sse::UsageFilter>,
+}
+
+impl Watch {
+    /// `injected`: the plugin added `include_usage` to this request.
+    pub fn new(injected: bool) -> Watch {
+        Watch {
+            tail: usage::Tail::default(),
+            filter: injected.then(sse::UsageFilter::default),
+        }
+    }
+
+    /// A response body chunk: what to forward instead, if anything changes.
+    pub fn chunk(&mut self, chunk: &[u8], end: bool) -> Option<Vec<u8>> {
+        self.tail.push(chunk);
+        self.filter.as_mut()?.filter(chunk, end)
+    }
+
+    /// At the end of the response: the usage it reported.
+    pub fn usage(&self) -> Option<Usage> {
+        self.tail.usage()
+    }
+
+    /// Usage-only events taken out of the stream.
+    pub fn removed(&self) -> u32 {
+        self.filter.as_ref().map_or(0, |f| f.removed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn predictions_come_from_the_chains_prefix_sizes() {
+        let bytes = [0, 2448, 4496, 6544];
+        assert_eq!(Prediction::at(&bytes, 0), Prediction::default());
+        assert_eq!(
+            Prediction::at(&bytes, 2),
+            Prediction {
+                tokens: 1124,
+                tokens_but_last: 612,
+            }
+        );
+        assert_eq!(
+            Prediction::at(&bytes, 9).tokens,
+            0,
+            "past the chain: nothing"
+        );
+    }
+
+    #[test]
+    fn the_shortfall_rule() {
+        let p = Prediction {
+            tokens: 2000,
+            tokens_but_last: 1500,
+        };
+        assert_eq!(judge(p, 1990), Shortfall::None, "within the last block");
+        assert_eq!(judge(p, 1500), Shortfall::None);
+        assert_eq!(judge(p, 2500), Shortfall::None, "more than predicted");
+        assert_eq!(judge(p, 1499), Shortfall::Mild);
+        assert_eq!(judge(p, 1000), Shortfall::Mild, "half is still mild");
+        assert_eq!(judge(p, 999), Shortfall::Severe);
+        assert_eq!(judge(p, 0), Shortfall::Severe, "a restarted pod");
+        assert_eq!(judge(Prediction::default(), 0), Shortfall::None, "a miss");
+        let one_block = Prediction {
+            tokens: 500,
+            tokens_but_last: 0,
+        };
+        assert_eq!(
+            judge(one_block, 0),
+            Shortfall::None,
+            "one block short at most"
+        );
+    }
+
+    #[test]
+    fn a_watch_scans_and_filters_the_original_bytes() {
+        let usage = "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":90,\"prompt_tokens_details\":{\"cached_tokens\":64}}}\n\n";
+        let mut w = Watch::new(true);
+        let (a, b) = usage.split_at(30);
+        assert_eq!(w.chunk(a.as_bytes(), false), Some(Vec::new()));
+        assert_eq!(w.chunk(b.as_bytes(), false), Some(Vec::new()));
+        assert_eq!(w.chunk(b"data: [DONE]\n\n", true), None);
+        assert_eq!(
+            w.usage(),
+            Some(Usage {
+                prompt_tokens: 90,
+                cached_tokens: 64
+            })
+        );
+        assert_eq!(w.removed(), 1);
+        let mut untouched = Watch::new(false);
+        assert_eq!(untouched.chunk(usage.as_bytes(), true), None);
+        assert_eq!(untouched.removed(), 0);
+    }
+}

@@ -1,0 +1,194 @@
+//! The engine-verified prefix index end to end (docs/redis-data-model.md §5 "Engine-verified
+//! keys"): the built plugin in the emulator with Redis and fake pods that report
+//! `cached_tokens`. A pod flushed by `/admin/restart` answers its next conversation turn with
+//! nothing cached; the plugin bumps its generation, so its other conversations are no longer
+//! predicted as hits on it, and the conversation that found out keeps its pod. A streamed
+//! request without `include_usage` is asked for its usage, and its client never sees it.
+
+use ailb_e2e::bed::{wait_for_zero, Bed};
+use ailb_e2e::gateway::{http, wait_until, Gateway};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+const DEBUG: &str = "x-ai-lb-debug";
+
+fn bed() -> Bed {
+    Bed::new(2, |c| {
+        c.max_running = 32;
+        c.decode_us_per_token = 200;
+        c.prefill_us_per_token = 5;
+    })
+}
+
+fn gateway(bed: &Bed) -> Gateway {
+    let cfg = json!({"lb_policy": "prefix_cache", "lb_config": {
+        "serviceFQDN": "redis.static", "servicePort": bed.redis.port, "timeout": 1000,
+        "debugHeader": DEBUG}});
+    bed.gateway(&bed.spec("px-verify", Some(cfg)))
+}
+
+/// One chat turn: (pod address, decision reason, response body).
+fn send(gw: &Gateway, body: &Value) -> (String, String, String) {
+    let (status, headers, body) = http(
+        &gw.url,
+        "POST",
+        "/v1/chat/completions",
+        &[("content-type", "application/json")],
+        body.to_string().as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(status, 200);
+    let debug = headers
+        .iter()
+        .find(|(k, _)| k == DEBUG)
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    let field = |name: &str| {
+        debug
+            .split("; ")
+            .find_map(|f| f.strip_prefix(name))
+            .unwrap_or("")
+            .to_string()
+    };
+    (
+        field("endpoint="),
+        field("reason="),
+        String::from_utf8_lossy(&body).into_owned(),
+    )
+}
+
+/// Conversation `c`'s body at `turns` user turns (long ones: the shortfall rule needs more
+/// than a block between the prediction and a flushed pod's answer).
+fn conversation(c: usize, turns: usize) -> Vec<Value> {
+    let mut m = vec![json!({"role": "system", "content": "You answer questions. ".repeat(10)})];
+    for t in 0..turns {
+        if t > 0 {
+            m.push(json!({"role": "assistant", "content": format!("answer {c}.{t}")}));
+        }
+        let q = format!(
+            "conversation {c} question {t}: {}",
+            "tell me more ".repeat(20)
+        );
+        m.push(json!({"role": "user", "content": q}));
+    }
+    m
+}
+
+fn chat(c: usize, turns: usize) -> Value {
+    json!({"model": "fake-model", "messages": conversation(c, turns), "max_tokens": 2})
+}
+
+#[test]
+fn a_flushed_pods_conversations_stop_being_hits_on_it() {
+    let bed = bed();
+    let gw = gateway(&bed);
+    let mut pod_of = BTreeMap::new();
+    for c in 0..6 {
+        pod_of.insert(c, send(&gw, &chat(c, 1)).0);
+    }
+    for c in 0..6 {
+        let (pod, reason, _) = send(&gw, &chat(c, 2));
+        assert_eq!(
+            (pod.as_str(), reason.as_str()),
+            (pod_of[&c].as_str(), "prefix_hit")
+        );
+    }
+    let verified = gw.stat("ai_lb.prefix.verified");
+    assert!(verified >= 12, "{verified} of 12 answers verified");
+    assert_eq!(
+        gw.stat("ai_lb.prefix.shortfall"),
+        0,
+        "warm pods had what was predicted"
+    );
+    assert!(gw.stat("ai_lb.prefix.cached_tokens") > 0);
+    // Flush the pod of conversation 0.
+    let flushed = pod_of[&0].clone();
+    let others: Vec<usize> = (1..6).filter(|c| pod_of[c] == flushed).collect();
+    assert!(
+        !others.is_empty(),
+        "no other conversation on {flushed}: {pod_of:?}"
+    );
+    let pod = bed
+        .pods
+        .iter()
+        .find(|p| p.addr.to_string() == flushed)
+        .unwrap();
+    let (status, _, _) = http(&pod.url(), "POST", "/admin/restart", &[], b"").unwrap();
+    assert_eq!(status, 200);
+    // Its next turn is still predicted as a hit there, and comes back with nothing cached.
+    let (pod3, reason3, _) = send(&gw, &chat(0, 3));
+    assert_eq!(
+        (pod3.as_str(), reason3.as_str()),
+        (flushed.as_str(), "prefix_hit")
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || gw
+            .stat("ai_lb.prefix.generation_bumps")
+            == 1),
+        "the shortfall bumps the pod's generation: {}",
+        gw.stat("ai_lb.prefix.shortfall")
+    );
+    assert_eq!(gw.stat("ai_lb.prefix.shortfall"), 1);
+    // The pod's other conversations: no longer hits on it.
+    for &c in &others {
+        let (pod, reason, _) = send(&gw, &chat(c, 3));
+        assert!(
+            !(pod == flushed && reason == "prefix_hit"),
+            "conversation {c} still predicted as a hit on the flushed pod"
+        );
+    }
+    // The conversation that found out was re-written at the new generation: still its pod's.
+    let (pod4, reason4, _) = send(&gw, &chat(0, 4));
+    assert_eq!(
+        (pod4.as_str(), reason4.as_str()),
+        (flushed.as_str(), "prefix_hit")
+    );
+    assert_eq!(gw.stat("ai_lb.prefix.generation_bumps"), 1);
+    assert!(wait_for_zero(&bed, Duration::from_secs(5)).is_zero());
+}
+
+#[test]
+fn a_stream_is_verified_without_its_client_seeing_the_usage() {
+    let bed = bed();
+    let gw = gateway(&bed);
+    send(&gw, &chat(0, 1));
+    let before = gw.stat("ai_lb.prefix.verified");
+    let mut body = chat(0, 2);
+    body["stream"] = json!(true);
+    let (_, reason, text) = send(&gw, &body);
+    assert_eq!(reason, "prefix_hit");
+    assert!(text.contains("data: [DONE]"), "{text}");
+    assert!(
+        !text.contains("\"usage\""),
+        "the client did not ask for usage: {text}"
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || gw.stat("ai_lb.prefix.verified")
+            == before + 1),
+        "the stream's usage was read"
+    );
+    assert!(gw.stat("ai_lb.prefix.cached_tokens") > 0);
+    let per_pod: i64 = bed
+        .pod_addrs()
+        .iter()
+        .map(|a| gw.stat(&format!("ai_lb.prefix.verified.{a}.cached_tokens")))
+        .sum();
+    assert_eq!(per_pod, gw.stat("ai_lb.prefix.cached_tokens"), "per pod");
+    // A client that asked for usage gets its usage event.
+    body["stream_options"] = json!({"include_usage": true});
+    let (_, _, text) = send(&gw, &chat_with(&body, 3));
+    assert!(text.contains("\"choices\":[]"), "{text}");
+    assert!(text.contains("\"cached_tokens\""), "{text}");
+    assert!(wait_until(Duration::from_secs(5), || {
+        gw.stat("ai_lb.prefix.verified") == before + 2
+    }));
+    assert_eq!(gw.stat("ai_lb.prefix.verify_no_usage"), 0);
+}
+
+/// `body` with conversation 0 at `turns` turns.
+fn chat_with(body: &Value, turns: usize) -> Value {
+    let mut b = body.clone();
+    b["messages"] = Value::Array(conversation(0, turns));
+    b
+}
