@@ -86,6 +86,8 @@ pub struct Balancer {
     /// prefix_cache with `verifyCachedTokens`: each request's expectation, from its decision
     /// to its response's end (verify.rs).
     expects: IdMap<expect::Expect>,
+    /// Severe shortfalls in a row per pod (verify.rs `SEVERE_IN_A_ROW`).
+    shortfalls: std::collections::HashMap<String, u32>,
 }
 
 impl Balancer {
@@ -120,6 +122,7 @@ impl Balancer {
             body: BodyFlow::default(),
             queue: Queue::default(),
             expects: IdMap::default(),
+            shortfalls: Default::default(),
         };
         // Every route with a Redis target: the endpoint policies', and cluster_metrics' global
         // in-flight count.

@@ -14,6 +14,12 @@ use crate::redis::scripts::SessionState;
 use crate::stats::Counter;
 use crate::verify::{self, Prediction, Shortfall, Watch};
 
+/// Severe shortfalls of one pod in a row (no confirmed match between) before its generation is
+/// bumped: a restarted or flushed pod answers every predicted hit short, while one evicting
+/// under memory pressure answers some short and confirms others, and bumping it would drop the
+/// prefixes it still holds (b2b-saas in the trace bench, docs/trace-bench.md).
+pub const SEVERE_IN_A_ROW: u32 = 3;
+
 impl Balancer {
     /// A Redis pick's answer: how deep its chain matched (keys past the anchor block) on the
     /// endpoint it chose. A spill or a session's pod is not the matched one: nothing predicted.
@@ -140,24 +146,38 @@ impl Balancer {
         );
         tel.pods
             .add(host, &endpoint, usage.cached_tokens, usage.prompt_tokens);
-        match verify::judge(predicted, usage.cached_tokens) {
-            Shortfall::None => {}
-            Shortfall::Mild => tel.inc(host, Counter::PrefixShortfallMild),
-            Shortfall::Severe => {
-                tel.inc(host, Counter::PrefixShortfall);
-                tel.log(
-                    host,
-                    LogLevel::Info,
-                    ctx,
-                    format_args!(
-                        "{endpoint} cached {} of the {} tokens predicted: its older prefixes \
-                         stop matching",
-                        usage.cached_tokens, predicted.tokens
-                    ),
-                );
-                self.forget(host, ctx, &endpoint, &e);
-            }
+        let verdict = verify::judge(predicted, usage.cached_tokens);
+        if verdict == Shortfall::Mild {
+            tel.inc(host, Counter::PrefixShortfallMild);
         }
+        if verdict != Shortfall::Severe {
+            if predicted.tokens > 0 {
+                // A match the engine confirmed: whatever fell short before was eviction.
+                self.shortfalls.remove(&endpoint);
+            }
+            return;
+        }
+        tel.inc(host, Counter::PrefixShortfall);
+        if self.shortfalls.len() >= 4096 {
+            self.shortfalls.clear(); // pods come and go: never grow without bound
+        }
+        let in_a_row = self.shortfalls.entry(endpoint.clone()).or_insert(0);
+        *in_a_row += 1;
+        if *in_a_row < SEVERE_IN_A_ROW {
+            return;
+        }
+        self.shortfalls.remove(&endpoint);
+        tel.log(
+            host,
+            LogLevel::Info,
+            ctx,
+            format_args!(
+                "{endpoint} cached {} of the {} tokens predicted, the {SEVERE_IN_A_ROW}th such \
+                 answer in a row: its older prefixes stop matching",
+                usage.cached_tokens, predicted.tokens
+            ),
+        );
+        self.forget(host, ctx, &endpoint, &e);
     }
 
     /// A severe shortfall on `endpoint`: its generation is bumped, and this request's prompt

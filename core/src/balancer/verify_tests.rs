@@ -231,12 +231,27 @@ fn a_severe_shortfall_bumps_the_pods_generation_in_redis() {
         host.body_writes, 0,
         "not streamed: the JSON answer has the usage"
     );
+    let json = r#"{"choices":[{"message":{"content":"x"}}],"usage":{"prompt_tokens":900,"prompt_tokens_details":{"cached_tokens":16}}}"#;
+    // Short answers interleaved with a confirmed match are eviction: nothing is bumped.
+    let mut ctx = 20;
+    let mut answer = |host: &mut MockHost, e: &mut Balancer, json: &str| {
+        ctx += 1;
+        let t = send(host, e, ctx, &body);
+        picked(host, e, t, "10.0.0.2:80", 2);
+        respond(host, e, ctx, "200", &[json]);
+    };
+    let full = json.replace("\"cached_tokens\":16", "\"cached_tokens\":900");
+    for reply in [json, json, full.as_str(), json, json] {
+        answer(&mut host, &mut e, reply);
+    }
+    assert_eq!(host.metric("ai_lb.prefix.shortfall"), 4);
+    assert_eq!(host.metric("ai_lb.prefix.generation_bumps"), 0);
+    // The third short answer in a row: the pod lost its cache.
     picked(&mut host, &mut e, t, "10.0.0.2:80", 2);
     let calls = host.redis_calls.len();
-    let json = r#"{"choices":[{"message":{"content":"x"}}],"usage":{"prompt_tokens":900,"prompt_tokens_details":{"cached_tokens":16}}}"#;
     let (a, b) = json.split_at(50);
     assert_eq!(respond(&mut host, &mut e, 2, "200", &[a, b]), json);
-    assert_eq!(host.metric("ai_lb.prefix.shortfall"), 1);
+    assert_eq!(host.metric("ai_lb.prefix.shortfall"), 5);
     assert_eq!(host.metric("ai_lb.prefix.generation_bumps"), 1);
     // The bump, then the release: EVAL prefix_forget.lua with the generations hash first.
     assert_eq!(host.redis_calls.len(), calls + 2);
@@ -247,7 +262,8 @@ fn a_severe_shortfall_bumps_the_pods_generation_in_redis() {
     assert_eq!(args[3], "ailb:{chat|outbound|8000||llm.static}:gen");
     assert!(args.iter().any(|a| a == "10.0.0.2:80"));
     // A mild one (at least half, but more than the last block short) only counts.
-    let predicted = host.metric("ai_lb.prefix.predicted_tokens");
+    // Six answers of the same prompt so far.
+    let predicted = host.metric("ai_lb.prefix.predicted_tokens") / 6;
     let t = send(&mut host, &mut e, 3, &body);
     picked(&mut host, &mut e, t, "10.0.0.2:80", 2);
     let mild = format!("\"cached_tokens\":{}", predicted / 2 + 4);
@@ -338,17 +354,23 @@ fn plain_envoy_a_severe_shortfall_forgets_the_pods_older_conversations() {
     assert_eq!(pod(&a1), pod(&b1), "{a1} / {b1}: hashing");
     let a2 = turn(&mut host, &mut e, &["a", "a2"], 600);
     assert!(a2.ends_with("prefix_hit"), "{a2}");
-    // The pod restarted: a's next turn comes back with nothing cached.
+    // The pod restarted: a's next turns come back with nothing cached; the third in a row
+    // bumps the pod's generation (verify.rs SEVERE_IN_A_ROW).
     let a3 = turn(&mut host, &mut e, &["a", "a2", "a3"], 0);
     assert!(a3.ends_with("prefix_hit"), "{a3}");
-    assert_eq!(host.metric("ai_lb.prefix.shortfall"), 1);
+    let a4 = turn(&mut host, &mut e, &["a", "a2", "a3", "a4"], 0);
+    assert!(a4.ends_with("prefix_hit"), "{a4}");
+    assert_eq!(host.metric("ai_lb.prefix.generation_bumps"), 0);
+    let a5 = turn(&mut host, &mut e, &["a", "a2", "a3", "a4", "a5"], 0);
+    assert!(a5.ends_with("prefix_hit"), "{a5}");
+    assert_eq!(host.metric("ai_lb.prefix.shortfall"), 3);
     assert_eq!(host.metric("ai_lb.prefix.generation_bumps"), 1);
     // b's entry was written at the old generation: no longer a hit.
     let b2 = turn(&mut host, &mut e, &["b", "b2"], 0);
     assert!(b2.ends_with("prefix_miss"), "{b2}");
     // a's own prompt was re-recorded at the new generation: still a hit.
-    let a4 = turn(&mut host, &mut e, &["a", "a2", "a3", "a4"], 800);
-    assert!(a4.ends_with("prefix_hit"), "{a4}");
+    let a6 = turn(&mut host, &mut e, &["a", "a2", "a3", "a4", "a5", "a6"], 800);
+    assert!(a6.ends_with("prefix_hit"), "{a6}");
     assert_eq!(host.metric("ai_lb.prefix.generation_bumps"), 1);
 }
 
