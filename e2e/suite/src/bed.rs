@@ -200,3 +200,30 @@ pub fn wait_for_zero(bed: &Bed, timeout: Duration) -> Counts {
     });
     last
 }
+
+/// The verified-index flush tests' bed (tests/prefix_verify.rs, tests/envoy_prefix_verify.rs):
+/// two fast pods.
+pub fn verify_bed() -> Bed {
+    Bed::new(2, |c| {
+        c.max_running = 32;
+        c.decode_us_per_token = 200;
+        c.prefill_us_per_token = 5;
+    })
+}
+
+/// Conversations over [`verify_bed`]'s 2 pods: enough that a flushed pod holds more than the
+/// shortfalls it takes to find out (balancer/verify.rs `SEVERE_IN_A_ROW` per worker).
+pub const FLUSH_CONVERSATIONS: usize = 20;
+
+/// The pod most conversations were sent to.
+pub fn busiest(pod_of: &std::collections::BTreeMap<usize, String>) -> String {
+    let mut count: std::collections::BTreeMap<&String, usize> = Default::default();
+    for pod in pod_of.values() {
+        *count.entry(pod).or_default() += 1;
+    }
+    count
+        .into_iter()
+        .max_by_key(|(_, n)| *n)
+        .map(|(p, _)| p.clone())
+        .unwrap_or_default()
+}

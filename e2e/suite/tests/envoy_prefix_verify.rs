@@ -3,24 +3,13 @@
 //! adds to a stream's request and lose the usage event on the way back, and a pod flushed by
 //! `/admin/restart` gets a new generation in shared data, which both workers read.
 
-use ailb_e2e::bed::Bed;
+use ailb_e2e::bed::FLUSH_CONVERSATIONS as CONVERSATIONS;
+use ailb_e2e::bed::{busiest, verify_bed as bed, Bed};
 use ailb_e2e::envoy::Envoy;
 use ailb_e2e::gateway::{http, wait_until};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::time::Duration;
-
-/// Conversations over the bed's 2 pods: enough that the flushed pod holds more than the
-/// shortfalls it takes to find out.
-const CONVERSATIONS: usize = 20;
-
-fn bed() -> Bed {
-    Bed::new(2, |c| {
-        c.max_running = 32;
-        c.decode_us_per_token = 200;
-        c.prefill_us_per_token = 5;
-    })
-}
 
 fn envoy(bed: &Bed) -> Envoy {
     let pods = bed.pod_addrs();
@@ -166,17 +155,4 @@ fn envoy_a_flushed_pods_conversations_stop_being_hits_on_it() {
     // The conversation whose answer bumped was re-recorded at the new generation.
     let (pod4, reason4, _) = send(&envoy.url, &chat(bumper, 4));
     assert_eq!((&pod4, reason4.as_str()), (&flushed, "prefix_hit"));
-}
-
-/// The pod most conversations were sent to.
-fn busiest(pod_of: &BTreeMap<usize, String>) -> String {
-    let mut count: BTreeMap<&String, usize> = BTreeMap::new();
-    for pod in pod_of.values() {
-        *count.entry(pod).or_default() += 1;
-    }
-    count
-        .into_iter()
-        .max_by_key(|(_, n)| *n)
-        .map(|(p, _)| p.clone())
-        .unwrap_or_default()
 }

@@ -1,29 +1,19 @@
 //! The engine-verified prefix index end to end (docs/redis-data-model.md §5 "Engine-verified
 //! keys"): the built plugin in the emulator with Redis and fake pods that report
-//! `cached_tokens`. A pod flushed by `/admin/restart` answers its next conversation turn with
-//! nothing cached; the plugin bumps its generation, so its other conversations are no longer
-//! predicted as hits on it, and the conversation that found out keeps its pod. A streamed
+//! `cached_tokens`. A pod flushed by `/admin/restart` answers its conversations' next turns
+//! with nothing cached; at the third such answer in a row the plugin bumps its generation, so
+//! its other conversations are no longer predicted as hits on it, and the conversation that
+//! found out keeps its pod. A streamed
 //! request without `include_usage` is asked for its usage, and its client never sees it.
 
-use ailb_e2e::bed::{wait_for_zero, Bed};
+use ailb_e2e::bed::FLUSH_CONVERSATIONS as CONVERSATIONS;
+use ailb_e2e::bed::{busiest, verify_bed as bed, wait_for_zero, Bed};
 use ailb_e2e::gateway::{http, wait_until, Gateway};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 const DEBUG: &str = "x-ai-lb-debug";
-
-/// Conversations over the bed's 2 pods: enough that the flushed pod holds more than the
-/// shortfalls it takes to find out.
-const CONVERSATIONS: usize = 20;
-
-fn bed() -> Bed {
-    Bed::new(2, |c| {
-        c.max_running = 32;
-        c.decode_us_per_token = 200;
-        c.prefill_us_per_token = 5;
-    })
-}
 
 fn gateway(bed: &Bed) -> Gateway {
     let cfg = json!({"lb_policy": "prefix_cache", "lb_config": {
@@ -220,17 +210,4 @@ fn chat_with(body: &Value, turns: usize) -> Value {
     let mut b = body.clone();
     b["messages"] = Value::Array(conversation(0, turns));
     b
-}
-
-/// The pod most conversations were sent to.
-fn busiest(pod_of: &BTreeMap<usize, String>) -> String {
-    let mut count: BTreeMap<&String, usize> = BTreeMap::new();
-    for pod in pod_of.values() {
-        *count.entry(pod).or_default() += 1;
-    }
-    count
-        .into_iter()
-        .max_by_key(|(_, n)| *n)
-        .map(|(p, _)| p.clone())
-        .unwrap_or_default()
 }
