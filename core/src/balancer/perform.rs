@@ -9,6 +9,7 @@ use super::redis_client::LeaseKeys;
 use super::request::{self, Effect, Event};
 use super::Balancer;
 use crate::host::{Host, LogLevel};
+use crate::stats::Counter;
 use std::rc::Rc;
 
 impl Balancer {
@@ -229,16 +230,35 @@ impl Balancer {
                 .and_then(|k| self.redis.synced(&k.namespace)),
         };
         let mut expect = None;
+        let mut restarted = Vec::new();
         let env = Env {
             tel: &mut self.tel,
             rng: &mut self.rng,
             metrics: &mut self.metrics,
             expect: &mut expect,
+            restarted: &mut restarted,
         };
         let route = self.routes.get_mut(req.route)?;
         let decision = route.policy.decide(host, env, &input);
         if let Some(e) = expect {
             self.expects.insert(ctx, e);
+        }
+        if let (false, Some(keys)) = (restarted.is_empty(), req.keys.clone()) {
+            let config = req.config.clone();
+            for pod in restarted {
+                self.tel.log(
+                    host,
+                    LogLevel::Info,
+                    ctx,
+                    format_args!("{pod} restarted (its start time changed): its older prefixes stop matching"),
+                );
+                if self
+                    .redis
+                    .forget(host, &mut self.tel, &config, &keys, &[], &pod)
+                {
+                    self.tel.inc(host, Counter::PrefixGenerationBump);
+                }
+            }
         }
         Some(decision)
     }

@@ -391,3 +391,52 @@ fn only_chat_and_completions_streams_are_asked_for_usage() {
         assert_eq!(host.body_writes, u32::from(asked), "{body}");
     }
 }
+
+/// A pod restart in the metrics Higress keeps in the host list (prefix_cache/restarts.rs): its
+/// changed `process_start_time_seconds`, read at most once a second, bumps its generation
+/// before the pick, whatever the engines answer.
+#[test]
+fn a_restart_in_the_host_lists_metrics_bumps_the_pods_generation() {
+    let (mut host, mut e) = redis_route(json!({}));
+    let list = |start: &str| {
+        let page = format!(
+            "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds {start}\n"
+        );
+        let info = |m: &str| json!({"health_status": "Healthy", "metrics": m}).to_string();
+        let (a, b) = (info(&page), info(""));
+        crate::host::pairs::encode(&[("10.0.0.1:80", a.as_str()), ("10.0.0.2:80", b.as_str())])
+    };
+    let forgets = |host: &MockHost| {
+        (0..host.redis_calls.len())
+            .filter(|&i| host.query_args(i)[0] == "EVAL")
+            .map(|i| host.query_args(i))
+            .collect::<Vec<_>>()
+    };
+    host.hosts = list("1764200000");
+    let body = chat(None, None, &["q"]);
+    send(&mut host, &mut e, 2, &body);
+    host.hosts = list("1764200500");
+    send(&mut host, &mut e, 3, &body);
+    assert!(
+        forgets(&host).is_empty(),
+        "first sight, then read again within a second"
+    );
+    host.now_ms += 1_000;
+    send(&mut host, &mut e, 4, &body);
+    let bumps = forgets(&host);
+    assert_eq!(
+        bumps.len(),
+        1,
+        "the changed start time, read a second later"
+    );
+    assert!(bumps[0][1].contains("HINCRBY"));
+    assert_eq!(
+        bumps[0][2], "1",
+        "the generations hash alone: no chain to re-write"
+    );
+    assert_eq!(bumps[0][4], "10.0.0.1:80");
+    assert_eq!(host.metric("ai_lb.prefix.generation_bumps"), 1);
+    host.now_ms += 1_000;
+    send(&mut host, &mut e, 5, &body);
+    assert_eq!(forgets(&host).len(), 1, "unchanged since");
+}

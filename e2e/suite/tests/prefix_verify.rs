@@ -9,6 +9,7 @@
 use ailb_e2e::bed::FLUSH_CONVERSATIONS as CONVERSATIONS;
 use ailb_e2e::bed::{busiest, verify_bed as bed, wait_for_zero, Bed};
 use ailb_e2e::gateway::{http, wait_until, Gateway};
+use ailb_e2e::metrics::{metrics_check_path, wait_pages_stored};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -210,4 +211,63 @@ fn chat_with(body: &Value, turns: usize) -> Value {
     let mut b = body.clone();
     b["messages"] = Value::Array(conversation(0, turns));
     b
+}
+
+/// A restart seen in the host list's metrics (Higress keeps each pod's health-check body there,
+/// `store_metrics`): the pod's changed `process_start_time_seconds` bumps its generation within
+/// a second, before any of its conversations comes back short, so none of them is sent to it
+/// as a hit (core/src/balancer/policies/prefix_cache/restarts.rs).
+#[test]
+fn a_restart_in_the_host_lists_metrics_drops_the_pods_prefixes_at_once() {
+    let bed = bed();
+    let id = "px-restart";
+    let cfg = json!({"lb_policy": "prefix_cache", "lb_config": {
+        "serviceFQDN": "redis.static", "servicePort": bed.redis.port, "timeout": 1000,
+        "debugHeader": DEBUG}});
+    let mut spec = bed.spec(id, Some(cfg));
+    spec.health_check = Some(json!({"path": metrics_check_path(id), "interval_ms": 100,
+        "timeout_ms": 500, "unhealthy_threshold": 3, "healthy_threshold": 1,
+        "store_metrics": true}));
+    let gw = bed.gateway(&spec);
+    assert!(wait_pages_stored(&bed.pods, &[id]));
+    let mut pod_of = BTreeMap::new();
+    for c in 0..CONVERSATIONS {
+        pod_of.insert(c, send(&gw, &chat(c, 1)).0);
+    }
+    for c in 0..CONVERSATIONS {
+        let (pod, reason, _) = send(&gw, &chat(c, 2));
+        assert_eq!(
+            (pod.as_str(), reason.as_str()),
+            (pod_of[&c].as_str(), "prefix_hit")
+        );
+    }
+    let flushed = busiest(&pod_of);
+    let pod = bed
+        .pods
+        .iter()
+        .find(|p| p.addr.to_string() == flushed)
+        .unwrap();
+    // The restart moves the start time by whole seconds.
+    std::thread::sleep(Duration::from_millis(1_100));
+    let (status, _, _) = http(&pod.url(), "POST", "/admin/restart", &[], b"").unwrap();
+    assert_eq!(status, 200);
+    assert!(wait_pages_stored(&bed.pods, &[id]));
+    // Each worker reads the host list at most once a second, at a decision.
+    let bumped = wait_until(Duration::from_secs(5), || {
+        send(&gw, &chat(1_000, 1));
+        gw.stat("ai_lb.prefix.generation_bumps") >= 1
+    });
+    assert!(bumped, "no bump: {:?}", gw.stats());
+    for c in (0..CONVERSATIONS).filter(|c| pod_of[c] == flushed) {
+        let (pod, reason, _) = send(&gw, &chat(c, 3));
+        assert!(
+            !(pod == flushed && reason == "prefix_hit"),
+            "conversation {c} still predicted as a hit on the restarted pod"
+        );
+    }
+    assert_eq!(
+        gw.stat("ai_lb.prefix.shortfall"),
+        0,
+        "found out before any answer"
+    );
 }

@@ -63,6 +63,9 @@ pub struct Env<'a> {
     /// prefix_cache with `verifyCachedTokens`: what its response is to be verified against
     /// (balancer/verify.rs).
     pub expect: &'a mut Option<Expect>,
+    /// prefix_cache with Redis: pods the host list's metrics show restarted (their generation
+    /// is bumped after the decision, prefix_cache/restarts.rs).
+    pub restarted: &'a mut Vec<String>,
 }
 
 /// The request's priority class (None when the route has no `priorityHeader`); a value

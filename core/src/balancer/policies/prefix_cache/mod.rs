@@ -10,6 +10,7 @@
 mod gate;
 mod index;
 pub mod local;
+mod restarts;
 
 use super::least_request;
 use super::policy::{Env, Input, Policy};
@@ -21,6 +22,7 @@ use crate::prefix::{anchor_of, canonicalize, prefix_key, Anchor, Canonical, Prom
 use crate::reason::Cause;
 use crate::redis::scripts::PrefixChain;
 use crate::stats::Counter;
+use restarts::Restarts;
 use std::rc::Rc;
 
 /// The policy object of a prefix_cache route: Redis-backed where the route has a Redis target,
@@ -33,6 +35,7 @@ pub fn build(
     match config.redis {
         Some(_) => Box::new(RedisPrefixCache {
             settings: settings.clone(),
+            restarts: Restarts::default(),
         }),
         None => Box::new(local::LocalPrefixCache::new(position, config, settings)),
     }
@@ -41,10 +44,17 @@ pub fn build(
 /// prefix_cache with Redis (Higress build).
 pub struct RedisPrefixCache {
     settings: PrefixSettings,
+    restarts: Restarts,
 }
 
 impl Policy for RedisPrefixCache {
     fn decide(&mut self, host: &mut dyn Host, env: Env, input: &Input) -> Decision {
+        let now = host.now_ms();
+        if self.settings.verify && self.restarts.due(now) {
+            if let Ok(list) = host.upstream_hosts() {
+                env.restarted.extend(self.restarts.check(&list, now));
+            }
+        }
         decide(host, env, input, &self.settings)
     }
 }
