@@ -83,15 +83,16 @@ impl Canonical {
         self.ends.is_empty()
     }
 
-    /// Chain keys of these blocks, salted with [`Canonical::model`].
     /// The prompt's size up to each block: `[0]` is 0, `[n]` the bytes of its first `n`
-    /// blocks (the engine-verified index predicts tokens from it, core/src/verify/mod.rs).
+    /// blocks (the engine-verified index predicts tokens from it, core/src/verify/mod.rs; the
+    /// token gate estimates them from it, prefix/tokens.rs).
     pub fn prefix_bytes(&self) -> Vec<u64> {
         std::iter::once(0)
             .chain(self.ends.iter().map(|&e| e as u64))
             .collect()
     }
 
+    /// Chain keys of these blocks, salted with [`Canonical::model`].
     pub fn chain_keys(&self) -> Vec<super::chain::PrefixKey> {
         super::chain::chain_keys(&self.model, self.blocks())
     }

@@ -21,23 +21,16 @@ pub struct PromptTokens {
 
 impl PromptTokens {
     pub fn of(canon: &Canonical, body_bytes: usize) -> PromptTokens {
-        let tokens = |bytes: usize| bytes as u64 / BYTES_PER_TOKEN;
-        let mut end = 0;
-        let ends: Vec<u64> = canon
-            .blocks()
-            .map(|b| {
-                end += b.len();
-                tokens(end)
-            })
-            .collect();
+        let bytes = canon.prefix_bytes();
+        let end = bytes.last().copied().unwrap_or(0);
         let whole = if canon.capped {
-            body_bytes.max(end)
+            (body_bytes as u64).max(end)
         } else {
             end
         };
         PromptTokens {
-            ends,
-            total: tokens(whole),
+            ends: bytes.iter().skip(1).map(|b| b / BYTES_PER_TOKEN).collect(),
+            total: whole / BYTES_PER_TOKEN,
             stream: canon.stream,
         }
     }
