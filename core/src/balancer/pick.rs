@@ -14,6 +14,11 @@ use crate::redis::scripts::{self, Booked, Keys, PrefixChain, SessionState};
 use crate::upstream;
 use std::rc::Rc;
 
+mod booking;
+mod caps;
+pub use booking::Booking;
+pub use caps::{class_cap, cost_of, pool_cap, tenant_capacity};
+
 /// What an acquired pick must give back: one lease member in one route's keys (and the route's
 /// config, for its Redis target).
 #[derive(Debug, Clone)]
@@ -27,38 +32,9 @@ pub struct Lease {
     pub booking: Option<Booking>,
 }
 
-/// prefix_cache: the uncached prompt tokens a pick booked on its endpoint until the first
-/// response bytes, which also time the endpoint's prefill rate (docs/redis-data-model.md §13).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Booking {
-    pub booked: Booked,
-    /// When the pick was planned (host clock, ms): the first bytes' time from it is the TTFT
-    /// of a streamed request (`timed`); other responses start after the whole answer.
-    pub since_ms: u64,
-    pub timed: bool,
-}
-
 impl PartialEq for Lease {
     fn eq(&self, other: &Lease) -> bool {
         self.keys == other.keys && self.member == other.member
-    }
-}
-
-/// Fewer tokens than this do not time a prefill: the fixed costs (network, scheduling, the
-/// first decode step) would dominate the sample.
-pub const MIN_TIMED_TOKENS: u64 = 1024;
-
-impl Booking {
-    /// The prefill rate (tokens/s) a streamed request's first bytes at `now_ms` show: the
-    /// tokens its endpoint had booked ahead of it and its own, over its time to first bytes.
-    /// 0: no sample.
-    pub fn rate_sample(&self, now_ms: u64) -> u64 {
-        let tokens = self.booked.ahead.saturating_add(self.booked.tokens);
-        let ttft_ms = now_ms.saturating_sub(self.since_ms);
-        if !self.timed || tokens < MIN_TIMED_TOKENS || ttft_ms == 0 {
-            return 0;
-        }
-        tokens.saturating_mul(1000) / ttft_ms
     }
 }
 
@@ -415,43 +391,4 @@ fn healthy_set(host: &dyn Host) -> Result<(Vec<String>, Rc<str>), Cause> {
     }
     let fingerprint: Rc<str> = upstream::fingerprint(&healthy).into();
     Ok((healthy, fingerprint))
-}
-
-/// What one request adds to its endpoint's load (`costMode`).
-pub fn cost_of(config: &RouteConfig, body_bytes: usize) -> u64 {
-    match config.common.cost {
-        crate::config::CostMode::Requests => 1,
-        crate::config::CostMode::Bytes => (body_bytes as u64).max(1),
-        crate::config::CostMode::Tokens => {
-            (body_bytes as u64 / crate::config::BYTES_PER_TOKEN).max(1)
-        }
-    }
-}
-
-/// The pool load a request of `class` is refused at: `maxPoolRequests` (0 = none), with the
-/// class's headroom or reserve as for `maxRequestCount` (docs/sessions-and-queues.md "Priority classes").
-pub fn pool_cap(config: &RouteConfig, class: Option<Class>) -> u64 {
-    let cap = config.common.max_pool;
-    match (&config.common.priority, class) {
-        (Some(p), Some(c)) if cap > 0 => p.cap_for(c.rank, cap),
-        _ => cap,
-    }
-}
-
-/// The capacity tenant shares are of: `maxPoolRequests`, else `endpoints` × `maxRequestCount`.
-pub fn tenant_capacity(config: &RouteConfig, endpoints: usize) -> u64 {
-    match config.common.max_pool {
-        0 => config.common.max_load.saturating_mul(endpoints as u64),
-        pool => pool,
-    }
-}
-
-/// The load cap a request of `class` is refused at: `maxRequestCount` (0 = none) without
-/// priority classes, else its class's cap (docs/sessions-and-queues.md "Priority classes").
-pub fn class_cap(config: &RouteConfig, class: Option<Class>) -> u64 {
-    let cap = config.common.max_load;
-    match (&config.common.priority, class) {
-        (Some(p), Some(c)) if cap > 0 => p.cap_for(c.rank, cap),
-        _ => cap,
-    }
 }

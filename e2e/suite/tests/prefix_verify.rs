@@ -8,7 +8,7 @@
 
 use ailb_e2e::bed::FLUSH_CONVERSATIONS as CONVERSATIONS;
 use ailb_e2e::bed::{busiest, verify_bed as bed, wait_for_zero, Bed};
-use ailb_e2e::gateway::{http, wait_until, Gateway};
+use ailb_e2e::gateway::{http, wait_until, Gateway, GatewaySpec};
 use ailb_e2e::metrics::{metrics_check_path, wait_pages_stored};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -17,10 +17,31 @@ use std::time::Duration;
 const DEBUG: &str = "x-ai-lb-debug";
 
 fn gateway(bed: &Bed) -> Gateway {
+    bed.gateway(&spec(bed, "px-verify"))
+}
+
+/// The prefix_cache route as a user configures it, with the debug header.
+fn spec(bed: &Bed, id: &str) -> GatewaySpec {
     let cfg = json!({"lb_policy": "prefix_cache", "lb_config": {
         "serviceFQDN": "redis.static", "servicePort": bed.redis.port, "timeout": 1000,
         "debugHeader": DEBUG}});
-    bed.gateway(&bed.spec("px-verify", Some(cfg)))
+    bed.spec(id, Some(cfg))
+}
+
+/// Every conversation's first two turns, the second a hit on the first's pod: the pod of each.
+fn warm(gw: &Gateway) -> BTreeMap<usize, String> {
+    let mut pod_of = BTreeMap::new();
+    for c in 0..CONVERSATIONS {
+        pod_of.insert(c, send(gw, &chat(c, 1)).0);
+    }
+    for c in 0..CONVERSATIONS {
+        let (pod, reason, _) = send(gw, &chat(c, 2));
+        assert_eq!(
+            (pod.as_str(), reason.as_str()),
+            (pod_of[&c].as_str(), "prefix_hit")
+        );
+    }
+    pod_of
 }
 
 /// One chat turn: (pod address, decision reason, response body).
@@ -78,17 +99,7 @@ fn chat(c: usize, turns: usize) -> Value {
 fn a_flushed_pods_conversations_stop_being_hits_on_it() {
     let bed = bed();
     let gw = gateway(&bed);
-    let mut pod_of = BTreeMap::new();
-    for c in 0..CONVERSATIONS {
-        pod_of.insert(c, send(&gw, &chat(c, 1)).0);
-    }
-    for c in 0..CONVERSATIONS {
-        let (pod, reason, _) = send(&gw, &chat(c, 2));
-        assert_eq!(
-            (pod.as_str(), reason.as_str()),
-            (pod_of[&c].as_str(), "prefix_hit")
-        );
-    }
+    let pod_of = warm(&gw);
     let verified = gw.stat("ai_lb.prefix.verified");
     assert!(verified >= 40, "{verified} of 40 answers verified");
     assert_eq!(
@@ -221,26 +232,13 @@ fn chat_with(body: &Value, turns: usize) -> Value {
 fn a_restart_in_the_host_lists_metrics_drops_the_pods_prefixes_at_once() {
     let bed = bed();
     let id = "px-restart";
-    let cfg = json!({"lb_policy": "prefix_cache", "lb_config": {
-        "serviceFQDN": "redis.static", "servicePort": bed.redis.port, "timeout": 1000,
-        "debugHeader": DEBUG}});
-    let mut spec = bed.spec(id, Some(cfg));
+    let mut spec = spec(&bed, id);
     spec.health_check = Some(json!({"path": metrics_check_path(id), "interval_ms": 100,
         "timeout_ms": 500, "unhealthy_threshold": 3, "healthy_threshold": 1,
         "store_metrics": true}));
     let gw = bed.gateway(&spec);
     assert!(wait_pages_stored(&bed.pods, &[id]));
-    let mut pod_of = BTreeMap::new();
-    for c in 0..CONVERSATIONS {
-        pod_of.insert(c, send(&gw, &chat(c, 1)).0);
-    }
-    for c in 0..CONVERSATIONS {
-        let (pod, reason, _) = send(&gw, &chat(c, 2));
-        assert_eq!(
-            (pod.as_str(), reason.as_str()),
-            (pod_of[&c].as_str(), "prefix_hit")
-        );
-    }
+    let pod_of = warm(&gw);
     let flushed = busiest(&pod_of);
     let pod = bed
         .pods
