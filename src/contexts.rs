@@ -13,6 +13,10 @@ pub struct Contexts<B> {
     configs: IdMap<Vec<u8>>,
     /// Http context id → its root, from its creation to its stream's end.
     streams: Index,
+    /// Http contexts whose next response body chunk the balancer wants (its answer at the
+    /// response headers and at each chunk): the other chunks of a streamed answer, most of
+    /// them, return at this look-up instead of reaching the balancer.
+    bodies: Index,
 }
 
 impl<B> Default for Contexts<B> {
@@ -28,6 +32,7 @@ impl<B> Contexts<B> {
             roots: IdMap::new(),
             configs: IdMap::new(),
             streams: Index::new(),
+            bodies: Index::new(),
         }
     }
 
@@ -73,7 +78,22 @@ impl<B> Contexts<B> {
     /// `None` for roots, unknown ids and a stream already ended (on_log and on_delete repeat
     /// on_done's end). The stream is forgotten here: nothing after its end needs its root.
     pub fn end(&mut self, id: u32) -> Option<u32> {
+        self.bodies.remove(id);
         self.streams.remove(id).and_then(|r| u32::try_from(r).ok())
+    }
+
+    /// Records whether stream `id`'s next response body chunk goes to its balancer.
+    pub fn watch_body(&mut self, id: u32, wanted: bool) {
+        if wanted {
+            self.bodies.insert(id, 0);
+        } else {
+            self.bodies.remove(id);
+        }
+    }
+
+    /// Whether stream `id`'s next response body chunk goes to its balancer.
+    pub fn watches_body(&self, id: u32) -> bool {
+        self.bodies.get(id).is_some()
     }
 
     /// The balancer serving `id`: a root's own, or the root's of an http context. `None` for
@@ -174,6 +194,28 @@ mod tests {
         c.delete(2); // after its end: nothing left to forget
         assert_eq!(c.live(), (1, 0));
         assert_eq!(c.root_balancer(1), Some(&mut 5));
+    }
+
+    #[test]
+    fn a_body_watch_lasts_until_unwatched_or_the_stream_ends() {
+        let mut c = Contexts::default();
+        c.create(1, 0);
+        c.configure(1, 'a', Vec::new());
+        c.create(2, 1);
+        c.create(3, 1);
+        assert!(
+            !c.watches_body(2),
+            "nothing watched before the response headers"
+        );
+        c.watch_body(2, true);
+        c.watch_body(3, true);
+        assert!(c.watches_body(2) && c.watches_body(3));
+        c.watch_body(2, false);
+        assert!(!c.watches_body(2) && c.watches_body(3));
+        assert_eq!(c.end(3), Some(1));
+        assert!(!c.watches_body(3), "an ended stream's watch goes with it");
+        c.watch_body(2, false); // unwatching twice is harmless
+        assert!(!c.watches_body(2));
     }
 
     #[test]

@@ -190,18 +190,33 @@ pub extern "C" fn proxy_on_request_body(id: u32, body_size: usize, end_of_stream
     .unwrap_or(CONTINUE)
 }
 
-/// The response begins (the debug header, cluster_metrics' status); nothing is held.
+/// The response begins (the debug header, cluster_metrics' status); nothing is held. The
+/// balancer's answer says whether the body chunks matter.
 #[no_mangle]
 pub extern "C" fn proxy_on_response_headers(id: u32, _headers: usize, _eos: u32) -> u32 {
-    with_balancer(id, |b, h| b.on_response_headers(h, id));
+    with_contexts(|c| {
+        let wanted = c
+            .balancer(id)
+            .map(|b| b.on_response_headers(&mut WasmHost, id));
+        c.watch_body(id, wanted == Some(true));
+    });
     CONTINUE
 }
 
 /// cluster_metrics times the first response-body chunk (its TTFT); prefix_cache reads a
 /// verified response's usage and may rewrite the chunk (its usage event out); nothing is held.
+/// A chunk the balancer said it does not want (most chunks of a streamed answer) ends here.
 #[no_mangle]
 pub extern "C" fn proxy_on_response_body(id: u32, body_size: usize, eos: u32) -> u32 {
-    with_balancer(id, |b, h| b.on_response_body(h, id, body_size, eos != 0));
+    with_contexts(|c| {
+        if !c.watches_body(id) {
+            return;
+        }
+        let wanted = c
+            .balancer(id)
+            .map(|b| b.on_response_body(&mut WasmHost, id, body_size, eos != 0));
+        c.watch_body(id, wanted == Some(true));
+    });
     CONTINUE
 }
 

@@ -342,6 +342,9 @@ impl RedisClient {
 
     /// Sends every first-bytes batch that is full or has waited long enough.
     pub fn flush_first_bytes(&mut self, host: &mut dyn Host, tel: &mut Telemetry) {
+        if !self.batches.waiting() {
+            return; // every stream end calls here: most routes never batch
+        }
         for b in self.batches.due(host.now_ms()) {
             let rel = Release {
                 config: b.config,

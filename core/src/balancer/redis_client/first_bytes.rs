@@ -70,6 +70,11 @@ impl Batches {
         }
     }
 
+    /// Whether any first bytes wait for their call: the clock is read only then.
+    pub fn waiting(&self) -> bool {
+        self.0.iter().any(|b| !b.done.is_empty())
+    }
+
     /// Takes out the batches that are full or have waited [`MAX_WAIT_MS`] by `now_ms`.
     pub fn due(&mut self, now_ms: u64) -> Vec<Batch> {
         let due = |b: &Batch| {
