@@ -58,6 +58,9 @@ pub fn plugin_cpu_and_added_latency() -> anyhow::Result<()> {
         "BENCH plugin_us_per_request_chat10 {:.1} us",
         (ns1 - ns0) as f64 / (n1 - n0) as f64 / 1e3
     );
+    if std::env::var_os("AILB_PROF").is_some() {
+        crate::cluster::prof_breakdown(&gw, "chat10");
+    }
     via.sort_by(f64::total_cmp);
     direct.sort_by(f64::total_cmp);
     println!(
