@@ -9,6 +9,7 @@
 //! state machine, one module per policy), `stats` (counters).
 
 pub mod balancer;
+pub mod bytes;
 pub mod cluster;
 pub mod config;
 pub mod hash;

@@ -4,6 +4,8 @@
 //! SGLang's). Events end with a blank line; one may be split across body chunks, so an
 //! incomplete trailing event is held back and released with the next chunk or at the end.
 
+use crate::bytes::{find, skip_ws};
+
 /// An event that does not end within this many bytes is not the small usage event: what is
 /// held is released as it is, so a stream that is not SSE is never held whole.
 pub const MAX_HELD_BYTES: usize = 64 * 1024;
@@ -79,15 +81,6 @@ pub fn is_usage_only(event: &[u8]) -> bool {
         return false;
     };
     skip_ws(rest).starts_with(b"]")
-}
-
-fn skip_ws(s: &[u8]) -> &[u8] {
-    let n = s.iter().take_while(|b| b.is_ascii_whitespace()).count();
-    s.get(n..).unwrap_or_default()
-}
-
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
 }
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {

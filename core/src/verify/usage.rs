@@ -6,6 +6,8 @@
 //! ([`Tail`]) and scanned once at the end: no body is parsed whole (docs/redis-data-model.md §5
 //! "Engine-verified keys").
 
+use crate::bytes::{rfind, skip_ws};
+
 /// Bytes of a response's end kept for the scan: a usage object with its details is a few
 /// hundred bytes; vLLM's and SGLang's last stream events stay well under this.
 pub const TAIL_BYTES: usize = 4096;
@@ -85,21 +87,6 @@ fn number_after(hay: &[u8], key: &[u8]) -> Option<u64> {
         .iter()
         .fold(0u64, |n, &d| n * 10 + u64::from(d - b'0'));
     (n <= MAX_TOKENS).then_some(n)
-}
-
-fn skip_ws(s: &[u8]) -> &[u8] {
-    let n = s.iter().take_while(|b| b.is_ascii_whitespace()).count();
-    s.get(n..).unwrap_or_default()
-}
-
-/// Where the last `needle` in `hay` starts.
-pub fn rfind(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    if needle.is_empty() || needle.len() > hay.len() {
-        return None;
-    }
-    (0..=hay.len() - needle.len())
-        .rev()
-        .find(|&i| hay.get(i..i + needle.len()) == Some(needle))
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! docs/redis-data-model.md §5) before a request is sent there as a hit. Without metrics in the
 //! host list the engines' own answers find a restart (balancer/verify.rs).
 
+use crate::bytes::find;
 use crate::upstream;
 use std::collections::HashMap;
 
@@ -75,10 +76,6 @@ pub fn start_time(raw: &[u8]) -> Option<&str> {
         from = value_at;
     }
     None
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 #[cfg(test)]
