@@ -9,7 +9,6 @@ use super::redis_client::LeaseKeys;
 use super::request::{self, Effect, Event};
 use super::Balancer;
 use crate::host::{Host, LogLevel};
-use crate::stats::Counter;
 use std::rc::Rc;
 
 impl Balancer {
@@ -252,12 +251,8 @@ impl Balancer {
                     ctx,
                     format_args!("{pod} restarted (its start time changed): its older prefixes stop matching"),
                 );
-                if self
-                    .redis
-                    .forget(host, &mut self.tel, &config, &keys, &[], &pod)
-                {
-                    self.tel.inc(host, Counter::PrefixGenerationBump);
-                }
+                self.redis
+                    .forget(host, &mut self.tel, &config, &keys, &[], &pod);
             }
         }
         Some(decision)

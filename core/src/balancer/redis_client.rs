@@ -206,7 +206,8 @@ impl RedisClient {
 
     /// prefix_cache, after a severe shortfall on `endpoint`: bump its generation and re-write
     /// `chain` at the new one (docs/redis-data-model.md §5). Fire-and-forget: one that cannot
-    /// be sent (counted as a Redis error) leaves the index as it was. Whether it was sent.
+    /// be sent (counted as a Redis error) leaves the index as it was; one sent counts a
+    /// generation bump.
     pub fn forget(
         &mut self,
         host: &mut dyn Host,
@@ -215,17 +216,14 @@ impl RedisClient {
         keys: &Keys,
         chain: &[String],
         endpoint: &str,
-    ) -> bool {
+    ) {
         let PolicyConfig::PrefixCache(settings) = &config.policy else {
-            return false;
+            return;
         };
         let query = scripts::forget_call(keys, chain, endpoint, settings.ttl_s, host.now_ms());
-        match self.call(host, tel, config, &query) {
-            Ok(token) => {
-                self.pending.insert(token, Op::Forget);
-                true
-            }
-            Err(_) => false,
+        if let Ok(token) = self.call(host, tel, config, &query) {
+            self.pending.insert(token, Op::Forget);
+            tel.inc(host, crate::stats::Counter::PrefixGenerationBump);
         }
     }
 

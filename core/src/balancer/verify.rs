@@ -190,12 +190,8 @@ impl Balancer {
                 chain,
                 ..
             } => {
-                let sent =
-                    self.redis
-                        .forget(host, &mut self.tel, config, keys, &chain.keys, endpoint);
-                if sent {
-                    self.tel.inc(host, Counter::PrefixGenerationBump);
-                }
+                self.redis
+                    .forget(host, &mut self.tel, config, keys, &chain.keys, endpoint);
             }
             Index::Local { .. } => {
                 let Some(route) = self.requests.get(&ctx).map(|r| r.route) else {

@@ -49,10 +49,12 @@ pub struct RedisPrefixCache {
 
 impl Policy for RedisPrefixCache {
     fn decide(&mut self, host: &mut dyn Host, env: Env, input: &Input) -> Decision {
-        let now = host.now_ms();
-        if self.settings.verify && self.restarts.due(now) {
-            if let Ok(list) = host.upstream_hosts() {
-                env.restarted.extend(self.restarts.check(&list, now));
+        if self.settings.verify {
+            let now = host.now_ms();
+            if self.restarts.due(now) {
+                if let Ok(list) = host.upstream_hosts() {
+                    env.restarted.extend(self.restarts.check(&list, now));
+                }
             }
         }
         decide(host, env, input, &self.settings)
