@@ -3,8 +3,8 @@
 //! `cached_tokens`. A pod flushed by `/admin/restart` answers its conversations' next turns
 //! with nothing cached; at the third such answer in a row the plugin bumps its generation, so
 //! its other conversations are no longer predicted as hits on it, and the conversation that
-//! found out keeps its pod. A streamed
-//! request without `include_usage` is asked for its usage, and its client never sees it.
+//! found out keeps its pod. A streamed request without `include_usage` is asked for its usage,
+//! and its client never sees it.
 
 use ailb_e2e::bed::FLUSH_CONVERSATIONS as CONVERSATIONS;
 use ailb_e2e::bed::{busiest, verify_bed as bed, wait_for_zero, Bed};
@@ -245,8 +245,6 @@ fn a_restart_in_the_host_lists_metrics_drops_the_pods_prefixes_at_once() {
         .iter()
         .find(|p| p.addr.to_string() == flushed)
         .unwrap();
-    // The restart moves the start time by whole seconds.
-    std::thread::sleep(Duration::from_millis(1_100));
     let (status, _, _) = http(&pod.url(), "POST", "/admin/restart", &[], b"").unwrap();
     assert_eq!(status, 200);
     assert!(wait_pages_stored(&bed.pods, &[id]));
