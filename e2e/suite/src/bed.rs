@@ -215,6 +215,18 @@ pub fn verify_bed() -> Bed {
 /// shortfalls it takes to find out (balancer/verify.rs `SEVERE_IN_A_ROW` per worker).
 pub const FLUSH_CONVERSATIONS: usize = 20;
 
+/// Flushes the pod whose address or name is `pod` as an engine restart does (its prefix cache
+/// empties, its start time moves: `/admin/restart`).
+pub fn restart_pod(bed: &Bed, pod: &str) {
+    let handle = bed
+        .pods
+        .iter()
+        .find(|p| p.addr.to_string() == pod || p.name == pod)
+        .unwrap_or_else(|| panic!("no pod {pod}"));
+    let (status, _, _) = http(&handle.url(), "POST", "/admin/restart", &[], b"").unwrap();
+    assert_eq!(status, 200, "restart {pod}");
+}
+
 /// The pod most conversations were sent to.
 pub fn busiest(pod_of: &std::collections::BTreeMap<usize, String>) -> String {
     let mut count: std::collections::BTreeMap<&String, usize> = Default::default();

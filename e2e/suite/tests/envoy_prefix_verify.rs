@@ -4,7 +4,7 @@
 //! `/admin/restart` gets a new generation in shared data, which both workers read.
 
 use ailb_e2e::bed::FLUSH_CONVERSATIONS as CONVERSATIONS;
-use ailb_e2e::bed::{busiest, verify_bed as bed, Bed};
+use ailb_e2e::bed::{busiest, restart_pod, verify_bed as bed, Bed};
 use ailb_e2e::envoy::Envoy;
 use ailb_e2e::gateway::{http, wait_until};
 use serde_json::{json, Value};
@@ -115,13 +115,7 @@ fn envoy_a_flushed_pods_conversations_stop_being_hits_on_it() {
         others.len() >= 8,
         "too few other conversations on {flushed}: {pod_of:?}"
     );
-    let pod = bed.pods.iter().find(|p| p.name == flushed).unwrap();
-    assert_eq!(
-        http(&pod.url(), "POST", "/admin/restart", &[], b"")
-            .unwrap()
-            .0,
-        200
-    );
+    restart_pod(&bed, &flushed);
     // Turns predicted as hits there come back with nothing cached until the third in a row on
     // one worker bumps the pod's generation (balancer/verify.rs SEVERE_IN_A_ROW; 2 workers).
     let (pod3, reason3, _) = send(&envoy.url, &chat(first, 3));

@@ -7,7 +7,7 @@
 //! and its client never sees it.
 
 use ailb_e2e::bed::FLUSH_CONVERSATIONS as CONVERSATIONS;
-use ailb_e2e::bed::{busiest, verify_bed as bed, wait_for_zero, Bed};
+use ailb_e2e::bed::{busiest, restart_pod, verify_bed as bed, wait_for_zero, Bed};
 use ailb_e2e::gateway::{http, wait_until, Gateway, GatewaySpec};
 use ailb_e2e::metrics::{metrics_check_path, wait_pages_stored};
 use serde_json::{json, Value};
@@ -117,13 +117,7 @@ fn a_flushed_pods_conversations_stop_being_hits_on_it() {
         others.len() >= 8,
         "too few other conversations on {flushed}: {pod_of:?}"
     );
-    let pod = bed
-        .pods
-        .iter()
-        .find(|p| p.addr.to_string() == flushed)
-        .unwrap();
-    let (status, _, _) = http(&pod.url(), "POST", "/admin/restart", &[], b"").unwrap();
-    assert_eq!(status, 200);
+    restart_pod(&bed, &flushed);
     // Its next turn is still predicted as a hit there, and comes back with nothing cached; so
     // do the next turns of its other conversations, until the third such answer in a row on
     // one worker bumps the pod's generation (balancer/verify.rs SEVERE_IN_A_ROW; 2 workers).
@@ -240,13 +234,7 @@ fn a_restart_in_the_host_lists_metrics_drops_the_pods_prefixes_at_once() {
     assert!(wait_pages_stored(&bed.pods, &[id]));
     let pod_of = warm(&gw);
     let flushed = busiest(&pod_of);
-    let pod = bed
-        .pods
-        .iter()
-        .find(|p| p.addr.to_string() == flushed)
-        .unwrap();
-    let (status, _, _) = http(&pod.url(), "POST", "/admin/restart", &[], b"").unwrap();
-    assert_eq!(status, 200);
+    restart_pod(&bed, &flushed);
     assert!(wait_pages_stored(&bed.pods, &[id]));
     // Each worker reads the host list at most once a second, at a decision.
     let bumped = wait_until(Duration::from_secs(5), || {
