@@ -6,10 +6,13 @@
 
 mod calls;
 mod first_bytes;
+mod release;
 
 pub use first_bytes::tick_ms as first_bytes_tick_ms;
 #[cfg(test)]
 pub use first_bytes::MAX_WAIT_MS;
+pub use release::LeaseKeys;
+use release::{Outcome, Release};
 
 use super::pick::{Pick, PickReply};
 use super::telemetry::Telemetry;
@@ -17,8 +20,8 @@ use crate::config::{PolicyConfig, RouteConfig};
 use crate::host::{Host, HostErrorKind, LogLevel};
 use crate::id_map::IdMap;
 use crate::reason::Cause;
-use crate::redis::inflight::{self, InflightKeys};
-use crate::redis::scripts::{self, Keys, ReplyError, Scripts};
+use crate::redis::scripts::{self, Keys, Scripts};
+use crate::stats::Counter;
 use std::collections::HashMap;
 use std::rc::Rc;
 
@@ -29,28 +32,6 @@ pub enum CallStatus {
     Ok,
     /// Timeout or connection failure: there is no reply.
     Failed,
-}
-
-/// Which keys a lease lives in: an endpoint route's, or a cluster route's global in-flight
-/// count.
-#[derive(Debug, Clone)]
-pub enum LeaseKeys {
-    /// `booked`: prefix_cache, whose leases may carry a prefill booking.
-    Endpoint {
-        keys: Rc<Keys>,
-        booked: bool,
-    },
-    Service(Rc<InflightKeys>),
-    /// prefix_cache's first bytes: (lease id, endpoint, rate sample) triples, not lease members.
-    FirstBytes(Rc<Keys>),
-}
-
-/// A release in flight (fire-and-forget; retried once with EVAL on NOSCRIPT).
-struct Release {
-    config: Rc<RouteConfig>,
-    keys: LeaseKeys,
-    members: Vec<String>,
-    by_sha: bool,
 }
 
 enum Op {
@@ -156,13 +137,7 @@ impl RedisClient {
         keys: LeaseKeys,
         members: Vec<String>,
     ) {
-        let rel = Release {
-            config: config.clone(),
-            keys,
-            members,
-            by_sha: true,
-        };
-        self.send_release(host, tel, rel);
+        self.send_release(host, tel, Release::new(config.clone(), keys, members));
     }
 
     /// Waiting queue: adds (`score` Some) or removes this waiter in the route's wait set
@@ -223,7 +198,7 @@ impl RedisClient {
         let query = scripts::forget_call(keys, chain, endpoint, settings.ttl_s, host.now_ms());
         if let Ok(token) = self.call(host, tel, config, &query) {
             self.pending.insert(token, Op::Forget);
-            tel.inc(host, crate::stats::Counter::PrefixGenerationBump);
+            tel.inc(host, Counter::PrefixGenerationBump);
         }
     }
 
@@ -240,7 +215,7 @@ impl RedisClient {
         let reply = match status {
             CallStatus::Ok => host.redis_reply(size).map_err(|_| Cause::BadReply),
             CallStatus::Failed => {
-                tel.inc(host, crate::stats::Counter::RedisTimeouts);
+                tel.inc(host, Counter::RedisTimeouts);
                 Err(Cause::RedisTimeout)
             }
         };
@@ -259,7 +234,7 @@ impl RedisClient {
             }
             Op::ScriptLoad | Op::Waiter | Op::Forget => {
                 if reply.is_err() {
-                    tel.inc(host, crate::stats::Counter::RedisErrors);
+                    tel.inc(host, Counter::RedisErrors);
                 }
                 None
             }
@@ -314,9 +289,9 @@ impl RedisClient {
         let Some(redis) = &config.redis else {
             return Err(Cause::RedisUnavailable);
         };
-        tel.inc(host, crate::stats::Counter::RedisCalls);
+        tel.inc(host, Counter::RedisCalls);
         host.redis_call(&redis.cluster, query).map_err(|e| {
-            tel.inc(host, crate::stats::Counter::RedisErrors);
+            tel.inc(host, Counter::RedisErrors);
             if e.kind == HostErrorKind::BadArgument {
                 // The cluster went away (or never came): init again before the next call.
                 self.ready.insert(redis.init_cluster.clone(), false);
@@ -344,38 +319,19 @@ impl RedisClient {
             return; // every stream end calls here: most routes never batch
         }
         for b in self.batches.due(host.now_ms()) {
-            let rel = Release {
-                config: b.config,
-                keys: LeaseKeys::FirstBytes(b.keys),
-                members: b.done,
-                by_sha: true,
-            };
+            let rel = Release::new(b.config, LeaseKeys::FirstBytes(b.keys), b.done);
             self.send_release(host, tel, rel);
         }
     }
 
     fn send_release(&mut self, host: &mut dyn Host, tel: &mut Telemetry, rel: Release) {
-        let query = match &rel.keys {
-            LeaseKeys::Endpoint { keys, booked } => {
-                scripts::release_call(&self.scripts, rel.by_sha, keys, &rel.members, *booked)
-            }
-            LeaseKeys::FirstBytes(k) => {
-                scripts::prefill_done_call(&self.scripts, rel.by_sha, k, &rel.members)
-            }
-            LeaseKeys::Service(k) => {
-                inflight::release_call(&self.scripts, rel.by_sha, k, &rel.members)
-            }
-        };
+        let query = rel.query(&self.scripts);
         match self.call(host, tel, &rel.config, &query) {
             Ok(token) => {
-                let counter = match rel.keys {
-                    LeaseKeys::FirstBytes(_) => crate::stats::Counter::FirstBytesSent,
-                    _ => crate::stats::Counter::Releases,
-                };
-                tel.inc(host, counter);
+                tel.inc(host, rel.sent_counter());
                 self.pending.insert(token, Op::Release(rel));
             }
-            Err(_) => tel.inc(host, crate::stats::Counter::ReleaseFailures),
+            Err(_) => tel.inc(host, Counter::ReleaseFailures),
         }
     }
 
@@ -383,26 +339,26 @@ impl RedisClient {
         &mut self,
         host: &mut dyn Host,
         tel: &mut Telemetry,
-        mut rel: Release,
+        rel: Release,
         reply: Result<Vec<u8>, Cause>,
     ) {
-        match reply.map(|bytes| scripts::parse_release(&bytes)) {
-            Ok(Ok(_)) => {}
-            Ok(Err(ReplyError::NoScript)) if rel.by_sha => {
-                tel.inc(host, crate::stats::Counter::RedisNoScript);
-                rel.by_sha = false;
+        match rel.outcome(reply) {
+            Outcome::Done => {}
+            Outcome::Resend(rel) => {
+                tel.inc(host, Counter::RedisNoScript);
                 self.send_release(host, tel, rel);
             }
-            Ok(Err(e)) => {
-                tel.inc(host, crate::stats::Counter::ReleaseFailures);
-                tel.log(
-                    host,
-                    LogLevel::Warn,
-                    0,
-                    format_args!("release failed: {e}; the lease expires on its own"),
-                );
+            Outcome::Failed(e) => {
+                tel.inc(host, Counter::ReleaseFailures);
+                if let Some(e) = e {
+                    tel.log(
+                        host,
+                        LogLevel::Warn,
+                        0,
+                        format_args!("release failed: {e}; the lease expires on its own"),
+                    );
+                }
             }
-            Err(_) => tel.inc(host, crate::stats::Counter::ReleaseFailures),
         }
     }
 }
