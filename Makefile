@@ -132,6 +132,7 @@ IMPORT_LOOP_DIRS := src core testkit tools/check-config tools/k8s-yaml e2e/gatew
 lint: toolchain
 	$(CARGO) fmt --check
 	python3 tools/import-loops.py $(IMPORT_LOOP_DIRS)
+	python3 tools/room-sizes.py src core testkit tools e2e
 	$(E2E_CARGO) fmt --check
 	$(E2E_CARGO) clippy --quiet --release --all-targets -- -D warnings
 	$(CARGO) clippy --quiet --workspace --all-targets -- -D warnings
