@@ -29,10 +29,11 @@ pub enum LeaseKeys {
 /// A release to send, or in flight (sent by script hash first; once more with EVAL on
 /// NOSCRIPT).
 pub struct Release {
+    /// The route whose Redis target the release goes to.
     pub config: Rc<RouteConfig>,
-    pub keys: LeaseKeys,
-    pub members: Vec<String>,
-    pub by_sha: bool,
+    keys: LeaseKeys,
+    members: Vec<String>,
+    by_sha: bool,
 }
 
 /// What a release's reply comes to.
@@ -93,6 +94,7 @@ impl Release {
 mod tests {
     use super::*;
     use crate::config::PluginConfig;
+    use crate::redis::resp;
 
     fn release() -> Release {
         let json = br#"{"lb_policy":"global_least_request","lb_config":{"serviceFQDN":"redis.static","servicePort":6379}}"#;
@@ -109,9 +111,12 @@ mod tests {
         )
     }
 
+    /// The command word of a query (EVALSHA or EVAL).
     fn verb(query: &[u8]) -> String {
-        let text = String::from_utf8_lossy(query);
-        text.split("\r\n").nth(2).unwrap_or_default().to_string()
+        match resp::decode_exact(query).unwrap() {
+            resp::Value::Array(Some(words)) => words[0].as_str().unwrap().to_string(),
+            other => panic!("not a command: {other:?}"),
+        }
     }
 
     #[test]
