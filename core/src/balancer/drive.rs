@@ -3,7 +3,7 @@
 //! retries, and the response headers. Each event's effects are performed (perform.rs) and an
 //! effect's answer is fed back as the next event.
 
-use super::held;
+use super::holding;
 use super::request::{Event, Request};
 use super::{Balancer, Verdict};
 use crate::host::{Host, LogLevel};
@@ -83,9 +83,9 @@ impl Balancer {
         let Some(req) = self.requests.get(&ctx) else {
             return;
         };
-        // Only cluster_metrics' statistics read the status: a host call saved elsewhere.
-        if req.wants_status() {
-            let status = held::response_status(host);
+        // The status of every routed request: its outcome.
+        if req.routed() {
+            let status = holding::response_status(host);
             self.drive(host, ctx, Event::ResponseHeaders { status });
         }
         // Plain Envoy, least request and sessions: a response from another endpoint than the

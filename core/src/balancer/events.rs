@@ -1,7 +1,8 @@
 //! The vocabulary of the request state machine (`super::request`): what a policy decides, the
 //! events a request receives and the effects it asks the balancer to perform.
 
-use super::pick::{Booking, GlobalLease, Lease, LocalLease, Pick, PickReply, ServiceLease};
+use super::holding::{Act, Holding, Outcome};
+use super::pick::{Pick, PickReply};
 use crate::config::RouteConfig;
 use crate::prefix::{PrefixKey, PromptTokens};
 use crate::reason::{Cause, Reason};
@@ -14,12 +15,13 @@ use std::rc::Rc;
 pub enum Decision {
     /// Acquire in Redis: send this pick.
     Acquire(Box<Pick>),
-    /// Chosen in this proxy; `hold` (a per-proxy count) is given back at stream end.
+    /// Chosen; `hold` (the policy's own: a Redis lease, a per-proxy count, a service's
+    /// in-flight count) is given back exactly once, at stream end.
     Route {
         endpoint: String,
         fallbacks: Vec<String>,
         reason: Reason,
-        hold: Option<Hold>,
+        hold: Option<Box<dyn Holding>>,
     },
     /// Refuse the request with 429.
     Reject(Rejection),
@@ -75,17 +77,6 @@ pub struct PromptRead {
     pub prefix_bytes: Vec<u64>,
     /// The plugin asked the stream for its usage (`verifyCachedTokens`, verify.rs).
     pub injected: bool,
-}
-
-/// What a routed request holds until its stream ends.
-#[derive(Debug)]
-pub enum Hold {
-    /// A Redis lease (an endpoint pick Redis answered).
-    Lease(Lease),
-    /// A per-proxy endpoint count (plain-Envoy least request).
-    Local(LocalLease),
-    /// A cluster_metrics service: in flight, and its latency to record.
-    Service(ServiceLease),
 }
 
 /// Why a request is refused.
@@ -293,8 +284,11 @@ pub enum Event {
     ResponseHeaders {
         status: Option<u32>,
     },
-    /// A response body chunk (fed only while [`super::request::Request::wants_response_body`]).
-    ResponseBody,
+    /// The first response body chunk, at `now_ms` (host clock; fed only while
+    /// [`super::request::Request::wants_response_body`]).
+    ResponseBody {
+        now_ms: u64,
+    },
     /// The answer to [`Effect::Wait`] for `rejection`.
     Waited {
         rejection: Rejection,
@@ -333,51 +327,25 @@ pub enum Effect {
         fallbacks: Vec<String>,
     },
     Reply(LocalReply),
-    Release(Lease),
+    /// Give a holding back, exactly once: at stream end with the request's outcome, or
+    /// without one (the request never got an answer through it).
+    GiveBack {
+        held: Box<dyn Holding>,
+        outcome: Option<Outcome>,
+    },
     /// Every lease a pick whose reply was lost may have written.
     ReleaseAll(Box<Pick>),
-    ReleaseLocal(LocalLease),
-    /// cluster_metrics: Redis counted the service globally (or could not and the local path
-    /// chose): count it in this proxy's statistics too, as the local path does at decision.
-    ServiceStart(ServiceLease),
-    /// A global in-flight lease a request does not keep (a pick whose stream ended, a reply
-    /// naming a service not offered).
-    ReleaseService(GlobalLease),
-    /// cluster_metrics: Redis could not choose; the local path did (counted, logged
-    /// rate-limited).
-    InflightLocal(Cause),
-    /// cluster_metrics: the first response byte arrived; record the time to it.
-    FirstByte {
-        lease: ServiceLease,
-        success: bool,
-    },
-    /// prefix_cache: the first response bytes of a request that booked prefill tokens: give
-    /// them back and time the endpoint's prefill (batched, docs/redis-data-model.md §13).
-    FirstBytes {
-        lease: Lease,
-        booking: Booking,
-    },
-    /// prefix_cache, plain Envoy: the same in this proxy's counts (least_request/prefill.rs).
-    FirstBytesLocal {
-        lease: LocalLease,
-        booking: Booking,
-    },
-    /// cluster_metrics: give the in-flight count back (in Redis too when counted there);
-    /// `outcome` (success?) records the total latency and errors, None records nothing (the
-    /// request never reached the service).
-    ServiceDone {
-        lease: ServiceLease,
-        outcome: Option<bool>,
-    },
+    /// The response's first bytes arrived: the request's holding is told (a booking given
+    /// back, a time to first byte recorded).
+    FirstBytes,
+    /// A policy's own one-off work a Redis reply asks for (docs/architecture.md "Holdings").
+    Act(Box<dyn Act>),
     /// The stream ended while `token` was in flight: whoever handles the reply undoes the pick.
     Orphan {
         token: u32,
         pick: Box<Pick>,
     },
     Count(Counter),
-    /// endpoint_metrics: this proxy sends the request to this endpoint (the in-flight
-    /// correction's count), once Redis has said where a session goes.
-    SentTo(String),
     /// Balanced without the body it waited for (timeout, or the host withholds it): count
     /// the cause and say why (rate-limited).
     NoBody(Cause),

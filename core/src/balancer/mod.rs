@@ -9,7 +9,8 @@ mod body_flow;
 mod drive;
 mod events;
 mod expect;
-mod held;
+mod holding;
+mod orphan;
 mod perform;
 mod pick;
 mod policies;
@@ -254,9 +255,8 @@ impl Balancer {
         self.wants_response_body(ctx)
     }
 
-    /// Whether stream `ctx`'s next response body chunk matters (cluster_metrics before its
-    /// first byte, a prefix_cache response being verified): the glue skips the others
-    /// without calling in.
+    /// Whether stream `ctx`'s next response body chunk matters (the first, measured; a
+    /// prefix_cache response being verified): the glue skips the others without calling in.
     pub fn wants_response_body(&self, ctx: u32) -> bool {
         self.verify_watching(ctx)
             || self
@@ -265,8 +265,8 @@ impl Balancer {
                 .is_some_and(Request::wants_response_body)
     }
 
-    /// A response body chunk of `size` bytes (the last when `end_of_stream`):
-    /// cluster_metrics records its time to the first one; a verified prefix_cache response
+    /// A response body chunk of `size` bytes (the last when `end_of_stream`): the first is
+    /// measured and told to the request's holding; a verified prefix_cache response
     /// keeps its tail and may have its usage event taken out (verify.rs). Never holds the
     /// response (the glue answers Continue). Whether later chunks still matter.
     pub fn on_response_body(
@@ -281,7 +281,8 @@ impl Balancer {
             .get(&ctx)
             .is_some_and(Request::wants_response_body)
         {
-            self.drive(host, ctx, Event::ResponseBody);
+            let now_ms = host.now_ms();
+            self.drive(host, ctx, Event::ResponseBody { now_ms });
         }
         self.verify_body(host, ctx, size, end_of_stream);
         self.wants_response_body(ctx)
@@ -298,11 +299,10 @@ impl Balancer {
         if let Some(effect) = req.leave_queue() {
             self.perform(host, ctx, effect);
         }
-        if let Some(effect) = req.finish() {
-            if matches!(
-                effect,
-                Effect::Release(_) | Effect::ReleaseLocal(_) | Effect::ServiceDone { .. }
-            ) {
+        // The clock only for a routed request: its outcome's end.
+        let now_ms = if req.routed() { host.now_ms() } else { 0 };
+        if let Some(effect) = req.finish(now_ms) {
+            if matches!(effect, Effect::GiveBack { .. }) {
                 self.queue.room_freed();
             }
             self.perform(host, ctx, effect);

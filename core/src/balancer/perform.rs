@@ -2,8 +2,9 @@
 //! VM's state (docs/architecture.md "A request's path"). An effect that needs an answer
 //! (decide, send, wait, publish) returns it as the request's next event.
 
+use super::holding::Services;
 use super::pick::Pick;
-use super::policies::{self, Env, Input};
+use super::policies::{Env, Input};
 use super::publish;
 use super::redis_client::LeaseKeys;
 use super::request::{self, Effect, Event};
@@ -95,21 +96,35 @@ impl Balancer {
                 let _ = host.send_local_response(r.status, r.details, r.body, &headers);
                 None
             }
-            Effect::Release(lease) => {
-                let keys = LeaseKeys::Endpoint {
-                    keys: lease.keys,
-                    booked: lease.prefix,
+            Effect::GiveBack { held, outcome } => {
+                let mut svc = Services {
+                    host,
+                    tel: &mut self.tel,
+                    redis: &mut self.redis,
+                    ctx,
                 };
-                let members = vec![lease.member];
-                self.redis
-                    .release(host, &mut self.tel, &lease.config, keys, members);
+                held.give_back(&mut svc, outcome.as_ref());
                 None
             }
-            Effect::ReleaseService(lease) => {
-                let keys = LeaseKeys::Service(lease.keys);
-                let members = vec![lease.member];
-                self.redis
-                    .release(host, &mut self.tel, &lease.config, keys, members);
+            Effect::FirstBytes => {
+                let (h, outcome) = self.requests.get_mut(&ctx)?.holding_mut()?;
+                let mut svc = Services {
+                    host,
+                    tel: &mut self.tel,
+                    redis: &mut self.redis,
+                    ctx,
+                };
+                h.first_bytes(&mut svc, outcome);
+                None
+            }
+            Effect::Act(act) => {
+                let mut svc = Services {
+                    host,
+                    tel: &mut self.tel,
+                    redis: &mut self.redis,
+                    ctx,
+                };
+                act.run(&mut svc);
                 None
             }
             Effect::ReleaseAll(pick) => {
@@ -126,44 +141,6 @@ impl Balancer {
                 };
                 self.redis
                     .release(host, &mut self.tel, pick.config(), keys, members);
-                None
-            }
-            Effect::ServiceStart(lease) => {
-                policies::cluster_metrics::start(host, &self.tel, &lease);
-                None
-            }
-            Effect::InflightLocal(cause) => {
-                self.tel.inflight_local(host, ctx, cause);
-                None
-            }
-            Effect::SentTo(endpoint) => {
-                policies::endpoint_metrics::count_sent(host, &endpoint);
-                None
-            }
-            Effect::ReleaseLocal(lease) => {
-                policies::least_request::counts::release(host, &self.tel, lease);
-                None
-            }
-            Effect::FirstByte { lease, success } => {
-                policies::cluster_metrics::first_byte(host, &self.tel, &lease, success);
-                None
-            }
-            Effect::FirstBytes { lease, booking } => {
-                self.redis.first_bytes(host, &mut self.tel, &lease, booking);
-                None
-            }
-            Effect::FirstBytesLocal { lease, booking } => {
-                policies::least_request::prefill::first_bytes(host, &self.tel, &lease, booking);
-                None
-            }
-            Effect::ServiceDone { lease, outcome } => {
-                if let Some(global) = &lease.global {
-                    let keys = LeaseKeys::Service(global.keys.clone());
-                    let members = vec![global.member.clone()];
-                    self.redis
-                        .release(host, &mut self.tel, &global.config, keys, members);
-                }
-                policies::cluster_metrics::done(host, &self.tel, lease, outcome);
                 None
             }
             Effect::Orphan { token, pick } => {

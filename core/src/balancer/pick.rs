@@ -4,6 +4,7 @@
 //! request while in flight, and turned into a lease when Redis answers; the lease is what stream
 //! end gives back (docs/redis-data-model.md §6, §8).
 
+use super::policies::cluster_metrics::stats::SharedStats;
 use super::rng::VmRng;
 use crate::config::Class;
 use crate::config::RouteConfig;
@@ -45,57 +46,6 @@ impl Lease {
         let (rest, _cost) = self.member.rsplit_once('|')?;
         rest.split_once('|')
     }
-}
-
-/// A per-proxy load count in shared data (plain-Envoy global_least_request): `cost` (the
-/// request's `costMode` weight) added to `endpoint` under `key`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LocalLease {
-    pub key: Rc<str>,
-    pub endpoint: String,
-    pub cost: u64,
-    /// Tenant fairness: the tenant id whose in-flight count this request holds too.
-    pub tenant: Option<String>,
-    /// Envoy answered from another endpoint (its retry to a fallback): this one failed, and the
-    /// release marks it down for sessions (least_request/counts.rs `DOWN_MS`).
-    pub failed: bool,
-    /// prefix_cache: the prefill tokens booked with the count, until the first bytes (taken
-    /// then) or the release (least_request/prefill.rs).
-    pub booking: Option<Booking>,
-}
-
-/// cluster_metrics: the service a request was sent to, recorded at first byte and stream end
-/// in the route's shared statistics (its in-flight count was taken at the decision), and its
-/// count in Redis when the route counts globally.
-#[derive(Debug, Clone)]
-pub struct ServiceLease {
-    pub stats: Rc<super::policies::cluster_metrics::stats::SharedStats>,
-    /// The service, as its index among the statistics' distinct names (an index, so that
-    /// neither the decision nor the stream end copies or compares a name; one out of range is
-    /// a service the statistics do not know, which every update ignores).
-    pub service: usize,
-    /// Decision time (host clock, ms): TTFT and total latency are measured from here.
-    pub start_ms: u64,
-    pub global: Option<GlobalLease>,
-}
-
-impl ServiceLease {
-    /// The service's name ("" for one the statistics do not know).
-    pub fn name(&self) -> &str {
-        self.stats
-            .fresh
-            .names()
-            .get(self.service)
-            .map_or("", String::as_str)
-    }
-}
-
-/// A service's global in-flight count taken in Redis (`global_inflight_enabled`).
-#[derive(Debug, Clone)]
-pub struct GlobalLease {
-    pub config: Rc<RouteConfig>,
-    pub keys: Rc<InflightKeys>,
-    pub member: String,
 }
 
 /// An acquire in flight: everything needed to finish it, or to undo it if its stream is gone.
@@ -163,7 +113,7 @@ pub struct ServicePick {
     pub candidates: Rc<Vec<(String, f64)>>,
     /// What the local path chooses when Redis cannot answer (Higress falls back the same way).
     pub local: String,
-    pub stats: Rc<super::policies::cluster_metrics::stats::SharedStats>,
+    pub stats: Rc<SharedStats>,
     pub start_ms: u64,
     pub by_sha: bool,
 }
@@ -171,32 +121,6 @@ pub struct ServicePick {
 impl ServicePick {
     pub fn offered(&self, service: &str) -> bool {
         self.candidates.iter().any(|(s, _)| s == service)
-    }
-
-    /// The lease a request holds once Redis counted `service` for it.
-    pub fn lease(&self, service: &str) -> ServiceLease {
-        ServiceLease {
-            global: Some(self.global(service)),
-            ..self.local_lease(service)
-        }
-    }
-
-    /// The lease of a request routed by the local path (nothing counted in Redis).
-    pub fn local_lease(&self, service: &str) -> ServiceLease {
-        ServiceLease {
-            stats: self.stats.clone(),
-            service: self.stats.fresh.index_of(service).unwrap_or(usize::MAX),
-            start_ms: self.start_ms,
-            global: None,
-        }
-    }
-
-    pub fn global(&self, service: &str) -> GlobalLease {
-        GlobalLease {
-            config: self.config.clone(),
-            keys: self.keys.clone(),
-            member: inflight::member(&self.request_id, service),
-        }
     }
 
     /// After a lost reply: every lease the script could have written.

@@ -120,9 +120,13 @@ impl Queue {
             _ => None,
         };
         match waiter.as_deref() {
-            Some(w @ Waiter::Redis { .. }) => {
+            Some(Waiter::Redis {
+                config,
+                keys,
+                member,
+            }) => {
                 let score = (rank as u64).saturating_mul(WAIT_RANK) + deadline_ms % WAIT_RANK;
-                redis.waiter(host, tel, w, Some(score));
+                redis.waiter(host, tel, (config, keys, member), Some(score));
             }
             Some(Waiter::Shared { key, id }) => {
                 // Unwritten, this waiter only loses its class's precedence on other workers.
@@ -158,7 +162,11 @@ impl Queue {
         self.waiting.remove(&(ticket.rank, ticket.seq, ctx));
         self.queued = self.queued.saturating_sub(1);
         match ticket.waiter.as_deref() {
-            Some(w @ Waiter::Redis { .. }) => redis.waiter(host, tel, w, None),
+            Some(Waiter::Redis {
+                config,
+                keys,
+                member,
+            }) => redis.waiter(host, tel, (config, keys, member), None),
             Some(Waiter::Shared { key, id }) => {
                 // Not removed: the line expires at its deadline.
                 let _ = waiters::set(host, key, *id, None, 0);

@@ -147,17 +147,9 @@ impl RedisClient {
         &mut self,
         host: &mut dyn Host,
         tel: &mut Telemetry,
-        w: &super::events::Waiter,
+        (config, keys, member): (&Rc<RouteConfig>, &Keys, &str),
         score: Option<u64>,
     ) {
-        let super::events::Waiter::Redis {
-            config,
-            keys,
-            member,
-        } = w
-        else {
-            return;
-        };
         let query = match score {
             Some(score) => {
                 let score = score.to_string();

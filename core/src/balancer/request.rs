@@ -14,18 +14,17 @@
 
 use super::events::{Answer, DENIED};
 pub use super::events::{
-    Decision, Effect, Event, Hold, Leave, LocalReply, PromptRead, Rejection, Ticket, WaitAnswer,
-    Waiter,
+    Decision, Effect, Event, Leave, LocalReply, PromptRead, Rejection, Ticket, WaitAnswer, Waiter,
 };
-pub use super::held::undo;
-use super::held::{success, Held};
+use super::holding::{Holding, Outcome};
+pub use super::orphan::undo;
 use super::pick::{Pick, PickReply};
 use super::policies;
-use crate::config::{FailureMode, PolicyConfig, RouteConfig};
+use crate::config::{FailureMode, RouteConfig};
 use crate::reason::{Cause, Reason};
 use crate::redis::inflight::InflightKeys;
 use crate::redis::scripts::Keys;
-use crate::stats::{Counter, Outcome};
+use crate::stats::{self, Counter};
 use std::rc::Rc;
 
 #[derive(Debug)]
@@ -39,11 +38,13 @@ enum Phase {
     /// Waiting queue: refused for want of room, held until room frees, `rejection` at the
     /// deadline; `again` is how it tries once room may have freed.
     Waiting { rejection: Rejection, again: Again },
-    /// The choice is published; `held` is given back at stream end.
+    /// The choice is published; `held` is given back at stream end, with `outcome` (what the
+    /// machine measured of the answer).
     Routed {
         endpoint: String,
         reason: Reason,
-        held: Held,
+        held: Option<Box<dyn Holding>>,
+        outcome: Outcome,
     },
     /// Decided with nothing held: fallback, or a local reply (`replied`) that ended the stream.
     Settled { reason: Reason, replied: bool },
@@ -130,17 +131,13 @@ impl Request {
             Event::Sent { result, pick } => self.on_sent(result, pick),
             Event::PickReply(r) => self.on_pick_reply(r),
             Event::Published(r) => self.on_published(r),
-            Event::ResponseHeaders { status: s } => {
-                if let Phase::Routed {
-                    held: Held::Service { status, .. },
-                    ..
-                } = &mut self.phase
-                {
-                    *status = s;
+            Event::ResponseHeaders { status } => {
+                if let Phase::Routed { outcome, .. } = &mut self.phase {
+                    outcome.status = status;
                 }
                 Vec::new()
             }
-            Event::ResponseBody => self.on_response_body(),
+            Event::ResponseBody { now_ms } => self.on_response_body(now_ms),
             Event::Waited { rejection, answer } => self.on_waited(rejection, answer),
             Event::Admit => self.on_admit(),
             Event::QueueTimeout => match &self.phase {
@@ -157,11 +154,7 @@ impl Request {
         // The Redis keys are named after the route and cluster: without them nothing to pick.
         // Cluster policies name no route keys (they choose the cluster); endpoint_metrics keeps
         // only session bindings there and consistent-hashes sessions without them.
-        if self.keys.is_none()
-            && self.config.redis.is_some()
-            && !self.config.policy.is_cluster()
-            && !matches!(self.config.policy, PolicyConfig::EndpointMetrics(_))
-        {
+        if self.keys.is_none() && self.config.needs_route_keys() {
             return self.fall_back(Cause::NoRoute);
         }
         if end_of_stream || self.config.decide_at_headers {
@@ -211,7 +204,8 @@ impl Request {
                 self.phase = Phase::Routed {
                     endpoint: endpoint.clone(),
                     reason,
-                    held: Held::from_hold(hold),
+                    held: hold,
+                    outcome: Outcome::default(),
                 };
                 vec![Effect::Publish {
                     endpoint,
@@ -270,7 +264,7 @@ impl Request {
             Ok(()) => {
                 let mut e = vec![Effect::Count(Counter::Decision(
                     self.config.policy.kind(),
-                    Outcome::Routed,
+                    stats::Outcome::Routed,
                 ))];
                 match reason {
                     Reason::PrefixHit => e.push(Effect::Count(Counter::PrefixHit)),
@@ -285,7 +279,13 @@ impl Request {
                 else {
                     return Vec::new();
                 };
-                let mut e = held.cancel();
+                let mut e: Vec<Effect> = held
+                    .map(|held| Effect::GiveBack {
+                        held,
+                        outcome: None,
+                    })
+                    .into_iter()
+                    .collect();
                 if self.config.policy.is_cluster() {
                     // Higress answers 500 when it cannot write `cluster_header`: the route
                     // cannot reach the chosen cluster any other way.
@@ -298,36 +298,17 @@ impl Request {
         }
     }
 
-    fn on_response_body(&mut self) -> Vec<Effect> {
-        let Phase::Routed { held, .. } = &mut self.phase else {
+    /// The first response bytes: measured, and told to the holding if it wants them.
+    fn on_response_body(&mut self, now_ms: u64) -> Vec<Effect> {
+        let Phase::Routed { held, outcome, .. } = &mut self.phase else {
             return Vec::new();
         };
+        if outcome.first_byte_ms.is_some() {
+            return Vec::new();
+        }
+        outcome.first_byte_ms = Some(now_ms);
         match held {
-            Held::Service {
-                lease,
-                status,
-                first_byte: first_byte @ false,
-            } => {
-                *first_byte = true;
-                vec![Effect::FirstByte {
-                    lease: lease.clone(),
-                    success: success(*status),
-                }]
-            }
-            Held::Lease(lease) => match lease.booking.take() {
-                Some(booking) => vec![Effect::FirstBytes {
-                    lease: lease.clone(),
-                    booking,
-                }],
-                None => Vec::new(),
-            },
-            Held::Local(lease) => match lease.booking.take() {
-                Some(booking) => vec![Effect::FirstBytesLocal {
-                    lease: lease.clone(),
-                    booking,
-                }],
-                None => Vec::new(),
-            },
+            Some(h) if h.wants_first_bytes() => vec![Effect::FirstBytes],
             _ => Vec::new(),
         }
     }
@@ -339,10 +320,10 @@ impl Request {
         };
         let counter = match r {
             Rejection::MaxRequestCount | Rejection::Shed => {
-                Counter::Decision(self.config.policy.kind(), Outcome::Rejected429)
+                Counter::Decision(self.config.policy.kind(), stats::Outcome::Rejected429)
             }
             Rejection::ShedPriority | Rejection::ShedTenant => {
-                let c = Counter::Decision(self.config.policy.kind(), Outcome::Rejected429);
+                let c = Counter::Decision(self.config.policy.kind(), stats::Outcome::Rejected429);
                 let why = match r {
                     Rejection::ShedTenant => Counter::TenantShed,
                     _ => Counter::PriorityShed,
@@ -364,11 +345,14 @@ impl Request {
         let kind = self.config.policy.kind();
         let denied = self.config.common.failure_mode == FailureMode::Deny;
         let mut e = vec![
-            Effect::Count(Counter::Decision(kind, Outcome::FellBack)),
+            Effect::Count(Counter::Decision(kind, stats::Outcome::FellBack)),
             Effect::FellBack { cause, denied },
         ];
         if denied {
-            e.push(Effect::Count(Counter::Decision(kind, Outcome::Denied)));
+            e.push(Effect::Count(Counter::Decision(
+                kind,
+                stats::Outcome::Denied,
+            )));
             e.push(Effect::Reply(DENIED));
         }
         self.phase = Phase::Settled {

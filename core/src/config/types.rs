@@ -147,3 +147,26 @@ pub struct RouteConfig {
     /// Session stickiness (global_least_request, prefix_cache; docs/redis-data-model.md §10).
     pub session: Option<Rc<super::session::SessionConfig>>,
 }
+
+impl RouteConfig {
+    /// Whether the route's endpoint names its pod by Redis keys of (route, cluster): every
+    /// endpoint policy with Redis but endpoint_metrics, which keeps only session bindings there
+    /// and consistent-hashes sessions without them.
+    pub fn needs_route_keys(&self) -> bool {
+        self.redis.is_some()
+            && !self.policy.is_cluster()
+            && !matches!(self.policy, PolicyConfig::EndpointMetrics(_))
+    }
+
+    /// Plain Envoy: whether a response from another endpoint than the one counted (Envoy's
+    /// retry to a fallback) is noted against it: least request, and a session's prefix_cache
+    /// pick (docs/plain-envoy.md, docs/sessions-and-queues.md "Sessions"). One property read
+    /// per such request.
+    pub fn watches_fallbacks(&self) -> bool {
+        match self.policy {
+            PolicyConfig::GlobalLeastRequest => true,
+            PolicyConfig::PrefixCache(_) => self.session.is_some(),
+            _ => false,
+        }
+    }
+}

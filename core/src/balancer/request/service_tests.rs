@@ -3,8 +3,9 @@
 //! decides; either way the Redis lease and this proxy's count come back exactly once.
 
 use super::*;
-use crate::balancer::pick::{ServiceLease, ServicePick};
-use crate::balancer::policies::cluster_metrics::SharedStats;
+use crate::balancer::pick::ServicePick;
+use crate::balancer::policies::cluster_metrics::holding::{GlobalLease, Local, Start};
+use crate::balancer::policies::cluster_metrics::{ServiceLease, SharedStats};
 use crate::config::{PluginConfig, PolicyConfig};
 use crate::hash::SplitMix64;
 
@@ -59,11 +60,20 @@ fn picking(token: u32) -> Request {
     r
 }
 
+/// The service counted in this proxy after a reply (cluster_metrics' `Start`).
 fn started(e: &[Effect]) -> Option<&ServiceLease> {
     e.iter().find_map(|x| match x {
-        Effect::ServiceStart(l) => Some(l),
+        Effect::Act(a) => a.as_any().downcast_ref::<Start>().map(|s| &s.0),
         _ => None,
     })
+}
+
+/// A reply's note that the local path chose (cluster_metrics' `Local`).
+fn local(e: Option<&Effect>) -> Option<Cause> {
+    match e {
+        Some(Effect::Act(a)) => a.as_any().downcast_ref::<Local>().map(|l| l.0),
+        _ => None,
+    }
 }
 
 #[test]
@@ -79,13 +89,12 @@ fn redis_choice_is_counted_here_published_and_released_at_stream_end() {
     ));
     assert!(matches!(e.last(), Some(Effect::Publish { endpoint, .. }) if endpoint == "a"));
     assert!(!r.is_held());
-    let Some(Effect::ServiceDone { lease, outcome }) = r.finish() else {
+    let Some(Effect::GiveBack { held, outcome }) = r.finish(9) else {
         panic!("the count comes back")
     };
-    assert_eq!(lease.global.unwrap().member, "rid|a|1");
-    assert_eq!(
-        outcome,
-        Some(false),
+    assert_eq!(held.ledger(), ["local|service", "rid|a|1"]);
+    assert!(
+        outcome.is_some_and(|o| !o.success()),
         "no response: an error, as Higress counts it"
     );
 }
@@ -100,10 +109,7 @@ fn redis_trouble_takes_the_local_choice_with_nothing_counted_in_redis() {
     ] {
         let mut r = picking(3);
         let e = r.handle(Event::PickReply(reply.clone()));
-        assert!(
-            matches!(e.first(), Some(Effect::InflightLocal(_))),
-            "{reply:?}: {e:?}"
-        );
+        assert!(local(e.first()).is_some(), "{reply:?}: {e:?}");
         let lease = started(&e).unwrap();
         assert_eq!(lease.name(), "b", "{reply:?}");
         assert!(lease.global.is_none());
@@ -143,7 +149,9 @@ fn a_service_we_did_not_offer_is_released_and_the_local_choice_taken() {
     let mut r = picking(3);
     let e = r.handle(Event::PickReply(PickReply::Service("zzz".into())));
     assert!(
-        matches!(e.first(), Some(Effect::ReleaseService(g)) if g.member == "rid|zzz|1"),
+        matches!(e.first(), Some(Effect::GiveBack { held, outcome: None })
+            if held.as_any().downcast_ref::<GlobalLease>().is_some()
+                && held.ledger() == ["rid|zzz|1"]),
         "{e:?}"
     );
     assert_eq!(started(&e).unwrap().name(), "b");
@@ -162,15 +170,12 @@ fn noscript_resends_once_by_text() {
         pick: p.clone(),
     });
     let e = r.handle(Event::PickReply(PickReply::NoScript));
-    assert!(matches!(
-        e.first(),
-        Some(Effect::InflightLocal(Cause::RedisError))
-    ));
+    assert_eq!(local(e.first()), Some(Cause::RedisError));
 }
 
 /// Random orders of replies, publish results and stream end: every Redis lease the script
-/// wrote comes back exactly once, and every count taken in this proxy (`ServiceStart`) is
-/// given back exactly once (`ServiceDone`).
+/// wrote comes back exactly once, and every count taken in this proxy (`Start`) is given back
+/// exactly once (the `ServiceLease` holding).
 #[test]
 fn every_global_and_local_count_is_given_back_exactly_once_in_any_order() {
     let mut rng = SplitMix64(0x9106a1);
@@ -182,12 +187,15 @@ fn every_global_and_local_count_is_given_back_exactly_once_in_any_order() {
         let mut orphan = None;
         let mut lost = false;
         let mut tally = |e: Effect, released: &mut Vec<String>, lost: &mut bool| match e {
-            Effect::ServiceStart(_) => starts += 1,
-            Effect::ServiceDone { lease, .. } => {
-                dones += 1;
-                released.extend(lease.global.map(|g| g.member));
+            Effect::Act(a) if a.as_any().is::<Start>() => starts += 1,
+            Effect::GiveBack { held, .. } => {
+                let mut members = held.ledger();
+                if held.as_any().is::<ServiceLease>() {
+                    dones += 1;
+                    members.retain(|m| m != "local|service");
+                }
+                released.extend(members);
             }
-            Effect::ReleaseService(g) => released.push(g.member),
             Effect::ReleaseAll(_) => *lost = true,
             _ => {}
         };
@@ -195,7 +203,7 @@ fn every_global_and_local_count_is_given_back_exactly_once_in_any_order() {
             let roll = rng.next_u64() % 8;
             let Some(r) = slot.as_mut() else { break };
             let effects = if roll == 0 {
-                match slot.take().and_then(Request::finish) {
+                match slot.take().and_then(|r| r.finish(9)) {
                     Some(Effect::Orphan { pick, .. }) => {
                         orphan = Some(pick);
                         Vec::new()
@@ -241,7 +249,7 @@ fn every_global_and_local_count_is_given_back_exactly_once_in_any_order() {
             }
         }
         if let Some(r) = slot.take() {
-            match r.finish() {
+            match r.finish(9) {
                 Some(Effect::Orphan { pick, .. }) => orphan = Some(pick),
                 Some(e) => tally(e, &mut released, &mut lost),
                 None => {}

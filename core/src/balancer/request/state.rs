@@ -1,7 +1,7 @@
 //! What the dispatcher reads of a request's phase (held? replied? what body chunks matter?),
 //! and stream end: [`Request::finish`] gives back exactly what is held.
 
-use super::{success, Effect, Held, Phase, Pick, PolicyConfig, Reason, Request};
+use super::{Effect, Holding, Outcome, Phase, Pick, Reason, Request};
 
 impl Request {
     /// Held by the plugin: buffering the body, or waiting for Redis.
@@ -28,62 +28,47 @@ impl Request {
         (self.wants_body() && wait > 0).then(|| self.since_ms.saturating_add(wait))
     }
 
-    /// Whether the response status matters (cluster_metrics' success test).
-    pub fn wants_status(&self) -> bool {
-        matches!(
-            self.phase,
-            Phase::Routed {
-                held: Held::Service { .. },
-                ..
-            }
-        )
+    /// Routed: the response's status and first bytes are measured (the request's outcome).
+    pub fn routed(&self) -> bool {
+        matches!(self.phase, Phase::Routed { .. })
     }
 
-    /// Plain Envoy, a least-request pick or a session's prefix_cache pick: the endpoint this
-    /// request was counted on, to compare with the one Envoy answered from (docs/plain-envoy.md,
-    /// docs/sessions-and-queues.md "Sessions"); None elsewhere.
+    /// Plain Envoy: the endpoint this request's holding counted and watches for Envoy's
+    /// retries elsewhere (docs/plain-envoy.md, docs/sessions-and-queues.md "Sessions"); None
+    /// elsewhere.
     pub fn watched_endpoint(&self) -> Option<&str> {
         match &self.phase {
-            Phase::Routed {
-                held: Held::Local(lease),
-                ..
-            } if matches!(self.config.policy, PolicyConfig::GlobalLeastRequest)
-                || (self.config.session.is_some()
-                    && matches!(self.config.policy, PolicyConfig::PrefixCache(_))) =>
-            {
-                Some(&lease.endpoint)
-            }
+            Phase::Routed { held: Some(h), .. } => h.watched(),
             _ => None,
         }
     }
 
-    /// The endpoint it was counted on did not answer: its release marks it down.
+    /// The endpoint it was counted on did not answer: its give-back marks it down.
     pub fn mark_failed(&mut self) {
-        if let Phase::Routed {
-            held: Held::Local(lease),
-            ..
-        } = &mut self.phase
-        {
-            lease.failed = true;
+        if let Phase::Routed { held: Some(h), .. } = &mut self.phase {
+            h.mark_failed();
         }
     }
 
-    /// Whether response body chunks still matter (cluster_metrics before its first byte).
+    /// Whether response body chunks still matter: the first one, when the holding wants it
+    /// (the glue ends the others without calling in: docs/plugin-cpu.md).
     pub fn wants_response_body(&self) -> bool {
-        match &self.phase {
+        matches!(
+            &self.phase,
+            Phase::Routed { held: Some(h), outcome, .. }
+                if outcome.first_byte_ms.is_none() && h.wants_first_bytes()
+        )
+    }
+
+    /// The routed request's holding and its outcome so far (its first bytes to tell).
+    pub fn holding_mut(&mut self) -> Option<(&mut dyn Holding, &Outcome)> {
+        match &mut self.phase {
             Phase::Routed {
-                held: Held::Service { first_byte, .. },
+                held: Some(h),
+                outcome,
                 ..
-            } => !first_byte,
-            Phase::Routed {
-                held: Held::Lease(lease),
-                ..
-            } => lease.booking.is_some(),
-            Phase::Routed {
-                held: Held::Local(lease),
-                ..
-            } => lease.booking.is_some(),
-            _ => false,
+            } => Some((h.as_mut(), outcome)),
+            _ => None,
         }
     }
 
@@ -122,24 +107,21 @@ impl Request {
         }
     }
 
-    /// Stream end, whatever ended it: what must be given back, exactly once.
-    pub fn finish(self) -> Option<Effect> {
+    /// Stream end at `now_ms` (host clock), whatever ended it: what must be given back,
+    /// exactly once.
+    pub fn finish(self, now_ms: u64) -> Option<Effect> {
         match self.phase {
             Phase::Routed {
-                held: Held::Lease(l),
+                held: Some(held),
+                mut outcome,
                 ..
-            } => Some(Effect::Release(l)),
-            Phase::Routed {
-                held: Held::Local(l),
-                ..
-            } => Some(Effect::ReleaseLocal(l)),
-            Phase::Routed {
-                held: Held::Service { lease, status, .. },
-                ..
-            } => Some(Effect::ServiceDone {
-                lease,
-                outcome: Some(success(status)),
-            }),
+            } => {
+                outcome.end_ms = Some(now_ms);
+                Some(Effect::GiveBack {
+                    held,
+                    outcome: Some(outcome),
+                })
+            }
             Phase::Picking { token, pick } => Some(Effect::Orphan { token, pick }),
             _ => None,
         }

@@ -3,12 +3,15 @@
 //! released exactly once, whatever order things happen in.
 
 use super::*;
-use crate::balancer::pick::{EndpointPick, LocalLease, ServiceLease};
+use crate::balancer::pick::EndpointPick;
+use crate::balancer::policies::cluster_metrics::ServiceLease;
+use crate::balancer::policies::least_request::lease::LocalLease;
 use crate::config::PluginConfig;
 use crate::hash::SplitMix64;
 use crate::redis::inflight::InflightKeys;
 use crate::redis::scripts::SessionState;
 use crate::stats::Counter;
+use crate::stats::Outcome as Decided;
 
 fn config(extra: &str) -> Rc<RouteConfig> {
     let json = format!(
@@ -104,9 +107,10 @@ fn released(effects: &[Effect]) -> Vec<String> {
     effects
         .iter()
         .filter_map(|e| match e {
-            Effect::Release(l) => Some(l.member.clone()),
+            Effect::GiveBack { held, .. } => Some(held.ledger()),
             _ => None,
         })
+        .flatten()
         .collect()
 }
 
@@ -123,11 +127,13 @@ fn a_routed_pick_publishes_then_releases_at_stream_end() {
     let e = r.handle(Event::Published(Ok(())));
     assert!(matches!(
         e.as_slice(),
-        [Effect::Count(Counter::Decision(_, Outcome::Routed))]
+        [Effect::Count(Counter::Decision(_, Decided::Routed))]
     ));
     assert_eq!(r.describe(), (Some("10.0.0.2:80"), Reason::LeastRequest));
-    let done = r.finish();
-    assert!(matches!(&done, Some(Effect::Release(l)) if l.member == "rid|10.0.0.2:80|1"));
+    let done = r.finish(0);
+    assert!(
+        matches!(&done, Some(Effect::GiveBack { held, .. }) if held.ledger() == ["rid|10.0.0.2:80|1"])
+    );
 }
 
 #[test]
@@ -144,7 +150,7 @@ fn a_failed_publish_releases_and_falls_back() {
             denied: false
         }
     )));
-    assert!(r.finish().is_none(), "nothing left to give back");
+    assert!(r.finish(0).is_none(), "nothing left to give back");
 }
 
 #[test]
@@ -154,7 +160,7 @@ fn a_reply_naming_an_endpoint_we_did_not_offer_is_released() {
     let e = r.handle(picked("10.9.9.9:80"));
     assert_eq!(released(&e), ["rid|10.9.9.9:80|1"]);
     assert!(matches!(e.first(), Some(Effect::Unsynced { .. })));
-    assert!(r.finish().is_none());
+    assert!(r.finish(0).is_none());
 }
 
 #[test]
@@ -180,7 +186,7 @@ fn resync_and_noscript_resend_once_then_fall_back() {
             e.iter().any(|x| matches!(x, Effect::FellBack { .. })),
             "{reply:?}"
         );
-        assert!(!r.is_held() && r.finish().is_none());
+        assert!(!r.is_held() && r.finish(0).is_none());
     }
 }
 
@@ -197,7 +203,7 @@ fn a_lost_reply_releases_every_possible_lease_other_failures_nothing() {
     let e = r.handle(Event::PickReply(PickReply::Failed(Cause::RedisError)));
     assert!(!e
         .iter()
-        .any(|x| matches!(x, Effect::ReleaseAll(_) | Effect::Release(_))));
+        .any(|x| matches!(x, Effect::ReleaseAll(_) | Effect::GiveBack { .. })));
 }
 
 #[test]
@@ -208,14 +214,14 @@ fn full_rejects_with_429_and_holds_nothing() {
     assert!(e
         .iter()
         .any(|x| matches!(x, Effect::Reply(LocalReply { status: 429, .. }))));
-    assert!(r.replied() && r.finish().is_none());
+    assert!(r.replied() && r.finish(0).is_none());
 }
 
 #[test]
 fn stream_end_during_the_pick_orphans_it_and_undo_releases_on_arrival() {
     let mut r = request("");
     to_picking(&mut r, 7);
-    let Some(Effect::Orphan { token: 7, pick }) = r.finish() else {
+    let Some(Effect::Orphan { token: 7, pick }) = r.finish(0) else {
         panic!("expected an orphan")
     };
     let reply = PickReply::Picked {
@@ -294,6 +300,7 @@ fn local_decisions_give_back_their_count_once() {
     to_decision(&mut r);
     let local = LocalLease {
         tenant: None,
+        watch: true,
         failed: false,
         booking: None,
         key: "k".into(),
@@ -304,11 +311,16 @@ fn local_decisions_give_back_their_count_once() {
         endpoint: "10.0.0.1:80".into(),
         fallbacks: vec!["10.0.0.2:80".into()],
         reason: Reason::Metrics,
-        hold: Some(Hold::Local(local.clone())),
+        hold: Some(Box::new(local)),
     }));
     assert!(matches!(e.as_slice(), [Effect::Publish { fallbacks, .. }] if fallbacks.len() == 1));
     r.handle(Event::Published(Ok(())));
-    assert!(matches!(r.finish(), Some(Effect::ReleaseLocal(l)) if l == local));
+    assert_eq!(r.watched_endpoint(), Some("10.0.0.1:80"));
+    let Some(Effect::GiveBack { held, outcome }) = r.finish(9) else {
+        panic!("the count given back")
+    };
+    assert_eq!(held.ledger(), ["local|10.0.0.1:80"]);
+    assert_eq!(outcome.and_then(|o| o.end_ms), Some(9));
 }
 
 /// The kinds of request the random-order test drives: Redis endpoint picks
@@ -339,18 +351,10 @@ impl Ledger {
     /// An effect that is not answered with an event: note what it gives back or takes.
     fn note(&mut self, effect: Effect) {
         match effect {
-            Effect::Release(l) => self.released.push(l.member),
-            Effect::ReleaseService(g) => self.released.push(g.member),
+            Effect::GiveBack { held, .. } => self.released.extend(held.ledger()),
             Effect::ReleaseAll(_) => self.released_all += 1,
-            Effect::ReleaseLocal(l) => self.released.push(format!("local|{}", l.endpoint)),
-            Effect::ServiceStart(_) => self.acquired.push("local|service".into()),
-            Effect::ServiceDone { lease, .. } => {
-                self.released.push("local|service".into());
-                if let Some(g) = lease.global {
-                    self.released.push(g.member);
-                }
-            }
-            Effect::FirstByte { .. } => {
+            Effect::Act(act) => self.acquired.extend(act.ledger()),
+            Effect::FirstBytes => {
                 let local = |v: &Vec<String>| v.iter().filter(|m| *m == "local|service").count();
                 if local(&self.released) >= local(&self.acquired) {
                     self.late_first_byte = true;
@@ -448,7 +452,7 @@ impl Run {
                     endpoint: "a".into(),
                     fallbacks: Vec::new(),
                     reason: Reason::ClusterMetrics,
-                    hold: Some(Hold::Service(self.lease.clone())),
+                    hold: Some(Box::new(self.lease.clone())),
                 }
             }
             Kind::Hash if roll == 0 => Decision::Reject(Rejection::HashHeaderMissing),
@@ -548,7 +552,7 @@ fn every_acquire_is_released_exactly_once_in_any_event_order() {
                 break;
             };
             match rng.next_u64() % 6 {
-                0 => match slot.take().and_then(Request::finish) {
+                0 => match slot.take().and_then(|r| r.finish(5)) {
                     Some(Effect::Orphan { token, pick }) => orphan = Some((token, pick)),
                     Some(other) => run.ledger.note(other),
                     None => {}
@@ -564,11 +568,13 @@ fn every_acquire_is_released_exactly_once_in_any_event_order() {
                     let status = Some(200 + 300 * (rng.next_u64() % 2) as u32);
                     run.drive(r, Event::ResponseHeaders { status }, &mut rng);
                 }
-                4 if r.wants_response_body() => run.drive(r, Event::ResponseBody, &mut rng),
+                4 if r.wants_response_body() => {
+                    run.drive(r, Event::ResponseBody { now_ms: 3 }, &mut rng)
+                }
                 _ => {}
             }
         }
-        match slot.take().and_then(Request::finish) {
+        match slot.take().and_then(|r| r.finish(5)) {
             Some(Effect::Orphan { token, pick }) => orphan = Some((token, pick)),
             Some(other) => run.ledger.note(other),
             None => {}
@@ -611,6 +617,7 @@ fn cluster_request() -> (Request, ServiceLease) {
         service: 0,
         start_ms: 1000,
         global: None,
+        first_byte: false,
     };
     (Request::new(config, None), lease)
 }
@@ -626,13 +633,25 @@ fn cluster_routed(r: &mut Request, lease: &ServiceLease) {
         endpoint: "a".into(),
         fallbacks: Vec::new(),
         reason: Reason::ClusterMetrics,
-        hold: Some(Hold::Service(lease.clone())),
+        hold: Some(Box::new(lease.clone())),
     }));
     assert!(matches!(e.as_slice(), [Effect::Publish { endpoint, .. }] if endpoint == "a"));
 }
 
+/// What stream end gives back: the holding, with the outcome measured.
+fn finished(r: Request, now_ms: u64) -> (Box<dyn Holding>, Outcome) {
+    let Some(Effect::GiveBack {
+        held,
+        outcome: Some(outcome),
+    }) = r.finish(now_ms)
+    else {
+        panic!("expected the holding with its outcome")
+    };
+    (held, outcome)
+}
+
 #[test]
-fn service_hold_records_first_byte_once_and_ends_with_the_status() {
+fn a_routed_request_measures_its_outcome_and_tells_its_holding_the_first_bytes_once() {
     let (mut r, lease) = cluster_request();
     cluster_routed(&mut r, &lease);
     let e = r.handle(Event::Published(Ok(())));
@@ -640,59 +659,73 @@ fn service_hold_records_first_byte_once_and_ends_with_the_status() {
         e.as_slice(),
         [Effect::Count(Counter::Decision(
             crate::config::Policy::ClusterMetrics,
-            Outcome::Routed
+            Decided::Routed
         ))]
     ));
-    assert!(!r.is_held() && r.wants_response_body());
+    assert!(!r.is_held() && r.wants_response_body() && r.routed());
     assert!(r
         .handle(Event::ResponseHeaders { status: Some(200) })
         .is_empty());
-    let e = r.handle(Event::ResponseBody);
-    assert!(matches!(
-        e.as_slice(),
-        [Effect::FirstByte { success: true, .. }]
-    ));
+    let e = r.handle(Event::ResponseBody { now_ms: 1040 });
+    assert!(matches!(e.as_slice(), [Effect::FirstBytes]));
     assert!(!r.wants_response_body());
-    assert!(r.handle(Event::ResponseBody).is_empty());
+    assert!(r.handle(Event::ResponseBody { now_ms: 1050 }).is_empty());
     assert_eq!(r.describe(), (Some("a"), Reason::ClusterMetrics));
-    assert!(matches!(
-        r.finish(),
-        Some(Effect::ServiceDone {
-            outcome: Some(true),
-            ..
-        })
-    ));
+    let (held, outcome) = finished(r, 1100);
+    assert_eq!(held.ledger(), ["local|service"]);
+    assert_eq!(
+        outcome,
+        Outcome {
+            status: Some(200),
+            first_byte_ms: Some(1040),
+            end_ms: Some(1100),
+        }
+    );
+    assert!(outcome.success());
 }
 
 #[test]
-fn service_hold_without_a_response_is_an_error() {
+fn a_request_without_a_response_ends_with_no_status() {
     let (mut r, lease) = cluster_request();
     cluster_routed(&mut r, &lease);
     r.handle(Event::Published(Ok(())));
     // Reset before response headers: Higress counts it as a failure.
-    assert!(matches!(
-        r.finish(),
-        Some(Effect::ServiceDone {
-            outcome: Some(false),
-            ..
-        })
-    ));
+    let (_, outcome) = finished(r, 7);
+    assert_eq!(outcome.status, None);
+    assert!(!outcome.success());
     let (mut r, lease) = cluster_request();
     cluster_routed(&mut r, &lease);
     r.handle(Event::Published(Ok(())));
     r.handle(Event::ResponseHeaders { status: Some(503) });
-    let e = r.handle(Event::ResponseBody);
-    assert!(matches!(
-        e.as_slice(),
-        [Effect::FirstByte { success: false, .. }]
-    ));
-    assert!(matches!(
-        r.finish(),
-        Some(Effect::ServiceDone {
-            outcome: Some(false),
-            ..
-        })
-    ));
+    let e = r.handle(Event::ResponseBody { now_ms: 3 });
+    assert!(matches!(e.as_slice(), [Effect::FirstBytes]));
+    let (_, outcome) = finished(r, 7);
+    assert_eq!(outcome.status, Some(503));
+    assert!(!outcome.success());
+}
+
+#[test]
+fn a_holding_that_does_not_want_first_bytes_is_not_told() {
+    let mut r = request("");
+    to_decision(&mut r);
+    let Pick::Endpoint(p) = *pick(&r.config, "rid") else {
+        panic!("an endpoint pick")
+    };
+    r.handle(Event::Decided(Decision::Route {
+        endpoint: "10.0.0.1:80".into(),
+        fallbacks: Vec::new(),
+        reason: Reason::LeastRequest,
+        hold: Some(Box::new(p.lease("10.0.0.1:80"))),
+    }));
+    r.handle(Event::Published(Ok(())));
+    assert!(
+        !r.wants_response_body(),
+        "no booking: the chunks pass the glue"
+    );
+    r.handle(Event::ResponseHeaders { status: Some(502) });
+    let (held, outcome) = finished(r, 4);
+    assert_eq!(held.ledger(), ["rid|10.0.0.1:80|1"]);
+    assert_eq!((outcome.status, outcome.first_byte_ms), (Some(502), None));
 }
 
 #[test]
@@ -703,13 +736,13 @@ fn cluster_header_write_failure_answers_500_and_gives_the_count_back() {
     assert!(matches!(
         e.as_slice(),
         [
-            Effect::ServiceDone { outcome: None, .. },
+            Effect::GiveBack { outcome: None, .. },
             Effect::Count(Counter::ClusterHeaderFailed),
             Effect::Reply(LocalReply { status: 500, .. })
         ]
     ));
     assert!(r.replied());
-    assert!(r.finish().is_none(), "given back once, at the failure");
+    assert!(r.finish(0).is_none(), "given back once, at the failure");
 }
 
 #[test]
@@ -733,7 +766,7 @@ fn missing_hash_header_answers_403() {
             })
         ]
     ));
-    assert!(r.replied() && r.finish().is_none());
+    assert!(r.replied() && r.finish(0).is_none());
 }
 
 /// Random orders of response events and stream end against a cluster_metrics hold: the
@@ -752,7 +785,7 @@ fn every_service_hold_is_given_back_exactly_once_in_any_event_order() {
                 break;
             };
             let effects = match rng.next_u64() % 6 {
-                0 => slot.take().and_then(Request::finish).into_iter().collect(),
+                0 => slot.take().and_then(|r| r.finish(9)).into_iter().collect(),
                 1 if !published => {
                     published = true;
                     let ok = !rng.next_u64().is_multiple_of(4);
@@ -766,12 +799,12 @@ fn every_service_hold_is_given_back_exactly_once_in_any_event_order() {
                 2 => r.handle(Event::ResponseHeaders {
                     status: Some(200 + 300 * (rng.next_u64() % 2) as u32),
                 }),
-                _ => r.handle(Event::ResponseBody),
+                _ => r.handle(Event::ResponseBody { now_ms: 5 }),
             };
             for e in effects {
                 match e {
-                    Effect::ServiceDone { .. } => done += 1,
-                    Effect::FirstByte { .. } => {
+                    Effect::GiveBack { .. } => done += 1,
+                    Effect::FirstBytes => {
                         assert_eq!(done, 0, "round {round}: TTFT after the count came back");
                         first_bytes += 1;
                     }
@@ -779,7 +812,7 @@ fn every_service_hold_is_given_back_exactly_once_in_any_event_order() {
                 }
             }
         }
-        if let Some(Effect::ServiceDone { .. }) = slot.take().and_then(Request::finish) {
+        if let Some(Effect::GiveBack { .. }) = slot.take().and_then(|r| r.finish(9)) {
             done += 1;
         }
         assert_eq!(done, 1, "round {round}");

@@ -15,26 +15,28 @@
 //! taken when Redis answers (`start`). Any Redis trouble: the local choice made here
 //! ([`reply`]).
 
+pub mod holding;
 pub mod reply;
 pub mod stats;
+mod writes;
 
 use super::policy::{Env, Input, Policy};
-use crate::balancer::events::{Decision, Hold};
-use crate::balancer::pick::{Pick as RedisPick, ServiceLease, ServicePick};
+use crate::balancer::events::Decision;
+use crate::balancer::pick::{Pick as RedisPick, ServicePick};
 use crate::balancer::rng::VmRng;
-use crate::balancer::shared;
 use crate::balancer::telemetry::Telemetry;
 use crate::cluster::select::{self, Decision as Pick};
-use crate::cluster::stats::record::Record;
 use crate::cluster::stats::Table;
 use crate::cluster::Mode;
 use crate::config::{ClusterMetricsConfig, GlobalInflight};
-use crate::host::{Host, HostError, LogLevel};
+use crate::host::{Host, LogLevel};
 use crate::reason::{Cause, Reason};
 use crate::redis::inflight::InflightKeys;
 use crate::stats::Counter;
+pub use holding::ServiceLease;
 pub use stats::SharedStats;
 use std::rc::Rc;
+use writes::{write, Change};
 
 /// A cluster_metrics route: where its statistics live.
 pub struct ClusterMetrics {
@@ -93,12 +95,13 @@ fn decide_local(
                 service,
                 start_ms: now,
                 global: None,
+                first_byte: false,
             };
             Decision::Route {
                 endpoint: lease.name().to_string(),
                 fallbacks: Vec::new(),
                 reason: Reason::ClusterMetrics,
-                hold: Some(Hold::Service(lease)),
+                hold: Some(Box::new(lease)),
             }
         }
         Err(e) => {
@@ -175,119 +178,4 @@ fn global_pick(
         start_ms: now,
         by_sha: true,
     })))
-}
-
-/// A global pick was answered (or fell to the local path): count the service in this proxy,
-/// as the local path does at its decision.
-pub fn start(host: &mut dyn Host, tel: &Telemetry, lease: &ServiceLease) {
-    let result = write(host, &lease.stats, Change::Start(lease.service));
-    if result.is_err() {
-        tel.inc(host, Counter::ClusterStatsFailed);
-    }
-}
-
-/// The first response-body chunk: a TTFT sample (Higress measures at the first streamed chunk),
-/// written with this worker's next update of the record (`SharedStats::pending`).
-pub fn first_byte(host: &mut dyn Host, tel: &Telemetry, lease: &ServiceLease, success: bool) {
-    let elapsed = elapsed_ms(host.now_ms(), lease);
-    if !lease
-        .stats
-        .defer_first_byte(lease.service, elapsed, success)
-    {
-        return;
-    }
-    if write(host, &lease.stats, Change::Flush).is_err() {
-        tel.inc(host, Counter::ClusterStatsFailed);
-    }
-}
-
-/// Stream end: the in-flight count back and, when the request got this far (`outcome`), the
-/// total latency and the error bookkeeping (cooldown).
-pub fn done(host: &mut dyn Host, tel: &Telemetry, lease: ServiceLease, outcome: Option<bool>) {
-    // One clock read: the sample and the cooldown deadline are of the same instant.
-    let now = host.now_ms();
-    let elapsed = elapsed_ms(now, &lease);
-    let now_ms = i64::try_from(now).unwrap_or(i64::MAX);
-    let end = Change::End {
-        service: lease.service,
-        elapsed_ms: outcome.map(|_| elapsed),
-        success: outcome.unwrap_or(true),
-        now_ms,
-    };
-    let result = write(host, &lease.stats, end);
-    if result.is_err() {
-        tel.inc(host, Counter::ReleaseFailures);
-    }
-}
-
-/// What one write of the route's record does, after this worker's held samples: one type for
-/// every write, so every write goes through the one compare-and-swap in [`write`].
-enum Change<'a> {
-    /// Choose a service by the mode and count it in: the decision.
-    Choose { rng: &'a mut VmRng, now_ms: i64 },
-    /// Count `service` in: a global pick answered.
-    Start(usize),
-    /// A stream of `service` ended (`Table::on_stream_end`).
-    End {
-        service: usize,
-        elapsed_ms: Option<i64>,
-        success: bool,
-        now_ms: i64,
-    },
-    /// Nothing but the held samples.
-    Flush,
-}
-
-/// One compare-and-swap of the route's record: this worker's held samples first, then
-/// `change`. Answers the service a [`Change::Choose`] chose, and whether a record was there
-/// but not ours (it started fresh).
-fn write(
-    host: &mut dyn Host,
-    stats: &SharedStats,
-    mut change: Change,
-) -> Result<(Option<usize>, bool), HostError> {
-    let result = shared::update(host, &stats.key, |current| {
-        let (mut record, reset) = stats.load(current);
-        stats.apply_pending(&mut record);
-        let chosen = apply(&mut record, stats, &mut change);
-        (record.into_bytes(), (chosen, reset))
-    });
-    if result.is_ok() {
-        stats.written();
-    }
-    result
-}
-
-/// `change` on `record`: the service a [`Change::Choose`] chose, None for the others.
-fn apply(record: &mut Record, stats: &SharedStats, change: &mut Change) -> Option<usize> {
-    match change {
-        Change::Choose { rng, now_ms } => {
-            let mut next = || rng.next_u64();
-            match select::select(stats.mode, &stats.params, &*record, *now_ms, &mut next) {
-                Pick::Pick(i) => {
-                    record.on_request_start(i);
-                    Some(i)
-                }
-                Pick::NoServices => None,
-            }
-        }
-        Change::Start(service) => {
-            record.on_request_start(*service);
-            None
-        }
-        Change::End {
-            service,
-            elapsed_ms,
-            success,
-            now_ms,
-        } => {
-            record.on_stream_end(*service, *elapsed_ms, *success, *now_ms, &stats.params);
-            None
-        }
-        Change::Flush => None,
-    }
-}
-
-fn elapsed_ms(now: u64, lease: &ServiceLease) -> i64 {
-    i64::try_from(now.saturating_sub(lease.start_ms)).unwrap_or(i64::MAX)
 }

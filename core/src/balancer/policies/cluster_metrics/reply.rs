@@ -1,10 +1,11 @@
 //! Redis's reply to a cluster_metrics global in-flight pick: Redis chose and counted a
 //! service, or the local path's choice decides, as Higress does on any Redis trouble
 //! (docs/higress-cluster-policies.md §3.6). Either way the service is counted in this proxy's
-//! statistics too (`Effect::ServiceStart`) and held until stream end.
+//! statistics too ([`Start`]) and held until stream end.
 
-use crate::balancer::events::{Answer, Decision, Effect, Hold};
-use crate::balancer::pick::{Pick, PickReply, ServiceLease, ServicePick};
+use super::holding::{Local, ServiceLease, Start};
+use crate::balancer::events::{Answer, Decision, Effect};
+use crate::balancer::pick::{Pick, PickReply, ServicePick};
 use crate::reason::{Cause, Reason};
 use crate::stats::Counter;
 
@@ -20,7 +21,10 @@ pub fn answer(mut pick: ServicePick, reply: Result<PickReply, Cause>) -> Answer 
             route(lease, vec![Effect::Count(Counter::ClusterInflightGlobal)])
         }
         PickReply::Service(service) => {
-            let release = vec![Effect::ReleaseService(pick.global(&service))];
+            let release = vec![Effect::GiveBack {
+                held: Box::new(pick.global(&service)),
+                outcome: None,
+            }];
             locally(&pick, Cause::BadReply, release)
         }
         PickReply::NoScript if pick.by_sha => {
@@ -51,18 +55,18 @@ fn locally(pick: &ServicePick, cause: Cause, effects: Vec<Effect>) -> Answer {
 }
 
 fn route_local(lease: ServiceLease, cause: Cause, mut effects: Vec<Effect>) -> Answer {
-    effects.push(Effect::InflightLocal(cause));
+    effects.push(Effect::Act(Box::new(Local(cause))));
     route(lease, effects)
 }
 
 /// Routes to `lease`'s service, counted in this proxy's statistics.
 fn route(lease: ServiceLease, mut effects: Vec<Effect>) -> Answer {
-    effects.push(Effect::ServiceStart(lease.clone()));
+    effects.push(Effect::Act(Box::new(Start(lease.clone()))));
     let decision = Decision::Route {
         endpoint: lease.name().to_string(),
         fallbacks: Vec::new(),
         reason: Reason::ClusterMetrics,
-        hold: Some(Hold::Service(lease)),
+        hold: Some(Box::new(lease)),
     };
     Answer::new(effects, decision)
 }

@@ -3,6 +3,7 @@
 //! scheduler's pick, as without a session. A session binding holds no count.
 
 use crate::balancer::events::{Answer, Decision, Effect};
+use crate::balancer::holding::{Act, Services};
 use crate::balancer::pick::{Pick, PickReply, SessionPick};
 use crate::reason::{Cause, Reason};
 use crate::redis::scripts::SessionState;
@@ -34,7 +35,10 @@ pub fn answer(mut pick: SessionPick, reply: Result<PickReply, Cause>) -> Answer 
 
 /// Routes to `endpoint`, counted as sent from this proxy (the in-flight correction).
 fn route(endpoint: String, reason: Reason, counter: Counter) -> Answer {
-    let effects = vec![Effect::Count(counter), Effect::SentTo(endpoint.clone())];
+    let effects = vec![
+        Effect::Count(counter),
+        Effect::Act(Box::new(SentTo(endpoint.clone()))),
+    ];
     let decision = Decision::Route {
         endpoint,
         fallbacks: Vec::new(),
@@ -42,4 +46,20 @@ fn route(endpoint: String, reason: Reason, counter: Counter) -> Answer {
         hold: None,
     };
     Answer::new(effects, decision)
+}
+
+/// This proxy sends the request to this endpoint (the in-flight correction's count), once
+/// Redis has said where a session goes.
+#[derive(Debug)]
+pub struct SentTo(pub String);
+
+impl Act for SentTo {
+    fn run(self: Box<Self>, svc: &mut Services) {
+        super::count_sent(svc.host, &self.0);
+    }
+
+    #[cfg(test)]
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
 }

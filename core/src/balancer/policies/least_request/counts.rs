@@ -3,8 +3,9 @@
 //! each endpoint's in-flight cost, the tenants' in-flight costs and last requests, and the
 //! endpoints marked down; every change is one compare-and-swap ([`take`], [`release`]).
 
+use super::lease::LocalLease;
 use super::prefill::{self, Prefill};
-use crate::balancer::pick::{pool_cap, LocalLease};
+use crate::balancer::pick::pool_cap;
 use crate::balancer::policies::policy::tenant;
 use crate::balancer::shared;
 use crate::balancer::telemetry::Telemetry;
@@ -28,6 +29,9 @@ pub struct Admission {
     pub tenant: Option<(String, u64)>,
     pub window_ms: u64,
     pub now_ms: u64,
+    /// Whether the count is watched for Envoy's retries elsewhere
+    /// (`RouteConfig::watches_fallbacks`).
+    pub watch: bool,
 }
 
 /// Why [`take`] refused before choosing.
@@ -44,6 +48,7 @@ impl Admission {
             tenant: tenant(host, config, config.endpoints.len()),
             window_ms: config.common.fairness.as_ref().map_or(0, |f| f.window_ms),
             now_ms: host.now_ms(),
+            watch: config.watches_fallbacks(),
         }
     }
 

@@ -4,8 +4,9 @@
 //! bytes or estimated tokens: such routes hold the request for its body).
 
 use super::counts::{counts_key, take, Admission, Refused};
-use crate::balancer::events::{Decision, Hold, PromptRead, Rejection};
-use crate::balancer::pick::{class_cap, cost_of, Booking, LocalLease};
+use super::lease::LocalLease;
+use crate::balancer::events::{Decision, PromptRead, Rejection};
+use crate::balancer::pick::{class_cap, cost_of, Booking};
 use crate::balancer::policies::policy::{priority_class, Env, Input, Policy};
 use crate::balancer::policies::session;
 use crate::balancer::telemetry::Telemetry;
@@ -119,15 +120,8 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input, ring: Option<&Ring>)
                 .skip(1)
                 .filter_map(|e| endpoints.get(e).cloned())
                 .collect();
-            routed(
-                key,
-                address,
-                cost,
-                &admission,
-                fallbacks,
-                Reason::LeastRequest,
-                None,
-            )
+            let lease = counted(key, address, cost, &admission, None);
+            routed(lease, fallbacks, Reason::LeastRequest)
         }
         Ok(Ok(None)) => no_room(class),
         Ok(Err(refused)) => refusal(host, env.tel, refused, class),
@@ -135,27 +129,32 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input, ring: Option<&Ring>)
     }
 }
 
-/// A plain-Envoy pick that took `cost` at `address` in the counts under `key`: routed,
-/// holding that cost until stream end.
-pub fn routed(
+/// The count a plain-Envoy pick took: `cost` at `address` in the counts under `key`, with
+/// the request's tenant and its prefill `booking`; watched for Envoy's retries elsewhere
+/// (`Admission::watch`).
+pub fn counted(
     key: Rc<str>,
     address: String,
     cost: u64,
     admission: &Admission,
-    fallbacks: Vec<String>,
-    reason: Reason,
     booking: Option<Booking>,
-) -> Decision {
-    Decision::Route {
-        hold: Some(Hold::Local(LocalLease {
-            key,
-            endpoint: address.clone(),
-            cost,
-            tenant: admission.tenant.as_ref().map(|(id, _)| id.clone()),
-            failed: false,
-            booking,
-        })),
+) -> LocalLease {
+    LocalLease {
+        key,
         endpoint: address,
+        cost,
+        tenant: admission.tenant.as_ref().map(|(id, _)| id.clone()),
+        watch: admission.watch,
+        failed: false,
+        booking,
+    }
+}
+
+/// Routed to `lease`'s endpoint, holding its count until stream end.
+pub fn routed(lease: LocalLease, fallbacks: Vec<String>, reason: Reason) -> Decision {
+    Decision::Route {
+        endpoint: lease.endpoint.clone(),
+        hold: Some(Box::new(lease)),
         fallbacks,
         reason,
     }
@@ -286,7 +285,11 @@ fn sticky(
                 .filter_map(|e| endpoints.get(e).cloned())
                 .take(16)
                 .collect();
-            routed(counts, address, cost, &admission, fallbacks, reason, None)
+            routed(
+                counted(counts, address, cost, &admission, None),
+                fallbacks,
+                reason,
+            )
         }
         Ok(Ok(None)) => no_room(class),
         Ok(Err(refused)) => refusal(host, env.tel, refused, class),

@@ -5,6 +5,8 @@
 //! consistent-hashed onto the ring of the endpoints.
 
 pub mod counts;
+pub mod holding;
+pub mod lease;
 pub mod local;
 pub mod prefill;
 pub mod reply;

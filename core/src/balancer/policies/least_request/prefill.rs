@@ -4,7 +4,8 @@
 //! a booking goes with its count and is given back exactly once: at the first response bytes
 //! ([`first_bytes`]) or with the count's release.
 
-use crate::balancer::pick::{Booking, LocalLease};
+use super::lease::LocalLease;
+use crate::balancer::pick::Booking;
 use crate::balancer::shared;
 use crate::balancer::telemetry::Telemetry;
 use crate::host::Host;

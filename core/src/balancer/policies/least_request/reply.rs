@@ -1,7 +1,7 @@
 //! Redis's reply to an endpoint pick (global_least_request, prefix_cache): the lease it took,
 //! a resend (NOSCRIPT, a lost endpoint set), a refusal for want of room, or a fallback.
 
-use crate::balancer::events::{Answer, Decision, Effect, Hold, Rejection};
+use crate::balancer::events::{Answer, Decision, Effect, Rejection};
 use crate::balancer::pick::{EndpointPick, Pick, PickReply};
 use crate::reason::Cause;
 use crate::redis::scripts::SessionState;
@@ -44,7 +44,13 @@ fn replied(mut pick: EndpointPick, reply: PickReply) -> Answer {
             lease.booking = booked.map(|b| pick.booking(b));
             if !pick.candidates.contains(&endpoint) {
                 // Only possible if two endpoint sets share a fingerprint: resync next time.
-                let effects = vec![Effect::Unsynced { namespace }, Effect::Release(lease)];
+                let effects = vec![
+                    Effect::Unsynced { namespace },
+                    Effect::GiveBack {
+                        held: Box::new(lease),
+                        outcome: None,
+                    },
+                ];
                 return Answer::new(effects, Decision::Fallback(Cause::BadReply));
             }
             let counted = match session {
@@ -68,7 +74,7 @@ fn replied(mut pick: EndpointPick, reply: PickReply) -> Answer {
                 reason: pick.reason(depth, spilled, session),
                 endpoint,
                 fallbacks: Vec::new(),
-                hold: Some(Hold::Lease(lease)),
+                hold: Some(Box::new(lease)),
             };
             Answer::new(effects, decision)
         }

@@ -234,19 +234,14 @@ fn decide(
                 .take(MAX_FALLBACKS)
                 .filter_map(|e| endpoints.get(e).cloned())
                 .collect();
-            least::routed(
-                state.counts_key.clone(),
-                address,
-                cost,
-                &admission,
-                fallbacks,
-                reason,
-                (booked.tokens > 0).then_some(Booking {
-                    booked,
-                    since_ms: now,
-                    timed: tokens.stream,
-                }),
-            )
+            let booking = (booked.tokens > 0).then_some(Booking {
+                booked,
+                since_ms: now,
+                timed: tokens.stream,
+            });
+            let key = state.counts_key.clone();
+            let lease = least::counted(key, address, cost, &admission, booking);
+            least::routed(lease, fallbacks, reason)
         }
         Ok(Ok(None)) => keeping(least::no_room(class), read),
         Ok(Err(refused)) => keeping(least::refusal(host, env.tel, refused, class), read),

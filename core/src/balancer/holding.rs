@@ -1,0 +1,137 @@
+//! What a routed request holds until its stream ends, and the outcome the machine measures for
+//! every request (docs/architecture.md "A request's path", "Holdings").
+//!
+//! A holding is its policy's own type (a Redis lease, a per-proxy count, a service's in-flight
+//! count with its latency): the machine keeps it, unopened, in the request's phase, hands it the
+//! request's later events (first response bytes), and gives it back exactly once: by moving the
+//! box into [`Holding::give_back`]. Nothing here names a policy.
+
+use super::redis_client::RedisClient;
+use super::telemetry::Telemetry;
+use crate::host::Host;
+use std::fmt;
+
+/// What the machine measured of one request's answer, for every request it routed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// The response's `:status` as [`response_status`] reads it (None: no response headers
+    /// came — a reset, a connect failure, a timeout — or the status was malformed).
+    pub status: Option<u32>,
+    /// Host clock (ms) at the first response body bytes, measured when the holding asks for
+    /// them ([`Holding::wants_first_bytes`]): every other request's body chunks pass the glue
+    /// without calling in (docs/plugin-cpu.md).
+    pub first_byte_ms: Option<u64>,
+    /// Host clock (ms) at stream end (set when the holding is given back at stream end).
+    pub end_ms: Option<u64>,
+}
+
+impl Outcome {
+    /// Higress's success test: `:status` exactly 200 (docs/higress-cluster-policies.md §3.3).
+    pub fn success(&self) -> bool {
+        success(self.status)
+    }
+}
+
+/// The VM services a holding (or a policy's [`Act`]) may use when the machine runs it: the
+/// host, the counters and the Redis client, for request `ctx`.
+pub struct Services<'a> {
+    pub host: &'a mut dyn Host,
+    pub tel: &'a mut Telemetry,
+    pub redis: &'a mut RedisClient,
+    pub ctx: u32,
+}
+
+/// What a routed request holds until its stream ends; given back exactly once.
+pub trait Holding: fmt::Debug {
+    /// Whether the response's first bytes matter to it (a booking to give back, a TTFT to
+    /// record): [`Holding::first_bytes`] is then called once they arrive.
+    fn wants_first_bytes(&self) -> bool {
+        false
+    }
+
+    /// The response's first body bytes arrived (`outcome.first_byte_ms` is set).
+    fn first_bytes(&mut self, _svc: &mut Services, _outcome: &Outcome) {}
+
+    /// Gives back what is held, exactly once: at stream end with the request's `outcome`, or
+    /// with None when the request never got an answer through this holding (a failed publish,
+    /// a Redis reply that is not used, an orphaned pick).
+    fn give_back(self: Box<Self>, svc: &mut Services, outcome: Option<&Outcome>);
+
+    /// Plain Envoy: the endpoint this holding counted, when a response from another endpoint
+    /// (Envoy's retry to a fallback) must be noted against it (docs/plain-envoy.md).
+    fn watched(&self) -> Option<&str> {
+        None
+    }
+
+    /// The endpoint [`Holding::watched`] names did not answer: its give-back marks it down.
+    fn mark_failed(&mut self) {}
+
+    /// Tests' ledgers: what it holds, by name.
+    #[cfg(test)]
+    fn ledger(&self) -> Vec<String>;
+
+    /// Tests: the policy's own type.
+    #[cfg(test)]
+    fn as_any(&self) -> &dyn std::any::Any;
+}
+
+/// A policy's own host work that a Redis reply asks for besides its decision (count a service
+/// in this proxy's statistics, mark an endpoint as sent to): run once by the performer.
+pub trait Act: fmt::Debug {
+    fn run(self: Box<Self>, svc: &mut Services);
+
+    /// Tests' ledgers: what it takes, by name.
+    #[cfg(test)]
+    fn ledger(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Tests: the policy's own type.
+    #[cfg(test)]
+    fn as_any(&self) -> &dyn std::any::Any;
+}
+
+/// Higress's success test: `:status` exactly 200; anything else, or no status (reset, timeout
+/// before headers), is an error (docs/higress-cluster-policies.md §3.3).
+pub fn success(status: Option<u32>) -> bool {
+    status == Some(200)
+}
+
+/// The response's `:status`, as [`success`] reads it: an HTTP status is three digits, the
+/// first not 0; anything else reads as None, so that only the exact `200` that Go's string
+/// compare accepts is a success (not `0200` nor `+200`).
+pub fn response_status(host: &mut dyn Host) -> Option<u32> {
+    let value = host.response_status().ok().flatten()?;
+    let [a @ b'1'..=b'9', b @ b'0'..=b'9', c @ b'0'..=b'9'] = value.as_slice() else {
+        return None;
+    };
+    Some(u32::from(a - b'0') * 100 + u32::from(b - b'0') * 10 + u32::from(c - b'0'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::mock::MockHost;
+
+    #[test]
+    fn a_status_is_read_only_when_it_is_all_digits() {
+        let mut host = MockHost::new();
+        assert_eq!(response_status(&mut host), None, "no status header");
+        for (value, read) in [
+            ("200", Some(200)),
+            ("503", Some(503)),
+            ("0200", None),
+            ("099", None),
+            ("100", Some(100)),
+            ("+200", None),
+            ("", None),
+            ("2x0", None),
+            (" 200", None),
+            ("2000", None),
+        ] {
+            host.response_headers = vec![(":status".into(), value.into())];
+            assert_eq!(response_status(&mut host), read, "{value:?}");
+            assert_eq!(success(read), value == "200", "{value:?}");
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! What an endpoint pick holds until its stream ends, and how it is given back: a Redis lease
+//! (global_least_request, prefix_cache with Redis: release.lua, its prefill booking back at the
+//! first bytes, batched) or a per-proxy count in shared data (the plain-Envoy build: counts.rs,
+//! its booking back at the first bytes through prefill.rs).
+
+use super::lease::LocalLease;
+use super::{counts, prefill};
+use crate::balancer::holding::{Holding, Outcome, Services};
+use crate::balancer::pick::Lease;
+use crate::balancer::redis_client::LeaseKeys;
+
+impl Holding for Lease {
+    fn wants_first_bytes(&self) -> bool {
+        self.booking.is_some()
+    }
+
+    fn first_bytes(&mut self, svc: &mut Services, _outcome: &Outcome) {
+        if let Some(booking) = self.booking.take() {
+            svc.redis.first_bytes(svc.host, svc.tel, self, booking);
+        }
+    }
+
+    fn give_back(self: Box<Self>, svc: &mut Services, _outcome: Option<&Outcome>) {
+        let keys = LeaseKeys::Endpoint {
+            keys: self.keys,
+            booked: self.prefix,
+        };
+        svc.redis
+            .release(svc.host, svc.tel, &self.config, keys, vec![self.member]);
+    }
+
+    #[cfg(test)]
+    fn ledger(&self) -> Vec<String> {
+        vec![self.member.clone()]
+    }
+
+    #[cfg(test)]
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+impl Holding for LocalLease {
+    fn wants_first_bytes(&self) -> bool {
+        self.booking.is_some()
+    }
+
+    fn first_bytes(&mut self, svc: &mut Services, _outcome: &Outcome) {
+        if let Some(booking) = self.booking.take() {
+            prefill::first_bytes(svc.host, svc.tel, self, booking);
+        }
+    }
+
+    fn give_back(self: Box<Self>, svc: &mut Services, _outcome: Option<&Outcome>) {
+        counts::release(svc.host, svc.tel, *self);
+    }
+
+    fn watched(&self) -> Option<&str> {
+        self.watch.then_some(self.endpoint.as_str())
+    }
+
+    fn mark_failed(&mut self) {
+        self.failed = true;
+    }
+
+    #[cfg(test)]
+    fn ledger(&self) -> Vec<String> {
+        vec![format!("local|{}", self.endpoint)]
+    }
+
+    #[cfg(test)]
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
