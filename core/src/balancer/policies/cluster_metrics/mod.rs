@@ -6,7 +6,7 @@
 //! The statistics live in proxy-wide shared data, one record per route config, updated with
 //! compare-and-swap (`balancer::shared::update`), so every worker VM of a proxy decides
 //! from the same numbers (Higress keeps them per VM). The in-flight count taken at the
-//! decision is held by the request (`Hold::Service`) and given back exactly once at stream
+//! decision is held by the request (its `ServiceLease` holding, holding.rs) and given back exactly once at stream
 //! end, with the total latency.
 //!
 //! AdaptiveScore with `global_inflight_enabled` asks Redis instead: the candidates and their

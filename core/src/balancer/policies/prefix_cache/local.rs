@@ -8,7 +8,7 @@
 //!   bound;
 //! - the load is this proxy's in-flight load, counted by local least-request's own path
 //!   (`least_request::counts::take`: the same record, the same `costMode` weight) and held as a
-//!   `Hold::Local` lease: stream end gives it back on the existing path;
+//!   `LocalLease` holding: stream end gives it back on the existing path;
 //! - with a metrics guard configured (`scrapeCluster`), the scraped engine metrics count too: a
 //!   pod whose queue or KV cache is saturated is left, and not chosen while another pod is not;
 //! - a request naming a session (`sessionHeader`, ...) goes to the first endpoint of its session
