@@ -1,20 +1,25 @@
 //! The vocabulary of the request state machine (`super::request`): what a policy decides, the
 //! events a request receives and the effects it asks the balancer to perform.
 
-use super::holding::{Act, Holding, Outcome};
-use super::pick::{Pick, PickReply};
+use super::holding::{Act, Holding, Outcome, Services};
+use super::pick::PickReply;
+use super::redis_client::{Decode, RedisClient};
+pub use super::rejection::{LocalReply, Rejection, DENIED};
 use crate::config::RouteConfig;
+use crate::host::Host;
 use crate::prefix::{PrefixKey, PromptTokens};
 use crate::reason::{Cause, Reason};
 use crate::redis::scripts::Keys;
+use crate::redis::scripts::Scripts;
 use crate::stats::Counter;
+use std::fmt;
 use std::rc::Rc;
 
 /// What a policy decided for one request.
 #[derive(Debug)]
 pub enum Decision {
     /// Acquire in Redis: send this pick.
-    Acquire(Box<Pick>),
+    Acquire(Box<dyn Pick>),
     /// Chosen; `hold` (the policy's own: a Redis lease, a per-proxy count, a service's
     /// in-flight count) is given back exactly once, at stream end.
     Route {
@@ -29,7 +34,7 @@ pub enum Decision {
     /// waits, the same pick tries again.
     Full {
         rejection: Rejection,
-        pick: Box<Pick>,
+        pick: Box<dyn Pick>,
     },
     /// Refused for want of room (plain Envoy's prefix_cache), with what was read from the body:
     /// if the request waits, its retry decides with it (see [`PromptRead`]).
@@ -61,6 +66,55 @@ impl Answer {
     }
 }
 
+/// A Redis acquire in flight, its policy's own type (docs/architecture.md "Holdings"): built by
+/// the policy's decision, sent by the Redis client, owned by its request while in flight, and
+/// answered by itself: its reply becomes the request's next decision, or is undone when the
+/// stream ended first.
+pub trait Pick: fmt::Debug {
+    /// The route config it was planned for (its Redis target).
+    fn config(&self) -> &Rc<RouteConfig>;
+
+    /// Its script call at `now_ms`; `random` breaks ties in the script.
+    fn query(&self, scripts: &Scripts, now_ms: u64, random: u32) -> Vec<u8>;
+
+    /// How its reply reads.
+    fn decode(&self) -> Decode;
+
+    /// What Redis's `reply` (Err: never sent, nothing acquired) comes to for its request.
+    fn answer(self: Box<Self>, reply: Result<PickReply, Cause>) -> Answer;
+
+    /// Its stream ended before `reply` came: what gives back whatever the reply acquired.
+    fn undo(self: Box<Self>, reply: &PickReply) -> Vec<Effect>;
+
+    /// Its reply was lost: gives back every lease its script may have written.
+    fn release_all(self: Box<Self>, svc: &mut Services);
+
+    /// A waiting request's retry: what changed while it waited (the endpoints), as `redis`
+    /// knows them. Err: the retry falls back.
+    fn refresh(&mut self, _host: &dyn Host, _redis: &RedisClient) -> Result<(), Cause> {
+        Ok(())
+    }
+
+    /// Tests: EVALSHA (true) or EVAL after a NOSCRIPT.
+    #[cfg(test)]
+    fn by_sha(&self) -> bool;
+
+    /// Tests: the policy's own type.
+    #[cfg(test)]
+    fn as_any(&self) -> &dyn std::any::Any;
+
+    /// Tests: a copy.
+    #[cfg(test)]
+    fn clone_box(&self) -> Box<dyn Pick>;
+}
+
+#[cfg(test)]
+impl Clone for Box<dyn Pick> {
+    fn clone(&self) -> Box<dyn Pick> {
+        self.clone_box()
+    }
+}
+
 /// What plain Envoy's prefix_cache read from a request's body before refusing it for want of
 /// room. A held body cannot be read outside its own callback, so a retry from the waiting
 /// queue decides with this; without it the request would be balanced without its prefix.
@@ -78,130 +132,6 @@ pub struct PromptRead {
     /// The plugin asked the stream for its usage (`verifyCachedTokens`, verify.rs).
     pub injected: bool,
 }
-
-/// Why a request is refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Rejection {
-    /// Every endpoint is at `maxRequestCount`.
-    MaxRequestCount,
-    /// A sheddable request while every endpoint is saturated (endpoint_metrics).
-    Shed,
-    /// Priority classes: every endpoint is at this request's class cap (docs/sessions-and-queues.md
-    /// "Priority classes"); 429 with `Retry-After`.
-    ShedPriority,
-    /// Tenant fairness: the request's tenant holds its share of the pool while another tenant
-    /// is active (docs/sessions-and-queues.md "Tenant fairness"); 429 with `Retry-After`.
-    ShedTenant,
-    /// cluster_hash: `hash_header` missing or empty (Higress answers 403).
-    HashHeaderMissing,
-    /// cluster_hash with a `key` block (Higress PR #3921): its key missing or empty (403).
-    HashKeyMissing,
-    /// A cluster policy could not write `cluster_header` (Higress answers 500).
-    ClusterHeaderFailed,
-}
-
-/// A response the plugin answers itself.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LocalReply {
-    pub status: u32,
-    pub details: &'static str,
-    pub body: &'static [u8],
-    /// A `retry-after` header of this many seconds (0: none).
-    pub retry_after_s: u32,
-}
-
-/// The `Retry-After` of a priority shed: load moves within about a second.
-pub const SHED_RETRY_AFTER_S: u32 = 1;
-
-impl Rejection {
-    /// A refusal for want of room, which the waiting queue may turn into a wait (README
-    /// "Waiting queue"): any such rejection, whichever policy or cap refused (a full pool,
-    /// `maxPoolRequests`, answers as `MaxRequestCount` / `ShedPriority`, so it waits too).
-    /// A tenant over its share does not wait: the room it is refused is free for the other
-    /// tenants, yet a waiter holds it back from lower classes everywhere (its Redis or
-    /// shared-data entry) and takes its VM queue's retries as the head, so quiet tenants
-    /// behind it would wait for the flooder's own requests to finish; the 429 with
-    /// `Retry-After` is the back-pressure fairness means (docs/sessions-and-queues.md "Tenant fairness").
-    pub fn may_wait(self) -> bool {
-        match self {
-            Rejection::MaxRequestCount | Rejection::Shed | Rejection::ShedPriority => true,
-            Rejection::ShedTenant
-            | Rejection::HashHeaderMissing
-            | Rejection::HashKeyMissing
-            | Rejection::ClusterHeaderFailed => false,
-        }
-    }
-
-    pub fn reason(self) -> Reason {
-        match self {
-            Rejection::MaxRequestCount => Reason::Rejected429,
-            Rejection::Shed => Reason::Shed429,
-            Rejection::ShedPriority => Reason::ShedPriority,
-            Rejection::ShedTenant => Reason::ShedTenant,
-            Rejection::HashHeaderMissing => Reason::HashHeaderMissing403,
-            Rejection::HashKeyMissing => Reason::HashKeyMissing403,
-            Rejection::ClusterHeaderFailed => Reason::ClusterHeaderFailed500,
-        }
-    }
-
-    pub fn reply(self) -> LocalReply {
-        match self {
-            Rejection::MaxRequestCount => LocalReply {
-                status: 429,
-                details: "ai_lb_max_request_count",
-                body: b"Exceeded maximum request limit from ai-load-balancer.",
-                retry_after_s: 0,
-            },
-            Rejection::ShedPriority => LocalReply {
-                status: 429,
-                details: "ai_lb_shed_priority",
-                body: b"Every endpoint is saturated for this priority class: rejected by ai-load-balancer.",
-                retry_after_s: SHED_RETRY_AFTER_S,
-            },
-            Rejection::ShedTenant => LocalReply {
-                status: 429,
-                details: "ai_lb_shed_tenant",
-                body: b"This tenant holds its share of the pool while others wait: rejected by ai-load-balancer.",
-                retry_after_s: SHED_RETRY_AFTER_S,
-            },
-            Rejection::Shed => LocalReply {
-                status: 429,
-                details: "ai_lb_shed",
-                body:
-                    b"Every endpoint is saturated: sheddable request rejected by ai-load-balancer.",
-                retry_after_s: 0,
-            },
-            // Higress's exact answers (docs/higress-cluster-policies.md §2, §3.3).
-            Rejection::HashHeaderMissing => LocalReply {
-                status: crate::cluster::hash::MISSING_HEADER_STATUS,
-                details: "ai_lb_hash_header_required",
-                body: crate::cluster::hash::MISSING_HEADER_BODY.as_bytes(),
-                retry_after_s: 0,
-            },
-            // The PR's answer (`rejectMissingHashKey`).
-            Rejection::HashKeyMissing => LocalReply {
-                status: crate::cluster::hash::MISSING_HEADER_STATUS,
-                details: "ai_lb_hash_key_required",
-                body: crate::cluster::hash::MISSING_KEY_BODY.as_bytes(),
-                retry_after_s: 0,
-            },
-            Rejection::ClusterHeaderFailed => LocalReply {
-                status: crate::cluster::hash::HEADER_WRITE_FAILED_STATUS,
-                details: "ai_lb_cluster_header_failed",
-                body: crate::cluster::hash::HEADER_WRITE_FAILED_BODY.as_bytes(),
-                retry_after_s: 0,
-            },
-        }
-    }
-}
-
-/// The answer under `failureMode: deny`.
-pub const DENIED: LocalReply = LocalReply {
-    status: 503,
-    details: "ai_lb_failure",
-    body: b"ai-load-balancer could not pick an endpoint",
-    retry_after_s: 0,
-};
 
 /// A waiting request's place in its VM's queue (docs/sessions-and-queues.md "Waiting queue"): highest class
 /// (`rank` 0) first, then arrival order (`seq`).
@@ -275,7 +205,7 @@ pub enum Event {
     /// The acquire was handed to the host (its token) or could not be.
     Sent {
         result: Result<u32, Cause>,
-        pick: Box<Pick>,
+        pick: Box<dyn Pick>,
     },
     PickReply(PickReply),
     /// The choice reached the router (Higress override call or the destination header).
@@ -311,9 +241,9 @@ pub enum Effect {
     /// A waiting request decides again (plain Envoy) with what the first decision read from
     /// its body.
     Redecide(Rc<PromptRead>),
-    Send(Box<Pick>),
+    Send(Box<dyn Pick>),
     /// A waiting request's pick, sent again with the endpoints as they are now.
-    Retry(Box<Pick>),
+    Retry(Box<dyn Pick>),
     /// Refused for want of room with a queue configured: queue (or re-queue) the request,
     /// answered by [`Event::Waited`].
     Wait(Rejection),
@@ -334,7 +264,7 @@ pub enum Effect {
         outcome: Option<Outcome>,
     },
     /// Every lease a pick whose reply was lost may have written.
-    ReleaseAll(Box<Pick>),
+    ReleaseAll(Box<dyn Pick>),
     /// The response's first bytes arrived: the request's holding is told (a booking given
     /// back, a time to first byte recorded).
     FirstBytes,
@@ -343,7 +273,7 @@ pub enum Effect {
     /// The stream ended while `token` was in flight: whoever handles the reply undoes the pick.
     Orphan {
         token: u32,
-        pick: Box<Pick>,
+        pick: Box<dyn Pick>,
     },
     Count(Counter),
     /// Balanced without the body it waited for (timeout, or the host withholds it): count

@@ -17,6 +17,7 @@ mod policies;
 mod publish;
 mod queue;
 mod redis_client;
+mod rejection;
 pub mod request;
 mod rng;
 mod shared;
@@ -33,7 +34,7 @@ use crate::id_map::IdMap;
 use crate::redis::inflight::InflightKeys;
 use crate::redis::scripts::Keys;
 use body_flow::BodyFlow;
-use pick::Pick;
+use events::Pick;
 use policies::endpoint_metrics::Metrics;
 use policies::Policy;
 use queue::Queue;
@@ -73,7 +74,7 @@ pub struct Balancer {
     /// `_match_service_` rule needs it then (an endpoint policy's keys need it after).
     matches_services: bool,
     /// Picks whose stream ended before Redis answered, by token: undone when the reply comes.
-    orphans: IdMap<Box<Pick>>,
+    orphans: IdMap<Box<dyn Pick>>,
     redis: RedisClient,
     /// Every route config (global first) with its policy object.
     routes: Vec<Route>,

@@ -3,10 +3,8 @@
 //! (decide, send, wait, publish) returns it as the request's next event.
 
 use super::holding::Services;
-use super::pick::Pick;
 use super::policies::{Env, Input};
 use super::publish;
-use super::redis_client::LeaseKeys;
 use super::request::{self, Effect, Event};
 use super::Balancer;
 use crate::host::{Host, LogLevel};
@@ -31,14 +29,11 @@ impl Balancer {
                 Some(&read),
             )?)),
             Effect::Retry(mut pick) => {
-                if let Pick::Endpoint(p) = &mut *pick {
-                    let synced = self.redis.synced(&p.keys.namespace).cloned();
-                    if let Err(cause) = p.refresh(host, synced.as_ref()) {
-                        return Some(Event::Sent {
-                            result: Err(cause),
-                            pick,
-                        });
-                    }
+                if let Err(cause) = pick.refresh(host, &self.redis) {
+                    return Some(Event::Sent {
+                        result: Err(cause),
+                        pick,
+                    });
                 }
                 self.perform(host, ctx, Effect::Send(pick))
             }
@@ -58,9 +53,9 @@ impl Balancer {
             }
             Effect::Send(pick) => {
                 let random = (self.rng.next_u64() >> 32) as u32;
-                let result = self
-                    .redis
-                    .send_pick(host, &mut self.tel, ctx, &pick, random);
+                let query = pick.query(self.redis.scripts(), host.now_ms(), random);
+                let call = (pick.config().as_ref(), query.as_slice(), pick.decode());
+                let result = self.redis.send_pick(host, &mut self.tel, ctx, call);
                 Some(Event::Sent { result, pick })
             }
             Effect::Publish {
@@ -128,19 +123,13 @@ impl Balancer {
                 None
             }
             Effect::ReleaseAll(pick) => {
-                let (keys, members) = match &*pick {
-                    Pick::Endpoint(p) => {
-                        let keys = LeaseKeys::Endpoint {
-                            keys: p.keys.clone(),
-                            booked: p.chain.is_some(),
-                        };
-                        (keys, p.every_lease())
-                    }
-                    Pick::Service(p) => (LeaseKeys::Service(p.keys.clone()), p.every_member()),
-                    Pick::Session(_) => return None, // a session binding holds no count
+                let mut svc = Services {
+                    host,
+                    tel: &mut self.tel,
+                    redis: &mut self.redis,
+                    ctx,
                 };
-                self.redis
-                    .release(host, &mut self.tel, pick.config(), keys, members);
+                pick.release_all(&mut svc);
                 None
             }
             Effect::Orphan { token, pick } => {

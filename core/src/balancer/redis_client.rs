@@ -4,7 +4,8 @@
 //! (docs/redis-data-model.md). Replies arrive on the root context (docs/higress-abi.md §6);
 //! a pick's reply is handed back to the balancer, releases and script loads end here.
 
-mod calls;
+pub mod calls;
+pub use calls::Decode;
 mod first_bytes;
 mod release;
 
@@ -14,9 +15,9 @@ pub use first_bytes::MAX_WAIT_MS;
 pub use release::LeaseKeys;
 use release::{Outcome, Release};
 
-use super::pick::{Pick, PickReply};
+use super::pick::PickReply;
 use super::telemetry::Telemetry;
-use crate::config::{PolicyConfig, RouteConfig};
+use crate::config::{Policy, RouteConfig};
 use crate::host::{Host, HostErrorKind, LogLevel};
 use crate::id_map::IdMap;
 use crate::reason::Cause;
@@ -35,10 +36,10 @@ pub enum CallStatus {
 }
 
 enum Op {
-    /// `service`: a cluster_metrics global in-flight pick (its reply reads differently).
+    /// A pick for request `ctx`, its reply read by `decode` (the pick's own).
     Pick {
         ctx: u32,
-        service: bool,
+        decode: Decode,
     },
     Release(Release),
     ScriptLoad,
@@ -78,10 +79,12 @@ impl RedisClient {
         for cfg in configs {
             let Some(redis) = &cfg.redis else { continue };
             if self.ensure_ready(host, tel, cfg) {
-                let scripts = match cfg.policy {
-                    PolicyConfig::EndpointMetrics(_) => vec![&self.scripts.session_bind],
-                    PolicyConfig::PrefixCache(_) => self.scripts.for_route(false, true),
-                    _ => self.scripts.for_route(cfg.policy.is_cluster(), false),
+                // endpoint_metrics keeps only session bindings in Redis.
+                let scripts = match cfg.policy.kind() {
+                    Policy::EndpointMetrics => vec![&self.scripts.session_bind],
+                    _ => self
+                        .scripts
+                        .for_route(cfg.policy.is_cluster(), cfg.prefix().is_some()),
                 };
                 for script in scripts {
                     if let Ok(token) = host.redis_call(&redis.cluster, &scripts::load(script)) {
@@ -109,21 +112,22 @@ impl RedisClient {
         self.synced.remove(namespace);
     }
 
-    /// Sends `pick`'s acquire for request `ctx`. `random` is a fresh random number, which
-    /// breaks ties in the script.
+    /// The scripts, for a pick's call (`events::Pick::query`).
+    pub fn scripts(&self) -> &Scripts {
+        &self.scripts
+    }
+
+    /// Sends a pick's script call `query` for request `ctx` to `config`'s Redis; its reply
+    /// will be read by `decode`.
     pub fn send_pick(
         &mut self,
         host: &mut dyn Host,
         tel: &mut Telemetry,
         ctx: u32,
-        pick: &Pick,
-        random: u32,
+        (config, query, decode): (&RouteConfig, &[u8], Decode),
     ) -> Result<u32, Cause> {
-        let now_ms = host.now_ms();
-        let query = calls::pick_query(&self.scripts, pick, now_ms, random);
-        let token = self.call(host, tel, pick.config(), &query)?;
-        let service = matches!(pick, Pick::Service(_));
-        self.pending.insert(token, Op::Pick { ctx, service });
+        let token = self.call(host, tel, config, query)?;
+        self.pending.insert(token, Op::Pick { ctx, decode });
         Ok(token)
     }
 
@@ -184,7 +188,7 @@ impl RedisClient {
         chain: &[String],
         endpoint: &str,
     ) {
-        let PolicyConfig::PrefixCache(settings) = &config.policy else {
+        let Some(settings) = config.prefix() else {
             return;
         };
         let query = scripts::forget_call(keys, chain, endpoint, settings.ttl_s, host.now_ms());
@@ -212,10 +216,9 @@ impl RedisClient {
             }
         };
         match op {
-            Op::Pick { ctx, service } => {
+            Op::Pick { ctx, decode } => {
                 let reply = match reply {
-                    Ok(bytes) if service => calls::decode_service_pick(host, tel, ctx, &bytes),
-                    Ok(bytes) => calls::decode_pick(host, tel, ctx, &bytes),
+                    Ok(bytes) => decode(host, tel, ctx, &bytes),
                     Err(cause) => PickReply::Failed(cause),
                 };
                 Some(PickAnswer { ctx, token, reply })

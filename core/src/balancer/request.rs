@@ -12,14 +12,14 @@
 //! while a pick is in flight ([`Request::is_held`]); the balancer resumes it when an
 //! asynchronous event moves it out of a held phase, unless a local reply ended it.
 
+use super::events::Pick;
 use super::events::{Answer, DENIED};
 pub use super::events::{
     Decision, Effect, Event, Leave, LocalReply, PromptRead, Rejection, Ticket, WaitAnswer, Waiter,
 };
 use super::holding::{Holding, Outcome};
 pub use super::orphan::undo;
-use super::pick::{Pick, PickReply};
-use super::policies;
+use super::pick::PickReply;
 use crate::config::{FailureMode, RouteConfig};
 use crate::reason::{Cause, Reason};
 use crate::redis::inflight::InflightKeys;
@@ -32,7 +32,7 @@ enum Phase {
     /// Headers held, body being buffered until its end.
     AwaitingBody,
     /// A pick is in flight under `token`; the request owns it until the reply or stream end.
-    Picking { token: u32, pick: Box<Pick> },
+    Picking { token: u32, pick: Box<dyn Pick> },
     /// A pick is being sent again (NOSCRIPT, resync) after its first reply; still held.
     Resending,
     /// Waiting queue: refused for want of room, held until room frees, `rejection` at the
@@ -54,7 +54,7 @@ enum Phase {
 #[derive(Debug)]
 enum Again {
     /// Send the same Redis pick (the refused one acquired nothing).
-    Pick(Box<Pick>),
+    Pick(Box<dyn Pick>),
     /// Decide again in this proxy (plain Envoy, where the policy counts), with what the first
     /// decision read from the body if it kept it.
     Decide(Option<Rc<PromptRead>>),
@@ -221,14 +221,14 @@ impl Request {
         }
     }
 
-    fn on_sent(&mut self, result: Result<u32, Cause>, pick: Box<Pick>) -> Vec<Effect> {
+    fn on_sent(&mut self, result: Result<u32, Cause>, pick: Box<dyn Pick>) -> Vec<Effect> {
         match result {
             Ok(token) => {
                 self.phase = Phase::Picking { token, pick };
                 Vec::new()
             }
             // Never sent: nothing acquired.
-            Err(cause) => self.answered(policies::answer(*pick, Err(cause))),
+            Err(cause) => self.answered(pick.answer(Err(cause))),
         }
     }
 
@@ -237,7 +237,7 @@ impl Request {
         else {
             return Vec::new();
         };
-        self.answered(policies::answer(*pick, Ok(reply)))
+        self.answered(pick.answer(Ok(reply)))
     }
 
     /// What a reply came to: its effects, then its decision as a policy's.

@@ -158,6 +158,14 @@ impl RouteConfig {
             && !matches!(self.policy, PolicyConfig::EndpointMetrics(_))
     }
 
+    /// prefix_cache's settings (None for the other policies).
+    pub fn prefix(&self) -> Option<&PrefixSettings> {
+        match &self.policy {
+            PolicyConfig::PrefixCache(p) => Some(p),
+            _ => None,
+        }
+    }
+
     /// Plain Envoy: whether a response from another endpoint than the one counted (Envoy's
     /// retry to a fallback) is noted against it: least request, and a session's prefix_cache
     /// pick (docs/plain-envoy.md, docs/sessions-and-queues.md "Sessions"). One property read

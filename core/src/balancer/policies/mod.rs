@@ -1,8 +1,8 @@
 //! The policies, one folder each. At configure every route config becomes one [`Policy`]
 //! object ([`build`]), which the dispatcher keeps beside the config and asks for a
-//! [`Decision`]; a Redis reply to a policy's pick comes back to the policy's own reply code
-//! ([`answer`]). Adding a policy means its `PolicyConfig` variant (config), its folder here,
-//! and one line in [`build`] (and one in [`answer`] if it sends its own kind of pick).
+//! [`Decision`]; a Redis reply to a policy's pick comes back to the pick itself (each folder's
+//! `pick.rs`, `events::Pick`). Adding a policy means its `PolicyConfig` variant (config), its
+//! folder here, and one line in [`build`].
 
 pub mod cluster_hash;
 pub mod cluster_metrics;
@@ -12,10 +12,7 @@ mod policy;
 pub mod prefix_cache;
 pub mod session;
 
-use super::events::Answer;
-use super::pick::{Pick, PickReply};
 use crate::config::{PolicyConfig, RouteConfig};
-use crate::reason::Cause;
 pub use policy::{Env, Input, Policy};
 use std::rc::Rc;
 
@@ -30,15 +27,5 @@ pub fn build(position: usize, config: &Rc<RouteConfig>) -> Box<dyn Policy> {
             Box::new(cluster_metrics::ClusterMetrics::new(position, cm))
         }
         PolicyConfig::ClusterHash(hc) => Box::new(cluster_hash::ClusterHash::new(hc)),
-    }
-}
-
-/// What Redis's `reply` to `pick` (Err: the pick could not be sent, nothing acquired) comes
-/// to for its request, by the policy that sent that kind of pick.
-pub fn answer(pick: Pick, reply: Result<PickReply, Cause>) -> Answer {
-    match pick {
-        Pick::Endpoint(p) => least_request::reply::answer(p, reply),
-        Pick::Service(p) => cluster_metrics::reply::answer(p, reply),
-        Pick::Session(p) => endpoint_metrics::reply::answer(p, reply),
     }
 }

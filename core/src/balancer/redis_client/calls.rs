@@ -1,91 +1,16 @@
-//! The bytes of a pick: its script call, and its reply decoded.
+//! A pick's reply decoded: the scripts' replies as [`PickReply`] (each pick names its
+//! decoder, `events::Pick::decode`).
 
-use crate::balancer::pick::{EndpointPick, Pick, PickReply};
+use crate::balancer::pick::PickReply;
 use crate::balancer::telemetry::Telemetry;
-use crate::config::PolicyConfig;
 use crate::host::{Host, LogLevel};
 use crate::reason::Cause;
-use crate::redis::inflight::{self, ServiceAcquireArgs};
-use crate::redis::scripts::{
-    self, AcquireArgs, AcquireReply, PrefixArgs, ReplyError, Scripts, SessionArgs, TenantArgs,
-    RECLAIM_LIMIT,
-};
+use crate::redis::inflight;
+use crate::redis::scripts::{self, AcquireReply, ReplyError};
 
-/// The script call of `pick` at `now_ms`; `random` breaks ties in the script.
-pub fn pick_query(scripts: &Scripts, pick: &Pick, now_ms: u64, random: u32) -> Vec<u8> {
-    match pick {
-        Pick::Endpoint(p) => endpoint_query(scripts, p, now_ms, random),
-        Pick::Service(p) => inflight::acquire_call(
-            scripts,
-            p.by_sha,
-            &p.keys,
-            &ServiceAcquireArgs {
-                now_ms,
-                lease_ttl_ms: p.config.common.lease_ttl_ms,
-                key_ttl_s: p.key_ttl_s,
-                request_id: &p.request_id,
-                random,
-                reclaim: RECLAIM_LIMIT,
-                candidates: &p.candidates,
-            },
-        ),
-        Pick::Session(p) => {
-            scripts::session_bind_call(scripts, p.by_sha, &p.key, p.ttl_s, &p.choice, &p.keep)
-        }
-    }
-}
-
-fn endpoint_query(scripts: &Scripts, pick: &EndpointPick, now_ms: u64, random: u32) -> Vec<u8> {
-    let args = AcquireArgs {
-        now_ms,
-        lease_ttl_ms: pick.config.common.lease_ttl_ms,
-        request_id: &pick.request_id,
-        cost: pick.cost,
-        cap: pick.cap,
-        random,
-        fingerprint: &pick.fingerprint,
-        reclaim: RECLAIM_LIMIT,
-        endpoints: pick.sent_list.then_some(pick.candidates.as_slice()),
-        session: None,
-        wait_rank: pick.wait_rank,
-        pool_cap: pick.pool_cap,
-        tenant: match (&pick.tenant, &pick.config.common.fairness) {
-            (Some((id, limit)), Some(f)) => Some(TenantArgs {
-                id,
-                limit: *limit,
-                window_ms: f.window_ms,
-            }),
-            _ => None,
-        },
-    };
-    let mut args = args;
-    if let (Some(key), Some(session)) = (&pick.session, &pick.config.session) {
-        let (max_imbalance, max_imbalance_ratio) = match &pick.config.policy {
-            PolicyConfig::PrefixCache(p) => (p.max_imbalance, p.max_imbalance_ratio),
-            _ => (
-                crate::config::SESSION_MAX_IMBALANCE,
-                crate::config::SESSION_MAX_IMBALANCE_RATIO,
-            ),
-        };
-        args.session = Some(SessionArgs {
-            key,
-            ttl_s: session.ttl_s,
-            max_imbalance,
-            max_imbalance_ratio,
-        });
-    }
-    let prefix = match (&pick.chain, &pick.config.policy) {
-        (Some(chain), PolicyConfig::PrefixCache(p)) => Some(PrefixArgs {
-            chain,
-            ttl_s: p.ttl_s,
-            max_imbalance: p.max_imbalance,
-            max_imbalance_ratio: p.max_imbalance_ratio,
-            gate: p.gate,
-        }),
-        _ => None,
-    };
-    scripts::pick_call(scripts, pick.by_sha, &pick.keys, &args, prefix.as_ref())
-}
+/// How a pick's reply bytes read: one of the decoders below, named by the pick
+/// (`events::Pick::decode`).
+pub type Decode = fn(&mut dyn Host, &mut Telemetry, u32, &[u8]) -> PickReply;
 
 /// An endpoint or session pick's reply.
 pub fn decode_pick(host: &mut dyn Host, tel: &mut Telemetry, ctx: u32, bytes: &[u8]) -> PickReply {

@@ -6,7 +6,7 @@
 //! are kept here; the Redis client sends the ones [`Batches::due`] hands it.
 
 use crate::balancer::pick::{Booking, Lease};
-use crate::config::{PluginConfig, PolicyConfig, RouteConfig};
+use crate::config::{PluginConfig, RouteConfig};
 use crate::redis::scripts::Keys;
 use std::rc::Rc;
 
@@ -18,9 +18,7 @@ pub const MAX_WAIT_MS: u64 = 20;
 /// The root tick a config needs for its first bytes (0: none): a prefix_cache route with Redis
 /// sends a waiting batch within a tick of [`MAX_WAIT_MS`] even when no other stream ends.
 pub fn tick_ms(config: &PluginConfig) -> u32 {
-    let prefix = |c: &&Rc<RouteConfig>| {
-        c.redis.is_some() && matches!(c.policy, PolicyConfig::PrefixCache(_))
-    };
+    let prefix = |c: &&Rc<RouteConfig>| c.redis.is_some() && c.prefix().is_some();
     if config.all().any(|c| prefix(&c)) {
         MAX_WAIT_MS as u32
     } else {

@@ -3,8 +3,8 @@
 //! decides; either way the Redis lease and this proxy's count come back exactly once.
 
 use super::*;
-use crate::balancer::pick::ServicePick;
 use crate::balancer::policies::cluster_metrics::holding::{GlobalLease, Local, Start};
+use crate::balancer::policies::cluster_metrics::pick::ServicePick;
 use crate::balancer::policies::cluster_metrics::{ServiceLease, SharedStats};
 use crate::config::{PluginConfig, PolicyConfig};
 use crate::hash::SplitMix64;
@@ -13,7 +13,7 @@ const CONFIG: &str = r#"{"lb_type":"cluster","lb_policy":"cluster_metrics","lb_c
     "mode":"AdaptiveScore","service_list":["a","b","c"],"global_inflight_enabled":true,
     "serviceFQDN":"redis.static","servicePort":6379}}"#;
 
-fn service_pick(config: &Rc<RouteConfig>) -> Box<Pick> {
+fn service_pick(config: &Rc<RouteConfig>) -> Box<dyn Pick> {
     let PolicyConfig::ClusterMetrics(cm) = &config.policy else {
         panic!("{config:?}")
     };
@@ -21,7 +21,7 @@ fn service_pick(config: &Rc<RouteConfig>) -> Box<Pick> {
         .policy
         .global_inflight()
         .expect("global in-flight on");
-    Box::new(Pick::Service(ServicePick {
+    Box::new(ServicePick {
         config: config.clone(),
         keys: Rc::new(InflightKeys::new(&global.key_prefix, "chat")),
         request_id: "rid".into(),
@@ -31,7 +31,7 @@ fn service_pick(config: &Rc<RouteConfig>) -> Box<Pick> {
         stats: Rc::new(SharedStats::new(0, cm)),
         start_ms: 5,
         by_sha: true,
-    }))
+    })
 }
 
 /// Headers, the decision, the send: the request holds a service pick under `token`.
@@ -121,7 +121,7 @@ fn redis_trouble_takes_the_local_choice_with_nothing_counted_in_redis() {
     let Some(Effect::ReleaseAll(p)) = e.first() else {
         panic!("{e:?}")
     };
-    let Pick::Service(p) = &**p else {
+    let Some(p) = p.as_any().downcast_ref::<ServicePick>() else {
         panic!("a service pick")
     };
     assert_eq!(p.every_member(), ["rid|a|1", "rid|b|1"]);

@@ -79,7 +79,7 @@ impl Request {
 
     /// The host lost this stream's context while its pick was in flight: the caller undoes the
     /// pick now, and stream end will have nothing left to give back.
-    pub fn abandon_pick(&mut self) -> Option<Box<Pick>> {
+    pub fn abandon_pick(&mut self) -> Option<Box<dyn Pick>> {
         let settled = Phase::Settled {
             reason: Reason::Pending,
             replied: false,

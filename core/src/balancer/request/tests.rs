@@ -3,9 +3,10 @@
 //! released exactly once, whatever order things happen in.
 
 use super::*;
-use crate::balancer::pick::EndpointPick;
+use crate::balancer::policies::cluster_metrics::pick::ServicePick;
 use crate::balancer::policies::cluster_metrics::ServiceLease;
 use crate::balancer::policies::least_request::lease::LocalLease;
+use crate::balancer::policies::least_request::pick::EndpointPick;
 use crate::config::PluginConfig;
 use crate::hash::SplitMix64;
 use crate::redis::inflight::InflightKeys;
@@ -31,8 +32,8 @@ fn request(extra: &str) -> Request {
     Request::new(config(extra), Some(keys()))
 }
 
-fn pick(config: &Rc<RouteConfig>, id: &str) -> Box<Pick> {
-    Box::new(Pick::Endpoint(EndpointPick {
+fn pick(config: &Rc<RouteConfig>, id: &str) -> Box<dyn Pick> {
+    Box::new(EndpointPick {
         config: config.clone(),
         keys: keys(),
         request_id: id.into(),
@@ -49,7 +50,7 @@ fn pick(config: &Rc<RouteConfig>, id: &str) -> Box<Pick> {
         wait_rank: None,
         pool_cap: 0,
         tenant: None,
-    }))
+    })
 }
 
 /// Headers and a complete body: the request asks to decide, with the body.
@@ -172,7 +173,7 @@ fn resync_and_noscript_resend_once_then_fall_back() {
         let Some(Effect::Send(p)) = e.into_iter().last() else {
             panic!("{reply:?}: expected a resend")
         };
-        let Pick::Endpoint(ep) = &*p else {
+        let Some(ep) = p.as_any().downcast_ref::<EndpointPick>() else {
             panic!("an endpoint pick")
         };
         assert!(ep.sent_list || !ep.by_sha);
@@ -196,7 +197,7 @@ fn a_lost_reply_releases_every_possible_lease_other_failures_nothing() {
     to_picking(&mut r, 7);
     let e = r.handle(Event::PickReply(PickReply::Failed(Cause::RedisTimeout)));
     assert!(
-        matches!(e.first(), Some(Effect::ReleaseAll(p)) if matches!(&**p, Pick::Endpoint(ep) if ep.every_lease().len() == 2))
+        matches!(e.first(), Some(Effect::ReleaseAll(p)) if p.as_any().downcast_ref::<EndpointPick>().is_some_and(|ep| ep.every_lease().len() == 2))
     );
     let mut r = request("");
     to_picking(&mut r, 7);
@@ -365,15 +366,17 @@ impl Ledger {
     }
 
     /// Redis answers `reply` to `pick`: what its script acquired.
-    fn answered(&mut self, pick: &Pick, reply: &PickReply) {
-        match (pick, reply) {
-            (Pick::Endpoint(p), PickReply::Picked { endpoint, .. }) => {
+    fn answered(&mut self, pick: &dyn Pick, reply: &PickReply) {
+        let endpoint = pick.as_any().downcast_ref::<EndpointPick>();
+        let service = pick.as_any().downcast_ref::<ServicePick>();
+        match (endpoint, service, reply) {
+            (Some(p), _, PickReply::Picked { endpoint, .. }) => {
                 self.acquired.push(p.lease(endpoint).member)
             }
-            (Pick::Service(p), PickReply::Service(service)) => {
+            (_, Some(p), PickReply::Service(service)) => {
                 self.acquired.push(p.global(service).member)
             }
-            (_, PickReply::Failed(Cause::RedisTimeout)) => self.lost += 1,
+            (_, _, PickReply::Failed(Cause::RedisTimeout)) => self.lost += 1,
             _ => {}
         }
     }
@@ -387,8 +390,8 @@ fn hash_config() -> Rc<RouteConfig> {
         .unwrap()
 }
 
-fn service_pick(config: &Rc<RouteConfig>, lease: &ServiceLease) -> Box<Pick> {
-    Box::new(Pick::Service(crate::balancer::pick::ServicePick {
+fn service_pick(config: &Rc<RouteConfig>, lease: &ServiceLease) -> Box<dyn Pick> {
+    Box::new(ServicePick {
         config: config.clone(),
         keys: Rc::new(InflightKeys::new("higress:inflight", "chat")),
         request_id: "rid".into(),
@@ -398,7 +401,7 @@ fn service_pick(config: &Rc<RouteConfig>, lease: &ServiceLease) -> Box<Pick> {
         stats: lease.stats.clone(),
         start_ms: 5,
         by_sha: true,
-    }))
+    })
 }
 
 /// A random reply to a pick of `kind`.
@@ -546,7 +549,7 @@ fn every_acquire_is_released_exactly_once_in_any_event_order() {
             run.drive(&mut r, body, &mut rng);
         }
         let mut slot = Some(r);
-        let mut orphan: Option<(u32, Box<Pick>)> = None;
+        let mut orphan: Option<(u32, Box<dyn Pick>)> = None;
         for _ in 0..8 {
             let Some(r) = slot.as_mut() else {
                 break;
@@ -560,7 +563,7 @@ fn every_acquire_is_released_exactly_once_in_any_event_order() {
                 1 | 2 if r.awaits(run.token) => {
                     let reply = random_reply(kind, &mut rng);
                     if let Phase::Picking { pick, .. } = &r.phase {
-                        run.ledger.answered(pick, &reply);
+                        run.ledger.answered(pick.as_ref(), &reply);
                     }
                     run.drive(r, Event::PickReply(reply), &mut rng);
                 }
@@ -583,7 +586,7 @@ fn every_acquire_is_released_exactly_once_in_any_event_order() {
             assert_eq!(token, run.token, "round {round}: the pick in flight");
             // The pick's reply arrives after the stream ended.
             let reply = random_reply(kind, &mut rng);
-            run.ledger.answered(&pick, &reply);
+            run.ledger.answered(pick.as_ref(), &reply);
             for effect in undo(pick, &reply) {
                 run.ledger.note(effect);
             }
@@ -708,9 +711,11 @@ fn a_request_without_a_response_ends_with_no_status() {
 fn a_holding_that_does_not_want_first_bytes_is_not_told() {
     let mut r = request("");
     to_decision(&mut r);
-    let Pick::Endpoint(p) = *pick(&r.config, "rid") else {
-        panic!("an endpoint pick")
-    };
+    let p = pick(&r.config, "rid")
+        .as_any()
+        .downcast_ref::<EndpointPick>()
+        .expect("an endpoint pick")
+        .clone();
     r.handle(Event::Decided(Decision::Route {
         endpoint: "10.0.0.1:80".into(),
         fallbacks: Vec::new(),

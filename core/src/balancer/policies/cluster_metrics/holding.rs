@@ -7,13 +7,12 @@
 use super::stats::SharedStats;
 use super::writes::{write, Change};
 use crate::balancer::holding::{Act, Holding, Outcome, Services};
-use crate::balancer::pick::ServicePick;
 use crate::balancer::redis_client::LeaseKeys;
 use crate::balancer::telemetry::Telemetry;
 use crate::config::RouteConfig;
 use crate::host::Host;
 use crate::reason::Cause;
-use crate::redis::inflight::{self, InflightKeys};
+use crate::redis::inflight::InflightKeys;
 use crate::stats::Counter;
 use std::rc::Rc;
 
@@ -142,35 +141,6 @@ impl Act for Local {
     #[cfg(test)]
     fn as_any(&self) -> &dyn std::any::Any {
         self
-    }
-}
-
-impl ServicePick {
-    /// The lease a request holds once Redis counted `service` for it.
-    pub fn lease(&self, service: &str) -> ServiceLease {
-        ServiceLease {
-            global: Some(self.global(service)),
-            ..self.local_lease(service)
-        }
-    }
-
-    /// The lease of a request routed by the local path (nothing counted in Redis).
-    pub fn local_lease(&self, service: &str) -> ServiceLease {
-        ServiceLease {
-            stats: self.stats.clone(),
-            service: self.stats.fresh.index_of(service).unwrap_or(usize::MAX),
-            start_ms: self.start_ms,
-            global: None,
-            first_byte: false,
-        }
-    }
-
-    pub fn global(&self, service: &str) -> GlobalLease {
-        GlobalLease {
-            config: self.config.clone(),
-            keys: self.keys.clone(),
-            member: inflight::member(&self.request_id, service),
-        }
     }
 }
 

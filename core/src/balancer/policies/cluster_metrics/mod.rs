@@ -16,13 +16,13 @@
 //! ([`reply`]).
 
 pub mod holding;
+pub mod pick;
 pub mod reply;
 pub mod stats;
 mod writes;
 
 use super::policy::{Env, Input, Policy};
 use crate::balancer::events::Decision;
-use crate::balancer::pick::{Pick as RedisPick, ServicePick};
 use crate::balancer::rng::VmRng;
 use crate::balancer::telemetry::Telemetry;
 use crate::cluster::select::{self, Decision as Pick};
@@ -34,6 +34,7 @@ use crate::reason::{Cause, Reason};
 use crate::redis::inflight::InflightKeys;
 use crate::stats::Counter;
 pub use holding::ServiceLease;
+use pick::ServicePick;
 pub use stats::SharedStats;
 use std::rc::Rc;
 use writes::{write, Change};
@@ -167,7 +168,7 @@ fn global_pick(
     let Some(local) = local else {
         return Decision::Fallback(Cause::NoHealthyEndpoint);
     };
-    Decision::Acquire(Box::new(RedisPick::Service(ServicePick {
+    Decision::Acquire(Box::new(ServicePick {
         config: input.config.clone(),
         keys: keys.clone(),
         request_id: env.rng.request_id(),
@@ -177,5 +178,5 @@ fn global_pick(
         stats: stats.clone(),
         start_ms: now,
         by_sha: true,
-    })))
+    }))
 }

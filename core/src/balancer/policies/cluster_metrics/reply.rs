@@ -4,10 +4,18 @@
 //! statistics too ([`Start`]) and held until stream end.
 
 use super::holding::{Local, ServiceLease, Start};
+use super::pick::ServicePick;
+use crate::balancer::events::Pick;
 use crate::balancer::events::{Answer, Decision, Effect};
-use crate::balancer::pick::{Pick, PickReply, ServicePick};
+use crate::balancer::holding::{Holding, Services};
+use crate::balancer::pick::PickReply;
+use crate::balancer::redis_client::{calls, Decode, LeaseKeys};
+use crate::config::RouteConfig;
 use crate::reason::{Cause, Reason};
+use crate::redis::inflight::{self, ServiceAcquireArgs};
+use crate::redis::scripts::{Scripts, RECLAIM_LIMIT};
 use crate::stats::Counter;
+use std::rc::Rc;
 
 /// What `reply` (Err: never sent, nothing acquired) comes to for the request that sent `pick`.
 pub fn answer(mut pick: ServicePick, reply: Result<PickReply, Cause>) -> Answer {
@@ -29,14 +37,14 @@ pub fn answer(mut pick: ServicePick, reply: Result<PickReply, Cause>) -> Answer 
         }
         PickReply::NoScript if pick.by_sha => {
             pick.by_sha = false;
-            let resend = Decision::Acquire(Box::new(Pick::Service(pick)));
+            let resend = Decision::Acquire(Box::new(pick));
             Answer::new(vec![Effect::Count(Counter::RedisNoScript)], resend)
         }
         PickReply::Failed(Cause::RedisTimeout) => {
             // The script may have run before the reply was lost: give back whatever it
             // could have counted.
             let lease = pick.local_lease(&pick.local);
-            let release = vec![Effect::ReleaseAll(Box::new(Pick::Service(pick)))];
+            let release = vec![Effect::ReleaseAll(Box::new(pick))];
             route_local(lease, Cause::RedisTimeout, release)
         }
         PickReply::Failed(cause) => locally(&pick, cause, Vec::new()),
@@ -69,4 +77,71 @@ fn route(lease: ServiceLease, mut effects: Vec<Effect>) -> Answer {
         hold: Some(Box::new(lease)),
     };
     Answer::new(effects, decision)
+}
+
+impl Pick for ServicePick {
+    fn config(&self) -> &Rc<RouteConfig> {
+        &self.config
+    }
+
+    fn query(&self, scripts: &Scripts, now_ms: u64, random: u32) -> Vec<u8> {
+        inflight::acquire_call(
+            scripts,
+            self.by_sha,
+            &self.keys,
+            &ServiceAcquireArgs {
+                now_ms,
+                lease_ttl_ms: self.config.common.lease_ttl_ms,
+                key_ttl_s: self.key_ttl_s,
+                request_id: &self.request_id,
+                random,
+                reclaim: RECLAIM_LIMIT,
+                candidates: &self.candidates,
+            },
+        )
+    }
+
+    fn decode(&self) -> Decode {
+        calls::decode_service_pick
+    }
+
+    fn answer(self: Box<Self>, reply: Result<PickReply, Cause>) -> Answer {
+        answer(*self, reply)
+    }
+
+    fn undo(self: Box<Self>, reply: &PickReply) -> Vec<Effect> {
+        match reply {
+            PickReply::Service(service) => {
+                let held: Box<dyn Holding> = Box::new(self.global(service));
+                vec![Effect::GiveBack {
+                    held,
+                    outcome: None,
+                }]
+            }
+            PickReply::Failed(Cause::RedisTimeout) => vec![Effect::ReleaseAll(self)],
+            _ => Vec::new(),
+        }
+    }
+
+    fn release_all(self: Box<Self>, svc: &mut Services) {
+        let keys = LeaseKeys::Service(self.keys.clone());
+        let members = self.every_member();
+        svc.redis
+            .release(svc.host, svc.tel, &self.config, keys, members);
+    }
+
+    #[cfg(test)]
+    fn by_sha(&self) -> bool {
+        self.by_sha
+    }
+
+    #[cfg(test)]
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    #[cfg(test)]
+    fn clone_box(&self) -> Box<dyn Pick> {
+        Box::new(self.clone())
+    }
 }

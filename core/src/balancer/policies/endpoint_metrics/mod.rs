@@ -8,6 +8,7 @@
 //! What is read lives in the VM's one [`Metrics`] ([`service`]), which the dispatcher owns.
 
 mod host_list;
+pub mod pick;
 pub mod reply;
 mod report;
 mod scrape;
@@ -17,7 +18,6 @@ mod snapshot;
 use super::policy::{priority_class, Env, Input, Policy};
 use super::session;
 use crate::balancer::events::{Decision, Rejection};
-use crate::balancer::pick::{Pick, SessionPick};
 use crate::balancer::shared;
 use crate::config::MetricsConfig;
 use crate::host::Host;
@@ -27,6 +27,7 @@ use crate::model_metrics::{
 use crate::reason::{Cause, Reason};
 use crate::redis::scripts;
 use crate::stats::Counter;
+use pick::SessionPick;
 use service::Home;
 pub use service::Metrics;
 use snapshot::SENT_KEY;
@@ -175,14 +176,14 @@ impl Policy for EndpointMetrics {
                         .filter(|c| keeps_session(c, mc))
                         .map(|c| c.addr.clone())
                         .collect();
-                    return Decision::Acquire(Box::new(Pick::Session(SessionPick {
+                    return Decision::Acquire(Box::new(SessionPick {
                         config: config.clone(),
                         key: key.into(),
                         ttl_s,
                         choice: chosen.addr.clone(),
                         keep,
                         by_sha: true,
-                    })));
+                    }));
                 }
                 count_sent(host, &chosen.addr);
                 // With a session: its pod was passed by (or the scheduler took it anyway, every

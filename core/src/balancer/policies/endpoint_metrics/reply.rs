@@ -2,12 +2,18 @@
 //! pod Redis kept or bound the session to, when it is one the request offered, else the
 //! scheduler's pick, as without a session. A session binding holds no count.
 
+use super::pick::SessionPick;
+use crate::balancer::events::Pick;
 use crate::balancer::events::{Answer, Decision, Effect};
 use crate::balancer::holding::{Act, Services};
-use crate::balancer::pick::{Pick, PickReply, SessionPick};
+use crate::balancer::pick::PickReply;
+use crate::balancer::redis_client::{calls, Decode};
+use crate::config::RouteConfig;
 use crate::reason::{Cause, Reason};
 use crate::redis::scripts::SessionState;
+use crate::redis::scripts::{self, Scripts};
 use crate::stats::Counter;
+use std::rc::Rc;
 
 /// What `reply` (Err: never sent) comes to for the request that sent `pick`.
 pub fn answer(mut pick: SessionPick, reply: Result<PickReply, Cause>) -> Answer {
@@ -24,7 +30,7 @@ pub fn answer(mut pick: SessionPick, reply: Result<PickReply, Cause>) -> Answer 
         }
         Ok(PickReply::NoScript) if pick.by_sha => {
             pick.by_sha = false;
-            let resend = Decision::Acquire(Box::new(Pick::Session(pick)));
+            let resend = Decision::Acquire(Box::new(pick));
             Answer::new(vec![Effect::Count(Counter::RedisNoScript)], resend)
         }
         // Redis could not keep or bind the session (down, timeout, error, a reply naming a pod
@@ -61,5 +67,52 @@ impl Act for SentTo {
     #[cfg(test)]
     fn as_any(&self) -> &dyn std::any::Any {
         self
+    }
+}
+
+impl Pick for SessionPick {
+    fn config(&self) -> &Rc<RouteConfig> {
+        &self.config
+    }
+
+    fn query(&self, scripts: &Scripts, _now_ms: u64, _random: u32) -> Vec<u8> {
+        scripts::session_bind_call(
+            scripts,
+            self.by_sha,
+            &self.key,
+            self.ttl_s,
+            &self.choice,
+            &self.keep,
+        )
+    }
+
+    fn decode(&self) -> Decode {
+        calls::decode_pick
+    }
+
+    fn answer(self: Box<Self>, reply: Result<PickReply, Cause>) -> Answer {
+        answer(*self, reply)
+    }
+
+    /// A session binding holds no count: nothing to undo.
+    fn undo(self: Box<Self>, _reply: &PickReply) -> Vec<Effect> {
+        Vec::new()
+    }
+
+    fn release_all(self: Box<Self>, _svc: &mut Services) {}
+
+    #[cfg(test)]
+    fn by_sha(&self) -> bool {
+        self.by_sha
+    }
+
+    #[cfg(test)]
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    #[cfg(test)]
+    fn clone_box(&self) -> Box<dyn Pick> {
+        Box::new(self.clone())
     }
 }

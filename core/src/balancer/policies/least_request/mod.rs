@@ -8,17 +8,18 @@ pub mod counts;
 pub mod holding;
 pub mod lease;
 pub mod local;
+pub mod pick;
 pub mod prefill;
 pub mod reply;
 
 use super::policy::{priority_class, tenant, Env, Input, Policy};
 use super::session;
 use crate::balancer::events::Decision;
-use crate::balancer::pick::{EndpointPick, Pick};
 use crate::config::RouteConfig;
 use crate::host::Host;
 use crate::reason::Cause;
 use crate::redis::scripts::{self, PrefixChain};
+use pick::EndpointPick;
 use std::rc::Rc;
 
 /// The policy object of a global_least_request route: Redis-backed where the route has a
@@ -62,7 +63,7 @@ pub fn acquire(
         Ok(mut pick) => {
             pick.session = session_key(host, input);
             pick.tenant = tenant(host, input.config, pick.candidates.len());
-            Decision::Acquire(Box::new(Pick::Endpoint(pick.with_class(class))))
+            Decision::Acquire(Box::new(pick.with_class(class)))
         }
         Err(cause) => Decision::Fallback(cause),
     }

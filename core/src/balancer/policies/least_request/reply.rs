@@ -1,11 +1,19 @@
 //! Redis's reply to an endpoint pick (global_least_request, prefix_cache): the lease it took,
 //! a resend (NOSCRIPT, a lost endpoint set), a refusal for want of room, or a fallback.
 
+use super::pick::EndpointPick;
+use crate::balancer::events::Pick;
 use crate::balancer::events::{Answer, Decision, Effect, Rejection};
-use crate::balancer::pick::{EndpointPick, Pick, PickReply};
+use crate::balancer::holding::{Holding, Services};
+use crate::balancer::pick::PickReply;
+use crate::balancer::redis_client::{calls, Decode, LeaseKeys, RedisClient};
+use crate::config::RouteConfig;
+use crate::host::Host;
 use crate::reason::Cause;
+use crate::redis::scripts::Scripts;
 use crate::redis::scripts::SessionState;
 use crate::stats::Counter;
+use std::rc::Rc;
 
 /// What `reply` (Err: never sent, nothing acquired) comes to for the request that sent `pick`.
 /// A sticky request that falls back degrades to the cluster's own balancing, counted as a
@@ -101,7 +109,7 @@ fn replied(mut pick: EndpointPick, reply: PickReply) -> Answer {
             if matches!(full, PickReply::PoolFull) {
                 effects.push(Effect::Count(Counter::PoolFull));
             }
-            let pick = Box::new(Pick::Endpoint(pick));
+            let pick = Box::new(pick);
             Answer::new(effects, Decision::Full { rejection, pick })
         }
         PickReply::Tenant => Answer::new(Vec::new(), Decision::Reject(Rejection::ShedTenant)),
@@ -115,7 +123,7 @@ fn replied(mut pick: EndpointPick, reply: PickReply) -> Answer {
             let mut effects = Vec::new();
             if cause == Cause::RedisTimeout {
                 // The script may have run before the reply was lost.
-                effects.push(Effect::ReleaseAll(Box::new(Pick::Endpoint(pick))));
+                effects.push(Effect::ReleaseAll(Box::new(pick)));
             }
             Answer::new(effects, Decision::Fallback(cause))
         }
@@ -123,5 +131,67 @@ fn replied(mut pick: EndpointPick, reply: PickReply) -> Answer {
 }
 
 fn resend(pick: EndpointPick) -> Decision {
-    Decision::Acquire(Box::new(Pick::Endpoint(pick)))
+    Decision::Acquire(Box::new(pick))
+}
+
+impl Pick for EndpointPick {
+    fn config(&self) -> &Rc<RouteConfig> {
+        &self.config
+    }
+
+    fn query(&self, scripts: &Scripts, now_ms: u64, random: u32) -> Vec<u8> {
+        super::pick::query(scripts, self, now_ms, random)
+    }
+
+    fn decode(&self) -> Decode {
+        calls::decode_pick
+    }
+
+    fn answer(self: Box<Self>, reply: Result<PickReply, Cause>) -> Answer {
+        answer(*self, reply)
+    }
+
+    fn undo(self: Box<Self>, reply: &PickReply) -> Vec<Effect> {
+        match reply {
+            PickReply::Picked { endpoint, .. } => {
+                let held: Box<dyn Holding> = Box::new(self.lease(endpoint));
+                vec![Effect::GiveBack {
+                    held,
+                    outcome: None,
+                }]
+            }
+            PickReply::Failed(Cause::RedisTimeout) => vec![Effect::ReleaseAll(self)],
+            _ => Vec::new(),
+        }
+    }
+
+    fn release_all(self: Box<Self>, svc: &mut Services) {
+        let keys = LeaseKeys::Endpoint {
+            keys: self.keys.clone(),
+            booked: self.chain.is_some(),
+        };
+        let members = self.every_lease();
+        svc.redis
+            .release(svc.host, svc.tel, &self.config, keys, members);
+    }
+
+    fn refresh(&mut self, host: &dyn Host, redis: &RedisClient) -> Result<(), Cause> {
+        let synced = redis.synced(&self.keys.namespace).cloned();
+        EndpointPick::refresh(self, host, synced.as_ref())
+    }
+
+    #[cfg(test)]
+    fn by_sha(&self) -> bool {
+        self.by_sha
+    }
+
+    #[cfg(test)]
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    #[cfg(test)]
+    fn clone_box(&self) -> Box<dyn Pick> {
+        Box::new(self.clone())
+    }
 }
