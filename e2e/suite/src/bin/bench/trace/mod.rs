@@ -24,6 +24,7 @@ mod recovery;
 mod routers;
 mod run;
 mod sweeps;
+mod verify;
 
 use ailb_e2e::bed::Bed;
 use ailb_e2e::trace::replay::Options;
@@ -131,6 +132,9 @@ pub fn trace(file: Option<PathBuf>) -> anyhow::Result<()> {
     }
     if part("flush") {
         flush(&bed, &w, s)?;
+    }
+    if part("verify") {
+        verify::verify_on_over_off(&bed, &w, s)?;
     }
     drop(bed);
     if part("cheap") {
