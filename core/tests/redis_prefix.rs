@@ -6,6 +6,7 @@
 
 use ailb_core::config::TokenGate;
 use ailb_core::prefix::{canonicalize, prefix_key, CanonConfig};
+use ailb_core::redis::forget;
 use ailb_core::redis::resp::Value;
 use ailb_core::redis::scripts::{
     self, AcquireArgs, AcquireReply, Keys, PrefixArgs, PrefixChain, Scripts,
@@ -314,7 +315,7 @@ fn it_ignores_keys_of_an_older_generation_and_rewrites_the_bumping_chain() {
     let px = Px::new(&["a:1"]);
     px.sync(&mut c);
     let forget = |c: &mut Conn, chain: &[String], now: u64| -> Vec<i64> {
-        let q = scripts::forget_call(&px.keys, chain, "a:1", 1800, now, true);
+        let q = forget::forget_call(&px.keys, chain, "a:1", 1800, now, true);
         match c.cmd_raw(&q) {
             Value::Array(Some(v)) => v.iter().map(|x| x.as_i64().unwrap()).collect(),
             other => panic!("{other:?}"),
@@ -363,7 +364,7 @@ fn it_ignores_keys_of_an_older_generation_and_rewrites_the_bumping_chain() {
     assert_eq!(px.pick(&mut c, "r5", &t2).depth, t2.len() as u32);
     px.release(&mut c, "r5", "a:1");
     assert_eq!(
-        forget(&mut c, &t3, 10_000 + scripts::FORGET_INTERVAL_MS)[0],
+        forget(&mut c, &t3, 10_000 + forget::FORGET_INTERVAL_MS)[0],
         1,
         "a later shortfall bumps again"
     );
@@ -384,7 +385,7 @@ fn a_conversations_shortfall_forgets_its_keys_past_the_cached_length_only() {
     let px = Px::new(&["a:1", "b:1"]);
     px.sync(&mut c);
     let forget = |c: &mut Conn, past: &[String]| -> Vec<i64> {
-        let q = scripts::forget_call(&px.keys, past, "a:1", 1800, 10_000, false);
+        let q = forget::forget_call(&px.keys, past, "a:1", 1800, 10_000, false);
         match c.cmd_raw(&q) {
             Value::Array(Some(v)) => v.iter().map(|x| x.as_i64().unwrap()).collect(),
             other => panic!("{other:?}"),

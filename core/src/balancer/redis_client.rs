@@ -228,7 +228,8 @@ impl RedisClient {
             return false;
         };
         let now = host.now_ms();
-        let query = scripts::forget_call(keys, chain, endpoint, settings.ttl_s, now, pod_wide);
+        let query =
+            crate::redis::forget::forget_call(keys, chain, endpoint, settings.ttl_s, now, pod_wide);
         let Ok(token) = self.call(host, tel, config, &query) else {
             return false;
         };

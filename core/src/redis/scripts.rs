@@ -7,7 +7,7 @@ use sha1::{Digest, Sha1};
 
 mod prefix;
 mod reply;
-pub use prefix::{forget_call, lease_id, PrefixArgs, PrefixChain, FORGET_INTERVAL_MS};
+pub use prefix::{lease_id, PrefixArgs, PrefixChain};
 pub(super) use reply::decode;
 pub use reply::{parse_acquire, parse_release, AcquireReply, Booked, ReplyError, SessionState};
 
