@@ -487,3 +487,35 @@ fn a_restart_in_the_host_lists_metrics_bumps_the_pods_generation() {
     send(&mut host, &mut e, 5, &body);
     assert_eq!(forgets(&host).len(), 1, "unchanged since");
 }
+
+/// Anthropic Messages answers are verified (issue 47: every one counted `verify_no_usage`): a
+/// JSON answer's `usage`, and a stream's `message_start` usage, long out of its tail by its end.
+#[test]
+fn anthropic_messages_answers_are_verified() {
+    let body = json!({"model": "m", "max_tokens": 5, "system": "s".repeat(800),
+        "messages": [{"role": "user", "content": "q".repeat(300)}]});
+    let (mut host, mut e) = redis_route(json!({}));
+    let t = send(&mut host, &mut e, 2, body.to_string().as_bytes());
+    picked(&mut host, &mut e, t, "10.0.0.2:80", 1);
+    let full = r#"{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"hi"}],"usage":{"input_tokens":20,"cache_creation_input_tokens":0,"cache_read_input_tokens":256,"output_tokens":5}}"#;
+    respond(&mut host, &mut e, 2, "200", &[full]);
+    assert_eq!(host.metric("ai_lb.prefix.verified"), 1);
+    assert_eq!(host.metric("ai_lb.prefix.cached_tokens"), 256);
+    assert_eq!(host.metric("ai_lb.prefix.prompt_tokens"), 276);
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let t = send(&mut host, &mut e, 3, streamed.to_string().as_bytes());
+    assert_eq!(host.body_writes, 0, "its stream reports usage unasked");
+    picked(&mut host, &mut e, t, "10.0.0.2:80", 1);
+    let start = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_2\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"usage\":{\"input_tokens\":20,\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":256,\"output_tokens\":1}}}\n\n";
+    let delta = "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"more\"}}\n\n";
+    let end = "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":100}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+    let mut chunks = vec![start];
+    chunks.extend(std::iter::repeat_n(delta, 100));
+    chunks.push(end);
+    let client = respond_with(&mut host, &mut e, 3, SSE, &chunks);
+    assert_eq!(client, chunks.concat(), "passed as it is");
+    assert_eq!(host.metric("ai_lb.prefix.verified"), 2);
+    assert_eq!(host.metric("ai_lb.prefix.cached_tokens"), 512);
+    assert_eq!(host.metric("ai_lb.prefix.verify_no_usage"), 0);
+}
