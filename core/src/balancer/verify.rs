@@ -149,16 +149,18 @@ impl Balancer {
             Shortfall::Mild => tel.inc(host, Counter::PrefixShortfallMild),
             Shortfall::Severe => tel.inc(host, Counter::PrefixShortfall),
         }
-        let held = verify::held_blocks(&e.prefix_bytes, usage.cached_tokens);
-        let anchor = anchor_of(&e.index);
         let answer = flush::Answer {
             conversation: conversation_of(&e.index),
             predicted: predicted.tokens > 0,
             verdict,
-            held_nothing: held <= anchor,
+            held: verify::held_blocks(&e.prefix_bytes, usage.cached_tokens),
+            anchor: anchor_of(&e.index),
             now_ms: host.now_ms(),
         };
-        if self.shortfalls.answer(&endpoint, answer) {
+        let Some(what) = self.shortfalls.answer(&endpoint, answer) else {
+            return;
+        };
+        if what == Forget::Pod {
             tel.log(
                 host,
                 LogLevel::Info,
@@ -169,14 +171,12 @@ impl Balancer {
                     usage.cached_tokens, predicted.tokens
                 ),
             );
-            self.forget(host, ctx, &endpoint, &e, Forget::Pod);
-        } else if verdict == Shortfall::Severe {
-            self.forget(host, ctx, &endpoint, &e, Forget::From(held.max(anchor)));
         }
+        self.forget(host, ctx, &endpoint, &e, what);
     }
 
-    /// A severe shortfall on `endpoint`: `what` the answer showed gone is forgotten — in Redis
-    /// by one script call, in the plain-Envoy index through the route's policy.
+    /// A shortfall on `endpoint`: `what` the answer showed gone is forgotten (verify/flush.rs)
+    /// — in Redis by one script call, in the plain-Envoy index through the route's policy.
     fn forget(&mut self, host: &mut dyn Host, ctx: u32, endpoint: &str, e: &Expect, what: Forget) {
         match (&e.index, what) {
             (

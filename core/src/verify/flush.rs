@@ -7,9 +7,11 @@
 //! the pod-wide forget needs [`FLUSH_CONVERSATIONS`] answers from as many unrelated
 //! conversations (distinct anchor keys), each holding nothing of its own blocks, within
 //! [`FLUSH_WINDOW_MS`] and with no answer between that found any of its conversation's blocks
-//! on the pod. Pure: the balancer feeds it every verified prediction (balancer/verify.rs).
+//! on the pod. Otherwise a severe shortfall forgets only what it proved gone: its
+//! conversation's blocks past what was cached. Pure: the balancer feeds it every verified
+//! prediction and does what it answers (balancer/verify.rs).
 
-use super::Shortfall;
+use super::{Forget, Shortfall};
 use std::collections::HashMap;
 
 /// Unrelated conversations that must each come back with nothing cached: the requests in flight
@@ -32,15 +34,18 @@ pub struct Answer {
     /// The pick predicted a hit on this pod.
     pub predicted: bool,
     pub verdict: Shortfall,
-    /// The pod held none of the conversation's own blocks: it cached no more than the prompt
-    /// before the anchor block (a preamble other conversations keep warm) and one engine block.
-    pub held_nothing: bool,
+    /// The prompt's leading blocks the answer covers (`verify::held_blocks`).
+    pub held: usize,
+    /// The conversation's first own block, past the shared preamble (`prefixAnchor`).
+    pub anchor: usize,
     pub now_ms: u64,
 }
 
 impl Answer {
+    /// Severely short, with none of the conversation's own blocks held: at most the preamble,
+    /// which other conversations keep warm.
     fn empty(&self) -> bool {
-        self.verdict == Shortfall::Severe && self.held_nothing
+        self.verdict == Shortfall::Severe && self.held <= self.anchor
     }
 }
 
@@ -51,16 +56,19 @@ pub struct Flushes {
 }
 
 impl Flushes {
-    /// Takes `pod`'s answer; whether the pod is now taken as emptied (its whole index entry is
-    /// to be forgotten: the pod-wide generation bump).
-    pub fn answer(&mut self, pod: &str, a: Answer) -> bool {
+    /// Takes `pod`'s answer; what the index is to forget: the pod (taken as emptied: the
+    /// pod-wide generation bump), or after a severe shortfall its conversation's keys from the
+    /// first block not held on (never before the anchor), or nothing.
+    pub fn answer(&mut self, pod: &str, a: Answer) -> Option<Forget> {
+        let own = Forget::From(a.held.max(a.anchor));
+        let shortfall = (a.verdict == Shortfall::Severe).then_some(own);
         if !a.predicted {
-            return false; // a miss says nothing of what the pod holds
+            return None; // a miss says nothing of what the pod holds
         }
         if !a.empty() {
             // It held some of what was predicted: whatever fell short before was eviction.
             self.pods.remove(pod);
-            return false;
+            return shortfall;
         }
         if self.pods.len() >= MAX_PODS && !self.pods.contains_key(pod) {
             self.pods.clear();
@@ -71,10 +79,10 @@ impl Flushes {
         });
         run.push((a.conversation, a.now_ms));
         if run.len() < FLUSH_CONVERSATIONS {
-            return false;
+            return shortfall;
         }
         self.pods.remove(pod);
-        true
+        Some(Forget::Pod)
     }
 
     /// Conversations counted toward `pod`'s flush now.
@@ -87,36 +95,53 @@ impl Flushes {
 mod tests {
     use super::*;
 
-    fn answer(conversation: u64, verdict: Shortfall, held_nothing: bool, now_ms: u64) -> Answer {
+    /// An answer of conversation `c` predicted in full (blocks 0..10, anchor 1) that held `held`
+    /// blocks.
+    fn answer(c: u64, verdict: Shortfall, held: usize, now_ms: u64) -> Answer {
         Answer {
-            conversation,
+            conversation: c,
             predicted: true,
             verdict,
-            held_nothing,
+            held,
+            anchor: 1,
             now_ms,
         }
     }
 
-    fn empty(conversation: u64, now_ms: u64) -> Answer {
-        answer(conversation, Shortfall::Severe, true, now_ms)
+    fn empty(c: u64, now_ms: u64) -> Answer {
+        answer(c, Shortfall::Severe, 1, now_ms)
+    }
+
+    const OWN: Option<Forget> = Some(Forget::From(1));
+
+    #[test]
+    fn unrelated_conversations_all_empty_at_once_forget_the_pod() {
+        let mut f = Flushes::default();
+        assert_eq!(f.answer("p", empty(1, 0)), OWN);
+        assert_eq!(f.answer("p", empty(2, 100)), OWN);
+        assert_eq!(f.answer("q", empty(3, 150)), OWN, "another pod's answer");
+        assert_eq!(f.answer("p", empty(3, 200)), Some(Forget::Pod));
+        assert_eq!(f.pending("p"), 0, "started afresh after the bump");
+        assert_eq!(f.pending("q"), 1);
     }
 
     #[test]
-    fn unrelated_conversations_all_empty_at_once_flush_the_pod() {
+    fn a_shortfall_forgets_its_conversation_past_what_was_held() {
         let mut f = Flushes::default();
-        assert!(!f.answer("p", empty(1, 0)));
-        assert!(!f.answer("p", empty(2, 100)));
-        assert!(!f.answer("q", empty(3, 150)), "another pod's answer");
-        assert!(f.answer("p", empty(3, 200)));
-        assert_eq!(f.pending("p"), 0, "started afresh after the bump");
-        assert_eq!(f.pending("q"), 1);
+        let partial = answer(1, Shortfall::Severe, 4, 0);
+        assert_eq!(f.answer("p", partial), Some(Forget::From(4)));
+        let preamble_only = answer(2, Shortfall::Severe, 0, 0);
+        assert_eq!(f.answer("p", preamble_only), OWN, "never before the anchor");
+        for v in [Shortfall::Mild, Shortfall::None] {
+            assert_eq!(f.answer("p", answer(3, v, 8, 0)), None, "{v:?}");
+        }
     }
 
     #[test]
     fn one_conversation_short_again_and_again_is_eviction() {
         let mut f = Flushes::default();
         for t in 0..10 {
-            assert!(!f.answer("p", empty(7, t * 100)));
+            assert_eq!(f.answer("p", empty(7, t * 100)), OWN);
         }
         assert_eq!(f.pending("p"), 1);
     }
@@ -128,11 +153,11 @@ mod tests {
         f.answer("p", empty(2, 10));
         // Partly evicted (severe, but some of its own blocks held), mildly short, as predicted.
         for held in [
-            answer(3, Shortfall::Severe, false, 20),
-            answer(3, Shortfall::Mild, false, 20),
-            answer(3, Shortfall::None, false, 20),
+            answer(3, Shortfall::Severe, 2, 20),
+            answer(3, Shortfall::Mild, 1, 20),
+            answer(3, Shortfall::None, 9, 20),
         ] {
-            assert!(!f.answer("p", held));
+            assert_ne!(f.answer("p", held), Some(Forget::Pod));
             assert_eq!(f.pending("p"), 0);
             f.answer("p", empty(1, 30));
             f.answer("p", empty(2, 40));
@@ -142,8 +167,8 @@ mod tests {
             predicted: false,
             ..empty(9, 50)
         };
-        assert!(!f.answer("p", miss));
-        assert!(f.answer("p", empty(3, 60)));
+        assert_eq!(f.answer("p", miss), None);
+        assert_eq!(f.answer("p", empty(3, 60)), Some(Forget::Pod));
     }
 
     #[test]
@@ -151,15 +176,9 @@ mod tests {
         let mut f = Flushes::default();
         let step = FLUSH_WINDOW_MS / 2 + 1;
         for c in 0..10 {
-            assert!(!f.answer("p", empty(c, c * step)), "conversation {c}");
+            assert_eq!(f.answer("p", empty(c, c * step)), OWN, "conversation {c}");
         }
         assert_eq!(f.pending("p"), 2);
-        // A mild shortfall with nothing of its own held is not empty (it had the preamble and
-        // more than half the prediction): only severe ones count.
-        let mut g = Flushes::default();
-        for c in 0..5 {
-            assert!(!g.answer("p", answer(c, Shortfall::Mild, true, c)));
-        }
     }
 
     #[test]
