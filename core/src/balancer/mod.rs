@@ -88,8 +88,8 @@ pub struct Balancer {
     /// prefix_cache with `verifyCachedTokens`: each request's expectation, from its decision
     /// to its response's end (verify.rs).
     expects: IdMap<expect::Expect>,
-    /// Severe shortfalls in a row per pod (verify.rs `SEVERE_IN_A_ROW`).
-    shortfalls: std::collections::HashMap<String, u32>,
+    /// Per pod, the unrelated conversations that came back empty (verify/flush.rs).
+    shortfalls: crate::verify::flush::Flushes,
 }
 
 impl Balancer {

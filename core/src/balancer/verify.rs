@@ -2,7 +2,9 @@
 //! "Engine-verified keys", §9): a prefix_cache decision leaves an [`Expect`] (expect.rs: its prompt's
 //! block sizes, whether it asked a stream for usage, which index to correct); the pick's
 //! answer says how deep it matched; the response is watched to its end (core/src/verify/,
-//! pure), and a severe shortfall bumps the pod's generation — in Redis by one fire-and-forget
+//! pure). A severe shortfall forgets that conversation's keys past what the engine had cached;
+//! only a pod found emptied (core/src/verify/flush.rs: unrelated conversations all coming back
+//! with nothing cached at once) has its generation bumped — in Redis by one fire-and-forget
 //! script call, in the plain-Envoy build through the route's policy. Nothing here holds or
 //! fails the request: every host call that fails is logged and the verification dropped.
 
@@ -12,13 +14,8 @@ use super::Balancer;
 use crate::host::{Host, LogLevel};
 use crate::redis::scripts::SessionState;
 use crate::stats::Counter;
-use crate::verify::{self, Prediction, Shortfall, Watch};
-
-/// Severe shortfalls of one pod in a row (no confirmed match between) before its generation is
-/// bumped: a restarted or flushed pod answers every predicted hit short, while one evicting
-/// under memory pressure answers some short and confirms others, and bumping it would drop the
-/// prefixes it still holds (b2b-saas in the trace bench, docs/trace-bench.md).
-pub const SEVERE_IN_A_ROW: u32 = 3;
+use crate::verify::flush::{self, FLUSH_CONVERSATIONS};
+use crate::verify::{self, Forget, Prediction, Shortfall, Watch};
 
 impl Balancer {
     /// A Redis pick's answer: how deep its chain matched (keys past the anchor block) on the
@@ -147,64 +144,106 @@ impl Balancer {
         tel.pods
             .add(host, &endpoint, usage.cached_tokens, usage.prompt_tokens);
         let verdict = verify::judge(predicted, usage.cached_tokens);
-        if verdict == Shortfall::Mild {
-            tel.inc(host, Counter::PrefixShortfallMild);
+        match verdict {
+            Shortfall::None => {}
+            Shortfall::Mild => tel.inc(host, Counter::PrefixShortfallMild),
+            Shortfall::Severe => tel.inc(host, Counter::PrefixShortfall),
         }
-        if verdict != Shortfall::Severe {
-            if predicted.tokens > 0 {
-                // A match the engine confirmed: whatever fell short before was eviction.
-                self.shortfalls.remove(&endpoint);
-            }
+        let answer = flush::Answer {
+            conversation: conversation_of(&e.index),
+            predicted: predicted.tokens > 0,
+            verdict,
+            held: verify::held_blocks(&e.prefix_bytes, usage.cached_tokens),
+            anchor: anchor_of(&e.index),
+            now_ms: host.now_ms(),
+        };
+        let Some(what) = self.shortfalls.answer(&endpoint, answer) else {
             return;
+        };
+        if what == Forget::Pod {
+            tel.log(
+                host,
+                LogLevel::Info,
+                ctx,
+                format_args!(
+                    "{endpoint} cached {} of the {} tokens predicted, the {FLUSH_CONVERSATIONS}th \
+                     unrelated conversation with nothing cached: its older prefixes stop matching",
+                    usage.cached_tokens, predicted.tokens
+                ),
+            );
         }
-        tel.inc(host, Counter::PrefixShortfall);
-        if self.shortfalls.len() >= 4096 {
-            self.shortfalls.clear(); // pods come and go: never grow without bound
-        }
-        let in_a_row = self.shortfalls.entry(endpoint.clone()).or_insert(0);
-        *in_a_row += 1;
-        if *in_a_row < SEVERE_IN_A_ROW {
-            return;
-        }
-        self.shortfalls.remove(&endpoint);
-        tel.log(
-            host,
-            LogLevel::Info,
-            ctx,
-            format_args!(
-                "{endpoint} cached {} of the {} tokens predicted, the {SEVERE_IN_A_ROW}th such \
-                 answer in a row: its older prefixes stop matching",
-                usage.cached_tokens, predicted.tokens
-            ),
-        );
-        self.forget(host, ctx, &endpoint, &e);
+        self.forget(host, ctx, &endpoint, &e, what);
     }
 
-    /// A severe shortfall on `endpoint`: its generation is bumped, and this request's prompt
-    /// (which it just computed) re-recorded under the new one.
-    fn forget(&mut self, host: &mut dyn Host, ctx: u32, endpoint: &str, e: &Expect) {
-        match &e.index {
-            Index::Redis {
-                config,
-                keys,
-                chain,
-                ..
-            } => {
+    /// A shortfall on `endpoint`: `what` the answer showed gone is forgotten (verify/flush.rs)
+    /// — in Redis by one script call, in the plain-Envoy index through the route's policy.
+    fn forget(&mut self, host: &mut dyn Host, ctx: u32, endpoint: &str, e: &Expect, what: Forget) {
+        match (&e.index, what) {
+            (
+                Index::Redis {
+                    config,
+                    keys,
+                    chain,
+                    anchor,
+                },
+                Forget::From(from),
+            ) => {
+                let past = chain
+                    .keys
+                    .get(from.saturating_sub(*anchor)..)
+                    .unwrap_or_default();
+                self.redis
+                    .forget_keys(host, &mut self.tel, config, keys, past, endpoint);
+            }
+            (
+                Index::Redis {
+                    config,
+                    keys,
+                    chain,
+                    ..
+                },
+                Forget::Pod,
+            ) => {
                 self.redis
                     .forget(host, &mut self.tel, config, keys, &chain.keys, endpoint);
             }
-            Index::Local { .. } => {
+            (Index::Local { .. }, _) => {
                 let Some(route) = self.requests.get(&ctx).map(|r| r.route) else {
                     return;
                 };
                 let Some(r) = self.routes.get_mut(route) else {
                     return;
                 };
-                if r.policy.forget(host, &self.tel, ctx, endpoint, e) {
+                if r.policy.forget(host, &self.tel, ctx, endpoint, e, what) {
                     self.tel.inc(host, Counter::PrefixGenerationBump);
                 }
             }
         }
+    }
+}
+
+/// The block a prediction's conversation starts at: the first past the shared preamble
+/// (`prefixAnchor`, docs/redis-data-model.md §9 1.). Redis sends its chain from there; the
+/// plain-Envoy window ends there.
+fn anchor_of(index: &Index) -> usize {
+    match index {
+        Index::Redis { anchor, .. } => *anchor,
+        Index::Local { window, .. } => window.iter().copied().min().unwrap_or(0),
+    }
+}
+
+/// The conversation a prediction is for: its anchor block's chain key, as a number.
+fn conversation_of(index: &Index) -> u64 {
+    match index {
+        Index::Redis { chain, .. } => chain.keys.first().map_or(0, |k| {
+            crate::hash::fnv1a(crate::hash::FNV_OFFSET, k.as_bytes())
+        }),
+        Index::Local { keys, window } => window
+            .iter()
+            .copied()
+            .min()
+            .and_then(|a| keys.get(a))
+            .map_or(0, |k| u64::from_le_bytes(*k)),
     }
 }
 

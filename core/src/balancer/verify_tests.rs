@@ -1,8 +1,10 @@
 //! The engine-verified index through the balancer on the mock host (docs/redis-data-model.md
 //! §5 "Engine-verified keys", §9): a stream is asked for its usage and the usage event taken
-//! out again, cached tokens are compared with the pick's prediction, and a severe shortfall
-//! bumps the pod's generation — by a Redis script call (Higress), or in shared data (plain
-//! Envoy), after which the pod's older conversations are no longer hits on it.
+//! out again, cached tokens are compared with the pick's prediction, a severe shortfall forgets
+//! that conversation's keys past what was cached, and a pod found emptied (unrelated
+//! conversations all coming back with nothing cached) has its generation bumped — by a Redis
+//! script call (Higress), or in shared data (plain Envoy), after which the pod's older
+//! conversations are no longer hits on it.
 
 use super::tests::{configured, deliver};
 use super::*;
@@ -223,53 +225,75 @@ fn a_spilled_or_session_pick_predicts_nothing() {
 }
 
 #[test]
-fn a_severe_shortfall_bumps_the_pods_generation_in_redis() {
+fn a_severe_shortfall_forgets_its_conversation_and_an_emptied_pod_is_bumped_in_redis() {
     let (mut host, mut e) = redis_route(json!({}));
-    let body = chat(None, None, &["q", "r"]);
-    let t = send(&mut host, &mut e, 2, &body);
-    assert_eq!(
-        host.body_writes, 0,
-        "not streamed: the JSON answer has the usage"
-    );
     let json = r#"{"choices":[{"message":{"content":"x"}}],"usage":{"prompt_tokens":900,"prompt_tokens_details":{"cached_tokens":16}}}"#;
-    // Short answers interleaved with a confirmed match are eviction: nothing is bumped.
-    let mut ctx = 20;
-    let mut answer = |host: &mut MockHost, e: &mut Balancer, json: &str| {
-        ctx += 1;
-        let t = send(host, e, ctx, &body);
-        picked(host, e, t, "10.0.0.2:80", 2);
-        respond(host, e, ctx, "200", &[json]);
-    };
     let full = json.replace("\"cached_tokens\":16", "\"cached_tokens\":900");
-    for reply in [json, json, full.as_str(), json, json] {
-        answer(&mut host, &mut e, reply);
+    // Each answer of conversation `first` (its first user message) picked at depth 2 on
+    // 10.0.0.2: the EVALs sent after it.
+    let mut ctx = 20;
+    let mut answer = |host: &mut MockHost, e: &mut Balancer, first: &str, json: &str| {
+        ctx += 1;
+        let t = send(host, e, ctx, &chat(None, None, &[first, "r"]));
+        assert_eq!(
+            host.body_writes, 0,
+            "not streamed: the JSON answer has the usage"
+        );
+        picked(host, e, t, "10.0.0.2:80", 2);
+        let calls = host.redis_calls.len();
+        let (a, b) = json.split_at(50);
+        assert_eq!(respond(host, e, ctx, "200", &[a, b]), json);
+        (calls..host.redis_calls.len())
+            .map(|i| host.query_args(i))
+            .filter(|a| a[0] == "EVAL")
+            .collect::<Vec<_>>()
+    };
+    // One conversation short again and again is eviction: each answer forgets its own keys
+    // past what was cached (here all from its anchor on: 3 blocks), the pod keeps the rest.
+    for _ in 0..4 {
+        let evals = answer(&mut host, &mut e, "q", json);
+        assert_eq!(evals.len(), 1);
+        let args = &evals[0];
+        assert_eq!(args[3], "ailb:{chat|outbound|8000||llm.static}:gen");
+        assert_eq!(
+            args[2], "4",
+            "the generations hash and the 3 keys past the anchor"
+        );
+        assert!(args[4].contains(":px:"), "{args:?}");
+        assert_eq!(
+            &args[args.len() - 5..args.len() - 3],
+            ["10.0.0.2:80", "1800"]
+        );
+        assert_eq!(args.last().map(String::as_str), Some("keys"));
     }
     assert_eq!(host.metric("ai_lb.prefix.shortfall"), 4);
     assert_eq!(host.metric("ai_lb.prefix.generation_bumps"), 0);
-    // The third short answer in a row: the pod lost its cache.
-    picked(&mut host, &mut e, t, "10.0.0.2:80", 2);
-    let calls = host.redis_calls.len();
-    let (a, b) = json.split_at(50);
-    assert_eq!(respond(&mut host, &mut e, 2, "200", &[a, b]), json);
-    assert_eq!(host.metric("ai_lb.prefix.shortfall"), 5);
+    // Unrelated conversations with nothing cached, but one that held its blocks between.
+    answer(&mut host, &mut e, "x1", json);
+    assert!(
+        answer(&mut host, &mut e, "h", &full).is_empty(),
+        "as predicted"
+    );
+    answer(&mut host, &mut e, "x2", json);
+    answer(&mut host, &mut e, "x3", json);
+    assert_eq!(host.metric("ai_lb.prefix.generation_bumps"), 0);
+    // The third unrelated one in a row: the pod was emptied. The bump re-writes this
+    // request's chain at the new generation.
+    let evals = answer(&mut host, &mut e, "x4", json);
     assert_eq!(host.metric("ai_lb.prefix.generation_bumps"), 1);
-    // The bump, then the release: EVAL prefix_forget.lua with the generations hash first.
-    assert_eq!(host.redis_calls.len(), calls + 2);
-    host.redis_calls.pop();
-    let args = host.last_query_args();
-    assert_eq!(args[0], "EVAL");
+    assert_eq!(evals.len(), 1);
+    let args = &evals[0];
     assert!(args[1].contains("HINCRBY"), "{}", args[1]);
     assert_eq!(args[3], "ailb:{chat|outbound|8000||llm.static}:gen");
+    assert_eq!(args.last().map(String::as_str), Some("pod"));
     assert!(args.iter().any(|a| a == "10.0.0.2:80"));
     // A mild one (at least half, but more than the last block short) only counts.
-    // Six answers of the same prompt so far.
-    let predicted = host.metric("ai_lb.prefix.predicted_tokens") / 6;
-    let t = send(&mut host, &mut e, 3, &body);
-    picked(&mut host, &mut e, t, "10.0.0.2:80", 2);
+    let predicted = host.metric("ai_lb.prefix.predicted_tokens") / 9;
     let mild = format!("\"cached_tokens\":{}", predicted / 2 + 4);
     let json = json.replace("\"cached_tokens\":16", &mild);
-    respond(&mut host, &mut e, 3, "200", &[&json]);
+    assert!(answer(&mut host, &mut e, "q", &json).is_empty());
     assert_eq!(host.metric("ai_lb.prefix.shortfall_mild"), 1);
+    assert_eq!(host.metric("ai_lb.prefix.shortfall"), 8);
     assert_eq!(host.metric("ai_lb.prefix.generation_bumps"), 1);
 }
 
@@ -316,10 +340,12 @@ fn verify_cached_tokens_false_reads_nothing() {
     );
 }
 
-/// Plain Envoy: the generation lives in shared data; a bump makes the pod's older entries
-/// name no endpoint, and the bumping conversation is recorded at the new generation.
+/// Plain Envoy: a severe shortfall forgets that conversation's entries past what was cached,
+/// and nothing else; the generation lives in shared data, and a bump (the pod emptied: unrelated
+/// conversations all back with nothing cached) makes the pod's older entries name no endpoint,
+/// the bumping conversation recorded at the new generation.
 #[test]
-fn plain_envoy_a_severe_shortfall_forgets_the_pods_older_conversations() {
+fn plain_envoy_a_shortfall_forgets_its_conversation_and_an_emptied_pod_its_older_ones() {
     let endpoints = ["10.0.0.1:8000", "10.0.0.2:8000"];
     let cfg = json!({"lb_policy": "prefix_cache", "lb_config": {
         "endpoints": endpoints, "debugHeader": "x-dbg"}});
@@ -347,30 +373,51 @@ fn plain_envoy_a_severe_shortfall_forgets_the_pods_older_conversations() {
             .unwrap();
         debug
     };
+    let pod = |d: &str| d.split(';').next().unwrap().to_string();
     // Two conversations on the proxy, each turn answered as a warm engine would.
     let a1 = turn(&mut host, &mut e, &["a"], 0);
     let b1 = turn(&mut host, &mut e, &["b"], 0);
-    let pod = |d: &str| d.split(';').next().unwrap().to_string();
     assert_eq!(pod(&a1), pod(&b1), "{a1} / {b1}: hashing");
     let a2 = turn(&mut host, &mut e, &["a", "a2"], 600);
     assert!(a2.ends_with("prefix_hit"), "{a2}");
-    // The pod restarted: a's next turns come back with nothing cached; the third in a row
-    // bumps the pod's generation (verify.rs SEVERE_IN_A_ROW).
+    // The pod evicted a: its next turn comes back with nothing cached. Its entries on the pod
+    // are forgotten; b's stay, and nothing is bumped however often a comes back short.
     let a3 = turn(&mut host, &mut e, &["a", "a2", "a3"], 0);
     assert!(a3.ends_with("prefix_hit"), "{a3}");
+    assert_eq!(host.metric("ai_lb.prefix.shortfall"), 1);
     let a4 = turn(&mut host, &mut e, &["a", "a2", "a3", "a4"], 0);
-    assert!(a4.ends_with("prefix_hit"), "{a4}");
+    assert!(a4.ends_with("prefix_miss"), "{a4}: forgotten");
+    let b2 = turn(&mut host, &mut e, &["b", "b2"], 700);
+    assert!(b2.ends_with("prefix_hit"), "{b2}");
+    let a5 = turn(&mut host, &mut e, &["a", "a2", "a3", "a4", "a5"], 700);
+    assert!(a5.ends_with("prefix_hit"), "{a5}: a4 recorded again");
+    assert_eq!(host.metric("ai_lb.prefix.shortfall"), 1);
     assert_eq!(host.metric("ai_lb.prefix.generation_bumps"), 0);
-    let a5 = turn(&mut host, &mut e, &["a", "a2", "a3", "a4", "a5"], 0);
-    assert!(a5.ends_with("prefix_hit"), "{a5}");
-    assert_eq!(host.metric("ai_lb.prefix.shortfall"), 3);
+    // The pod was emptied: three unrelated conversations on it come back with nothing cached.
+    let mut others = Vec::new();
+    for c in 0..40 {
+        let name = format!("c{c}");
+        if pod(&turn(&mut host, &mut e, &[&name], 0)) == pod(&b1) {
+            others.push(name);
+        }
+        if others.len() == 3 {
+            break;
+        }
+    }
+    assert_eq!(others.len(), 3, "conversations hashed to {}", pod(&b1));
+    for (i, c) in others.iter().enumerate() {
+        assert_eq!(host.metric("ai_lb.prefix.generation_bumps"), 0, "{i}");
+        let t2 = turn(&mut host, &mut e, &[c, "2"], 0);
+        assert!(t2.ends_with("prefix_hit"), "{t2}");
+    }
     assert_eq!(host.metric("ai_lb.prefix.generation_bumps"), 1);
     // b's entry was written at the old generation: no longer a hit.
-    let b2 = turn(&mut host, &mut e, &["b", "b2"], 0);
-    assert!(b2.ends_with("prefix_miss"), "{b2}");
-    // a's own prompt was re-recorded at the new generation: still a hit.
-    let a6 = turn(&mut host, &mut e, &["a", "a2", "a3", "a4", "a5", "a6"], 800);
-    assert!(a6.ends_with("prefix_hit"), "{a6}");
+    let b3 = turn(&mut host, &mut e, &["b", "b2", "b3"], 0);
+    assert!(b3.ends_with("prefix_miss"), "{b3}");
+    // The bumping conversation's prompt was re-recorded at the new generation: still a hit.
+    let last = &others[2];
+    let t3 = turn(&mut host, &mut e, &[last, "2", "3"], 800);
+    assert!(t3.ends_with("prefix_hit"), "{t3}");
     assert_eq!(host.metric("ai_lb.prefix.generation_bumps"), 1);
 }
 
@@ -439,4 +486,36 @@ fn a_restart_in_the_host_lists_metrics_bumps_the_pods_generation() {
     host.now_ms += 1_000;
     send(&mut host, &mut e, 5, &body);
     assert_eq!(forgets(&host).len(), 1, "unchanged since");
+}
+
+/// Anthropic Messages answers are verified (issue 47: every one counted `verify_no_usage`): a
+/// JSON answer's `usage`, and a stream's `message_start` usage, long out of its tail by its end.
+#[test]
+fn anthropic_messages_answers_are_verified() {
+    let body = json!({"model": "m", "max_tokens": 5, "system": "s".repeat(800),
+        "messages": [{"role": "user", "content": "q".repeat(300)}]});
+    let (mut host, mut e) = redis_route(json!({}));
+    let t = send(&mut host, &mut e, 2, body.to_string().as_bytes());
+    picked(&mut host, &mut e, t, "10.0.0.2:80", 1);
+    let full = r#"{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"hi"}],"usage":{"input_tokens":20,"cache_creation_input_tokens":0,"cache_read_input_tokens":256,"output_tokens":5}}"#;
+    respond(&mut host, &mut e, 2, "200", &[full]);
+    assert_eq!(host.metric("ai_lb.prefix.verified"), 1);
+    assert_eq!(host.metric("ai_lb.prefix.cached_tokens"), 256);
+    assert_eq!(host.metric("ai_lb.prefix.prompt_tokens"), 276);
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let t = send(&mut host, &mut e, 3, streamed.to_string().as_bytes());
+    assert_eq!(host.body_writes, 0, "its stream reports usage unasked");
+    picked(&mut host, &mut e, t, "10.0.0.2:80", 1);
+    let start = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_2\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"usage\":{\"input_tokens\":20,\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":256,\"output_tokens\":1}}}\n\n";
+    let delta = "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"more\"}}\n\n";
+    let end = "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":100}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+    let mut chunks = vec![start];
+    chunks.extend(std::iter::repeat_n(delta, 100));
+    chunks.push(end);
+    let client = respond_with(&mut host, &mut e, 3, SSE, &chunks);
+    assert_eq!(client, chunks.concat(), "passed as it is");
+    assert_eq!(host.metric("ai_lb.prefix.verified"), 2);
+    assert_eq!(host.metric("ai_lb.prefix.cached_tokens"), 512);
+    assert_eq!(host.metric("ai_lb.prefix.verify_no_usage"), 0);
 }

@@ -7,6 +7,7 @@
 //! thought it had (eviction, restart): the balancer bumps that pod's generation so its older
 //! index entries stop matching. Pure: the balancer (`balancer/verify.rs`) does the host calls.
 
+pub mod flush;
 pub mod inject;
 pub mod sse;
 pub mod usage;
@@ -40,11 +41,19 @@ impl Prediction {
     }
 }
 
+/// The largest KV block an engine caches in, tokens: vLLM's default `block_size` is 16, some
+/// of its attention backends need 64; SGLang's radix cache holds single tokens. An engine that
+/// holds a whole prefix reports it short of its last, partial block and of its last token, so a
+/// matched prefix whose deepest plugin block (a short last message) is under this can be held
+/// whole and still be reported short of that block.
+pub const ENGINE_BLOCK_TOKENS: u64 = 64;
+
 /// How an engine's answer compares with the prediction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shortfall {
-    /// It had what was predicted, within one block (an engine caches whole blocks and
-    /// recomputes the last token), or nothing was predicted.
+    /// It had what was predicted, within one block — the plugin's deepest matched block or an
+    /// engine block ([`ENGINE_BLOCK_TOKENS`]), whichever is longer (an engine caches whole
+    /// blocks and recomputes the last token) — or nothing was predicted.
     None,
     /// More than one block short but at least half there: counted, nothing changes (a
     /// partial eviction the next turn repairs by itself).
@@ -56,13 +65,39 @@ pub enum Shortfall {
 
 /// The shortfall rule.
 pub fn judge(predicted: Prediction, cached_tokens: u64) -> Shortfall {
-    if predicted.tokens == 0 || cached_tokens >= predicted.tokens_but_last {
+    let as_predicted = predicted
+        .tokens_but_last
+        .min(predicted.tokens.saturating_sub(ENGINE_BLOCK_TOKENS));
+    if predicted.tokens == 0 || cached_tokens >= as_predicted {
         Shortfall::None
     } else if cached_tokens.saturating_mul(2) < predicted.tokens {
         Shortfall::Severe
     } else {
         Shortfall::Mild
     }
+}
+
+/// The prompt's leading blocks an engine's answer covers: the most blocks whose prefix
+/// (`prefix_bytes`, as in [`Prediction::at`]) is within `cached_tokens` and one engine block.
+pub fn held_blocks(prefix_bytes: &[u64], cached_tokens: u64) -> usize {
+    let within = cached_tokens.saturating_add(ENGINE_BLOCK_TOKENS);
+    prefix_bytes
+        .iter()
+        .skip(1)
+        .take_while(|&&b| b / BYTES_PER_TOKEN <= within)
+        .count()
+}
+
+/// What a verified answer makes the index forget (docs/redis-data-model.md §5
+/// "Engine-verified keys", step 4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forget {
+    /// One conversation came back short: its keys from this block on (the first one the engine
+    /// did not have, [`held_blocks`]) stop naming the pod; nothing else of the pod changes.
+    From(usize),
+    /// The pod was emptied (a restart, or [`flush`]): its generation is bumped, so none of its
+    /// older keys match, and the answering request's keys are written at the new one.
+    Pod,
 }
 
 /// One routed response being watched: its tail, and, when the plugin asked for the stream's
@@ -144,6 +179,36 @@ mod tests {
             Shortfall::None,
             "one block short at most"
         );
+    }
+
+    /// A perfect hit whose deepest matched block is a short last message (2 tokens): the engine
+    /// held the whole prefix and reports its whole 16-token blocks less the last token, 1,024 of
+    /// 1,027, under the prediction less that block (1,025). Counted `shortfall_mild` before.
+    #[test]
+    fn a_perfect_hit_on_a_short_last_message_is_no_shortfall() {
+        let bytes = [0, 4100, 4108];
+        let p = Prediction::at(&bytes, 2);
+        assert_eq!((p.tokens, p.tokens_but_last), (1027, 1025));
+        let engine_cached = (p.tokens - 1) / 16 * 16;
+        assert_eq!(engine_cached, 1024);
+        assert_eq!(judge(p, engine_cached), Shortfall::None);
+        assert_eq!(judge(p, p.tokens - ENGINE_BLOCK_TOKENS), Shortfall::None);
+        assert_eq!(
+            judge(p, p.tokens - ENGINE_BLOCK_TOKENS - 1),
+            Shortfall::Mild,
+            "more than an engine block short"
+        );
+    }
+
+    #[test]
+    fn held_blocks_are_the_prefix_within_the_cached_tokens() {
+        let bytes = [0, 2448, 4496, 6544];
+        assert_eq!(held_blocks(&bytes, 0), 0);
+        assert_eq!(held_blocks(&bytes, 612 - ENGINE_BLOCK_TOKENS), 1);
+        assert_eq!(held_blocks(&bytes, 1124 - ENGINE_BLOCK_TOKENS - 1), 1);
+        assert_eq!(held_blocks(&bytes, 1124), 2);
+        assert_eq!(held_blocks(&bytes, 100_000), 3);
+        assert_eq!(held_blocks(&[], 100), 0);
     }
 
     #[test]

@@ -1,16 +1,26 @@
-//! The usage an engine reports at the end of a response: `usage.prompt_tokens` with
+//! The usage an engine reports in a response: `usage.prompt_tokens` with
 //! `usage.prompt_tokens_details.cached_tokens` (OpenAI Chat / Completions: vLLM with
-//! `--enable-prompt-tokens-details`, SGLang) or `usage.input_tokens` with
-//! `usage.input_tokens_details.cached_tokens` (Responses API). It is the last object of a JSON
-//! body and sits in the last data event of a stream, so only a bounded tail of the body is kept
-//! ([`Tail`]) and scanned once at the end: no body is parsed whole (docs/redis-data-model.md §5
-//! "Engine-verified keys").
+//! `--enable-prompt-tokens-details`, SGLang), `usage.input_tokens` with
+//! `usage.input_tokens_details.cached_tokens` (Responses API), or Anthropic Messages'
+//! `usage.cache_read_input_tokens`, whose `input_tokens` counts only the prompt tokens neither
+//! read from nor written to the cache: the prompt is `input_tokens + cache_read_input_tokens +
+//! cache_creation_input_tokens` (the fields of `Usage` and `MessageDeltaUsage` in Anthropic's
+//! SDKs, e.g. anthropic-sdk-python `src/anthropic/types/usage.py`). An OpenAI-style report is
+//! the last object of a JSON body and sits in the last data event of a stream; an Anthropic
+//! stream reports the prompt in its first event (`message_start`'s `message.usage`) and, from
+//! newer servers, again in its last `message_delta` (cumulative). So a bounded tail of the body
+//! is kept, and a bounded head ([`Tail`]), and scanned once at the end: no body is parsed whole
+//! (docs/redis-data-model.md §5 "Engine-verified keys").
 
 use crate::bytes::{rfind, skip_ws};
 
 /// Bytes of a response's end kept for the scan: a usage object with its details is a few
 /// hundred bytes; vLLM's and SGLang's last stream events stay well under this.
 pub const TAIL_BYTES: usize = 4096;
+
+/// Bytes of a response's start kept for the scan: an Anthropic stream's `message_start` event
+/// (the message's id, model, empty content and usage) is a few hundred bytes.
+pub const HEAD_BYTES: usize = 4096;
 
 /// A token count above this is not an engine's answer (garbage or a test's probe): no
 /// verification.
@@ -23,14 +33,21 @@ pub struct Usage {
     pub cached_tokens: u64,
 }
 
-/// The last [`TAIL_BYTES`] of a response body, across its chunks.
+/// The last [`TAIL_BYTES`] of a response body, across its chunks, and its first
+/// [`HEAD_BYTES`].
 #[derive(Debug, Default)]
 pub struct Tail {
     buf: Vec<u8>,
+    head: Vec<u8>,
 }
 
 impl Tail {
     pub fn push(&mut self, chunk: &[u8]) {
+        if self.head.len() < HEAD_BYTES {
+            let take = chunk.len().min(HEAD_BYTES - self.head.len());
+            self.head
+                .extend_from_slice(chunk.get(..take).unwrap_or_default());
+        }
         if chunk.len() >= TAIL_BYTES {
             self.buf.clear();
             self.buf
@@ -44,24 +61,32 @@ impl Tail {
         self.buf.extend_from_slice(chunk);
     }
 
-    /// The usage of the body seen, if its tail reports one.
+    /// The usage of the body seen: its tail's last report, else its head's (an Anthropic
+    /// stream whose last `message_delta` carries only the output's count).
     pub fn usage(&self) -> Option<Usage> {
-        scan(&self.buf)
+        scan(&self.buf).or_else(|| scan(&self.head))
     }
 }
 
-/// The last usage report in `tail`: the last `*_tokens_details` object of either spelling
-/// gives `cached_tokens`, and the count beside it the prompt's size. None when absent,
-/// malformed, implausible (cached above the prompt) or too large.
+const ANTHROPIC_CACHED: &[u8] = b"\"cache_read_input_tokens\"";
+
+/// The last usage report in `tail`: the last `*_tokens_details` object of either OpenAI
+/// spelling gives `cached_tokens`, and the count beside it the prompt's size; or the last
+/// Anthropic usage object with a `cache_read_input_tokens` count ([`anthropic`]), whichever
+/// comes last. None when absent, malformed, implausible (cached above the prompt) or too large.
 pub fn scan(tail: &[u8]) -> Option<Usage> {
-    let spellings: [(&[u8], &[u8]); 2] = [
+    let spellings: [(&[u8], &[u8]); 3] = [
         (b"\"prompt_tokens_details\"", b"\"prompt_tokens\""),
         (b"\"input_tokens_details\"", b"\"input_tokens\""),
+        (ANTHROPIC_CACHED, b""),
     ];
     let (at, prompt_key) = spellings
         .iter()
         .filter_map(|(details, prompt)| Some((rfind(tail, details)?, *prompt)))
         .max_by_key(|(at, _)| *at)?;
+    if prompt_key.is_empty() {
+        return anthropic(tail, at);
+    }
     let details = tail.get(at..)?;
     let end = details.iter().position(|&b| b == b'}')?;
     let cached = number_after(details.get(..end)?, b"\"cached_tokens\"")?;
@@ -72,10 +97,96 @@ pub fn scan(tail: &[u8]) -> Option<Usage> {
     })
 }
 
+/// The Anthropic usage object holding the `cache_read_input_tokens` key at `at`: the object
+/// opened after the last `"usage"` key before it. Its `input_tokens` (required) excludes the
+/// cached tokens and those written to the cache; `cache_creation_input_tokens` may be absent or
+/// null (none written).
+fn anthropic(tail: &[u8], at: usize) -> Option<Usage> {
+    let key = rfind(tail.get(..at)?, b"\"usage\"")?;
+    let rest = skip_ws(tail.get(key + b"\"usage\"".len()..)?);
+    let open = skip_ws(rest.strip_prefix(b":")?);
+    let object = object(open)?;
+    let start = tail.len() - open.len();
+    if at < start || at >= start + object.len() {
+        return None; // the key belongs to another object than this usage
+    }
+    let cached = member(object, ANTHROPIC_CACHED)?;
+    let uncached = member(object, b"\"input_tokens\"")?;
+    let written = member(object, b"\"cache_creation_input_tokens\"").unwrap_or(0);
+    let prompt = uncached.checked_add(cached)?.checked_add(written)?;
+    (prompt <= MAX_TOKENS).then_some(Usage {
+        prompt_tokens: prompt,
+        cached_tokens: cached,
+    })
+}
+
+/// The JSON object `s` starts with, up to its closing brace; None when it does not start with
+/// one or is cut.
+fn object(s: &[u8]) -> Option<&[u8]> {
+    if s.first() != Some(&b'{') {
+        return None;
+    }
+    let end = walk(s, |_, _| false)?;
+    s.get(..=end)
+}
+
+/// The integer member `key` (quoted) of `object` itself, not of an object nested in it (a beta
+/// server's per-iteration usages repeat the names).
+fn member(object: &[u8], key: &[u8]) -> Option<u64> {
+    let mut found = None;
+    walk(object, |depth, at| {
+        let is_key = depth == 1 && object.get(at..at + key.len()) == Some(key);
+        if is_key {
+            found = object.get(at + key.len()..).and_then(value);
+        }
+        is_key
+    });
+    found
+}
+
+/// Walks the JSON value starting `s` (an object or array), calling `at_string(depth, i)` at
+/// each string's opening quote outside other strings (depth 1: a member of the outer value)
+/// until it returns true; the index of the closing bracket of the outer value, if reached.
+fn walk(s: &[u8], mut at_string: impl FnMut(usize, usize) -> bool) -> Option<usize> {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for (i, &b) in s.iter().enumerate() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => {
+                if at_string(depth, i) {
+                    return None;
+                }
+                in_string = true;
+            }
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(i);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
 /// The non-negative integer after the last `key:` in `hay`.
 fn number_after(hay: &[u8], key: &[u8]) -> Option<u64> {
-    let mut rest = hay.get(rfind(hay, key)? + key.len()..)?;
-    rest = skip_ws(rest);
+    value(hay.get(rfind(hay, key)? + key.len()..)?)
+}
+
+/// The non-negative integer of `: <digits>` at the start of `rest`.
+fn value(rest: &[u8]) -> Option<u64> {
+    let mut rest = skip_ws(rest);
     rest = skip_ws(rest.strip_prefix(b":")?);
     let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
     // Ten digits already exceed MAX_TOKENS: longer runs are not parsed.
@@ -136,6 +247,55 @@ data: [DONE]
         ] {
             assert_eq!(scan(body), None, "{}", String::from_utf8_lossy(body));
         }
+    }
+
+    #[test]
+    fn reads_anthropic_messages_usage() {
+        // input_tokens excludes the tokens read from and written to the cache.
+        let full = br#"{"id":"msg_1","type":"message","content":[{"type":"text","text":"{\"usage\": 1}"}],"usage":{"input_tokens":25,"cache_creation_input_tokens":10,"cache_read_input_tokens":1800,"cache_creation":{"ephemeral_5m_input_tokens":10,"ephemeral_1h_input_tokens":0},"output_tokens":503,"service_tier":"standard"}}"#;
+        assert_eq!(scan(full), usage(1835, 1800));
+        let no_creation = br#"{"usage":{"input_tokens":7,"cache_creation_input_tokens":null,"cache_read_input_tokens":64,"output_tokens":2}}"#;
+        assert_eq!(scan(no_creation), usage(71, 64));
+        let absent =
+            br#"{"usage":{"cache_read_input_tokens":64,"input_tokens":7,"output_tokens":2}}"#;
+        assert_eq!(scan(absent), usage(71, 64), "any member order");
+        // A beta server's per-iteration usages repeat the names: the outer ones count.
+        let nested = br#"{"usage":{"input_tokens":5,"cache_read_input_tokens":40,"iterations":[{"input_tokens":1,"cache_read_input_tokens":2}],"output_tokens":1}}"#;
+        assert_eq!(scan(nested), usage(45, 40));
+        for bad in [
+            &br#"{"usage":{"input_tokens":5,"cache_read_input_tokens":null}}"#[..],
+            br#"{"usage":{"cache_read_input_tokens":40,"output_tokens":1}}"#,
+            br#"{"usage":{"input_tokens":5,"cache_read_input_tokens":40"#,
+            br#"{"cache_read_input_tokens":40,"input_tokens":5}"#,
+            br#"{"usage":{"input_tokens":5},"other":{"cache_read_input_tokens":40}}"#,
+        ] {
+            assert_eq!(scan(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    /// An Anthropic stream as its API sends it: the prompt's usage in `message_start`, the
+    /// output's in the last `message_delta` (cumulative, with the prompt's too from newer
+    /// servers).
+    #[test]
+    fn reads_an_anthropic_stream_from_its_first_or_last_event() {
+        let start = b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"m\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":30,\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":2048,\"output_tokens\":1}}}\n\n";
+        let delta = b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"more words\"}}\n\n";
+        let end = b"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":700}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+        let mut t = Tail::default();
+        t.push(start);
+        for _ in 0..200 {
+            t.push(delta);
+        }
+        t.push(end);
+        assert_eq!(
+            t.usage(),
+            usage(2078, 2048),
+            "message_start, out of the tail"
+        );
+        let cumulative = b"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"input_tokens\":30,\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":1024,\"output_tokens\":700}}\n\n";
+        t.push(cumulative);
+        assert_eq!(t.usage(), usage(1054, 1024), "the last report wins");
+        assert!(t.head.len() <= HEAD_BYTES);
     }
 
     #[test]

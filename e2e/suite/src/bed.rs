@@ -212,7 +212,7 @@ pub fn verify_bed() -> Bed {
 }
 
 /// Conversations over [`verify_bed`]'s 2 pods: enough that a flushed pod holds more than the
-/// shortfalls it takes to find out (balancer/verify.rs `SEVERE_IN_A_ROW` per worker).
+/// shortfalls it takes to find out (verify/flush.rs `FLUSH_CONVERSATIONS` per worker).
 pub const FLUSH_CONVERSATIONS: usize = 20;
 
 /// Flushes the pod whose address or name is `pod` as an engine restart does (its prefix cache

@@ -116,8 +116,8 @@ fn envoy_a_flushed_pods_conversations_stop_being_hits_on_it() {
         "too few other conversations on {flushed}: {pod_of:?}"
     );
     restart_pod(&bed, &flushed);
-    // Turns predicted as hits there come back with nothing cached until the third in a row on
-    // one worker bumps the pod's generation (balancer/verify.rs SEVERE_IN_A_ROW; 2 workers).
+    // Turns predicted as hits there come back with nothing cached until the third unrelated on
+    // one worker bumps the pod's generation (verify/flush.rs FLUSH_CONVERSATIONS; 2 workers).
     let (pod3, reason3, _) = send(&envoy.url, &chat(first, 3));
     assert_eq!((&pod3, reason3.as_str()), (&flushed, "prefix_hit"));
     let mut rest = others.iter();

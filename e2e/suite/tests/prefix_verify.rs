@@ -1,9 +1,9 @@
 //! The engine-verified prefix index end to end (docs/redis-data-model.md §5 "Engine-verified
 //! keys"): the built plugin in the emulator with Redis and fake pods that report
 //! `cached_tokens`. A pod flushed by `/admin/restart` answers its conversations' next turns
-//! with nothing cached; at the third such answer in a row the plugin bumps its generation, so
-//! its other conversations are no longer predicted as hits on it, and the conversation that
-//! found out keeps its pod. A streamed request without `include_usage` is asked for its usage,
+//! with nothing cached; at the third unrelated conversation answered so the plugin bumps its
+//! generation, so its other conversations are no longer predicted as hits on it, and the
+//! conversation that found out keeps its pod. A pod that only evicts is not forgotten whole. A streamed request without `include_usage` is asked for its usage,
 //! and its client never sees it.
 
 use ailb_e2e::bed::FLUSH_CONVERSATIONS as CONVERSATIONS;
@@ -119,8 +119,8 @@ fn a_flushed_pods_conversations_stop_being_hits_on_it() {
     );
     restart_pod(&bed, &flushed);
     // Its next turn is still predicted as a hit there, and comes back with nothing cached; so
-    // do the next turns of its other conversations, until the third such answer in a row on
-    // one worker bumps the pod's generation (balancer/verify.rs SEVERE_IN_A_ROW; 2 workers).
+    // do the next turns of its other conversations, until the third such conversation on one
+    // worker bumps the pod's generation (verify/flush.rs FLUSH_CONVERSATIONS; 2 workers).
     let (pod3, reason3, _) = send(&gw, &chat(first, 3));
     assert_eq!(
         (pod3.as_str(), reason3.as_str()),
@@ -254,4 +254,115 @@ fn a_restart_in_the_host_lists_metrics_drops_the_pods_prefixes_at_once() {
         0,
         "found out before any answer"
     );
+}
+
+/// KV of [`an_evicting_pod_keeps_its_other_conversations`]'s pod, in 16-token blocks (its prefix
+/// cache lives in the same KV).
+const EVICT_KV_BLOCKS: u64 = 600;
+
+/// Chat body `content` after the system prompt, straight to `pod` (not through the plugin).
+fn to_pod(pod: &str, content: &str, max_tokens: u64) {
+    let body = json!({"model": "fake-model", "max_tokens": max_tokens, "messages": [
+        {"role": "system", "content": "You answer questions."},
+        {"role": "user", "content": content}]});
+    let (status, _, _) = http(
+        pod,
+        "POST",
+        "/v1/chat/completions",
+        &[("content-type", "application/json")],
+        body.to_string().as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(status, 200);
+}
+
+/// An evicting pod, not a flushed one (docs/redis-data-model.md §5 step 4): under memory
+/// pressure (a long answer holding most of the KV, the prefix cache left the rest; LRU, a
+/// prompt's first blocks the most recent: the fake pod's engine model, docs/trace-bench.md) it
+/// loses the tails of five conversations and keeps their heads and two others. Each of the five
+/// comes back short (under half its prediction, some of its own blocks held) and forgets its own
+/// keys past what was cached; the pod is not forgotten whole (the old rule, three short answers
+/// in a row on a worker, bumped it), so the two it kept are still hits on it, and answer so.
+#[test]
+fn an_evicting_pod_keeps_its_other_conversations() {
+    let bed = Bed::new(1, |c| {
+        c.max_running = 32;
+        c.prefill_us_per_token = 1;
+        c.decode_us_per_token = 10;
+        c.kv_admission = true;
+        c.block_tokens = 16;
+        c.kv_capacity_tokens = EVICT_KV_BLOCKS * 16;
+        c.cache_blocks = EVICT_KV_BLOCKS as usize;
+        c.max_output_tokens = 1 << 20;
+    });
+    let mut spec = spec(&bed, "px-evict");
+    spec.workers = 1;
+    if let Some((_, cfg)) = spec.plugin.as_mut() {
+        // 512-byte blocks (128 tokens): conversations of a few blocks fit a small KV.
+        cfg["lb_config"]["blockChunkBytes"] = json!(512);
+    }
+    let gw = bed.gateway(&spec);
+    let pod = bed.pods[0].url();
+    let engine = bed.pods[0].engine().clone();
+    let used = || engine.snapshot().cache_blocks_used as u64;
+    // Conversation `c`'s first user message: `bytes` of its own words.
+    let text = |c: &str, bytes: usize| {
+        format!("{c} says: {}", "tell me more ".repeat(bytes / 13 + 1))[..bytes].to_string()
+    };
+    let body = |c: &str, bytes: usize, turns: usize| {
+        let mut m = vec![
+            json!({"role": "system", "content": "You answer questions."}),
+            json!({"role": "user", "content": text(c, bytes)}),
+        ];
+        for t in 1..turns {
+            m.push(json!({"role": "assistant", "content": format!("answer {t}")}));
+            m.push(json!({"role": "user", "content": format!("and then {t}?")}));
+        }
+        json!({"model": "fake-model", "messages": m, "max_tokens": 2})
+    };
+    let lost = ["p1", "p2", "p3", "p4", "p5"];
+    let kept = ["k1", "k2"];
+    // First turns: 64 blocks each for the five, 16 for the two sent after them.
+    for c in lost {
+        assert_eq!(send(&gw, &body(c, 4096, 1)).1, "prefix_miss");
+    }
+    for c in kept {
+        assert_eq!(send(&gw, &body(c, 1024, 1)).1, "prefix_miss");
+    }
+    // The five's first 16 blocks used again since (a shared document's opening, say): their
+    // tails are now the least recently used blocks.
+    for c in lost {
+        to_pod(&pod, &text(c, 1024), 1);
+    }
+    let before = used();
+    assert!((340..=380).contains(&before), "{before} blocks cached");
+    // A long answer takes the KV all but `room` blocks: the cache keeps `room`, evicting
+    // the five's tails but 8 blocks (48 each), and none of the two. Its prompt is one block
+    // (24 tokens: 95 bytes with the system prompt); it holds that and half its output.
+    let room = before + 1 - (5 * 48 - 8);
+    let output = 2 * ((EVICT_KV_BLOCKS - room) * 16 - 24);
+    to_pod(&pod, &format!("{:<60}", "pressure"), output);
+    assert!(used() <= room + 1, "{} blocks cached, room {room}", used());
+    // Their next turns: each predicted in full on the pod, each cached its head only.
+    for c in lost {
+        assert_eq!(send(&gw, &body(c, 4096, 2)).1, "prefix_hit");
+    }
+    assert!(wait_until(Duration::from_secs(5), || {
+        gw.stat("ai_lb.prefix.shortfall") == 5
+    }), "{:?}", gw.stats());
+    assert_eq!(gw.stat("ai_lb.prefix.generation_bumps"), 0, "an evicting pod is not forgotten");
+    // The two it kept: still hits, and held.
+    let cached = gw.stat("ai_lb.prefix.cached_tokens");
+    for c in kept {
+        assert_eq!(send(&gw, &body(c, 1024, 2)).1, "prefix_hit");
+    }
+    assert!(wait_until(Duration::from_secs(5), || {
+        gw.stat("ai_lb.prefix.verified") == 14
+    }));
+    assert!(gw.stat("ai_lb.prefix.cached_tokens") - cached >= 2 * 256, "{:?}", gw.stats());
+    assert_eq!(gw.stat("ai_lb.prefix.shortfall"), 5);
+    // A conversation that came back short still goes by what the pod had.
+    assert_eq!(send(&gw, &body("p1", 4096, 3)).1, "prefix_hit");
+    assert_eq!(gw.stat("ai_lb.prefix.generation_bumps"), 0);
+    assert!(wait_for_zero(&bed, Duration::from_secs(5)).is_zero());
 }

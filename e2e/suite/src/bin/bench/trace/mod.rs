@@ -8,12 +8,13 @@
 //! 2. the preamble variant (one common 2,000-token system message) through the plugin and
 //!    round robin;
 //! 3. a pod's cache flushed mid-trace (how long it keeps getting requests it cannot serve);
+//!    then the trace with the engine-verified index on and off (verify.rs);
 //! 4. the trace again with prefill four times cheaper;
 //! 5. b2b-saas and code-generation load sweeps on 4 pods: the knee of each router.
 //!
 //! Scaling (time and tokens, one factor each) is in fleet.rs; `AILB_TRACE_TIME_SCALE` and
 //! `AILB_TRACE_TOKEN_SCALE` override it, `AILB_TRACE_LB_CONFIG` adds plugin keys, and
-//! `AILB_TRACE_PARTS` (a comma list of `trace`, `preamble`, `flush`, `cheap`, `sweeps`) runs
+//! `AILB_TRACE_PARTS` (a comma list of `trace`, `preamble`, `flush`, `verify`, `cheap`, `sweeps`) runs
 //! some parts only, for working on one.
 
 mod fleet;
@@ -24,6 +25,7 @@ mod recovery;
 mod routers;
 mod run;
 mod sweeps;
+mod verify;
 
 use ailb_e2e::bed::Bed;
 use ailb_e2e::trace::replay::Options;
@@ -131,6 +133,9 @@ pub fn trace(file: Option<PathBuf>) -> anyhow::Result<()> {
     }
     if part("flush") {
         flush(&bed, &w, s)?;
+    }
+    if part("verify") {
+        verify::verify_on_over_off(&bed, &w, s)?;
     }
     drop(bed);
     if part("cheap") {

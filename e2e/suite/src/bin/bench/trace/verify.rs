@@ -1,0 +1,59 @@
+//! The engine-verified index on a workload that evicts (issue 47, docs/trace-bench.md):
+//! the plugin with `verifyCachedTokens` on and off on the same arrivals. Its pods evict by LRU
+//! (no restart, no flush), so a pod-wide forget there only drops conversations the pod still
+//! holds: verification must cost no hits (`trace_verify_on_over_off_hit` ≥ 1.0).
+
+use super::fleet::Scale;
+use super::run::{bench, penalty_ms, run, Run, Via};
+use ailb_core::redis::resp::Value;
+use ailb_e2e::bed::Bed;
+use ailb_e2e::trace::replay::Options;
+use ailb_e2e::trace::workload::Workload;
+use serde_json::json;
+
+/// Requests the plugin sent to a pod as a hit (`prefix_hit`) that came back with under 512
+/// cached tokens: half of one of its 4,096-byte blocks (as recovery.rs counts them).
+fn short_hits(r: &Run) -> usize {
+    r.ok()
+        .filter(|x| x.reason.as_deref() == Some("prefix_hit") && x.cached_tokens < 512)
+        .count()
+}
+
+/// Generation bumps in the bed's Redis since its last flush: the sum of every pod's generation.
+fn generation_bumps(bed: &Bed) -> i64 {
+    let Value::Array(Some(keys)) = bed.redis.cmd(&["KEYS", "*:gen"]) else {
+        return 0;
+    };
+    let mut bumps = 0;
+    for k in keys {
+        let Value::Bulk(Some(k)) = k else { continue };
+        let Value::Array(Some(fields)) = bed.redis.cmd(&[b"HGETALL".as_slice(), &k]) else {
+            continue;
+        };
+        for pair in fields.chunks(2) {
+            if let [Value::Bulk(Some(f)), Value::Bulk(Some(v))] = pair {
+                if !f.ends_with(b"@ms") {
+                    bumps += String::from_utf8_lossy(v).parse::<i64>().unwrap_or(0);
+                }
+            }
+        }
+    }
+    bumps
+}
+
+pub fn verify_on_over_off(bed: &Bed, w: &Workload, s: Scale) -> anyhow::Result<()> {
+    let lb = |verify: bool| Via::Gateways {
+        n: 1,
+        lb: json!({"maxTTFTPenaltyMs": penalty_ms(s), "verifyCachedTokens": verify}),
+    };
+    let on = run(bed, "verify_on", w, lb(true), Options::new(s.time))?;
+    let bumps = generation_bumps(bed);
+    let off = run(bed, "verify_off", w, lb(false), Options::new(s.time))?;
+    eprintln!(
+        "  verify on: {bumps} generation bumps, {} short hits; off: {} short hits",
+        short_hits(&on),
+        short_hits(&off)
+    );
+    bench("trace_verify_on_over_off_hit", on.hit() / off.hit(), "ratio");
+    Ok(())
+}
