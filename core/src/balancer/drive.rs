@@ -3,7 +3,7 @@
 //! retries, and the response headers. Each event's effects are performed (perform.rs) and an
 //! effect's answer is fed back as the next event.
 
-use super::holding;
+use super::holding::{self, Services};
 use super::request::{Event, Request};
 use super::{Balancer, Verdict};
 use crate::host::{Host, LogLevel};
@@ -125,6 +125,50 @@ impl Balancer {
                 value.push_str(&format!("; queued_ms={ms}"));
             }
             let _ = host.add_response_header(name, &value);
+        }
+    }
+
+    /// The response headers told the request's holding: a body reader, if it asks for one.
+    pub(super) fn open_reader(&mut self, host: &mut dyn Host, ctx: u32) {
+        let Some(req) = self.requests.get_mut(&ctx) else {
+            return;
+        };
+        let Some((held, outcome)) = req.holding_mut() else {
+            return;
+        };
+        let mut svc = Services {
+            host,
+            tel: &mut self.tel,
+            redis: &mut self.redis,
+            ctx,
+        };
+        if let Some(read) = held.read_response(&mut svc, outcome) {
+            req.read_response(read);
+        }
+    }
+
+    /// A response body chunk of `size` bytes of a response read for its holding (the last
+    /// when `end`): its tail kept, the usage event taken out if asked. A chunk that cannot be
+    /// read is never written: the reader is given up (an event held back, if any, is lost; the
+    /// rest of the stream passes as it is).
+    pub(super) fn read_body(&mut self, host: &mut dyn Host, ctx: u32, size: usize, end: bool) {
+        let Some(req) = self.requests.get_mut(&ctx).filter(|r| r.reading()) else {
+            return;
+        };
+        let chunk = match host.response_body(0, size) {
+            Ok(c) => c,
+            Err(err) => {
+                req.drop_reader();
+                let msg = format_args!("{err}: response not read");
+                self.tel.log(host, LogLevel::Warn, ctx, msg);
+                return;
+            }
+        };
+        if let Some(out) = req.read_chunk(&chunk, end) {
+            if let Err(err) = host.set_response_body(&out) {
+                self.tel
+                    .log(host, LogLevel::Warn, ctx, format_args!("{err}"));
+            }
         }
     }
 }

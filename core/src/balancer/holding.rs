@@ -9,6 +9,7 @@
 use super::redis_client::RedisClient;
 use super::telemetry::Telemetry;
 use crate::host::Host;
+use crate::verify::usage::Usage;
 use std::fmt;
 
 /// What the machine measured of one request's answer, for every request it routed.
@@ -23,6 +24,31 @@ pub struct Outcome {
     pub first_byte_ms: Option<u64>,
     /// Host clock (ms) at stream end (set when the holding is given back at stream end).
     pub end_ms: Option<u64>,
+    /// The answer's token usage, read from its bounded tail when the holding asked for it
+    /// ([`Holding::read_response`]).
+    pub usage: UsageRead,
+}
+
+/// What the machine's tail reader found of an answer's usage.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum UsageRead {
+    /// Not asked for (or the answer could not be read: the read was given up).
+    #[default]
+    NotAsked,
+    /// Read to its end: the answer carried none.
+    Missing,
+    Read(Usage),
+}
+
+/// What a holding asks the machine to read of the response body (core/src/verify/: the bounded
+/// tail, and the usage-only event of a stream).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadResponse {
+    /// Read the usage at the end ([`Outcome::usage`]).
+    pub usage: bool,
+    /// Take the usage-only event out of the stream (the plugin asked for it, the client did
+    /// not).
+    pub take_usage_event: bool,
 }
 
 impl Outcome {
@@ -51,6 +77,12 @@ pub trait Holding: fmt::Debug {
 
     /// The response's first body bytes arrived (`outcome.first_byte_ms` is set).
     fn first_bytes(&mut self, _svc: &mut Services, _outcome: &Outcome) {}
+
+    /// The response headers arrived (`outcome.status` is set): what of its body the machine
+    /// is to read for it, if anything. One reader per response, whoever asks.
+    fn read_response(&mut self, _svc: &mut Services, _outcome: &Outcome) -> Option<ReadResponse> {
+        None
+    }
 
     /// Gives back what is held, exactly once: at stream end with the request's `outcome`, or
     /// with None when the request never got an answer through this holding (a failed publish,

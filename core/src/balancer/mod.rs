@@ -8,7 +8,6 @@
 mod body_flow;
 mod drive;
 mod events;
-mod expect;
 mod holding;
 mod orphan;
 mod perform;
@@ -22,7 +21,6 @@ pub mod request;
 mod rng;
 mod shared;
 mod telemetry;
-mod verify;
 pub(crate) mod waiters;
 
 pub use queue::WAIT_RANK;
@@ -85,11 +83,6 @@ pub struct Balancer {
     /// Plain Envoy: whether the host delivers a held request's body (body_flow.rs).
     body: BodyFlow,
     queue: Queue,
-    /// prefix_cache with `verifyCachedTokens`: each request's expectation, from its decision
-    /// to its response's end (verify.rs).
-    expects: IdMap<expect::Expect>,
-    /// Per pod, the unrelated conversations that came back empty (verify/flush.rs).
-    shortfalls: crate::verify::flush::Flushes,
 }
 
 impl Balancer {
@@ -123,8 +116,6 @@ impl Balancer {
             rng: VmRng::new(seed),
             body: BodyFlow::default(),
             queue: Queue::default(),
-            expects: IdMap::default(),
-            shortfalls: Default::default(),
         };
         // Every route with a Redis target: the endpoint policies', and cluster_metrics' global
         // in-flight count.
@@ -252,23 +243,22 @@ impl Balancer {
     /// [`Balancer::wants_response_body`]), so the glue asks once.
     pub fn on_response_headers(&mut self, host: &mut dyn Host, ctx: u32) -> bool {
         self.response_headers(host, ctx);
-        self.verify_headers(host, ctx);
+        self.open_reader(host, ctx);
         self.wants_response_body(ctx)
     }
 
-    /// Whether stream `ctx`'s next response body chunk matters (the first, measured; a
-    /// prefix_cache response being verified): the glue skips the others without calling in.
+    /// Whether stream `ctx`'s next response body chunk matters (the first, when its holding
+    /// wants it; a response being read for its holding): the glue skips the others without
+    /// calling in.
     pub fn wants_response_body(&self, ctx: u32) -> bool {
-        self.verify_watching(ctx)
-            || self
-                .requests
-                .get(&ctx)
-                .is_some_and(Request::wants_response_body)
+        self.requests
+            .get(&ctx)
+            .is_some_and(|r| r.wants_response_body() || r.reading())
     }
 
     /// A response body chunk of `size` bytes (the last when `end_of_stream`): the first is
-    /// measured and told to the request's holding; a verified prefix_cache response
-    /// keeps its tail and may have its usage event taken out (verify.rs). Never holds the
+    /// measured and told to the request's holding; a response read for its holding keeps its
+    /// tail and may have its usage event taken out (drive.rs `read_body`). Never holds the
     /// response (the glue answers Continue). Whether later chunks still matter.
     pub fn on_response_body(
         &mut self,
@@ -285,18 +275,18 @@ impl Balancer {
             let now_ms = host.now_ms();
             self.drive(host, ctx, Event::ResponseBody { now_ms });
         }
-        self.verify_body(host, ctx, size, end_of_stream);
+        self.read_body(host, ctx, size, end_of_stream);
         self.wants_response_body(ctx)
     }
 
     /// Stream end, whatever ended it: give back what was acquired, exactly once.
     pub fn on_done(&mut self, host: &mut dyn Host, ctx: u32) {
         self.body.forget(ctx);
-        // A response that ended without a last body chunk (reset, trailers) still counts.
-        self.verify_end(host, ctx);
         let Some(mut req) = self.requests.remove(&ctx) else {
             return;
         };
+        // A response that ended without a last body chunk (reset, trailers) is read as it is.
+        req.close_reader();
         if let Some(effect) = req.leave_queue() {
             self.perform(host, ctx, effect);
         }
@@ -327,9 +317,6 @@ impl Balancer {
             return;
         };
         let alive = self.requests.get(&ctx).is_some_and(|r| r.awaits(token));
-        if alive {
-            self.verify_picked(ctx, &reply);
-        }
         if alive && host.set_effective_context(ctx).is_ok() {
             self.resumed(host, ctx, Event::PickReply(reply));
             self.serve_queue(host);

@@ -181,6 +181,12 @@ impl Balancer {
         read: Option<&Rc<request::PromptRead>>,
     ) -> Option<request::Decision> {
         let req = self.requests.get(&ctx)?;
+        // A copy: the policy may use the Redis client too (Env).
+        let synced = req
+            .keys
+            .as_ref()
+            .and_then(|k| self.redis.synced(&k.namespace))
+            .cloned();
         let input = Input {
             ctx,
             config: &req.config,
@@ -189,38 +195,16 @@ impl Balancer {
             body_bytes: req.body_bytes,
             read_body,
             read,
-            synced: req
-                .keys
-                .as_ref()
-                .and_then(|k| self.redis.synced(&k.namespace)),
+            synced: synced.as_ref(),
         };
-        let mut expect = None;
-        let mut restarted = Vec::new();
         let env = Env {
             tel: &mut self.tel,
             rng: &mut self.rng,
             metrics: &mut self.metrics,
-            expect: &mut expect,
-            restarted: &mut restarted,
+            redis: &mut self.redis,
         };
         let route = self.routes.get_mut(req.route)?;
         let decision = route.policy.decide(host, env, &input);
-        if let Some(e) = expect {
-            self.expects.insert(ctx, e);
-        }
-        if let (false, Some(keys)) = (restarted.is_empty(), req.keys.clone()) {
-            let config = req.config.clone();
-            for pod in restarted {
-                self.tel.log(
-                    host,
-                    LogLevel::Info,
-                    ctx,
-                    format_args!("{pod} restarted (its start time changed): its older prefixes stop matching"),
-                );
-                self.redis
-                    .forget(host, &mut self.tel, &config, &keys, &[], &pod);
-            }
-        }
         Some(decision)
     }
 }

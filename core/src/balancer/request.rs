@@ -17,7 +17,7 @@ use super::events::{Answer, DENIED};
 pub use super::events::{
     Decision, Effect, Event, Leave, LocalReply, PromptRead, Rejection, Ticket, WaitAnswer, Waiter,
 };
-use super::holding::{Holding, Outcome};
+use super::holding::{Holding, Outcome, ReadResponse, UsageRead};
 pub use super::orphan::undo;
 use super::pick::PickReply;
 use crate::config::{FailureMode, RouteConfig};
@@ -25,6 +25,7 @@ use crate::reason::{Cause, Reason};
 use crate::redis::inflight::InflightKeys;
 use crate::redis::scripts::Keys;
 use crate::stats::{self, Counter};
+use crate::verify::Watch;
 use std::rc::Rc;
 
 #[derive(Debug)]
@@ -45,9 +46,20 @@ enum Phase {
         reason: Reason,
         held: Option<Box<dyn Holding>>,
         outcome: Outcome,
+        /// The response body's reader, when the holding asked for one.
+        reader: Option<Reader>,
     },
     /// Decided with nothing held: fallback, or a local reply (`replied`) that ended the stream.
     Settled { reason: Reason, replied: bool },
+}
+
+/// A routed request's response body reader (core/src/verify/): its bounded tail, and the
+/// usage-only event taken out of a stream.
+#[derive(Debug)]
+struct Reader {
+    watch: Watch,
+    /// Read the usage at the end.
+    usage: bool,
 }
 
 /// How a waiting request tries again.
@@ -206,6 +218,7 @@ impl Request {
                     reason,
                     held: hold,
                     outcome: Outcome::default(),
+                    reader: None,
                 };
                 vec![Effect::Publish {
                     endpoint,

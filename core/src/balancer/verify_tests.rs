@@ -149,7 +149,7 @@ fn a_stream_is_asked_for_usage_and_the_client_never_sees_it() {
         460
     );
     assert_eq!(host.metric("ai_lb.prefix.shortfall"), 0);
-    assert_eq!(e.expects.len(), 0, "nothing kept past the stream");
+    assert_eq!(e.tracked().0, 0, "nothing kept past the stream");
 }
 
 #[test]
@@ -202,7 +202,7 @@ fn an_unreadable_chunk_is_never_written() {
     let client = respond_with(&mut host, &mut e, 2, SSE, &[TOKEN, &usage, DONE]);
     assert_eq!(client, format!("{TOKEN}{usage}{DONE}"), "passed as it is");
     assert_eq!(host.metric("ai_lb.prefix.verified"), 0);
-    assert_eq!(e.expects.len(), 0);
+    assert_eq!(e.tracked().0, 0);
 }
 
 #[test]

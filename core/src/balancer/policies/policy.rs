@@ -5,8 +5,8 @@
 
 use super::endpoint_metrics::service::Metrics;
 use crate::balancer::events::{Decision, PromptRead};
-use crate::balancer::expect::Expect;
 use crate::balancer::pick::tenant_capacity;
+use crate::balancer::redis_client::RedisClient;
 use crate::balancer::rng::VmRng;
 use crate::balancer::telemetry::Telemetry;
 use crate::config::{Class, Fairness, RouteConfig};
@@ -37,37 +37,17 @@ pub struct Input<'a> {
 /// A route's policy, with whatever state it keeps (built once per route config).
 pub trait Policy {
     fn decide(&mut self, host: &mut dyn Host, env: Env, input: &Input) -> Decision;
-
-    /// The engine behind `endpoint` cached far less than this policy's index predicted for
-    /// request `ctx` (`expect`): make the index forget `what` the answer showed gone — that
-    /// conversation's keys past what the engine had, or, for an emptied pod, all it holds for
-    /// that endpoint but this request's prompt (plain-Envoy prefix_cache; the Redis index is
-    /// corrected by the balancer's script call). Whether a generation was bumped.
-    fn forget(
-        &mut self,
-        _host: &mut dyn Host,
-        _tel: &Telemetry,
-        _ctx: u32,
-        _endpoint: &str,
-        _expect: &Expect,
-        _what: crate::verify::Forget,
-    ) -> bool {
-        false
-    }
 }
 
-/// What every policy may use besides the host: the VM's counters and randomness, and its one
-/// view of the endpoints' model-server metrics (the scraper feeds every route).
+/// What every policy may use besides the host: the VM's counters and randomness, its one view of
+/// the endpoints' model-server metrics (the scraper feeds every route), and its Redis client.
 pub struct Env<'a> {
     pub tel: &'a mut Telemetry,
     pub rng: &'a mut VmRng,
     pub metrics: &'a mut Metrics,
-    /// prefix_cache with `verifyCachedTokens`: what its response is to be verified against
-    /// (balancer/verify.rs).
-    pub expect: &'a mut Option<Expect>,
-    /// prefix_cache with Redis: pods the host list's metrics show restarted (their generation
-    /// is bumped after the decision, prefix_cache/restarts.rs).
-    pub restarted: &'a mut Vec<String>,
+    /// The Redis client, for a policy's fire-and-forget calls at its decision (prefix_cache:
+    /// a restarted pod's generation bumped); picks go through `Decision::Acquire`.
+    pub redis: &'a mut RedisClient,
 }
 
 /// The request's priority class (None when the route has no `priorityHeader`); a value

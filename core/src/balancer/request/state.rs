@@ -1,7 +1,9 @@
 //! What the dispatcher reads of a request's phase (held? replied? what body chunks matter?),
 //! and stream end: [`Request::finish`] gives back exactly what is held.
 
-use super::{Effect, Holding, Outcome, Phase, Pick, Reason, Request};
+use super::{
+    Effect, Holding, Outcome, Phase, Pick, ReadResponse, Reader, Reason, Request, UsageRead, Watch,
+};
 
 impl Request {
     /// Held by the plugin: buffering the body, or waiting for Redis.
@@ -58,6 +60,66 @@ impl Request {
             Phase::Routed { held: Some(h), outcome, .. }
                 if outcome.first_byte_ms.is_none() && h.wants_first_bytes()
         )
+    }
+
+    /// Reads the response body as `read` asks (the holding's answer at the response headers).
+    pub fn read_response(&mut self, read: ReadResponse) {
+        if let Phase::Routed { reader, .. } = &mut self.phase {
+            *reader = Some(Reader {
+                watch: Watch::new(read.take_usage_event),
+                usage: read.usage,
+            });
+        }
+    }
+
+    /// Whether the response body is being read.
+    pub fn reading(&self) -> bool {
+        matches!(
+            self.phase,
+            Phase::Routed {
+                reader: Some(_),
+                ..
+            }
+        )
+    }
+
+    /// A response body chunk read (the last when `end`): the chunk to write instead, if any.
+    /// At the end the usage is read into the outcome.
+    pub fn read_chunk(&mut self, chunk: &[u8], end: bool) -> Option<Vec<u8>> {
+        let Phase::Routed {
+            reader: Some(r), ..
+        } = &mut self.phase
+        else {
+            return None;
+        };
+        let out = r.watch.chunk(chunk, end);
+        if end {
+            self.close_reader();
+        }
+        out
+    }
+
+    /// The response ended (its last chunk, or the stream without one): the usage, if asked
+    /// for, is read into the outcome and the reader closed.
+    pub fn close_reader(&mut self) {
+        if let Phase::Routed {
+            reader, outcome, ..
+        } = &mut self.phase
+        {
+            if let Some(r) = reader.take().filter(|r| r.usage) {
+                outcome.usage = match r.watch.usage() {
+                    Some(u) => UsageRead::Read(u),
+                    None => UsageRead::Missing,
+                };
+            }
+        }
+    }
+
+    /// The body could not be read: the reader is given up (nothing read, nothing written).
+    pub fn drop_reader(&mut self) {
+        if let Phase::Routed { reader, .. } = &mut self.phase {
+            *reader = None;
+        }
     }
 
     /// The routed request's holding and its outcome so far (its first bytes to tell).

@@ -50,6 +50,7 @@ fn pick(config: &Rc<RouteConfig>, id: &str) -> Box<dyn Pick> {
         wait_rank: None,
         pool_cap: 0,
         tenant: None,
+        wrap: None,
     })
 }
 
@@ -682,6 +683,7 @@ fn a_routed_request_measures_its_outcome_and_tells_its_holding_the_first_bytes_o
             status: Some(200),
             first_byte_ms: Some(1040),
             end_ms: Some(1100),
+            ..Outcome::default()
         }
     );
     assert!(outcome.success());

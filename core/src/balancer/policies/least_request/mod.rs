@@ -19,7 +19,7 @@ use crate::config::RouteConfig;
 use crate::host::Host;
 use crate::reason::Cause;
 use crate::redis::scripts::{self, PrefixChain};
-use pick::EndpointPick;
+use pick::{EndpointPick, Wrap};
 use std::rc::Rc;
 
 /// The policy object of a global_least_request route: Redis-backed where the route has a
@@ -36,16 +36,17 @@ pub struct RedisLeastRequest;
 
 impl Policy for RedisLeastRequest {
     fn decide(&mut self, host: &mut dyn Host, env: Env, input: &Input) -> Decision {
-        acquire(host, env, input, None)
+        acquire(host, env, input, (None, None))
     }
 }
 
 /// A Redis acquire for this request: plain least-request (`chain` None) or with a prefix chain.
+/// `wrap`: what the policy adds to the lease when Redis answers.
 pub fn acquire(
     host: &mut dyn Host,
     env: Env,
     input: &Input,
-    chain: Option<Rc<PrefixChain>>,
+    (chain, wrap): (Option<Rc<PrefixChain>>, Option<Box<dyn Wrap>>),
 ) -> Decision {
     let Some(keys) = input.keys else {
         return Decision::Fallback(Cause::NoRoute);
@@ -63,6 +64,7 @@ pub fn acquire(
         Ok(mut pick) => {
             pick.session = session_key(host, input);
             pick.tenant = tenant(host, input.config, pick.candidates.len());
+            pick.wrap = wrap;
             Decision::Acquire(Box::new(pick.with_class(class)))
         }
         Err(cause) => Decision::Fallback(cause),

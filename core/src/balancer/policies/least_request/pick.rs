@@ -3,7 +3,8 @@
 //! chain, in one script call that picks and counts (docs/redis-data-model.md §4–§6); its reply
 //! is read in [`super::reply`].
 
-use crate::balancer::pick::{class_cap, cost_of, pool_cap, Booking, Lease};
+use crate::balancer::holding::Holding;
+use crate::balancer::pick::{class_cap, cost_of, pool_cap, Booking, Lease, PickReply};
 use crate::balancer::rng::VmRng;
 use crate::config::{Class, RouteConfig, SESSION_MAX_IMBALANCE, SESSION_MAX_IMBALANCE_RATIO};
 use crate::host::Host;
@@ -13,7 +14,23 @@ use crate::redis::scripts::{
     TenantArgs, RECLAIM_LIMIT,
 };
 use crate::upstream;
+use std::fmt;
 use std::rc::Rc;
+
+/// What a policy adds to the lease its pick's reply gives (prefix_cache: the verification of the
+/// answer, which needs to know how deep the chain matched).
+pub trait Wrap: fmt::Debug {
+    /// The holding of a request whose pick Redis answered with `reply` and `lease`.
+    fn wrap(self: Box<Self>, lease: Lease, reply: &PickReply) -> Box<dyn Holding>;
+
+    fn clone_box(&self) -> Box<dyn Wrap>;
+}
+
+impl Clone for Box<dyn Wrap> {
+    fn clone(&self) -> Box<dyn Wrap> {
+        self.clone_box()
+    }
+}
 
 /// An endpoint acquire (global_least_request, prefix_cache).
 #[derive(Debug, Clone)]
@@ -49,6 +66,8 @@ pub struct EndpointPick {
     /// Tenant fairness: the request's tenant id and the most it may hold while another tenant
     /// is active (docs/sessions-and-queues.md "Tenant fairness").
     pub tenant: Option<(String, u64)>,
+    /// What the policy adds to the lease when Redis answers.
+    pub wrap: Option<Box<dyn Wrap>>,
 }
 
 impl EndpointPick {
@@ -92,6 +111,7 @@ impl EndpointPick {
             wait_rank: None,
             pool_cap: config.common.max_pool,
             tenant: None,
+            wrap: None,
         })
     }
 

@@ -41,16 +41,16 @@ fn replied(mut pick: EndpointPick, reply: PickReply) -> Answer {
     let namespace = pick.keys.namespace.clone();
     match reply {
         PickReply::Picked {
-            endpoint,
+            ref endpoint,
             depth,
             spilled,
             session,
             load_before,
             booked,
         } => {
-            let mut lease = pick.lease(&endpoint);
+            let mut lease = pick.lease(endpoint);
             lease.booking = booked.map(|b| pick.booking(b));
-            if !pick.candidates.contains(&endpoint) {
+            if !pick.candidates.contains(endpoint) {
                 // Only possible if two endpoint sets share a fingerprint: resync next time.
                 let effects = vec![
                     Effect::Unsynced { namespace },
@@ -78,11 +78,15 @@ fn replied(mut pick: EndpointPick, reply: PickReply) -> Answer {
                 namespace,
                 fingerprint: pick.fingerprint.clone(),
             });
+            let hold: Box<dyn Holding> = match pick.wrap.take() {
+                Some(wrap) => wrap.wrap(lease, &reply),
+                None => Box::new(lease),
+            };
             let decision = Decision::Route {
                 reason: pick.reason(depth, spilled, session),
-                endpoint,
+                endpoint: endpoint.clone(),
                 fallbacks: Vec::new(),
-                hold: Some(Box::new(lease)),
+                hold: Some(hold),
             };
             Answer::new(effects, decision)
         }

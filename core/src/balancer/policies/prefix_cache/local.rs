@@ -19,10 +19,12 @@
 //! A body that is not a usable prompt (or too large to read) gets a plain-Envoy least-request
 //! pick.
 
+use super::expect::{ask_for_usage, Expect, Index};
 use super::gate::{self, Verdict};
 use super::index::LocalPrefix;
+use super::verified::{Corrects, Verified};
 use crate::balancer::events::{Decision, PromptRead};
-use crate::balancer::expect::{ask_for_usage, Expect, Index};
+use crate::balancer::holding::Holding;
 use crate::balancer::pick::{class_cap, cost_of, Booking};
 use crate::balancer::policies::least_request::{counts, local as least};
 use crate::balancer::policies::policy::{priority_class, Env, Input, Policy};
@@ -34,7 +36,8 @@ use crate::prefix::{anchor_of, canonicalize, PromptTokens};
 use crate::reason::{Cause, Reason};
 use crate::redis::scripts::Booked;
 use crate::stats::Counter;
-use crate::verify::Forget;
+use crate::verify::flush::Flushes;
+use std::cell::RefCell;
 use std::rc::Rc;
 
 /// A request reads and records at most this many of its deepest keys, plus its anchor: a
@@ -47,7 +50,10 @@ const MAX_FALLBACKS: usize = 16;
 /// prefix_cache without Redis: the route's settings and its index, built at configure.
 pub struct LocalPrefixCache {
     settings: PrefixSettings,
-    state: LocalPrefix,
+    /// Shared with the requests it verifies (verified.rs corrects it).
+    state: Rc<LocalPrefix>,
+    /// The engine-verified index's emptied-pod rule, per route (verified.rs).
+    flushes: Rc<RefCell<Flushes>>,
 }
 
 impl LocalPrefixCache {
@@ -56,40 +62,26 @@ impl LocalPrefixCache {
     pub fn new(position: usize, config: &RouteConfig, settings: &PrefixSettings) -> Self {
         LocalPrefixCache {
             settings: settings.clone(),
-            state: LocalPrefix::new(position, config, settings),
+            state: Rc::new(LocalPrefix::new(position, config, settings)),
+            flushes: Rc::default(),
         }
     }
 }
 
 impl Policy for LocalPrefixCache {
     fn decide(&mut self, host: &mut dyn Host, env: Env, input: &Input) -> Decision {
-        decide(host, env, input, &self.settings, &self.state)
-    }
-
-    fn forget(
-        &mut self,
-        host: &mut dyn Host,
-        tel: &Telemetry,
-        ctx: u32,
-        endpoint: &str,
-        expect: &Expect,
-        what: Forget,
-    ) -> bool {
-        let Index::Local { keys, window } = &expect.index else {
-            return false;
-        };
-        let now = host.now_ms();
-        self.state
-            .forget(host, tel, ctx, endpoint, (keys, window), what, now)
+        let verify = (self.flushes.clone(), Corrects::Local(self.state.clone()));
+        decide(host, env, input, &self.settings, (&self.state, verify))
     }
 }
 
+/// `verify`: where a verified answer's shortfall is judged and corrected.
 fn decide(
     host: &mut dyn Host,
     env: Env,
     input: &Input,
     settings: &PrefixSettings,
-    state: &LocalPrefix,
+    (state, verify): (&LocalPrefix, (Rc<RefCell<Flushes>>, Corrects)),
 ) -> Decision {
     let endpoints = &input.config.endpoints;
     if endpoints.is_empty() {
@@ -212,8 +204,9 @@ fn decide(
             state.record(
                 host, env.tel, input.ctx, keys, &window, known, chosen, now, &tags,
             );
+            let mut expect = None;
             if settings.verify && !read.prefix_bytes.is_empty() {
-                let mut expect = Expect::new(
+                let mut e = Expect::new(
                     read.prefix_bytes.clone(),
                     read.injected,
                     Index::Local {
@@ -222,12 +215,12 @@ fn decide(
                     },
                 );
                 // A known prefix ends at its key's block; an unknown one predicts nothing.
-                expect.matched = Some(
+                e.matched = Some(
                     known
                         .filter(|k| k.endpoint == chosen)
                         .map_or(0, |k| k.depth + 1),
                 );
-                *env.expect = Some(expect);
+                expect = Some(e);
             }
             let fallbacks = state
                 .ring
@@ -243,7 +236,22 @@ fn decide(
             });
             let key = state.counts_key.clone();
             let lease = least::counted(key, address, cost, &admission, booking);
-            least::routed(lease, fallbacks, reason)
+            let Some(expect) = expect else {
+                return least::routed(lease, fallbacks, reason);
+            };
+            let endpoint = lease.endpoint.clone();
+            let held: Box<dyn Holding> = Box::new(lease);
+            Decision::Route {
+                hold: Some(Box::new(Verified::new(
+                    held,
+                    endpoint.clone(),
+                    expect,
+                    verify,
+                ))),
+                endpoint,
+                fallbacks,
+                reason,
+            }
         }
         Ok(Ok(None)) => keeping(least::no_room(class), read),
         Ok(Err(refused)) => keeping(least::refusal(host, env.tel, refused, class), read),

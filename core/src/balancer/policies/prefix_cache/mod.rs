@@ -7,23 +7,28 @@
 //! that is not a usable prompt (or is too large to read) still gets a least-request pick.
 //! Plain-Envoy build: [`local::LocalPrefixCache`].
 
+mod expect;
 mod gate;
 mod index;
 pub mod local;
 mod restarts;
+mod verified;
 
 use super::least_request;
 use super::policy::{Env, Input, Policy};
 use crate::balancer::events::Decision;
-use crate::balancer::expect::{ask_for_usage, Expect, Index};
 use crate::config::{PrefixSettings, RouteConfig};
 use crate::host::{Host, LogLevel};
 use crate::prefix::{anchor_of, canonicalize, prefix_key, Anchor, Canonical, PromptTokens};
 use crate::reason::Cause;
 use crate::redis::scripts::PrefixChain;
 use crate::stats::Counter;
+use crate::verify::flush::Flushes;
+use expect::{ask_for_usage, Expect, Index};
 use restarts::Restarts;
+use std::cell::RefCell;
 use std::rc::Rc;
+use verified::VerifyReply;
 
 /// The policy object of a prefix_cache route: Redis-backed where the route has a Redis target,
 /// else the per-proxy index of route config `position`.
@@ -36,6 +41,7 @@ pub fn build(
         Some(_) => Box::new(RedisPrefixCache {
             settings: settings.clone(),
             restarts: Restarts::default(),
+            flushes: Rc::default(),
         }),
         None => Box::new(local::LocalPrefixCache::new(position, config, settings)),
     }
@@ -45,34 +51,64 @@ pub fn build(
 pub struct RedisPrefixCache {
     settings: PrefixSettings,
     restarts: Restarts,
+    /// The engine-verified index's emptied-pod rule, per route (verified.rs).
+    flushes: Rc<RefCell<Flushes>>,
 }
 
 impl Policy for RedisPrefixCache {
-    fn decide(&mut self, host: &mut dyn Host, env: Env, input: &Input) -> Decision {
+    fn decide(&mut self, host: &mut dyn Host, mut env: Env, input: &Input) -> Decision {
         if self.settings.verify {
             let now = host.now_ms();
             if self.restarts.due(now) {
                 if let Ok(list) = host.upstream_hosts() {
-                    env.restarted.extend(self.restarts.check(&list, now));
+                    let restarted = self.restarts.check(&list, now);
+                    forget_restarted(host, &mut env, input, &restarted);
                 }
             }
         }
-        decide(host, env, input, &self.settings)
+        decide(host, env, input, &self.settings, &self.flushes)
     }
 }
 
-fn decide(host: &mut dyn Host, env: Env, input: &Input, settings: &PrefixSettings) -> Decision {
+/// Pods the host list's metrics show restarted: their generation is bumped, so their older
+/// prefixes stop matching before any of their conversations comes back short (restarts.rs).
+fn forget_restarted(host: &mut dyn Host, env: &mut Env, input: &Input, restarted: &[String]) {
+    let (Some(keys), false) = (input.keys, restarted.is_empty()) else {
+        return;
+    };
+    for pod in restarted {
+        env.tel.log(
+            host,
+            LogLevel::Info,
+            input.ctx,
+            format_args!(
+                "{pod} restarted (its start time changed): its older prefixes stop matching"
+            ),
+        );
+        env.redis
+            .forget(host, env.tel, input.config, keys, &[], pod);
+    }
+}
+
+fn decide(
+    host: &mut dyn Host,
+    env: Env,
+    input: &Input,
+    settings: &PrefixSettings,
+    flushes: &Rc<RefCell<Flushes>>,
+) -> Decision {
     let Some(keys) = input.keys else {
-        return least_request::acquire(host, env, input, None);
+        return least_request::acquire(host, env, input, (None, None));
     };
     if !input.read_body {
-        return least_request::acquire(host, env, input, None);
+        return least_request::acquire(host, env, input, (None, None));
     }
     let body = host.request_body(0, input.body_bytes).unwrap_or_default();
     match canonicalize(&body, &settings.canon) {
         Ok(canon) => {
             let chain = anchored_chain(&canon, settings.anchor, &keys.namespace);
             let chain = Rc::new(with_tokens(chain, &canon, input.body_bytes));
+            let mut verify = None;
             if settings.verify {
                 let injected = ask_for_usage(host, canon.api, &body);
                 let index = Index::Redis {
@@ -81,9 +117,12 @@ fn decide(host: &mut dyn Host, env: Env, input: &Input, settings: &PrefixSetting
                     chain: chain.clone(),
                     anchor: anchor_of(canon.blocks(), settings.anchor),
                 };
-                *env.expect = Some(Expect::new(canon.prefix_bytes(), injected, index));
+                verify = Some(Box::new(VerifyReply {
+                    expect: Expect::new(canon.prefix_bytes(), injected, index),
+                    flushes: flushes.clone(),
+                }) as Box<dyn least_request::pick::Wrap>);
             }
-            least_request::acquire(host, env, input, Some(chain))
+            least_request::acquire(host, env, input, (Some(chain), verify))
         }
         Err(e) => {
             env.tel.inc(host, Counter::Fallback(Cause::BadRequest));
@@ -93,7 +132,7 @@ fn decide(host: &mut dyn Host, env: Env, input: &Input, settings: &PrefixSetting
                 input.ctx,
                 format_args!("no prefix ({e}); least-request"),
             );
-            least_request::acquire(host, env, input, None)
+            least_request::acquire(host, env, input, (None, None))
         }
     }
 }

@@ -1,16 +1,16 @@
 //! What a prefix_cache decision leaves for its response's verification (the engine-verified
-//! index, docs/redis-data-model.md §5 "Engine-verified keys"; balancer/verify.rs reads it). A
-//! leaf: the policies fill it in and import nothing of the balancer's through it.
+//! index, docs/redis-data-model.md §5 "Engine-verified keys"; verified.rs reads it), and the
+//! usage request added to a stream's body.
 
 use crate::config::RouteConfig;
 use crate::host::Host;
 use crate::prefix::{Api, PrefixKey};
 use crate::redis::scripts::{Keys, PrefixChain};
-use crate::verify::{self, inject::Streamed, Watch};
+use crate::verify::{self, inject::Streamed};
 use std::rc::Rc;
 
 /// What a prefix_cache decision leaves for its response's verification.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Expect {
     /// `Canonical::prefix_bytes`: the prompt's size up to each block.
     pub prefix_bytes: Vec<u64>,
@@ -19,13 +19,10 @@ pub struct Expect {
     /// How many of the prompt's blocks the pick matched (Redis: known at its reply).
     pub matched: Option<usize>,
     pub index: Index,
-    /// Set at the response headers: watched (`true`: a 2xx of the endpoint picked, verified at
-    /// the end; `false`: only the usage event is taken out).
-    pub watch: Option<(Watch, bool)>,
 }
 
 /// The index a shortfall corrects.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum Index {
     /// Higress: the chain keys sent (from block `anchor` on) in the route's `keys`.
     Redis {
@@ -49,7 +46,6 @@ impl Expect {
             injected,
             matched: None,
             index,
-            watch: None,
         }
     }
 }

@@ -1,0 +1,309 @@
+//! The engine-verified prefix index (docs/redis-data-model.md §5 "Engine-verified keys", §9),
+//! as a prefix_cache request's holding: [`Verified`] wraps what the pick holds (a Redis lease,
+//! a per-proxy count) with what the decision predicted ([`Expect`]); at the response headers it
+//! asks the machine to read the answer's usage (and take out the usage event the plugin asked
+//! for), and when it is given back at stream end it compares what the engine cached with the
+//! prediction (core/src/verify/, pure). A severe shortfall forgets that conversation's keys
+//! past what the engine had cached; only a pod found emptied (core/src/verify/flush.rs:
+//! unrelated conversations all coming back with nothing cached at once) has its generation
+//! bumped — in Redis by one fire-and-forget script call, in the plain-Envoy index directly.
+//!
+//! The emptied-pod rule counts per route config (each route's policy owns its [`Flushes`]):
+//! the index it corrects is the route's own (its Redis keys of route and cluster, or its
+//! shared-data index), so what one route saw says nothing of another's keys. Nothing here holds
+//! or fails the request.
+
+use super::expect::{Expect, Index};
+use super::index::LocalPrefix;
+use crate::balancer::holding::{Holding, Outcome, ReadResponse, Services, UsageRead};
+use crate::balancer::pick::{Lease, PickReply};
+use crate::balancer::policies::least_request::pick::Wrap;
+use crate::host::{Host, LogLevel};
+use crate::redis::scripts::SessionState;
+use crate::stats::Counter;
+use crate::verify::flush::{self, Flushes, FLUSH_CONVERSATIONS};
+use crate::verify::{self, Forget, Prediction, Shortfall};
+use std::cell::RefCell;
+use std::rc::Rc;
+
+/// Where a shortfall's correction goes: the route's Redis keys (named in the [`Expect`]), or
+/// the route's plain-Envoy index.
+#[derive(Debug, Clone)]
+pub enum Corrects {
+    Redis,
+    Local(Rc<LocalPrefix>),
+}
+
+/// A prefix_cache request's holding while its answer is verified.
+#[derive(Debug)]
+pub struct Verified {
+    inner: Box<dyn Holding>,
+    endpoint: String,
+    expect: Expect,
+    flushes: Rc<RefCell<Flushes>>,
+    corrects: Corrects,
+    /// The usage is read at the end (a 2xx of a matched pick).
+    verify: bool,
+}
+
+impl Verified {
+    pub fn new(
+        inner: Box<dyn Holding>,
+        endpoint: String,
+        expect: Expect,
+        (flushes, corrects): (Rc<RefCell<Flushes>>, Corrects),
+    ) -> Verified {
+        Verified {
+            inner,
+            endpoint,
+            expect,
+            flushes,
+            corrects,
+            verify: false,
+        }
+    }
+
+    /// The answer's usage against the prediction: count, and forget what it showed gone.
+    fn judge(&self, svc: &mut Services, usage: UsageRead) {
+        let usage = match usage {
+            UsageRead::NotAsked => return,
+            UsageRead::Missing => {
+                svc.tel.inc(svc.host, Counter::PrefixVerifyNoUsage);
+                return;
+            }
+            UsageRead::Read(u) => u,
+        };
+        let e = &self.expect;
+        let predicted = Prediction::at(&e.prefix_bytes, e.matched.unwrap_or(0));
+        let (host, tel) = (&mut *svc.host, &mut *svc.tel);
+        tel.inc(host, Counter::PrefixVerified);
+        let as_i64 = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        tel.add(
+            host,
+            Counter::PrefixPredictedTokens,
+            as_i64(predicted.tokens),
+        );
+        tel.add(
+            host,
+            Counter::PrefixCachedTokens,
+            as_i64(usage.cached_tokens),
+        );
+        tel.add(
+            host,
+            Counter::PrefixPromptTokens,
+            as_i64(usage.prompt_tokens),
+        );
+        tel.pods.add(
+            host,
+            &self.endpoint,
+            usage.cached_tokens,
+            usage.prompt_tokens,
+        );
+        let verdict = verify::judge(predicted, usage.cached_tokens);
+        match verdict {
+            Shortfall::None => {}
+            Shortfall::Mild => tel.inc(host, Counter::PrefixShortfallMild),
+            Shortfall::Severe => tel.inc(host, Counter::PrefixShortfall),
+        }
+        let answer = flush::Answer {
+            conversation: conversation_of(&e.index),
+            predicted: predicted.tokens > 0,
+            verdict,
+            held: verify::held_blocks(&e.prefix_bytes, usage.cached_tokens),
+            anchor: anchor_of(&e.index),
+            now_ms: host.now_ms(),
+        };
+        let what = match self.flushes.try_borrow_mut() {
+            Ok(mut f) => f.answer(&self.endpoint, answer),
+            Err(_) => None,
+        };
+        let Some(what) = what else {
+            return;
+        };
+        if what == Forget::Pod {
+            tel.log(
+                host,
+                LogLevel::Info,
+                svc.ctx,
+                format_args!(
+                    "{} cached {} of the {} tokens predicted, the {FLUSH_CONVERSATIONS}th \
+                     unrelated conversation with nothing cached: its older prefixes stop matching",
+                    self.endpoint, usage.cached_tokens, predicted.tokens
+                ),
+            );
+        }
+        self.forget(svc, what);
+    }
+
+    /// A shortfall on the endpoint: `what` the answer showed gone is forgotten (verify/flush.rs)
+    /// — in Redis by one script call, in the plain-Envoy index directly.
+    fn forget(&self, svc: &mut Services, what: Forget) {
+        let endpoint = self.endpoint.as_str();
+        match (&self.expect.index, &self.corrects, what) {
+            (
+                Index::Redis {
+                    config,
+                    keys,
+                    chain,
+                    anchor,
+                },
+                _,
+                Forget::From(from),
+            ) => {
+                let past = chain
+                    .keys
+                    .get(from.saturating_sub(*anchor)..)
+                    .unwrap_or_default();
+                svc.redis
+                    .forget_keys(svc.host, svc.tel, config, keys, past, endpoint);
+            }
+            (
+                Index::Redis {
+                    config,
+                    keys,
+                    chain,
+                    ..
+                },
+                _,
+                Forget::Pod,
+            ) => {
+                svc.redis
+                    .forget(svc.host, svc.tel, config, keys, &chain.keys, endpoint);
+            }
+            (Index::Local { keys, window }, Corrects::Local(index), what) => {
+                let now = svc.host.now_ms();
+                let (host, tel, ctx) = (&mut *svc.host, &*svc.tel, svc.ctx);
+                if index.forget(host, tel, ctx, endpoint, (keys, window), what, now) {
+                    svc.tel.inc(svc.host, Counter::PrefixGenerationBump);
+                }
+            }
+            (Index::Local { .. }, Corrects::Redis, _) => {}
+        }
+    }
+}
+
+impl Holding for Verified {
+    fn wants_first_bytes(&self) -> bool {
+        self.inner.wants_first_bytes()
+    }
+
+    fn first_bytes(&mut self, svc: &mut Services, outcome: &Outcome) {
+        self.inner.first_bytes(svc, outcome);
+    }
+
+    /// Verified only when the pick said how deep it matched and the answer is a 2xx; the usage
+    /// event the plugin asked for is taken out of an uncompressed event stream only: anything
+    /// else would be held back looking for an event's end that never comes.
+    fn read_response(&mut self, svc: &mut Services, outcome: &Outcome) -> Option<ReadResponse> {
+        let ok = self.expect.matched.is_some()
+            && outcome.status.is_some_and(|s| (200..300).contains(&s));
+        let edit = self.expect.injected && plain_event_stream(svc.host);
+        self.verify = ok;
+        (ok || edit).then_some(ReadResponse {
+            usage: ok,
+            take_usage_event: edit,
+        })
+    }
+
+    fn give_back(self: Box<Self>, svc: &mut Services, outcome: Option<&Outcome>) {
+        if let Some(o) = outcome.filter(|_| self.verify) {
+            self.judge(svc, o.usage);
+        }
+        let Verified { inner, .. } = *self;
+        inner.give_back(svc, outcome);
+    }
+
+    fn watched(&self) -> Option<&str> {
+        self.inner.watched()
+    }
+
+    fn mark_failed(&mut self) {
+        self.inner.mark_failed();
+    }
+
+    #[cfg(test)]
+    fn ledger(&self) -> Vec<String> {
+        self.inner.ledger()
+    }
+
+    #[cfg(test)]
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+/// What a Redis pick's reply adds to its lease: the verification, knowing how deep the chain
+/// matched (keys past the anchor block) on the endpoint it chose. A spill or a session's pod is
+/// not the matched one: nothing predicted.
+#[derive(Debug, Clone)]
+pub struct VerifyReply {
+    pub expect: Expect,
+    pub flushes: Rc<RefCell<Flushes>>,
+}
+
+impl Wrap for VerifyReply {
+    fn wrap(self: Box<Self>, lease: Lease, reply: &PickReply) -> Box<dyn Holding> {
+        let PickReply::Picked {
+            endpoint,
+            depth,
+            spilled,
+            session,
+            ..
+        } = reply
+        else {
+            return Box::new(lease);
+        };
+        let VerifyReply {
+            mut expect,
+            flushes,
+        } = *self;
+        let elsewhere = *spilled || matches!(session, SessionState::Kept | SessionState::Rebound);
+        if let Index::Redis { anchor, .. } = expect.index {
+            expect.matched = Some(match *depth {
+                0 => 0,
+                _ if elsewhere => 0,
+                d => anchor + d as usize,
+            });
+        }
+        let held = Box::new(lease);
+        let corrects = (flushes, Corrects::Redis);
+        Box::new(Verified::new(held, endpoint.clone(), expect, corrects))
+    }
+
+    fn clone_box(&self) -> Box<dyn Wrap> {
+        Box::new(self.clone())
+    }
+}
+
+/// The block a prediction's conversation starts at: the first past the shared preamble
+/// (`prefixAnchor`, docs/redis-data-model.md §9 1.). Redis sends its chain from there; the
+/// plain-Envoy window ends there.
+fn anchor_of(index: &Index) -> usize {
+    match index {
+        Index::Redis { anchor, .. } => *anchor,
+        Index::Local { window, .. } => window.iter().copied().min().unwrap_or(0),
+    }
+}
+
+/// The conversation a prediction is for: its anchor block's chain key, as a number.
+fn conversation_of(index: &Index) -> u64 {
+    match index {
+        Index::Redis { chain, .. } => chain.keys.first().map_or(0, |k| {
+            crate::hash::fnv1a(crate::hash::FNV_OFFSET, k.as_bytes())
+        }),
+        Index::Local { keys, window } => window
+            .iter()
+            .copied()
+            .min()
+            .and_then(|a| keys.get(a))
+            .map_or(0, |k| u64::from_le_bytes(*k)),
+    }
+}
+
+/// Whether the response is a server-sent event stream without a content encoding.
+fn plain_event_stream(host: &dyn Host) -> bool {
+    let header = |name: &str| host.response_header_bytes(name).ok().flatten();
+    let sse = header("content-type").is_some_and(|t| t.starts_with(b"text/event-stream"));
+    let encoded = header("content-encoding").is_some_and(|c| !c.eq_ignore_ascii_case(b"identity"));
+    sse && !encoded
+}
