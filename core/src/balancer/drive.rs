@@ -4,7 +4,7 @@
 //! effect's answer is fed back as the next event.
 
 use super::holding::{self, Services};
-use super::request::{Event, Request};
+use super::request::{Effect, Event, Request};
 use super::{Balancer, Verdict};
 use crate::host::{Host, LogLevel};
 use crate::reason::Reason;
@@ -28,9 +28,22 @@ impl Balancer {
         };
         if !r.is_held() && !r.replied() {
             if let Err(e) = host.resume_request() {
-                self.tel.log(host, LogLevel::Warn, ctx, format_args!("{e}"));
+                self.vm
+                    .tel
+                    .log(host, LogLevel::Warn, ctx, format_args!("{e}"));
             }
         }
+    }
+
+    /// Performs `effect` for request `ctx` (perform.rs).
+    pub(super) fn perform(
+        &mut self,
+        host: &mut dyn Host,
+        ctx: u32,
+        effect: Effect,
+    ) -> Option<Event> {
+        let req = self.requests.get_mut(&ctx);
+        self.vm.perform(host, ctx, (req, &mut self.routes), effect)
     }
 
     /// Feeds `event` to the request and performs its effects; an effect that answers with an
@@ -51,19 +64,19 @@ impl Balancer {
 
     /// Root tick: requests held for their body past their deadline, released without it.
     pub(super) fn expire_body_waits(&mut self, host: &mut dyn Host) {
-        for ctx in self.body.due(host.now_ms(), &self.requests) {
+        for ctx in self.vm.body.due(host.now_ms(), &self.requests) {
             // A context the host no longer knows ends with on_done; nothing to resume.
             if host.set_effective_context(ctx).is_err() {
                 continue;
             }
             self.resumed(host, ctx, Event::BodyTimeout);
-            self.body.released(ctx, host.now_ms());
+            self.vm.body.released(ctx, host.now_ms());
         }
     }
 
     /// Root tick: waiting requests past their deadline get the 429 they would have got.
     pub(super) fn expire_queue(&mut self, host: &mut dyn Host) {
-        for ctx in self.queue.expired(host.now_ms(), &self.requests) {
+        for ctx in self.vm.queue.expired(host.now_ms(), &self.requests) {
             if host.set_effective_context(ctx).is_ok() {
                 self.resumed(host, ctx, Event::QueueTimeout);
             }
@@ -72,7 +85,7 @@ impl Balancer {
 
     /// Room may have freed: the queue's heads try again, one acquire per freed room.
     pub(super) fn serve_queue(&mut self, host: &mut dyn Host) {
-        while let Some(ctx) = self.queue.next_head(host, &self.requests) {
+        while let Some(ctx) = self.vm.queue.next_head(host, &self.requests) {
             self.resumed(host, ctx, Event::Admit);
         }
     }
@@ -109,7 +122,7 @@ impl Balancer {
             } else {
                 Counter::GlrPodDown
             };
-            self.tel.inc(host, counter);
+            self.vm.tel.inc(host, counter);
         }
         let Some(req) = self.requests.get(&ctx) else {
             return;
@@ -138,8 +151,8 @@ impl Balancer {
         };
         let mut svc = Services {
             host,
-            tel: &mut self.tel,
-            redis: &mut self.redis,
+            tel: &mut self.vm.tel,
+            redis: &mut self.vm.redis,
             ctx,
         };
         if let Some(read) = held.read_response(&mut svc, outcome) {
@@ -160,13 +173,14 @@ impl Balancer {
             Err(err) => {
                 req.drop_reader();
                 let msg = format_args!("{err}: response not read");
-                self.tel.log(host, LogLevel::Warn, ctx, msg);
+                self.vm.tel.log(host, LogLevel::Warn, ctx, msg);
                 return;
             }
         };
         if let Some(out) = req.read_chunk(&chunk, end) {
             if let Err(err) = host.set_response_body(&out) {
-                self.tel
+                self.vm
+                    .tel
                     .log(host, LogLevel::Warn, ctx, format_args!("{err}"));
             }
         }

@@ -26,15 +26,14 @@ pub(crate) mod waiters;
 pub use queue::WAIT_RANK;
 pub use redis_client::CallStatus;
 
-use crate::config::{PluginConfig, RequestKeys, RouteConfig};
+use crate::config::{PluginConfig, RequestKeys};
 use crate::host::{self, Host, LogLevel};
 use crate::id_map::IdMap;
 use crate::redis::inflight::InflightKeys;
 use crate::redis::scripts::Keys;
 use body_flow::BodyFlow;
-use events::Pick;
+use perform::{Performer, Route};
 use policies::endpoint_metrics::Metrics;
-use policies::Policy;
 use queue::Queue;
 use redis_client::{PickAnswer, RedisClient};
 use request::{Effect, Event, Request};
@@ -55,12 +54,6 @@ pub enum Verdict {
     PauseWatermark,
 }
 
-/// A route config and its policy, built once at configure.
-struct Route {
-    config: Rc<RouteConfig>,
-    policy: Box<dyn Policy>,
-}
-
 pub struct Balancer {
     config: PluginConfig,
     /// The headers a client must never send us (`publish::destination_headers`).
@@ -71,18 +64,10 @@ pub struct Balancer {
     /// Whether a request's `cluster_name` is read before its config is chosen: only a
     /// `_match_service_` rule needs it then (an endpoint policy's keys need it after).
     matches_services: bool,
-    /// Picks whose stream ended before Redis answered, by token: undone when the reply comes.
-    orphans: IdMap<Box<dyn Pick>>,
-    redis: RedisClient,
     /// Every route config (global first) with its policy object.
     routes: Vec<Route>,
-    /// The VM's one view of endpoint metrics, shared by every route's policy.
-    metrics: Metrics,
-    tel: Telemetry,
-    rng: VmRng,
-    /// Plain Envoy: whether the host delivers a held request's body (body_flow.rs).
-    body: BodyFlow,
-    queue: Queue,
+    /// The VM's services and the effect performer.
+    vm: Performer,
 }
 
 impl Balancer {
@@ -104,27 +89,29 @@ impl Balancer {
                     policy: policies::build(position, c),
                 })
                 .collect(),
-            metrics: Metrics::new(&config, seed),
-            tel: Telemetry::new(host, log_level),
+            vm: Performer {
+                metrics: Metrics::new(&config, seed),
+                tel: Telemetry::new(host, log_level),
+                redis: RedisClient::default(),
+                rng: VmRng::new(seed),
+                body: BodyFlow::default(),
+                queue: Queue::default(),
+                orphans: IdMap::default(),
+            },
             matches_domains: config.matches_domains(),
             matches_services: config.matches_services(),
             destination_headers,
             config,
             requests: IdMap::default(),
-            orphans: IdMap::default(),
-            redis: RedisClient::default(),
-            rng: VmRng::new(seed),
-            body: BodyFlow::default(),
-            queue: Queue::default(),
         };
         // Every route with a Redis target: the endpoint policies', and cluster_metrics' global
         // in-flight count.
         let redis_routes = b.config.all().filter(|c| c.redis.is_some());
-        b.redis.preload(host, &mut b.tel, redis_routes);
+        b.vm.redis.preload(host, &mut b.vm.tel, redis_routes);
         // One tick per root context: the scraper's, the body deadlines', the queue's and the
         // first bytes' share it.
         let tick = [
-            b.metrics.tick_ms(),
+            b.vm.metrics.tick_ms(),
             body_flow::tick_ms(&b.config),
             queue::tick_ms(&b.config),
             redis_client::first_bytes_tick_ms(&b.config),
@@ -134,7 +121,7 @@ impl Balancer {
         .min();
         if let Some(ms) = tick {
             if let Err(e) = host.set_tick_period(ms) {
-                b.tel.log(
+                b.vm.tel.log(
                     host,
                     LogLevel::Warn,
                     0,
@@ -204,7 +191,7 @@ impl Balancer {
             request.since_ms = host.now_ms();
         }
         self.requests.insert(ctx, request);
-        let withheld = self.body.withheld();
+        let withheld = self.vm.body.withheld();
         self.callback(
             host,
             ctx,
@@ -222,9 +209,9 @@ impl Balancer {
         body_size: usize,
         end_of_stream: bool,
     ) -> Verdict {
-        self.body.chunk(host, &self.tel, ctx);
+        self.vm.body.chunk(host, &self.vm.tel, ctx);
         match self.requests.get(&ctx) {
-            Some(r) if r.wants_body() => self.body.delivered(),
+            Some(r) if r.wants_body() => self.vm.body.delivered(),
             // Decided (at the headers, or on an oversized body) and a pick is in flight: a Continue
             // here would release the held headers to the router before Redis answers (Envoy
             // resumes the whole chain), and buffering would answer 413 at the host's limit for a
@@ -281,7 +268,7 @@ impl Balancer {
 
     /// Stream end, whatever ended it: give back what was acquired, exactly once.
     pub fn on_done(&mut self, host: &mut dyn Host, ctx: u32) {
-        self.body.forget(ctx);
+        self.vm.body.forget(ctx);
         let Some(mut req) = self.requests.remove(&ctx) else {
             return;
         };
@@ -294,12 +281,12 @@ impl Balancer {
         let now_ms = if req.routed() { host.now_ms() } else { 0 };
         if let Some(effect) = req.finish(now_ms) {
             if matches!(effect, Effect::GiveBack { .. }) {
-                self.queue.room_freed();
+                self.vm.queue.room_freed();
             }
             self.perform(host, ctx, effect);
         }
         // First bytes that waited for their batch go now (first_bytes.rs).
-        self.redis.flush_first_bytes(host, &mut self.tel);
+        self.vm.redis.flush_first_bytes(host, &mut self.vm.tel);
         self.serve_queue(host);
     }
 
@@ -311,8 +298,9 @@ impl Balancer {
         size: usize,
     ) {
         let Some(PickAnswer { ctx, token, reply }) =
-            self.redis
-                .on_reply(host, &mut self.tel, token, status, size)
+            self.vm
+                .redis
+                .on_reply(host, &mut self.vm.tel, token, status, size)
         else {
             return;
         };
@@ -323,7 +311,7 @@ impl Balancer {
             return;
         }
         // The stream is gone (or the host lost its context): undo what the pick acquired.
-        let pick = match self.orphans.remove(&token) {
+        let pick = match self.vm.orphans.remove(&token) {
             Some(p) => Some(p),
             None => self
                 .requests
@@ -341,30 +329,31 @@ impl Balancer {
     /// Root context tick: the metrics scraper, then body deadlines (last: resuming a request
     /// makes its stream the effective context, and the scraper's callouts belong to the root).
     pub fn on_tick(&mut self, host: &mut dyn Host) {
-        self.metrics.on_tick(host, &self.tel);
-        self.redis.flush_first_bytes(host, &mut self.tel);
+        self.vm.metrics.on_tick(host, &self.vm.tel);
+        self.vm.redis.flush_first_bytes(host, &mut self.vm.tel);
         self.expire_body_waits(host);
-        if !self.queue.is_empty() {
+        if !self.vm.queue.is_empty() {
             self.expire_queue(host);
-            self.queue.tick();
+            self.vm.queue.tick();
             self.serve_queue(host);
         }
     }
 
     /// A callout answered (the metrics scraper's).
     pub fn on_http_response(&mut self, host: &mut dyn Host, token: u32, body_size: usize) {
-        self.metrics
-            .on_http_response(host, &self.tel, token, body_size);
+        self.vm
+            .metrics
+            .on_http_response(host, &self.vm.tel, token, body_size);
     }
 
     /// How many requests wait or retry in this VM's queue (tests and leak checks).
     pub fn queued(&self) -> usize {
-        self.queue.queued()
+        self.vm.queue.queued()
     }
 
     /// How many requests and Redis calls this VM is tracking (tests and leak checks).
     pub fn tracked(&self) -> (usize, usize) {
-        (self.requests.len(), self.redis.in_flight())
+        (self.requests.len(), self.vm.redis.in_flight())
     }
 }
 

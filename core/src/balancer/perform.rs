@@ -1,33 +1,76 @@
-//! The effects a request's transitions ask for, performed against the host, Redis and the
-//! VM's state (docs/architecture.md "A request's path"). An effect that needs an answer
-//! (decide, send, wait, publish) returns it as the request's next event.
+//! The effect performer: the VM's services (Redis client, counters, randomness, metrics view,
+//! waiting queue, orphaned picks) and the effects a request's transitions ask for, performed
+//! against them and the host (docs/architecture.md "A request's path"). An effect that needs an
+//! answer (decide, send, wait, publish) returns it as the request's next event.
 
+use super::body_flow::BodyFlow;
+use super::events::Pick;
 use super::holding::Services;
-use super::policies::{Env, Input};
+use super::policies::endpoint_metrics::Metrics;
+use super::policies::{Env, Input, Policy};
 use super::publish;
-use super::request::{self, Effect, Event};
-use super::Balancer;
+use super::queue::Queue;
+use super::redis_client::RedisClient;
+use super::request::{self, Effect, Event, Request};
+use super::rng::VmRng;
+use super::telemetry::Telemetry;
+use crate::config::RouteConfig;
 use crate::host::{Host, LogLevel};
+use crate::id_map::IdMap;
 use std::rc::Rc;
 
-impl Balancer {
-    /// Performs `effect` for request `ctx`; the event it answers with, if any.
-    pub(super) fn perform(
+/// A route config and its policy, built once at configure.
+pub struct Route {
+    pub config: Rc<RouteConfig>,
+    pub policy: Box<dyn Policy>,
+}
+
+/// The VM's services, one per plugin config (root context), and the performer of effects.
+pub struct Performer {
+    pub redis: RedisClient,
+    /// The VM's one view of endpoint metrics, shared by every route's policy.
+    pub metrics: Metrics,
+    pub tel: Telemetry,
+    pub rng: VmRng,
+    /// Plain Envoy: whether the host delivers a held request's body (body_flow.rs).
+    pub body: BodyFlow,
+    pub queue: Queue,
+    /// Picks whose stream ended before Redis answered, by token: undone when the reply comes.
+    pub orphans: IdMap<Box<dyn Pick>>,
+}
+
+impl Performer {
+    /// Performs `effect` for request `ctx` (`req`, None once its stream ended; its route among
+    /// `routes`); the event it answers with, if any.
+    pub fn perform(
         &mut self,
         host: &mut dyn Host,
         ctx: u32,
+        (mut req, routes): (Option<&mut Request>, &mut [Route]),
         effect: Effect,
     ) -> Option<Event> {
         match effect {
             Effect::Decide { read_body } => {
-                Some(Event::Decided(self.decide(host, ctx, read_body, None)?))
+                let (req, route) = with_route(req, routes)?;
+                Some(Event::Decided(self.decide(
+                    host,
+                    ctx,
+                    req,
+                    route,
+                    (read_body, None),
+                )))
             }
-            Effect::Redecide(read) => Some(Event::Decided(self.decide(
-                host,
-                ctx,
-                false,
-                Some(&read),
-            )?)),
+            Effect::Redecide(read) => {
+                let (req, route) = with_route(req, routes)?;
+                let read = Some(&read);
+                Some(Event::Decided(self.decide(
+                    host,
+                    ctx,
+                    req,
+                    route,
+                    (false, read),
+                )))
+            }
             Effect::Retry(mut pick) => {
                 if let Err(cause) = pick.refresh(host, &self.redis) {
                     return Some(Event::Sent {
@@ -35,10 +78,10 @@ impl Balancer {
                         pick,
                     });
                 }
-                self.perform(host, ctx, Effect::Send(pick))
+                self.perform(host, ctx, (req, routes), Effect::Send(pick))
             }
             Effect::Wait(rejection) => {
-                let req = self.requests.get(&ctx)?;
+                let req = req.as_deref()?;
                 let (redis, tel, rng) = (&mut self.redis, &mut self.tel, &mut self.rng);
                 let answer = self.queue.join(host, ctx, req, redis, tel, rng);
                 Some(Event::Waited { rejection, answer })
@@ -46,7 +89,7 @@ impl Balancer {
             Effect::LeaveQueue { ticket, why } => {
                 let (redis, tel) = (&mut self.redis, &mut self.tel);
                 let waited = self.queue.leave(host, ctx, ticket, why, redis, tel);
-                if let Some(req) = self.requests.get_mut(&ctx) {
+                if let Some(req) = req.as_deref_mut() {
                     req.queued_ms = Some(waited);
                 }
                 None
@@ -62,12 +105,12 @@ impl Balancer {
                 endpoint,
                 fallbacks,
             } => {
-                let config = self.requests.get(&ctx)?.config.clone();
+                let config = req.as_deref()?.config.clone();
                 let result = publish::publish(host, &config, &endpoint, &fallbacks);
                 match &result {
                     Err(e) => self.tel.log(host, LogLevel::Warn, ctx, format_args!("{e}")),
                     Ok(()) if config.common.detail_log && self.tel.enabled(LogLevel::Debug) => {
-                        let (_, reason) = self.requests.get(&ctx)?.describe();
+                        let (_, reason) = req.as_deref()?.describe();
                         self.tel.log(
                             host,
                             LogLevel::Debug,
@@ -102,7 +145,7 @@ impl Balancer {
                 None
             }
             Effect::FirstBytes => {
-                let (h, outcome) = self.requests.get_mut(&ctx)?.holding_mut()?;
+                let (h, outcome) = req?.holding_mut()?;
                 let mut svc = Services {
                     host,
                     tel: &mut self.tel,
@@ -147,10 +190,7 @@ impl Balancer {
                 None
             }
             Effect::NoBody(cause) => {
-                let wait = self
-                    .requests
-                    .get(&ctx)
-                    .map_or(0, |r| r.config.common.max_body_wait_ms);
+                let wait = req.map_or(0, |r| r.config.common.max_body_wait_ms);
                 self.tel.no_body(host, ctx, cause, wait);
                 None
             }
@@ -172,15 +212,16 @@ impl Balancer {
         }
     }
 
-    /// Runs the route's policy for request `ctx`.
+    /// Runs the route's policy for request `ctx`: `read_body` whether the body may be read,
+    /// `read` what a waiting request's first decision read from it.
     fn decide(
         &mut self,
         host: &mut dyn Host,
         ctx: u32,
-        read_body: bool,
-        read: Option<&Rc<request::PromptRead>>,
-    ) -> Option<request::Decision> {
-        let req = self.requests.get(&ctx)?;
+        req: &Request,
+        policy: &mut dyn Policy,
+        (read_body, read): (bool, Option<&Rc<request::PromptRead>>),
+    ) -> request::Decision {
         // A copy: the policy may use the Redis client too (Env).
         let synced = req
             .keys
@@ -203,8 +244,16 @@ impl Balancer {
             metrics: &mut self.metrics,
             redis: &mut self.redis,
         };
-        let route = self.routes.get_mut(req.route)?;
-        let decision = route.policy.decide(host, env, &input);
-        Some(decision)
+        policy.decide(host, env, &input)
     }
+}
+
+/// The request and its route's policy, for a decision.
+fn with_route<'a>(
+    req: Option<&'a mut Request>,
+    routes: &'a mut [Route],
+) -> Option<(&'a Request, &'a mut dyn Policy)> {
+    let req = req?;
+    let route = routes.get_mut(req.route)?;
+    Some((req, route.policy.as_mut()))
 }
