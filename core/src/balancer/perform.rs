@@ -158,11 +158,8 @@ impl Balancer {
                 None
             }
             Effect::NoBody(cause) => {
-                let wait = self
-                    .requests
-                    .get(&ctx)
-                    .map_or(0, |r| r.config.common.max_body_wait_ms);
-                self.tel.no_body(host, ctx, cause, wait);
+                let route = self.requests.get(&ctx).map(|r| &*r.config);
+                self.tel.no_body(host, ctx, cause, route);
                 None
             }
             Effect::FellBack { cause, denied } => {

@@ -17,11 +17,9 @@ use super::policy::{Env, Input, Policy};
 use crate::balancer::events::Decision;
 use crate::balancer::expect::{ask_for_usage, Expect, Index};
 use crate::config::{PrefixSettings, RouteConfig};
-use crate::host::{Host, LogLevel};
+use crate::host::Host;
 use crate::prefix::{anchor_of, canonicalize, prefix_key, Anchor, Canonical, PromptTokens};
-use crate::reason::Cause;
 use crate::redis::scripts::PrefixChain;
-use crate::stats::Counter;
 use restarts::Restarts;
 use std::rc::Rc;
 
@@ -86,13 +84,7 @@ fn decide(host: &mut dyn Host, env: Env, input: &Input, settings: &PrefixSetting
             least_request::acquire(host, env, input, Some(chain))
         }
         Err(e) => {
-            env.tel.inc(host, Counter::Fallback(Cause::BadRequest));
-            env.tel.log(
-                host,
-                LogLevel::Debug,
-                input.ctx,
-                format_args!("no prefix ({e}); least-request"),
-            );
+            env.tel.bad_prompt(host, input.ctx, &e);
             least_request::acquire(host, env, input, None)
         }
     }
