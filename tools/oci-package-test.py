@@ -8,8 +8,8 @@
 3. Runs the `skopeo copy` line of docs/install-higress.md (the same line as README.md), with
    REGISTRY and TAG set and `--dest-tls-verify=false` added (the test registry is plain HTTP);
    both pages set REGISTRY and TAG before it, TAG to spec.yaml's info.version.
-4. GETs the manifest back and checks it against Higress's plugin image (HG
-   .github/workflows/build-and-push-wasm-plugin-image.yaml, docs/install-higress.md): config
+4. GETs the manifest back and checks it against Higress's Wasm plugin image specification
+   (https://higress.cn/en/docs/latest/user/wasm-image-spec/, docs/install-higress.md): config
    and layer media types, plugin.tar.gz last, its tarball holding exactly plugin.wasm equal to
    the built wasm, the digest unchanged by the push.
 Installs docker-registry and skopeo with apt-get when missing and root, as `make deps` does.
@@ -32,8 +32,8 @@ import urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO = "plugins/ai-load-balancer"
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-# What Higress's CI pushes (`oras push` keeps argument order; README_<lang>.md, README.md and
-# spec.yaml are prepended, so plugin.tar.gz is last), and what its fetcher reads (the last layer).
+# The image specification's layers as `oras push` writes them (it keeps argument order, so
+# plugin.tar.gz goes last), and what Higress's fetcher reads (the last layer).
 WANT_CONFIG = ("application/vnd.unknown.config.v1+json", b"{}")
 WANT_LAYERS = [
     ("README_EN.md", "application/vnd.module.wasm.doc.v1.EN+markdown"),
