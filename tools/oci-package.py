@@ -8,7 +8,8 @@ OUT_DIR gets `oci-layout`, `index.json` (TAG as `org.opencontainers.image.ref.na
 (https://higress.cn/en/docs/latest/user/wasm-image-spec/) as `oras push` (1.0) writes it: config
 `application/vnd.unknown.config.v1+json` holding `{}`, then README_EN.md, README.md, spec.yaml
 and LAST `plugin.tar.gz` holding only `plugin.wasm`: Higress's image fetcher reads the Wasm
-from the last layer of an OCI image (docs/install-higress.md says where Higress's own CI stands). Copy the layout unchanged (docs/install-higress.md):
+from the last layer of an OCI image. Copy the layout unchanged (docs/install-higress.md, which
+also says how Higress's own CI publishes today):
 
     skopeo copy --preserve-digests oci:dist/oci:TAG docker://REGISTRY/ai-load-balancer:TAG
 
