@@ -6,9 +6,10 @@
 1. Runs `make package` a second time into a temp dir (build not remade): byte-identical layout.
 2. Starts Debian's registry server (docker-registry) on 127.0.0.1, a free port, temp storage.
 3. Runs the `skopeo copy` line of docs/install-higress.md (the same line as README.md), with
-   REGISTRY and TAG set and `--dest-tls-verify=false` added (the test registry is plain HTTP).
-4. GETs the manifest back and checks it against Higress's plugin image (HG
-   .github/workflows/build-and-push-wasm-plugin-image.yaml, docs/install-higress.md): config
+   REGISTRY and TAG set and `--dest-tls-verify=false` added (the test registry is plain HTTP);
+   both pages set REGISTRY and TAG before it, TAG to spec.yaml's info.version.
+4. GETs the manifest back and checks it against Higress's Wasm plugin image specification
+   (https://higress.cn/en/docs/latest/user/wasm-image-spec/, docs/install-higress.md): config
    and layer media types, plugin.tar.gz last, its tarball holding exactly plugin.wasm equal to
    the built wasm, the digest unchanged by the push.
 Installs docker-registry and skopeo with apt-get when missing and root, as `make deps` does.
@@ -31,8 +32,8 @@ import urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO = "plugins/ai-load-balancer"
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-# What Higress's CI pushes (`oras push` keeps argument order; README_<lang>.md, README.md and
-# spec.yaml are prepended, so plugin.tar.gz is last), and what its fetcher reads (the last layer).
+# The image specification's layers as `oras push` writes them (it keeps argument order, so
+# plugin.tar.gz goes last), and what Higress's fetcher reads (the last layer).
 WANT_CONFIG = ("application/vnd.unknown.config.v1+json", b"{}")
 WANT_LAYERS = [
     ("README_EN.md", "application/vnd.module.wasm.doc.v1.EN+markdown"),
@@ -73,13 +74,26 @@ def tree(path):
 
 
 def documented_command():
-    """The `skopeo copy` line; README.md and docs/install-higress.md must show the same one."""
+    """The `skopeo copy` line; README.md and docs/install-higress.md must show the same one,
+    after lines that set REGISTRY and TAG, the latter to spec.yaml's info.version (the tag
+    `make package` gives by default)."""
+    spec = open(os.path.join(ROOT, "plugin-config/spec.yaml"), encoding="utf-8").read()
+    version = re.findall(r"^  version: *(.*)$", spec, re.M)
     lines = []
     for page in ["docs/install-higress.md", "README.md"]:
         text = open(os.path.join(ROOT, page), encoding="utf-8").read()
         found = re.findall(r"^ *(skopeo copy .*)$", text, re.M)
         if len(found) != 1:
             fail(f"{page}: want one `skopeo copy` line, found {found}")
+        before = text[:text.index(found[0])]
+        sets = {v: re.findall(rf"^ *({v}=.*)$", before, re.M) for v in ("TAG", "REGISTRY")}
+        for var, found_set in sets.items():
+            if len(found_set) != 1:
+                fail(f"{page}: want one line setting {var} before the push, found {found_set}")
+        got = subprocess.run(["sh", "-c", sets["TAG"][0].strip() + '\nprintf %s "$TAG"'],
+                             cwd=ROOT, check=True, capture_output=True, text=True).stdout
+        if [got] != version:
+            fail(f"{page}: its TAG line gives {got!r}, spec.yaml's info.version is {version}")
         lines.append(found[0].strip())
     if lines[0] != lines[1]:
         fail(f"README.md and docs/install-higress.md push differently: {lines}")

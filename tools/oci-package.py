@@ -4,11 +4,12 @@
     oci-package.py OUT_DIR TAG plugin.wasm spec.yaml README.md README_EN.md
 
 OUT_DIR gets `oci-layout`, `index.json` (TAG as `org.opencontainers.image.ref.name`) and
-`blobs/sha256/...`. The manifest is what Higress's CI pushes with `oras push` (HG
-.github/workflows/build-and-push-wasm-plugin-image.yaml, oras 1.0): config
+`blobs/sha256/...`. The manifest follows Higress's Wasm plugin image specification
+(https://higress.cn/en/docs/latest/user/wasm-image-spec/) as `oras push` (1.0) writes it: config
 `application/vnd.unknown.config.v1+json` holding `{}`, then README_EN.md, README.md, spec.yaml
 and LAST `plugin.tar.gz` holding only `plugin.wasm`: Higress's image fetcher reads the Wasm
-from the last layer of an OCI image. Copy the layout unchanged (docs/install-higress.md):
+from the last layer of an OCI image. Copy the layout unchanged (docs/install-higress.md, which
+also says how Higress's own CI publishes today):
 
     skopeo copy --preserve-digests oci:dist/oci:TAG docker://REGISTRY/ai-load-balancer:TAG
 
@@ -29,7 +30,7 @@ import tarfile
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 CONFIG = "application/vnd.unknown.config.v1+json"
 TITLE = "org.opencontainers.image.title"
-# Layer order and media types as Higress's CI pushes them; plugin.tar.gz must stay last.
+# Layer order and media types of the image specification; plugin.tar.gz must stay last.
 LAYERS = [
     ("README_EN.md", "application/vnd.module.wasm.doc.v1.EN+markdown"),
     ("README.md", "application/vnd.module.wasm.doc.v1+markdown"),

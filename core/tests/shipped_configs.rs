@@ -145,6 +145,22 @@ fn the_spec_is_in_higress_format() {
     assert!(info["x-title-i18n"]["zh-CN"].is_string());
     assert!(info["x-description-i18n"]["zh-CN"].is_string());
     assert!(info["x-readmeUrl-i18n"]["en-US"].is_string());
+    // The console opens readmeUrl as a link, so a path relative to nothing opens nothing;
+    // Higress's specs give https URLs. Ours name the READMEs the image carries, where the
+    // maintainers (info.contact.url) publish them.
+    let home = info["contact"]["url"].as_str().unwrap();
+    for (url, file) in [
+        (&info["readmeUrl"], "README.md"),
+        (&info["x-readmeUrl-i18n"]["en-US"], "README_EN.md"),
+    ] {
+        let url = url.as_str().unwrap();
+        assert!(
+            url.starts_with(&format!("{home}/"))
+                && url.ends_with(&format!("/plugin-config/{file}")),
+            "{url} is not an https URL of plugin-config/{file} under {home}"
+        );
+    }
+    assert!(home.starts_with("https://"), "{home}");
     assert_eq!(spec["spec"]["phase"], "UNSPECIFIED_PHASE");
     let global = &spec["spec"]["configSchema"]["openAPIV3Schema"];
     // Higress's plugins give routes the global schema (the console uses only configSchema).

@@ -276,8 +276,8 @@ pub enum Effect {
         pick: Box<dyn Pick>,
     },
     Count(Counter),
-    /// Balanced without the body it waited for (timeout, or the host withholds it): count
-    /// the cause and say why (rate-limited).
+    /// Balanced without reading the body (over `maxBodyBytes`, its wait timed out, or the
+    /// host withholds it): count the cause and say why (rate-limited).
     NoBody(Cause),
     /// The request fell back: count the cause and log it (rate-limited).
     FellBack {

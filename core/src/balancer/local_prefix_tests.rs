@@ -498,6 +498,14 @@ fn an_unusable_body_gets_a_least_request_pick() {
     assert_eq!(r.reason, "least_request");
     assert_ne!(r.to, busy.to, "the least-loaded pod");
     assert_eq!(host.metric("ai_lb.fallback.bad_request"), 1);
+    assert!(
+        host.logs
+            .borrow()
+            .iter()
+            .any(|(l, m)| *l == LogLevel::Warn && m.contains("(bad_request)")),
+        "warned like a fallback: {:?}",
+        host.logs.borrow()
+    );
     assert_eq!(in_flight(&host), 2);
 }
 

@@ -190,8 +190,8 @@ impl Performer {
                 None
             }
             Effect::NoBody(cause) => {
-                let wait = req.map_or(0, |r| r.config.common.max_body_wait_ms);
-                self.tel.no_body(host, ctx, cause, wait);
+                let route = req.map(|r| &*r.config);
+                self.tel.no_body(host, ctx, cause, route);
                 None
             }
             Effect::FellBack { cause, denied } => {

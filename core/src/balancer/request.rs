@@ -191,9 +191,10 @@ impl Request {
         }
         self.body_bytes = size;
         if size > self.config.common.max_body_bytes {
-            // Do not hold a huge body: balance without reading it, right now.
+            // Do not hold a huge body: balance without reading it, right now (counted and
+            // warned like a fallback: docs/metrics.md "Logs").
             return vec![
-                Effect::Count(Counter::Fallback(Cause::BodyTooLarge)),
+                Effect::NoBody(Cause::BodyTooLarge),
                 Effect::Decide { read_body: false },
             ];
         }

@@ -2,6 +2,7 @@
 //! levels cost no formatting, and a fallback cause is logged at warn at most once per
 //! [`WARN_INTERVAL_MS`] (the rest at debug) so a Redis outage does not flood the log.
 
+use crate::config::RouteConfig;
 use crate::host::{Host, LogLevel};
 use crate::reason::Cause;
 use crate::stats::{Counter, PodStats, Stats};
@@ -104,10 +105,18 @@ impl Telemetry {
         );
     }
 
-    /// Plain Envoy: balanced without the body it waited for (warned at most once per
-    /// interval per cause, like a fallback). The warning names the filter flag whose absence
-    /// makes Envoy withhold the body (docs/higress-abi.md §10).
-    pub fn no_body(&mut self, host: &mut dyn Host, ctx: u32, cause: Cause, wait_ms: u64) {
+    /// Balanced without reading the body: it was over `maxBodyBytes`, or (plain Envoy) it did
+    /// not come within `maxBodyWaitMs` or the host withholds it. Counted, and warned at most
+    /// once per interval per cause, like a fallback; the warning names the setting to change
+    /// (for a withheld body the filter flag whose absence makes Envoy withhold it:
+    /// docs/higress-abi.md §10). `route` is the request's route config, if it is known.
+    pub fn no_body(
+        &mut self,
+        host: &mut dyn Host,
+        ctx: u32,
+        cause: Cause,
+        route: Option<&RouteConfig>,
+    ) {
         self.inc(host, Counter::Fallback(cause));
         let level = self.warn_level(host, cause);
         if !self.enabled(level) {
@@ -117,9 +126,14 @@ impl Telemetry {
             Cause::BodyWithheld => "Envoy withholds the request body from this filter: set \
                 `allow_on_headers_stop_iteration: true` in the wasm filter's config"
                 .to_string(),
+            Cause::BodyTooLarge => format!(
+                "request body over maxBodyBytes ({} bytes), not read",
+                route.map_or(0, |r| r.common.max_body_bytes)
+            ),
             _ => format!(
-                "no whole request body within maxBodyWaitMs ({wait_ms} ms); a wasm filter \
-                 without `allow_on_headers_stop_iteration: true` never gets it before routing"
+                "no whole request body within maxBodyWaitMs ({} ms); a wasm filter \
+                 without `allow_on_headers_stop_iteration: true` never gets it before routing",
+                route.map_or(0, |r| r.common.max_body_wait_ms)
             ),
         };
         self.log(
@@ -127,6 +141,24 @@ impl Telemetry {
             level,
             ctx,
             format_args!("{why}: balanced without the body ({})", cause.name()),
+        );
+    }
+
+    /// prefix_cache: the body is not a prompt it can read (not JSON, no messages, ...), so
+    /// least request chose without a prefix. Counted as `bad_request` and warned at most once
+    /// per interval, like a fallback (docs/metrics.md "Logs").
+    pub fn bad_prompt(&mut self, host: &mut dyn Host, ctx: u32, error: &dyn fmt::Display) {
+        let cause = Cause::BadRequest;
+        self.inc(host, Counter::Fallback(cause));
+        let level = self.warn_level(host, cause);
+        self.log(
+            host,
+            level,
+            ctx,
+            format_args!(
+                "request body is no prompt ({error}): least request without a prefix ({})",
+                cause.name()
+            ),
         );
     }
 

@@ -258,7 +258,7 @@ fn oversized_bodies_are_decided_without_reading_them() {
     assert!(matches!(
         e.as_slice(),
         [
-            Effect::Count(Counter::Fallback(Cause::BodyTooLarge)),
+            Effect::NoBody(Cause::BodyTooLarge),
             Effect::Decide { read_body: false }
         ]
     ));

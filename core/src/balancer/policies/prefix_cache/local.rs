@@ -31,7 +31,7 @@ use crate::balancer::policies::policy::{priority_class, Env, Input, Policy};
 use crate::balancer::policies::session;
 use crate::balancer::telemetry::Telemetry;
 use crate::config::{PrefixSettings, RouteConfig};
-use crate::host::{Host, LogLevel};
+use crate::host::Host;
 use crate::prefix::{anchor_of, canonicalize, PromptTokens};
 use crate::reason::{Cause, Reason};
 use crate::redis::scripts::Booked;
@@ -268,7 +268,7 @@ fn decide(
 /// to key on: least request then decides.
 fn read_prompt(
     host: &mut dyn Host,
-    tel: &Telemetry,
+    tel: &mut Telemetry,
     input: &Input,
     settings: &PrefixSettings,
 ) -> Option<PromptRead> {
@@ -287,13 +287,7 @@ fn read_prompt(
             injected: settings.verify && ask_for_usage(host, canon.api, &body),
         }),
         Err(e) => {
-            tel.inc(host, Counter::Fallback(Cause::BadRequest));
-            tel.log(
-                host,
-                LogLevel::Debug,
-                input.ctx,
-                format_args!("no prefix ({e}); least-request"),
-            );
+            tel.bad_prompt(host, input.ctx, &e);
             None
         }
     }

@@ -20,9 +20,7 @@ use crate::balancer::events::Decision;
 use crate::config::{PrefixSettings, RouteConfig};
 use crate::host::{Host, LogLevel};
 use crate::prefix::{anchor_of, canonicalize, prefix_key, Anchor, Canonical, PromptTokens};
-use crate::reason::Cause;
 use crate::redis::scripts::PrefixChain;
-use crate::stats::Counter;
 use crate::verify::flush::Flushes;
 use expect::{ask_for_usage, Expect, Index};
 use restarts::Restarts;
@@ -125,13 +123,7 @@ fn decide(
             least_request::acquire(host, env, input, (Some(chain), verify))
         }
         Err(e) => {
-            env.tel.inc(host, Counter::Fallback(Cause::BadRequest));
-            env.tel.log(
-                host,
-                LogLevel::Debug,
-                input.ctx,
-                format_args!("no prefix ({e}); least-request"),
-            );
+            env.tel.bad_prompt(host, input.ctx, &e);
             least_request::acquire(host, env, input, (None, None))
         }
     }
