@@ -7,9 +7,12 @@ use crate::balancer::policies::cluster_metrics::pick::ServicePick;
 use crate::balancer::policies::cluster_metrics::ServiceLease;
 use crate::balancer::policies::least_request::lease::LocalLease;
 use crate::balancer::policies::least_request::pick::EndpointPick;
+use crate::balancer::policies::prefix_cache::expect::{Expect, Index};
+use crate::balancer::policies::prefix_cache::verified::{Corrects, Verified, VerifyReply};
 use crate::config::PluginConfig;
 use crate::hash::SplitMix64;
 use crate::redis::inflight::InflightKeys;
+use crate::redis::scripts::PrefixChain;
 use crate::redis::scripts::SessionState;
 use crate::stats::Counter;
 use crate::stats::Outcome as Decided;
@@ -326,11 +329,15 @@ fn local_decisions_give_back_their_count_once() {
 }
 
 /// The kinds of request the random-order test drives: Redis endpoint picks
-/// (global_least_request), cluster_metrics counted in this proxy, cluster_metrics with its
-/// global in-flight count in Redis, and cluster_hash (which holds nothing).
+/// (global_least_request), the same with prefix_cache's verification wrapped round the lease,
+/// a plain-Envoy count (with a prefill booking, verified or not), cluster_metrics counted in
+/// this proxy, cluster_metrics with its global in-flight count in Redis, and cluster_hash
+/// (which holds nothing).
 #[derive(Debug, Clone, Copy)]
 enum Kind {
     Endpoint,
+    Verified,
+    Local,
     ServiceLocal,
     ServiceGlobal,
     Hash,
@@ -345,7 +352,7 @@ struct Ledger {
     released: Vec<String>,
     lost: usize,
     released_all: usize,
-    /// A first byte recorded after its count came back.
+    /// First bytes told after the holding was given back.
     late_first_byte: bool,
 }
 
@@ -357,8 +364,8 @@ impl Ledger {
             Effect::ReleaseAll(_) => self.released_all += 1,
             Effect::Act(act) => self.acquired.extend(act.ledger()),
             Effect::FirstBytes => {
-                let local = |v: &Vec<String>| v.iter().filter(|m| *m == "local|service").count();
-                if local(&self.released) >= local(&self.acquired) {
+                // Told while nothing is held: its holding was already given back.
+                if self.released.len() >= self.acquired.len() {
                     self.late_first_byte = true;
                 }
             }
@@ -405,14 +412,74 @@ fn service_pick(config: &Rc<RouteConfig>, lease: &ServiceLease) -> Box<dyn Pick>
     })
 }
 
+/// A prefix_cache pick whose reply wraps its lease in the verification (verified.rs).
+fn verified_pick(config: &Rc<RouteConfig>) -> Box<dyn Pick> {
+    let mut p = pick(config, "rid")
+        .as_any()
+        .downcast_ref::<EndpointPick>()
+        .expect("an endpoint pick")
+        .clone();
+    p.wrap = Some(Box::new(VerifyReply {
+        expect: Expect::new(vec![100, 200], true, redis_index(config)),
+        flushes: Rc::default(),
+    }));
+    Box::new(p)
+}
+
+fn redis_index(config: &Rc<RouteConfig>) -> Index {
+    Index::Redis {
+        config: config.clone(),
+        keys: keys(),
+        chain: Rc::new(PrefixChain {
+            keys: vec!["k0".into(), "k1".into()],
+            cached_tokens: vec![25, 50],
+            prompt_tokens: 50,
+            stream: true,
+        }),
+        anchor: 0,
+    }
+}
+
+/// A plain-Envoy count with a prefill booking, verified (prefix_cache) or not.
+fn local_holding(config: &Rc<RouteConfig>, verified: bool) -> Box<dyn Holding> {
+    let booked = crate::redis::scripts::Booked {
+        ahead: 0,
+        tokens: 50,
+    };
+    let lease = LocalLease {
+        key: "k".into(),
+        endpoint: "10.0.0.1:80".into(),
+        cost: 1,
+        tenant: None,
+        watch: false,
+        failed: false,
+        booking: Some(crate::balancer::pick::Booking {
+            booked,
+            since_ms: 0,
+            timed: true,
+        }),
+    };
+    if !verified {
+        return Box::new(lease);
+    }
+    let expect = Expect::new(vec![100, 200], false, redis_index(config));
+    let how = (Rc::default(), Corrects::Redis);
+    Box::new(Verified::new(
+        Box::new(lease),
+        "10.0.0.1:80".into(),
+        expect,
+        how,
+    ))
+}
+
 /// A random reply to a pick of `kind`.
 fn random_reply(kind: Kind, rng: &mut SplitMix64) -> PickReply {
     let roll = rng.next_u64() % 8;
     match (kind, roll) {
-        (Kind::Endpoint, 0..=2) => picked_reply("10.0.0.2:80"),
-        (Kind::Endpoint, 3) => picked_reply("10.9.9.9:80"), // not offered
-        (Kind::Endpoint, 4) => PickReply::Resync,
-        (Kind::Endpoint, 5) => PickReply::Full,
+        (Kind::Endpoint | Kind::Verified, 0..=2) => picked_reply("10.0.0.2:80"),
+        (Kind::Endpoint | Kind::Verified, 3) => picked_reply("10.9.9.9:80"), // not offered
+        (Kind::Endpoint | Kind::Verified, 4) => PickReply::Resync,
+        (Kind::Endpoint | Kind::Verified, 5) => PickReply::Full,
         (_, 0..=2) => PickReply::Service("a".into()),
         (_, 3) => PickReply::Service("zzz".into()), // not offered
         (_, 4) => PickReply::Failed(Cause::RedisError),
@@ -447,6 +514,18 @@ impl Run {
         let roll = rng.next_u64() % 8;
         match self.kind {
             Kind::Endpoint => Decision::Acquire(pick(config, "rid")),
+            Kind::Verified => Decision::Acquire(verified_pick(config)),
+            Kind::Local if roll == 0 => Decision::Reject(Rejection::MaxRequestCount),
+            Kind::Local => {
+                // The policy counted the endpoint before it decided.
+                self.ledger.acquired.push("local|10.0.0.1:80".into());
+                Decision::Route {
+                    endpoint: "10.0.0.1:80".into(),
+                    fallbacks: Vec::new(),
+                    reason: Reason::PrefixHit,
+                    hold: Some(local_holding(config, roll % 2 == 1)),
+                }
+            }
             Kind::ServiceGlobal => Decision::Acquire(service_pick(config, &self.lease)),
             Kind::ServiceLocal if roll == 0 => Decision::Fallback(Cause::NoHealthyEndpoint),
             Kind::ServiceLocal => {
@@ -516,6 +595,8 @@ fn every_acquire_is_released_exactly_once_in_any_event_order() {
     let mut rng = SplitMix64(0x5eed);
     let kinds = [
         Kind::Endpoint,
+        Kind::Verified,
+        Kind::Local,
         Kind::ServiceLocal,
         Kind::ServiceGlobal,
         Kind::Hash,
@@ -524,7 +605,7 @@ fn every_acquire_is_released_exactly_once_in_any_event_order() {
         let kind = kinds[round % kinds.len()];
         let (cluster, lease) = cluster_request();
         let mut r = match kind {
-            Kind::Endpoint => request(""),
+            Kind::Endpoint | Kind::Verified | Kind::Local => request(""),
             Kind::ServiceLocal | Kind::ServiceGlobal => cluster,
             Kind::Hash => Request::new(hash_config(), None),
         };
@@ -542,7 +623,7 @@ fn every_acquire_is_released_exactly_once_in_any_event_order() {
             },
             &mut rng,
         );
-        if matches!(kind, Kind::Endpoint) {
+        if matches!(kind, Kind::Endpoint | Kind::Verified | Kind::Local) {
             let body = Event::Body {
                 size: 20,
                 end_of_stream: true,

@@ -7,12 +7,12 @@
 //! that is not a usable prompt (or is too large to read) still gets a least-request pick.
 //! Plain-Envoy build: [`local::LocalPrefixCache`].
 
-mod expect;
+pub mod expect;
 mod gate;
 mod index;
 pub mod local;
 mod restarts;
-mod verified;
+pub mod verified;
 
 use super::least_request;
 use super::policy::{Env, Input, Policy};
