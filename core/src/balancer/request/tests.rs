@@ -363,11 +363,9 @@ impl Ledger {
             Effect::GiveBack { held, .. } => self.released.extend(held.ledger()),
             Effect::ReleaseAll(_) => self.released_all += 1,
             Effect::Act(act) => self.acquired.extend(act.ledger()),
-            Effect::FirstBytes => {
-                // Told while nothing is held: its holding was already given back.
-                if self.released.len() >= self.acquired.len() {
-                    self.late_first_byte = true;
-                }
+            // Told while nothing is held: its holding was already given back.
+            Effect::FirstBytes if self.released.len() >= self.acquired.len() => {
+                self.late_first_byte = true;
             }
             _ => {}
         }
