@@ -156,7 +156,7 @@ impl Telemetry {
             level,
             ctx,
             format_args!(
-                "request body is no prompt ({error}): least request without a prefix ({})",
+                "{error}: no prompt to route by, least request chose ({})",
                 cause.name()
             ),
         );
