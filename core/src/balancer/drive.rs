@@ -4,7 +4,7 @@
 //! effect's answer is fed back as the next event.
 
 use super::holding::{self, Services};
-use super::request::{Effect, Event, Request};
+use super::request::{Effect, Event};
 use super::{Balancer, Verdict};
 use crate::host::{Host, LogLevel};
 use crate::reason::Reason;
@@ -15,7 +15,7 @@ impl Balancer {
     pub(super) fn callback(&mut self, host: &mut dyn Host, ctx: u32, event: Event) -> Verdict {
         self.drive(host, ctx, event);
         match self.requests.get(&ctx) {
-            Some(r) if r.is_held() || r.replied() => Verdict::Pause,
+            Some(r) if r.phase().is_held() || r.phase().replied() => Verdict::Pause,
             _ => Verdict::Continue,
         }
     }
@@ -26,7 +26,7 @@ impl Balancer {
         let Some(r) = self.requests.get(&ctx) else {
             return;
         };
-        if !r.is_held() && !r.replied() {
+        if !r.phase().is_held() && !r.phase().replied() {
             if let Err(e) = host.resume_request() {
                 self.vm
                     .tel
@@ -97,7 +97,7 @@ impl Balancer {
             return;
         };
         // The status of every routed request: its outcome.
-        if req.routed() {
+        if req.phase().routed() {
             let status = holding::response_status(host);
             self.drive(host, ctx, Event::ResponseHeaders { status });
         }
@@ -107,7 +107,7 @@ impl Balancer {
         let served_elsewhere = self
             .requests
             .get(&ctx)
-            .and_then(Request::watched_endpoint)
+            .and_then(|r| r.phase().watched_endpoint())
             .is_some_and(|chosen| {
                 host.property(&["upstream", "address"])
                     .ok()
@@ -115,8 +115,11 @@ impl Balancer {
                     .is_some_and(|served| served != chosen.as_bytes())
             });
         if let Some(req) = self.requests.get_mut(&ctx).filter(|_| served_elsewhere) {
-            let sticky = matches!(req.describe().1, Reason::Session | Reason::SessionRebound);
-            req.mark_failed();
+            let sticky = matches!(
+                req.phase().describe().1,
+                Reason::Session | Reason::SessionRebound
+            );
+            req.phase_mut().mark_failed();
             let counter = if sticky {
                 Counter::SessionPodDown
             } else {
@@ -128,7 +131,7 @@ impl Balancer {
             return;
         };
         if let Some(name) = &req.config.common.debug_header {
-            let (endpoint, reason) = req.describe();
+            let (endpoint, reason) = req.phase().describe();
             let mut value = format!(
                 "endpoint={}; reason={}",
                 endpoint.unwrap_or("-"),
@@ -146,7 +149,7 @@ impl Balancer {
         let Some(req) = self.requests.get_mut(&ctx) else {
             return;
         };
-        let Some((held, outcome)) = req.holding_mut() else {
+        let Some((held, outcome)) = req.phase_mut().holding_mut() else {
             return;
         };
         let mut svc = Services {
@@ -156,7 +159,7 @@ impl Balancer {
             ctx,
         };
         if let Some(read) = held.read_response(&mut svc, outcome) {
-            req.read_response(read);
+            req.phase_mut().read_response(read);
         }
     }
 
@@ -165,19 +168,19 @@ impl Balancer {
     /// read is never written: the reader is given up (an event held back, if any, is lost; the
     /// rest of the stream passes as it is).
     pub(super) fn read_body(&mut self, host: &mut dyn Host, ctx: u32, size: usize, end: bool) {
-        let Some(req) = self.requests.get_mut(&ctx).filter(|r| r.reading()) else {
+        let Some(req) = self.requests.get_mut(&ctx).filter(|r| r.phase().reading()) else {
             return;
         };
         let chunk = match host.response_body(0, size) {
             Ok(c) => c,
             Err(err) => {
-                req.drop_reader();
+                req.phase_mut().drop_reader();
                 let msg = format_args!("{err}: response not read");
                 self.vm.tel.log(host, LogLevel::Warn, ctx, msg);
                 return;
             }
         };
-        if let Some(out) = req.read_chunk(&chunk, end) {
+        if let Some(out) = req.phase_mut().read_chunk(&chunk, end) {
             if let Err(err) = host.set_response_body(&out) {
                 self.vm
                     .tel

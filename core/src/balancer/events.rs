@@ -5,13 +5,13 @@ use super::holding::{Act, Holding, Outcome, Services};
 use super::pick::PickReply;
 use super::redis_client::{Decode, RedisClient};
 pub use super::rejection::{LocalReply, Rejection, DENIED};
-use crate::config::RouteConfig;
+use crate::config::{Policy, RouteConfig};
 use crate::host::Host;
 use crate::prefix::{PrefixKey, PromptTokens};
 use crate::reason::{Cause, Reason};
 use crate::redis::scripts::Keys;
 use crate::redis::scripts::Scripts;
-use crate::stats::Counter;
+use crate::stats::{Counter, Outcome as Decided};
 use std::fmt;
 use std::rc::Rc;
 
@@ -194,7 +194,7 @@ pub enum Event {
         end_of_stream: bool,
         withheld: bool,
     },
-    /// Body bytes buffered so far (fed only while [`Request::wants_body`]).
+    /// Body bytes buffered so far (fed only while [`super::request::Phase::wants_body`]).
     Body {
         size: usize,
         end_of_stream: bool,
@@ -215,7 +215,7 @@ pub enum Event {
         status: Option<u32>,
     },
     /// The first response body chunk, at `now_ms` (host clock; fed only while
-    /// [`super::request::Request::wants_response_body`]).
+    /// [`super::request::Phase::wants_response_body`]).
     ResponseBody {
         now_ms: u64,
     },
@@ -292,4 +292,35 @@ pub enum Effect {
     Unsynced {
         namespace: String,
     },
+}
+
+/// What refusing a request of policy `kind` with `r` counts and answers.
+pub fn refused(r: Rejection, kind: Policy) -> Vec<Effect> {
+    let rejected = Counter::Decision(kind, Decided::Rejected429);
+    let counters = match r {
+        Rejection::MaxRequestCount | Rejection::Shed => vec![rejected],
+        Rejection::ShedPriority => vec![rejected, Counter::PriorityShed],
+        Rejection::ShedTenant => vec![rejected, Counter::TenantShed],
+        Rejection::HashHeaderMissing | Rejection::HashKeyMissing => {
+            vec![Counter::HashHeaderMissing]
+        }
+        Rejection::ClusterHeaderFailed => vec![Counter::ClusterHeaderFailed],
+    };
+    let mut e: Vec<Effect> = counters.into_iter().map(Effect::Count).collect();
+    e.push(Effect::Reply(r.reply()));
+    e
+}
+
+/// What a request of policy `kind` falling back for `cause` counts, logs and answers (503 when
+/// `denied`: `failureMode: deny`).
+pub fn fell_back(cause: Cause, kind: Policy, denied: bool) -> Vec<Effect> {
+    let mut e = vec![
+        Effect::Count(Counter::Decision(kind, Decided::FellBack)),
+        Effect::FellBack { cause, denied },
+    ];
+    if denied {
+        e.push(Effect::Count(Counter::Decision(kind, Decided::Denied)));
+        e.push(Effect::Reply(DENIED));
+    }
+    e
 }

@@ -211,12 +211,12 @@ impl Balancer {
     ) -> Verdict {
         self.vm.body.chunk(host, &self.vm.tel, ctx);
         match self.requests.get(&ctx) {
-            Some(r) if r.wants_body() => self.vm.body.delivered(),
+            Some(r) if r.phase().wants_body() => self.vm.body.delivered(),
             // Decided (at the headers, or on an oversized body) and a pick is in flight: a Continue
             // here would release the held headers to the router before Redis answers (Envoy
             // resumes the whole chain), and buffering would answer 413 at the host's limit for a
             // body we decided not to read.
-            Some(r) if r.is_held() => return Verdict::PauseWatermark,
+            Some(r) if r.phase().is_held() => return Verdict::PauseWatermark,
             _ => return Verdict::Continue,
         }
         let event = Event::Body {
@@ -240,7 +240,7 @@ impl Balancer {
     pub fn wants_response_body(&self, ctx: u32) -> bool {
         self.requests
             .get(&ctx)
-            .is_some_and(|r| r.wants_response_body() || r.reading())
+            .is_some_and(|r| r.phase().wants_response_body() || r.phase().reading())
     }
 
     /// A response body chunk of `size` bytes (the last when `end_of_stream`): the first is
@@ -257,7 +257,7 @@ impl Balancer {
         if self
             .requests
             .get(&ctx)
-            .is_some_and(Request::wants_response_body)
+            .is_some_and(|r| r.phase().wants_response_body())
         {
             let now_ms = host.now_ms();
             self.drive(host, ctx, Event::ResponseBody { now_ms });
@@ -273,12 +273,16 @@ impl Balancer {
             return;
         };
         // A response that ended without a last body chunk (reset, trailers) is read as it is.
-        req.close_reader();
+        req.phase_mut().close_reader();
         if let Some(effect) = req.leave_queue() {
             self.perform(host, ctx, effect);
         }
         // The clock only for a routed request: its outcome's end.
-        let now_ms = if req.routed() { host.now_ms() } else { 0 };
+        let now_ms = if req.phase().routed() {
+            host.now_ms()
+        } else {
+            0
+        };
         if let Some(effect) = req.finish(now_ms) {
             if matches!(effect, Effect::GiveBack { .. }) {
                 self.vm.queue.room_freed();
@@ -304,7 +308,10 @@ impl Balancer {
         else {
             return;
         };
-        let alive = self.requests.get(&ctx).is_some_and(|r| r.awaits(token));
+        let alive = self
+            .requests
+            .get(&ctx)
+            .is_some_and(|r| r.phase().awaits(token));
         if alive && host.set_effective_context(ctx).is_ok() {
             self.resumed(host, ctx, Event::PickReply(reply));
             self.serve_queue(host);
@@ -316,8 +323,8 @@ impl Balancer {
             None => self
                 .requests
                 .get_mut(&ctx)
-                .filter(|r| r.awaits(token))
-                .and_then(Request::abandon_pick),
+                .filter(|r| r.phase().awaits(token))
+                .and_then(|r| r.phase_mut().abandon_pick()),
         };
         if let Some(pick) = pick {
             for effect in request::undo(pick, &reply) {

@@ -110,7 +110,7 @@ impl Performer {
                 match &result {
                     Err(e) => self.tel.log(host, LogLevel::Warn, ctx, format_args!("{e}")),
                     Ok(()) if config.common.detail_log && self.tel.enabled(LogLevel::Debug) => {
-                        let (_, reason) = req.as_deref()?.describe();
+                        let (_, reason) = req.as_deref()?.phase().describe();
                         self.tel.log(
                             host,
                             LogLevel::Debug,
@@ -145,7 +145,7 @@ impl Performer {
                 None
             }
             Effect::FirstBytes => {
-                let (h, outcome) = req?.holding_mut()?;
+                let (h, outcome) = req?.phase_mut().holding_mut()?;
                 let mut svc = Services {
                     host,
                     tel: &mut self.tel,

@@ -3,21 +3,24 @@
 //! [`Event`] and returns the [`Effect`]s the balancer performs; nothing here touches the host.
 //!
 //! The rule that matters: whatever a pick acquired is given back exactly once. An acquire
-//! exists in exactly one place at a time — the pick in [`Phase::Picking`], then the lease in
-//! [`Phase::Routed`] — and leaves it only through an effect that releases it: [`Request::finish`]
+//! exists in exactly one place at a time — the pick in `State::Picking`, then the holding in
+//! `State::Routed` (phase.rs) — and leaves it only through an effect that gives it back: [`Request::finish`]
 //! at stream end, a failed publish, a reply naming an endpoint we did not offer, a lost reply
 //! ([`Effect::ReleaseAll`]), or, when the stream ended first, [`undo`] on the orphaned pick.
 //!
 //! Whether the request is held follows from the phase: it is held while buffering its body or
-//! while a pick is in flight ([`Request::is_held`]); the balancer resumes it when an
+//! while a pick is in flight ([`Phase::is_held`]); the balancer resumes it when an
 //! asynchronous event moves it out of a held phase, unless a local reply ended it.
+//!
+//! Over 400 lines: the transitions of one state machine, the waiting queue's among them, read
+//! best together; what the dispatcher reads of a request's phase is in phase.rs.
 
 use super::events::Pick;
-use super::events::{Answer, DENIED};
+use super::events::{self, Answer};
 pub use super::events::{
     Decision, Effect, Event, Leave, LocalReply, PromptRead, Rejection, Ticket, WaitAnswer, Waiter,
 };
-use super::holding::{Holding, Outcome, ReadResponse, UsageRead};
+use super::holding::Outcome;
 pub use super::orphan::undo;
 use super::pick::PickReply;
 use crate::config::{FailureMode, RouteConfig};
@@ -25,52 +28,7 @@ use crate::reason::{Cause, Reason};
 use crate::redis::inflight::InflightKeys;
 use crate::redis::scripts::Keys;
 use crate::stats::{self, Counter};
-use crate::verify::Watch;
 use std::rc::Rc;
-
-#[derive(Debug)]
-enum Phase {
-    /// Headers held, body being buffered until its end.
-    AwaitingBody,
-    /// A pick is in flight under `token`; the request owns it until the reply or stream end.
-    Picking { token: u32, pick: Box<dyn Pick> },
-    /// A pick is being sent again (NOSCRIPT, resync) after its first reply; still held.
-    Resending,
-    /// Waiting queue: refused for want of room, held until room frees, `rejection` at the
-    /// deadline; `again` is how it tries once room may have freed.
-    Waiting { rejection: Rejection, again: Again },
-    /// The choice is published; `held` is given back at stream end, with `outcome` (what the
-    /// machine measured of the answer).
-    Routed {
-        endpoint: String,
-        reason: Reason,
-        held: Option<Box<dyn Holding>>,
-        outcome: Outcome,
-        /// The response body's reader, when the holding asked for one.
-        reader: Option<Reader>,
-    },
-    /// Decided with nothing held: fallback, or a local reply (`replied`) that ended the stream.
-    Settled { reason: Reason, replied: bool },
-}
-
-/// A routed request's response body reader (core/src/verify/): its bounded tail, and the
-/// usage-only event taken out of a stream.
-#[derive(Debug)]
-struct Reader {
-    watch: Watch,
-    /// Read the usage at the end.
-    usage: bool,
-}
-
-/// How a waiting request tries again.
-#[derive(Debug)]
-enum Again {
-    /// Send the same Redis pick (the refused one acquired nothing).
-    Pick(Box<dyn Pick>),
-    /// Decide again in this proxy (plain Envoy, where the policy counts), with what the first
-    /// decision read from the body if it kept it.
-    Decide(Option<Rc<PromptRead>>),
-}
 
 /// One HTTP request's routing.
 #[derive(Debug)]
@@ -104,17 +62,40 @@ impl Request {
             since_ms: 0,
             ticket: None,
             queued_ms: None,
-            phase: Phase::AwaitingBody,
+            phase: Phase(State::AwaitingBody),
         }
+    }
+
+    /// Its phase, for what the dispatcher reads (phase.rs).
+    pub fn phase(&self) -> &Phase {
+        &self.phase
+    }
+
+    /// Its phase, for what the dispatcher does to a routed request (its holding told the first
+    /// bytes, its response read, its endpoint marked failed) or to an abandoned pick.
+    pub fn phase_mut(&mut self) -> &mut Phase {
+        &mut self.phase
+    }
+
+    /// Plain Envoy: when a request still waiting for its body is balanced without it.
+    pub fn body_deadline(&self) -> Option<u64> {
+        let wait = self.config.common.max_body_wait_ms;
+        (self.phase.wants_body() && wait > 0).then(|| self.since_ms.saturating_add(wait))
+    }
+
+    /// Stream end at `now_ms` (host clock), whatever ended it: what must be given back,
+    /// exactly once.
+    pub fn finish(self, now_ms: u64) -> Option<Effect> {
+        self.phase.finish(now_ms)
     }
 
     pub fn handle(&mut self, event: Event) -> Vec<Effect> {
         let mut e = self.on_event(event);
         // A queued request that ends up routed or settled leaves the queue, exactly once.
-        if matches!(self.phase, Phase::Routed { .. } | Phase::Settled { .. }) {
+        if matches!(self.phase.0, State::Routed { .. } | State::Settled { .. }) {
             if let Some(ticket) = self.ticket.take() {
-                let why = match self.phase {
-                    Phase::Routed { .. } => Leave::Admitted,
+                let why = match self.phase.0 {
+                    State::Routed { .. } => Leave::Admitted,
                     _ => Leave::Other,
                 };
                 // Before an effect that answers with an event, which must come last.
@@ -130,7 +111,7 @@ impl Request {
                 end_of_stream,
                 withheld,
             } => self.on_headers(end_of_stream, withheld),
-            Event::BodyTimeout if self.wants_body() => vec![
+            Event::BodyTimeout if self.phase.wants_body() => vec![
                 Effect::NoBody(Cause::BodyTimeout),
                 Effect::Decide { read_body: false },
             ],
@@ -144,7 +125,7 @@ impl Request {
             Event::PickReply(r) => self.on_pick_reply(r),
             Event::Published(r) => self.on_published(r),
             Event::ResponseHeaders { status } => {
-                if let Phase::Routed { outcome, .. } = &mut self.phase {
+                if let State::Routed { outcome, .. } = &mut self.phase.0 {
                     outcome.status = status;
                 }
                 Vec::new()
@@ -152,8 +133,8 @@ impl Request {
             Event::ResponseBody { now_ms } => self.on_response_body(now_ms),
             Event::Waited { rejection, answer } => self.on_waited(rejection, answer),
             Event::Admit => self.on_admit(),
-            Event::QueueTimeout => match &self.phase {
-                Phase::Waiting { rejection, .. } => {
+            Event::QueueTimeout => match &self.phase.0 {
+                State::Waiting { rejection, .. } => {
                     let r = *rejection;
                     self.time_out(r)
                 }
@@ -186,7 +167,7 @@ impl Request {
     }
 
     fn on_body(&mut self, size: usize, end_of_stream: bool) -> Vec<Effect> {
-        if !self.wants_body() {
+        if !self.phase.wants_body() {
             return Vec::new();
         }
         self.body_bytes = size;
@@ -214,7 +195,7 @@ impl Request {
                 reason,
                 hold,
             } => {
-                self.phase = Phase::Routed {
+                self.phase.0 = State::Routed {
                     endpoint: endpoint.clone(),
                     reason,
                     held: hold,
@@ -238,7 +219,7 @@ impl Request {
     fn on_sent(&mut self, result: Result<u32, Cause>, pick: Box<dyn Pick>) -> Vec<Effect> {
         match result {
             Ok(token) => {
-                self.phase = Phase::Picking { token, pick };
+                self.phase.0 = State::Picking { token, pick };
                 Vec::new()
             }
             // Never sent: nothing acquired.
@@ -247,7 +228,7 @@ impl Request {
     }
 
     fn on_pick_reply(&mut self, reply: PickReply) -> Vec<Effect> {
-        let Phase::Picking { pick, .. } = std::mem::replace(&mut self.phase, Phase::Resending)
+        let State::Picking { pick, .. } = std::mem::replace(&mut self.phase.0, State::Resending)
         else {
             return Vec::new();
         };
@@ -270,7 +251,7 @@ impl Request {
     }
 
     fn on_published(&mut self, result: Result<(), Cause>) -> Vec<Effect> {
-        let Phase::Routed { reason, .. } = &self.phase else {
+        let State::Routed { reason, .. } = &self.phase.0 else {
             return Vec::new();
         };
         let reason = *reason;
@@ -288,8 +269,8 @@ impl Request {
                 e
             }
             Err(cause) => {
-                let Phase::Routed { held, .. } =
-                    std::mem::replace(&mut self.phase, Phase::Resending)
+                let State::Routed { held, .. } =
+                    std::mem::replace(&mut self.phase.0, State::Resending)
                 else {
                     return Vec::new();
                 };
@@ -314,7 +295,7 @@ impl Request {
 
     /// The first response bytes: measured, and told to the holding if it wants them.
     fn on_response_body(&mut self, now_ms: u64) -> Vec<Effect> {
-        let Phase::Routed { held, outcome, .. } = &mut self.phase else {
+        let State::Routed { held, outcome, .. } = &mut self.phase.0 else {
             return Vec::new();
         };
         if outcome.first_byte_ms.is_some() {
@@ -328,57 +309,106 @@ impl Request {
     }
 
     fn reject(&mut self, r: Rejection) -> Vec<Effect> {
-        self.phase = Phase::Settled {
+        self.phase.0 = State::Settled {
             reason: r.reason(),
             replied: true,
         };
-        let counter = match r {
-            Rejection::MaxRequestCount | Rejection::Shed => {
-                Counter::Decision(self.config.policy.kind(), stats::Outcome::Rejected429)
-            }
-            Rejection::ShedPriority | Rejection::ShedTenant => {
-                let c = Counter::Decision(self.config.policy.kind(), stats::Outcome::Rejected429);
-                let why = match r {
-                    Rejection::ShedTenant => Counter::TenantShed,
-                    _ => Counter::PriorityShed,
-                };
-                return vec![
-                    Effect::Count(c),
-                    Effect::Count(why),
-                    Effect::Reply(r.reply()),
-                ];
-            }
-            Rejection::HashHeaderMissing | Rejection::HashKeyMissing => Counter::HashHeaderMissing,
-            Rejection::ClusterHeaderFailed => Counter::ClusterHeaderFailed,
-        };
-        vec![Effect::Count(counter), Effect::Reply(r.reply())]
+        events::refused(r, self.config.policy.kind())
     }
 
     /// Fail open to the cluster's own load balancing, or 503 under `failureMode: deny`.
     fn fall_back(&mut self, cause: Cause) -> Vec<Effect> {
-        let kind = self.config.policy.kind();
         let denied = self.config.common.failure_mode == FailureMode::Deny;
-        let mut e = vec![
-            Effect::Count(Counter::Decision(kind, stats::Outcome::FellBack)),
-            Effect::FellBack { cause, denied },
-        ];
-        if denied {
-            e.push(Effect::Count(Counter::Decision(
-                kind,
-                stats::Outcome::Denied,
-            )));
-            e.push(Effect::Reply(DENIED));
-        }
-        self.phase = Phase::Settled {
+        self.phase.0 = State::Settled {
             reason: Reason::Fallback(cause),
             replied: denied,
         };
+        events::fell_back(cause, self.config.policy.kind(), denied)
+    }
+
+    // The waiting queue (docs/sessions-and-queues.md "Waiting queue"): refused for want of
+    // room a request waits, holding nothing; room may free (one more acquire), or its deadline
+    // passes (the 429 it would have got at once).
+
+    /// The waiting queue's place of this request (the balancer's index follows it).
+    pub fn ticket(&self) -> Option<&Ticket> {
+        self.ticket.as_ref()
+    }
+
+    /// Whether it waits in the queue now (not retrying).
+    pub fn is_waiting(&self) -> bool {
+        matches!(self.phase.0, State::Waiting { .. })
+    }
+
+    /// Stream end while queued (waiting or retrying): its place and Redis waiter go. Whatever
+    /// a retry in flight acquired goes back through [`Request::finish`]'s orphan.
+    pub fn leave_queue(&mut self) -> Option<Effect> {
+        let ticket = self.ticket.take()?;
+        Some(Effect::LeaveQueue {
+            ticket,
+            why: Leave::Abandoned,
+        })
+    }
+
+    fn on_waited(&mut self, rejection: Rejection, answer: WaitAnswer) -> Vec<Effect> {
+        if !self.is_waiting() {
+            return Vec::new();
+        }
+        match answer {
+            WaitAnswer::Wait(ticket) => {
+                self.ticket = Some(ticket);
+                Vec::new()
+            }
+            WaitAnswer::Full => self.reject(rejection),
+            WaitAnswer::Timeout => self.time_out(rejection),
+        }
+    }
+
+    /// Room may have freed: one more acquire (the same pick, or the policy again).
+    fn on_admit(&mut self) -> Vec<Effect> {
+        let State::Waiting { again, .. } = std::mem::replace(&mut self.phase.0, State::Resending)
+        else {
+            return Vec::new();
+        };
+        match again {
+            Again::Pick(pick) => vec![Effect::Retry(pick)],
+            Again::Decide(Some(read)) => vec![Effect::Redecide(read)],
+            // The body is not read again: a held body is not readable outside its callback.
+            Again::Decide(None) => vec![Effect::Decide { read_body: false }],
+        }
+    }
+
+    /// The deadline passed: the 429 it would have got at once, and out of the queue.
+    fn time_out(&mut self, rejection: Rejection) -> Vec<Effect> {
+        let mut e = Vec::new();
+        if let Some(ticket) = self.ticket.take() {
+            e.push(Effect::LeaveQueue {
+                ticket,
+                why: Leave::Timeout,
+            });
+        }
+        e.extend(self.reject(rejection));
         e
+    }
+
+    /// A refusal: with a waiting queue, one for want of room waits instead (docs/sessions-and-queues.md
+    /// "Waiting queue"); `again` is how it tries again.
+    fn refuse(&mut self, r: Rejection, again: Again) -> Vec<Effect> {
+        if self.config.common.queue.is_some() && r.may_wait() {
+            self.phase.0 = State::Waiting {
+                rejection: r,
+                again,
+            };
+            return vec![Effect::Wait(r)];
+        }
+        self.reject(r)
     }
 }
 
-mod state;
-mod waiting;
+mod phase;
+
+pub use phase::Phase;
+use phase::{Again, State};
 
 #[cfg(test)]
 mod service_tests;

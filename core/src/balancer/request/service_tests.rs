@@ -56,7 +56,7 @@ fn picking(token: u32) -> Request {
             pick: p,
         })
         .is_empty());
-    assert!(r.is_held() && r.awaits(token));
+    assert!(r.phase().is_held() && r.phase().awaits(token));
     r
 }
 
@@ -88,7 +88,7 @@ fn redis_choice_is_counted_here_published_and_released_at_stream_end() {
         Some(Effect::Count(Counter::ClusterInflightGlobal))
     ));
     assert!(matches!(e.last(), Some(Effect::Publish { endpoint, .. }) if endpoint == "a"));
-    assert!(!r.is_held());
+    assert!(!r.phase().is_held());
     let Some(Effect::GiveBack { held, outcome }) = r.finish(9) else {
         panic!("the count comes back")
     };
@@ -210,7 +210,7 @@ fn every_global_and_local_count_is_given_back_exactly_once_in_any_order() {
                     }
                     other => other.into_iter().collect(),
                 }
-            } else if r.awaits(token) {
+            } else if r.phase().awaits(token) {
                 let reply = match roll {
                     1..=3 => PickReply::Service("a".into()),
                     4 => PickReply::Service("zzz".into()),

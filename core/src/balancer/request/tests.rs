@@ -3,6 +3,7 @@
 //! released exactly once, whatever order things happen in.
 
 use super::*;
+use crate::balancer::holding::Holding;
 use crate::balancer::policies::cluster_metrics::pick::ServicePick;
 use crate::balancer::policies::cluster_metrics::ServiceLease;
 use crate::balancer::policies::least_request::lease::LocalLease;
@@ -65,7 +66,7 @@ fn to_decision(r: &mut Request) {
             withheld: false,
         })
         .is_empty());
-    assert!(r.is_held() && r.wants_body());
+    assert!(r.phase().is_held() && r.phase().wants_body());
     assert!(r
         .handle(Event::Body {
             size: 10,
@@ -94,7 +95,7 @@ fn to_picking(r: &mut Request, token: u32) {
             pick: p
         })
         .is_empty());
-    assert!(r.awaits(token) && !r.awaits(token + 1) && r.is_held());
+    assert!(r.phase().awaits(token) && !r.phase().awaits(token + 1) && r.phase().is_held());
 }
 
 fn picked(endpoint: &str) -> Event {
@@ -128,13 +129,16 @@ fn a_routed_pick_publishes_then_releases_at_stream_end() {
         e.as_slice(),
         [Effect::Synced { .. }, Effect::Publish { endpoint, .. }] if endpoint == "10.0.0.2:80"
     ));
-    assert!(!r.is_held(), "a routed request is no longer held");
+    assert!(!r.phase().is_held(), "a routed request is no longer held");
     let e = r.handle(Event::Published(Ok(())));
     assert!(matches!(
         e.as_slice(),
         [Effect::Count(Counter::Decision(_, Decided::Routed))]
     ));
-    assert_eq!(r.describe(), (Some("10.0.0.2:80"), Reason::LeastRequest));
+    assert_eq!(
+        r.phase().describe(),
+        (Some("10.0.0.2:80"), Reason::LeastRequest)
+    );
     let done = r.finish(0);
     assert!(
         matches!(&done, Some(Effect::GiveBack { held, .. }) if held.ledger() == ["rid|10.0.0.2:80|1"])
@@ -181,7 +185,7 @@ fn resync_and_noscript_resend_once_then_fall_back() {
             panic!("an endpoint pick")
         };
         assert!(ep.sent_list || !ep.by_sha);
-        assert!(r.is_held(), "still held while resending");
+        assert!(r.phase().is_held(), "still held while resending");
         r.handle(Event::Sent {
             result: Ok(11),
             pick: p,
@@ -191,7 +195,7 @@ fn resync_and_noscript_resend_once_then_fall_back() {
             e.iter().any(|x| matches!(x, Effect::FellBack { .. })),
             "{reply:?}"
         );
-        assert!(!r.is_held() && r.finish(0).is_none());
+        assert!(!r.phase().is_held() && r.finish(0).is_none());
     }
 }
 
@@ -219,7 +223,7 @@ fn full_rejects_with_429_and_holds_nothing() {
     assert!(e
         .iter()
         .any(|x| matches!(x, Effect::Reply(LocalReply { status: 429, .. }))));
-    assert!(r.replied() && r.finish(0).is_none());
+    assert!(r.phase().replied() && r.finish(0).is_none());
 }
 
 #[test]
@@ -275,9 +279,9 @@ fn deny_mode_answers_503_and_the_request_stays_stopped() {
     assert!(e
         .iter()
         .any(|x| matches!(x, Effect::Reply(LocalReply { status: 503, .. }))));
-    assert!(r.replied());
+    assert!(r.phase().replied());
     assert_eq!(
-        r.describe(),
+        r.phase().describe(),
         (None, Reason::Fallback(Cause::NoHealthyEndpoint))
     );
 }
@@ -296,7 +300,7 @@ fn no_route_names_fall_back_at_headers_when_redis_needs_them() {
             ..
         }
     )));
-    assert!(!r.is_held());
+    assert!(!r.phase().is_held());
 }
 
 #[test]
@@ -320,7 +324,7 @@ fn local_decisions_give_back_their_count_once() {
     }));
     assert!(matches!(e.as_slice(), [Effect::Publish { fallbacks, .. }] if fallbacks.len() == 1));
     r.handle(Event::Published(Ok(())));
-    assert_eq!(r.watched_endpoint(), Some("10.0.0.1:80"));
+    assert_eq!(r.phase().watched_endpoint(), Some("10.0.0.1:80"));
     let Some(Effect::GiveBack { held, outcome }) = r.finish(9) else {
         panic!("the count given back")
     };
@@ -640,9 +644,9 @@ fn every_acquire_is_released_exactly_once_in_any_event_order() {
                     Some(other) => run.ledger.note(other),
                     None => {}
                 },
-                1 | 2 if r.awaits(run.token) => {
+                1 | 2 if r.phase().awaits(run.token) => {
                     let reply = random_reply(kind, &mut rng);
-                    if let Phase::Picking { pick, .. } = &r.phase {
+                    if let State::Picking { pick, .. } = &r.phase.0 {
                         run.ledger.answered(pick.as_ref(), &reply);
                     }
                     run.drive(r, Event::PickReply(reply), &mut rng);
@@ -651,7 +655,7 @@ fn every_acquire_is_released_exactly_once_in_any_event_order() {
                     let status = Some(200 + 300 * (rng.next_u64() % 2) as u32);
                     run.drive(r, Event::ResponseHeaders { status }, &mut rng);
                 }
-                4 if r.wants_response_body() => {
+                4 if r.phase().wants_response_body() => {
                     run.drive(r, Event::ResponseBody { now_ms: 3 }, &mut rng)
                 }
                 _ => {}
@@ -745,15 +749,15 @@ fn a_routed_request_measures_its_outcome_and_tells_its_holding_the_first_bytes_o
             Decided::Routed
         ))]
     ));
-    assert!(!r.is_held() && r.wants_response_body() && r.routed());
+    assert!(!r.phase().is_held() && r.phase().wants_response_body() && r.phase().routed());
     assert!(r
         .handle(Event::ResponseHeaders { status: Some(200) })
         .is_empty());
     let e = r.handle(Event::ResponseBody { now_ms: 1040 });
     assert!(matches!(e.as_slice(), [Effect::FirstBytes]));
-    assert!(!r.wants_response_body());
+    assert!(!r.phase().wants_response_body());
     assert!(r.handle(Event::ResponseBody { now_ms: 1050 }).is_empty());
-    assert_eq!(r.describe(), (Some("a"), Reason::ClusterMetrics));
+    assert_eq!(r.phase().describe(), (Some("a"), Reason::ClusterMetrics));
     let (held, outcome) = finished(r, 1100);
     assert_eq!(held.ledger(), ["local|service"]);
     assert_eq!(
@@ -805,7 +809,7 @@ fn a_holding_that_does_not_want_first_bytes_is_not_told() {
     }));
     r.handle(Event::Published(Ok(())));
     assert!(
-        !r.wants_response_body(),
+        !r.phase().wants_response_body(),
         "no booking: the chunks pass the glue"
     );
     r.handle(Event::ResponseHeaders { status: Some(502) });
@@ -827,7 +831,7 @@ fn cluster_header_write_failure_answers_500_and_gives_the_count_back() {
             Effect::Reply(LocalReply { status: 500, .. })
         ]
     ));
-    assert!(r.replied());
+    assert!(r.phase().replied());
     assert!(r.finish(0).is_none(), "given back once, at the failure");
 }
 
@@ -852,7 +856,7 @@ fn missing_hash_header_answers_403() {
             })
         ]
     ));
-    assert!(r.replied() && r.finish(0).is_none());
+    assert!(r.phase().replied() && r.finish(0).is_none());
 }
 
 /// Random orders of response events and stream end against a cluster_metrics hold: the

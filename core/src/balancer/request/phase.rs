@@ -1,53 +1,99 @@
-//! What the dispatcher reads of a request's phase (held? replied? what body chunks matter?),
-//! and stream end: [`Request::finish`] gives back exactly what is held.
+//! A request's phase, and what the dispatcher reads of it or does to it (held? replied? what
+//! body chunks matter? its holding told the first bytes, its response read) and stream end:
+//! [`Phase::finish`] gives back exactly what is held. The transitions between phases are the
+//! request's (request.rs); outside the request the phase is opaque.
 
-use super::{
-    Effect, Holding, Outcome, Phase, Pick, ReadResponse, Reader, Reason, Request, UsageRead, Watch,
-};
+use crate::balancer::events::{Effect, Pick, PromptRead, Rejection};
+use crate::balancer::holding::{Holding, Outcome, ReadResponse, UsageRead};
+use crate::reason::Reason;
+use crate::verify::Watch;
+use std::rc::Rc;
 
-impl Request {
+/// A request's phase (docs/architecture.md "A request's path").
+#[derive(Debug)]
+pub struct Phase(pub(super) State);
+
+#[derive(Debug)]
+pub(super) enum State {
+    /// Headers held, body being buffered until its end.
+    AwaitingBody,
+    /// A pick is in flight under `token`; the request owns it until the reply or stream end.
+    Picking { token: u32, pick: Box<dyn Pick> },
+    /// A pick is being sent again (NOSCRIPT, resync) after its first reply; still held.
+    Resending,
+    /// Waiting queue: refused for want of room, held until room frees, `rejection` at the
+    /// deadline; `again` is how it tries once room may have freed.
+    Waiting { rejection: Rejection, again: Again },
+    /// The choice is published; `held` is given back at stream end, with `outcome` (what the
+    /// machine measured of the answer).
+    Routed {
+        endpoint: String,
+        reason: Reason,
+        held: Option<Box<dyn Holding>>,
+        outcome: Outcome,
+        /// The response body's reader, when the holding asked for one.
+        reader: Option<Reader>,
+    },
+    /// Decided with nothing held: fallback, or a local reply (`replied`) that ended the stream.
+    Settled { reason: Reason, replied: bool },
+}
+
+/// How a waiting request tries again.
+#[derive(Debug)]
+pub(super) enum Again {
+    /// Send the same Redis pick (the refused one acquired nothing).
+    Pick(Box<dyn Pick>),
+    /// Decide again in this proxy (plain Envoy, where the policy counts), with what the first
+    /// decision read from the body if it kept it.
+    Decide(Option<Rc<PromptRead>>),
+}
+
+/// A routed request's response body reader (core/src/verify/): its bounded tail, and the
+/// usage-only event taken out of a stream.
+#[derive(Debug)]
+pub(super) struct Reader {
+    watch: Watch,
+    /// Read the usage at the end.
+    usage: bool,
+}
+
+impl Phase {
     /// Held by the plugin: buffering the body, or waiting for Redis.
     pub fn is_held(&self) -> bool {
         matches!(
-            self.phase,
-            Phase::AwaitingBody | Phase::Picking { .. } | Phase::Resending | Phase::Waiting { .. }
+            self.0,
+            State::AwaitingBody | State::Picking { .. } | State::Resending | State::Waiting { .. }
         )
     }
 
     /// A local reply ended the stream: it must not be resumed.
     pub fn replied(&self) -> bool {
-        matches!(self.phase, Phase::Settled { replied: true, .. })
+        matches!(self.0, State::Settled { replied: true, .. })
     }
 
     /// Whether body chunks still matter (nothing decided yet).
     pub fn wants_body(&self) -> bool {
-        matches!(self.phase, Phase::AwaitingBody)
-    }
-
-    /// Plain Envoy: when a request still waiting for its body is balanced without it.
-    pub fn body_deadline(&self) -> Option<u64> {
-        let wait = self.config.common.max_body_wait_ms;
-        (self.wants_body() && wait > 0).then(|| self.since_ms.saturating_add(wait))
+        matches!(self.0, State::AwaitingBody)
     }
 
     /// Routed: the response's status and first bytes are measured (the request's outcome).
     pub fn routed(&self) -> bool {
-        matches!(self.phase, Phase::Routed { .. })
+        matches!(self.0, State::Routed { .. })
     }
 
     /// Plain Envoy: the endpoint this request's holding counted and watches for Envoy's
     /// retries elsewhere (docs/plain-envoy.md, docs/sessions-and-queues.md "Sessions"); None
     /// elsewhere.
     pub fn watched_endpoint(&self) -> Option<&str> {
-        match &self.phase {
-            Phase::Routed { held: Some(h), .. } => h.watched(),
+        match &self.0 {
+            State::Routed { held: Some(h), .. } => h.watched(),
             _ => None,
         }
     }
 
     /// The endpoint it was counted on did not answer: its give-back marks it down.
     pub fn mark_failed(&mut self) {
-        if let Phase::Routed { held: Some(h), .. } = &mut self.phase {
+        if let State::Routed { held: Some(h), .. } = &mut self.0 {
             h.mark_failed();
         }
     }
@@ -56,15 +102,15 @@ impl Request {
     /// (the glue ends the others without calling in: docs/plugin-cpu.md).
     pub fn wants_response_body(&self) -> bool {
         matches!(
-            &self.phase,
-            Phase::Routed { held: Some(h), outcome, .. }
+            &self.0,
+            State::Routed { held: Some(h), outcome, .. }
                 if outcome.first_byte_ms.is_none() && h.wants_first_bytes()
         )
     }
 
     /// Reads the response body as `read` asks (the holding's answer at the response headers).
     pub fn read_response(&mut self, read: ReadResponse) {
-        if let Phase::Routed { reader, .. } = &mut self.phase {
+        if let State::Routed { reader, .. } = &mut self.0 {
             *reader = Some(Reader {
                 watch: Watch::new(read.take_usage_event),
                 usage: read.usage,
@@ -75,8 +121,8 @@ impl Request {
     /// Whether the response body is being read.
     pub fn reading(&self) -> bool {
         matches!(
-            self.phase,
-            Phase::Routed {
+            self.0,
+            State::Routed {
                 reader: Some(_),
                 ..
             }
@@ -86,9 +132,9 @@ impl Request {
     /// A response body chunk read (the last when `end`): the chunk to write instead, if any.
     /// At the end the usage is read into the outcome.
     pub fn read_chunk(&mut self, chunk: &[u8], end: bool) -> Option<Vec<u8>> {
-        let Phase::Routed {
+        let State::Routed {
             reader: Some(r), ..
-        } = &mut self.phase
+        } = &mut self.0
         else {
             return None;
         };
@@ -102,9 +148,9 @@ impl Request {
     /// The response ended (its last chunk, or the stream without one): the usage, if asked
     /// for, is read into the outcome and the reader closed.
     pub fn close_reader(&mut self) {
-        if let Phase::Routed {
+        if let State::Routed {
             reader, outcome, ..
-        } = &mut self.phase
+        } = &mut self.0
         {
             if let Some(r) = reader.take().filter(|r| r.usage) {
                 outcome.usage = match r.watch.usage() {
@@ -117,15 +163,15 @@ impl Request {
 
     /// The body could not be read: the reader is given up (nothing read, nothing written).
     pub fn drop_reader(&mut self) {
-        if let Phase::Routed { reader, .. } = &mut self.phase {
+        if let State::Routed { reader, .. } = &mut self.0 {
             *reader = None;
         }
     }
 
     /// The routed request's holding and its outcome so far (its first bytes to tell).
     pub fn holding_mut(&mut self) -> Option<(&mut dyn Holding, &Outcome)> {
-        match &mut self.phase {
-            Phase::Routed {
+        match &mut self.0 {
+            State::Routed {
                 held: Some(h),
                 outcome,
                 ..
@@ -136,20 +182,20 @@ impl Request {
 
     /// Whether a reply under `token` still belongs to this request.
     pub fn awaits(&self, token: u32) -> bool {
-        matches!(self.phase, Phase::Picking { token: t, .. } if t == token)
+        matches!(self.0, State::Picking { token: t, .. } if t == token)
     }
 
     /// The host lost this stream's context while its pick was in flight: the caller undoes the
     /// pick now, and stream end will have nothing left to give back.
     pub fn abandon_pick(&mut self) -> Option<Box<dyn Pick>> {
-        let settled = Phase::Settled {
+        let settled = State::Settled {
             reason: Reason::Pending,
             replied: false,
         };
-        match std::mem::replace(&mut self.phase, settled) {
-            Phase::Picking { pick, .. } => Some(pick),
+        match std::mem::replace(&mut self.0, settled) {
+            State::Picking { pick, .. } => Some(pick),
             other => {
-                self.phase = other;
+                self.0 = other;
                 None
             }
         }
@@ -157,23 +203,23 @@ impl Request {
 
     /// For the debug header: the endpoint and why.
     pub fn describe(&self) -> (Option<&str>, Reason) {
-        match &self.phase {
-            Phase::Routed {
+        match &self.0 {
+            State::Routed {
                 endpoint, reason, ..
             } => (Some(endpoint), *reason),
-            Phase::Settled { reason, .. } => (None, *reason),
-            Phase::Picking { .. } | Phase::Resending | Phase::Waiting { .. } => {
+            State::Settled { reason, .. } => (None, *reason),
+            State::Picking { .. } | State::Resending | State::Waiting { .. } => {
                 (None, Reason::Pending)
             }
-            Phase::AwaitingBody => (None, Reason::AwaitingBody),
+            State::AwaitingBody => (None, Reason::AwaitingBody),
         }
     }
 
     /// Stream end at `now_ms` (host clock), whatever ended it: what must be given back,
     /// exactly once.
     pub fn finish(self, now_ms: u64) -> Option<Effect> {
-        match self.phase {
-            Phase::Routed {
+        match self.0 {
+            State::Routed {
                 held: Some(held),
                 mut outcome,
                 ..
@@ -184,7 +230,7 @@ impl Request {
                     outcome: Some(outcome),
                 })
             }
-            Phase::Picking { token, pick } => Some(Effect::Orphan { token, pick }),
+            State::Picking { token, pick } => Some(Effect::Orphan { token, pick }),
             _ => None,
         }
     }
