@@ -2,20 +2,22 @@
 //! "Engine-verified keys", §9): a prefix_cache decision leaves an [`Expect`] (expect.rs: its prompt's
 //! block sizes, whether it asked a stream for usage, which index to correct); the pick's
 //! answer says how deep it matched; the response is watched to its end (core/src/verify/,
-//! pure). A severe shortfall forgets that conversation's keys past what the engine had cached;
-//! only a pod found emptied (core/src/verify/flush.rs: unrelated conversations all coming back
+//! pure), and a pod found emptied (core/src/verify/flush.rs: unrelated conversations all back
 //! with nothing cached at once) has its generation bumped — in Redis by one fire-and-forget
-//! script call, in the plain-Envoy build through the route's policy. Nothing here holds or
-//! fails the request: every host call that fails is logged and the verification dropped.
+//! script call, in the plain-Envoy build through the route's policy. A single short answer
+//! forgets nothing: its request has just recomputed its prompt on the pod, and its pick
+//! already pointed the conversation's keys there. Nothing here holds or fails the request:
+//! every host call that fails is logged and the verification dropped.
 
 use super::expect::{Expect, Index};
 use super::pick::PickReply;
 use super::Balancer;
+use crate::config::BYTES_PER_TOKEN;
 use crate::host::{Host, LogLevel};
 use crate::redis::scripts::SessionState;
 use crate::stats::Counter;
 use crate::verify::flush::{self, FLUSH_CONVERSATIONS};
-use crate::verify::{self, Forget, Prediction, Shortfall, Watch};
+use crate::verify::{self, Prediction, Shortfall, Watch};
 
 impl Balancer {
     /// A Redis pick's answer: how deep its chain matched (keys past the anchor block) on the
@@ -149,72 +151,56 @@ impl Balancer {
             Shortfall::Mild => tel.inc(host, Counter::PrefixShortfallMild),
             Shortfall::Severe => tel.inc(host, Counter::PrefixShortfall),
         }
+        let (conversation, anchor) = conversation_of(&e.index);
         let answer = flush::Answer {
-            conversation: conversation_of(&e.index),
+            conversation,
             predicted: predicted.tokens > 0,
             verdict,
-            held: verify::held_blocks(&e.prefix_bytes, usage.cached_tokens),
-            anchor: anchor_of(&e.index),
+            cached_tokens: usage.cached_tokens,
+            preamble_tokens: e
+                .prefix_bytes
+                .get(anchor)
+                .map_or(0, |b| b / BYTES_PER_TOKEN),
             now_ms: host.now_ms(),
         };
-        let Some(what) = self.shortfalls.answer(&endpoint, answer) else {
+        if !self.shortfalls.answer(&endpoint, answer) {
             return;
-        };
-        if what == Forget::Pod {
-            tel.log(
-                host,
-                LogLevel::Info,
-                ctx,
-                format_args!(
-                    "{endpoint} cached {} of the {} tokens predicted, the {FLUSH_CONVERSATIONS}th \
-                     unrelated conversation with nothing cached: its older prefixes stop matching",
-                    usage.cached_tokens, predicted.tokens
-                ),
-            );
         }
-        self.forget(host, ctx, &endpoint, &e, what);
+        tel.log(
+            host,
+            LogLevel::Info,
+            ctx,
+            format_args!(
+                "{endpoint} cached {} of the {} tokens predicted, the {FLUSH_CONVERSATIONS}th \
+                 unrelated conversation with nothing cached at once: its older prefixes stop \
+                 matching",
+                usage.cached_tokens, predicted.tokens
+            ),
+        );
+        self.forget(host, ctx, &endpoint, &e);
     }
 
-    /// A shortfall on `endpoint`: `what` the answer showed gone is forgotten (verify/flush.rs)
-    /// — in Redis by one script call, in the plain-Envoy index through the route's policy.
-    fn forget(&mut self, host: &mut dyn Host, ctx: u32, endpoint: &str, e: &Expect, what: Forget) {
-        match (&e.index, what) {
-            (
-                Index::Redis {
-                    config,
-                    keys,
-                    chain,
-                    anchor,
-                },
-                Forget::From(from),
-            ) => {
-                let past = chain
-                    .keys
-                    .get(from.saturating_sub(*anchor)..)
-                    .unwrap_or_default();
-                self.redis
-                    .forget_keys(host, &mut self.tel, config, keys, past, endpoint);
-            }
-            (
-                Index::Redis {
-                    config,
-                    keys,
-                    chain,
-                    ..
-                },
-                Forget::Pod,
-            ) => {
+    /// `endpoint` was emptied: its generation is bumped, and this request's prompt (which it
+    /// just computed) re-recorded under the new one.
+    fn forget(&mut self, host: &mut dyn Host, ctx: u32, endpoint: &str, e: &Expect) {
+        match &e.index {
+            Index::Redis {
+                config,
+                keys,
+                chain,
+                ..
+            } => {
                 self.redis
                     .forget(host, &mut self.tel, config, keys, &chain.keys, endpoint);
             }
-            (Index::Local { .. }, _) => {
+            Index::Local { .. } => {
                 let Some(route) = self.requests.get(&ctx).map(|r| r.route) else {
                     return;
                 };
                 let Some(r) = self.routes.get_mut(route) else {
                     return;
                 };
-                if r.policy.forget(host, &self.tel, ctx, endpoint, e, what) {
+                if r.policy.forget(host, &self.tel, ctx, endpoint, e) {
                     self.tel.inc(host, Counter::PrefixGenerationBump);
                 }
             }
@@ -222,28 +208,20 @@ impl Balancer {
     }
 }
 
-/// The block a prediction's conversation starts at: the first past the shared preamble
-/// (`prefixAnchor`, docs/redis-data-model.md §9 1.). Redis sends its chain from there; the
-/// plain-Envoy window ends there.
-fn anchor_of(index: &Index) -> usize {
+/// The conversation a prediction is for (its anchor block's chain key, as a number) and that
+/// block's position: the first past the shared preamble (`prefixAnchor`, docs/redis-data-model.md
+/// §9 1.). Redis sends its chain from there; the plain-Envoy window ends there.
+fn conversation_of(index: &Index) -> (u64, usize) {
     match index {
-        Index::Redis { anchor, .. } => *anchor,
-        Index::Local { window, .. } => window.iter().copied().min().unwrap_or(0),
-    }
-}
-
-/// The conversation a prediction is for: its anchor block's chain key, as a number.
-fn conversation_of(index: &Index) -> u64 {
-    match index {
-        Index::Redis { chain, .. } => chain.keys.first().map_or(0, |k| {
-            crate::hash::fnv1a(crate::hash::FNV_OFFSET, k.as_bytes())
-        }),
-        Index::Local { keys, window } => window
-            .iter()
-            .copied()
-            .min()
-            .and_then(|a| keys.get(a))
-            .map_or(0, |k| u64::from_le_bytes(*k)),
+        Index::Redis { chain, anchor, .. } => {
+            let key = chain.keys.first().map_or(&[][..], |k| k.as_bytes());
+            (crate::hash::fnv1a(crate::hash::FNV_OFFSET, key), *anchor)
+        }
+        Index::Local { keys, window } => {
+            let anchor = window.iter().copied().min().unwrap_or(0);
+            let key = keys.get(anchor).map_or(0, |k| u64::from_le_bytes(*k));
+            (key, anchor)
+        }
     }
 }
 

@@ -39,10 +39,9 @@ pub trait Policy {
     fn decide(&mut self, host: &mut dyn Host, env: Env, input: &Input) -> Decision;
 
     /// The engine behind `endpoint` cached far less than this policy's index predicted for
-    /// request `ctx` (`expect`): make the index forget `what` the answer showed gone — that
-    /// conversation's keys past what the engine had, or, for an emptied pod, all it holds for
-    /// that endpoint but this request's prompt (plain-Envoy prefix_cache; the Redis index is
-    /// corrected by the balancer's script call). Whether a generation was bumped.
+    /// request `ctx` (`expect`): make the index forget what it holds for that endpoint,
+    /// except this request's prompt (plain-Envoy prefix_cache; the Redis index is corrected
+    /// by the balancer's script call). Whether a generation was bumped.
     fn forget(
         &mut self,
         _host: &mut dyn Host,
@@ -50,7 +49,6 @@ pub trait Policy {
         _ctx: u32,
         _endpoint: &str,
         _expect: &Expect,
-        _what: crate::verify::Forget,
     ) -> bool {
         false
     }

@@ -34,7 +34,6 @@ use crate::prefix::{anchor_of, canonicalize, PromptTokens};
 use crate::reason::{Cause, Reason};
 use crate::redis::scripts::Booked;
 use crate::stats::Counter;
-use crate::verify::Forget;
 use std::rc::Rc;
 
 /// A request reads and records at most this many of its deepest keys, plus its anchor: a
@@ -73,14 +72,13 @@ impl Policy for LocalPrefixCache {
         ctx: u32,
         endpoint: &str,
         expect: &Expect,
-        what: Forget,
     ) -> bool {
         let Index::Local { keys, window } = &expect.index else {
             return false;
         };
         let now = host.now_ms();
         self.state
-            .forget(host, tel, ctx, endpoint, (keys, window), what, now)
+            .forget(host, tel, ctx, endpoint, keys, window, now)
     }
 }
 
