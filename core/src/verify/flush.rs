@@ -15,8 +15,12 @@ use std::collections::HashMap;
 
 /// Unrelated conversations that must each come back with nothing cached: the requests in flight
 /// on, or next sent to, an emptied pod all do, and a pod evicting by LRU keeps its recent
-/// conversations and the first blocks of older ones, whose answers end the run.
-pub const FLUSH_CONVERSATIONS: usize = 3;
+/// conversations and the first blocks of older ones, whose answers end the run. A pod short of
+/// KV under load keeps little and can answer several in a row so: on the trace bench's replay
+/// 3 bumped each pod about every 5 s (the least interval between two bumps), 8 about once a
+/// run, while forgetting a pod that still holds conversations costs far more than a pod's
+/// conversations each coming back short once after a flush (docs/redis-data-model.md §5).
+pub const FLUSH_CONVERSATIONS: usize = 8;
 /// The span those answers must fall within: an emptied pod's next predicted hits come back
 /// within the few seconds of their prefill.
 pub const FLUSH_WINDOW_MS: u64 = 10_000;
@@ -106,16 +110,26 @@ mod tests {
         answer(c, Shortfall::Severe, 100, now_ms)
     }
 
+    /// Conversations `from..from + n` come back empty on `pod`, at `now_ms`: whether the last
+    /// one flushed it.
+    fn empties(f: &mut Flushes, pod: &str, from: u64, n: usize, now_ms: u64) -> bool {
+        (from..from + n as u64)
+            .map(|c| f.answer(pod, empty(c, now_ms)))
+            .last()
+            .unwrap_or(false)
+    }
+
     #[test]
     fn unrelated_conversations_all_empty_at_once_forget_the_pod() {
         let mut f = Flushes::default();
-        assert!(!f.answer("p", empty(1, 0)));
+        let n = FLUSH_CONVERSATIONS;
+        assert!(!empties(&mut f, "p", 0, n - 2, 0));
         assert!(
-            !f.answer("p", answer(2, Shortfall::Severe, 0, 100)),
+            !f.answer("p", answer(99, Shortfall::Severe, 0, 100)),
             "nothing at all"
         );
-        assert!(!f.answer("q", empty(3, 150)), "another pod's answer");
-        assert!(f.answer("p", empty(3, 200)));
+        assert!(!f.answer("q", empty(1_000, 150)), "another pod's answer");
+        assert!(f.answer("p", empty(1_000, 200)));
         assert_eq!(f.pending("p"), 0, "started afresh after the bump");
         assert_eq!(f.pending("q"), 1);
     }
@@ -132,37 +146,36 @@ mod tests {
     #[test]
     fn an_answer_that_held_something_ends_the_run() {
         let mut f = Flushes::default();
-        f.answer("p", empty(1, 0));
-        f.answer("p", empty(2, 10));
+        let n = FLUSH_CONVERSATIONS;
         // One engine block of its own held (an LRU keeps a prompt's first blocks longest),
         // mildly short, as predicted.
         for held in [
-            answer(3, Shortfall::Severe, 100 + ENGINE_BLOCK_TOKENS, 20),
-            answer(3, Shortfall::Mild, 0, 20),
-            answer(3, Shortfall::None, 900, 20),
+            answer(99, Shortfall::Severe, 100 + ENGINE_BLOCK_TOKENS, 20),
+            answer(99, Shortfall::Mild, 0, 20),
+            answer(99, Shortfall::None, 900, 20),
         ] {
+            assert!(!empties(&mut f, "p", 0, n - 1, 0));
             assert!(!f.answer("p", held));
             assert_eq!(f.pending("p"), 0);
-            f.answer("p", empty(1, 30));
-            f.answer("p", empty(2, 40));
         }
+        assert!(!empties(&mut f, "p", 0, n - 1, 30));
         // A miss predicted nothing: it neither counts nor ends the run.
         let miss = Answer {
             predicted: false,
-            ..empty(9, 50)
+            ..empty(99, 50)
         };
         assert!(!f.answer("p", miss));
-        assert!(f.answer("p", empty(3, 60)));
+        assert!(f.answer("p", empty(99, 60)));
     }
 
     #[test]
     fn empties_spread_over_longer_than_the_window_are_eviction() {
         let mut f = Flushes::default();
-        let step = FLUSH_WINDOW_MS / 2 + 1;
-        for c in 0..10 {
+        let step = FLUSH_WINDOW_MS / (FLUSH_CONVERSATIONS as u64 - 1) + 1;
+        for c in 0..3 * FLUSH_CONVERSATIONS as u64 {
             assert!(!f.answer("p", empty(c, c * step)), "conversation {c}");
         }
-        assert_eq!(f.pending("p"), 2);
+        assert_eq!(f.pending("p"), FLUSH_CONVERSATIONS - 1);
     }
 
     #[test]
