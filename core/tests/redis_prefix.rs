@@ -6,7 +6,6 @@
 
 use ailb_core::config::TokenGate;
 use ailb_core::prefix::{canonicalize, prefix_key, CanonConfig};
-use ailb_core::redis::forget;
 use ailb_core::redis::resp::Value;
 use ailb_core::redis::scripts::{
     self, AcquireArgs, AcquireReply, Keys, PrefixArgs, PrefixChain, Scripts,
@@ -315,7 +314,7 @@ fn it_ignores_keys_of_an_older_generation_and_rewrites_the_bumping_chain() {
     let px = Px::new(&["a:1"]);
     px.sync(&mut c);
     let forget = |c: &mut Conn, chain: &[String], now: u64| -> Vec<i64> {
-        let q = forget::forget_call(&px.keys, chain, "a:1", 1800, now, true);
+        let q = scripts::forget_call(&px.keys, chain, "a:1", 1800, now);
         match c.cmd_raw(&q) {
             Value::Array(Some(v)) => v.iter().map(|x| x.as_i64().unwrap()).collect(),
             other => panic!("{other:?}"),
@@ -364,7 +363,7 @@ fn it_ignores_keys_of_an_older_generation_and_rewrites_the_bumping_chain() {
     assert_eq!(px.pick(&mut c, "r5", &t2).depth, t2.len() as u32);
     px.release(&mut c, "r5", "a:1");
     assert_eq!(
-        forget(&mut c, &t3, 10_000 + forget::FORGET_INTERVAL_MS)[0],
+        forget(&mut c, &t3, 10_000 + scripts::FORGET_INTERVAL_MS)[0],
         1,
         "a later shortfall bumps again"
     );
@@ -373,54 +372,4 @@ fn it_ignores_keys_of_an_older_generation_and_rewrites_the_bumping_chain() {
         1,
         "only the system prompt the bumping chain shares is known now"
     );
-}
-
-/// One conversation answered short (eviction, docs/redis-data-model.md §5 step 4): its keys past
-/// what the engine had cached stop naming the pod, at any generation; a key naming another pod
-/// since, the keys before, and the pod's other conversations stay, and no generation moves.
-#[test]
-fn a_conversations_shortfall_forgets_its_keys_past_the_cached_length_only() {
-    let redis = RedisServer::start();
-    let mut c = redis.conn();
-    let px = Px::new(&["a:1", "b:1"]);
-    px.sync(&mut c);
-    let forget = |c: &mut Conn, past: &[String]| -> Vec<i64> {
-        let q = forget::forget_call(&px.keys, past, "a:1", 1800, 10_000, false);
-        match c.cmd_raw(&q) {
-            Value::Array(Some(v)) => v.iter().map(|x| x.as_i64().unwrap()).collect(),
-            other => panic!("{other:?}"),
-        }
-    };
-    let owner = |c: &mut Conn, key: &str| c.cmd(&["GET", key]).as_str().map(str::to_string);
-    let short = px.chain(turn("sys", &["evicted", "again", "and again"]));
-    let kept = px.chain(turn("sys", &["still held"]));
-    for (rid, chain) in [("r1", &short), ("r2", &kept)] {
-        px.set_load(&mut c, "b:1", 100);
-        let p = px.pick(&mut c, rid, chain);
-        assert_eq!(p.endpoint, "a:1");
-        px.release(&mut c, rid, "a:1");
-    }
-    // One key of the short conversation was moved to b:1 since; one is at a later generation.
-    let n = short.len();
-    assert!(n >= 4, "{n} keys");
-    c.cmd(&["SET", &short[n - 1], "b:1"]);
-    c.cmd(&["SET", &short[n - 2], "a:1#3"]);
-    // The engine had the first two blocks: the keys from the third on are past it.
-    assert_eq!(forget(&mut c, &short[2..]), vec![0, (n - 3) as i64]);
-    for key in &short[2..n - 1] {
-        assert_eq!(owner(&mut c, key), None, "forgotten");
-    }
-    assert_eq!(owner(&mut c, &short[n - 1]).as_deref(), Some("b:1"));
-    for key in short[..2].iter().chain(&kept) {
-        assert_eq!(owner(&mut c, key).as_deref(), Some("a:1"), "kept");
-    }
-    assert_eq!(c.cmd(&["HGET", &px.keys.gen, "a:1"]), Value::Bulk(None));
-    // Its next turn matches what the engine had; the other conversation all it had.
-    px.set_load(&mut c, "b:1", 100);
-    assert_eq!(px.pick(&mut c, "r3", &short[..n - 1]).depth, 2);
-    px.release(&mut c, "r3", "a:1");
-    px.set_load(&mut c, "b:1", 100);
-    assert_eq!(px.pick(&mut c, "r4", &kept).depth, kept.len() as u32);
-    px.release(&mut c, "r4", "a:1");
-    assert_eq!(forget(&mut c, &[]), vec![0, 0]);
 }

@@ -177,8 +177,9 @@ impl RedisClient {
 
     /// prefix_cache, when `endpoint` was emptied (a restart, or a flush found across unrelated
     /// conversations): bump its generation and re-write `chain` at the new one
-    /// (docs/redis-data-model.md §5). Fire-and-forget: one that cannot be sent (counted as a
-    /// Redis error) leaves the index as it was; one sent counts a generation bump.
+    /// (docs/redis-data-model.md §5). Fire-and-forget: one that cannot
+    /// be sent (counted as a Redis error) leaves the index as it was; one sent counts a
+    /// generation bump.
     pub fn forget(
         &mut self,
         host: &mut dyn Host,
@@ -188,49 +189,14 @@ impl RedisClient {
         chain: &[String],
         endpoint: &str,
     ) {
-        if self.send_forget(host, tel, config, keys, chain, endpoint, true) {
+        let Some(settings) = config.prefix() else {
+            return;
+        };
+        let query = scripts::forget_call(keys, chain, endpoint, settings.ttl_s, host.now_ms());
+        if let Ok(token) = self.call(host, tel, config, &query) {
+            self.pending.insert(token, Op::Forget);
             tel.inc(host, Counter::PrefixGenerationBump);
         }
-    }
-
-    /// prefix_cache, after one conversation's severe shortfall on `endpoint`: its keys past what
-    /// the engine had cached (`past`) stop naming the pod. Fire-and-forget, as `forget`.
-    pub fn forget_keys(
-        &mut self,
-        host: &mut dyn Host,
-        tel: &mut Telemetry,
-        config: &Rc<RouteConfig>,
-        keys: &Keys,
-        past: &[String],
-        endpoint: &str,
-    ) {
-        if !past.is_empty() {
-            self.send_forget(host, tel, config, keys, past, endpoint, false);
-        }
-    }
-
-    #[allow(clippy::too_many_arguments)] // the two callers above; a struct would only rename them
-    fn send_forget(
-        &mut self,
-        host: &mut dyn Host,
-        tel: &mut Telemetry,
-        config: &Rc<RouteConfig>,
-        keys: &Keys,
-        chain: &[String],
-        endpoint: &str,
-        pod_wide: bool,
-    ) -> bool {
-        let Some(settings) = config.prefix() else {
-            return false;
-        };
-        let now = host.now_ms();
-        let query =
-            crate::redis::forget::forget_call(keys, chain, endpoint, settings.ttl_s, now, pod_wide);
-        let Ok(token) = self.call(host, tel, config, &query) else {
-            return false;
-        };
-        self.pending.insert(token, Op::Forget);
-        true
     }
 
     /// A callback arrived: a pick's answer is returned; releases and script loads end here.

@@ -154,15 +154,6 @@ impl Shard {
         true
     }
 
-    /// Ends the entry mapping `key` to `tag` (its endpoint lost that prefix); whether it did.
-    pub fn forget(&mut self, key: &PrefixKey, tag: u32) -> bool {
-        let Some(slot) = entries(&self.bytes).position(|e| e.key == *key && e.tag == tag) else {
-            return false;
-        };
-        self.write_expiry(slot, 0);
-        true
-    }
-
     /// Maps `key` to `tag` until `expires_ms`: in place when present, appended while there is
     /// room, else over the entry that expires first (an expired one, or the least recently
     /// used).
@@ -281,18 +272,6 @@ mod tests {
         );
         assert_eq!(s.as_bytes().len(), HEADER_BYTES + 2 * ENTRY_BYTES);
         assert_eq!(Shard::decode(Some(s.as_bytes())), Ok(s.clone()));
-    }
-
-    #[test]
-    fn forget_ends_only_the_entry_naming_that_tag() {
-        let mut s = Shard::default();
-        s.put(&key(1), 7, 9_000);
-        s.put(&key(2), 8, 9_000);
-        assert_eq!(
-            [(1, 8), (3, 7), (1, 7)].map(|(k, t)| s.forget(&key(k), t)),
-            [false, false, true]
-        );
-        assert_eq!((s.get(&key(1), 0), s.get(&key(2), 0)), (None, Some(8)));
     }
 
     #[test]

@@ -1,6 +1,5 @@
 //! Redis: the RESP codec and the Lua scripts the policies run.
 
-pub mod forget;
 pub mod inflight;
 pub mod resp;
 pub mod scripts;

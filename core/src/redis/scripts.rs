@@ -335,6 +335,38 @@ pub fn lease_member(request_id: &str, endpoint: &str, cost: u64, tenant: Option<
     format!("{}|{endpoint}|{cost}", lease_id(request_id, tenant))
 }
 
+/// The least time between two generation bumps of one pod (prefix_forget.lua).
+pub const FORGET_INTERVAL_MS: u64 = 5_000;
+
+/// `EVAL` of prefix_forget.lua: `endpoint`'s generation bumped, `chain` re-written at the new
+/// one. Sent as EVAL (text, not SHA): it is rare, and a lost script needs no second round.
+pub fn forget_call(
+    keys: &Keys,
+    chain: &[String],
+    endpoint: &str,
+    ttl_s: u64,
+    now_ms: u64,
+) -> Vec<u8> {
+    let mut all_keys: Vec<&str> = vec![&keys.gen];
+    all_keys.extend(chain.iter().map(String::as_str));
+    let (ttl, now, interval) = (
+        ttl_s.to_string(),
+        now_ms.to_string(),
+        FORGET_INTERVAL_MS.to_string(),
+    );
+    let forget = Script {
+        text: PREFIX_FORGET,
+        sha: String::new(),
+    };
+    let args: [&[u8]; 4] = [
+        endpoint.as_bytes(),
+        ttl.as_bytes(),
+        now.as_bytes(),
+        interval.as_bytes(),
+    ];
+    call(&forget, false, &all_keys, &args)
+}
+
 /// `booked`: the leases may hold prefill bookings (prefix_cache), given back with them.
 pub fn release_call(
     scripts: &Scripts,

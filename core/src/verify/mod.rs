@@ -4,8 +4,9 @@
 //! the end of a 2xx response ([`usage`]), asks for it on a stream that did not
 //! ([`inject`], taken out again by [`sse`]), and compares it with the prefix its pick
 //! predicted the pod holds ([`judge`]). A severe shortfall means the pod lost cache the index
-//! thought it had (eviction, restart): the balancer bumps that pod's generation so its older
-//! index entries stop matching. Pure: the balancer (`balancer/verify.rs`) does the host calls.
+//! thought it had (eviction, restart); only a pod found emptied ([`flush`]) has its generation
+//! bumped, so its older index entries stop matching. Pure: the balancer
+//! (`balancer/verify.rs`) does the host calls.
 
 pub mod flush;
 pub mod inject;
@@ -75,29 +76,6 @@ pub fn judge(predicted: Prediction, cached_tokens: u64) -> Shortfall {
     } else {
         Shortfall::Mild
     }
-}
-
-/// The prompt's leading blocks an engine's answer covers: the most blocks whose prefix
-/// (`prefix_bytes`, as in [`Prediction::at`]) is within `cached_tokens` and one engine block.
-pub fn held_blocks(prefix_bytes: &[u64], cached_tokens: u64) -> usize {
-    let within = cached_tokens.saturating_add(ENGINE_BLOCK_TOKENS);
-    prefix_bytes
-        .iter()
-        .skip(1)
-        .take_while(|&&b| b / BYTES_PER_TOKEN <= within)
-        .count()
-}
-
-/// What a verified answer makes the index forget (docs/redis-data-model.md §5
-/// "Engine-verified keys", step 4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Forget {
-    /// One conversation came back short: its keys from this block on (the first one the engine
-    /// did not have, [`held_blocks`]) stop naming the pod; nothing else of the pod changes.
-    From(usize),
-    /// The pod was emptied (a restart, or [`flush`]): its generation is bumped, so none of its
-    /// older keys match, and the answering request's keys are written at the new one.
-    Pod,
 }
 
 /// One routed response being watched: its tail, and, when the plugin asked for the stream's
@@ -198,17 +176,6 @@ mod tests {
             Shortfall::Mild,
             "more than an engine block short"
         );
-    }
-
-    #[test]
-    fn held_blocks_are_the_prefix_within_the_cached_tokens() {
-        let bytes = [0, 2448, 4496, 6544];
-        assert_eq!(held_blocks(&bytes, 0), 0);
-        assert_eq!(held_blocks(&bytes, 612 - ENGINE_BLOCK_TOKENS), 1);
-        assert_eq!(held_blocks(&bytes, 1124 - ENGINE_BLOCK_TOKENS - 1), 1);
-        assert_eq!(held_blocks(&bytes, 1124), 2);
-        assert_eq!(held_blocks(&bytes, 100_000), 3);
-        assert_eq!(held_blocks(&[], 100), 0);
     }
 
     #[test]

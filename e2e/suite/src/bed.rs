@@ -213,7 +213,7 @@ pub fn verify_bed() -> Bed {
 
 /// Conversations over [`verify_bed`]'s 2 pods: enough that a flushed pod holds more than the
 /// shortfalls it takes to find out (verify/flush.rs `FLUSH_CONVERSATIONS` per worker).
-pub const FLUSH_CONVERSATIONS: usize = 20;
+pub const FLUSH_CONVERSATIONS: usize = 40;
 
 /// Flushes the pod whose address or name is `pod` as an engine restart does (its prefix cache
 /// empties, its start time moves: `/admin/restart`).

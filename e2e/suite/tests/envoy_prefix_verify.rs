@@ -3,6 +3,7 @@
 //! adds to a stream's request and lose the usage event on the way back, and a pod flushed by
 //! `/admin/restart` gets a new generation in shared data, which both workers read.
 
+use ailb_core::verify::flush::FLUSH_CONVERSATIONS;
 use ailb_e2e::bed::FLUSH_CONVERSATIONS as CONVERSATIONS;
 use ailb_e2e::bed::{busiest, restart_pod, verify_bed as bed, Bed};
 use ailb_e2e::envoy::Envoy;
@@ -112,7 +113,7 @@ fn envoy_a_flushed_pods_conversations_stop_being_hits_on_it() {
     let first = on_it.next().unwrap();
     let others: Vec<usize> = on_it.collect();
     assert!(
-        others.len() >= 8,
+        others.len() >= 2 * FLUSH_CONVERSATIONS,
         "too few other conversations on {flushed}: {pod_of:?}"
     );
     restart_pod(&bed, &flushed);

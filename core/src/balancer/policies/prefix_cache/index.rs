@@ -13,7 +13,6 @@ use crate::prefix::local_index::{self, Layout, Shard};
 use crate::prefix::PrefixKey;
 use crate::reason::Reason;
 use crate::stats::Counter;
-use crate::verify::Forget;
 use std::rc::Rc;
 
 /// One route config's plain-Envoy prefix state, built at configure.
@@ -46,7 +45,7 @@ pub struct Known {
 
 /// The least time between two generation bumps of one endpoint, as in Redis: the requests in
 /// flight on a restarted pod all come back short, and the first bump is enough.
-pub const FORGET_INTERVAL_MS: u64 = crate::redis::forget::FORGET_INTERVAL_MS;
+pub const FORGET_INTERVAL_MS: u64 = crate::redis::scripts::FORGET_INTERVAL_MS;
 
 impl LocalPrefix {
     /// `position`: the config's place among the plugin's route configs (global first), so each
@@ -102,11 +101,10 @@ impl LocalPrefix {
             .collect()
     }
 
-    /// A verified answer on `endpoint` fell short (docs/redis-data-model.md §9): `Forget::From`
-    /// ends this request's entries (`keys` at `window`) from that block on that name the
-    /// endpoint; `Forget::Pod` bumps its generation (unless it was within
-    /// [`FORGET_INTERVAL_MS`]), so its older entries name no endpoint, and records this
-    /// request's keys at the new one. Whether it bumped.
+    /// A severe shortfall on `endpoint` (docs/redis-data-model.md §9): its generation is
+    /// bumped (unless it was within [`FORGET_INTERVAL_MS`]), so its older entries name no
+    /// endpoint, and this request's keys (`keys` at `window`) are recorded at the new one.
+    /// Whether it bumped.
     #[allow(clippy::too_many_arguments)] // one call site; a struct would only rename them
     pub fn forget(
         &self,
@@ -114,27 +112,13 @@ impl LocalPrefix {
         tel: &Telemetry,
         ctx: u32,
         endpoint: &str,
-        (keys, window): (&[PrefixKey], &[usize]),
-        what: Forget,
+        keys: &[PrefixKey],
+        window: &[usize],
         now: u64,
     ) -> bool {
         let Some(at) = self.addresses.iter().position(|a| a == endpoint) else {
             return false;
         };
-        if let Forget::From(from) = what {
-            let Some(&tag) = self.tags(host).get(at) else {
-                return false;
-            };
-            let ops = window
-                .iter()
-                .filter(|&&depth| depth >= from)
-                .filter_map(|&depth| Some((*keys.get(depth)?, tag)))
-                .collect();
-            self.update(host, tel, ctx, ops, |record, key, tag| {
-                record.forget(key, tag);
-            });
-            return false;
-        }
         let when = format!("{endpoint}@ms");
         let bumped = shared::update(host, &self.gen_key, |cur| {
             let mut gens = shared::decode_counts(cur.as_deref().unwrap_or_default());
@@ -311,8 +295,8 @@ impl LocalPrefix {
             return;
         };
         let expires = now.saturating_add(self.ttl_ms);
-        // (key, Some(tag) = map, None = extend)
-        let ops = window
+        // (record, key, Some(tag) = map, None = extend)
+        let mut ops: Vec<(u32, PrefixKey, Option<u32>)> = window
             .iter()
             .filter_map(|&depth| {
                 let key = *keys.get(depth)?;
@@ -321,29 +305,8 @@ impl LocalPrefix {
                     Some(k) if depth == k.depth => None,
                     _ => Some(tag),
                 };
-                Some((key, op))
+                Some((self.layout.shard_of(&key), key, op))
             })
-            .collect();
-        self.update(host, tel, ctx, ops, |record, key, op| match op {
-            Some(tag) => record.put(key, tag, expires),
-            None => {
-                record.touch(key, now, expires);
-            }
-        });
-    }
-
-    /// Applies each (key, op) of `ops` to the key's record: one CAS update per record touched.
-    fn update<T: Copy>(
-        &self,
-        host: &mut dyn Host,
-        tel: &Telemetry,
-        ctx: u32,
-        ops: Vec<(PrefixKey, T)>,
-        apply: impl Fn(&mut Shard, &PrefixKey, T),
-    ) {
-        let mut ops: Vec<(u32, PrefixKey, T)> = ops
-            .into_iter()
-            .map(|(key, op)| (self.layout.shard_of(&key), key, op))
             .collect();
         ops.sort_by_key(|(shard, _, _)| *shard);
         for group in ops.chunk_by(|a, b| a.0 == b.0) {
@@ -357,7 +320,12 @@ impl LocalPrefix {
                     Err(_) => (Shard::default(), true),
                 };
                 for (_, key, op) in group {
-                    apply(&mut record, key, *op);
+                    match op {
+                        Some(tag) => record.put(key, *tag, expires),
+                        None => {
+                            record.touch(key, now, expires);
+                        }
+                    }
                 }
                 (record.into_bytes(), reset)
             });

@@ -3,10 +3,11 @@
 //! a per-proxy count) with what the decision predicted ([`Expect`]); at the response headers it
 //! asks the machine to read the answer's usage (and take out the usage event the plugin asked
 //! for), and when it is given back at stream end it compares what the engine cached with the
-//! prediction (core/src/verify/, pure). A severe shortfall forgets that conversation's keys
-//! past what the engine had cached; only a pod found emptied (core/src/verify/flush.rs:
+//! prediction (core/src/verify/, pure). Only a pod found emptied (core/src/verify/flush.rs:
 //! unrelated conversations all coming back with nothing cached at once) has its generation
-//! bumped — in Redis by one fire-and-forget script call, in the plain-Envoy index directly.
+//! bumped — in Redis by one fire-and-forget script call, in the plain-Envoy index directly. A
+//! single short answer forgets nothing: its request has just recomputed its prompt on the pod,
+//! and its pick already pointed the conversation's keys there.
 //!
 //! The emptied-pod rule counts per route config (each route's policy owns its [`Flushes`]):
 //! the index it corrects is the route's own (its Redis keys of route and cluster, or its
@@ -18,11 +19,12 @@ use super::index::LocalPrefix;
 use crate::balancer::holding::{Holding, Outcome, ReadResponse, Services, UsageRead};
 use crate::balancer::pick::{Lease, PickReply};
 use crate::balancer::policies::least_request::pick::Wrap;
+use crate::config::BYTES_PER_TOKEN;
 use crate::host::{Host, LogLevel};
 use crate::redis::scripts::SessionState;
 use crate::stats::Counter;
 use crate::verify::flush::{self, Flushes, FLUSH_CONVERSATIONS};
-use crate::verify::{self, Forget, Prediction, Shortfall};
+use crate::verify::{self, Prediction, Shortfall};
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -105,58 +107,44 @@ impl Verified {
             Shortfall::Mild => tel.inc(host, Counter::PrefixShortfallMild),
             Shortfall::Severe => tel.inc(host, Counter::PrefixShortfall),
         }
+        let (conversation, anchor) = conversation_of(&e.index);
         let answer = flush::Answer {
-            conversation: conversation_of(&e.index),
+            conversation,
             predicted: predicted.tokens > 0,
             verdict,
-            held: verify::held_blocks(&e.prefix_bytes, usage.cached_tokens),
-            anchor: anchor_of(&e.index),
+            cached_tokens: usage.cached_tokens,
+            preamble_tokens: e
+                .prefix_bytes
+                .get(anchor)
+                .map_or(0, |b| b / BYTES_PER_TOKEN),
             now_ms: host.now_ms(),
         };
-        let what = match self.flushes.try_borrow_mut() {
+        let emptied = match self.flushes.try_borrow_mut() {
             Ok(mut f) => f.answer(&self.endpoint, answer),
-            Err(_) => None,
+            Err(_) => false,
         };
-        let Some(what) = what else {
+        if !emptied {
             return;
-        };
-        if what == Forget::Pod {
-            tel.log(
-                host,
-                LogLevel::Info,
-                svc.ctx,
-                format_args!(
-                    "{} cached {} of the {} tokens predicted, the {FLUSH_CONVERSATIONS}th \
-                     unrelated conversation with nothing cached: its older prefixes stop matching",
-                    self.endpoint, usage.cached_tokens, predicted.tokens
-                ),
-            );
         }
-        self.forget(svc, what);
+        tel.log(
+            host,
+            LogLevel::Info,
+            svc.ctx,
+            format_args!(
+                "{} cached {} of the {} tokens predicted, the {FLUSH_CONVERSATIONS}th unrelated \
+                 conversation with nothing cached at once: its older prefixes stop matching",
+                self.endpoint, usage.cached_tokens, predicted.tokens
+            ),
+        );
+        self.forget(svc);
     }
 
-    /// A shortfall on the endpoint: `what` the answer showed gone is forgotten (verify/flush.rs)
-    /// — in Redis by one script call, in the plain-Envoy index directly.
-    fn forget(&self, svc: &mut Services, what: Forget) {
+    /// The endpoint was emptied: its generation is bumped, and this request's prompt (which it
+    /// just computed) re-recorded under the new one — in Redis by one script call, in the
+    /// plain-Envoy index directly.
+    fn forget(&self, svc: &mut Services) {
         let endpoint = self.endpoint.as_str();
-        match (&self.expect.index, &self.corrects, what) {
-            (
-                Index::Redis {
-                    config,
-                    keys,
-                    chain,
-                    anchor,
-                },
-                _,
-                Forget::From(from),
-            ) => {
-                let past = chain
-                    .keys
-                    .get(from.saturating_sub(*anchor)..)
-                    .unwrap_or_default();
-                svc.redis
-                    .forget_keys(svc.host, svc.tel, config, keys, past, endpoint);
-            }
+        match (&self.expect.index, &self.corrects) {
             (
                 Index::Redis {
                     config,
@@ -165,19 +153,18 @@ impl Verified {
                     ..
                 },
                 _,
-                Forget::Pod,
             ) => {
                 svc.redis
                     .forget(svc.host, svc.tel, config, keys, &chain.keys, endpoint);
             }
-            (Index::Local { keys, window }, Corrects::Local(index), what) => {
+            (Index::Local { keys, window }, Corrects::Local(index)) => {
                 let now = svc.host.now_ms();
                 let (host, tel, ctx) = (&mut *svc.host, &*svc.tel, svc.ctx);
-                if index.forget(host, tel, ctx, endpoint, (keys, window), what, now) {
+                if index.forget(host, tel, ctx, endpoint, keys, window, now) {
                     svc.tel.inc(svc.host, Counter::PrefixGenerationBump);
                 }
             }
-            (Index::Local { .. }, Corrects::Redis, _) => {}
+            (Index::Local { .. }, Corrects::Redis) => {}
         }
     }
 }
@@ -275,28 +262,21 @@ impl Wrap for VerifyReply {
     }
 }
 
-/// The block a prediction's conversation starts at: the first past the shared preamble
-/// (`prefixAnchor`, docs/redis-data-model.md §9 1.). Redis sends its chain from there; the
-/// plain-Envoy window ends there.
-fn anchor_of(index: &Index) -> usize {
+/// The conversation a prediction is for (its anchor block's chain key, as a number) and that
+/// block's position: the first past the shared preamble (`prefixAnchor`,
+/// docs/redis-data-model.md §9 1.). Redis sends its chain from there; the plain-Envoy window
+/// ends there.
+fn conversation_of(index: &Index) -> (u64, usize) {
     match index {
-        Index::Redis { anchor, .. } => *anchor,
-        Index::Local { window, .. } => window.iter().copied().min().unwrap_or(0),
-    }
-}
-
-/// The conversation a prediction is for: its anchor block's chain key, as a number.
-fn conversation_of(index: &Index) -> u64 {
-    match index {
-        Index::Redis { chain, .. } => chain.keys.first().map_or(0, |k| {
-            crate::hash::fnv1a(crate::hash::FNV_OFFSET, k.as_bytes())
-        }),
-        Index::Local { keys, window } => window
-            .iter()
-            .copied()
-            .min()
-            .and_then(|a| keys.get(a))
-            .map_or(0, |k| u64::from_le_bytes(*k)),
+        Index::Redis { chain, anchor, .. } => {
+            let key = chain.keys.first().map_or(&[][..], |k| k.as_bytes());
+            (crate::hash::fnv1a(crate::hash::FNV_OFFSET, key), *anchor)
+        }
+        Index::Local { keys, window } => {
+            let anchor = window.iter().copied().min().unwrap_or(0);
+            let key = keys.get(anchor).map_or(0, |k| u64::from_le_bytes(*k));
+            (key, anchor)
+        }
     }
 }
 
