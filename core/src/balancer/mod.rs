@@ -31,15 +31,10 @@ use crate::host::{self, Host, LogLevel};
 use crate::id_map::IdMap;
 use crate::redis::inflight::InflightKeys;
 use crate::redis::scripts::Keys;
-use body_flow::BodyFlow;
 use perform::{Performer, Route};
-use policies::endpoint_metrics::Metrics;
-use queue::Queue;
-use redis_client::{PickAnswer, RedisClient};
+use redis_client::PickAnswer;
 use request::{Effect, Event, Request};
-use rng::VmRng;
 use std::rc::Rc;
-use telemetry::Telemetry;
 
 /// What a phase callback answers the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,8 +74,7 @@ impl Balancer {
         seed: u64,
         log_level: LogLevel,
     ) -> Balancer {
-        let destination_headers = publish::destination_headers(&config);
-        let mut b = Balancer {
+        Balancer {
             routes: config
                 .routes()
                 .enumerate()
@@ -89,47 +83,13 @@ impl Balancer {
                     policy: policies::build(position, c),
                 })
                 .collect(),
-            vm: Performer {
-                metrics: Metrics::new(&config, seed),
-                tel: Telemetry::new(host, log_level),
-                redis: RedisClient::default(),
-                rng: VmRng::new(seed),
-                body: BodyFlow::default(),
-                queue: Queue::default(),
-                orphans: IdMap::default(),
-            },
+            vm: Performer::new(host, &config, seed, log_level),
             matches_domains: config.matches_domains(),
             matches_services: config.matches_services(),
-            destination_headers,
+            destination_headers: publish::destination_headers(&config),
             config,
             requests: IdMap::default(),
-        };
-        // Every route with a Redis target: the endpoint policies', and cluster_metrics' global
-        // in-flight count.
-        let redis_routes = b.config.all().filter(|c| c.redis.is_some());
-        b.vm.redis.preload(host, &mut b.vm.tel, redis_routes);
-        // One tick per root context: the scraper's, the body deadlines', the queue's and the
-        // first bytes' share it.
-        let tick = [
-            b.vm.metrics.tick_ms(),
-            body_flow::tick_ms(&b.config),
-            queue::tick_ms(&b.config),
-            redis_client::first_bytes_tick_ms(&b.config),
-        ]
-        .into_iter()
-        .filter(|&t| t > 0)
-        .min();
-        if let Some(ms) = tick {
-            if let Err(e) = host.set_tick_period(ms) {
-                b.vm.tel.log(
-                    host,
-                    LogLevel::Warn,
-                    0,
-                    format_args!("{e}: no scraping, no body deadline, no queue retries"),
-                );
-            }
         }
-        b
     }
 
     pub fn on_request_headers(

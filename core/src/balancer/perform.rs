@@ -3,18 +3,18 @@
 //! against them and the host (docs/architecture.md "A request's path"). An effect that needs an
 //! answer (decide, send, wait, publish) returns it as the request's next event.
 
-use super::body_flow::BodyFlow;
+use super::body_flow::{self, BodyFlow};
 use super::events::Pick;
 use super::holding::Services;
 use super::policies::endpoint_metrics::Metrics;
 use super::policies::{Env, Input, Policy};
 use super::publish;
-use super::queue::Queue;
-use super::redis_client::RedisClient;
+use super::queue::{self, Queue};
+use super::redis_client::{self, RedisClient};
 use super::request::{self, Effect, Event, Request};
 use super::rng::VmRng;
 use super::telemetry::Telemetry;
-use crate::config::RouteConfig;
+use crate::config::{PluginConfig, RouteConfig};
 use crate::host::{Host, LogLevel};
 use crate::id_map::IdMap;
 use std::rc::Rc;
@@ -40,6 +40,41 @@ pub struct Performer {
 }
 
 impl Performer {
+    /// The services of a validated config: the counters defined, each Redis target
+    /// initialised once with its scripts preloaded, and one root tick for the scraper, the
+    /// body deadlines, the queue and the first bytes.
+    pub fn new(host: &mut dyn Host, config: &PluginConfig, seed: u64, level: LogLevel) -> Self {
+        let mut vm = Performer {
+            metrics: Metrics::new(config, seed),
+            tel: Telemetry::new(host, level),
+            redis: RedisClient::default(),
+            rng: VmRng::new(seed),
+            body: BodyFlow::default(),
+            queue: Queue::default(),
+            orphans: IdMap::default(),
+        };
+        // Every route with a Redis target: the endpoint policies', and cluster_metrics' global
+        // in-flight count.
+        let redis_routes = config.all().filter(|c| c.redis.is_some());
+        vm.redis.preload(host, &mut vm.tel, redis_routes);
+        let tick = [
+            vm.metrics.tick_ms(),
+            body_flow::tick_ms(config),
+            queue::tick_ms(config),
+            redis_client::first_bytes_tick_ms(config),
+        ]
+        .into_iter()
+        .filter(|&t| t > 0)
+        .min();
+        if let Some(ms) = tick {
+            if let Err(e) = host.set_tick_period(ms) {
+                let msg = format_args!("{e}: no scraping, no body deadline, no queue retries");
+                vm.tel.log(host, LogLevel::Warn, 0, msg);
+            }
+        }
+        vm
+    }
+
     /// Performs `effect` for request `ctx` (`req`, None once its stream ended; its route among
     /// `routes`); the event it answers with, if any.
     pub fn perform(
