@@ -18,6 +18,7 @@
 
 mod fleet;
 mod knee;
+mod latency;
 mod peer;
 mod plot;
 mod recovery;
@@ -29,6 +30,7 @@ use ailb_e2e::bed::Bed;
 use ailb_e2e::trace::replay::Options;
 use ailb_e2e::trace::workload::Workload;
 use ailb_e2e::trace::{infinite, mooncake};
+pub use latency::gateway_added_under_load;
 use fleet::{Cost, Scale, CHEAP_PREFILL, LLMD_H100};
 use run::{bench, plugin, run, Run, Via};
 use serde_json::json;
