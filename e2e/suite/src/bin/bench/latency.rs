@@ -172,7 +172,10 @@ fn one_at_a_time() -> anyhow::Result<()> {
         "BENCH gateway_added_ms_p50_prompt_100k_global_least_request {:.3} ms",
         p50(&tg.total) - p50(&tn.total)
     );
-    anyhow::ensure!(px.stat("ai_lb.prefix.hit") > 0, "prefix_cache did not route");
+    anyhow::ensure!(
+        px.stat("ai_lb.prefix.hit") > 0,
+        "prefix_cache did not route"
+    );
     if std::env::var_os("AILB_PROF").is_some() {
         crate::cluster::prof_breakdown(&px, "prefix_cache 12k+100k");
     }

@@ -36,7 +36,12 @@ pub fn gateway_added_under_load() -> anyhow::Result<()> {
     let plugin = plugin_config(bed.redis.port, &lb);
     let (mut px, mut none) = (Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
-        px.extend(added_ms(&bed, &w, "lat_prefix_cache", Some(plugin.clone()))?);
+        px.extend(added_ms(
+            &bed,
+            &w,
+            "lat_prefix_cache",
+            Some(plugin.clone()),
+        )?);
         none.extend(added_ms(&bed, &w, "lat_no_plugin", None)?);
     }
     px.sort_by(f64::total_cmp);
@@ -57,7 +62,12 @@ pub fn gateway_added_under_load() -> anyhow::Result<()> {
 
 /// One replay of `w` through a gateway with `plugin` (None: without the plugin); every
 /// answered request's gateway time in wall ms.
-fn added_ms(bed: &Bed, w: &Workload, name: &str, plugin: Option<Value>) -> anyhow::Result<Vec<f64>> {
+fn added_ms(
+    bed: &Bed,
+    w: &Workload,
+    name: &str,
+    plugin: Option<Value>,
+) -> anyhow::Result<Vec<f64>> {
     let s = scale();
     bed.reset_pods();
     bed.redis.cmd(&["FLUSHALL"]);
@@ -90,6 +100,9 @@ fn added_ms(bed: &Bed, w: &Workload, name: &str, plugin: Option<Value>) -> anyho
         vm_ns as f64 / 1e9,
         vm_ns as f64 / vm_calls.max(1) as f64 / 1e3
     );
-    anyhow::ensure!(ms.len() * 10 >= records.len() * 9, "{name}: too many failures");
+    anyhow::ensure!(
+        ms.len() * 10 >= records.len() * 9,
+        "{name}: too many failures"
+    );
     Ok(ms)
 }
