@@ -74,7 +74,7 @@ fn decide(host: &mut dyn Host, env: Env, input: &Input, settings: &PrefixSetting
             let chain = anchored_chain(&canon, settings.anchor, &keys.namespace);
             let chain = Rc::new(with_tokens(chain, &canon, input.body_bytes));
             if settings.verify {
-                let injected = ask_for_usage(host, canon.api, &body);
+                let injected = ask_for_usage(host, &canon, &body);
                 let index = Index::Redis {
                     config: input.config.clone(),
                     keys: keys.clone(),
