@@ -22,9 +22,18 @@ use std::time::{Duration, Instant};
 /// while every response chunk still goes through the plugin.
 const OUTPUT_TOKENS: u64 = 16;
 
+/// `AILB_LATENCY_PARTS` (a comma list of `one`, `trace`) runs some parts only.
 pub fn gateway_added() -> anyhow::Result<()> {
-    one_at_a_time()?;
-    crate::trace::gateway_added_under_load()
+    let part = |name: &str| {
+        std::env::var("AILB_LATENCY_PARTS").map_or(true, |v| v.split(',').any(|p| p.trim() == name))
+    };
+    if part("one") {
+        one_at_a_time()?;
+    }
+    if part("trace") {
+        crate::trace::gateway_added_under_load()?;
+    }
+    Ok(())
 }
 
 /// A streamed Chat conversation of about `tokens` prompt tokens (4 bytes of text each, as the

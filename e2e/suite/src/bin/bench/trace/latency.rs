@@ -23,7 +23,7 @@ use ailb_e2e::trace::replay::{replay, Target};
 use ailb_e2e::trace::workload::Workload;
 use serde_json::{json, Value};
 
-/// Alternate runs of each (plugin, none, plugin, none, …).
+/// Alternate runs of each (plugin, none, plugin, none, …); `AILB_LATENCY_ROUNDS` overrides.
 const ROUNDS: usize = 2;
 
 pub fn gateway_added_under_load() -> anyhow::Result<()> {
@@ -35,7 +35,11 @@ pub fn gateway_added_under_load() -> anyhow::Result<()> {
     let lb = json!({ "maxTTFTPenaltyMs": penalty_ms(s) });
     let plugin = plugin_config(bed.redis.port, &lb);
     let (mut px, mut none) = (Vec::new(), Vec::new());
-    for _ in 0..ROUNDS {
+    let rounds = std::env::var("AILB_LATENCY_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(ROUNDS);
+    for _ in 0..rounds {
         px.extend(added_ms(
             &bed,
             &w,
@@ -71,6 +75,7 @@ fn added_ms(
     let s = scale();
     bed.reset_pods();
     bed.redis.cmd(&["FLUSHALL"]);
+    bed.redis.cmd(&["CONFIG", "RESETSTAT"]);
     let mut spec = bed.spec(name, plugin);
     spec.upstream_timeout_ms = 600_000;
     let gw = Gateway::start(&spec)?;
@@ -85,6 +90,15 @@ fn added_ms(
     let (vm_ns, vm_calls) = (gw.stat("gateway.vm_call_ns"), gw.stat("gateway.vm_calls"));
     if std::env::var_os("AILB_PROF").is_some() {
         crate::cluster::prof_breakdown(&gw, name);
+        let info = bed.redis.cmd(&["INFO", "commandstats"]);
+        eprintln!("REDIS {name} {}", info.as_str().unwrap_or_default());
+        for (k, v) in gw
+            .stats()
+            .iter()
+            .filter(|(k, v)| k.starts_with("ai_lb") && **v != 0)
+        {
+            eprintln!("STAT {name} {k} {v}");
+        }
     }
     drop(gw);
     let ms: Vec<f64> = records
