@@ -100,14 +100,18 @@ fn timed(base: &str, body: &[u8]) -> anyhow::Result<(Duration, Duration)> {
     Ok((first.unwrap_or(total), total))
 }
 
-/// Per gateway, the sorted total and first-bytes times in ms.
+/// Per gateway, the sorted total and first-bytes times in ms, and the sorted differences of
+/// its total over the last gateway's (the baseline) within each round.
 struct Times {
     total: Vec<f64>,
     first: Vec<f64>,
+    added: Vec<f64>,
 }
 
-/// `n` rounds, each sending one request through every gateway in turn (after `warm` unmeasured
-/// rounds): per gateway its times.
+/// `n` rounds, each sending one request through every gateway in turn, the baseline last
+/// (after `warm` unmeasured rounds): per gateway its times. A figure is the median of the
+/// differences within a round, so the machine's load drifting during the run (other processes
+/// on these two cores) moves both sides of each difference alike.
 fn interleaved(
     gws: &[&Gateway],
     tokens: usize,
@@ -119,19 +123,29 @@ fn interleaved(
         .map(|_| Times {
             total: Vec::new(),
             first: Vec::new(),
+            added: Vec::new(),
         })
         .collect();
     for i in 0..warm + n {
         let body = conversation(tokens, i);
+        let mut round = Vec::with_capacity(gws.len());
         for (g, t) in gws.iter().zip(out.iter_mut()) {
             let (first, total) = timed(&g.url, &body)?;
+            round.push(total.as_secs_f64() * 1e3);
             if i >= warm {
                 t.first.push(first.as_secs_f64() * 1e3);
                 t.total.push(total.as_secs_f64() * 1e3);
             }
         }
+        let base = round.last().copied().unwrap_or(0.0);
+        if i >= warm {
+            for (t, ms) in out.iter_mut().zip(&round) {
+                t.added.push(ms - base);
+            }
+        }
     }
     for t in &mut out {
+        t.added.sort_by(f64::total_cmp);
         t.total.sort_by(f64::total_cmp);
         t.first.sort_by(f64::total_cmp);
     }
@@ -165,7 +179,7 @@ fn one_at_a_time() -> anyhow::Result<()> {
     );
     println!(
         "BENCH gateway_added_ms_p50_prompt_12k {:.3} ms",
-        p50(&tp.total) - p50(&tn.total)
+        p50(&tp.added)
     );
     let t = interleaved(&[&px, &glr, &none], 100_000, 5, 60)?;
     let (tp, tg, tn) = (&t[0], &t[1], &t[2]);
@@ -175,11 +189,11 @@ fn one_at_a_time() -> anyhow::Result<()> {
     );
     println!(
         "BENCH gateway_added_ms_p50_prompt_100k {:.3} ms",
-        p50(&tp.total) - p50(&tn.total)
+        p50(&tp.added)
     );
     println!(
         "BENCH gateway_added_ms_p50_prompt_100k_global_least_request {:.3} ms",
-        p50(&tg.total) - p50(&tn.total)
+        p50(&tg.added)
     );
     anyhow::ensure!(
         px.stat("ai_lb.prefix.hit") > 0,
