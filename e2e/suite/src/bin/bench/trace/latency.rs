@@ -104,7 +104,7 @@ fn added_ms(
     let ms: Vec<f64> = records
         .iter()
         .filter(|r| r.error.is_none())
-        .filter_map(|r| Some(r.ttft_client?.checked_sub(r.ttft_pod?)?))
+        .filter_map(|r| r.ttft_client?.checked_sub(r.ttft_pod?))
         .map(|d| d.as_secs_f64() * 1e3 / s.time)
         .collect();
     let errors = records.iter().filter(|r| r.error.is_some()).count();
