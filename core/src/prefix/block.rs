@@ -8,6 +8,30 @@ pub const KIND_MESSAGE: u8 = b'M';
 pub const KIND_PROMPT: u8 = b'P';
 pub const KIND_CONTINUATION: u8 = b'+';
 
+/// A request's top-level `stream_options` as the canonicaliser read it: the engine-verified
+/// index asks a stream for its usage only when the client set none (verify/inject.rs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamOptions {
+    /// Absent or `null`.
+    Absent,
+    /// An object with `"include_usage": true`.
+    IncludeUsage,
+    /// Anything else: the client's own.
+    Own,
+}
+
+impl StreamOptions {
+    pub(super) fn of(v: Option<&J>) -> StreamOptions {
+        match v {
+            None | Some(J::Null) => StreamOptions::Absent,
+            Some(o) if matches!(o.get("include_usage"), Some(J::Bool(true))) => {
+                StreamOptions::IncludeUsage
+            }
+            Some(_) => StreamOptions::Own,
+        }
+    }
+}
+
 pub(super) const FIELD_END: [u8; 2] = [0, 0];
 pub(super) const ESCAPED_ZERO: [u8; 2] = [0, 0xff];
 

@@ -34,7 +34,9 @@
 //! are not hashed; result-side ids (`tool_call_id`, `tool_use_id`, output `call_id`) are.
 
 pub use super::block::CanonConfig;
-use super::block::{escape_into, user_text, Out, FIELD_END, KIND_MESSAGE, KIND_PROMPT};
+use super::block::{
+    escape_into, user_text, Out, StreamOptions, FIELD_END, KIND_MESSAGE, KIND_PROMPT,
+};
 use super::error::{wrong, CanonError};
 use super::json::{KeySeed, List, ListSeed, J};
 use super::message::{content, message, response_item, tools_block};
@@ -61,6 +63,8 @@ pub struct Canonical {
     /// `"stream": true`: the first response bytes come at the first token, so they time the
     /// prefill (docs/redis-data-model.md §13).
     pub stream: bool,
+    /// Its `stream_options`, so asking for usage needs no second parse (verify/inject.rs).
+    pub stream_options: StreamOptions,
     buf: Vec<u8>,
     ends: Vec<usize>,
 }
@@ -139,6 +143,7 @@ pub fn canonicalize(body: &[u8], cfg: &CanonConfig) -> Result<Canonical, CanonEr
         api,
         capped: out.capped,
         stream: matches!(top.stream, Some(J::Bool(true))),
+        stream_options: StreamOptions::of(top.stream_options.as_ref()),
         buf: out.buf,
         ends: out.ends,
     })
@@ -308,6 +313,7 @@ struct Top<'a> {
     system: Option<J<'a>>,
     tools: Option<J<'a>>,
     stream: Option<J<'a>>,
+    stream_options: Option<J<'a>>,
     not_object: Option<&'static str>,
 }
 
@@ -338,6 +344,7 @@ impl<'de> Visitor<'de> for TopSeed {
                 "prompt" => top.prompt = Some(map.next_value()?),
                 "instructions" => top.instructions = Some(map.next_value()?),
                 "stream" => top.stream = Some(map.next_value()?),
+                "stream_options" => top.stream_options = Some(map.next_value()?),
                 "system" => top.system = Some(map.next_value()?),
                 "tools" => top.tools = Some(map.next_value()?),
                 _ => {

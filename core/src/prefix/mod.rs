@@ -19,7 +19,7 @@ mod message;
 mod tokens;
 
 pub use anchor::{anchor, anchor_of, Anchor};
-pub use block::{KIND_CONTINUATION, KIND_MESSAGE, KIND_PROMPT, KIND_TOOLS};
+pub use block::{StreamOptions, KIND_CONTINUATION, KIND_MESSAGE, KIND_PROMPT, KIND_TOOLS};
 pub use canon::{canonicalize, Api, CanonConfig, Canonical};
 pub use chain::{block_hash, chain_keys, key_hex, prefix_key, PrefixKey};
 pub use error::CanonError;

@@ -5,6 +5,7 @@
 //! that event out of the answer again. A request that set `stream_options` itself is left as
 //! it is: its usage event, if any, is the client's.
 
+use crate::prefix::{Canonical, StreamOptions};
 use serde::Deserialize;
 
 /// What a request body asks of its stream.
@@ -62,6 +63,29 @@ pub fn streamed(body: &[u8]) -> Streamed {
         }
         Some(_) => return Streamed::OwnOptions,
     }
+    injected(body, open)
+}
+
+/// [`streamed`] for a body the canonicaliser read into `canon`: its `stream` and
+/// `stream_options` are known, so the body is neither scanned nor parsed again (on a long
+/// prompt that second reading cost more than the canonicalisation itself).
+pub fn streamed_canonical(canon: &Canonical, body: &[u8]) -> Streamed {
+    if !canon.stream {
+        return Streamed::No;
+    }
+    match canon.stream_options {
+        StreamOptions::IncludeUsage => Streamed::AskedUsage,
+        StreamOptions::Own => Streamed::OwnOptions,
+        // The canonicaliser accepts only an object: its first byte past the whitespace is `{`.
+        StreamOptions::Absent => match body.iter().position(|b| !b.is_ascii_whitespace()) {
+            Some(open) if body.get(open) == Some(&b'{') => injected(body, open),
+            _ => Streamed::Malformed,
+        },
+    }
+}
+
+/// `body` with the usage request as the first member of the object opening at `open`.
+fn injected(body: &[u8], open: usize) -> Streamed {
     let mut out = Vec::with_capacity(body.len() + INCLUDE_USAGE.len());
     out.extend_from_slice(body.get(..=open).unwrap_or_default());
     out.extend_from_slice(INCLUDE_USAGE);
@@ -89,6 +113,29 @@ mod tests {
         let v = injected(" \n{ \"stream\" : true , \"prompt\":\"x\",\"stream_options\":null}");
         assert_eq!(v["prompt"], "x");
         assert_eq!(v["stream"], true);
+    }
+
+    #[test]
+    fn the_canonicalisers_reading_agrees_with_a_parse_of_its_own() {
+        let cfg = crate::prefix::CanonConfig::default();
+        let msgs = r#""messages":[{"role":"user","content":"hi"}]"#;
+        for head in [
+            r#""stream":true"#,
+            r#""stream":true,"stream_options":null"#,
+            r#""stream":false"#,
+            r#""stream":"true""#,
+            r#""stream":true,"stream_options":{"include_usage":true}"#,
+            r#""stream":true,"stream_options":{"include_usage":false}"#,
+            r#""stream":true,"stream_options":{"continuous_usage_stats":true}"#,
+            r#""stream":true,"stream_options":[]"#,
+            r#""model":"m""#,
+        ] {
+            for body in [format!(" {{{head},{msgs}}}"), format!("{{{msgs},{head}}}")] {
+                let canon = crate::prefix::canonicalize(body.as_bytes(), &cfg).unwrap();
+                let want = streamed(body.as_bytes());
+                assert_eq!(streamed_canonical(&canon, body.as_bytes()), want, "{body}");
+            }
+        }
     }
 
     #[test]

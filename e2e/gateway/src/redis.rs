@@ -112,6 +112,8 @@ async fn run(
     deliver: Deliver,
 ) {
     let mut pending: VecDeque<Option<u32>> = VecDeque::new();
+    // With `AILB_PROF`: when each pending request was queued, for `prof.redis.round_trip`.
+    let mut sent_at: VecDeque<Instant> = VecDeque::new();
     let conn = tokio::time::timeout(connect_timeout, TcpStream::connect(&addr)).await;
     let mut sock = match conn {
         Ok(Ok(s)) => s,
@@ -148,6 +150,9 @@ async fn run(
                     match frame_len(&rbuf) {
                         Ok(Some(len)) => {
                             let reply: Vec<u8> = rbuf.drain(..len).collect();
+                            if let (true, Some(at)) = (crate::prof::enabled(), sent_at.pop_front()) {
+                                crate::prof::record("redis.round_trip", at.elapsed().as_nanos() as u64);
+                            }
                             match pending.pop_front() {
                                 Some(Some(token)) => deliver(token, Some(reply)),
                                 Some(None) => {}
@@ -164,6 +169,13 @@ async fn run(
             msg = rx.recv() => {
                 let Some((token, query)) = msg else { return };
                 wbuf.extend_from_slice(&query);
+                if crate::prof::enabled() {
+                    // AUTH / SELECT replies come first: their entries are the init's.
+                    while sent_at.len() < pending.len() {
+                        sent_at.push_back(Instant::now());
+                    }
+                    sent_at.push_back(Instant::now());
+                }
                 pending.push_back(Some(token));
                 if op_deadline.is_none() {
                     op_deadline = Some(Instant::now() + op_timeout);

@@ -4,7 +4,7 @@
 
 use crate::config::RouteConfig;
 use crate::host::Host;
-use crate::prefix::{Api, PrefixKey};
+use crate::prefix::{Api, Canonical, PrefixKey};
 use crate::redis::scripts::{Keys, PrefixChain};
 use crate::verify::{self, inject::Streamed};
 use std::rc::Rc;
@@ -55,11 +55,11 @@ impl Expect {
 /// Anthropic Messages streams end with their usage unasked, and their APIs may refuse a field
 /// they do not define. A failed write leaves the body as it was: the stream is then not
 /// verified.
-pub fn ask_for_usage(host: &mut dyn Host, api: Api, body: &[u8]) -> bool {
-    if !matches!(api, Api::ChatCompletions | Api::Completions) {
+pub fn ask_for_usage(host: &mut dyn Host, canon: &Canonical, body: &[u8]) -> bool {
+    if !matches!(canon.api, Api::ChatCompletions | Api::Completions) {
         return false;
     }
-    let Streamed::Injected(with_usage) = verify::inject::streamed(body) else {
+    let Streamed::Injected(with_usage) = verify::inject::streamed_canonical(canon, body) else {
         return false;
     };
     if host.set_request_body(&with_usage).is_err() {

@@ -284,7 +284,7 @@ fn read_prompt(
                 .and_then(|s| session::session_id(&*host, s, Some(input.body_bytes))),
             tokens: PromptTokens::of(&canon, input.body_bytes),
             prefix_bytes: canon.prefix_bytes(),
-            injected: settings.verify && ask_for_usage(host, canon.api, &body),
+            injected: settings.verify && ask_for_usage(host, &canon, &body),
         }),
         Err(e) => {
             tel.bad_prompt(host, input.ctx, &e);

@@ -108,7 +108,7 @@ fn decide(
             let chain = Rc::new(with_tokens(chain, &canon, input.body_bytes));
             let mut verify = None;
             if settings.verify {
-                let injected = ask_for_usage(host, canon.api, &body);
+                let injected = ask_for_usage(host, &canon, &body);
                 let index = Index::Redis {
                     config: input.config.clone(),
                     keys: keys.clone(),

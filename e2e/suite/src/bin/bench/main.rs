@@ -9,6 +9,7 @@ mod envoy_cpu;
 mod envoy_prefix;
 mod fairness;
 mod glr;
+mod latency;
 mod metrics;
 mod prefix;
 mod priority;
@@ -16,7 +17,7 @@ mod session;
 mod thirdparty;
 mod trace;
 
-/// `ailb-bench [cpu] [leak] [p99] [prefix] [session] [metrics] [cluster|cluster-cpu|cluster-cold|cluster-hash|cluster-p99] [envoy-prefix] [envoy-cpu] [thirdparty] [cluster3] [priority] [queue] [fairness] [trace [FILE.jsonl]]`: the named sections only (all by default).
+/// `ailb-bench [cpu] [leak] [p99] [prefix] [session] [metrics] [cluster|cluster-cpu|cluster-cold|cluster-hash|cluster-p99] [envoy-prefix] [envoy-cpu] [thirdparty] [cluster3] [priority] [queue] [fairness] [latency] [trace [FILE.jsonl]]`: the named sections only (all by default).
 fn main() -> anyhow::Result<()> {
     // `trace [FILE]`: a `.jsonl` argument is the trace to replay, not a section.
     let (files, only): (Vec<String>, Vec<String>) = std::env::args()
@@ -80,6 +81,9 @@ fn main() -> anyhow::Result<()> {
     }
     if run("fairness") {
         fairness::fairness_under_a_flood()?;
+    }
+    if run("latency") {
+        latency::gateway_added()?;
     }
     if run("trace") {
         trace::trace(files.first().map(std::path::PathBuf::from))?;

@@ -19,6 +19,7 @@
 
 mod fleet;
 mod knee;
+mod latency;
 mod peer;
 mod plot;
 mod recovery;
@@ -32,6 +33,7 @@ use ailb_e2e::trace::replay::Options;
 use ailb_e2e::trace::workload::Workload;
 use ailb_e2e::trace::{infinite, mooncake};
 use fleet::{Cost, Scale, CHEAP_PREFILL, LLMD_H100};
+pub use latency::gateway_added_under_load;
 use run::{bench, plugin, run, Run, Via};
 use serde_json::json;
 use std::path::PathBuf;
