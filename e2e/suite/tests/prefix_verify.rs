@@ -281,6 +281,32 @@ fn to_pod(pod: &str, content: &str, max_tokens: u64) {
     assert_eq!(status, 200);
 }
 
+/// A streamed chat turn straight to the pod at `addr`, left once its first event arrives: its
+/// prompt is prefilled and cached, and the client going away cancels the rest (its KV freed,
+/// its answer never cached).
+fn to_pod_and_leave(addr: std::net::SocketAddr, content: &str, max_tokens: u64) {
+    use std::io::{Read, Write};
+    let body = json!({"model": "fake-model", "max_tokens": max_tokens, "stream": true,
+        "messages": [{"role": "system", "content": "You answer questions."},
+                     {"role": "user", "content": content}]})
+    .to_string();
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: pod\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains("data:") {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "closed: {}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+}
+
 /// An evicting pod, not a flushed one (docs/redis-data-model.md §5 step 4): under memory
 /// pressure (a long answer holding most of the KV, the prefix cache left the rest; LRU, a
 /// prompt's first blocks the most recent: the fake pod's engine model, docs/trace-bench.md) it
@@ -293,7 +319,7 @@ fn an_evicting_pod_keeps_its_other_conversations() {
     let bed = Bed::new(1, |c| {
         c.max_running = 32;
         c.prefill_us_per_token = 1;
-        c.decode_us_per_token = 10;
+        c.decode_us_per_token = 100;
         c.kv_admission = true;
         c.block_tokens = 16;
         c.kv_capacity_tokens = EVICT_KV_BLOCKS * 16;
@@ -346,7 +372,8 @@ fn an_evicting_pod_keeps_its_other_conversations() {
     // (24 tokens: 95 bytes with the system prompt); it holds that and half its output.
     let room = before + 1 - (5 * 48 - 8);
     let output = 2 * ((EVICT_KV_BLOCKS - room) * 16 - 24);
-    to_pod(&pod, &format!("{:<60}", "pressure"), output);
+    to_pod_and_leave(bed.pods[0].addr, &format!("{:<60}", "pressure"), output);
+    assert!(wait_until(Duration::from_secs(5), || engine.gauges().0 == 0));
     assert!(used() <= room + 1, "{} blocks cached, room {room}", used());
     // Their next turns: each predicted in full on the pod, each cached its head only.
     for c in lost {
