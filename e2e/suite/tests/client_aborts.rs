@@ -3,8 +3,9 @@
 //! every count back all the same.
 
 use ailb_e2e::bed::{wait_for_zero, Bed};
-use ailb_e2e::gateway::{glr_config, wait_until};
+use ailb_e2e::gateway::glr_config;
 use ailb_fakepod::load::{self, AbortPhase, AbortRule, HoldSpec, LoadConfig, Workload};
+use ailb_testkit::wait_until;
 use std::time::Duration;
 
 fn aborting(

@@ -6,7 +6,8 @@
 use ailb_e2e::bed::FLUSH_CONVERSATIONS as CONVERSATIONS;
 use ailb_e2e::bed::{busiest, restart_pod, verify_bed as bed, Bed};
 use ailb_e2e::envoy::Envoy;
-use ailb_e2e::gateway::{http, wait_until};
+use ailb_e2e::gateway::http;
+use ailb_testkit::wait_until;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::time::Duration;
