@@ -92,7 +92,8 @@ check-config: check-config-tool
 
 # Both artifacts built by plain cargo: each exports its one ABI version and imports nothing
 # outside its host's ABI and WASI, dist/ holds them unchanged, and each serves a request in its
-# host (e2e/suite/tests/cargo_build.rs; `make e2e-test` runs it too).
+# host (e2e/suite/tests/cargo_build.rs). `make e2e-test` runs it with the rest, so `make test`
+# does not run it again here.
 check-abi: deps build e2e-build
 	$(E2E_CARGO) test --release --quiet --test cargo_build
 
@@ -115,7 +116,9 @@ e2e-build:
 
 # Emulator host rules, fake pods, and the plugin end to end (real redis-server, several
 # gateway processes, fake pods), with the compatibility corpus run through the emulator
-# (e2e/suite/tests/compat.rs). Needs `make build` for dist/ai-load-balancer.wasm.
+# (e2e/suite/tests/compat.rs), the ABI check (check-abi's test), and the bench's own
+# instruments (e2e/bench/tests: the trace replay, the third-party plugin). Needs `make build`
+# for dist/ai-load-balancer.wasm.
 e2e-test: deps build e2e-build
 	$(E2E_CARGO) test --release --quiet
 
@@ -127,7 +130,7 @@ run: deps build e2e-build
 	$(E2E_BIN)/ailb-run --policy $(POLICY) $(ARGS)
 
 # No module imports a module that imports it back (tools/import-loops.py), in every crate.
-IMPORT_LOOP_DIRS := src core testkit tools/check-config tools/k8s-yaml e2e/gateway e2e/fakepod e2e/suite e2e/gateway/testdata/testplugin
+IMPORT_LOOP_DIRS := src core testkit tools/check-config tools/k8s-yaml e2e/gateway e2e/fakepod e2e/suite e2e/bench e2e/gateway/testdata/testplugin
 
 lint: toolchain
 	$(CARGO) fmt --check
@@ -139,11 +142,12 @@ lint: toolchain
 	$(CARGO) clippy --quiet --workspace --target $(WASM_TARGET) --lib -- -D warnings
 	$(CARGO) clippy --quiet --target $(WASM_TARGET) --lib --features envoy -- -D warnings
 
-# Everything CI checks. Redis tests start their own redis-server on a free port.
-test: deps lint unit-test check-abi package package-test wasm-unit-test e2e-test
+# Everything CI checks, each once (check-abi's test runs in e2e-test). Redis tests start their
+# own redis-server on a free port.
+test: deps lint unit-test package package-test wasm-unit-test e2e-test
 	@echo "make test: all checks passed"
 
-# ailb-bench runs every section, the trace bench last (docs/trace-bench.md, about 7 minutes:
+# ailb-bench (e2e/bench) runs every section, the trace bench last (docs/trace-bench.md, about 7 minutes:
 # e2e/data/traces/mooncake-synthetic.jsonl, its preamble variant, the b2b and codegen sweeps).
 bench: deps build e2e-build
 	$(CARGO) run --profile bench-native --quiet -p ailb-core --example bench_redis

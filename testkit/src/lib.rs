@@ -3,7 +3,7 @@
 //! for a throwaway redis-server, one blocking RESP client built on the plugin's own codec
 //! (`ailb_core::redis::resp`), so the tests read Redis the way the plugin does, and the reader
 //! of the compatibility corpus's files and Go verdicts ([`corpus`]), and the temp files they
-//! write ([`TempFile`], [`replace_file`]).
+//! write ([`TempFile`], [`replace_file`]), and the polling wait they share ([`wait_until`]).
 //!
 //! Only tests, benchmarks and the e2e harness depend on this crate; nothing in the plugin does.
 // Test scaffolding: a broken setup (no redis-server, a port that will not bind, a garbled
@@ -15,7 +15,9 @@ pub mod corpus;
 pub mod dashboard;
 mod files;
 mod server;
+mod wait;
 
 pub use client::{command_stats, encode_value, try_cmd, Conn};
 pub use files::{replace_file, TempFile};
 pub use server::{free_port, Options, RedisServer};
+pub use wait::wait_until;

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How long a starting redis-server (or a fresh cluster) may take to answer.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -193,12 +193,11 @@ impl Drop for RedisServer {
     }
 }
 
-fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
-    let deadline = Instant::now() + START_TIMEOUT;
-    while !ready() {
-        assert!(Instant::now() < deadline, "{what} did not come up");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+fn wait_for(what: &str, ready: impl FnMut() -> bool) {
+    assert!(
+        crate::wait::wait_until(START_TIMEOUT, ready),
+        "{what} did not come up"
+    );
 }
 
 #[cfg(test)]

@@ -155,7 +155,9 @@ fn stats(shared: &Shared) -> String {
         out.push_str(&format!("gateway.{k} {v}\n"));
     }
     out.push_str(&format!("gateway.id {id}\n"));
-    out.push_str(&crate::prof::lines());
+    if let Some(i) = crate::instrument::get() {
+        out.push_str(&i.stats_lines());
+    }
     for m in shared
         .metrics
         .lock()

@@ -141,12 +141,26 @@ fn run_worker(
                 let svc = service_fn(move |req| {
                     let w = w.clone();
                     async move {
-                        // Dropped unanswered: hyper gave up on the request because the client
-                        // went away before its response began.
-                        let pending = crate::shared::PendingResponse::new(w.shared.clone());
+                        // Every client gone before its response ended is counted once
+                        // (`gateway.client_aborts`): dropped unanswered, hyper gave up on the
+                        // request before its response began; after, the response's body was
+                        // dropped unfinished.
+                        let shared = w.shared.clone();
+                        let head = req.method() == hyper::Method::HEAD;
+                        let pending = crate::shared::PendingResponse::new(shared.clone());
                         let response = crate::stream::handle(w, req).await;
                         pending.answered();
-                        response
+                        response.map(|mut r| {
+                            let s = r.status();
+                            let bodiless = head
+                                || s.is_informational()
+                                || s == hyper::StatusCode::NO_CONTENT
+                                || s == hyper::StatusCode::NOT_MODIFIED;
+                            if !bodiless {
+                                r.body_mut().count_abort(shared);
+                            }
+                            r
+                        })
                     }
                 });
                 let _ = http1::Builder::new()

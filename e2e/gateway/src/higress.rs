@@ -32,7 +32,7 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
         "env",
         "proxy_redis_init",
         |mut c: C, cp: i32, cn: i32, up: i32, un: i32, pp: i32, pn: i32, timeout: i32| -> i32 {
-            let _p = crate::prof::span("proxy_redis_init");
+            let _p = crate::instrument::span("proxy_redis_init");
             let cluster = String::from_utf8_lossy(&tryst!(read_mem(&mut c, cp, cn))).into_owned();
             let user = String::from_utf8_lossy(&tryst!(read_mem(&mut c, up, un))).into_owned();
             let pass = String::from_utf8_lossy(&tryst!(read_mem(&mut c, pp, pn))).into_owned();
@@ -67,7 +67,7 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
         "env",
         "proxy_redis_call",
         |mut c: C, cp: i32, cn: i32, qp: i32, qn: i32, tokp: i32| -> i32 {
-            let _p = crate::prof::span("proxy_redis_call");
+            let _p = crate::instrument::span("proxy_redis_call");
             let cluster = String::from_utf8_lossy(&tryst!(read_mem(&mut c, cp, cn))).into_owned();
             let query = tryst!(read_mem(&mut c, qp, qn));
             // cpp-host writes 0 first to validate the out-pointer.
@@ -99,7 +99,7 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
         "env",
         "proxy_get_upstream_hosts",
         |mut c: C, pp: i32, sp: i32| -> i32 {
-            let _p = crate::prof::span("proxy_get_upstream_hosts");
+            let _p = crate::instrument::span("proxy_get_upstream_hosts");
             let h = c.data_mut();
             let cluster = h.stream().and_then(|s| s.current_cluster());
             let pairs: Vec<(String, String)> = cluster
@@ -130,7 +130,7 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
         "env",
         "proxy_set_upstream_override_host",
         |mut c: C, p: i32, n: i32| -> i32 {
-            let _p = crate::prof::span("proxy_set_upstream_override_host");
+            let _p = crate::instrument::span("proxy_set_upstream_override_host");
             let addr = String::from_utf8_lossy(&tryst!(read_mem(&mut c, p, n))).into_owned();
             // Always 0: cpp-host ignores the implementation's result. After release it has no effect.
             if let Some(s) = c.data_mut().stream() {
@@ -145,7 +145,7 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
         "env",
         "proxy_inject_encoded_data_to_filter_chain",
         |mut c: C, p: i32, n: i32, _eos: i32| -> i32 {
-            let _p = crate::prof::span("proxy_inject_encoded_data_to_filter_chain");
+            let _p = crate::instrument::span("proxy_inject_encoded_data_to_filter_chain");
             let data = tryst!(read_mem(&mut c, p, n));
             if let Some(s) = c.data_mut().stream() {
                 s.resp_body.extend_from_slice(&data);

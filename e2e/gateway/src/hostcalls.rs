@@ -36,7 +36,7 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
         "env",
         "proxy_log",
         |mut c: C, level: i32, p: i32, n: i32| -> i32 {
-            let _p = crate::prof::span("proxy_log");
+            let _p = crate::instrument::span("proxy_log");
             let msg = tryst!(read_mem(&mut c, p, n));
             let h = c.data_mut();
             let line = format!(
@@ -55,7 +55,7 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
         },
     )?;
     l.func_wrap("env", "proxy_get_log_level", |mut c: C, out: i32| -> i32 {
-        let _p = crate::prof::span("proxy_get_log_level");
+        let _p = crate::instrument::span("proxy_get_log_level");
         let lvl = c.data().shared.log_level as u32;
         tryst!(write_u32(&mut c, out, lvl));
         status::OK
@@ -64,7 +64,7 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
         "env",
         "proxy_get_current_time_nanoseconds",
         |mut c: C, out: i32| -> i32 {
-            let _p = crate::prof::span("proxy_get_current_time_nanoseconds");
+            let _p = crate::instrument::span("proxy_get_current_time_nanoseconds");
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_nanos() as u64)
@@ -77,7 +77,7 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
         "env",
         "proxy_set_tick_period_milliseconds",
         |mut c: C, ms: i32| -> i32 {
-            let _p = crate::prof::span("proxy_set_tick_period_milliseconds");
+            let _p = crate::instrument::span("proxy_set_tick_period_milliseconds");
             c.data_mut().tick_period_ms = Some(ms as u32);
             status::OK
         },
@@ -86,7 +86,7 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
         "env",
         "proxy_get_buffer_bytes",
         |mut c: C, t: i32, start: i32, max: i32, pp: i32, sp: i32| -> i32 {
-            let _p = crate::prof::span("proxy_get_buffer_bytes");
+            let _p = crate::instrument::span("proxy_get_buffer_bytes");
             if !(0..=buffer::MAX).contains(&t) {
                 return status::BAD_ARGUMENT;
             }
@@ -124,7 +124,7 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
         "env",
         "proxy_set_buffer_bytes",
         |mut c: C, t: i32, start: i32, size: i32, p: i32, n: i32| -> i32 {
-            let _p = crate::prof::span("proxy_set_buffer_bytes");
+            let _p = crate::instrument::span("proxy_set_buffer_bytes");
             let data = tryst!(read_mem(&mut c, p, n));
             let h = c.data_mut();
             let Some(s) = h.stream() else {
@@ -156,7 +156,7 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
         "env",
         "proxy_get_header_map_pairs",
         |mut c: C, t: i32, pp: i32, sp: i32| -> i32 {
-            let _p = crate::prof::span("proxy_get_header_map_pairs");
+            let _p = crate::instrument::span("proxy_get_header_map_pairs");
             let Some(m) = header_map(c.data_mut(), t) else {
                 return status::NOT_FOUND;
             };
@@ -168,7 +168,7 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
         "env",
         "proxy_set_header_map_pairs",
         |mut c: C, t: i32, p: i32, n: i32| -> i32 {
-            let _p = crate::prof::span("proxy_set_header_map_pairs");
+            let _p = crate::instrument::span("proxy_set_header_map_pairs");
             let data = tryst!(read_mem(&mut c, p, n));
             let Some(pairs) = abi::decode_pairs(&data) else {
                 return status::BAD_ARGUMENT;
@@ -184,7 +184,7 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
         "env",
         "proxy_get_header_map_value",
         |mut c: C, t: i32, kp: i32, kn: i32, pp: i32, sp: i32| -> i32 {
-            let _p = crate::prof::span("proxy_get_header_map_value");
+            let _p = crate::instrument::span("proxy_get_header_map_value");
             let key = lower(&tryst!(read_mem(&mut c, kp, kn)));
             let Some(m) = header_map(c.data_mut(), t) else {
                 return status::NOT_FOUND;
@@ -206,7 +206,7 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
         "env",
         "proxy_replace_header_map_value",
         |mut c: C, t: i32, kp: i32, kn: i32, vp: i32, vn: i32| -> i32 {
-            let _p = crate::prof::span("proxy_replace_header_map_value");
+            let _p = crate::instrument::span("proxy_replace_header_map_value");
             let key = lower(&tryst!(read_mem(&mut c, kp, kn)));
             let val = tryst!(read_mem(&mut c, vp, vn));
             let Some(m) = header_map(c.data_mut(), t) else {
@@ -230,7 +230,7 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
         "env",
         "proxy_remove_header_map_value",
         |mut c: C, t: i32, kp: i32, kn: i32| -> i32 {
-            let _p = crate::prof::span("proxy_remove_header_map_value");
+            let _p = crate::instrument::span("proxy_remove_header_map_value");
             let key = lower(&tryst!(read_mem(&mut c, kp, kn)));
             let Some(m) = header_map(c.data_mut(), t) else {
                 return status::NOT_FOUND;
@@ -243,7 +243,7 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
         "env",
         "proxy_add_header_map_value",
         |mut c: C, t: i32, kp: i32, kn: i32, vp: i32, vn: i32| -> i32 {
-            let _p = crate::prof::span("proxy_add_header_map_value");
+            let _p = crate::instrument::span("proxy_add_header_map_value");
             let key = lower(&tryst!(read_mem(&mut c, kp, kn)));
             let val = tryst!(read_mem(&mut c, vp, vn));
             let Some(m) = header_map(c.data_mut(), t) else {
@@ -257,7 +257,7 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
         "env",
         "proxy_get_property",
         |mut c: C, p: i32, n: i32, pp: i32, sp: i32| -> i32 {
-            let _p = crate::prof::span("proxy_get_property");
+            let _p = crate::instrument::span("proxy_get_property");
             let path = tryst!(read_mem(&mut c, p, n));
             let parts: Vec<&[u8]> = path.split(|b| *b == 0).collect();
             let h = c.data_mut();
@@ -285,7 +285,7 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
         "env",
         "proxy_set_property",
         |mut c: C, p: i32, n: i32, vp: i32, vn: i32| -> i32 {
-            let _p = crate::prof::span("proxy_set_property");
+            let _p = crate::instrument::span("proxy_set_property");
             tryst!(read_mem(&mut c, p, n));
             tryst!(read_mem(&mut c, vp, vn));
             // clear_route_cache and buffer limits are accepted; routes here depend on :path only.
@@ -293,7 +293,7 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
         },
     )?;
     l.func_wrap("env", "proxy_continue_stream", |mut c: C, t: i32| -> i32 {
-        let _p = crate::prof::span("proxy_continue_stream");
+        let _p = crate::instrument::span("proxy_continue_stream");
         let Some(s) = c.data_mut().stream() else {
             return status::BAD_ARGUMENT;
         };
@@ -308,7 +308,7 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
         status::OK
     })?;
     l.func_wrap("env", "proxy_close_stream", |mut c: C, t: i32| -> i32 {
-        let _p = crate::prof::span("proxy_close_stream");
+        let _p = crate::instrument::span("proxy_close_stream");
         let Some(s) = c.data_mut().stream() else {
             return status::BAD_ARGUMENT;
         };
@@ -356,7 +356,7 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
         "env",
         "proxy_get_status",
         |mut c: C, codep: i32, pp: i32, sp: i32| -> i32 {
-            let _p = crate::prof::span("proxy_get_status");
+            let _p = crate::instrument::span("proxy_get_status");
             let (code, msg) = c.data().status.clone();
             tryst!(write_u32(&mut c, codep, code));
             return_bytes(&mut c, &msg, pp, sp)
@@ -366,7 +366,7 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
         "env",
         "proxy_set_effective_context",
         |mut c: C, id: i32| -> i32 {
-            let _p = crate::prof::span("proxy_set_effective_context");
+            let _p = crate::instrument::span("proxy_set_effective_context");
             let h = c.data_mut();
             if !h.is_live_context(id as u32) {
                 return status::BAD_ARGUMENT;
@@ -379,7 +379,7 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
         "env",
         "proxy_call_foreign_function",
         |mut c: C, np: i32, nn: i32, _ap: i32, _an: i32, pp: i32, sp: i32| -> i32 {
-            let _p = crate::prof::span("proxy_call_foreign_function");
+            let _p = crate::instrument::span("proxy_call_foreign_function");
             let name = tryst!(read_mem(&mut c, np, nn));
             match &name[..] {
                 b"get_log_level" => {

@@ -13,7 +13,7 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
         "env",
         "proxy_get_shared_data",
         |mut c: C, kp: i32, kn: i32, pp: i32, sp: i32, casp: i32| -> i32 {
-            let _p = crate::prof::span("proxy_get_shared_data");
+            let _p = crate::instrument::span("proxy_get_shared_data");
             let key = tryst!(read_mem(&mut c, kp, kn));
             let Some((v, cas)) = c.data().shared.get_shared(&key) else {
                 return status::NOT_FOUND;
@@ -30,7 +30,7 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
         "env",
         "proxy_set_shared_data",
         |mut c: C, kp: i32, kn: i32, vp: i32, vn: i32, cas: i32| -> i32 {
-            let _p = crate::prof::span("proxy_set_shared_data");
+            let _p = crate::instrument::span("proxy_set_shared_data");
             let key = tryst!(read_mem(&mut c, kp, kn));
             let val = tryst!(read_mem(&mut c, vp, vn));
             c.data().shared.set_shared(&key, &val, cas as u32)
@@ -60,7 +60,7 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
         "env",
         "proxy_define_metric",
         |mut c: C, t: i32, np: i32, nn: i32, idp: i32| -> i32 {
-            let _p = crate::prof::span("proxy_define_metric");
+            let _p = crate::instrument::span("proxy_define_metric");
             let name = tryst!(read_mem(&mut c, np, nn));
             let kind = match t {
                 0 => MetricKind::Counter,
@@ -80,7 +80,7 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
         "env",
         "proxy_increment_metric",
         |c: C, id: i32, off: i64| -> i32 {
-            let _p = crate::prof::span("proxy_increment_metric");
+            let _p = crate::instrument::span("proxy_increment_metric");
             let Some(m) = c.data().shared.metric(id as u32) else {
                 return status::NOT_FOUND;
             };
@@ -95,7 +95,7 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
         "env",
         "proxy_record_metric",
         |c: C, id: i32, v: i64| -> i32 {
-            let _p = crate::prof::span("proxy_record_metric");
+            let _p = crate::instrument::span("proxy_record_metric");
             let Some(m) = c.data().shared.metric(id as u32) else {
                 return status::NOT_FOUND;
             };
@@ -113,7 +113,7 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
         "env",
         "proxy_get_metric",
         |mut c: C, id: i32, out: i32| -> i32 {
-            let _p = crate::prof::span("proxy_get_metric");
+            let _p = crate::instrument::span("proxy_get_metric");
             let Some(m) = c.data().shared.metric(id as u32) else {
                 return status::NOT_FOUND;
             };

@@ -112,7 +112,8 @@ async fn run(
     deliver: Deliver,
 ) {
     let mut pending: VecDeque<Option<u32>> = VecDeque::new();
-    // With `AILB_PROF`: when each pending request was queued, for `prof.redis.round_trip`.
+    // With span instruments (`AILB_PROF` in the bench): when each pending request was queued,
+    // for `prof.redis.round_trip`.
     let mut sent_at: VecDeque<Instant> = VecDeque::new();
     let conn = tokio::time::timeout(connect_timeout, TcpStream::connect(&addr)).await;
     let mut sock = match conn {
@@ -150,8 +151,8 @@ async fn run(
                     match frame_len(&rbuf) {
                         Ok(Some(len)) => {
                             let reply: Vec<u8> = rbuf.drain(..len).collect();
-                            if let (true, Some(at)) = (crate::prof::enabled(), sent_at.pop_front()) {
-                                crate::prof::record("redis.round_trip", at.elapsed().as_nanos() as u64);
+                            if let (true, Some(at)) = (crate::instrument::timing(), sent_at.pop_front()) {
+                                crate::instrument::record("redis.round_trip", at.elapsed().as_nanos() as u64);
                             }
                             match pending.pop_front() {
                                 Some(Some(token)) => deliver(token, Some(reply)),
@@ -169,7 +170,7 @@ async fn run(
             msg = rx.recv() => {
                 let Some((token, query)) = msg else { return };
                 wbuf.extend_from_slice(&query);
-                if crate::prof::enabled() {
+                if crate::instrument::timing() {
                     // AUTH / SELECT replies come first: their entries are the init's.
                     while sent_at.len() < pending.len() {
                         sent_at.push_back(Instant::now());

@@ -137,8 +137,8 @@ pub struct Counters {
     /// Wall time spent inside VM calls (plugin code plus the host calls it makes), for the
     /// per-request plugin CPU benchmark.
     pub vm_call_ns: AtomicU64,
-    /// The worker threads' CPU time inside VM calls, when `AILB_VM_CPU_TIME` asks for it
-    /// (`crate::cpu_clock`): wall time less the time other threads ran meanwhile.
+    /// The worker threads' CPU time inside VM calls, when bench instruments read the thread's
+    /// CPU clock (`crate::instrument`): wall time less the time other threads ran meanwhile.
     pub vm_call_cpu_ns: AtomicU64,
     /// VM entries (exports called), so a figure can say how many entries its time took.
     pub vm_calls: AtomicU64,

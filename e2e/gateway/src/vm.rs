@@ -8,7 +8,7 @@ use crate::stream_data::HttpCallResp;
 use anyhow::{anyhow, bail, Context as _, Result};
 use std::cell::RefCell;
 use std::rc::Rc;
-use wasmtime::{Engine, Instance, Linker, Module, Store, TypedFunc};
+use wasmtime::{AsContext, Engine, Instance, Linker, Module, Store, TypedFunc};
 
 type F1 = TypedFunc<i32, ()>;
 type F1R = TypedFunc<i32, i32>;
@@ -42,7 +42,7 @@ pub struct Vm {
     ex: Exports,
     /// Set after a trap; Envoy treats the VM as dead from then on.
     pub failed: bool,
-    /// The module's compiled code (`crate::cold` reads it back in).
+    /// The module's compiled code (bench instruments may read it back in, `crate::instrument`).
     code: std::ops::Range<usize>,
 }
 
@@ -55,16 +55,11 @@ pub struct Plugin {
 
 impl Plugin {
     pub fn load(wasm: &[u8]) -> Result<Plugin> {
-        // `AILB_PERFMAP` writes /tmp/perf-<pid>.map, so `perf report` names the plugin's
-        // compiled functions (an opt-in profiling aid).
-        let engine = if std::env::var_os("AILB_PERFMAP").is_some() {
-            fresh_perf_map();
-            let mut c = wasmtime::Config::new();
-            c.profiler(wasmtime::ProfilingStrategy::PerfMap);
-            Engine::new(&c).map_err(anyhow::Error::from)?
-        } else {
-            Engine::default()
-        };
+        let mut config = wasmtime::Config::new();
+        if let Some(i) = crate::instrument::get() {
+            i.engine_config(&mut config);
+        }
+        let engine = Engine::new(&config).map_err(anyhow::Error::from)?;
         let module = Module::new(&engine, wasm)
             .map_err(anyhow::Error::from)
             .context("compiling plugin wasm")?;
@@ -81,13 +76,6 @@ impl Plugin {
 /// Removes `/tmp/perf-<pid>.map` once per process, before the first engine writes it. wasmtime
 /// appends to that file (several engines of one process share it), so a map an earlier
 /// process with the same pid left would be read as this process's code.
-fn fresh_perf_map() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let _ = std::fs::remove_file(format!("/tmp/perf-{}.map", std::process::id()));
-    });
-}
-
 impl Vm {
     /// Instantiate and run `_initialize`. Unknown `env` imports fail here with their name.
     pub fn instantiate(plugin: &Plugin, host: HostState) -> Result<Vm> {
@@ -176,22 +164,23 @@ impl Vm {
         let Some(f) = pick(&self.ex) else {
             return Ok(R::default());
         };
-        let memory = self.store.data().memory;
-        crate::cold::before_entry(&self.store, memory, &self.code);
+        let instruments = crate::instrument::get();
+        if let Some(i) = instruments {
+            let memory = self.store.data().memory;
+            i.before_entry(self.store.as_context(), memory, &self.code);
+        }
         let h = self.store.data_mut();
         h.current = ctx;
         h.effective = None;
         // The wall clock innermost, so the CPU clock's system calls stay out of it.
-        let call = || {
-            let started = std::time::Instant::now();
-            let r = f.call(&mut self.store, args);
-            (r, started.elapsed().as_nanos() as u64)
-        };
-        let ((r, ns), cpu_ns) = match crate::cpu_clock::enabled() {
-            true => crate::cpu_clock::timed(call),
-            false => (call(), None),
-        };
-        crate::prof::record(what, ns);
+        let cpu_at = instruments.and_then(|i| i.thread_cpu_ns());
+        let started = std::time::Instant::now();
+        let r = f.call(&mut self.store, args);
+        let ns = started.elapsed().as_nanos() as u64;
+        let cpu_ns = cpu_at
+            .zip(instruments.and_then(|i| i.thread_cpu_ns()))
+            .map(|(at, now)| now.saturating_sub(at));
+        crate::instrument::record(what, ns);
         let h = self.store.data_mut();
         h.current = 0;
         h.effective = None;

@@ -66,7 +66,7 @@ pub fn add_to_linker(l: &mut Linker<HostState>, module: &Module) -> Result<()> {
             },
         )?;
         l.func_wrap(m, "random_get", |mut c: C, p: i32, n: i32| -> i32 {
-            let _p = crate::prof::span("random_get");
+            let _p = crate::instrument::span("random_get");
             let mut buf = vec![0u8; n as u32 as usize];
             rand::fill(&mut buf[..]);
             match write_mem(&mut c, p, &buf) {
@@ -78,7 +78,7 @@ pub fn add_to_linker(l: &mut Linker<HostState>, module: &Module) -> Result<()> {
             m,
             "clock_time_get",
             |mut c: C, id: i32, _prec: i64, out: i32| -> i32 {
-                let _p = crate::prof::span("clock_time_get");
+                let _p = crate::instrument::span("clock_time_get");
                 let ns = if id == 0 {
                     std::time::SystemTime::now()
                         .duration_since(std::time::UNIX_EPOCH)

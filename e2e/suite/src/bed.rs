@@ -164,7 +164,7 @@ pub fn chat(gateway: &str, text: &str, max_tokens: u64) -> (u16, String) {
 pub fn probe_until_zero(bed: &Bed, url: &str, timeout: Duration) -> Counts {
     let probe = chat_body("probe", 1);
     let mut last = bed.counts();
-    crate::gateway::wait_until(timeout, || {
+    ailb_testkit::wait_until(timeout, || {
         for _ in 0..4 {
             let _ = http(
                 url,
@@ -185,7 +185,7 @@ pub fn probe_until_zero(bed: &Bed, url: &str, timeout: Duration) -> Counts {
 /// settled: each holds a lease or has been answered (refused). Tests that send waves in an
 /// order wait for this rather than for a fixed time, which a loaded machine can outrun.
 pub fn wait_wave<T>(bed: &Bed, leases_before: i64, wave: &[std::thread::JoinHandle<T>]) {
-    crate::gateway::wait_until(Duration::from_secs(5), || {
+    ailb_testkit::wait_until(Duration::from_secs(5), || {
         let answered = wave.iter().filter(|t| t.is_finished()).count();
         bed.counts().leases + answered as i64 >= leases_before + wave.len() as i64
     });
@@ -194,7 +194,7 @@ pub fn wait_wave<T>(bed: &Bed, leases_before: i64, wave: &[std::thread::JoinHand
 /// Polls Redis until every count is back to zero.
 pub fn wait_for_zero(bed: &Bed, timeout: Duration) -> Counts {
     let mut last = bed.counts();
-    crate::gateway::wait_until(timeout, || {
+    ailb_testkit::wait_until(timeout, || {
         last = bed.counts();
         last.is_zero()
     });

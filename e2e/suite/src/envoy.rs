@@ -6,7 +6,8 @@
 
 mod config;
 
-use crate::gateway::{http, wait_until};
+use crate::gateway::http;
+use ailb_testkit::wait_until;
 use config::drop_wasm_filter;
 pub use config::{cluster_config, envoy_config, Body, SCRAPE_CLUSTER};
 use serde_json::Value;

@@ -7,8 +7,8 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 pub const ROUTE: &str = "llm-route";
 pub const CLUSTER: &str = "outbound|8000||llm.static";
@@ -95,6 +95,15 @@ impl GatewaySpec {
     }
 }
 
+static EMULATOR: OnceLock<&'static str> = OnceLock::new();
+
+/// Makes every [`Gateway`] this process starts run the e2e binary `name` instead of
+/// `ailb-gateway`: `ailb-bench` sets `ailb-bench-gateway`, the emulator with its profiling
+/// switches (e2e/bench). Set once, before the first gateway starts; false if it was set.
+pub fn use_emulator(name: &'static str) -> bool {
+    EMULATOR.set(name).is_ok()
+}
+
 pub struct Gateway {
     pub id: String,
     /// `http://127.0.0.1:PORT`
@@ -118,7 +127,7 @@ impl Gateway {
     }
 
     /// [`Gateway::start_config`] with extra environment variables for the emulator process
-    /// (bench instruments such as `AILB_COLD_ENTRIES`).
+    /// (the bench's switches such as `AILB_COLD_ENTRIES`, with [`use_emulator`]).
     pub fn start_config_env(
         config: &Value,
         id: &str,
@@ -133,7 +142,8 @@ impl Gateway {
         std::fs::write(&path, serde_json::to_string_pretty(config)?)?;
         // Removed however this returns: a gateway that did not start too.
         let config_file = TempFile(path.clone());
-        let mut child = Command::new(crate::e2e_bin("ailb-gateway"))
+        let emulator = EMULATOR.get().copied().unwrap_or("ailb-gateway");
+        let mut child = Command::new(crate::e2e_bin(emulator))
             .arg("--config")
             .arg(&path)
             .envs(env.iter().copied())
@@ -346,18 +356,4 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
         b = &b[(eol + 4 + size).min(b.len())..];
     }
     out
-}
-
-/// Waits until `f` holds or the deadline passes; returns whether it held.
-pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if f() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }

@@ -5,15 +5,12 @@
 pub mod bed;
 pub mod cluster;
 pub mod cluster3;
-pub mod empty_plugin;
 pub mod envoy;
 pub mod gateway;
 pub mod metrics;
 pub mod redis;
 pub mod redis_cluster;
 pub mod storm;
-pub mod thirdparty;
-pub mod trace;
 
 use std::path::PathBuf;
 

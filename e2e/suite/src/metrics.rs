@@ -3,8 +3,9 @@
 //! store the pods' pages.
 
 use crate::bed::{chat, Bed};
-use crate::gateway::{http, wait_until};
+use crate::gateway::http;
 use ailb_fakepod::PodHandle;
+use ailb_testkit::wait_until;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -36,7 +37,7 @@ pub fn preload(bed: &Bed, pod: usize, n: usize, tokens: u64) {
     }
     let engine = bed.pods[pod].engine().clone();
     assert!(
-        crate::gateway::wait_until(Duration::from_secs(5), || {
+        ailb_testkit::wait_until(Duration::from_secs(5), || {
             engine.snapshot().waiting + 1 >= n
         }),
         "pod {pod} did not fill with {n} requests"

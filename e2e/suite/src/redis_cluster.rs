@@ -18,8 +18,8 @@ mod auth;
 mod node;
 mod proxy;
 
-use crate::gateway::wait_until;
 use ailb_core::redis::resp::Value;
+use ailb_testkit::wait_until;
 pub use auth::{auth_cmd, PASSWORD, USER};
 use node::{healthy, masters};
 pub use node::{parse_masters, Master, Node, NODE_TIMEOUT_MS};

@@ -11,7 +11,8 @@ use ailb_e2e::cluster::{
     cluster_config, hash_plugin, metrics_plugin, service_of, services, slow_and_failing, Service,
     TARGET_HEADER,
 };
-use ailb_e2e::gateway::{http, open, wait_until, Gateway};
+use ailb_e2e::gateway::{http, open, Gateway};
+use ailb_testkit::wait_until;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 

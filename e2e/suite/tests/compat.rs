@@ -17,11 +17,12 @@
 use ailb_check_config::{extract, Unchecked};
 use ailb_core::config::{self, Build, PluginConfig, PolicyConfig, RequestKeys, RouteConfig};
 use ailb_e2e::bed::{chat_body, Bed};
-use ailb_e2e::gateway::{http, wait_until, CLUSTER, ROUTE};
+use ailb_e2e::gateway::{http, CLUSTER, ROUTE};
 use ailb_gateway::config::Config;
 use ailb_gateway::gateway::{start_with, ConfigRejected, Gateway};
 use ailb_gateway::vm::Plugin;
 use ailb_testkit::corpus;
+use ailb_testkit::wait_until;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

@@ -5,9 +5,9 @@
 
 use ailb_e2e::bed::{chat, Bed};
 use ailb_e2e::envoy::{validate, Envoy, SCRAPE_CLUSTER};
-use ailb_e2e::gateway::wait_until;
 use ailb_e2e::metrics::{busy_bed, land, preload};
 use ailb_fakepod::MetricsSource;
+use ailb_testkit::wait_until;
 use serde_json::{json, Value};
 use std::time::Duration;
 

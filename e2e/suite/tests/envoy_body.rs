@@ -6,7 +6,8 @@
 
 use ailb_e2e::bed::Bed;
 use ailb_e2e::envoy::{Body, Envoy, SCRAPE_CLUSTER};
-use ailb_e2e::gateway::{http, wait_until};
+use ailb_e2e::gateway::http;
+use ailb_testkit::wait_until;
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::net::TcpStream;

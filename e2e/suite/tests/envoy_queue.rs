@@ -5,7 +5,8 @@
 
 use ailb_e2e::bed::{chat_body, Bed};
 use ailb_e2e::envoy::Envoy;
-use ailb_e2e::gateway::{http, open, wait_until};
+use ailb_e2e::gateway::{http, open};
+use ailb_testkit::wait_until;
 use serde_json::json;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};

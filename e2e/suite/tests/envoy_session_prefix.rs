@@ -7,8 +7,9 @@
 
 use ailb_e2e::bed::Bed;
 use ailb_e2e::envoy::{Envoy, SCRAPE_CLUSTER};
-use ailb_e2e::gateway::{http, wait_until};
+use ailb_e2e::gateway::http;
 use ailb_fakepod::MetricsSource;
+use ailb_testkit::wait_until;
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

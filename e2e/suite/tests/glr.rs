@@ -2,9 +2,10 @@
 //! workers) in front of fake pods, sharing one real redis-server.
 
 use ailb_e2e::bed::{chat, chat_body, probe_until_zero, wait_for_zero, Bed};
-use ailb_e2e::gateway::{glr_config, http, wait_until, Gateway, CLUSTER, ROUTE};
+use ailb_e2e::gateway::{glr_config, http, Gateway, CLUSTER, ROUTE};
 use ailb_e2e::redis::try_counts;
 use ailb_e2e::storm;
+use ailb_testkit::wait_until;
 use serde_json::json;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

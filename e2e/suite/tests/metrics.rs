@@ -3,9 +3,10 @@
 //! plugin's own scraper (an `original_dst` cluster); garbage and failed scrapes fall back.
 
 use ailb_e2e::bed::Bed;
-use ailb_e2e::gateway::{wait_until, Gateway, GatewaySpec};
+use ailb_e2e::gateway::{Gateway, GatewaySpec};
 use ailb_e2e::metrics::{busy_bed, land, metrics_check_path, preload, wait_pages_stored};
 use ailb_fakepod::MetricsSource;
+use ailb_testkit::wait_until;
 use serde_json::{json, Value};
 use std::time::Duration;
 

@@ -2,7 +2,8 @@
 //! fake pods with per-pod prefix caches, one real redis-server.
 
 use ailb_e2e::bed::{wait_for_zero, Bed};
-use ailb_e2e::gateway::{http, wait_until, Gateway};
+use ailb_e2e::gateway::{http, Gateway};
+use ailb_testkit::wait_until;
 use serde_json::{json, Value};
 use std::time::Duration;
 

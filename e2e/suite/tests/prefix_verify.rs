@@ -9,8 +9,9 @@
 use ailb_core::verify::flush::FLUSH_CONVERSATIONS;
 use ailb_e2e::bed::FLUSH_CONVERSATIONS as CONVERSATIONS;
 use ailb_e2e::bed::{busiest, restart_pod, verify_bed as bed, wait_for_zero, Bed};
-use ailb_e2e::gateway::{http, wait_until, Gateway, GatewaySpec};
+use ailb_e2e::gateway::{http, Gateway, GatewaySpec};
 use ailb_e2e::metrics::{metrics_check_path, wait_pages_stored};
+use ailb_testkit::wait_until;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -7,7 +7,8 @@
 
 use ailb_core::redis::scripts::Keys;
 use ailb_e2e::bed::{chat_body, wait_for_zero, Bed};
-use ailb_e2e::gateway::{glr_config, http, open, wait_until, CLUSTER, ROUTE};
+use ailb_e2e::gateway::{glr_config, http, open, CLUSTER, ROUTE};
+use ailb_testkit::wait_until;
 use serde_json::json;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};

@@ -5,8 +5,9 @@
 //! The tests share the machine's two cores and time failovers, so they run one at a time.
 
 use ailb_e2e::cluster3::{counts_via, decisions, drill, send, Fleet, Route, SERVICES};
-use ailb_e2e::gateway::{wait_until, Gateway};
+use ailb_e2e::gateway::Gateway;
 use ailb_e2e::redis_cluster::{failover_budget, time_until, PASSWORD};
+use ailb_testkit::wait_until;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::Duration;

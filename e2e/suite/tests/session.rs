@@ -3,7 +3,8 @@
 //! worker takes them, move when that pod dies, and leave no count behind.
 
 use ailb_e2e::bed::{chat_body, wait_for_zero, Bed};
-use ailb_e2e::gateway::{glr_config, http, wait_until, Gateway};
+use ailb_e2e::gateway::{glr_config, http, Gateway};
+use ailb_testkit::wait_until;
 use serde_json::json;
 use std::collections::HashMap;
 use std::time::Duration;

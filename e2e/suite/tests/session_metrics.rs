@@ -7,9 +7,10 @@
 //! session stays on its new pod, and Redis down is the scheduler's pick, counted.
 
 use ailb_e2e::bed::{chat_body, Bed};
-use ailb_e2e::gateway::{http, wait_until, Gateway, GatewaySpec};
+use ailb_e2e::gateway::{http, Gateway, GatewaySpec};
 use ailb_e2e::metrics::{metrics_check_path, wait_pages_stored};
 use ailb_fakepod::MetricsSource;
+use ailb_testkit::wait_until;
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;

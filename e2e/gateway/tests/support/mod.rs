@@ -7,13 +7,13 @@ use ailb_gateway::config::Config;
 use ailb_gateway::gateway::{start, Gateway};
 // Not every test binary uses them.
 #[allow(unused_imports)]
-pub use ailb_testkit::{free_port, RedisServer, TempFile};
+pub use ailb_testkit::{free_port, wait_until, RedisServer, TempFile};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Build testdata/testplugin for both ABIs once per test binary; returns (0_2_1, 0_2_100).
 pub fn test_plugins() -> &'static (PathBuf, PathBuf) {
@@ -221,20 +221,6 @@ pub fn stat(gw: &Gateway, name: &str) -> i64 {
                 .and_then(|v| v.parse().ok())
         })
         .unwrap_or(0)
-}
-
-/// Waits until `f` holds or `timeout` passes (polling every 20 ms); returns whether it held.
-pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if f() {
-            return true;
-        }
-        if Instant::now() > deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Waits (5 s at most) until counter `name` reaches `want`; returns its last value.

@@ -2,8 +2,8 @@
 //! slots and replicas, as `CLUSTER NODES` reports them.
 
 use super::auth::{auth_cmd, PASSWORD, USER};
-use crate::gateway::wait_until;
 use ailb_core::redis::resp::Value;
+use ailb_testkit::wait_until;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;

@@ -3,8 +3,9 @@
 
 use super::auth::{auth_cmd, PASSWORD, USER};
 use crate::envoy::envoy_bin;
-use crate::gateway::{http, wait_until};
+use crate::gateway::http;
 use ailb_core::redis::resp::Value;
+use ailb_testkit::wait_until;
 use serde_json::{json, Value as Json};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

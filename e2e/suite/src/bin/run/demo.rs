@@ -8,10 +8,11 @@ use ailb_e2e::bed::Bed;
 use ailb_e2e::cluster::{
     cluster_config, hash_plugin, metrics_plugin, services, slow_and_failing, Service,
 };
-use ailb_e2e::gateway::{http, wait_until, Gateway};
+use ailb_e2e::gateway::{http, Gateway};
 use ailb_e2e::metrics::{busy_bed, preload};
 use ailb_e2e::redis::Counts;
 use ailb_fakepod::load::{self, HoldSpec, LoadConfig, SessionsSpec, SkewedSpec, Workload};
+use ailb_testkit::wait_until;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

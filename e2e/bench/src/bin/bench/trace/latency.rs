@@ -16,11 +16,11 @@ use super::fleet::LLMD_H100;
 use super::run::{bench, penalty_ms, plugin_config};
 use super::{default_trace, opts, scale, trace_name, TRACE_PODS};
 use crate::common::percentile;
+use ailb_bench::trace::mooncake;
+use ailb_bench::trace::replay::{replay, Target};
+use ailb_bench::trace::workload::Workload;
 use ailb_e2e::bed::Bed;
 use ailb_e2e::gateway::Gateway;
-use ailb_e2e::trace::mooncake;
-use ailb_e2e::trace::replay::{replay, Target};
-use ailb_e2e::trace::workload::Workload;
 use serde_json::{json, Value};
 
 /// Alternate runs of each (plugin, none, plugin, none, …); `AILB_LATENCY_ROUNDS` overrides.

@@ -1,4 +1,4 @@
-//! Load sweeps on llm-d's workload shapes (ailb_e2e::trace::gen) and the knee of each router
+//! Load sweeps on llm-d's workload shapes (ailb_bench::trace::gen) and the knee of each router
 //! (knee.rs). The fleet is half of llm-d's (4 pods) with half the b2b groups, so the prefix
 //! working set is still 73 % of the fleet's KV and per-pod load at a given rate per pod is the
 //! same; halving it halves the requests the machine must push at a given trace speed.
@@ -7,9 +7,9 @@ use super::fleet::{Cost, Scale, LLMD_H100};
 use super::knee::{knee, slo, Knee};
 use super::run::{bench, plugin, run, Run, Via};
 use super::{peer, routers};
-use ailb_e2e::trace::gen::{b2b, codegen, B2b};
-use ailb_e2e::trace::replay::Options;
-use ailb_e2e::trace::workload::{Dialogue, Workload};
+use ailb_bench::trace::gen::{b2b, codegen, B2b};
+use ailb_bench::trace::replay::Options;
+use ailb_bench::trace::workload::{Dialogue, Workload};
 use std::sync::Arc;
 use std::time::Duration;
 

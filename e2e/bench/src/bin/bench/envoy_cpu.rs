@@ -8,9 +8,9 @@
 
 use crate::cluster::{NAMES, THIRDS};
 use crate::common::{chat10, from_clients};
+use ailb_bench::empty_plugin::{empty_wasm, host_calls_wasm};
 use ailb_e2e::bed::Bed;
 use ailb_e2e::cluster::{hash_plugin, TARGET_HEADER};
-use ailb_e2e::empty_plugin::{empty_wasm, host_calls_wasm};
 use ailb_e2e::envoy::Envoy;
 use ailb_e2e::gateway::http;
 use serde_json::json;

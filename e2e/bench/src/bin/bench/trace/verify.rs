@@ -6,10 +6,10 @@
 
 use super::fleet::Scale;
 use super::run::{bench, penalty_ms, run, Run, Via};
+use ailb_bench::trace::replay::Options;
+use ailb_bench::trace::workload::Workload;
 use ailb_core::redis::resp::Value;
 use ailb_e2e::bed::Bed;
-use ailb_e2e::trace::replay::Options;
-use ailb_e2e::trace::workload::Workload;
 use serde_json::json;
 
 /// Requests the plugin sent to a pod as a hit (`prefix_hit`) that came back with under 512

@@ -13,7 +13,7 @@
 //! * tokens in flight: the request's uncached prompt tokens (prompt × (1 − score)), booked at
 //!   dispatch and released at its first streamed token.
 
-use ailb_e2e::trace::replay::{Dispatch, Router};
+use ailb_bench::trace::replay::{Dispatch, Router};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 

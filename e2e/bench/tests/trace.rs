@@ -8,12 +8,12 @@
 //!   unbounded cache over the same prompts (the pod never evicts here): request by request for
 //!   all but the few whose order two simultaneous arrivals may swap, and in total.
 
+use ailb_bench::trace::infinite::infinite_cached;
+use ailb_bench::trace::mooncake::{self, Row};
+use ailb_bench::trace::replay::{replay, Options, Target};
+use ailb_bench::trace::workload::Dialogue;
 use ailb_e2e::bed::Bed;
 use ailb_e2e::gateway::Gateway;
-use ailb_e2e::trace::infinite::infinite_cached;
-use ailb_e2e::trace::mooncake::{self, Row};
-use ailb_e2e::trace::replay::{replay, Options, Target};
-use ailb_e2e::trace::workload::Dialogue;
 use serde_json::json;
 
 const ROWS: usize = 60;

@@ -5,12 +5,12 @@
 //! entry cold). The streamed section is `cluster_streamed`.
 
 use crate::common::{chat10, vm_us_per_request, vm_us_per_request_by, vm_us_per_request_loaded};
+use ailb_bench::empty_plugin::{adaptive_host_calls_wasm, empty_wasm, host_calls_wasm};
 use ailb_core::cluster::hash::SlotTable;
 use ailb_e2e::bed::{chat_body, Bed};
 use ailb_e2e::cluster::{
     cluster_config, hash_plugin, metrics_plugin, service_of, services, Service, TARGET_HEADER,
 };
-use ailb_e2e::empty_plugin::{adaptive_host_calls_wasm, empty_wasm, host_calls_wasm};
 use ailb_e2e::gateway::{http, Gateway};
 use serde_json::{json, Value};
 

@@ -1,6 +1,6 @@
 //! Bench instrument: every VM entry starts with cold caches, as an idle worker's does, so how
-//! much a callback costs cold can be measured one request at a time, and split. Set by the
-//! environment (read once), off unless `AILB_COLD_ENTRIES` is:
+//! much a callback costs cold can be measured one request at a time, and split. Off unless
+//! `AILB_COLD_ENTRIES` is:
 //!
 //! - `all`: before each entry the worker writes a buffer far larger than its core's caches
 //!   (evicting the plugin's compiled code, its linear memory and the host's own state);
@@ -11,10 +11,10 @@
 //! plugin's code being cold costs, `all` minus `memory-warm` what its data being cold costs;
 //! what `all` keeps beyond both is the host's own cold state (docs/plugin-cpu.md).
 
+use ailb_gateway::host_state::HostState;
 use std::cell::RefCell;
 use std::ops::Range;
-use std::sync::OnceLock;
-use wasmtime::{AsContext, Memory};
+use wasmtime::{Memory, StoreContext};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cold {
@@ -30,20 +30,26 @@ const EVICT_BYTES: usize = 96 << 20;
 
 const LINE: usize = 64;
 
-pub fn mode() -> Cold {
-    static MODE: OnceLock<Cold> = OnceLock::new();
-    *MODE.get_or_init(|| match std::env::var("AILB_COLD_ENTRIES").as_deref() {
-        Ok("all") => Cold::All,
-        Ok("code-warm") => Cold::CodeWarm,
-        Ok("memory-warm") => Cold::MemoryWarm,
-        _ => Cold::Off,
-    })
+impl Cold {
+    /// The mode `AILB_COLD_ENTRIES` names (`Off` for anything else).
+    pub fn from_env() -> Cold {
+        match std::env::var("AILB_COLD_ENTRIES").as_deref() {
+            Ok("all") => Cold::All,
+            Ok("code-warm") => Cold::CodeWarm,
+            Ok("memory-warm") => Cold::MemoryWarm,
+            _ => Cold::Off,
+        }
+    }
 }
 
 /// Called right before a VM entry: evicts, then warms what the mode keeps warm.
 /// `code`: the module's compiled code (`Module::image_range`).
-pub fn before_entry(store: impl AsContext, memory: Option<Memory>, code: &Range<usize>) {
-    let mode = mode();
+pub fn before_entry(
+    mode: Cold,
+    store: StoreContext<'_, HostState>,
+    memory: Option<Memory>,
+    code: &Range<usize>,
+) {
     if mode == Cold::Off {
         return;
     }
@@ -68,7 +74,7 @@ pub fn before_entry(store: impl AsContext, memory: Option<Memory>, code: &Range<
         }
         Cold::MemoryWarm => {
             if let Some(m) = memory {
-                for b in m.data(&store).iter().step_by(LINE) {
+                for b in m.data(store).iter().step_by(LINE) {
                     sum = sum.wrapping_add(*b as u64);
                 }
             }

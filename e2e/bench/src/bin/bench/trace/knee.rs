@@ -7,7 +7,7 @@
 //! goodput uses on the Mooncake trace; relative, so the knee does not depend on the scale.
 
 use super::run::{pct, Run};
-use ailb_e2e::trace::workload::Workload;
+use ailb_bench::trace::workload::Workload;
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Knee {

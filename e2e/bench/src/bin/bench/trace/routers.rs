@@ -2,7 +2,7 @@
 //! O3 full-knowledge least load, O2 the capacity-bounded oracle; the llm-d-style peer is in
 //! peer.rs (docs/trace-bench.md "Routers").
 
-use ailb_e2e::trace::replay::{Dispatch, Router};
+use ailb_bench::trace::replay::{Dispatch, Router};
 use ailb_fakepod::engine::Engine;
 use ailb_fakepod::probe::probe;
 use std::collections::HashMap;

@@ -19,6 +19,9 @@ mod trace;
 
 /// `ailb-bench [cpu] [leak] [p99] [prefix] [session] [metrics] [cluster|cluster-cpu|cluster-cold|cluster-hash|cluster-p99] [envoy-prefix] [envoy-cpu] [thirdparty] [cluster3] [priority] [queue] [fairness] [latency] [trace [FILE.jsonl]]`: the named sections only (all by default).
 fn main() -> anyhow::Result<()> {
+    // Every gateway of the bench runs with the profiling switches its environment sets
+    // (ailb_bench::instruments); the plain emulator has none.
+    ailb_e2e::gateway::use_emulator("ailb-bench-gateway");
     // `trace [FILE]`: a `.jsonl` argument is the trace to replay, not a section.
     let (files, only): (Vec<String>, Vec<String>) = std::env::args()
         .skip(1)

@@ -4,9 +4,9 @@
 //! `AILB_COLD_ENTRIES`, docs/plugin-cpu.md), the state an idle worker meets a request in.
 
 use crate::common::chat10;
+use ailb_bench::thirdparty;
 use ailb_e2e::bed::Bed;
 use ailb_e2e::gateway::{glr_config, http, Gateway};
-use ailb_e2e::thirdparty;
 use serde_json::json;
 
 pub fn thirdparty_vs_ours_vm_time() -> anyhow::Result<()> {

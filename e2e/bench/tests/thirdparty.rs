@@ -3,9 +3,9 @@
 //! `poll_oneoff` and aborted at its first garbage collection while the emulator answered
 //! "not implemented"; a paused request of a dead VM hung.
 
+use ailb_bench::thirdparty;
 use ailb_e2e::bed::Bed;
 use ailb_e2e::gateway::Gateway;
-use ailb_e2e::thirdparty;
 use ailb_fakepod::load;
 use std::time::Duration;
 

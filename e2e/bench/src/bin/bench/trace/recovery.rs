@@ -13,7 +13,7 @@
 //! the pod before the first short answer returned.
 
 use super::run::Run;
-use ailb_e2e::trace::replay::Record;
+use ailb_bench::trace::replay::Record;
 use std::time::Duration;
 
 const WINDOW: usize = 20;

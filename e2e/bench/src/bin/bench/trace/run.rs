@@ -4,11 +4,11 @@
 use super::fleet::Scale;
 use super::peer::MAX_TTFT_PENALTY_S;
 use crate::prefix::prefix_config;
+use ailb_bench::trace::replay::{replay, Options, Record, Router, Target};
+use ailb_bench::trace::workload::Workload;
 use ailb_e2e::bed::Bed;
 use ailb_e2e::envoy::Envoy;
 use ailb_e2e::gateway::Gateway;
-use ailb_e2e::trace::replay::{replay, Options, Record, Router, Target};
-use ailb_e2e::trace::workload::Workload;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

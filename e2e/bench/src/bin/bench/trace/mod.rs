@@ -28,10 +28,10 @@ mod run;
 mod sweeps;
 mod verify;
 
+use ailb_bench::trace::replay::Options;
+use ailb_bench::trace::workload::Workload;
+use ailb_bench::trace::{infinite, mooncake};
 use ailb_e2e::bed::Bed;
-use ailb_e2e::trace::replay::Options;
-use ailb_e2e::trace::workload::Workload;
-use ailb_e2e::trace::{infinite, mooncake};
 use fleet::{Cost, Scale, CHEAP_PREFILL, LLMD_H100};
 pub use latency::gateway_added_under_load;
 use run::{bench, plugin, run, Run, Via};

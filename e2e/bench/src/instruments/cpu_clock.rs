@@ -1,17 +1,11 @@
-//! The calling thread's CPU time, for the VM-time figures' CPU twin (`gateway.vm_call_cpu_ns`).
+//! The calling thread's CPU time, for the VM-time figures' CPU twin (`gateway.vm_call_cpu_ns`,
+//! `AILB_VM_CPU_TIME`).
 //!
 //! `gateway.vm_call_ns` is wall time: a worker preempted inside a VM call (four workers, the
 //! fake pods and the load generator share this machine's two cores) counts the other
 //! threads' time as the plugin's. The thread's CPU clock counts only time this thread ran.
-//! It costs a system call per read (it is not in the vDSO), so it is off unless the
-//! environment has `AILB_VM_CPU_TIME` (read once), and the wall figures keep their cost.
-
-use std::sync::OnceLock;
-
-pub fn enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("AILB_VM_CPU_TIME").is_some())
-}
+//! It costs a system call per read (it is not in the vDSO), so it is off unless asked for,
+//! and the wall figures keep their cost.
 
 /// This thread's CPU time in ns (`CLOCK_THREAD_CPUTIME_ID`); None should the clock fail, so
 /// a failed read is never taken for a time of 0 (which would count the thread's whole life).
