@@ -31,7 +31,7 @@ pub fn gateway_added() -> anyhow::Result<()> {
         one_at_a_time()?;
     }
     if part("trace") {
-        crate::trace::gateway_added_under_load()?;
+        crate::trace::latency::gateway_added_under_load()?;
     }
     Ok(())
 }

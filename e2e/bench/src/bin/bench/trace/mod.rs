@@ -19,7 +19,7 @@
 
 mod fleet;
 mod knee;
-mod latency;
+pub mod latency;
 mod peer;
 mod plot;
 mod recovery;
@@ -33,7 +33,6 @@ use ailb_bench::trace::workload::Workload;
 use ailb_bench::trace::{infinite, mooncake};
 use ailb_e2e::bed::Bed;
 use fleet::{Cost, Scale, CHEAP_PREFILL, LLMD_H100};
-pub use latency::gateway_added_under_load;
 use run::{bench, plugin, run, Run, Via};
 use serde_json::json;
 use std::path::PathBuf;
