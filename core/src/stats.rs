@@ -4,6 +4,17 @@
 use crate::config::Policy;
 use crate::host::{Host, MetricType};
 pub use crate::reason::Cause;
+use crate::reason::Reason;
+
+/// What a request published for `reason` counts besides its policy's decision: prefix_cache's
+/// hits and spills (docs/metrics.md).
+pub fn routed_as(reason: Reason) -> Option<Counter> {
+    match reason {
+        Reason::PrefixHit => Some(Counter::PrefixHit),
+        Reason::PrefixSpill => Some(Counter::PrefixSpill),
+        _ => None,
+    }
+}
 
 /// How a policy's decision for one request ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

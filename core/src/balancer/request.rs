@@ -257,15 +257,9 @@ impl Request {
         let reason = *reason;
         match result {
             Ok(()) => {
-                let mut e = vec![Effect::Count(Counter::Decision(
-                    self.config.policy.kind(),
-                    stats::Outcome::Routed,
-                ))];
-                match reason {
-                    Reason::PrefixHit => e.push(Effect::Count(Counter::PrefixHit)),
-                    Reason::PrefixSpill => e.push(Effect::Count(Counter::PrefixSpill)),
-                    _ => {}
-                }
+                let routed = Counter::Decision(self.config.policy.kind(), stats::Outcome::Routed);
+                let mut e = vec![Effect::Count(routed)];
+                e.extend(stats::routed_as(reason).map(Effect::Count));
                 e
             }
             Err(cause) => {
