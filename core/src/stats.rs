@@ -16,6 +16,15 @@ pub fn routed_as(reason: Reason) -> Option<Counter> {
     }
 }
 
+/// What a plain-Envoy pod that Envoy answered around counts, by the reason it was chosen: a
+/// session's pod, or least request's (docs/sessions-and-queues.md "Sessions").
+pub fn pod_down(reason: Reason) -> Counter {
+    match reason {
+        Reason::Session | Reason::SessionRebound => Counter::SessionPodDown,
+        _ => Counter::GlrPodDown,
+    }
+}
+
 /// How a policy's decision for one request ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {

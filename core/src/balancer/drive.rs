@@ -7,8 +7,8 @@ use super::holding::{self, Services};
 use super::request::{Effect, Event};
 use super::{Balancer, Verdict};
 use crate::host::{Host, LogLevel};
-use crate::reason::Reason;
-use crate::stats::Counter;
+
+use crate::stats;
 
 impl Balancer {
     /// A phase callback (headers, body): its verdict follows from where the request ends up.
@@ -115,16 +115,8 @@ impl Balancer {
                     .is_some_and(|served| served != chosen.as_bytes())
             });
         if let Some(req) = self.requests.get_mut(&ctx).filter(|_| served_elsewhere) {
-            let sticky = matches!(
-                req.phase().describe().1,
-                Reason::Session | Reason::SessionRebound
-            );
+            let counter = stats::pod_down(req.phase().describe().1);
             req.phase_mut().mark_failed();
-            let counter = if sticky {
-                Counter::SessionPodDown
-            } else {
-                Counter::GlrPodDown
-            };
             self.vm.tel.inc(host, counter);
         }
         let Some(req) = self.requests.get(&ctx) else {
