@@ -16,7 +16,7 @@ fn host_mode_spec(bed: &Bed, lb: Value) -> GatewaySpec {
         Some(json!({"lb_policy": "endpoint_metrics", "lb_config": lb})),
     );
     spec.health_check = Some(
-        json!({"path": metrics_check_path("gw-m"), "interval_ms": 100, "timeout_ms": 500,
+        json!({"path": metrics_check_path("gw-m"), "interval_ms": 100, "timeout_ms": 2000,
         "unhealthy_threshold": 3, "healthy_threshold": 1, "store_metrics": true}),
     );
     spec

@@ -234,7 +234,7 @@ fn a_restart_in_the_host_lists_metrics_drops_the_pods_prefixes_at_once() {
     let id = "px-restart";
     let mut spec = spec(&bed, id);
     spec.health_check = Some(json!({"path": metrics_check_path(id), "interval_ms": 100,
-        "timeout_ms": 500, "unhealthy_threshold": 3, "healthy_threshold": 1,
+        "timeout_ms": 2000, "unhealthy_threshold": 3, "healthy_threshold": 1,
         "store_metrics": true}));
     let gw = bed.gateway(&spec);
     assert!(wait_pages_stored(&bed.pods, &[id]));

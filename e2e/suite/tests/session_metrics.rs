@@ -50,8 +50,10 @@ fn spec_with(bed: &Bed, id: &str, lb: serde_json::Value) -> GatewaySpec {
         id,
         Some(json!({"lb_policy": "endpoint_metrics", "lb_config": lb})),
     );
+    // A dead pod refuses the probe at once; the long timeout only keeps a probe slowed by a
+    // loaded CI machine from marking a live pod unhealthy (two in a row did, once).
     spec.health_check = Some(
-        json!({"path": metrics_check_path(id), "interval_ms": 100, "timeout_ms": 300,
+        json!({"path": metrics_check_path(id), "interval_ms": 100, "timeout_ms": 2000,
         "unhealthy_threshold": 2, "healthy_threshold": 1, "store_metrics": true}),
     );
     spec
