@@ -3,6 +3,7 @@
 
 use super::holding::{Act, Holding, Outcome, Services};
 use super::pick::PickReply;
+pub use super::publish::Placement;
 use super::redis_client::{Decode, RedisClient};
 pub use super::rejection::{LocalReply, Rejection, DENIED};
 use crate::config::{Policy, RouteConfig};
@@ -20,11 +21,11 @@ use std::rc::Rc;
 pub enum Decision {
     /// Acquire in Redis: send this pick.
     Acquire(Box<dyn Pick>),
-    /// Chosen; `hold` (the policy's own: a Redis lease, a per-proxy count, a service's
-    /// in-flight count) is given back exactly once, at stream end.
+    /// Chosen: where it goes (`place`, applied at publish); `hold` (the policy's own: a Redis
+    /// lease, a per-proxy count, a service's in-flight count) is given back exactly once, at
+    /// stream end.
     Route {
-        endpoint: String,
-        fallbacks: Vec<String>,
+        place: Placement,
         reason: Reason,
         hold: Option<Box<dyn Holding>>,
     },
@@ -129,8 +130,6 @@ pub struct PromptRead {
     pub tokens: PromptTokens,
     /// `Canonical::prefix_bytes` (the engine-verified index's prediction, verify.rs).
     pub prefix_bytes: Vec<u64>,
-    /// The plugin asked the stream for its usage (`verifyCachedTokens`, verify.rs).
-    pub injected: bool,
 }
 
 /// A waiting request's place in its VM's queue (docs/sessions-and-queues.md "Waiting queue"): highest class
@@ -252,10 +251,8 @@ pub enum Effect {
         ticket: Ticket,
         why: Leave,
     },
-    Publish {
-        endpoint: String,
-        fallbacks: Vec<String>,
-    },
+    /// Apply the placement (publish.rs).
+    Publish(Placement),
     Reply(LocalReply),
     /// Give a holding back, exactly once: at stream end with the request's outcome, or
     /// without one (the request never got an answer through it).

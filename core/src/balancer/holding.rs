@@ -6,6 +6,7 @@
 //! request's later events (first response bytes), and gives it back exactly once: by moving the
 //! box into [`Holding::give_back`]. Nothing here names a policy.
 
+use super::publish::Placed;
 use super::redis_client::RedisClient;
 use super::telemetry::Telemetry;
 use crate::host::Host;
@@ -15,6 +16,8 @@ use std::fmt;
 /// What the machine measured of one request's answer, for every request it routed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Outcome {
+    /// Where the request was placed, its destination first (publish.rs).
+    pub endpoints: Vec<Placed>,
     /// The response's `:status` as [`response_status`] reads it (None: no response headers
     /// came — a reset, a connect failure, a timeout — or the status was malformed).
     pub status: Option<u32>,

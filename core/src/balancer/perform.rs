@@ -136,12 +136,9 @@ impl Performer {
                 let result = self.redis.send_pick(host, &mut self.tel, ctx, call);
                 Some(Event::Sent { result, pick })
             }
-            Effect::Publish {
-                endpoint,
-                fallbacks,
-            } => {
+            Effect::Publish(place) => {
                 let config = req.as_deref()?.config.clone();
-                let result = publish::publish(host, &config, &endpoint, &fallbacks);
+                let result = publish::publish(host, &config, &place);
                 match &result {
                     Err(e) => self.tel.log(host, LogLevel::Warn, ctx, format_args!("{e}")),
                     Ok(()) if config.common.detail_log && self.tel.enabled(LogLevel::Debug) => {
@@ -150,7 +147,7 @@ impl Performer {
                             host,
                             LogLevel::Debug,
                             ctx,
-                            format_args!("routed to {endpoint} ({})", reason.name()),
+                            format_args!("routed to {} ({})", place.to.endpoint, reason.name()),
                         );
                     }
                     Ok(()) => {}

@@ -1,7 +1,8 @@
-//! How a choice reaches the router: Higress's override call, or, in plain Envoy, the
-//! `ip:port[,ip:port]` request header read by the `override_host` load-balancing policy
-//! (docs/higress-abi.md §10). Client-sent copies of that header are removed first, so a client
-//! can never steer routing. Cluster policies write the chosen cluster's name into their
+//! Where a request goes and how the choice reaches the router: a policy's [`Placement`], applied
+//! by the machine at publish. The destination goes through Higress's override call or, in plain
+//! Envoy, the `ip:port[,ip:port]` request header read by the `override_host` load-balancing
+//! policy (docs/higress-abi.md §10). Client-sent copies of that header are removed first, so a
+//! client can never steer routing. Cluster policies write the chosen cluster's name into their
 //! `cluster_header` in both builds (the route's `cluster_header` action reads it); client-sent
 //! copies of that header are removed the same way.
 
@@ -31,17 +32,90 @@ pub fn strip_destination_headers(host: &mut dyn Host, names: &[String]) {
     }
 }
 
-/// Points the router at `endpoint` (then `fallbacks`, where the header format allows them).
-pub fn publish(
-    host: &mut dyn Host,
-    config: &RouteConfig,
-    endpoint: &str,
-    fallbacks: &[String],
-) -> HostResult<()> {
+/// What an endpoint does for its request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The whole request: prefill and decode.
+    Serve,
+    /// Computes the prompt's KV cache, handed to a decode endpoint.
+    Prefill,
+    /// Generates from a KV cache a prefill endpoint computed.
+    Decode,
+}
+
+/// One endpoint of a placement (a pod's `ip:port`, or a cluster's name), in its role.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placed {
+    pub endpoint: String,
+    pub role: Role,
+}
+
+/// Where a policy places a request (`Decision::Route`): the endpoint the router sends it to,
+/// the others it involves, where the host may try next, and the request edits that go with
+/// the choice. The machine applies it at publish, whatever the policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// Where the router sends the request.
+    pub to: Placed,
+    /// Other endpoints of the request, each in its role (a prefill pod beside a decode pod):
+    /// the policy tells the destination of them through `headers` or `body`.
+    pub with: Vec<Placed>,
+    /// Where the host may try next, in order (plain Envoy's override_host list).
+    pub fallbacks: Vec<String>,
+    /// Request headers set with the choice.
+    pub headers: Vec<(String, String)>,
+    /// The request body, rewritten (None: as the client sent it). Its content-length follows.
+    pub body: Option<Vec<u8>>,
+}
+
+impl Placement {
+    /// The whole request on `endpoint`, nothing else.
+    pub fn on(endpoint: String) -> Placement {
+        Placement {
+            to: Placed {
+                endpoint,
+                role: Role::Serve,
+            },
+            with: Vec::new(),
+            fallbacks: Vec::new(),
+            headers: Vec::new(),
+            body: None,
+        }
+    }
+
+    pub fn with_fallbacks(mut self, fallbacks: Vec<String>) -> Placement {
+        self.fallbacks = fallbacks;
+        self
+    }
+
+    /// Every endpoint it names, the destination first.
+    pub fn endpoints(&self) -> Vec<Placed> {
+        std::iter::once(&self.to)
+            .chain(&self.with)
+            .cloned()
+            .collect()
+    }
+}
+
+/// Applies `place`: its edits, then the router pointed at its destination (then its
+/// fallbacks, where the header format allows them). An edit that fails fails the publish: the
+/// request then goes as the client sent it, balanced by the cluster.
+pub fn publish(host: &mut dyn Host, config: &RouteConfig, place: &Placement) -> HostResult<()> {
+    for (name, value) in &place.headers {
+        host.set_request_header(name, value)?;
+    }
+    if let Some(body) = &place.body {
+        host.set_request_body(body)?;
+        // Only a body that had a length gets the new one (a chunked request has none).
+        if host.request_header("content-length")?.is_some() {
+            host.set_request_header("content-length", &body.len().to_string())?;
+        }
+    }
+    let endpoint = place.to.endpoint.as_str();
     match &config.publish {
         Publish::OverrideHost => host.set_upstream_override_host(endpoint),
         Publish::Header { name, fallbacks: n } => {
-            host.set_request_header(name, &destination_list(endpoint, fallbacks, *n))
+            host.set_request_header(name, &destination_list(endpoint, &place.fallbacks, *n))
         }
         Publish::ClusterHeader { name } => host.set_request_header(name, endpoint),
     }
@@ -55,4 +129,68 @@ pub fn destination_list(chosen: &str, fallbacks: &[String], n: usize) -> String 
         v.push_str(f);
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::PluginConfig;
+    use crate::host::mock::MockHost;
+    use crate::host::HostErrorKind;
+
+    fn route() -> RouteConfig {
+        let cfg = r#"{"lb_policy": "global_least_request", "lb_config":
+            {"serviceFQDN": "redis.static", "servicePort": 6379}}"#;
+        let parsed = PluginConfig::parse(cfg.as_bytes()).expect("a valid config");
+        let first = parsed.all().next().expect("one route");
+        first.as_ref().clone()
+    }
+
+    fn pair() -> Placement {
+        Placement {
+            with: vec![Placed {
+                endpoint: "10.0.0.9:80".into(),
+                role: Role::Prefill,
+            }],
+            headers: vec![("x-prefiller-host-port".into(), "10.0.0.9:80".into())],
+            body: Some(b"{\"max_tokens\":1}".to_vec()),
+            ..Placement::on("10.0.0.1:80".into())
+        }
+    }
+
+    #[test]
+    fn a_placement_applies_its_edits_then_its_destination() {
+        let mut host = MockHost::new();
+        host.request_headers = vec![("content-length".into(), "99".into())];
+        let mut place = pair();
+        place.to.role = Role::Decode;
+        publish(&mut host, &route(), &place).expect("published");
+        assert_eq!(host.override_host.as_deref(), Some("10.0.0.1:80"));
+        assert_eq!(host.body, b"{\"max_tokens\":1}");
+        let header = |h: &MockHost, n: &str| h.request_header(n).expect("readable");
+        assert_eq!(header(&host, "content-length").as_deref(), Some("16"));
+        assert_eq!(
+            header(&host, "x-prefiller-host-port").as_deref(),
+            Some("10.0.0.9:80")
+        );
+        let roles: Vec<Role> = place.endpoints().iter().map(|p| p.role).collect();
+        assert_eq!(roles, [Role::Decode, Role::Prefill]);
+    }
+
+    #[test]
+    fn a_chunked_body_gets_no_length_and_a_failed_edit_fails_the_publish() {
+        let mut host = MockHost::new();
+        let mut place = pair();
+        place.headers.clear();
+        publish(&mut host, &route(), &place).expect("published");
+        assert_eq!(
+            host.request_header("content-length").expect("readable"),
+            None
+        );
+
+        let mut host = MockHost::new();
+        host.set_header_status = Some(HostErrorKind::BadArgument);
+        assert!(publish(&mut host, &route(), &pair()).is_err());
+        assert_eq!(host.override_host, None, "no destination without its edits");
+    }
 }

@@ -190,22 +190,20 @@ impl Request {
         match decision {
             Decision::Acquire(pick) => vec![Effect::Send(pick)],
             Decision::Route {
-                endpoint,
-                fallbacks,
+                place,
                 reason,
                 hold,
             } => {
                 self.phase.0 = State::Routed {
-                    endpoint: endpoint.clone(),
                     reason,
                     held: hold,
-                    outcome: Outcome::default(),
+                    outcome: Outcome {
+                        endpoints: place.endpoints(),
+                        ..Outcome::default()
+                    },
                     reader: None,
                 };
-                vec![Effect::Publish {
-                    endpoint,
-                    fallbacks,
-                }]
+                vec![Effect::Publish(place)]
             }
             Decision::Reject(r) => self.refuse(r, Again::Decide(None)),
             Decision::Full { rejection, pick } => self.refuse(rejection, Again::Pick(pick)),

@@ -118,6 +118,8 @@ fn a_stream_is_asked_for_usage_and_the_client_never_sees_it() {
     let (mut host, mut e) = redis_route(json!({}));
     let body = chat(Some(true), None, &["q"]);
     let t = send(&mut host, &mut e, 2, &body);
+    assert_eq!(host.body_writes, 0, "the body is rewritten with the choice");
+    picked(&mut host, &mut e, t, "10.0.0.2:80", 1);
     assert_eq!(host.body_writes, 1);
     let sent: serde_json::Value = serde_json::from_slice(&host.body).unwrap();
     assert_eq!(sent["stream_options"]["include_usage"], true);
@@ -125,7 +127,6 @@ fn a_stream_is_asked_for_usage_and_the_client_never_sees_it() {
         host.request_header("content-length").unwrap(),
         Some(host.body.len().to_string())
     );
-    picked(&mut host, &mut e, t, "10.0.0.2:80", 1);
     let usage = usage_event(460, 448);
     let (a, b) = usage.split_at(40);
     let client = respond_with(&mut host, &mut e, 2, SSE, &[TOKEN, a, b, DONE]);
@@ -182,8 +183,8 @@ fn a_compressed_or_non_sse_answer_is_never_edited() {
     ] {
         let (mut host, mut e) = redis_route(json!({}));
         let t = send(&mut host, &mut e, 2, &chat(Some(true), None, &["q"]));
-        assert_eq!(host.body_writes, 1);
         picked(&mut host, &mut e, t, "10.0.0.2:80", 1);
+        assert_eq!(host.body_writes, 1);
         let (a, b) = TOKEN.split_at(9);
         let client = respond_with(&mut host, &mut e, 2, headers, &[a, b, &usage, DONE]);
         assert_eq!(client, format!("{TOKEN}{usage}{DONE}"), "{headers:?}");
@@ -422,9 +423,23 @@ fn only_chat_and_completions_streams_are_asked_for_usage() {
         ),
     ] {
         let (mut host, mut e) = redis_route(json!({}));
-        send(&mut host, &mut e, 2, body.to_string().as_bytes());
+        let t = send(&mut host, &mut e, 2, body.to_string().as_bytes());
+        picked(&mut host, &mut e, t, "10.0.0.2:80", 1);
         assert_eq!(host.body_writes, u32::from(asked), "{body}");
     }
+}
+
+/// The usage request goes with the choice: a request that falls back (Redis answers garbage)
+/// reaches the cluster as the client sent it, since no holding would take the event out.
+#[test]
+fn a_request_that_falls_back_is_not_asked_for_usage() {
+    let (mut host, mut e) = redis_route(json!({}));
+    let body = chat(Some(true), None, &["q"]);
+    let t = send(&mut host, &mut e, 2, &body);
+    deliver(&mut host, &mut e, t, b"-ERR boom\r\n");
+    assert_eq!(host.metric("ai_lb.fallback.redis_error"), 1);
+    assert_eq!(host.body_writes, 0);
+    assert_eq!(host.body, body);
 }
 
 /// A pod restart in the metrics Higress keeps in the host list (prefix_cache/restarts.rs): its

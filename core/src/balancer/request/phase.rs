@@ -27,7 +27,6 @@ pub(super) enum State {
     /// The choice is published; `held` is given back at stream end, with `outcome` (what the
     /// machine measured of the answer).
     Routed {
-        endpoint: String,
         reason: Reason,
         held: Option<Box<dyn Holding>>,
         outcome: Outcome,
@@ -205,8 +204,11 @@ impl Phase {
     pub fn describe(&self) -> (Option<&str>, Reason) {
         match &self.0 {
             State::Routed {
-                endpoint, reason, ..
-            } => (Some(endpoint), *reason),
+                outcome, reason, ..
+            } => (
+                outcome.endpoints.first().map(|p| p.endpoint.as_str()),
+                *reason,
+            ),
             State::Settled { reason, .. } => (None, *reason),
             State::Picking { .. } | State::Resending | State::Waiting { .. } => {
                 (None, Reason::Pending)

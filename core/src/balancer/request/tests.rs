@@ -10,6 +10,7 @@ use crate::balancer::policies::least_request::lease::LocalLease;
 use crate::balancer::policies::least_request::pick::EndpointPick;
 use crate::balancer::policies::prefix_cache::expect::{Expect, Index};
 use crate::balancer::policies::prefix_cache::verified::{Corrects, Verified, VerifyReply};
+use crate::balancer::publish::{Placed, Placement, Role};
 use crate::config::PluginConfig;
 use crate::hash::SplitMix64;
 use crate::redis::inflight::InflightKeys;
@@ -127,7 +128,7 @@ fn a_routed_pick_publishes_then_releases_at_stream_end() {
     let e = r.handle(picked("10.0.0.2:80"));
     assert!(matches!(
         e.as_slice(),
-        [Effect::Synced { .. }, Effect::Publish { endpoint, .. }] if endpoint == "10.0.0.2:80"
+        [Effect::Synced { .. }, Effect::Publish(p)] if p.to.endpoint == "10.0.0.2:80"
     ));
     assert!(!r.phase().is_held(), "a routed request is no longer held");
     let e = r.handle(Event::Published(Ok(())));
@@ -317,12 +318,11 @@ fn local_decisions_give_back_their_count_once() {
         cost: 1,
     };
     let e = r.handle(Event::Decided(Decision::Route {
-        endpoint: "10.0.0.1:80".into(),
-        fallbacks: vec!["10.0.0.2:80".into()],
+        place: Placement::on("10.0.0.1:80".into()).with_fallbacks(vec!["10.0.0.2:80".into()]),
         reason: Reason::Metrics,
         hold: Some(Box::new(local)),
     }));
-    assert!(matches!(e.as_slice(), [Effect::Publish { fallbacks, .. }] if fallbacks.len() == 1));
+    assert!(matches!(e.as_slice(), [Effect::Publish(p)] if p.fallbacks.len() == 1));
     r.handle(Event::Published(Ok(())));
     assert_eq!(r.phase().watched_endpoint(), Some("10.0.0.1:80"));
     let Some(Effect::GiveBack { held, outcome }) = r.finish(9) else {
@@ -424,6 +424,7 @@ fn verified_pick(config: &Rc<RouteConfig>) -> Box<dyn Pick> {
     p.wrap = Some(Box::new(VerifyReply {
         expect: Expect::new(vec![100, 200], true, redis_index(config)),
         flushes: Rc::default(),
+        body: Some(b"{\"stream_options\":{\"include_usage\":true}}".to_vec()),
     }));
     Box::new(p)
 }
@@ -522,8 +523,7 @@ impl Run {
                 // The policy counted the endpoint before it decided.
                 self.ledger.acquired.push("local|10.0.0.1:80".into());
                 Decision::Route {
-                    endpoint: "10.0.0.1:80".into(),
-                    fallbacks: Vec::new(),
+                    place: Placement::on("10.0.0.1:80".into()),
                     reason: Reason::PrefixHit,
                     hold: Some(local_holding(config, roll % 2 == 1)),
                 }
@@ -534,16 +534,14 @@ impl Run {
                 // The policy counted the service before it decided.
                 self.ledger.acquired.push("local|service".into());
                 Decision::Route {
-                    endpoint: "a".into(),
-                    fallbacks: Vec::new(),
+                    place: Placement::on("a".into()),
                     reason: Reason::ClusterMetrics,
                     hold: Some(Box::new(self.lease.clone())),
                 }
             }
             Kind::Hash if roll == 0 => Decision::Reject(Rejection::HashHeaderMissing),
             Kind::Hash => Decision::Route {
-                endpoint: "a".into(),
-                fallbacks: Vec::new(),
+                place: Placement::on("a".into()),
                 reason: Reason::ClusterHash,
                 hold: None,
             },
@@ -570,7 +568,7 @@ impl Run {
                         };
                         next = Some(Event::Sent { result, pick });
                     }
-                    Effect::Publish { .. } => {
+                    Effect::Publish(_) => {
                         let ok = !rng.next_u64().is_multiple_of(4);
                         let result = if ok {
                             Ok(())
@@ -717,12 +715,11 @@ fn cluster_routed(r: &mut Request, lease: &ServiceLease) {
     });
     assert!(matches!(e.as_slice(), [Effect::Decide { read_body: true }]));
     let e = r.handle(Event::Decided(Decision::Route {
-        endpoint: "a".into(),
-        fallbacks: Vec::new(),
+        place: Placement::on("a".into()),
         reason: Reason::ClusterMetrics,
         hold: Some(Box::new(lease.clone())),
     }));
-    assert!(matches!(e.as_slice(), [Effect::Publish { endpoint, .. }] if endpoint == "a"));
+    assert!(matches!(e.as_slice(), [Effect::Publish(p)] if p.to.endpoint == "a"));
 }
 
 /// What stream end gives back: the holding, with the outcome measured.
@@ -763,6 +760,10 @@ fn a_routed_request_measures_its_outcome_and_tells_its_holding_the_first_bytes_o
     assert_eq!(
         outcome,
         Outcome {
+            endpoints: vec![Placed {
+                endpoint: "a".into(),
+                role: Role::Serve
+            }],
             status: Some(200),
             first_byte_ms: Some(1040),
             end_ms: Some(1100),
@@ -802,8 +803,7 @@ fn a_holding_that_does_not_want_first_bytes_is_not_told() {
         .expect("an endpoint pick")
         .clone();
     r.handle(Event::Decided(Decision::Route {
-        endpoint: "10.0.0.1:80".into(),
-        fallbacks: Vec::new(),
+        place: Placement::on("10.0.0.1:80".into()),
         reason: Reason::LeastRequest,
         hold: Some(Box::new(p.lease("10.0.0.1:80"))),
     }));

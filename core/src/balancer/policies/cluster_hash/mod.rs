@@ -6,7 +6,7 @@
 //! which is built once per config.
 
 use super::policy::{Env, Input, Policy};
-use crate::balancer::events::{Decision, Rejection};
+use crate::balancer::events::{Decision, Placement, Rejection};
 use crate::cluster::hash::{HashDecision, SlotTable};
 use crate::cluster::{cookie, json_path};
 use crate::config::{ClusterHashConfig, HashKey};
@@ -39,8 +39,7 @@ impl Policy for ClusterHash {
         let key = key_of(&*host, &self.key, input);
         match slots.route(key.as_deref()) {
             HashDecision::Cluster(cluster) => Decision::Route {
-                endpoint: cluster.to_string(),
-                fallbacks: Vec::new(),
+                place: Placement::on(cluster.to_string()),
                 reason: Reason::ClusterHash,
                 hold: None,
             },

@@ -22,7 +22,7 @@ pub mod stats;
 mod writes;
 
 use super::policy::{Env, Input, Policy};
-use crate::balancer::events::Decision;
+use crate::balancer::events::{Decision, Placement};
 use crate::balancer::rng::VmRng;
 use crate::balancer::telemetry::Telemetry;
 use crate::cluster::select::{self, Decision as Pick};
@@ -99,8 +99,7 @@ fn decide_local(
                 first_byte: false,
             };
             Decision::Route {
-                endpoint: lease.name().to_string(),
-                fallbacks: Vec::new(),
+                place: Placement::on(lease.name().to_string()),
                 reason: Reason::ClusterMetrics,
                 hold: Some(Box::new(lease)),
             }
@@ -115,8 +114,7 @@ fn decide_local(
             match select::select(stats.mode, &stats.params, &table, now_ms, &mut next) {
                 Pick::Pick(i) => match table.names().get(i) {
                     Some(service) => Decision::Route {
-                        endpoint: service.clone(),
-                        fallbacks: Vec::new(),
+                        place: Placement::on(service.clone()),
                         reason: Reason::ClusterMetrics,
                         hold: None,
                     },

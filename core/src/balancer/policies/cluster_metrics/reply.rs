@@ -6,7 +6,7 @@
 use super::holding::{Local, ServiceLease, Start};
 use super::pick::ServicePick;
 use crate::balancer::events::Pick;
-use crate::balancer::events::{Answer, Decision, Effect};
+use crate::balancer::events::{Answer, Decision, Effect, Placement};
 use crate::balancer::holding::{Holding, Services};
 use crate::balancer::pick::PickReply;
 use crate::balancer::redis_client::{calls, Decode, LeaseKeys};
@@ -71,8 +71,7 @@ fn route_local(lease: ServiceLease, cause: Cause, mut effects: Vec<Effect>) -> A
 fn route(lease: ServiceLease, mut effects: Vec<Effect>) -> Answer {
     effects.push(Effect::Act(Box::new(Start(lease.clone()))));
     let decision = Decision::Route {
-        endpoint: lease.name().to_string(),
-        fallbacks: Vec::new(),
+        place: Placement::on(lease.name().to_string()),
         reason: Reason::ClusterMetrics,
         hold: Some(Box::new(lease)),
     };

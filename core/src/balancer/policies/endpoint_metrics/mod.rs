@@ -17,7 +17,7 @@ mod snapshot;
 
 use super::policy::{priority_class, Env, Input, Policy};
 use super::session;
-use crate::balancer::events::{Decision, Rejection};
+use crate::balancer::events::{Decision, Placement, Rejection};
 use crate::balancer::shared;
 use crate::config::MetricsConfig;
 use crate::host::Host;
@@ -135,8 +135,8 @@ impl Policy for EndpointMetrics {
                 env.tel.inc(host, counter);
                 count_sent(host, &c.addr);
                 return Decision::Route {
-                    endpoint: c.addr.clone(),
-                    fallbacks: fallback_order(&candidates, h),
+                    place: Placement::on(c.addr.clone())
+                        .with_fallbacks(fallback_order(&candidates, h)),
                     reason,
                     hold: None,
                 };
@@ -200,8 +200,8 @@ impl Policy for EndpointMetrics {
                     None => Reason::Metrics,
                 };
                 Decision::Route {
-                    endpoint: chosen.addr.clone(),
-                    fallbacks: fallback_order(&candidates, index),
+                    place: Placement::on(chosen.addr.clone())
+                        .with_fallbacks(fallback_order(&candidates, index)),
                     reason,
                     hold: None,
                 }

@@ -4,7 +4,7 @@
 
 use super::pick::SessionPick;
 use crate::balancer::events::Pick;
-use crate::balancer::events::{Answer, Decision, Effect};
+use crate::balancer::events::{Answer, Decision, Effect, Placement};
 use crate::balancer::holding::{Act, Services};
 use crate::balancer::pick::PickReply;
 use crate::balancer::redis_client::{calls, Decode};
@@ -46,8 +46,7 @@ fn route(endpoint: String, reason: Reason, counter: Counter) -> Answer {
         Effect::Act(Box::new(SentTo(endpoint.clone()))),
     ];
     let decision = Decision::Route {
-        endpoint,
-        fallbacks: Vec::new(),
+        place: Placement::on(endpoint),
         reason,
         hold: None,
     };

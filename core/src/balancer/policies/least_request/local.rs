@@ -5,7 +5,7 @@
 
 use super::counts::{counts_key, take, Admission, Refused};
 use super::lease::LocalLease;
-use crate::balancer::events::{Decision, PromptRead, Rejection};
+use crate::balancer::events::{Decision, Placement, PromptRead, Rejection};
 use crate::balancer::pick::{class_cap, cost_of, Booking};
 use crate::balancer::policies::policy::{priority_class, Env, Input, Policy};
 use crate::balancer::policies::session;
@@ -69,7 +69,6 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input, ring: Option<&Ring>)
                             session: Some(id),
                             tokens: Default::default(),
                             prefix_bytes: Vec::new(),
-                            injected: false,
                         })
                     });
                     Decision::Refused { rejection, read }
@@ -153,9 +152,8 @@ pub fn counted(
 /// Routed to `lease`'s endpoint, holding its count until stream end.
 pub fn routed(lease: LocalLease, fallbacks: Vec<String>, reason: Reason) -> Decision {
     Decision::Route {
-        endpoint: lease.endpoint.clone(),
+        place: Placement::on(lease.endpoint.clone()).with_fallbacks(fallbacks),
         hold: Some(Box::new(lease)),
-        fallbacks,
         reason,
     }
 }

@@ -3,6 +3,7 @@
 //! chain, in one script call that picks and counts (docs/redis-data-model.md §4–§6); its reply
 //! is read in [`super::reply`].
 
+use crate::balancer::events::Placement;
 use crate::balancer::holding::Holding;
 use crate::balancer::pick::{class_cap, cost_of, pool_cap, Booking, Lease, PickReply};
 use crate::balancer::rng::VmRng;
@@ -20,8 +21,14 @@ use std::rc::Rc;
 /// What a policy adds to the lease its pick's reply gives (prefix_cache: the verification of the
 /// answer, which needs to know how deep the chain matched).
 pub trait Wrap: fmt::Debug {
-    /// The holding of a request whose pick Redis answered with `reply` and `lease`.
-    fn wrap(self: Box<Self>, lease: Lease, reply: &PickReply) -> Box<dyn Holding>;
+    /// The holding of a request whose pick Redis answered with `reply` and `lease`; what it
+    /// adds to the request's placement goes in `place`.
+    fn wrap(
+        self: Box<Self>,
+        lease: Lease,
+        reply: &PickReply,
+        place: &mut Placement,
+    ) -> Box<dyn Holding>;
 
     fn clone_box(&self) -> Box<dyn Wrap>;
 }

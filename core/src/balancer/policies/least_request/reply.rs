@@ -3,7 +3,7 @@
 
 use super::pick::EndpointPick;
 use crate::balancer::events::Pick;
-use crate::balancer::events::{Answer, Decision, Effect, Rejection};
+use crate::balancer::events::{Answer, Decision, Effect, Placement, Rejection};
 use crate::balancer::holding::{Holding, Services};
 use crate::balancer::pick::PickReply;
 use crate::balancer::redis_client::{calls, Decode, LeaseKeys, RedisClient};
@@ -78,14 +78,14 @@ fn replied(mut pick: EndpointPick, reply: PickReply) -> Answer {
                 namespace,
                 fingerprint: pick.fingerprint.clone(),
             });
+            let mut place = Placement::on(endpoint.clone());
             let hold: Box<dyn Holding> = match pick.wrap.take() {
-                Some(wrap) => wrap.wrap(lease, &reply),
+                Some(wrap) => wrap.wrap(lease, &reply, &mut place),
                 None => Box::new(lease),
             };
             let decision = Decision::Route {
                 reason: pick.reason(depth, spilled, session),
-                endpoint: endpoint.clone(),
-                fallbacks: Vec::new(),
+                place,
                 hold: Some(hold),
             };
             Answer::new(effects, decision)

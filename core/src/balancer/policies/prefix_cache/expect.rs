@@ -3,7 +3,6 @@
 //! usage request added to a stream's body.
 
 use crate::config::RouteConfig;
-use crate::host::Host;
 use crate::prefix::{Api, Canonical, PrefixKey};
 use crate::redis::scripts::{Keys, PrefixChain};
 use crate::verify::{self, inject::Streamed};
@@ -50,29 +49,17 @@ impl Expect {
     }
 }
 
-/// Adds the usage request to a streamed Chat / Completions body that lacks `stream_options`
-/// (replacing the buffered body and its `content-length`); whether it did. Responses and
-/// Anthropic Messages streams end with their usage unasked, and their APIs may refuse a field
-/// they do not define. A failed write leaves the body as it was: the stream is then not
-/// verified.
-pub fn ask_for_usage(host: &mut dyn Host, canon: &Canonical, body: &[u8]) -> bool {
+/// A streamed Chat / Completions body that lacks `stream_options`, with the usage request
+/// added (None: leave the body as it is). Responses and Anthropic Messages streams end with
+/// their usage unasked, and their APIs may refuse a field they do not define. The rewritten
+/// body goes in the request's placement (publish.rs): it reaches the engine only with the
+/// verifying holding that takes the usage event out again.
+pub fn with_usage_asked(canon: &Canonical, body: &[u8]) -> Option<Vec<u8>> {
     if !matches!(canon.api, Api::ChatCompletions | Api::Completions) {
-        return false;
+        return None;
     }
-    let Streamed::Injected(with_usage) = verify::inject::streamed_canonical(canon, body) else {
-        return false;
-    };
-    if host.set_request_body(&with_usage).is_err() {
-        return false;
+    match verify::inject::streamed_canonical(canon, body) {
+        Streamed::Injected(with_usage) => Some(with_usage),
+        _ => None,
     }
-    // Only a body that had a length gets the new one (a chunked request has none).
-    if host
-        .request_header("content-length")
-        .ok()
-        .flatten()
-        .is_some()
-    {
-        let _ = host.set_request_header("content-length", &with_usage.len().to_string());
-    }
-    true
 }

@@ -19,11 +19,11 @@
 //! A body that is not a usable prompt (or too large to read) gets a plain-Envoy least-request
 //! pick.
 
-use super::expect::{ask_for_usage, Expect, Index};
+use super::expect::{with_usage_asked, Expect, Index};
 use super::gate::{self, Verdict};
 use super::index::LocalPrefix;
 use super::verified::{Corrects, Verified};
-use crate::balancer::events::{Decision, PromptRead};
+use crate::balancer::events::{Decision, Placement, PromptRead};
 use crate::balancer::holding::Holding;
 use crate::balancer::pick::{class_cap, cost_of, Booking};
 use crate::balancer::policies::least_request::{counts, local as least};
@@ -88,11 +88,12 @@ fn decide(
         return Decision::Fallback(Cause::NoHealthyEndpoint);
     }
     // A waiting request's retry decides with what its first decision read (the held body is
-    // not readable outside its callback).
-    let read = match input.read {
-        Some(read) => read.clone(),
+    // not readable outside its callback), and leaves the body as it is: the usage request is
+    // added only to a body read in its own callback (docs/sessions-and-queues.md).
+    let (read, with_usage) = match input.read {
+        Some(read) => (read.clone(), None),
         None if input.read_body => match read_prompt(host, env.tel, input, settings) {
-            Some(read) => Rc::new(read),
+            Some((read, with_usage)) => (Rc::new(read), with_usage),
             None => return least::decide(host, env, input, Some(&state.ring)),
         },
         None => return least::decide(host, env, input, Some(&state.ring)),
@@ -208,7 +209,7 @@ fn decide(
             if settings.verify && !read.prefix_bytes.is_empty() {
                 let mut e = Expect::new(
                     read.prefix_bytes.clone(),
-                    read.injected,
+                    with_usage.is_some(),
                     Index::Local {
                         keys: keys.clone(),
                         window: window.clone(),
@@ -248,8 +249,10 @@ fn decide(
                     expect,
                     verify,
                 ))),
-                endpoint,
-                fallbacks,
+                place: Placement {
+                    body: with_usage,
+                    ..Placement::on(endpoint).with_fallbacks(fallbacks)
+                },
                 reason,
             }
         }
@@ -264,28 +267,34 @@ fn decide(
     }
 }
 
-/// The body's prefix keys, anchor and session id; None (counted, logged) when it has no prompt
-/// to key on: least request then decides.
+/// The body's prefix keys, anchor and session id, and the body with the usage request added
+/// when the route verifies; None (counted, logged) when it has no prompt to key on: least
+/// request then decides.
 fn read_prompt(
     host: &mut dyn Host,
     tel: &mut Telemetry,
     input: &Input,
     settings: &PrefixSettings,
-) -> Option<PromptRead> {
+) -> Option<(PromptRead, Option<Vec<u8>>)> {
     let body = host.request_body(0, input.body_bytes).unwrap_or_default();
     match canonicalize(&body, &settings.canon) {
-        Ok(canon) => Some(PromptRead {
-            keys: canon.chain_keys(),
-            anchor: anchor_of(canon.blocks(), settings.anchor),
-            session: input
-                .config
-                .session
-                .as_ref()
-                .and_then(|s| session::session_id(&*host, s, Some(input.body_bytes))),
-            tokens: PromptTokens::of(&canon, input.body_bytes),
-            prefix_bytes: canon.prefix_bytes(),
-            injected: settings.verify && ask_for_usage(host, &canon, &body),
-        }),
+        Ok(canon) => Some((
+            PromptRead {
+                keys: canon.chain_keys(),
+                anchor: anchor_of(canon.blocks(), settings.anchor),
+                session: input
+                    .config
+                    .session
+                    .as_ref()
+                    .and_then(|s| session::session_id(&*host, s, Some(input.body_bytes))),
+                tokens: PromptTokens::of(&canon, input.body_bytes),
+                prefix_bytes: canon.prefix_bytes(),
+            },
+            settings
+                .verify
+                .then(|| with_usage_asked(&canon, &body))
+                .flatten(),
+        )),
         Err(e) => {
             tel.bad_prompt(host, input.ctx, &e);
             None

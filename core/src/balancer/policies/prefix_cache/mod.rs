@@ -22,7 +22,7 @@ use crate::host::{Host, LogLevel};
 use crate::prefix::{anchor_of, canonicalize, prefix_key, Anchor, Canonical, PromptTokens};
 use crate::redis::scripts::PrefixChain;
 use crate::verify::flush::Flushes;
-use expect::{ask_for_usage, Expect, Index};
+use expect::{with_usage_asked, Expect, Index};
 use restarts::Restarts;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -108,7 +108,7 @@ fn decide(
             let chain = Rc::new(with_tokens(chain, &canon, input.body_bytes));
             let mut verify = None;
             if settings.verify {
-                let injected = ask_for_usage(host, &canon, &body);
+                let body = with_usage_asked(&canon, &body);
                 let index = Index::Redis {
                     config: input.config.clone(),
                     keys: keys.clone(),
@@ -116,8 +116,9 @@ fn decide(
                     anchor: anchor_of(canon.blocks(), settings.anchor),
                 };
                 verify = Some(Box::new(VerifyReply {
-                    expect: Expect::new(canon.prefix_bytes(), injected, index),
+                    expect: Expect::new(canon.prefix_bytes(), body.is_some(), index),
                     flushes: flushes.clone(),
+                    body,
                 }) as Box<dyn least_request::pick::Wrap>);
             }
             least_request::acquire(host, env, input, (Some(chain), verify))

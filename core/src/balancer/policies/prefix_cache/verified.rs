@@ -16,6 +16,7 @@
 
 use super::expect::{Expect, Index};
 use super::index::LocalPrefix;
+use crate::balancer::events::Placement;
 use crate::balancer::holding::{Holding, Outcome, ReadResponse, Services, UsageRead};
 use crate::balancer::pick::{Lease, PickReply};
 use crate::balancer::policies::least_request::pick::Wrap;
@@ -226,10 +227,17 @@ impl Holding for Verified {
 pub struct VerifyReply {
     pub expect: Expect,
     pub flushes: Rc<RefCell<Flushes>>,
+    /// The body with the usage request added (`Expect::injected`), placed with the choice.
+    pub body: Option<Vec<u8>>,
 }
 
 impl Wrap for VerifyReply {
-    fn wrap(self: Box<Self>, lease: Lease, reply: &PickReply) -> Box<dyn Holding> {
+    fn wrap(
+        self: Box<Self>,
+        lease: Lease,
+        reply: &PickReply,
+        place: &mut Placement,
+    ) -> Box<dyn Holding> {
         let PickReply::Picked {
             endpoint,
             depth,
@@ -243,7 +251,9 @@ impl Wrap for VerifyReply {
         let VerifyReply {
             mut expect,
             flushes,
+            body,
         } = *self;
+        place.body = body;
         let elsewhere = *spilled || matches!(session, SessionState::Kept | SessionState::Rebound);
         if let Index::Redis { anchor, .. } = expect.index {
             expect.matched = Some(match *depth {
