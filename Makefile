@@ -165,9 +165,11 @@ bench-trace: deps build e2e-build
 # the same wasm gives the same digests. Push it unchanged (docs/install-higress.md):
 #   skopeo copy --preserve-digests oci:dist/oci:$(PACKAGE_TAG) docker://<registry>/ai-load-balancer:$(PACKAGE_TAG)
 PACKAGE_TAG  ?= $(shell sed -n 's/^  version: *//p' plugin-config/spec.yaml)
+# README_BASE=https://…/plugin-config: where you publish plugin-config/README*.md, for the
+# console's README links in spec.yaml (default: the links spec.yaml holds).
 PACKAGE_OCI  := $(DIST)/oci
 package: build
-	python3 tools/oci-package.py $(PACKAGE_OCI) $(PACKAGE_TAG) $(HIGRESS_WASM) plugin-config/spec.yaml \
+	python3 tools/oci-package.py $(if $(README_BASE),--readme-base $(README_BASE)) $(PACKAGE_OCI) $(PACKAGE_TAG) $(HIGRESS_WASM) plugin-config/spec.yaml \
 	  plugin-config/README.md plugin-config/README_EN.md
 
 # Pushes dist/oci with the documented command to a registry on 127.0.0.1 (a free port, a temp

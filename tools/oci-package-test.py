@@ -131,6 +131,24 @@ def main(layout, tag, wasm_path):
             fail(f"two `make package` runs differ: {diff}")
         print(f"package-test: ok  reproducible layout ({len(first)} files, byte-identical)")
 
+        # 1b. README_BASE moves the console's README links, and only them.
+        moved = os.path.join(tmp, "oci-moved")
+        base_url = "https://docs.example.org/ailb/plugin-config"
+        subprocess.run(["make", "--no-print-directory", "-s", "-o", "build", "package",
+                        f"PACKAGE_OCI={moved}", f"PACKAGE_TAG={tag}",
+                        f"README_BASE={base_url}/"],
+                       cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+        spec_src = open(os.path.join(ROOT, "plugin-config/spec.yaml")).read().split("\n")
+        specs = [v.decode() for v in tree(moved).values() if v.startswith(b"# ")
+                 and b"readmeUrl" in v]
+        if len(specs) != 1:
+            fail(f"README_BASE: {len(specs)} spec.yaml layers")
+        changed = [(a, b) for a, b in zip(spec_src, specs[0].split("\n")) if a != b]
+        want = [f"readmeUrl: {base_url}/README.md", f"en-US: {base_url}/README_EN.md"]
+        if [b.strip() for _, b in changed] != want:
+            fail(f"README_BASE changed {changed}, want only {want}")
+        print(f"package-test: ok  README_BASE moves the two README links to {base_url}")
+
         # 2. The registry, loopback only.
         port = free_port()
         config = os.path.join(tmp, "registry.yml")

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Writes the Higress plugin image as an OCI image layout (`make package`).
 
-    oci-package.py OUT_DIR TAG plugin.wasm spec.yaml README.md README_EN.md
+    oci-package.py [--readme-base URL] OUT_DIR TAG plugin.wasm spec.yaml README.md README_EN.md
+
+With --readme-base, spec.yaml's `readmeUrl` and `x-readmeUrl-i18n.en-US` (links the console
+opens) become URL/README.md and URL/README_EN.md: where the publisher serves plugin-config/.
 
 OUT_DIR gets `oci-layout`, `index.json` (TAG as `org.opencontainers.image.ref.name`) and
 `blobs/sha256/...`. The manifest follows Higress's Wasm plugin image specification
@@ -58,13 +61,37 @@ def canonical(obj) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
 
 
+def with_readme_base(spec: bytes, base: str) -> bytes:
+    """spec.yaml with its README links under `base` (the two lines, indentation kept)."""
+    if not base.startswith("https://"):
+        sys.exit(f"--readme-base: an https:// URL, not {base!r}")
+    base = base.rstrip("/")
+    out, seen = [], 0
+    for line in spec.decode().split("\n"):
+        key = line.strip().split(":", 1)[0]
+        if key in ("readmeUrl", "en-US") and "://" in line:
+            name = "README.md" if key == "readmeUrl" else "README_EN.md"
+            line = f"{line[: len(line) - len(line.lstrip())]}{key}: {base}/{name}"
+            seen += 1
+        out.append(line)
+    if seen != 2:
+        sys.exit(f"--readme-base: spec.yaml has {seen} README links, not 2")
+    return "\n".join(out).encode()
+
+
 def main(argv):
+    base = None
+    if len(argv) > 2 and argv[1] == "--readme-base":
+        base, argv = argv[2], argv[:1] + argv[3:]
     if len(argv) != 7:
         sys.exit(__doc__.split("\n\n")[1])
     out, tag, wasm, spec, readme, readme_en = argv[1:]
+    spec_bytes = open(spec, "rb").read()
+    if base is not None:
+        spec_bytes = with_readme_base(spec_bytes, base)
     files = {
         "plugin.tar.gz": plugin_tar_gz(open(wasm, "rb").read()),
-        "spec.yaml": open(spec, "rb").read(),
+        "spec.yaml": spec_bytes,
         "README.md": open(readme, "rb").read(),
         "README_EN.md": open(readme_en, "rb").read(),
     }
