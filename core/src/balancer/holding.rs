@@ -10,7 +10,7 @@ use super::publish::Placed;
 use super::redis_client::RedisClient;
 use super::telemetry::Telemetry;
 use crate::host::Host;
-use crate::verify::usage::Usage;
+use crate::verify::Tokens;
 use std::fmt;
 
 /// What the machine measured of one request's answer, for every request it routed.
@@ -27,27 +27,18 @@ pub struct Outcome {
     pub first_byte_ms: Option<u64>,
     /// Host clock (ms) at stream end (set when the holding is given back at stream end).
     pub end_ms: Option<u64>,
-    /// The answer's token usage, read from its bounded tail when the holding asked for it
-    /// ([`Holding::read_response`]).
-    pub usage: UsageRead,
-}
-
-/// What the machine's tail reader found of an answer's usage.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum UsageRead {
-    /// Not asked for (or the answer could not be read: the read was given up).
-    #[default]
-    NotAsked,
-    /// Read to its end: the answer carried none.
-    Missing,
-    Read(Usage),
+    /// The answer's token counts, read from its bounded tail when a holding asked for them
+    /// ([`Holding::read_response`]; each count None when the answer did not carry it). None:
+    /// not read (no holding asked: reading enters the VM on every chunk the glue otherwise
+    /// passes, docs/plugin-cpu.md), or the read was given up.
+    pub usage: Option<Tokens>,
 }
 
 /// What a holding asks the machine to read of the response body (core/src/verify/: the bounded
 /// tail, and the usage-only event of a stream).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadResponse {
-    /// Read the usage at the end ([`Outcome::usage`]).
+    /// Read the token counts at the end ([`Outcome::usage`]).
     pub usage: bool,
     /// Take the usage-only event out of the stream (the plugin asked for it, the client did
     /// not).

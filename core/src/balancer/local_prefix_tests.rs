@@ -7,6 +7,7 @@ use crate::config::{Build, PolicyConfig, RouteConfig};
 use crate::host::mock::MockHost;
 use crate::prefix::local_index::{Layout, Shard, HEADER_BYTES};
 use serde_json::{json, Value};
+use std::rc::Rc;
 
 const DEST: &str = "x-gateway-destination-endpoint";
 const DEBUG: &str = "x-ai-lb-debug";

@@ -6,7 +6,6 @@
 //! among the orphans and is undone there.
 
 mod body_flow;
-mod drive;
 mod events;
 mod holding;
 mod orphan;
@@ -19,6 +18,7 @@ mod redis_client;
 mod rejection;
 pub mod request;
 mod rng;
+mod routes;
 mod shared;
 mod telemetry;
 pub(crate) mod waiters;
@@ -26,15 +26,13 @@ pub(crate) mod waiters;
 pub use queue::WAIT_RANK;
 pub use redis_client::CallStatus;
 
-use crate::config::{PluginConfig, RequestKeys};
-use crate::host::{self, Host, LogLevel};
+use crate::config::PluginConfig;
+use crate::host::{Host, LogLevel};
 use crate::id_map::IdMap;
-use crate::redis::inflight::InflightKeys;
-use crate::redis::scripts::Keys;
-use perform::{Performer, Route};
+use perform::Performer;
 use redis_client::PickAnswer;
 use request::{Effect, Event, Request};
-use std::rc::Rc;
+use routes::Routes;
 
 /// What a phase callback answers the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,17 +48,9 @@ pub enum Verdict {
 }
 
 pub struct Balancer {
-    config: PluginConfig,
-    /// The headers a client must never send us (`publish::destination_headers`).
-    destination_headers: Vec<String>,
     requests: IdMap<Request>,
-    /// Whether a request's `:authority` is read: only a `_match_domain_` rule needs it.
-    matches_domains: bool,
-    /// Whether a request's `cluster_name` is read before its config is chosen: only a
-    /// `_match_service_` rule needs it then (an endpoint policy's keys need it after).
-    matches_services: bool,
     /// Every route config (global first) with its policy object.
-    routes: Vec<Route>,
+    routes: Routes,
     /// The VM's services and the effect performer.
     vm: Performer,
 }
@@ -75,19 +65,8 @@ impl Balancer {
         log_level: LogLevel,
     ) -> Balancer {
         Balancer {
-            routes: config
-                .routes()
-                .enumerate()
-                .map(|(position, c)| Route {
-                    config: c.clone(),
-                    policy: policies::build(position, c),
-                })
-                .collect(),
             vm: Performer::new(host, &config, seed, log_level),
-            matches_domains: config.matches_domains(),
-            matches_services: config.matches_services(),
-            destination_headers: publish::destination_headers(&config),
-            config,
+            routes: Routes::build(config),
             requests: IdMap::default(),
         }
     }
@@ -98,58 +77,9 @@ impl Balancer {
         ctx: u32,
         end_of_stream: bool,
     ) -> Verdict {
-        // Host calls a rule-less cluster policy would only throw away. Each name is read only
-        // where something needs it: `:authority` for a domain rule, `cluster_name` for a
-        // service rule or, below, an endpoint policy's keys.
-        let names = self.config.needs_request_names();
-        let (route, mut cluster, authority) = if names {
-            (
-                host::text_property(host, "route_name"),
-                self.matches_services
-                    .then(|| host::text_property(host, "cluster_name"))
-                    .flatten(),
-                self.matches_domains
-                    .then(|| host.request_header(":authority").ok().flatten())
-                    .flatten(),
-            )
-        } else {
-            (None, None, None)
-        };
-        let request_keys = RequestKeys {
-            route: route.as_deref(),
-            cluster: cluster.as_deref(),
-            authority: authority.as_deref(),
-        };
-        let position = self.config.select_position(&request_keys);
-        // A client must never steer override_host or a cluster_header route: its copies of
-        // the destination headers go.
-        publish::strip_destination_headers(host, &self.destination_headers);
-        let Some((position, config)) =
-            position.and_then(|p| Some((p, self.routes.get(p)?.config.clone())))
-        else {
+        let Some(request) = self.routes.request(host) else {
             return Verdict::Continue; // no rule and no global config: the plugin is off here
         };
-        if names && !self.matches_services && !config.policy.is_cluster() {
-            cluster = host::text_property(host, "cluster_name");
-        }
-        let keys = match (&route, &cluster) {
-            (Some(r), Some(c)) if !r.is_empty() && !c.is_empty() => {
-                Some(Rc::new(Keys::new(&config.common.key_prefix, r, c)))
-            }
-            _ => None,
-        };
-        let inflight = config
-            .policy
-            .global_inflight()
-            .zip(route.as_deref().filter(|r| !r.is_empty()))
-            .map(|(g, r)| Rc::new(InflightKeys::new(&g.key_prefix, r)));
-        let mut request = Request::new(config, keys);
-        request.route = position;
-        request.inflight = inflight;
-        if request.config.common.max_body_wait_ms > 0 {
-            // Only a route with a body deadline (plain Envoy) needs the clock here.
-            request.since_ms = host.now_ms();
-        }
         self.requests.insert(ctx, request);
         let withheld = self.vm.body.withheld();
         self.callback(
@@ -189,8 +119,18 @@ impl Balancer {
     /// The response headers. Whether stream `ctx`'s body chunks matter next (see
     /// [`Balancer::wants_response_body`]), so the glue asks once.
     pub fn on_response_headers(&mut self, host: &mut dyn Host, ctx: u32) -> bool {
-        self.response_headers(host, ctx);
-        self.open_reader(host, ctx);
+        let Some(req) = self.requests.get(&ctx) else {
+            return false;
+        };
+        // The status of every routed request: its outcome.
+        if req.phase().routed() {
+            let status = holding::response_status(host);
+            self.drive(host, ctx, Event::ResponseHeaders { status });
+        }
+        if let Some(req) = self.requests.get_mut(&ctx) {
+            self.vm.response_headers(host, req);
+            self.vm.open_reader(host, ctx, req);
+        }
         self.wants_response_body(ctx)
     }
 
@@ -205,7 +145,7 @@ impl Balancer {
 
     /// A response body chunk of `size` bytes (the last when `end_of_stream`): the first is
     /// measured and told to the request's holding; a response read for its holding keeps its
-    /// tail and may have its usage event taken out (drive.rs `read_body`). Never holds the
+    /// tail and may have its usage event taken out (`Performer::read_body`). Never holds the
     /// response (the glue answers Continue). Whether later chunks still matter.
     pub fn on_response_body(
         &mut self,
@@ -222,7 +162,9 @@ impl Balancer {
             let now_ms = host.now_ms();
             self.drive(host, ctx, Event::ResponseBody { now_ms });
         }
-        self.read_body(host, ctx, size, end_of_stream);
+        if let Some(req) = self.requests.get_mut(&ctx) {
+            self.vm.read_body(host, ctx, req, (size, end_of_stream));
+        }
         self.wants_response_body(ctx)
     }
 
@@ -311,6 +253,81 @@ impl Balancer {
         self.vm
             .metrics
             .on_http_response(host, &self.vm.tel, token, body_size);
+    }
+
+    /// A phase callback (headers, body): its verdict follows from where the request ends up.
+    fn callback(&mut self, host: &mut dyn Host, ctx: u32, event: Event) -> Verdict {
+        self.drive(host, ctx, event);
+        match self.requests.get(&ctx) {
+            Some(r) if r.phase().is_held() || r.phase().replied() => Verdict::Pause,
+            _ => Verdict::Continue,
+        }
+    }
+
+    /// An asynchronous event for a held request: resume it if the event released it.
+    fn resumed(&mut self, host: &mut dyn Host, ctx: u32, event: Event) {
+        self.drive(host, ctx, event);
+        let Some(r) = self.requests.get(&ctx) else {
+            return;
+        };
+        if !r.phase().is_held() && !r.phase().replied() {
+            if let Err(e) = host.resume_request() {
+                self.vm
+                    .tel
+                    .log(host, LogLevel::Warn, ctx, format_args!("{e}"));
+            }
+        }
+    }
+
+    /// Performs `effect` for request `ctx` (perform.rs).
+    fn perform(&mut self, host: &mut dyn Host, ctx: u32, effect: Effect) -> Option<Event> {
+        let req = self.requests.get_mut(&ctx);
+        self.vm
+            .perform(host, ctx, (req, &mut self.routes.list), effect)
+    }
+
+    /// Feeds `event` to the request and performs its effects; an effect that answers with an
+    /// event (decide, send, publish) feeds that event in turn.
+    fn drive(&mut self, host: &mut dyn Host, ctx: u32, event: Event) {
+        let mut next = Some(event);
+        while let Some(event) = next.take() {
+            let Some(req) = self.requests.get_mut(&ctx) else {
+                return;
+            };
+            for effect in req.handle(event) {
+                if let Some(answer) = self.perform(host, ctx, effect) {
+                    next = Some(answer);
+                }
+            }
+        }
+    }
+
+    /// Root tick: requests held for their body past their deadline, released without it.
+    fn expire_body_waits(&mut self, host: &mut dyn Host) {
+        for ctx in self.vm.body.due(host.now_ms(), &self.requests) {
+            // A context the host no longer knows ends with on_done; nothing to resume.
+            if host.set_effective_context(ctx).is_err() {
+                continue;
+            }
+            self.resumed(host, ctx, Event::BodyTimeout);
+            self.vm.body.released(ctx, host.now_ms());
+        }
+    }
+
+    /// Root tick: waiting requests past their deadline get the 429 they would have got.
+    fn expire_queue(&mut self, host: &mut dyn Host) {
+        for ctx in self.vm.queue.expired(host.now_ms(), &self.requests) {
+            if host.set_effective_context(ctx).is_ok() {
+                self.resumed(host, ctx, Event::QueueTimeout);
+            }
+        }
+    }
+
+    /// Room may have freed: the queue's heads try again, one acquire per freed room.
+    fn serve_queue(&mut self, host: &mut dyn Host) {
+        while let Some(ctx) = self.vm.queue.next_head(host, &self.requests) {
+            self.resumed(host, ctx, Event::Admit);
+        }
     }
 
     /// How many requests wait or retry in this VM's queue (tests and leak checks).

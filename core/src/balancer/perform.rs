@@ -13,17 +13,13 @@ use super::queue::{self, Queue};
 use super::redis_client::{self, RedisClient};
 use super::request::{self, Effect, Event, Request};
 use super::rng::VmRng;
+use super::routes::Route;
 use super::telemetry::Telemetry;
-use crate::config::{PluginConfig, RouteConfig};
+use crate::config::PluginConfig;
 use crate::host::{Host, LogLevel};
 use crate::id_map::IdMap;
+use crate::stats;
 use std::rc::Rc;
-
-/// A route config and its policy, built once at configure.
-pub struct Route {
-    pub config: Rc<RouteConfig>,
-    pub policy: Box<dyn Policy>,
-}
 
 /// The VM's services, one per plugin config (root context), and the performer of effects.
 pub struct Performer {
@@ -277,6 +273,85 @@ impl Performer {
             redis: &mut self.redis,
         };
         policy.decide(host, env, &input)
+    }
+
+    /// The response headers of a routed request: plain Envoy's served-elsewhere check, the
+    /// debug header.
+    pub fn response_headers(&mut self, host: &mut dyn Host, req: &mut Request) {
+        // Plain Envoy, least request and sessions: a response from another endpoint than the
+        // one counted is Envoy's retry to a fallback, so that pod refused or reset the
+        // connection. One property read per such request; the release marks the pod down.
+        let served_elsewhere = req.phase().watched_endpoint().is_some_and(|chosen| {
+            host.property(&["upstream", "address"])
+                .ok()
+                .flatten()
+                .is_some_and(|served| served != chosen.as_bytes())
+        });
+        if served_elsewhere {
+            let counter = stats::pod_down(req.phase().describe().1);
+            req.phase_mut().mark_failed();
+            self.tel.inc(host, counter);
+        }
+        if let Some(name) = &req.config.common.debug_header {
+            let (endpoint, reason) = req.phase().describe();
+            let mut value = format!(
+                "endpoint={}; reason={}",
+                endpoint.unwrap_or("-"),
+                reason.name()
+            );
+            if let Some(ms) = req.queued_ms {
+                value.push_str(&format!("; queued_ms={ms}"));
+            }
+            let _ = host.add_response_header(name, &value);
+        }
+    }
+
+    /// The response headers told the request's holding: a body reader, if it asks for one.
+    pub fn open_reader(&mut self, host: &mut dyn Host, ctx: u32, req: &mut Request) {
+        let Some((held, outcome)) = req.phase_mut().holding_mut() else {
+            return;
+        };
+        let mut svc = Services {
+            host,
+            tel: &mut self.tel,
+            redis: &mut self.redis,
+            ctx,
+        };
+        if let Some(read) = held.read_response(&mut svc, outcome) {
+            req.phase_mut().read_response(read);
+        }
+    }
+
+    /// A response body chunk of `size` bytes of a response read for its holding (the last
+    /// when `end`): its tail kept, the usage event taken out if asked. A chunk that cannot be
+    /// read is never written: the reader is given up (an event held back, if any, is lost; the
+    /// rest of the stream passes as it is).
+    pub fn read_body(
+        &mut self,
+        host: &mut dyn Host,
+        ctx: u32,
+        req: &mut Request,
+        at: (usize, bool),
+    ) {
+        let (size, end) = at;
+        if !req.phase().reading() {
+            return;
+        }
+        let chunk = match host.response_body(0, size) {
+            Ok(c) => c,
+            Err(err) => {
+                req.phase_mut().drop_reader();
+                let msg = format_args!("{err}: response not read");
+                self.tel.log(host, LogLevel::Warn, ctx, msg);
+                return;
+            }
+        };
+        if let Some(out) = req.phase_mut().read_chunk(&chunk, end) {
+            if let Err(err) = host.set_response_body(&out) {
+                self.tel
+                    .log(host, LogLevel::Warn, ctx, format_args!("{err}"));
+            }
+        }
     }
 }
 

@@ -14,7 +14,7 @@ pub mod sse;
 pub mod usage;
 
 use crate::config::BYTES_PER_TOKEN;
-pub use usage::Usage;
+pub use usage::{Tokens, Usage};
 
 /// What the pick predicted, in approximate tokens (bytes / [`BYTES_PER_TOKEN`], as the chain
 /// knows its blocks' sizes).
@@ -101,9 +101,9 @@ impl Watch {
         self.filter.as_mut()?.filter(chunk, end)
     }
 
-    /// At the end of the response: the usage it reported.
-    pub fn usage(&self) -> Option<Usage> {
-        self.tail.usage()
+    /// At the end of the response: the token counts it reported.
+    pub fn tokens(&self) -> Tokens {
+        self.tail.tokens()
     }
 
     /// Usage-only events taken out of the stream.
@@ -187,7 +187,7 @@ mod tests {
         assert_eq!(w.chunk(b.as_bytes(), false), Some(Vec::new()));
         assert_eq!(w.chunk(b"data: [DONE]\n\n", true), None);
         assert_eq!(
-            w.usage(),
+            w.tokens().cache_report(),
             Some(Usage {
                 prompt_tokens: 90,
                 cached_tokens: 64

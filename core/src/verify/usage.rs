@@ -26,6 +26,30 @@ pub const HEAD_BYTES: usize = 4096;
 /// verification.
 pub const MAX_TOKENS: u64 = 1 << 30;
 
+/// The token counts an answer reported: what the machine puts in a request's outcome
+/// (core/src/balancer/holding.rs). Each is None when the answer did not carry it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tokens {
+    /// The prompt's tokens, cached ones included.
+    pub prompt: Option<u64>,
+    /// Tokens generated (`completion_tokens`, or `output_tokens` of the Responses and
+    /// Anthropic APIs).
+    pub output: Option<u64>,
+    /// Of the prompt, the tokens the engine found in its cache: only with the prompt of the
+    /// same report ([`Tokens::cache_report`]).
+    pub cached: Option<u64>,
+}
+
+impl Tokens {
+    /// The prompt and its cached tokens, from one report: what a verification compares.
+    pub fn cache_report(&self) -> Option<Usage> {
+        Some(Usage {
+            prompt_tokens: self.prompt?,
+            cached_tokens: self.cached?,
+        })
+    }
+}
+
 /// The counts a verification compares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Usage {
@@ -66,6 +90,48 @@ impl Tail {
     pub fn usage(&self) -> Option<Usage> {
         scan(&self.buf).or_else(|| scan(&self.head))
     }
+
+    /// Every count the body reported: the prompt and its cached tokens as [`Tail::usage`]
+    /// reads them (else the prompt alone, from a report without cache details), and the
+    /// output's count, each from the tail's last report, else the head's.
+    pub fn tokens(&self) -> Tokens {
+        let last = |read: fn(&[u8]) -> Option<u64>| read(&self.buf).or_else(|| read(&self.head));
+        let output = last(output_tokens);
+        match self.usage() {
+            Some(u) => Tokens {
+                prompt: Some(u.prompt_tokens),
+                output,
+                cached: Some(u.cached_tokens),
+            },
+            None => Tokens {
+                prompt: last(prompt_tokens),
+                output,
+                cached: None,
+            },
+        }
+    }
+}
+
+/// The last prompt count in `tail`, of either OpenAI spelling (`prompt_tokens`,
+/// `input_tokens`), for a report without cache details (an Anthropic report has them:
+/// [`scan`] reads it).
+fn prompt_tokens(tail: &[u8]) -> Option<u64> {
+    last_count(tail, &[b"\"prompt_tokens\"", b"\"input_tokens\""])
+}
+
+/// The last output count in `tail`: `completion_tokens` (Chat, Completions) or
+/// `output_tokens` (Responses, Anthropic; cumulative in Anthropic's last `message_delta`).
+fn output_tokens(tail: &[u8]) -> Option<u64> {
+    last_count(tail, &[b"\"completion_tokens\"", b"\"output_tokens\""])
+}
+
+/// The count after whichever of `keys` comes last in `tail`.
+fn last_count(tail: &[u8], keys: &[&[u8]]) -> Option<u64> {
+    let (at, key) = keys
+        .iter()
+        .filter_map(|k| Some((rfind(tail, k)?, k.len())))
+        .max_by_key(|(at, _)| *at)?;
+    value(tail.get(at + key..)?)
 }
 
 const ANTHROPIC_CACHED: &[u8] = b"\"cache_read_input_tokens\"";
@@ -201,115 +267,4 @@ fn value(rest: &[u8]) -> Option<u64> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn usage(p: u64, c: u64) -> Option<Usage> {
-        Some(Usage {
-            prompt_tokens: p,
-            cached_tokens: c,
-        })
-    }
-
-    #[test]
-    fn reads_both_spellings_and_the_last_report() {
-        let chat = br#"{"choices":[{"index":0}],"usage":{"prompt_tokens":120,"completion_tokens":5,"total_tokens":125,"prompt_tokens_details":{"cached_tokens":96}}}"#;
-        assert_eq!(scan(chat), usage(120, 96));
-        let responses = br#"{"usage":{"input_tokens":300,"input_tokens_details":{"cached_tokens":256},"output_tokens":9,"output_tokens_details":{"reasoning_tokens":0}}}"#;
-        assert_eq!(scan(responses), usage(300, 256));
-        let spaced = b"{\"usage\": {\"prompt_tokens\" : 7,\n \"prompt_tokens_details\": { \"cached_tokens\" :\t4 }}}";
-        assert_eq!(scan(spaced), usage(7, 4));
-        let two =
-            br#"data: {"usage":{"prompt_tokens":10,"prompt_tokens_details":{"cached_tokens":1}}}
-
-data: {"usage":{"prompt_tokens":20,"prompt_tokens_details":{"cached_tokens":16}}}
-
-data: [DONE]
-
-"#;
-        assert_eq!(scan(two), usage(20, 16), "the stream's last report");
-    }
-
-    #[test]
-    fn absent_garbage_and_huge_values_verify_nothing() {
-        for body in [
-            &b""[..],
-            br#"{"usage":{"prompt_tokens":12,"completion_tokens":3}}"#,
-            br#"{"usage":{"prompt_tokens":12,"prompt_tokens_details":null}}"#,
-            br#"{"usage":{"prompt_tokens":12,"prompt_tokens_details":{"cached_tokens":"8"}}}"#,
-            br#"{"usage":{"prompt_tokens":12,"prompt_tokens_details":{"cached_tokens":-8}}}"#,
-            br#"{"usage":{"prompt_tokens":12,"prompt_tokens_details":{"cached_tokens":8.5}}}"#,
-            br#"{"usage":{"prompt_tokens":12,"prompt_tokens_details":{"cached_tokens":99}}}"#,
-            br#"{"usage":{"prompt_tokens":99999999999999999999999,"prompt_tokens_details":{"cached_tokens":8}}}"#,
-            br#"{"usage":{"prompt_tokens_details":{"cached_tokens":8}}}"#,
-            br#"{"usage":{"prompt_tokens":12,"prompt_tokens_details":{"cached_tokens""#,
-            b"\xff\xfe\"prompt_tokens_details\"\x00}",
-        ] {
-            assert_eq!(scan(body), None, "{}", String::from_utf8_lossy(body));
-        }
-    }
-
-    #[test]
-    fn reads_anthropic_messages_usage() {
-        // input_tokens excludes the tokens read from and written to the cache.
-        let full = br#"{"id":"msg_1","type":"message","content":[{"type":"text","text":"{\"usage\": 1}"}],"usage":{"input_tokens":25,"cache_creation_input_tokens":10,"cache_read_input_tokens":1800,"cache_creation":{"ephemeral_5m_input_tokens":10,"ephemeral_1h_input_tokens":0},"output_tokens":503,"service_tier":"standard"}}"#;
-        assert_eq!(scan(full), usage(1835, 1800));
-        let no_creation = br#"{"usage":{"input_tokens":7,"cache_creation_input_tokens":null,"cache_read_input_tokens":64,"output_tokens":2}}"#;
-        assert_eq!(scan(no_creation), usage(71, 64));
-        let absent =
-            br#"{"usage":{"cache_read_input_tokens":64,"input_tokens":7,"output_tokens":2}}"#;
-        assert_eq!(scan(absent), usage(71, 64), "any member order");
-        // A beta server's per-iteration usages repeat the names: the outer ones count.
-        let nested = br#"{"usage":{"input_tokens":5,"cache_read_input_tokens":40,"iterations":[{"input_tokens":1,"cache_read_input_tokens":2}],"output_tokens":1}}"#;
-        assert_eq!(scan(nested), usage(45, 40));
-        for bad in [
-            &br#"{"usage":{"input_tokens":5,"cache_read_input_tokens":null}}"#[..],
-            br#"{"usage":{"cache_read_input_tokens":40,"output_tokens":1}}"#,
-            br#"{"usage":{"input_tokens":5,"cache_read_input_tokens":40"#,
-            br#"{"cache_read_input_tokens":40,"input_tokens":5}"#,
-            br#"{"usage":{"input_tokens":5},"other":{"cache_read_input_tokens":40}}"#,
-        ] {
-            assert_eq!(scan(bad), None, "{}", String::from_utf8_lossy(bad));
-        }
-    }
-
-    /// An Anthropic stream as its API sends it: the prompt's usage in `message_start`, the
-    /// output's in the last `message_delta` (cumulative, with the prompt's too from newer
-    /// servers).
-    #[test]
-    fn reads_an_anthropic_stream_from_its_first_or_last_event() {
-        let start = b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"m\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":30,\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":2048,\"output_tokens\":1}}}\n\n";
-        let delta = b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"more words\"}}\n\n";
-        let end = b"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":700}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
-        let mut t = Tail::default();
-        t.push(start);
-        for _ in 0..200 {
-            t.push(delta);
-        }
-        t.push(end);
-        assert_eq!(
-            t.usage(),
-            usage(2078, 2048),
-            "message_start, out of the tail"
-        );
-        let cumulative = b"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"input_tokens\":30,\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":1024,\"output_tokens\":700}}\n\n";
-        t.push(cumulative);
-        assert_eq!(t.usage(), usage(1054, 1024), "the last report wins");
-        assert!(t.head.len() <= HEAD_BYTES);
-    }
-
-    #[test]
-    fn the_tail_keeps_the_end_across_chunks() {
-        let mut t = Tail::default();
-        t.push(&vec![b'x'; 10_000]);
-        t.push(br#"{"usage":{"prompt_tokens":50,"#);
-        t.push(br#""prompt_tokens_details":{"cached_tokens":32}}}"#);
-        assert_eq!(t.usage(), usage(50, 32));
-        assert!(t.buf.len() <= TAIL_BYTES);
-        for _ in 0..100 {
-            t.push(b"data: {\"choices\":[{\"delta\":{\"content\":\"more\"}}]}\n\n");
-        }
-        assert_eq!(t.usage(), None, "a report pushed out of the tail is gone");
-        assert_eq!(t.buf.len(), TAIL_BYTES);
-    }
-}
+mod tests;

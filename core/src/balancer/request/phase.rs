@@ -4,7 +4,7 @@
 //! request's (request.rs); outside the request the phase is opaque.
 
 use crate::balancer::events::{Effect, Pick, PromptRead, Rejection};
-use crate::balancer::holding::{Holding, Outcome, ReadResponse, UsageRead};
+use crate::balancer::holding::{Holding, Outcome, ReadResponse};
 use crate::reason::Reason;
 use crate::verify::Watch;
 use std::rc::Rc;
@@ -152,10 +152,7 @@ impl Phase {
         } = &mut self.0
         {
             if let Some(r) = reader.take().filter(|r| r.usage) {
-                outcome.usage = match r.watch.usage() {
-                    Some(u) => UsageRead::Read(u),
-                    None => UsageRead::Missing,
-                };
+                outcome.usage = Some(r.watch.tokens());
             }
         }
     }

@@ -17,7 +17,7 @@
 use super::expect::{Expect, Index};
 use super::index::LocalPrefix;
 use crate::balancer::events::Placement;
-use crate::balancer::holding::{Holding, Outcome, ReadResponse, Services, UsageRead};
+use crate::balancer::holding::{Holding, Outcome, ReadResponse, Services};
 use crate::balancer::pick::{Lease, PickReply};
 use crate::balancer::policies::least_request::pick::Wrap;
 use crate::config::BYTES_PER_TOKEN;
@@ -25,7 +25,7 @@ use crate::host::{Host, LogLevel};
 use crate::redis::scripts::SessionState;
 use crate::stats::Counter;
 use crate::verify::flush::{self, Flushes, FLUSH_CONVERSATIONS};
-use crate::verify::{self, Prediction, Shortfall};
+use crate::verify::{self, Prediction, Shortfall, Tokens};
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -67,14 +67,13 @@ impl Verified {
     }
 
     /// The answer's usage against the prediction: count, and forget what it showed gone.
-    fn judge(&self, svc: &mut Services, usage: UsageRead) {
-        let usage = match usage {
-            UsageRead::NotAsked => return,
-            UsageRead::Missing => {
-                svc.tel.inc(svc.host, Counter::PrefixVerifyNoUsage);
-                return;
-            }
-            UsageRead::Read(u) => u,
+    fn judge(&self, svc: &mut Services, tokens: Option<Tokens>) {
+        let Some(tokens) = tokens else {
+            return; // not read
+        };
+        let Some(usage) = tokens.cache_report() else {
+            svc.tel.inc(svc.host, Counter::PrefixVerifyNoUsage);
+            return;
         };
         let e = &self.expect;
         let predicted = Prediction::at(&e.prefix_bytes, e.matched.unwrap_or(0));
