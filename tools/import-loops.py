@@ -11,6 +11,11 @@ written inline in code (`crate::a::f()`), since inlining a path does not remove 
 
 Every crate root under DIR is checked: lib.rs, main.rs and bin/*.rs. Exits 1 if any loop is
 found (each loop is printed with the references inside it), 2 on a usage error, 0 otherwise.
+
+A crate whose root holds `balancer/policies/` (ailb-core) is also held to the policy-folder
+rule of docs/architecture.md: a policy's folder (a directory under it) is referred to only
+from inside itself and from `policies/mod.rs` (its registration line), apart from the pairs in
+FOLDER_ALLOWED; and the modules in NOT_THE_DISPATCHER never refer to the dispatcher's module.
 """
 
 import os
@@ -228,11 +233,40 @@ def name(mpath):
     return "::".join(mpath) if mpath else "crate"
 
 
+POLICIES = ("balancer", "policies")
+# prefix_cache is least request with a prefix: it builds on least_request's pick and counts.
+FOLDER_ALLOWED = {(("balancer", "policies", "prefix_cache"), ("balancer", "policies", "least_request"))}
+# The state the dispatcher holds (docs/architecture.md "Rules").
+NOT_THE_DISPATCHER = [("balancer", m) for m in ("queue", "body_flow", "routes", "perform", "metrics")]
+
+
+def folder_rules(root_file, modules, graph):
+    """Breaches of the policy-folder and dispatcher rules (see the module doc), printed."""
+    base = os.path.dirname(root_file)
+    folders = {m for m in modules if len(m) == 3 and m[:2] == POLICIES
+               and os.path.isdir(os.path.join(base, *m))}
+    bad = 0
+    for m, targets in sorted(graph.items()):
+        for t in sorted(targets):
+            folder = t[:3]
+            if folder in folders and m[:3] != folder and m != POLICIES \
+                    and (m[:3], folder) not in FOLDER_ALLOWED:
+                print(f"{modules[m]} ({name(m)}) refers to {name(t)}, inside the policy folder "
+                      f"{name(folder)}: only that folder and policies/mod.rs may")
+                bad += 1
+            if t == ("balancer",) and any(m[:len(d)] == d for d in NOT_THE_DISPATCHER):
+                print(f"{modules[m]} ({name(m)}) refers to the dispatcher (balancer): it must not")
+                bad += 1
+    return bad
+
+
 def check_crate(root_file):
     modules = discover(root_file)
     graph = {m: set(references(m, f, modules)) for m, f in modules.items()}
     loops = [sorted(c) for c in sccs(graph) if len(c) > 1]
-    for comp in sorted(loops):
+    if POLICIES in modules:
+        loops += [["rule"]] * folder_rules(root_file, modules, graph)
+    for comp in sorted(c for c in loops if c != ["rule"]):
         inside = set(comp)
         print(f"{root_file}: import loop between {len(comp)} modules: "
               + ", ".join(name(m) for m in comp))
@@ -269,7 +303,7 @@ def main(argv):
         for r in roots:
             loops += check_crate(r)
     if loops:
-        print(f"{loops} import loop(s)")
+        print(f"{loops} import loop(s) or folder-rule breach(es)")
         return 1
     return 0
 

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::cluster::hash::slot_of;
-use crate::cluster::stats::ServiceTable;
+use crate::cluster::stats::table::ServiceTable;
 use crate::host::mock::MockHost;
 use crate::host::HostErrorKind;
 

@@ -8,6 +8,7 @@
 mod body_flow;
 mod events;
 mod holding;
+mod metrics;
 mod orphan;
 mod perform;
 mod pick;

@@ -6,7 +6,7 @@
 use super::body_flow::{self, BodyFlow};
 use super::events::Pick;
 use super::holding::Services;
-use super::policies::endpoint_metrics::Metrics;
+use super::metrics::Metrics;
 use super::policies::{Env, Input, Policy};
 use super::publish;
 use super::queue::{self, Queue};

@@ -20,7 +20,7 @@
 //!   pick. It never rejects a request: every filter falls back to the unfiltered set
 //!   (docs/higress-cluster-policies.md §3).
 //!
-//! Higress keeps this state per config instance and per worker VM; [`stats::ServiceTable`] has a
+//! Higress keeps this state per config instance and per worker VM; [`stats::table::ServiceTable`] has a
 //! line codec so the caller may instead keep it in proxy-wide shared data.
 
 pub mod cookie;

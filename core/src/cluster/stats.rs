@@ -2,7 +2,7 @@
 //! keeps them (docs/higress-cluster-policies.md §3.2, §3.3).
 //!
 //! The formulas are written once, as the provided methods of [`Table`], over two stores: the
-//! in-memory [`ServiceTable`], and [`record::Record`], which decodes the binary shared-data
+//! in-memory [`table::ServiceTable`], and [`record::Record`], which decodes the binary shared-data
 //! record's blocks once and leaves its samples as bytes, so that a request's update moves only
 //! its own service's ring (docs/higress-cluster-policies.md §6.1 has the layout; the caller
 //! does the compare-and-swap).
@@ -13,10 +13,9 @@
 
 pub mod record;
 mod ring;
+pub mod table;
 
 use super::MetricsParams;
-use crate::hash;
-use std::rc::Rc;
 
 pub use ring::Ring;
 use ring::{mean, oldest_first_sum};
@@ -219,128 +218,6 @@ pub trait Table {
             sample *= 2.0;
         }
         sample
-    }
-}
-
-/// Every service of one `cluster_metrics` config in memory: one record per distinct name.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ServiceTable {
-    /// Fixed for the config; shared by every table and record read for it, so a read copies
-    /// no names.
-    shape: Rc<Shape>,
-    stats: Vec<ServiceStats>,
-    ring_capacity: usize,
-}
-
-#[derive(Debug, PartialEq)]
-struct Shape {
-    names: Vec<String>,
-    /// `service_list` as configured, each entry an index into `names`.
-    list: Vec<usize>,
-    /// FNV-1a 64 of `names` (each as its byte length, u64 little-endian, then its bytes), so
-    /// a shared-data record kept for other services does not read as ours.
-    fingerprint: u64,
-}
-
-impl ServiceTable {
-    /// A fresh table for `service_list` (duplicates allowed; `ring_capacity` from
-    /// [`MetricsParams::ring_capacity`]).
-    pub fn new<S: AsRef<str>>(service_list: &[S], ring_capacity: usize) -> ServiceTable {
-        let mut names: Vec<String> = Vec::new();
-        let mut list = Vec::with_capacity(service_list.len());
-        for name in service_list {
-            let name = name.as_ref();
-            let index = match names.iter().position(|n| n == name) {
-                Some(i) => i,
-                None => {
-                    names.push(name.to_string());
-                    names.len() - 1
-                }
-            };
-            list.push(index);
-        }
-        let stats = vec![ServiceStats::default(); names.len()];
-        let fingerprint = names.iter().fold(hash::FNV_OFFSET, |h, name| {
-            let h = hash::fnv1a(h, &(name.len() as u64).to_le_bytes());
-            hash::fnv1a(h, name.as_bytes())
-        });
-        ServiceTable {
-            shape: Rc::new(Shape {
-                names,
-                list,
-                fingerprint,
-            }),
-            stats,
-            ring_capacity,
-        }
-    }
-
-    /// The same services and capacity with fresh statistics.
-    pub fn fresh(&self) -> ServiceTable {
-        ServiceTable {
-            shape: self.shape.clone(),
-            stats: vec![ServiceStats::default(); self.stats.len()],
-            ring_capacity: self.ring_capacity,
-        }
-    }
-
-    /// Distinct service names; a decision's index points here.
-    pub fn names(&self) -> &[String] {
-        &self.shape.names
-    }
-
-    /// `service_list` as configured, as indices into [`ServiceTable::names`].
-    pub fn list(&self) -> &[usize] {
-        &self.shape.list
-    }
-
-    pub fn stats(&self) -> &[ServiceStats] {
-        &self.stats
-    }
-
-    pub fn get(&self, index: usize) -> Option<&ServiceStats> {
-        self.stats.get(index)
-    }
-
-    pub fn get_mut(&mut self, index: usize) -> Option<&mut ServiceStats> {
-        self.stats.get_mut(index)
-    }
-
-    pub fn index_of(&self, name: &str) -> Option<usize> {
-        self.shape.names.iter().position(|n| n == name)
-    }
-
-    pub fn ring_capacity(&self) -> usize {
-        self.ring_capacity
-    }
-}
-
-impl Table for ServiceTable {
-    fn names(&self) -> &[String] {
-        &self.shape.names
-    }
-
-    fn list(&self) -> &[usize] {
-        &self.shape.list
-    }
-
-    fn counters(&self, index: usize) -> Option<&Counters> {
-        self.stats.get(index).map(|s| &s.counters)
-    }
-
-    fn counters_mut(&mut self, index: usize) -> Option<&mut Counters> {
-        self.stats.get_mut(index).map(|s| &mut s.counters)
-    }
-
-    fn mean(&self, index: usize, which: Latency) -> f64 {
-        self.stats.get(index).map_or(0.0, |s| s.ring(which).mean())
-    }
-
-    fn push(&mut self, index: usize, which: Latency, sample: f64) {
-        let capacity = self.ring_capacity;
-        if let Some(s) = self.stats.get_mut(index) {
-            s.ring_mut(which).push(sample, capacity);
-        }
     }
 }
 

@@ -117,7 +117,7 @@ impl PolicyConfig {
     }
 
     /// The scraped-metrics settings a route uses: endpoint_metrics', or a plain-Envoy
-    /// prefix_cache's load guard (the scraper serves both, endpoint_metrics/scrape.rs).
+    /// prefix_cache's load guard (the scraper serves both, balancer/metrics/scrape.rs).
     pub fn metrics(&self) -> Option<&Rc<MetricsConfig>> {
         match self {
             PolicyConfig::EndpointMetrics(m) => Some(m),

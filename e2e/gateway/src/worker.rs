@@ -8,9 +8,9 @@ mod outbound;
 use crate::abi::AbiVersion;
 use crate::config::{FailurePolicy, RouteCfg};
 use crate::host_state::HostState;
-use crate::redis::RedisTx;
+use crate::redis::{spawn_connection, RedisTx};
 use crate::shared::Shared;
-use crate::stream_data::{Pairs, StreamData, StreamSignals};
+use crate::stream_data::{HttpOut, Pairs, StreamData, StreamSignals};
 use crate::upstream::Upstreams;
 use crate::vm::{Plugin, Vm};
 use anyhow::Result;
@@ -231,6 +231,86 @@ impl Worker {
         if let Some(ms) = tick {
             self.start_ticker(ms);
         }
+    }
+
+    fn redis_send(&self, cluster: &str, token: u32, query: Vec<u8>) {
+        let mut map = self.redis.borrow_mut();
+        let mut msg = (token, query);
+        if let Some(tx) = map.get(cluster) {
+            match tx.send(msg) {
+                Ok(()) => return,
+                Err(e) => msg = e.0,
+            }
+        }
+        let Some(rc) = self
+            .shared
+            .cfg
+            .redis_clusters
+            .iter()
+            .find(|r| r.name == cluster)
+        else {
+            return;
+        };
+        let init = self
+            .vm
+            .as_ref()
+            .and_then(|c| c.borrow().store.data().redis_init.get(cluster).cloned())
+            .unwrap_or_default();
+        let me = self.me.clone();
+        let shared = self.shared.clone();
+        let gen = self.vm_gen.get();
+        let deliver = Rc::new(move |token: u32, reply: Option<Vec<u8>>| {
+            if reply.is_none() {
+                shared.counters.redis_failures.fetch_add(1, Relaxed);
+            }
+            if let Some(w) = me.upgrade().filter(|w| w.vm_gen.get() == gen) {
+                w.with_vm(|vm| {
+                    let _ = vm.on_redis_call_response(token, reply);
+                });
+            }
+        });
+        let timeout = Duration::from_millis(rc.connect_timeout_ms);
+        let tx = spawn_connection(rc.address.clone(), timeout, init, deliver);
+        let _ = tx.send(msg);
+        map.insert(cluster.to_string(), tx);
+    }
+
+    fn start_ticker(&self, ms: u32) {
+        let gen = self.tick_gen.get() + 1;
+        self.tick_gen.set(gen);
+        if ms == 0 {
+            return;
+        }
+        let me = self.me.clone();
+        tokio::task::spawn_local(async move {
+            let mut iv = tokio::time::interval(Duration::from_millis(ms as u64));
+            iv.tick().await;
+            loop {
+                iv.tick().await;
+                let Some(w) = me.upgrade() else { return };
+                if w.tick_gen.get() != gen {
+                    return;
+                }
+                w.with_vm(|vm| {
+                    let _ = vm.on_tick();
+                });
+            }
+        });
+    }
+
+    fn spawn_http_call(&self, out: HttpOut) {
+        let me = self.me.clone();
+        let gen = self.vm_gen.get();
+        tokio::task::spawn_local(async move {
+            let Some(w) = me.upgrade() else { return };
+            let resp = outbound::http_call(&w.upstreams, &out).await;
+            if w.vm_gen.get() != gen {
+                return;
+            }
+            w.with_vm(|vm| {
+                let _ = vm.on_http_call_response(out.context_id, out.token, resp);
+            });
+        });
     }
 
     pub fn new_stream(&self, headers: Pairs, route: Option<&RouteCfg>) -> Result<u32> {

@@ -3,7 +3,7 @@
 //! starts it anew (docs/higress-abi.md §11 "Root contexts"): a request counted before keeps its
 //! count and gives it back at its end, and the root goes on serving.
 
-use ailb_core::cluster::stats::ServiceTable;
+use ailb_core::cluster::stats::table::ServiceTable;
 use ailb_e2e::plugin_wasm;
 use ailb_gateway::config::Config;
 use ailb_gateway::shared::Shared;

@@ -3,8 +3,8 @@
 //! request it decides for ([`Input`]) and the VM's shared services ([`Env`]); the request's
 //! state machine does the rest.
 
-use super::endpoint_metrics::service::Metrics;
 use crate::balancer::events::{Decision, PromptRead};
+use crate::balancer::metrics::Metrics;
 use crate::balancer::pick::tenant_capacity;
 use crate::balancer::redis_client::RedisClient;
 use crate::balancer::rng::VmRng;

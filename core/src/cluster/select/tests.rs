@@ -1,5 +1,5 @@
 use super::*;
-use crate::cluster::stats::ServiceTable;
+use crate::cluster::stats::table::ServiceTable;
 use crate::hash::SplitMix64;
 
 /// An rng that replays `values` in a loop.

@@ -19,132 +19,14 @@
 //! those, and writes them back once; an update moves at most one ring's samples. Reads hand
 //! out references, so a decision copies no block.
 
-mod layout;
+pub(super) mod layout;
 
 use super::Table;
-use super::{mean, oldest_first_sum, Counters, Latency, Ring, ServiceStats, ServiceTable, Shape};
-use layout::{
-    block_bytes, block_bytes_mut, header, header_matches, ring_slot, Block, BLOCK_LEN, HEADER_LEN,
-    SAMPLE_LEN,
-};
+use super::{mean, oldest_first_sum, Counters, Latency};
+use layout::{block_bytes_mut, ring_slot, Block, Shape, BLOCK_LEN, HEADER_LEN, SAMPLE_LEN};
 use std::rc::Rc;
 
-impl ServiceTable {
-    /// The table as a shared-data record (layout in the module doc).
-    pub fn encode(&self) -> Vec<u8> {
-        let samples: usize = self
-            .stats
-            .iter()
-            .map(|s| s.ttft.len() + s.total.len())
-            .sum();
-        let mut out =
-            Vec::with_capacity(HEADER_LEN + self.stats.len() * BLOCK_LEN + samples * SAMPLE_LEN);
-        out.extend_from_slice(&header(&self.shape, self.stats.len(), self.ring_capacity));
-        for s in &self.stats {
-            let mut b = [0u8; BLOCK_LEN];
-            Block::of(s).write(&mut b);
-            out.extend_from_slice(&b);
-        }
-        for s in &self.stats {
-            out.extend_from_slice(s.ttft.samples.as_flattened());
-            out.extend_from_slice(s.total.samples.as_flattened());
-        }
-        out
-    }
-
-    /// The blocks of `record`, decoded, when it is exactly what [`ServiceTable::encode`]
-    /// writes for this table's services and capacity (see the module doc); `None` when it is
-    /// not ours. Reads the header and blocks only.
-    fn blocks_of(&self, record: &[u8]) -> Option<Vec<Block>> {
-        let services = self.stats.len();
-        let (head, rest) = record.split_first_chunk::<HEADER_LEN>()?;
-        if !header_matches(head, &self.shape, services, self.ring_capacity) {
-            return None;
-        }
-        let mut blocks = Vec::with_capacity(services);
-        let mut samples = 0usize;
-        for i in 0..services {
-            let block = block_bytes(record, i).and_then(Block::parse)?;
-            if !block.is_ours(self.ring_capacity) {
-                return None;
-            }
-            samples = samples
-                .saturating_add(block.lens[0])
-                .saturating_add(block.lens[1]);
-            blocks.push(block);
-        }
-        let len = services
-            .checked_mul(BLOCK_LEN)
-            .zip(samples.checked_mul(SAMPLE_LEN))
-            .and_then(|(blocks, samples)| blocks.checked_add(samples));
-        (len == Some(rest.len())).then_some(blocks)
-    }
-
-    /// This table's services and capacity with the statistics of `record`, or `None` when
-    /// it is not ours (module doc). Never panics.
-    pub fn read(&self, record: &[u8]) -> Option<ServiceTable> {
-        let blocks = self.blocks_of(record)?;
-        let mut samples = record.get(HEADER_LEN + self.stats.len() * BLOCK_LEN..)?;
-        let mut stats = Vec::with_capacity(self.stats.len());
-        for block in blocks {
-            let mut s = ServiceStats {
-                counters: block.counters,
-                ..ServiceStats::default()
-            };
-            for (slot, ring) in [&mut s.ttft, &mut s.total].into_iter().enumerate() {
-                let (bytes, rest) =
-                    samples.split_at_checked(block.lens[slot].checked_mul(SAMPLE_LEN)?)?;
-                samples = rest;
-                *ring = Ring {
-                    samples: bytes.as_chunks::<SAMPLE_LEN>().0.to_vec(),
-                    sum: block.sums[slot],
-                };
-            }
-            stats.push(s);
-        }
-        Some(ServiceTable {
-            shape: self.shape.clone(),
-            stats,
-            ring_capacity: self.ring_capacity,
-        })
-    }
-
-    /// [`ServiceTable::read`] of `record` for `service_list`, fresh statistics when it is not
-    /// ours.
-    pub fn decode<S: AsRef<str>>(
-        record: &[u8],
-        service_list: &[S],
-        ring_capacity: usize,
-    ) -> ServiceTable {
-        let table = ServiceTable::new(service_list, ring_capacity);
-        table.read(record).unwrap_or(table)
-    }
-
-    /// `record` as a [`Record`] of this table's services and capacity to update in place, or
-    /// `None` when it is not ours. Checks the header and blocks, never the samples.
-    pub fn open(&self, record: Vec<u8>) -> Option<Record> {
-        let blocks = self.blocks_of(&record)?;
-        Some(self.record_of(blocks, record))
-    }
-
-    /// A [`Record`] of fresh statistics for this table's services.
-    pub fn fresh_record(&self) -> Record {
-        let fresh = self.fresh();
-        let blocks = fresh.stats.iter().map(Block::of).collect();
-        self.record_of(blocks, fresh.encode())
-    }
-
-    fn record_of(&self, blocks: Vec<Block>, bytes: Vec<u8>) -> Record {
-        Record {
-            shape: self.shape.clone(),
-            ring_capacity: self.ring_capacity,
-            blocks,
-            bytes,
-        }
-    }
-}
-
-/// A record known to be ours ([`ServiceTable::open`]), read and changed through [`Table`]:
+/// A record known to be ours (`ServiceTable::open`, table.rs), read and changed through [`Table`]:
 /// its blocks decoded once, when opened, and written back once, by [`Record::into_bytes`];
 /// its samples stay bytes, and a change moves at most one ring.
 #[derive(Debug, Clone, PartialEq)]
@@ -158,6 +40,22 @@ pub struct Record {
 }
 
 impl Record {
+    /// A record of `shape`'s services whose `blocks` were decoded from `bytes` (or are what
+    /// `bytes` holds).
+    pub(super) fn of_parts(
+        shape: Rc<Shape>,
+        ring_capacity: usize,
+        blocks: Vec<Block>,
+        bytes: Vec<u8>,
+    ) -> Record {
+        Record {
+            shape,
+            ring_capacity,
+            blocks,
+            bytes,
+        }
+    }
+
     pub fn into_bytes(mut self) -> Vec<u8> {
         for (i, block) in self.blocks.iter().enumerate() {
             if let Some(b) = block_bytes_mut(&mut self.bytes, i) {

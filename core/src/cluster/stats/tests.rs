@@ -1,4 +1,5 @@
 use super::*;
+use table::ServiceTable;
 
 fn table(list: &[&str]) -> ServiceTable {
     ServiceTable::new(list, MetricsParams::default().ring_capacity())

@@ -3,7 +3,7 @@
 //! through its `ServiceLease` and updated by the cluster_metrics policy (`super`).
 
 use crate::cluster::stats::record::Record;
-use crate::cluster::stats::ServiceTable;
+use crate::cluster::stats::table::ServiceTable;
 use crate::cluster::stats::Table;
 use crate::cluster::{MetricsParams, Mode};
 use crate::config::{ClusterMetricsConfig, ClusterMode};

@@ -1,23 +1,20 @@
 //! endpoint_metrics (GPU-aware): the candidates and their model-server metrics — Higress's host
-//! list ([`host_list`]) or this proxy's own scraper ([`scrape`], published to every worker
-//! through shared data, [`snapshot`]) — corrected by the requests this proxy sent since the
-//! metrics were taken, then the scheduler's choice (docs/model-server-metrics.md). A request
-//! naming a session goes to its pod ahead of the scheduler while that pod is not saturated: its
-//! consistent-hash pod ([`Metrics::session_home`]), or with Redis (Higress build) the pod one
-//! script call keeps it bound to (`pick::SessionPick`, [`reply`]; docs/redis-data-model.md §10).
-//! What is read lives in the VM's one [`Metrics`] ([`service`]), which the dispatcher owns.
+//! list or this proxy's own scraper, published to every worker through shared data — corrected
+//! by the requests this proxy sent since the metrics were taken, then the scheduler's choice
+//! (docs/model-server-metrics.md). A request naming a session goes to its pod ahead of the
+//! scheduler while that pod is not saturated: its consistent-hash pod (`Metrics::session_home`),
+//! or with Redis (Higress build) the pod one script call keeps it bound to
+//! (`pick::SessionPick`, [`reply`]; docs/redis-data-model.md §10). What is read lives in the
+//! VM's one `Metrics` (balancer/metrics/), which the dispatcher owns and every route shares.
 
-mod host_list;
 pub mod pick;
 pub mod reply;
-mod report;
-mod scrape;
-pub mod service;
-mod snapshot;
 
 use super::policy::{priority_class, Env, Input, Policy};
 use super::session;
 use crate::balancer::events::{Decision, Placement, Rejection};
+use crate::balancer::metrics::snapshot::{self, SENT_KEY};
+use crate::balancer::metrics::Home;
 use crate::balancer::shared;
 use crate::config::MetricsConfig;
 use crate::host::Host;
@@ -28,9 +25,6 @@ use crate::reason::{Cause, Reason};
 use crate::redis::scripts;
 use crate::stats::Counter;
 use pick::SessionPick;
-use service::Home;
-pub use service::Metrics;
-use snapshot::SENT_KEY;
 use std::collections::HashMap;
 use std::rc::Rc;
 

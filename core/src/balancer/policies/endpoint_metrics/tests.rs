@@ -906,7 +906,7 @@ fn a_session_is_rebound_when_its_pod_saturates_or_goes_and_comes_back_after() {
     assert!(moved >= 2, "some session lived on the pod that went");
     assert_eq!(host.metric("ai_lb.session.rebound") - before, moved);
     // Remembered for a bounded time only: then its sessions are the next pod's own.
-    host.now_ms += super::host_list::DEPARTED_KEEP_MS;
+    host.now_ms += crate::balancer::metrics::host_list::DEPARTED_KEEP_MS;
     let mut kept = 0;
     for (sid, was) in sessions.iter().zip(&homes) {
         ctx += 1;

@@ -1,13 +1,25 @@
 //! The record's byte layout (module doc of [`super`]): the header and block field offsets, and
 //! a service's block decoded, checked and written.
 
-use crate::cluster::stats::{Counters, Latency, ServiceStats, Shape};
+use crate::cluster::stats::{Counters, Latency, ServiceStats};
+
+/// The services a record is for, fixed for the config: shared by every table and record
+/// read for it, so a read copies no names.
+#[derive(Debug, PartialEq)]
+pub(in crate::cluster::stats) struct Shape {
+    pub(in crate::cluster::stats) names: Vec<String>,
+    /// `service_list` as configured, each entry an index into `names`.
+    pub(in crate::cluster::stats) list: Vec<usize>,
+    /// FNV-1a 64 of `names` (each as its byte length, u64 little-endian, then its bytes), so
+    /// a shared-data record kept for other services does not read as ours.
+    pub(in crate::cluster::stats) fingerprint: u64,
+}
 
 const MAGIC: [u8; 3] = *b"acm";
 /// Bump on any layout change: a record of another version reads as foreign and starts fresh.
 const VERSION: u8 = 1;
-pub(super) const HEADER_LEN: usize = 24;
-pub(super) const SAMPLE_LEN: usize = 8;
+pub(in crate::cluster::stats) const HEADER_LEN: usize = 24;
+pub(in crate::cluster::stats) const SAMPLE_LEN: usize = 8;
 const HAS_EWMA_TTFT: u32 = 1;
 const HAS_EWMA_TOTAL: u32 = 2;
 
@@ -25,7 +37,7 @@ mod header_at {
 }
 
 /// Byte offsets inside a block.
-pub(super) mod at {
+pub(in crate::cluster::stats) mod at {
     pub const ONGOING: usize = 0;
     pub const COUNT: usize = 8;
     pub const SUCCESS: usize = 16;
@@ -43,15 +55,15 @@ pub(super) mod at {
     pub const LENS: [usize; 2] = [84, 88];
     pub const BLOCK_LEN: usize = 92;
 }
-pub(super) use at::BLOCK_LEN;
+pub(in crate::cluster::stats) use at::BLOCK_LEN;
 
 /// One service's block, decoded.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) struct Block {
-    pub(super) counters: Counters,
+pub(in crate::cluster::stats) struct Block {
+    pub(in crate::cluster::stats) counters: Counters,
     /// Indexed by [`ring_slot`].
-    pub(super) sums: [f64; 2],
-    pub(super) lens: [usize; 2],
+    pub(in crate::cluster::stats) sums: [f64; 2],
+    pub(in crate::cluster::stats) lens: [usize; 2],
 }
 
 /// A ring's length as the record holds it. Fits: usize is 32 bits on wasm32, and elsewhere a
@@ -61,7 +73,7 @@ fn ring_len(len: usize) -> u32 {
     u32::try_from(len).unwrap_or(u32::MAX)
 }
 
-pub(super) fn ring_slot(which: Latency) -> usize {
+pub(in crate::cluster::stats) fn ring_slot(which: Latency) -> usize {
     match which {
         Latency::Ttft => 0,
         Latency::Total => 1,
@@ -69,7 +81,7 @@ pub(super) fn ring_slot(which: Latency) -> usize {
 }
 
 impl Block {
-    pub(super) fn of(s: &ServiceStats) -> Block {
+    pub(in crate::cluster::stats) fn of(s: &ServiceStats) -> Block {
         Block {
             counters: s.counters,
             sums: [s.ttft.sum, s.total.sum],
@@ -78,7 +90,7 @@ impl Block {
     }
 
     /// `None` when the flags or an absent EWMA are not as [`Block::write`] leaves them.
-    pub(super) fn parse(b: &[u8; BLOCK_LEN]) -> Option<Block> {
+    pub(in crate::cluster::stats) fn parse(b: &[u8; BLOCK_LEN]) -> Option<Block> {
         let flags = u32::from_le_bytes(get(b, at::FLAGS)?);
         if flags & !(HAS_EWMA_TTFT | HAS_EWMA_TOTAL) != 0 {
             return None;
@@ -111,7 +123,7 @@ impl Block {
         })
     }
 
-    pub(super) fn write(&self, b: &mut [u8; BLOCK_LEN]) {
+    pub(in crate::cluster::stats) fn write(&self, b: &mut [u8; BLOCK_LEN]) {
         let c = &self.counters;
         put(b, at::ONGOING, c.ongoing.to_le_bytes());
         put(b, at::COUNT, c.count.to_le_bytes());
@@ -142,7 +154,7 @@ impl Block {
 
     /// The checks [`Block::parse`] leaves to the caller: finite EWMAs and sums, ring lengths
     /// within `capacity`, and an empty ring summing to exactly +0.
-    pub(super) fn is_ours(&self, capacity: usize) -> bool {
+    pub(in crate::cluster::stats) fn is_ours(&self, capacity: usize) -> bool {
         let c = &self.counters;
         c.ewma_ttft.is_none_or(f64::is_finite)
             && c.ewma_total.is_none_or(f64::is_finite)
@@ -166,17 +178,27 @@ fn put<const N: usize>(b: &mut [u8], at: usize, v: [u8; N]) {
 }
 
 /// The block of service `index` in `bytes`.
-pub(super) fn block_bytes(bytes: &[u8], index: usize) -> Option<&[u8; BLOCK_LEN]> {
+pub(in crate::cluster::stats) fn block_bytes(
+    bytes: &[u8],
+    index: usize,
+) -> Option<&[u8; BLOCK_LEN]> {
     let at = HEADER_LEN.checked_add(index.checked_mul(BLOCK_LEN)?)?;
     bytes.get(at..)?.first_chunk::<BLOCK_LEN>()
 }
 
-pub(super) fn block_bytes_mut(bytes: &mut [u8], index: usize) -> Option<&mut [u8; BLOCK_LEN]> {
+pub(in crate::cluster::stats) fn block_bytes_mut(
+    bytes: &mut [u8],
+    index: usize,
+) -> Option<&mut [u8; BLOCK_LEN]> {
     let at = HEADER_LEN.checked_add(index.checked_mul(BLOCK_LEN)?)?;
     bytes.get_mut(at..)?.first_chunk_mut::<BLOCK_LEN>()
 }
 
-pub(super) fn header(shape: &Shape, services: usize, capacity: usize) -> [u8; HEADER_LEN] {
+pub(in crate::cluster::stats) fn header(
+    shape: &Shape,
+    services: usize,
+    capacity: usize,
+) -> [u8; HEADER_LEN] {
     let mut h = [0u8; HEADER_LEN];
     put(&mut h, header_at::MAGIC, MAGIC);
     put(&mut h, header_at::VERSION, [VERSION]);
@@ -191,7 +213,7 @@ pub(super) fn header(shape: &Shape, services: usize, capacity: usize) -> [u8; HE
 }
 
 /// `head == header(...)`, field by field without building one.
-pub(super) fn header_matches(
+pub(in crate::cluster::stats) fn header_matches(
     head: &[u8; HEADER_LEN],
     shape: &Shape,
     services: usize,

@@ -1,5 +1,6 @@
 use super::layout::at;
 use super::*;
+use crate::cluster::stats::table::ServiceTable;
 use crate::cluster::MetricsParams;
 use crate::hash::SplitMix64;
 

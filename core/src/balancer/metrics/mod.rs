@@ -4,9 +4,11 @@
 //! publishes to every worker, and the ring sessions are hashed onto. The dispatcher owns it and
 //! lends it to each decision (`Env::metrics`).
 
-use super::host_list::HostList;
-use super::scrape::Scraper;
-use super::snapshot::{self, SnapEntry};
+pub(crate) mod host_list;
+mod report;
+mod scrape;
+pub mod snapshot;
+
 use crate::balancer::policies::session;
 use crate::balancer::telemetry::Telemetry;
 use crate::config::{MetricsConfig, MetricsSource, PluginConfig, RouteConfig};
@@ -15,6 +17,9 @@ use crate::model_metrics::{scheduler, Candidate};
 use crate::prefix::chwbl::Ring;
 use crate::reason::Cause;
 use crate::upstream;
+use host_list::HostList;
+use scrape::Scraper;
+use snapshot::SnapEntry;
 use std::collections::HashMap;
 use std::rc::Rc;
 
