@@ -40,8 +40,14 @@ impl Lease {
     }
 }
 
+/// A reply of a policy's own script, decoded by the decoder its pick names (a `Decode` of
+/// its folder) into the policy's own type; the pick reads it back in `answer` and `undo`.
+pub trait OwnReply: std::fmt::Debug {
+    fn as_any(&self) -> &dyn std::any::Any;
+}
+
 /// What Redis answered to a pick, decoded.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum PickReply {
     Picked {
         endpoint: String,
@@ -52,8 +58,8 @@ pub enum PickReply {
         load_before: Option<u64>,
         booked: Option<Booked>,
     },
-    /// A service pick: Redis counted this service.
-    Service(String),
+    /// A reply in a policy's own terms ([`OwnReply`]).
+    Own(Rc<dyn OwnReply>),
     /// Redis does not hold our endpoint set (restart, another gateway's view): resend it.
     Resync,
     /// Every endpoint is at `maxRequestCount` (or the pool at `maxPoolRequests`); nothing

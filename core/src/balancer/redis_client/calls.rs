@@ -5,7 +5,6 @@ use crate::balancer::pick::PickReply;
 use crate::balancer::telemetry::Telemetry;
 use crate::host::{Host, LogLevel};
 use crate::reason::Cause;
-use crate::redis::inflight;
 use crate::redis::scripts::{self, AcquireReply, ReplyError};
 
 /// How a pick's reply bytes read: one of the decoders below, named by the pick
@@ -38,23 +37,9 @@ pub fn decode_pick(host: &mut dyn Host, tel: &mut Telemetry, ctx: u32, bytes: &[
     }
 }
 
-/// A global in-flight acquire's reply. No service (no candidates) or garbage: the local path.
-pub fn decode_service_pick(
-    host: &mut dyn Host,
-    tel: &mut Telemetry,
-    ctx: u32,
-    bytes: &[u8],
-) -> PickReply {
-    match inflight::parse_acquire(bytes) {
-        Ok(Some(service)) => PickReply::Service(service),
-        Ok(None) => PickReply::Failed(Cause::BadReply),
-        Err(e) => reply_error(host, tel, ctx, e),
-    }
-}
-
 /// A pick's reply that is not what its script returns: NOSCRIPT is resent by text, anything
 /// else is counted and logged and fails the pick.
-fn reply_error(host: &mut dyn Host, tel: &mut Telemetry, ctx: u32, e: ReplyError) -> PickReply {
+pub fn reply_error(host: &mut dyn Host, tel: &mut Telemetry, ctx: u32, e: ReplyError) -> PickReply {
     if e == ReplyError::NoScript {
         return PickReply::NoScript;
     }

@@ -5,6 +5,7 @@
 use super::*;
 use crate::balancer::policies::cluster_metrics::holding::{GlobalLease, Local, Start};
 use crate::balancer::policies::cluster_metrics::pick::ServicePick;
+use crate::balancer::policies::cluster_metrics::reply::{counted, counted_reply};
 use crate::balancer::policies::cluster_metrics::{ServiceLease, SharedStats};
 use crate::config::{PluginConfig, PolicyConfig};
 use crate::hash::SplitMix64;
@@ -79,7 +80,7 @@ fn local(e: Option<&Effect>) -> Option<Cause> {
 #[test]
 fn redis_choice_is_counted_here_published_and_released_at_stream_end() {
     let mut r = picking(3);
-    let e = r.handle(Event::PickReply(PickReply::Service("a".into())));
+    let e = r.handle(Event::PickReply(counted_reply("a")));
     let lease = started(&e).expect("counted in this proxy");
     assert_eq!(lease.name(), "a");
     assert_eq!(lease.global.as_ref().unwrap().member, "rid|a|1");
@@ -147,7 +148,7 @@ fn redis_trouble_takes_the_local_choice_with_nothing_counted_in_redis() {
 #[test]
 fn a_service_we_did_not_offer_is_released_and_the_local_choice_taken() {
     let mut r = picking(3);
-    let e = r.handle(Event::PickReply(PickReply::Service("zzz".into())));
+    let e = r.handle(Event::PickReply(counted_reply("zzz")));
     assert!(
         matches!(e.first(), Some(Effect::GiveBack { held, outcome: None })
             if held.as_any().downcast_ref::<GlobalLease>().is_some()
@@ -212,13 +213,13 @@ fn every_global_and_local_count_is_given_back_exactly_once_in_any_order() {
                 }
             } else if r.phase().awaits(token) {
                 let reply = match roll {
-                    1..=3 => PickReply::Service("a".into()),
-                    4 => PickReply::Service("zzz".into()),
+                    1..=3 => counted_reply("a"),
+                    4 => counted_reply("zzz"),
                     5 => PickReply::NoScript,
                     6 => PickReply::Failed(Cause::RedisTimeout),
                     _ => PickReply::Failed(Cause::RedisError),
                 };
-                if let PickReply::Service(s) = &reply {
+                if let Some(s) = counted(&reply) {
                     acquired.push(format!("rid|{s}|1"));
                 }
                 let mut out = r.handle(Event::PickReply(reply));
@@ -257,7 +258,7 @@ fn every_global_and_local_count_is_given_back_exactly_once_in_any_order() {
         }
         if let Some(p) = orphan {
             acquired.push("rid|a|1".into());
-            for e in undo(p, &PickReply::Service("a".into())) {
+            for e in undo(p, &counted_reply("a")) {
                 tally(e, &mut released, &mut lost);
             }
         }

@@ -5,6 +5,7 @@
 use super::*;
 use crate::balancer::holding::Holding;
 use crate::balancer::policies::cluster_metrics::pick::ServicePick;
+use crate::balancer::policies::cluster_metrics::reply::{counted, counted_reply};
 use crate::balancer::policies::cluster_metrics::ServiceLease;
 use crate::balancer::policies::least_request::lease::LocalLease;
 use crate::balancer::policies::least_request::pick::EndpointPick;
@@ -383,7 +384,8 @@ impl Ledger {
             (Some(p), _, PickReply::Picked { endpoint, .. }) => {
                 self.acquired.push(p.lease(endpoint).member)
             }
-            (_, Some(p), PickReply::Service(service)) => {
+            (_, Some(p), reply) if counted(reply).is_some() => {
+                let service = counted(reply).unwrap_or_default();
                 self.acquired.push(p.global(service).member)
             }
             (_, _, PickReply::Failed(Cause::RedisTimeout)) => self.lost += 1,
@@ -483,8 +485,8 @@ fn random_reply(kind: Kind, rng: &mut SplitMix64) -> PickReply {
         (Kind::Endpoint | Kind::Verified, 3) => picked_reply("10.9.9.9:80"), // not offered
         (Kind::Endpoint | Kind::Verified, 4) => PickReply::Resync,
         (Kind::Endpoint | Kind::Verified, 5) => PickReply::Full,
-        (_, 0..=2) => PickReply::Service("a".into()),
-        (_, 3) => PickReply::Service("zzz".into()), // not offered
+        (_, 0..=2) => counted_reply("a"),
+        (_, 3) => counted_reply("zzz"), // not offered
         (_, 4) => PickReply::Failed(Cause::RedisError),
         (_, 5) => PickReply::Full, // not a service reply
         (_, 6) => PickReply::NoScript,

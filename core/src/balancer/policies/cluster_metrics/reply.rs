@@ -8,14 +8,50 @@ use super::pick::ServicePick;
 use crate::balancer::events::Pick;
 use crate::balancer::events::{Answer, Decision, Effect, Placement};
 use crate::balancer::holding::{Holding, Services};
-use crate::balancer::pick::PickReply;
+use crate::balancer::pick::{OwnReply, PickReply};
 use crate::balancer::redis_client::{calls, Decode, LeaseKeys};
+use crate::balancer::telemetry::Telemetry;
 use crate::config::RouteConfig;
+use crate::host::Host;
 use crate::reason::{Cause, Reason};
 use crate::redis::inflight::{self, ServiceAcquireArgs};
 use crate::redis::scripts::{Scripts, RECLAIM_LIMIT};
 use crate::stats::Counter;
 use std::rc::Rc;
+
+/// The service Redis chose and counted (`service_acquire.lua`'s reply).
+#[derive(Debug)]
+pub struct Counted(pub String);
+
+impl OwnReply for Counted {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+/// Tests: Redis counted `service`.
+#[cfg(test)]
+pub fn counted_reply(service: &str) -> PickReply {
+    PickReply::Own(Rc::new(Counted(service.to_string())))
+}
+
+/// The service a reply names, if it is this policy's.
+pub fn counted(reply: &PickReply) -> Option<&str> {
+    match reply {
+        PickReply::Own(own) => own.as_any().downcast_ref::<Counted>().map(|c| c.0.as_str()),
+        _ => None,
+    }
+}
+
+/// A global in-flight acquire's reply (a `Decode`). No service (no candidates) or garbage:
+/// the local path.
+pub fn decode(host: &mut dyn Host, tel: &mut Telemetry, ctx: u32, bytes: &[u8]) -> PickReply {
+    match inflight::parse_acquire(bytes) {
+        Ok(Some(service)) => PickReply::Own(Rc::new(Counted(service))),
+        Ok(None) => PickReply::Failed(Cause::BadReply),
+        Err(e) => calls::reply_error(host, tel, ctx, e),
+    }
+}
 
 /// What `reply` (Err: never sent, nothing acquired) comes to for the request that sent `pick`.
 pub fn answer(mut pick: ServicePick, reply: Result<PickReply, Cause>) -> Answer {
@@ -23,18 +59,18 @@ pub fn answer(mut pick: ServicePick, reply: Result<PickReply, Cause>) -> Answer 
         Ok(reply) => reply,
         Err(cause) => return locally(&pick, cause, Vec::new()),
     };
+    if let Some(service) = counted(&reply) {
+        if pick.offered(service) {
+            let lease = pick.lease(service);
+            return route(lease, vec![Effect::Count(Counter::ClusterInflightGlobal)]);
+        }
+        let release = vec![Effect::GiveBack {
+            held: Box::new(pick.global(service)),
+            outcome: None,
+        }];
+        return locally(&pick, Cause::BadReply, release);
+    }
     match reply {
-        PickReply::Service(service) if pick.offered(&service) => {
-            let lease = pick.lease(&service);
-            route(lease, vec![Effect::Count(Counter::ClusterInflightGlobal)])
-        }
-        PickReply::Service(service) => {
-            let release = vec![Effect::GiveBack {
-                held: Box::new(pick.global(&service)),
-                outcome: None,
-            }];
-            locally(&pick, Cause::BadReply, release)
-        }
         PickReply::NoScript if pick.by_sha => {
             pick.by_sha = false;
             let resend = Decision::Acquire(Box::new(pick));
@@ -49,7 +85,8 @@ pub fn answer(mut pick: ServicePick, reply: Result<PickReply, Cause>) -> Answer 
         }
         PickReply::Failed(cause) => locally(&pick, cause, Vec::new()),
         PickReply::NoScript => locally(&pick, Cause::RedisError, Vec::new()),
-        PickReply::Picked { .. }
+        PickReply::Own(_)
+        | PickReply::Picked { .. }
         | PickReply::Resync
         | PickReply::Full
         | PickReply::PoolFull
@@ -101,7 +138,7 @@ impl Pick for ServicePick {
     }
 
     fn decode(&self) -> Decode {
-        calls::decode_service_pick
+        decode
     }
 
     fn answer(self: Box<Self>, reply: Result<PickReply, Cause>) -> Answer {
@@ -109,14 +146,14 @@ impl Pick for ServicePick {
     }
 
     fn undo(self: Box<Self>, reply: &PickReply) -> Vec<Effect> {
+        if let Some(service) = counted(reply) {
+            let held: Box<dyn Holding> = Box::new(self.global(service));
+            return vec![Effect::GiveBack {
+                held,
+                outcome: None,
+            }];
+        }
         match reply {
-            PickReply::Service(service) => {
-                let held: Box<dyn Holding> = Box::new(self.global(service));
-                vec![Effect::GiveBack {
-                    held,
-                    outcome: None,
-                }]
-            }
             PickReply::Failed(Cause::RedisTimeout) => vec![Effect::ReleaseAll(self)],
             _ => Vec::new(),
         }

@@ -99,7 +99,7 @@ fn replied(mut pick: EndpointPick, reply: PickReply) -> Answer {
             ];
             Answer::new(effects, resend(pick))
         }
-        PickReply::Resync | PickReply::Service(_) => Answer::new(
+        PickReply::Resync | PickReply::Own(_) => Answer::new(
             vec![Effect::Unsynced { namespace }],
             Decision::Fallback(Cause::BadReply),
         ),
