@@ -22,8 +22,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
 
-/// proxy-wasm FilterDataStatus::StopIterationAndWatermark (docs/higress-abi.md §2).
+/// proxy-wasm FilterDataStatus::StopIterationAndBuffer (docs/higress-abi.md §2).
 const DATA_STOP_AND_BUFFER: u32 = 1;
+/// proxy-wasm FilterDataStatus::StopIterationAndWatermark (docs/higress-abi.md §2).
 const DATA_STOP_AND_WATERMARK: u32 = 2;
 
 type UpstreamFut = Pin<Box<dyn Future<Output = UpstreamResult>>>;
