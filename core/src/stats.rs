@@ -175,9 +175,18 @@ pub enum Counter {
     /// An acquire refused because the pool was at `maxPoolRequests` (or its class's cap of
     /// it): a 429, or with a waiting queue a wait (each retry of a waiting request counts).
     PoolFull,
+    /// Failure memory (docs/redis-data-model.md §14): a released request that failed (a 5xx)
+    /// and was learned against its endpoint.
+    EjectFailures,
+    /// An endpoint ejected (its failures in a row, or a failure on trial).
+    Ejected,
+    /// An ejection refused: `maxEjectedPercent` of the pool was out already.
+    EjectionRefused,
+    /// A pick that found every endpoint ejected and chose as if none were.
+    EjectedFailOpen,
 }
 
-const FIXED: [(Counter, &str); 53] = [
+const FIXED: [(Counter, &str); 57] = [
     (Counter::RedisCalls, "ai_lb.redis.calls"),
     (Counter::RedisErrors, "ai_lb.redis.errors"),
     (Counter::RedisTimeouts, "ai_lb.redis.timeouts"),
@@ -267,6 +276,10 @@ const FIXED: [(Counter, &str); 53] = [
     (Counter::TenantShed, "ai_lb.tenant.shed"),
     (Counter::TenantFallback, "ai_lb.tenant.fallback"),
     (Counter::PoolFull, "ai_lb.pool.full"),
+    (Counter::EjectFailures, "ai_lb.eject.failures"),
+    (Counter::Ejected, "ai_lb.eject.ejected"),
+    (Counter::EjectionRefused, "ai_lb.eject.refused"),
+    (Counter::EjectedFailOpen, "ai_lb.eject.fail_open"),
 ];
 
 /// The most pods given their own verified counters per VM: the names are made from the

@@ -66,6 +66,7 @@ impl Px {
             wait_rank: None,
             pool_cap: 0,
             tenant: None,
+            trials: 0,
         };
         let chain = PrefixChain {
             keys: chain.to_vec(),
@@ -107,14 +108,18 @@ impl Px {
 
     fn release(&self, c: &mut Conn, rid: &str, ep: &str) {
         let q = scripts::release_call(
-            &self.scripts,
-            false,
+            (&self.scripts, false),
             &self.keys,
             &[scripts::lease_member(rid, ep, 1, None)],
             true,
+            (
+                scripts::Learned::Nothing,
+                0,
+                &ailb_core::config::Ejection::OFF,
+            ),
         );
         assert!(
-            scripts::parse_release(&c.raw_reply(&q)).unwrap(),
+            (scripts::parse_release(&c.raw_reply(&q)).unwrap() != scripts::Released::Nothing),
             "release {rid} on {ep}"
         );
     }

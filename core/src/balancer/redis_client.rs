@@ -339,7 +339,8 @@ impl RedisClient {
         reply: Result<Vec<u8>, Cause>,
     ) {
         match rel.outcome(reply) {
-            Outcome::Done => {}
+            Outcome::Done(None) => {}
+            Outcome::Done(Some(counter)) => tel.inc(host, counter),
             Outcome::Resend(rel) => {
                 tel.inc(host, Counter::RedisNoScript);
                 self.send_release(host, tel, rel);

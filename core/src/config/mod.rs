@@ -14,6 +14,7 @@ mod cluster_hash;
 mod cluster_metrics;
 mod common;
 mod document;
+mod ejection;
 mod envelope;
 mod error;
 mod fairness;
@@ -44,6 +45,7 @@ pub use cluster_metrics::{
 };
 pub use common::DEFAULT_DESTINATION_HEADER;
 pub use document::{plugin_configs, wasm_plugin, Delivered};
+pub use ejection::{Ejection, EJECTION_KEYS};
 pub use error::{ConfigError, ErrorKind};
 pub use fairness::{tenant_id, Fairness, Tenant, FAIRNESS_KEYS};
 pub use gate::{PrefillRate, TokenGate, DEFAULT_PREFILL_RATE};

@@ -5,6 +5,7 @@
 use super::cluster_hash::CLUSTER_HASH_KEYS;
 use super::cluster_metrics::CLUSTER_METRICS_KEYS;
 use super::common::{self, Common, COMMON_KEYS, ENVOY_KEYS};
+use super::ejection::{Ejection, EJECTION_KEYS};
 use super::error::ConfigError;
 use super::fairness::FAIRNESS_KEYS;
 use super::hash_key::HashKey;
@@ -42,6 +43,7 @@ const OWNERS: &[(&str, &[&[&str]])] = &[
             ENVOY_KEYS,
             SESSION_KEYS,
             FAIRNESS_KEYS,
+            EJECTION_KEYS,
         ],
     ),
     (
@@ -54,6 +56,7 @@ const OWNERS: &[(&str, &[&[&str]])] = &[
             GUARD_KEYS,
             SESSION_KEYS,
             FAIRNESS_KEYS,
+            EJECTION_KEYS,
         ],
     ),
     (
@@ -216,11 +219,14 @@ fn compile(
                 r: &mut *r,
                 build,
             })?;
-            let common = Common::try_from(In {
+            let mut common = Common::try_from(In {
                 raw: lb,
                 r: &mut *r,
                 build,
             })?;
+            if kind != Policy::EndpointMetrics {
+                common.ejection = Ejection::read(lb, r, build)?;
+            }
             if kind == Policy::PrefixCache && build == Build::Higress && common.max_load > 0 {
                 r.warn(
                     "maxRequestCount",

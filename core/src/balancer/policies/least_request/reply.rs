@@ -11,7 +11,7 @@ use crate::config::RouteConfig;
 use crate::host::Host;
 use crate::reason::Cause;
 use crate::redis::scripts::Scripts;
-use crate::redis::scripts::SessionState;
+use crate::redis::scripts::{Learned, SessionState};
 use crate::stats::Counter;
 use std::rc::Rc;
 
@@ -47,6 +47,7 @@ fn replied(mut pick: EndpointPick, reply: PickReply) -> Answer {
             session,
             load_before,
             booked,
+            all_ejected,
         } => {
             let mut lease = pick.lease(endpoint);
             lease.booking = booked.map(|b| pick.booking(b));
@@ -68,6 +69,10 @@ fn replied(mut pick: EndpointPick, reply: PickReply) -> Answer {
                 SessionState::Rebound => Some(Counter::SessionRebound),
             };
             let mut effects: Vec<Effect> = counted.map(Effect::Count).into_iter().collect();
+            if all_ejected {
+                // Failure memory fails open: every endpoint was ejected (health.lua).
+                effects.push(Effect::Count(Counter::EjectedFailOpen));
+            }
             // Only the top class is admitted past `maxRequestCount`: its headroom
             // (docs/sessions-and-queues.md "Priority classes"), as the plain-Envoy pick counts it.
             let base_cap = pick.config.common.max_load;
@@ -173,6 +178,8 @@ impl Pick for EndpointPick {
         let keys = LeaseKeys::Endpoint {
             keys: self.keys.clone(),
             booked: self.chain.is_some(),
+            learned: Learned::Nothing,
+            now_ms: svc.host.now_ms(),
         };
         let members = self.every_lease();
         svc.redis
