@@ -9,8 +9,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use ailb_core::config::Ejection;
+use ailb_core::redis::scripts::release::Learned;
 use ailb_core::redis::scripts::{
-    self, AcquireArgs, AcquireReply, Keys, Learned, PrefixArgs, PrefixChain, Released, Scripts,
+    self, AcquireArgs, AcquireReply, Keys, PrefixArgs, PrefixChain, Released, Scripts,
 };
 use ailb_core::upstream::fingerprint;
 use ailb_testkit::{Conn, RedisServer};
@@ -89,7 +90,7 @@ impl Bed {
     }
 
     fn release(&self, c: &mut Conn, member: &str, learned: Learned, prefix: bool) -> Released {
-        let q = scripts::release_call(
+        let q = scripts::release::release_call(
             (&self.scripts, false),
             &self.keys,
             &[member.to_string()],

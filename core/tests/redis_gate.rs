@@ -115,13 +115,13 @@ impl Gate {
 
     fn release(&self, c: &mut Conn, rid: &str, ep: &str) -> bool {
         let member = scripts::lease_member(rid, ep, 1, None);
-        let q = scripts::release_call(
+        let q = scripts::release::release_call(
             (&self.scripts, false),
             &self.keys,
             &[member],
             true,
             (
-                scripts::Learned::Nothing,
+                scripts::release::Learned::Nothing,
                 0,
                 &ailb_core::config::Ejection::OFF,
             ),
@@ -135,7 +135,7 @@ impl Gate {
             .iter()
             .flat_map(|(id, ep, s)| [id.to_string(), ep.to_string(), s.to_string()])
             .collect();
-        let q = scripts::prefill_done_call(&self.scripts, false, &self.keys, &args);
+        let q = scripts::release::prefill_done_call(&self.scripts, false, &self.keys, &args);
         match c.cmd_raw(&q) {
             Value::Integer(n) => n,
             other => panic!("{other:?}"),

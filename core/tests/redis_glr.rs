@@ -93,13 +93,13 @@ impl Glr {
     }
 
     fn release(&self, c: &mut Conn, members: &[String]) -> bool {
-        let q = scripts::release_call(
+        let q = scripts::release::release_call(
             (&self.scripts, false),
             &self.keys,
             members,
             false,
             (
-                scripts::Learned::Nothing,
+                scripts::release::Learned::Nothing,
                 0,
                 &ailb_core::config::Ejection::OFF,
             ),

@@ -116,13 +116,13 @@ impl Bed {
     }
 
     fn release(&self, c: &mut Conn, rid: &str, ep: &str) {
-        let q = scripts::release_call(
+        let q = scripts::release::release_call(
             (&self.scripts, false),
             &self.keys,
             &[scripts::lease_member(rid, ep, 1, None)],
             true,
             (
-                scripts::Learned::Nothing,
+                scripts::release::Learned::Nothing,
                 0,
                 &ailb_core::config::Ejection::OFF,
             ),

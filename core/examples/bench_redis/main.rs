@@ -387,6 +387,10 @@ fn main() {
 
 /// A release as the plugin sends one after an answer, failure memory on (its defaults).
 fn release(scripts: &Scripts, keys: &Keys, member: String, booked: bool) -> Vec<u8> {
-    let learned = (scripts::Learned::Answered, 1_000_000, &Ejection::DEFAULT);
-    scripts::release_call((scripts, true), keys, &[member], booked, learned)
+    let learned = (
+        scripts::release::Learned::Answered,
+        1_000_000,
+        &Ejection::DEFAULT,
+    );
+    scripts::release::release_call((scripts, true), keys, &[member], booked, learned)
 }

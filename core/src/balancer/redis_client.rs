@@ -192,7 +192,8 @@ impl RedisClient {
         let Some(settings) = config.prefix() else {
             return;
         };
-        let query = scripts::forget_call(keys, chain, endpoint, settings.ttl_s, host.now_ms());
+        let query =
+            scripts::release::forget_call(keys, chain, endpoint, settings.ttl_s, host.now_ms());
         if let Ok(token) = self.call(host, tel, config, &query) {
             self.pending.insert(token, Op::Forget);
             tel.inc(host, Counter::PrefixGenerationBump);

@@ -6,10 +6,9 @@ use super::resp;
 use sha1::{Digest, Sha1};
 
 mod prefix;
-mod release;
+pub mod release;
 mod reply;
 pub use prefix::{lease_id, PrefixArgs, PrefixChain};
-pub use release::{forget_call, prefill_done_call, release_call, Learned, FORGET_INTERVAL_MS};
 pub(super) use reply::decode;
 pub use reply::{
     parse_acquire, parse_release, AcquireReply, Booked, Released, ReplyError, SessionState,

@@ -8,7 +8,8 @@
 use crate::config::RouteConfig;
 use crate::reason::Cause;
 use crate::redis::inflight::{self, InflightKeys};
-use crate::redis::scripts::{self, Keys, Learned, Released, ReplyError, Scripts};
+use crate::redis::scripts::release::Learned;
+use crate::redis::scripts::{self, Keys, Released, ReplyError, Scripts};
 use crate::stats::Counter;
 use std::rc::Rc;
 
@@ -70,10 +71,10 @@ impl Release {
             } => {
                 let learn = (*learned, *now_ms, &self.config.common.ejection);
                 let script = (scripts, self.by_sha);
-                scripts::release_call(script, keys, &self.members, *booked, learn)
+                scripts::release::release_call(script, keys, &self.members, *booked, learn)
             }
             LeaseKeys::FirstBytes(k) => {
-                scripts::prefill_done_call(scripts, self.by_sha, k, &self.members)
+                scripts::release::prefill_done_call(scripts, self.by_sha, k, &self.members)
             }
             LeaseKeys::Service(k) => inflight::release_call(scripts, self.by_sha, k, &self.members),
         }

@@ -8,7 +8,7 @@ use super::{counts, prefill};
 use crate::balancer::holding::{Holding, Outcome, Services};
 use crate::balancer::pick::Lease;
 use crate::balancer::redis_client::LeaseKeys;
-use crate::redis::scripts::Learned;
+use crate::redis::scripts::release::Learned;
 use crate::stats::Counter;
 
 impl Holding for Lease {

@@ -10,8 +10,9 @@ use crate::balancer::redis_client::{calls, Decode, LeaseKeys, RedisClient};
 use crate::config::RouteConfig;
 use crate::host::Host;
 use crate::reason::Cause;
+use crate::redis::scripts::release::Learned;
 use crate::redis::scripts::Scripts;
-use crate::redis::scripts::{Learned, SessionState};
+use crate::redis::scripts::SessionState;
 use crate::stats::Counter;
 use std::rc::Rc;
 

@@ -60,7 +60,7 @@ fn picks_per_s(fleet: &Fleet, seconds: f64) -> anyhow::Result<f64> {
             anyhow::bail!("sync: {r:?}");
         };
         let ep = items.get(1).and_then(|v| v.as_str()).unwrap_or_default();
-        let rel = scripts::release_call(
+        let rel = scripts::release::release_call(
             &scripts,
             true,
             k,
@@ -116,7 +116,7 @@ fn picks_per_s(fleet: &Fleet, seconds: f64) -> anyhow::Result<f64> {
                             anyhow::bail!("pick failed: {reply:?}");
                         };
                         let ep = items.get(1).and_then(|v| v.as_str()).unwrap_or_default();
-                        releases.push(scripts::release_call(
+                        releases.push(scripts::release::release_call(
                             &scripts,
                             true,
                             k,
