@@ -158,6 +158,9 @@ pub enum Counter {
     PriorityAdmittedHeadroom,
     /// Priority classes: a `priorityHeader` value naming no class (the default class used).
     PriorityUnknownClass,
+    /// Priority ceilings: a `priorityHeader` value asking for a class above its tenant's
+    /// ceiling, clamped to it (docs/sessions-and-queues.md "Priority ceilings").
+    PriorityClamped,
     /// Waiting queue: a request refused for want of room waits instead (docs/sessions-and-queues.md "Waiting queue").
     QueueQueued,
     /// Waiting queue: a waiting request got room and was routed.
@@ -186,7 +189,7 @@ pub enum Counter {
     EjectedFailOpen,
 }
 
-const FIXED: [(Counter, &str); 57] = [
+const FIXED: [(Counter, &str); 58] = [
     (Counter::RedisCalls, "ai_lb.redis.calls"),
     (Counter::RedisErrors, "ai_lb.redis.errors"),
     (Counter::RedisTimeouts, "ai_lb.redis.timeouts"),
@@ -269,6 +272,7 @@ const FIXED: [(Counter, &str); 57] = [
         Counter::PriorityUnknownClass,
         "ai_lb.priority.unknown_class",
     ),
+    (Counter::PriorityClamped, "ai_lb.priority.clamped"),
     (Counter::QueueQueued, "ai_lb.queue.queued"),
     (Counter::QueueAdmitted, "ai_lb.queue.admitted"),
     (Counter::QueueTimeout, "ai_lb.queue.timeout"),

@@ -10,6 +10,7 @@
 //! "Configuration compatibility" is the user-facing account; `tools/check-config` runs this
 //! parser on a file.
 
+mod ceiling;
 mod cluster_hash;
 mod cluster_metrics;
 mod common;
@@ -39,6 +40,7 @@ mod types;
 mod values;
 mod warning;
 
+pub use ceiling::{Ceilings, CEILING_KEYS};
 pub use cluster_hash::{ClusterHashConfig, WeightedCluster, DEFAULT_HASH_HEADER};
 pub use cluster_metrics::{
     ClusterMetricsConfig, ClusterMode, MissingMetrics, DEFAULT_CLUSTER_HEADER,
@@ -178,6 +180,8 @@ impl PluginConfig {
     }
 }
 
+#[cfg(test)]
+mod ceiling_tests;
 #[cfg(test)]
 mod leniency_tests;
 #[cfg(test)]

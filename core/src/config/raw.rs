@@ -135,6 +135,8 @@ raw_object! {
         default_priority_class: Own<String> = "defaultPriorityClass",
         critical_headroom: Own<u64> = "criticalHeadroom",
         priority_reserve: Own<u64> = "priorityReserve",
+        priority_ceilings: Own<std::collections::BTreeMap<String, String>> = "priorityCeilings",
+        default_priority_ceiling: Own<String> = "defaultPriorityCeiling",
         queue_timeout_ms: Own<u64> = "queueTimeoutMs",
         max_queued: Own<u64> = "maxQueued",
         // Ours: failure memory (global_least_request, prefix_cache).

@@ -2,6 +2,7 @@
 //! chosen as Higress's Go plugin chooses them, `lb_config` compiled by the policy's module,
 //! and every `lb_config` key the policy does not read reported (Higress ignores them too).
 
+use super::ceiling::CEILING_KEYS;
 use super::cluster_hash::CLUSTER_HASH_KEYS;
 use super::cluster_metrics::CLUSTER_METRICS_KEYS;
 use super::common::{self, Common, COMMON_KEYS, ENVOY_KEYS};
@@ -44,6 +45,7 @@ const OWNERS: &[(&str, &[&[&str]])] = &[
             SESSION_KEYS,
             FAIRNESS_KEYS,
             EJECTION_KEYS,
+            CEILING_KEYS,
         ],
     ),
     (
@@ -57,6 +59,7 @@ const OWNERS: &[(&str, &[&[&str]])] = &[
             SESSION_KEYS,
             FAIRNESS_KEYS,
             EJECTION_KEYS,
+            CEILING_KEYS,
         ],
     ),
     (
@@ -190,6 +193,13 @@ fn compile(
                     return Err(r.err(
                         key,
                         "the pool cap and tenant fairness need global_least_request or prefix_cache",
+                    ));
+                }
+                // Priority ceilings are bound to `tenantHeader`'s tenant, refused just above.
+                if let Some(key) = lb.present().into_iter().find(|k| CEILING_KEYS.contains(k)) {
+                    return Err(r.err(
+                        key,
+                        "priority ceilings are bound to `tenantHeader`: global_least_request or prefix_cache",
                     ));
                 }
             }

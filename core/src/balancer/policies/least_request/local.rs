@@ -49,7 +49,7 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input, ring: Option<&Ring>)
         return Decision::Fallback(Cause::NoHealthyEndpoint);
     }
     // The class first: a sticky request is held to its class cap like any other.
-    let class = priority_class(host, env.tel, input.config);
+    let class = priority_class(host, env.tel, input.ctx, input.config);
     if let (Some(ring), Some(session)) = (ring, &input.config.session) {
         // A waiting request's retry cannot read its held body again: it keeps the id its
         // first decision read (`sessionBodyField`), as prefix_cache keeps its prompt.

@@ -51,7 +51,7 @@ pub fn acquire(
     let Some(keys) = input.keys else {
         return Decision::Fallback(Cause::NoRoute);
     };
-    let class = priority_class(host, env.tel, input.config);
+    let class = priority_class(host, env.tel, input.ctx, input.config);
     match EndpointPick::plan(
         host,
         input.config,

@@ -115,7 +115,7 @@ fn decide(
         .session
         .as_ref()
         .and_then(|id| state.ring.walk(session::ring_key(id)).next());
-    let class = priority_class(host, env.tel, input.config);
+    let class = priority_class(host, env.tel, input.ctx, input.config);
     let cap = class_cap(input.config, class);
     let cost = cost_of(input.config, input.body_bytes);
     let admission = counts::Admission::of(host, input.config, class);
