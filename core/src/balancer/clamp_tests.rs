@@ -145,7 +145,7 @@ fn higress_start(
     host.live_contexts.push(ctx);
     assert_eq!(e.on_request_headers(host, ctx, false), Verdict::Pause);
     assert_eq!(e.on_request_body(host, ctx, 20, true), Verdict::Pause);
-    host.last_query_args()[13].clone()
+    host.last_query_args()[15].clone()
 }
 
 fn warned(host: &MockHost) -> Vec<String> {
