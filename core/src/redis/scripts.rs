@@ -214,7 +214,7 @@ pub fn load(script: &Script) -> Vec<u8> {
 /// acquire on its route after the lease expired (docs/redis-data-model.md §6). With nothing
 /// expired it is one `ZRANGEBYSCORE` that finds nothing. A random 1 in 16, used before, left
 /// healing to chance: after a Redis failover some routes kept a leaked count for 90 picks and
-/// more (e2e/suite/tests/redis_cluster.rs).
+/// more (e2e/suite/tests/e2e/redis_cluster.rs).
 pub const RECLAIM_LIMIT: u32 = 4;
 
 /// Arguments of one acquire (see glr_acquire.lua for their order).
