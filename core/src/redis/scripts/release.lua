@@ -52,6 +52,10 @@ local function learn(ep)
     return 1
   end
   local trial = redis.call('HEXISTS', health, 't:' .. ep) == 1
+  if not trial and redis.call('ZSCORE', ejected, ep) then
+    -- Out already: a request sent before the ejection neither extends nor repeats it.
+    return 1
+  end
   if trial or redis.call('HINCRBY', health, 'f:' .. ep, 1) >= after then
     return eject(ep)
   end

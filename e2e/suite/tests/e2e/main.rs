@@ -15,6 +15,7 @@ mod envoy_prefix;
 mod envoy_prefix_verify;
 mod envoy_queue;
 mod envoy_session_prefix;
+mod failure_memory;
 mod fairness;
 mod glr;
 mod metrics;
