@@ -68,7 +68,10 @@ fn a_pod_that_fails_fast_is_ejected_for_every_gateway_instead_of_drawing_the_tra
     let (a, b) = gateways(&bed, json!({"ejectAfterFailures": 0}));
     let off = send(&[&a, &b], 200);
     let off_share = to_bad(&off) as f64 / off.len() as f64;
-    assert!(off_share > 0.5, "the black hole without failure memory: {off_share}");
+    assert!(
+        off_share > 0.5,
+        "the black hole without failure memory: {off_share}"
+    );
     assert!(probe_until_zero(&bed, &a.url, Duration::from_secs(10)).is_zero());
     drop((a, b));
 
@@ -85,7 +88,11 @@ fn a_pod_that_fails_fast_is_ejected_for_every_gateway_instead_of_drawing_the_tra
     assert!(failed <= 5 + 8, "{failed} requests reached the failing pod");
     assert!((failed as f64 / on.len() as f64) < 0.05);
     assert!(on.iter().filter(|(_, s)| *s == 200).count() >= on.len() - failed);
-    assert_eq!(sum([&a, &b], "ai_lb.eject.ejected"), 1, "ejected once, for both");
+    assert_eq!(
+        sum([&a, &b], "ai_lb.eject.ejected"),
+        1,
+        "ejected once, for both"
+    );
     assert!(sum([&a, &b], "ai_lb.eject.failures") >= 5);
     assert_eq!(sum([&a, &b], "ai_lb.eject.fail_open"), 0);
     // The failed requests' penalty and every lease come back.
@@ -98,10 +105,17 @@ fn with_every_pod_failing_the_picks_fail_open_and_say_so() {
     let lb = json!({"ejectAfterFailures": 2, "maxEjectedPercent": 100, "failurePenaltyMs": 0});
     let (a, b) = gateways(&bed, lb);
     let sent = send(&[&a, &b], 160);
-    assert!(sent.iter().all(|(pod, s)| *s == 500 && !pod.is_empty()), "served, as failures");
+    assert!(
+        sent.iter().all(|(pod, s)| *s == 500 && !pod.is_empty()),
+        "served, as failures"
+    );
     let used: std::collections::BTreeSet<&str> = sent.iter().map(|(p, _)| p.as_str()).collect();
     assert_eq!(used.len(), 4, "no pod is left out for good: {used:?}");
-    assert_eq!(sum([&a, &b], "ai_lb.eject.ejected"), 4, "each once: late failures change nothing");
+    assert_eq!(
+        sum([&a, &b], "ai_lb.eject.ejected"),
+        4,
+        "each once: late failures change nothing"
+    );
     assert!(sum([&a, &b], "ai_lb.eject.fail_open") > 0);
     assert!(probe_until_zero(&bed, &a.url, Duration::from_secs(10)).is_zero());
 }
