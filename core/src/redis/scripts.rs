@@ -65,6 +65,10 @@ pub const SERVICE_RELEASE: &str = concat!(
     include_str!("scripts/service_release.lua")
 );
 
+/// What health.lua adds to an ejected endpoint's load score (`EJECTED`): a load read from
+/// Redis is `score % EJECTED_MARK` (docs/redis-data-model.md §14).
+pub const EJECTED_MARK: f64 = 1e12;
+
 /// The scripts one VM uses, hashed once at start.
 #[derive(Debug, Clone)]
 pub struct Scripts {

@@ -244,3 +244,10 @@ fn parses_replies() {
     assert_eq!(parse_release(b":3\r\n"), Ok(Released::EjectionRefused));
     assert!(parse_release(b":4\r\n").is_err());
 }
+
+#[test]
+fn the_ejection_mark_is_the_scripts_own() {
+    let lua = include_str!("health.lua");
+    assert!(lua.contains("local EJECTED = 1e12"), "health.lua's EJECTED");
+    assert_eq!(EJECTED_MARK, 1e12);
+}
