@@ -163,11 +163,12 @@ pub async fn handle(w: Rc<Worker>, req: Request<Incoming>) -> Result<Response<Ou
             let len = buf.len();
             w.with_stream(ctx, |s| s.req_body = buf);
             let r = w.with_vm(|vm| vm.on_request_body(ctx, len, eos));
-            // A body held with StopIterationAndBuffer stays reachable from the stream's other
-            // callbacks (a Redis reply, a callout), as Envoy's `decodingBuffer()` is while its
-            // wasm context is `buffering_request_body_`; any other answer takes it out of the
-            // plugin's view (docs/higress-abi.md §2).
-            let buffering = matches!(r, Some(Ok(ret)) if ret == DATA_STOP_AND_BUFFER);
+            // A whole body held with StopIterationAndBuffer stays reachable from the stream's
+            // other callbacks (a Redis reply, a callout), as Envoy's `decodingBuffer()` is while
+            // its wasm context is `buffering_request_body_`; any other answer takes it out of
+            // the plugin's view (docs/higress-abi.md §2). Kept once the body is complete, not
+            // copied again at every chunk of a body still arriving.
+            let buffering = eos && matches!(r, Some(Ok(ret)) if ret == DATA_STOP_AND_BUFFER);
             *pending = w
                 .with_stream(ctx, |s| {
                     s.req_body_set = false;

@@ -31,7 +31,10 @@ impl Holding for Lease {
             keys: self.keys,
             booked: self.prefix,
             learned,
-            now_ms: svc.host.now_ms(),
+            // The stream's end, which the machine already read (no second clock call).
+            now_ms: outcome
+                .and_then(|o| o.end_ms)
+                .unwrap_or_else(|| svc.host.now_ms()),
         };
         svc.redis
             .release(svc.host, svc.tel, &self.config, keys, vec![self.member]);
