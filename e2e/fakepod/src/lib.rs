@@ -26,4 +26,4 @@ pub mod wire;
 
 pub use config::{EngineKind, MetricsSource, PodConfig};
 pub use engine::Snapshot;
-pub use server::{spawn_pod, PodHandle};
+pub use server::{spawn_pod, DeadPod, PodHandle};

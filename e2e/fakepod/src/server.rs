@@ -36,8 +36,28 @@ pub struct PodHandle {
     pub name: String,
     pub addr: SocketAddr,
     engine: Arc<Engine>,
-    stop: Option<oneshot::Sender<()>>,
+    stop: Option<oneshot::Sender<Stop>>,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// How the accept loop ends.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// The port is released.
+    Release,
+    /// The port stays bound and every connection is reset at once ([`PodHandle::die`]).
+    Reset,
+}
+
+/// A pod that died holding its port ([`PodHandle::die`]); dropping it releases the port.
+pub struct DeadPod {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for DeadPod {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 impl PodHandle {
@@ -59,9 +79,22 @@ impl PodHandle {
     /// Stops accepting, aborts open connections and waits for the accept loop to end.
     pub async fn shutdown(mut self) {
         if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
+            let _ = stop.send(Stop::Release);
         }
         let _ = (&mut self.task).await;
+    }
+
+    /// Dies as a crashed pod does, for as long as the returned handle lives: open connections
+    /// are aborted and every new one is reset at once. Unlike [`PodHandle::shutdown`] the port
+    /// stays bound, so that a test running beside this one, binding a free port, cannot take it
+    /// and answer health checks and requests in the dead pod's place.
+    pub async fn die(mut self) -> DeadPod {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(Stop::Reset);
+        }
+        // The accept loop goes on resetting; it ends when the DeadPod is dropped.
+        let task = std::mem::replace(&mut self.task, tokio::spawn(async {}));
+        DeadPod { task }
     }
 }
 
@@ -88,9 +121,9 @@ pub async fn spawn_pod(cfg: PodConfig) -> Result<PodHandle> {
     let task = tokio::spawn(async move {
         // Connections live in this set so that stopping the pod aborts them all.
         let mut conns = JoinSet::new();
-        loop {
+        let stop = loop {
             tokio::select! {
-                _ = &mut stop_rx => break,
+                stop = &mut stop_rx => break stop.unwrap_or(Stop::Release),
                 accepted = listener.accept() => {
                     if let Ok((stream, _)) = accepted {
                         conns.spawn(serve_conn(stream, ctx.clone()));
@@ -98,8 +131,17 @@ pub async fn spawn_pod(cfg: PodConfig) -> Result<PodHandle> {
                 }
                 Some(_) = conns.join_next(), if !conns.is_empty() => {}
             }
-        }
+        };
         conns.shutdown().await;
+        if stop == Stop::Reset {
+            loop {
+                // An RST, not a FIN: the client sees the connection reset, as from a dead
+                // process.
+                if let Ok((stream, _)) = listener.accept().await {
+                    let _ = stream.set_zero_linger();
+                }
+            }
+        }
     });
     Ok(PodHandle {
         name,
