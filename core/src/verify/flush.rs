@@ -121,7 +121,9 @@ impl Flushes {
             .fleet
             .iter()
             .filter(|(p, _)| *p != pod)
-            .fold((0u32, 0u32), |(e, n), (_, held)| (e + u32::from(!*held), n + 1));
+            .fold((0u32, 0u32), |(e, n), (_, held)| {
+                (e + u32::from(!*held), n + 1)
+            });
         if (others as usize) < FLEET_MIN_OTHERS || empty == 0 {
             return Some(FLUSH_CONVERSATIONS);
         }
