@@ -25,11 +25,10 @@ use std::collections::{HashMap, VecDeque};
 
 /// Unrelated conversations that must each come back with nothing cached: the requests in flight
 /// on, or next sent to, an emptied pod all do, and a pod evicting by LRU keeps its recent
-/// conversations and the first blocks of older ones, whose answers end the run. A pod short of
-/// KV under load keeps little and can answer several in a row so: on the trace bench's replay
-/// 3 bumped each pod about every 5 s (the least interval between two bumps), 8 about once a
-/// run, while forgetting a pod that still holds conversations costs far more than a pod's
-/// conversations each coming back short once after a flush (docs/redis-data-model.md §5).
+/// conversations and the first blocks of older ones, whose answers end the run. The least run:
+/// forgetting a pod that still holds conversations costs far more than a pod's conversations
+/// each coming back short once after a flush; a fleet short of KV asks for longer ones
+/// ([`Flushes::answer`], docs/redis-data-model.md §5).
 pub const FLUSH_CONVERSATIONS: usize = 8;
 /// The span those answers must fall within: an emptied pod's next predicted hits come back
 /// within the few seconds of their prefill.
