@@ -86,16 +86,15 @@ impl Flushes {
             return false; // a miss says nothing of what the pod holds
         }
         let id = hash::fnv1a(hash::FNV_OFFSET, pod.as_bytes());
-        let needed = self.run_needed(id);
-        if self.fleet.len() >= FLEET_ANSWERS {
-            self.fleet.pop_front();
-        }
-        self.fleet.push_back((id, !a.empty()));
         if !a.empty() {
             // It held some of its conversation: whatever fell short before was eviction.
+            self.remember(id, true);
             self.pods.remove(pod);
             return false;
         }
+        // Judged by the other pods' answers before this one.
+        let needed = self.run_needed(id);
+        self.remember(id, false);
         if self.pods.len() >= MAX_PODS && !self.pods.contains_key(pod) {
             self.pods.clear();
         }
@@ -109,6 +108,14 @@ impl Flushes {
         }
         self.pods.remove(pod);
         true
+    }
+
+    /// One more of the route's predicted answers: its pod, and whether it held something.
+    fn remember(&mut self, pod: u64, held: bool) {
+        if self.fleet.len() >= FLEET_ANSWERS {
+            self.fleet.pop_front();
+        }
+        self.fleet.push_back((pod, held));
     }
 
     /// The run of empty answers that makes `pod` emptied: [`FLUSH_CONVERSATIONS`], or more

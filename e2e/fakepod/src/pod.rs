@@ -17,7 +17,8 @@ pub struct PodHandle {
     pub addr: SocketAddr,
     engine: Arc<Engine>,
     stop: Option<oneshot::Sender<Stop>>,
-    task: tokio::task::JoinHandle<()>,
+    /// The accept loop (None once a dead pod took it).
+    task: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// How the accept loop ends.
@@ -31,12 +32,14 @@ enum Stop {
 
 /// A pod that died holding its port ([`PodHandle::die`]); dropping it releases the port.
 pub struct DeadPod {
-    task: tokio::task::JoinHandle<()>,
+    task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Drop for DeadPod {
     fn drop(&mut self) {
-        self.task.abort();
+        if let Some(task) = &self.task {
+            task.abort();
+        }
     }
 }
 
@@ -61,26 +64,31 @@ impl PodHandle {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(Stop::Release);
         }
-        let _ = (&mut self.task).await;
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
     }
 
     /// Dies as a crashed pod does, for as long as the returned handle lives: open connections
     /// are aborted and every new one is reset at once. Unlike [`PodHandle::shutdown`] the port
     /// stays bound, so that a test running beside this one, binding a free port, cannot take it
     /// and answer health checks and requests in the dead pod's place.
-    pub async fn die(mut self) -> DeadPod {
+    pub fn die(mut self) -> DeadPod {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(Stop::Reset);
         }
         // The accept loop goes on resetting; it ends when the DeadPod is dropped.
-        let task = std::mem::replace(&mut self.task, tokio::spawn(async {}));
-        DeadPod { task }
+        DeadPod {
+            task: self.task.take(),
+        }
     }
 }
 
 impl Drop for PodHandle {
     fn drop(&mut self) {
-        self.task.abort();
+        if let Some(task) = &self.task {
+            task.abort();
+        }
     }
 }
 
@@ -128,6 +136,6 @@ pub async fn spawn_pod(cfg: PodConfig) -> Result<PodHandle> {
         addr,
         engine,
         stop: Some(stop_tx),
-        task,
+        task: Some(task),
     })
 }

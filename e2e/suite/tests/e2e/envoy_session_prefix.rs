@@ -182,7 +182,7 @@ fn envoy_least_request_sessions_leave_a_pod_that_stopped_answering() {
     let at = bed.pods.iter().position(|p| p.name == dead).unwrap();
     let pod = bed.pods.remove(at);
     // Dead, holding its port (`PodHandle::die`).
-    let _dead = bed.rt.block_on(pod.die());
+    let _dead = pod.die();
     // The first turn after the death: still sent to its pod, answered through Envoy's retry.
     let mut moved = BTreeMap::new();
     for sid in sessions.iter().filter(|s| home[*s] == dead) {
@@ -228,7 +228,7 @@ fn envoy_least_request_lists_a_pod_that_stopped_answering_last() {
     let dead = pods[0].clone();
     let pod = bed.pods.remove(0);
     // Dead, holding its port (`PodHandle::die`).
-    let _dead = bed.rt.block_on(pod.die());
+    let _dead = pod.die();
     // One at a time: every pod at 0 in flight, so each request is a tie.
     let mut sent_to_dead = 0;
     let mut answered_by = BTreeSet::new();

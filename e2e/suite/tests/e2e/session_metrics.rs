@@ -208,7 +208,7 @@ fn metrics_sessions_stay_put_across_gateways_leave_a_saturated_pod_and_a_dead_on
     let at = bed.pods.iter().position(|p| p.name == hot).unwrap();
     let pod = bed.pods.remove(at);
     // It keeps its port: a pod another test binds there would answer in its place.
-    let _dead = bed.rt.block_on(pod.die());
+    let _dead = pod.die();
     let gone = wait_until(Duration::from_secs(10), || {
         sessions.iter().filter(|s| home[*s] == hot).all(|s| {
             [&a, &b]
