@@ -119,7 +119,13 @@ fn sum(gws: [&Gateway; 2], stat: &str) -> i64 {
 fn both(a: &Gateway, b: &Gateway, sid: &str, text: &str) -> (String, String) {
     let one = turn(a, sid, &format!("{text} via a"));
     let two = turn(b, sid, &format!("{text} via b"));
-    assert_eq!(one, two, "the gateways disagree on {sid:.12}");
+    assert_eq!(
+        one,
+        two,
+        "the gateways disagree on {sid:.12} ({text})\n--- gw-a:\n{}\n--- gw-b:\n{}",
+        a.logs(),
+        b.logs()
+    );
     one
 }
 
