@@ -222,15 +222,22 @@ fn start_health_checks(shared: &Arc<Shared>) {
                         return;
                     };
                     let probe = async {
-                        let r = client.request(req).await.ok()?;
+                        let r = client.request(req).await.map_err(|e| e.to_string())?;
                         let good = r.status().is_success();
-                        let body = r.into_body().collect().await.ok()?.to_bytes();
-                        Some((good, body))
+                        let status = r.status();
+                        let body = r.into_body().collect().await.map_err(|e| e.to_string())?;
+                        Ok((good, status, body.to_bytes()))
                     };
                     let res =
                         tokio::time::timeout(Duration::from_millis(hc.timeout_ms), probe).await;
-                    match res.ok().flatten() {
-                        Some((true, body)) => {
+                    let res = match res {
+                        Ok(Ok((true, _, body))) => Ok(body),
+                        Ok(Ok((false, status, _))) => Err(format!("status {status}")),
+                        Ok(Err(e)) => Err(e),
+                        Err(_) => Err(format!("no answer in {} ms", hc.timeout_ms)),
+                    };
+                    match res {
+                        Ok(body) => {
                             fail_run = 0;
                             ok_run += 1;
                             if hc.store_metrics {
@@ -240,13 +247,18 @@ fn start_health_checks(shared: &Arc<Shared>) {
                             }
                             if ok_run >= hc.healthy_threshold && e.health() == Health::Unhealthy {
                                 e.set_health(Health::Healthy);
+                                eprintln!("health check: {} is healthy", e.address);
                             }
                         }
-                        _ => {
+                        Err(why) => {
                             ok_run = 0;
                             fail_run += 1;
-                            if fail_run >= hc.unhealthy_threshold {
+                            // A transition is printed with its cause: a test that sees a pod
+                            // leave the healthy set unexpectedly reads why in the gateway log.
+                            if fail_run >= hc.unhealthy_threshold && e.health() != Health::Unhealthy
+                            {
                                 e.set_health(Health::Unhealthy);
+                                eprintln!("health check: {} is unhealthy: {why}", e.address);
                             }
                         }
                     }
