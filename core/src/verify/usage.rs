@@ -12,7 +12,7 @@
 //! is kept, and a bounded head ([`Tail`]), and scanned once at the end: no body is parsed whole
 //! (docs/redis-data-model.md §5 "Engine-verified keys").
 
-use crate::bytes::{rfind, skip_ws};
+use crate::bytes::{rfind, rfind_any, skip_ws};
 
 /// Bytes of a response's end kept for the scan: a usage object with its details is a few
 /// hundred bytes; vLLM's and SGLang's last stream events stay well under this.
@@ -78,24 +78,32 @@ impl Tail {
                 .extend_from_slice(&chunk[chunk.len() - TAIL_BYTES..]);
             return;
         }
-        let keep = TAIL_BYTES - chunk.len();
-        if self.buf.len() > keep {
-            self.buf.drain(..self.buf.len() - keep);
+        // Compacted only when twice the tail is held: a streamed answer's many small chunks
+        // would otherwise move the whole tail once each.
+        if self.buf.len() + chunk.len() > 2 * TAIL_BYTES {
+            let keep = TAIL_BYTES - chunk.len();
+            self.buf.drain(..self.buf.len().saturating_sub(keep));
         }
         self.buf.extend_from_slice(chunk);
+    }
+
+    /// The body's last [`TAIL_BYTES`].
+    fn tail(&self) -> &[u8] {
+        let from = self.buf.len().saturating_sub(TAIL_BYTES);
+        self.buf.get(from..).unwrap_or_default()
     }
 
     /// The usage of the body seen: its tail's last report, else its head's (an Anthropic
     /// stream whose last `message_delta` carries only the output's count).
     pub fn usage(&self) -> Option<Usage> {
-        scan(&self.buf).or_else(|| scan(&self.head))
+        scan(self.tail()).or_else(|| scan(&self.head))
     }
 
     /// Every count the body reported: the prompt and its cached tokens as [`Tail::usage`]
     /// reads them (else the prompt alone, from a report without cache details), and the
     /// output's count, each from the tail's last report, else the head's.
     pub fn tokens(&self) -> Tokens {
-        let last = |read: fn(&[u8]) -> Option<u64>| read(&self.buf).or_else(|| read(&self.head));
+        let last = |read: fn(&[u8]) -> Option<u64>| read(self.tail()).or_else(|| read(&self.head));
         let output = last(output_tokens);
         match self.usage() {
             Some(u) => Tokens {
@@ -127,11 +135,8 @@ fn output_tokens(tail: &[u8]) -> Option<u64> {
 
 /// The count after whichever of `keys` comes last in `tail`.
 fn last_count(tail: &[u8], keys: &[&[u8]]) -> Option<u64> {
-    let (at, key) = keys
-        .iter()
-        .filter_map(|k| Some((rfind(tail, k)?, k.len())))
-        .max_by_key(|(at, _)| *at)?;
-    value(tail.get(at + key..)?)
+    let (at, j) = rfind_any(tail, keys)?;
+    value(tail.get(at + keys.get(j)?.len()..)?)
 }
 
 const ANTHROPIC_CACHED: &[u8] = b"\"cache_read_input_tokens\"";
@@ -146,10 +151,8 @@ pub fn scan(tail: &[u8]) -> Option<Usage> {
         (b"\"input_tokens_details\"", b"\"input_tokens\""),
         (ANTHROPIC_CACHED, b""),
     ];
-    let (at, prompt_key) = spellings
-        .iter()
-        .filter_map(|(details, prompt)| Some((rfind(tail, details)?, *prompt)))
-        .max_by_key(|(at, _)| *at)?;
+    let (at, j) = rfind_any(tail, &spellings.map(|(details, _)| details))?;
+    let prompt_key = spellings.get(j)?.1;
     if prompt_key.is_empty() {
         return anthropic(tail, at);
     }

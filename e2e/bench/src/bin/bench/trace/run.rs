@@ -47,6 +47,9 @@ pub struct Run {
     pub name: String,
     pub records: Vec<Record>,
     pub wall: Duration,
+    /// Through emulator gateways: time in the plugin's VM per request (wall), µs, and VM calls per
+    /// request, summed over the gateways (where a configuration's cost goes).
+    pub vm: Option<(f64, f64)>,
 }
 
 /// The plugin's prefix_cache route config (what a user would configure), its debug header on,
@@ -100,10 +103,27 @@ pub fn run(bed: &Bed, name: &str, w: &Workload, via: Via, opts: Options) -> anyh
     };
     let t = Instant::now();
     let records = bed.rt.block_on(replay(w, &bed.pods, target, opts));
+    let vm = (!gateways.is_empty()).then(|| {
+        let sum = |k: &str| gateways.iter().map(|g| g.stat(k)).sum::<i64>() as f64;
+        let n = records.len().max(1) as f64;
+        (
+            sum("gateway.vm_call_ns") / 1e3 / n,
+            sum("gateway.vm_calls") / n,
+        )
+    });
+    if std::env::var_os("AILB_PROF").is_some() {
+        let n = records.len().max(1) as i64;
+        for (k, v) in gateways.iter().flat_map(|g| g.stats()) {
+            if k.starts_with("prof.") && k.ends_with(".ns") {
+                eprintln!("  {k} {} ns per request", v / n);
+            }
+        }
+    }
     let run = Run {
         name: name.into(),
         records,
         wall: t.elapsed(),
+        vm,
     };
     drop(gateways);
     drop(envoy);
@@ -178,8 +198,11 @@ impl Run {
     }
 
     pub fn line(&self) -> String {
+        let vm = self.vm.map_or(String::new(), |(us, calls)| {
+            format!(", vm {us:.0} us {calls:.0} calls per request")
+        });
         format!(
-            "{:<16} n {:>5} err {:>3} hit {:.3} ttft p50 {:.2} p90 {:.2} p99 {:.2} s, wall {:.1} s",
+            "{:<16} n {:>5} err {:>3} hit {:.3} ttft p50 {:.2} p90 {:.2} p99 {:.2} s, wall {:.1} s{vm}",
             self.name,
             self.records.len(),
             self.errors(),
