@@ -73,7 +73,11 @@ pub struct PodConfig {
     pub ttft_multiplier: f64,
     /// Share of generation requests answered 500 at once (before queueing), drawn per request
     /// from `fault_seed`: the k-th request a pod receives fails or not the same way every run.
+    /// The running pod's share can be changed (`Engine::set_error_rate`: a pod that heals).
     pub error_rate: f64,
+    /// What a request drawn by `error_rate` gets: an `x-fake-fault` value (`status:NNN`,
+    /// `reset`, `hang`, `reset-after-headers`).
+    pub error_fault: String,
     pub fault_seed: u64,
 }
 
@@ -102,6 +106,7 @@ impl Default for PodConfig {
             metrics: MetricsSource::Live,
             ttft_multiplier: 1.0,
             error_rate: 0.0,
+            error_fault: "status:500".into(),
             fault_seed: 0,
         }
     }
@@ -144,6 +149,8 @@ ailb-fakepod: OpenAI-compatible fake model server
   --metrics-garbage           serve junk as /metrics
   --ttft-multiplier F         1     prefill and first decode step take F times as long
   --error-rate F              0     share of generation requests answered 500 (seeded)
+  --error-fault F             status:500  what those requests get: status:NNN, reset, hang
+                                    (no answer for an hour), reset-after-headers
   --fault-seed N              0     seed of the --error-rate draws
 ";
 
@@ -196,6 +203,7 @@ impl Cli {
                 "--metrics-garbage" => c.metrics = MetricsSource::Garbage,
                 "--ttft-multiplier" => c.ttft_multiplier = a.parse(&flag)?,
                 "--error-rate" => c.error_rate = a.parse(&flag)?,
+                "--error-fault" => c.error_fault = a.value(&flag)?,
                 "--fault-seed" => c.fault_seed = a.parse(&flag)?,
                 "--help" | "-h" => bail!("{USAGE}"),
                 other => bail!("unknown flag {other}\n\n{USAGE}"),
@@ -212,6 +220,9 @@ impl Cli {
         }
         if !(0.0..=1.0).contains(&c.error_rate) {
             bail!("--error-rate must be in [0, 1]");
+        }
+        if !is_fault(&c.error_fault) {
+            bail!("--error-fault: unknown fault `{}`", c.error_fault);
         }
         Ok(Self {
             base_name: match base_name {
@@ -241,6 +252,14 @@ impl Cli {
     }
 }
 
+/// Whether `f` is an `x-fake-fault` value the pod knows (server.rs `inject_fault`).
+pub fn is_fault(f: &str) -> bool {
+    matches!(f, "reset" | "hang" | "reset-after-headers")
+        || f.strip_prefix("status:")
+            .and_then(|c| c.trim().parse::<u16>().ok())
+            .is_some_and(|c| (100..=599).contains(&c))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -267,6 +286,9 @@ mod tests {
         let slow = parse("--ttft-multiplier 3 --error-rate 0.2 --fault-seed 7").unwrap();
         assert_eq!(slow.pod.ttft_multiplier, 3.0);
         assert_eq!((slow.pod.error_rate, slow.pod.fault_seed), (0.2, 7));
+        assert_eq!(slow.pod.error_fault, "status:500");
+        let hangs = parse("--error-rate 1 --error-fault hang").unwrap();
+        assert_eq!(hangs.pod.error_fault, "hang");
         let engine = parse(
             "--prefill-tokens-per-s 16000 --prefill-chunk-tokens 2048 --kv-admission --stream-interval 8",
         )
@@ -282,6 +304,8 @@ mod tests {
             "--ttft-multiplier 0.5",
             "--ttft-multiplier NaN",
             "--error-rate 1.5",
+            "--error-fault sleep",
+            "--error-fault status:99",
         ] {
             assert!(parse(bad).is_err(), "{bad}");
         }

@@ -8,6 +8,7 @@ use crate::kv::{KvHold, KvPool};
 use crate::lane::PrefillLane;
 pub use crate::snapshot::Snapshot;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -40,6 +41,9 @@ struct State {
 #[derive(Debug)]
 pub struct Engine {
     pub cfg: PodConfig,
+    /// The share of requests that fail (`error_rate`, changed by [`Engine::set_error_rate`]),
+    /// as f64 bits.
+    error_rate: AtomicU64,
     slots: Arc<Semaphore>,
     state: Mutex<State>,
     cache: Mutex<PrefixCache>,
@@ -123,6 +127,7 @@ fn dec(map: &mut BTreeMap<String, usize>, key: &str) {
 impl Engine {
     pub fn new(cfg: PodConfig) -> Arc<Self> {
         Arc::new(Self {
+            error_rate: AtomicU64::new(cfg.error_rate.to_bits()),
             slots: Arc::new(Semaphore::new(cfg.max_running)),
             cache: Mutex::new(PrefixCache::new(cfg.cache_blocks)),
             state: Mutex::new(State {
@@ -145,6 +150,21 @@ impl Engine {
 
     fn lock_cache(&self) -> MutexGuard<'_, PrefixCache> {
         self.cache.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The share of generation requests that fail now.
+    pub fn error_rate(&self) -> f64 {
+        f64::from_bits(self.error_rate.load(Ordering::Relaxed))
+    }
+
+    /// A pod that starts or stops failing (clamped to [0, 1]): a black hole that heals.
+    pub fn set_error_rate(&self, rate: f64) {
+        let r = if rate.is_nan() {
+            0.0
+        } else {
+            rate.clamp(0.0, 1.0)
+        };
+        self.error_rate.store(r.to_bits(), Ordering::Relaxed);
     }
 
     /// Counts an incoming generation request (before faults, parsing or queueing).

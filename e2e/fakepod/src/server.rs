@@ -172,9 +172,10 @@ async fn handle(
     engine.count_request();
     let k = ctx.received.fetch_add(1, Ordering::Relaxed);
     let cfg = &engine.cfg;
+    let rate = engine.error_rate();
     let fault = header(&req, "x-fake-fault").or_else(|| {
-        (cfg.error_rate > 0.0 && Rng::derive(cfg.fault_seed, &[k]).chance(cfg.error_rate))
-            .then(|| "status:500".to_string())
+        (rate > 0.0 && Rng::derive(cfg.fault_seed, &[k]).chance(rate))
+            .then(|| cfg.error_fault.clone())
     });
     let delay_ms: u64 = header(&req, "x-fake-delay-ms")
         .and_then(|v| v.parse().ok())

@@ -127,6 +127,45 @@ pub fn local_reply(
         .unwrap_or_else(|_| Response::new(OutBody::new(ChanBody::full(Bytes::new()), None)))
 }
 
+/// The router's own answer to an upstream that failed before its response (504 timeout, 503
+/// connect failure or reset). Envoy sends it through the encoder filters, the plugin's among
+/// them: the plugin sees its headers and body as a response's (its failure memory learns the
+/// 5xx, docs/redis-data-model.md §14); what the plugin does to them is not applied here.
+fn upstream_error_reply(
+    w: &Rc<Worker>,
+    guard: StreamGuard,
+    status: u16,
+    body: Vec<u8>,
+) -> Response<OutBody> {
+    let ctx = guard.ctx;
+    let live = w.has_plugin()
+        && ctx != 0
+        && !w
+            .with_stream(ctx, |s| s.signals.vm_failed())
+            .unwrap_or(true);
+    if live {
+        let pairs: Pairs = vec![
+            (b":status".to_vec(), status.to_string().into_bytes()),
+            (b"content-type".to_vec(), b"text/plain".to_vec()),
+            (
+                b"content-length".to_vec(),
+                body.len().to_string().into_bytes(),
+            ),
+        ];
+        let n = pairs.len();
+        w.with_stream(ctx, |s| s.resp_headers = pairs);
+        let wants_body = matches!(
+            w.with_vm(|vm| vm.on_response_headers(ctx, n, false)),
+            Some(Ok(_))
+        );
+        if wants_body {
+            let mut buf = body.clone();
+            let _ = body_call(w, ctx, &mut buf, true);
+        }
+    }
+    local_reply(w, Some(guard), status, body, vec![])
+}
+
 /// FAIL_CLOSED on a dead VM before the response started: Envoy's 503 `wasm_fail_stream`.
 fn vm_failed_reply(w: &Rc<Worker>, guard: StreamGuard) -> Response<OutBody> {
     local_reply(w, Some(guard), 503, b"wasm vm failed".to_vec(), vec![])
@@ -140,18 +179,13 @@ pub async fn proxy_response(
 ) -> Result<Response<OutBody>, Reset> {
     let resp = match res {
         Err(_) => {
-            return Ok(local_reply(
-                w,
-                Some(guard),
-                504,
-                b"upstream request timeout".to_vec(),
-                vec![],
-            ))
+            let msg = b"upstream request timeout".to_vec();
+            return Ok(upstream_error_reply(w, guard, 504, msg));
         }
         Ok(Err(_)) => {
             w.shared.counters.upstream_5xx_local.fetch_add(1, Relaxed);
             let msg = b"upstream connect error or disconnect/reset before headers".to_vec();
-            return Ok(local_reply(w, Some(guard), 503, msg, vec![]));
+            return Ok(upstream_error_reply(w, guard, 503, msg));
         }
         Ok(Ok(r)) => r,
     };

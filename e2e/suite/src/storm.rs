@@ -21,9 +21,12 @@ pub fn bed() -> Bed {
 
 /// Two gateways with a small `maxRequestCount` (so 429s happen) and a 1 s upstream timeout.
 pub fn gateways(bed: &Bed, lease_ttl_s: u64) -> anyhow::Result<(Gateway, Gateway)> {
+    // The storm's faults are drawn per request on every pod, not a pod's: at 3 requests a pod,
+    // failure memory's default penalty (a failed request's count held 1 s) would leave a third
+    // of the pool's slots to faults no pod has. A short one keeps that path in the storm.
     let cfg = glr_config(
         bed.redis.port,
-        json!({"maxRequestCount": 3, "leaseTTL": lease_ttl_s}),
+        json!({"maxRequestCount": 3, "leaseTTL": lease_ttl_s, "failurePenaltyMs": 200}),
     );
     let mut spec = bed.spec("storm-a", Some(cfg));
     spec.upstream_timeout_ms = 1_000;
@@ -146,9 +149,12 @@ pub fn long_run(
     lease_ttl_s: u64,
     seed: u64,
 ) -> anyhow::Result<LongRun> {
+    // The storm's faults are drawn per request on every pod, not a pod's: at 3 requests a pod,
+    // failure memory's default penalty (a failed request's count held 1 s) would leave a third
+    // of the pool's slots to faults no pod has. A short one keeps that path in the storm.
     let cfg = glr_config(
         bed.redis.port,
-        json!({"maxRequestCount": 3, "leaseTTL": lease_ttl_s}),
+        json!({"maxRequestCount": 3, "leaseTTL": lease_ttl_s, "failurePenaltyMs": 200}),
     );
     let mut spec = bed.spec("long-a", Some(cfg));
     spec.upstream_timeout_ms = 1_000;

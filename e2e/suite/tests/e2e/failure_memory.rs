@@ -3,7 +3,8 @@
 //! fails). Without failure memory global_least_request sends it most requests, on every
 //! gateway: it gives its count back first and looks idlest. With it (the default) the pod is
 //! ejected for both gateways after a few failures and draws almost nothing after; with every
-//! pod failing the picks fail open, counted; nothing leaks either way.
+//! pod failing the picks fail open, counted; a pod that only hangs is ejected by the 504s of the
+//! gateway's upstream timeout; nothing leaks either way.
 
 use ailb_e2e::bed::{chat, probe_until_zero, Bed};
 use ailb_e2e::gateway::{glr_config, Gateway};
@@ -119,5 +120,49 @@ fn with_every_pod_failing_the_picks_fail_open_and_say_so() {
         "each once: late failures change nothing"
     );
     assert!(sum([&a, &b], "ai_lb.eject.fail_open") > 0);
+    assert!(probe_until_zero(&bed, &a.url, Duration::from_secs(10)).is_zero());
+}
+
+/// A pod that only times out: the gateway's upstream timeout answers 504, which the plugin
+/// sees as a failure (Envoy's router local reply passes its response phase), so the pod is
+/// ejected for both gateways; meanwhile its hanging requests keep it looking busy. The
+/// timeouts' counts all come back.
+#[test]
+fn a_pod_that_only_times_out_is_ejected_by_its_504s() {
+    let bed = Bed::new(4, |c| {
+        c.max_running = 64;
+        c.decode_us_per_token = 10_000;
+        if c.name == BAD {
+            (c.error_rate, c.error_fault) = (1.0, "hang".into());
+        }
+    });
+    let cfg = glr_config(bed.redis.port, json!({"ejectAfterFailures": 2}));
+    let gw = |id: &str| {
+        let mut spec = bed.spec(id, Some(cfg.clone()));
+        spec.upstream_timeout_ms = 500;
+        bed.gateway(&spec)
+    };
+    let (a, b) = (gw("gw-a"), gw("gw-b"));
+    // Sequential requests: the hanging pod is picked whenever it looks idle again (a failed
+    // request's count stays failurePenaltyMs, 1 s), until its second 504 ejects it.
+    let (mut timeouts, start) = (0, std::time::Instant::now());
+    let mut i = 0;
+    while sum([&a, &b], "ai_lb.eject.ejected") == 0 && start.elapsed() < Duration::from_secs(15) {
+        let (status, _) = chat(if i % 2 == 0 { &a.url } else { &b.url }, "q", 2);
+        timeouts += usize::from(status == 504);
+        i += 1;
+    }
+    assert_eq!(timeouts, 2, "ejected at its second timeout");
+    assert_eq!(
+        sum([&a, &b], "ai_lb.eject.ejected"),
+        1,
+        "ejected once, for both"
+    );
+    // Ejected: the next requests all go elsewhere and are answered.
+    let after = send(&[&a, &b], 80);
+    assert!(
+        after.iter().all(|(pod, s)| *s == 200 && pod != BAD),
+        "after the ejection: {after:?}"
+    );
     assert!(probe_until_zero(&bed, &a.url, Duration::from_secs(10)).is_zero());
 }

@@ -1,6 +1,7 @@
 //! End-to-end benchmarks (`make bench`): one `BENCH <name> <value> <unit>` line per figure.
 //! Every ratio is measured side by side in the same run.
 
+mod blackhole;
 mod cluster;
 mod cluster3;
 mod cluster_streamed;
@@ -17,7 +18,7 @@ mod session;
 mod thirdparty;
 mod trace;
 
-/// `ailb-bench [cpu] [leak] [p99] [prefix] [session] [metrics] [cluster|cluster-cpu|cluster-cold|cluster-hash|cluster-p99] [envoy-prefix] [envoy-cpu] [thirdparty] [cluster3] [priority] [queue] [fairness] [latency] [trace [FILE.jsonl]]`: the named sections only (all by default).
+/// `ailb-bench [cpu] [leak] [p99] [prefix] [session] [metrics] [cluster|cluster-cpu|cluster-cold|cluster-hash|cluster-p99] [envoy-prefix] [envoy-cpu] [thirdparty] [cluster3] [priority] [queue] [fairness] [latency] [blackhole] [trace [FILE.jsonl]]`: the named sections only (all by default).
 fn main() -> anyhow::Result<()> {
     // Every gateway of the bench runs with the profiling switches its environment sets
     // (ailb_bench::instruments); the plain emulator has none.
@@ -88,6 +89,9 @@ fn main() -> anyhow::Result<()> {
     }
     if run("latency") {
         latency::gateway_added()?;
+    }
+    if run("blackhole") {
+        blackhole::blackhole()?;
     }
     if run("trace") {
         trace::trace(files.first().map(std::path::PathBuf::from))?;
