@@ -20,7 +20,9 @@ pub fn routed_as(reason: Reason) -> Option<Counter> {
 /// session's pod, or least request's (docs/sessions-and-queues.md "Sessions").
 pub fn pod_down(reason: Reason) -> Counter {
     match reason {
-        Reason::Session | Reason::SessionRebound => Counter::SessionPodDown,
+        Reason::Session | Reason::AgentSession | Reason::Continuation | Reason::SessionRebound => {
+            Counter::SessionPodDown
+        }
         _ => Counter::GlrPodDown,
     }
 }
@@ -81,6 +83,15 @@ pub enum Counter {
     GlrPodDown,
     /// A sticky request fell back (Redis down, timeout, bad reply): the session not honoured.
     SessionFallback,
+    /// A request whose session is an agent's own identity (a header or body field of the
+    /// recognised list) or a Responses continuation, not a configured session
+    /// (docs/sessions-and-queues.md "Agent sessions").
+    SessionAgent,
+    /// A Responses continuation whose previous response's pod was not known (never recorded,
+    /// expired, or a garbage id): placed as the policy places it.
+    ContinuationUnknown,
+    /// A Responses answer's id was recorded against the pod that produced it.
+    ResponseRecorded,
     /// prefix_cache: a known prefix was found.
     PrefixHit,
     /// prefix_cache: the matched endpoint was too loaded; the request spilled.
@@ -177,7 +188,7 @@ pub enum Counter {
     PoolFull,
 }
 
-const FIXED: [(Counter, &str); 53] = [
+const FIXED: [(Counter, &str); 56] = [
     (Counter::RedisCalls, "ai_lb.redis.calls"),
     (Counter::RedisErrors, "ai_lb.redis.errors"),
     (Counter::RedisTimeouts, "ai_lb.redis.timeouts"),
@@ -193,6 +204,12 @@ const FIXED: [(Counter, &str); 53] = [
     (Counter::SessionPodDown, "ai_lb.session.pod_down"),
     (Counter::GlrPodDown, "ai_lb.glr.pod_down"),
     (Counter::SessionFallback, "ai_lb.session.fallback"),
+    (Counter::SessionAgent, "ai_lb.session.agent"),
+    (
+        Counter::ContinuationUnknown,
+        "ai_lb.session.continuation_unknown",
+    ),
+    (Counter::ResponseRecorded, "ai_lb.session.response_recorded"),
     (Counter::PrefixHit, "ai_lb.prefix.hit"),
     (Counter::PrefixSpill, "ai_lb.prefix.spill"),
     (Counter::PrefixIndexReset, "ai_lb.prefix.index_reset"),

@@ -21,6 +21,7 @@ use crate::config::{Policy, RouteConfig};
 use crate::host::{Host, HostErrorKind, LogLevel};
 use crate::id_map::IdMap;
 use crate::reason::Cause;
+use crate::redis::bind::{self, Bind};
 use crate::redis::scripts::{self, Keys, Scripts};
 use crate::stats::Counter;
 use std::collections::HashMap;
@@ -47,6 +48,8 @@ enum Op {
     Waiter,
     /// A pod's prefix generation bumped (fire-and-forget, prefix_forget.lua).
     Forget,
+    /// A response's pod written alone (fire-and-forget `SET … EX`).
+    Bind,
 }
 
 /// A pick's reply, for the balancer to route to its request (or its orphan).
@@ -66,6 +69,8 @@ pub struct RedisClient {
     synced: HashMap<String, Rc<str>>,
     /// prefix_cache first bytes not yet sent, per route (first_bytes.rs).
     batches: first_bytes::Batches,
+    /// A response's binding waiting for the release of its namespace's lease ([`Self::ride`]).
+    ride: Option<(String, Bind)>,
 }
 
 impl RedisClient {
@@ -141,7 +146,38 @@ impl RedisClient {
         keys: LeaseKeys,
         members: Vec<String>,
     ) {
-        self.send_release(host, tel, Release::new(config.clone(), keys, members));
+        let rel = Release::new(config.clone(), keys, members);
+        let rides = matches!((&self.ride, rel.namespace()), (Some((ns, _)), Some(n)) if ns == n);
+        let bind = if rides { self.ride.take() } else { None };
+        self.send_release(host, tel, rel.with_bind(bind.map(|(_, b)| b)));
+    }
+
+    /// `bind` rides with the next release of an endpoint lease in `namespace`, if one is sent
+    /// before [`Self::unride`]: one round trip for both (release.lua).
+    pub fn ride(&mut self, namespace: &str, bind: Bind) {
+        self.ride = Some((namespace.to_string(), bind));
+    }
+
+    /// The binding no release took is written alone, to `config`'s Redis.
+    pub fn unride(&mut self, host: &mut dyn Host, tel: &mut Telemetry, config: &RouteConfig) {
+        if let Some((_, bind)) = self.ride.take() {
+            self.bind(host, tel, config, &bind);
+        }
+    }
+
+    /// Writes `bind` alone (`SET … EX`, fire-and-forget); whether it was sent.
+    pub fn bind(
+        &mut self,
+        host: &mut dyn Host,
+        tel: &mut Telemetry,
+        config: &RouteConfig,
+        bind: &Bind,
+    ) -> bool {
+        let sent = self.call(host, tel, config, &bind::bind_call(bind));
+        if let Ok(token) = sent {
+            self.pending.insert(token, Op::Bind);
+        }
+        sent.is_ok()
     }
 
     /// Waiting queue: adds (`score` Some) or removes this waiter in the route's wait set
@@ -228,7 +264,7 @@ impl RedisClient {
                 self.on_release_reply(host, tel, rel, reply);
                 None
             }
-            Op::ScriptLoad | Op::Waiter | Op::Forget => {
+            Op::ScriptLoad | Op::Waiter | Op::Forget | Op::Bind => {
                 if reply.is_err() {
                     tel.inc(host, Counter::RedisErrors);
                 }

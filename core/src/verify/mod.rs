@@ -8,6 +8,7 @@
 //! bumped, so its older index entries stop matching. Pure: the balancer
 //! (`balancer/verify.rs`) does the host calls.
 
+pub mod answer_id;
 pub mod flush;
 pub mod inject;
 pub mod sse;
@@ -104,6 +105,11 @@ impl Watch {
     /// At the end of the response: the token counts it reported.
     pub fn tokens(&self) -> Tokens {
         self.tail.tokens()
+    }
+
+    /// At the end of the response: the answer's own id, from its head (answer_id.rs).
+    pub fn answer_id(&self) -> Option<String> {
+        answer_id::answer_id(self.tail.head())
     }
 
     /// Usage-only events taken out of the stream.

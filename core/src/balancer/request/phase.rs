@@ -30,8 +30,9 @@ pub(super) enum State {
         reason: Reason,
         held: Option<Box<dyn Holding>>,
         outcome: Outcome,
-        /// The response body's reader, when the holding asked for one.
-        reader: Option<Reader>,
+        /// The response body's reader, when the holding asked for one (boxed: most requests
+        /// have none, and its buffers are allocated anyway).
+        reader: Option<Box<Reader>>,
     },
     /// Decided with nothing held: fallback, or a local reply (`replied`) that ended the stream.
     Settled { reason: Reason, replied: bool },
@@ -54,6 +55,8 @@ pub(super) struct Reader {
     watch: Watch,
     /// Read the usage at the end.
     usage: bool,
+    /// Read the answer's id at the end.
+    id: bool,
 }
 
 impl Phase {
@@ -110,10 +113,11 @@ impl Phase {
     /// Reads the response body as `read` asks (the holding's answer at the response headers).
     pub fn read_response(&mut self, read: ReadResponse) {
         if let State::Routed { reader, .. } = &mut self.0 {
-            *reader = Some(Reader {
+            *reader = Some(Box::new(Reader {
                 watch: Watch::new(read.take_usage_event),
                 usage: read.usage,
-            });
+                id: read.answer_id,
+            }));
         }
     }
 
@@ -144,15 +148,20 @@ impl Phase {
         out
     }
 
-    /// The response ended (its last chunk, or the stream without one): the usage, if asked
-    /// for, is read into the outcome and the reader closed.
+    /// The response ended (its last chunk, or the stream without one): the usage and the
+    /// answer's id, as asked for, are read into the outcome and the reader closed.
     pub fn close_reader(&mut self) {
         if let State::Routed {
             reader, outcome, ..
         } = &mut self.0
         {
-            if let Some(r) = reader.take().filter(|r| r.usage) {
-                outcome.usage = Some(r.watch.tokens());
+            if let Some(r) = reader.take() {
+                if r.usage {
+                    outcome.usage = Some(r.watch.tokens());
+                }
+                if r.id {
+                    outcome.answer_id = r.watch.answer_id();
+                }
             }
         }
     }

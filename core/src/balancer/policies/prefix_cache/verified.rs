@@ -189,6 +189,7 @@ impl Holding for Verified {
         (ok || edit).then_some(ReadResponse {
             usage: ok,
             take_usage_event: edit,
+            answer_id: false,
         })
     }
 
