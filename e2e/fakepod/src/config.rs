@@ -75,6 +75,9 @@ pub struct PodConfig {
     /// from `fault_seed`: the k-th request a pod receives fails or not the same way every run.
     pub error_rate: f64,
     pub fault_seed: u64,
+    /// The Responses API's stored responses (responses_store.rs): the pod's own by default,
+    /// as vLLM keeps them; pods given one store share it.
+    pub responses: crate::responses_store::ResponseStore,
 }
 
 impl Default for PodConfig {
@@ -103,6 +106,7 @@ impl Default for PodConfig {
             ttft_multiplier: 1.0,
             error_rate: 0.0,
             fault_seed: 0,
+            responses: crate::responses_store::ResponseStore::new(),
         }
     }
 }

@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod openai;
 pub mod probe;
 pub mod responses_api;
+pub mod responses_store;
 pub mod rng;
 pub mod server;
 pub mod snapshot;
@@ -26,4 +27,5 @@ pub mod wire;
 
 pub use config::{EngineKind, MetricsSource, PodConfig};
 pub use engine::Snapshot;
+pub use responses_store::ResponseStore;
 pub use server::{spawn_pod, PodHandle};
