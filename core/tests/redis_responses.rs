@@ -1,13 +1,13 @@
 //! Responses continuations against a real redis-server, through the plugin's own call builders
-//! and reply parsers (docs/redis-data-model.md §10 "Responses continuations"): the release that
-//! also records a response's pod, a binding written alone, and the acquire that reads a
-//! response's key in its session slot, on two connections as two gateways.
+//! and reply parsers (docs/redis-data-model.md §10 "Responses continuations"): a response's pod
+//! recorded (`SET … EX`), and the acquire that reads a response's key in its session slot, on
+//! two connections as two gateways.
 
 // Test scaffolding helpers outside #[test] fns fail loudly by design.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use ailb_core::config::TokenGate;
-use ailb_core::redis::bind::{bind_call, release_bind_call, response_key, Bind};
+use ailb_core::redis::bind::{bind_call, response_key, Bind};
 use ailb_core::redis::resp::Value;
 use ailb_core::redis::scripts::{
     self, AcquireArgs, AcquireReply, Keys, PrefixArgs, PrefixChain, Scripts, SessionArgs,
@@ -98,23 +98,20 @@ impl Bed {
         }
     }
 
-    /// The release of `rid`'s lease on `ep`, recording response `id` there (`booked`: a
-    /// prefix_cache route's, with its prefill keys); whether a lease was released.
-    fn release(&self, c: &mut Conn, rid: &str, ep: &str, id: Option<&str>, booked: bool) -> bool {
-        let bind = id.map(|id| Bind {
+    /// Records response `id` on `ep`, as the plugin does when the answer names itself.
+    fn record(&self, c: &mut Conn, id: &str, ep: &str) {
+        let bind = Bind {
             key: self.key(id),
             value: ep.to_string(),
             ttl_s: 300,
-        });
+        };
+        assert_eq!(c.cmd_raw(&bind_call(&bind)).as_str(), Some("OK"));
+    }
+
+    /// Releases `rid`'s lease on `ep` (`booked`: a prefix_cache route's); whether it was held.
+    fn release(&self, c: &mut Conn, rid: &str, ep: &str, booked: bool) -> bool {
         let member = scripts::lease_member(rid, ep, 1, None);
-        let q = release_bind_call(
-            &self.scripts,
-            false,
-            &self.keys,
-            &[member],
-            booked,
-            bind.as_ref(),
-        );
+        let q = scripts::release_call(&self.scripts, false, &self.keys, &[member], booked);
         scripts::parse_release(&c.raw_reply(&q)).unwrap()
     }
 
@@ -139,16 +136,17 @@ impl Bed {
 }
 
 #[test]
-fn the_release_records_the_response_and_the_next_gateway_continues_on_its_pod() {
+fn a_recorded_response_is_continued_on_its_pod_by_the_next_gateway() {
     let redis = RedisServer::start();
     let (mut a, mut b) = (redis.conn(), redis.conn());
     let bed = Bed::new();
     for prefix in [false, true] {
         c_flush(&mut a);
-        // Gateway A: a first turn, placed by the policy; its release records its answer.
+        // Gateway A: a first turn, placed by the policy; its answer is recorded.
         let (pod, state) = bed.acquire(&mut a, "r0", None, prefix);
         assert_eq!(state, SessionState::None);
-        assert!(bed.release(&mut a, "r0", &pod, Some("resp_1"), prefix));
+        bed.record(&mut a, "resp_1", &pod);
+        assert!(bed.release(&mut a, "r0", &pod, prefix));
         assert_eq!(bed.bound(&mut a, "resp_1").as_deref(), Some(pod.as_str()));
         let t = bed.ttl(&mut a, "resp_1");
         assert!((1..=300).contains(&t), "TTL {t}");
@@ -164,7 +162,8 @@ fn the_release_records_the_response_and_the_next_gateway_continues_on_its_pod() 
                 "turn {turn}"
             );
             let next = format!("resp_{}", turn + 1);
-            assert!(bed.release(gw, &rid, &ep, Some(&next), prefix));
+            bed.record(gw, &next, &ep);
+            assert!(bed.release(gw, &rid, &ep, prefix));
             prev = next;
         }
         assert_eq!(bed.total_load(&mut a), 0.0, "no count leaked");
@@ -187,9 +186,9 @@ fn an_unknown_or_expired_response_is_placed_and_bound_where_it_went() {
         bed.bound(&mut c, "resp_never").as_deref(),
         Some(ep.as_str())
     );
-    bed.release(&mut c, "r0", &ep, None, false);
+    bed.release(&mut c, "r0", &ep, false);
     // A recorded response whose key expired is unknown again.
-    bed.release(&mut c, "gone", A, Some("resp_old"), false);
+    bed.record(&mut c, "resp_old", A);
     c.cmd(&["PEXPIRE", bed.key("resp_old").as_str(), "1"]);
     std::thread::sleep(std::time::Duration::from_millis(20));
     let (_, state) = bed.acquire(&mut c, "r1", Some("resp_old"), false);
@@ -201,11 +200,11 @@ fn a_response_pod_over_the_guard_or_gone_is_left() {
     let redis = RedisServer::start();
     let mut c = redis.conn();
     let bed = Bed::new();
-    bed.release(&mut c, "x", B, Some("resp_1"), false);
+    bed.record(&mut c, "resp_1", B);
     // Other gateways' load on B, over both bounds of the guard.
     c.cmd(&["ZADD", &bed.keys.load, "0", A, "0", C]);
     let (ep, _) = bed.acquire(&mut c, "sync", None, false);
-    bed.release(&mut c, "sync", &ep, None, false);
+    bed.release(&mut c, "sync", &ep, false);
     c.cmd(&["ZINCRBY", &bed.keys.load, "20", B]);
     let (ep, state) = bed.acquire(&mut c, "r0", Some("resp_1"), false);
     assert_eq!(state, SessionState::Rebound);
@@ -215,9 +214,9 @@ fn a_response_pod_over_the_guard_or_gone_is_left() {
         Some(ep.as_str()),
         "moved with it"
     );
-    bed.release(&mut c, "r0", &ep, None, false);
+    bed.release(&mut c, "r0", &ep, false);
     // A pod that left the healthy set loses its responses too.
-    bed.release(&mut c, "y", C, Some("resp_2"), false);
+    bed.record(&mut c, "resp_2", C);
     c.cmd(&["ZREM", &bed.keys.load, C]);
     let (ep, state) = bed.acquire(&mut c, "r1", Some("resp_2"), false);
     assert_eq!(state, SessionState::Rebound);
@@ -225,16 +224,10 @@ fn a_response_pod_over_the_guard_or_gone_is_left() {
 }
 
 #[test]
-fn the_binding_is_written_whatever_the_lease_and_alone_where_nothing_is_released() {
+fn a_response_is_a_plain_key_with_its_ttl_in_the_routes_hash_tag() {
     let redis = RedisServer::start();
     let mut c = redis.conn();
     let bed = Bed::new();
-    // No lease to release (already released, or reclaimed): the response is still recorded.
-    assert!(!bed.release(&mut c, "nothing", A, Some("resp_1"), false));
-    assert_eq!(bed.bound(&mut c, "resp_1").as_deref(), Some(A));
-    assert!(!bed.release(&mut c, "nothing", B, Some("resp_2"), true));
-    assert_eq!(bed.bound(&mut c, "resp_2").as_deref(), Some(B));
-    // endpoint_metrics: alone, with its TTL.
     let bind = Bind {
         key: bed.key("resp_3"),
         value: C.into(),

@@ -1,7 +1,7 @@
 //! Agent sessions and Responses continuations through the balancer (mock host), Higress build
 //! with Redis (docs/sessions-and-queues.md "Agent sessions"): which identity names a request's
 //! session without configuration, what the acquire call carries, how each reply reads, how a
-//! Responses answer's id is recorded with its lease's release, and bad input.
+//! Responses answer's id is recorded as soon as the answer names itself, and bad input.
 
 use super::tests::{configured, deliver};
 use super::*;
@@ -104,6 +104,14 @@ fn respond(
 
 const RESPONSES: (&str, &str) = (":path", "/v1/responses");
 
+/// Every `SET` sent so far (a response's pod recorded), as its words.
+fn sets(host: &MockHost) -> Vec<Vec<String>> {
+    (0..host.redis_calls.len())
+        .map(|i| host.query_args(i))
+        .filter(|a| a[0] == "SET")
+        .collect()
+}
+
 fn responses_body(previous: Option<serde_json::Value>) -> Vec<u8> {
     let mut b = json!({"model": "m", "input": "hi"});
     if let Some(p) = previous {
@@ -178,14 +186,13 @@ fn a_route_can_turn_agent_sessions_off() {
     assert_eq!(args[9 + 8], "0", "no session");
     picked(&mut host, &mut e, t, "10.0.0.1:80", "0");
     respond(&mut host, &mut e, 2, "200", &[r#"{"id":"resp_2"}"#]);
-    let release = host.last_query_args();
-    assert_eq!(release[2], "3", "nothing recorded with the release");
+    assert!(sets(&host).is_empty(), "nothing recorded");
     assert_eq!(host.metric("ai_lb.session.agent"), 0);
     assert_eq!(host.metric("ai_lb.session.response_recorded"), 0);
 }
 
 #[test]
-fn a_responses_answer_is_recorded_with_its_release_and_continued_on_its_pod() {
+fn a_responses_answer_is_recorded_and_continued_on_its_pod() {
     let (mut host, mut e) = glr(json!({}));
     let (args, t) = send(&mut host, &mut e, 2, &[RESPONSES], &responses_body(None));
     assert_eq!(session_of(&args), None, "a first turn names no session");
@@ -193,18 +200,15 @@ fn a_responses_answer_is_recorded_with_its_release_and_continued_on_its_pod() {
     picked(&mut host, &mut e, t, "10.0.0.2:80", "0");
     let answer = r#"{"id":"resp_abc","object":"response","output":[{"id":"msg_1"}]}"#;
     respond(&mut host, &mut e, 2, "200", &[&answer[..20], &answer[20..]]);
-    // One call releases the lease and records the response's pod.
-    let rel = host.last_query_args();
-    assert_eq!(rel[2], "4", "load, leases, tenants, the response");
-    assert_eq!(rel[6], response_key(NS, b"resp_abc"));
+    // The response's pod is recorded (agentSessionTTL), then the lease released.
+    let key = response_key(NS, b"resp_abc");
     assert_eq!(
-        rel[7..],
-        [
-            format!("{rid}|10.0.0.2:80|1"),
-            "10.0.0.2:80".into(),
-            "1800".into()
-        ]
+        sets(&host),
+        [["SET", &key, "10.0.0.2:80", "EX", "1800"].map(String::from)]
     );
+    let rel = host.last_query_args();
+    assert_eq!(rel[2], "3", "load, leases, tenants");
+    assert_eq!(rel[6..], [format!("{rid}|10.0.0.2:80|1")]);
     assert_eq!(host.metric("ai_lb.session.response_recorded"), 1);
     // The continuation: its previous response's key rides in the acquire's session slot.
     let body = responses_body(Some(json!("resp_abc")));
@@ -215,7 +219,7 @@ fn a_responses_answer_is_recorded_with_its_release_and_continued_on_its_pod() {
     assert_eq!(dbg, "endpoint=10.0.0.2:80; reason=continuation");
     assert_eq!(host.metric("ai_lb.session.hit"), 1);
     assert_eq!(host.metric("ai_lb.session.agent"), 1);
-    assert_eq!(host.last_query_args()[6], response_key(NS, b"resp_def"));
+    assert_eq!(sets(&host)[1][1], response_key(NS, b"resp_def"));
     // An unknown one: placed by the policy, counted.
     let body = responses_body(Some(json!("resp_gone")));
     let (_, t) = send(&mut host, &mut e, 4, &[RESPONSES], &body);
@@ -224,8 +228,8 @@ fn a_responses_answer_is_recorded_with_its_release_and_continued_on_its_pod() {
     assert_eq!(dbg, "endpoint=10.0.0.1:80; reason=least_request");
     assert_eq!(host.metric("ai_lb.session.continuation_unknown"), 1);
     assert_eq!(host.metric("ai_lb.session.bound"), 1);
-    // Its answer had no id: the release alone.
-    assert_eq!(host.last_query_args()[2], "3");
+    // Its answer had no id: nothing recorded.
+    assert_eq!(sets(&host).len(), 2);
 }
 
 #[test]
@@ -241,14 +245,32 @@ fn a_stream_is_recorded_from_its_first_event() {
         (":status".into(), "200".into()),
         ("content-type".into(), "text/event-stream".into()),
     ];
-    respond(&mut host, &mut e, 2, "200", &[created, delta, delta]);
-    let rel = host.last_query_args();
-    assert_eq!(
-        rel[2], "6",
-        "load, leases, tenants, prefill, booked, the response"
-    );
-    assert_eq!(rel[8], response_key(NS, b"resp_s"));
+    assert!(e.on_response_headers(&mut host, 2), "its body is read");
+    // Recorded with the first event, before the client has it and long before the end.
+    host.response_body = created.as_bytes().to_vec();
+    assert!(e.on_response_body(&mut host, 2, created.len(), false));
+    assert_eq!(sets(&host).len(), 1);
+    assert_eq!(sets(&host)[0][1], response_key(NS, b"resp_s"));
+    assert_eq!(host.response_body, created.as_bytes(), "passed as it is");
+    for (i, chunk) in [delta, delta].iter().enumerate() {
+        host.response_body = chunk.as_bytes().to_vec();
+        e.on_response_body(&mut host, 2, chunk.len(), i == 1);
+    }
+    host.live_contexts.retain(|&c| c != 2);
+    e.on_done(&mut host, 2);
+    assert_eq!(sets(&host).len(), 1, "once");
     assert_eq!(host.metric("ai_lb.session.response_recorded"), 1);
+    // An id cut across two chunks is recorded when its second half arrives.
+    let (_, t) = send(&mut host, &mut e, 3, &[RESPONSES], body.as_bytes());
+    deliver(&mut host, &mut e, t, &reply);
+    respond(
+        &mut host,
+        &mut e,
+        3,
+        "200",
+        &[&created[..70], &created[70..], delta],
+    );
+    assert_eq!(sets(&host)[1][1], response_key(NS, b"resp_s"));
 }
 
 #[test]
@@ -273,7 +295,7 @@ fn errors_unstored_and_other_apis_record_nothing() {
         let (_, t) = send(&mut host, &mut e, ctx, headers, &body);
         picked(&mut host, &mut e, t, "10.0.0.1:80", "0");
         respond(&mut host, &mut e, ctx, status, &[r#"{"id":"resp_x"}"#]);
-        assert_eq!(host.last_query_args()[2], "3", "case {ctx}");
+        assert!(sets(&host).is_empty(), "case {ctx}");
     }
     assert_eq!(host.metric("ai_lb.session.response_recorded"), 0);
 }

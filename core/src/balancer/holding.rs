@@ -99,6 +99,11 @@ pub trait Holding: fmt::Debug {
         None
     }
 
+    /// The answer's own id was read from its head (`outcome.answer_id` is set) for a holding
+    /// that asked for it: told once, as soon as it is known, before the chunk that completed it
+    /// goes on to the client (a stream's first event carries it).
+    fn answer_id(&mut self, _svc: &mut Services, _outcome: &Outcome) {}
+
     /// Gives back what is held, exactly once: at stream end with the request's `outcome`, or
     /// with None when the request never got an answer through this holding (a failed publish,
     /// a Redis reply that is not used, an orphaned pick).

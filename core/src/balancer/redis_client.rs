@@ -69,8 +69,6 @@ pub struct RedisClient {
     synced: HashMap<String, Rc<str>>,
     /// prefix_cache first bytes not yet sent, per route (first_bytes.rs).
     batches: first_bytes::Batches,
-    /// A response's binding waiting for the release of its namespace's lease ([`Self::ride`]).
-    ride: Option<(String, Bind)>,
 }
 
 impl RedisClient {
@@ -146,26 +144,11 @@ impl RedisClient {
         keys: LeaseKeys,
         members: Vec<String>,
     ) {
-        let rel = Release::new(config.clone(), keys, members);
-        let rides = matches!((&self.ride, rel.namespace()), (Some((ns, _)), Some(n)) if ns == n);
-        let bind = if rides { self.ride.take() } else { None };
-        self.send_release(host, tel, rel.with_bind(bind.map(|(_, b)| b)));
+        self.send_release(host, tel, Release::new(config.clone(), keys, members));
     }
 
-    /// `bind` rides with the next release of an endpoint lease in `namespace`, if one is sent
-    /// before [`Self::unride`]: one round trip for both (release.lua).
-    pub fn ride(&mut self, namespace: &str, bind: Bind) {
-        self.ride = Some((namespace.to_string(), bind));
-    }
-
-    /// The binding no release took is written alone, to `config`'s Redis.
-    pub fn unride(&mut self, host: &mut dyn Host, tel: &mut Telemetry, config: &RouteConfig) {
-        if let Some((_, bind)) = self.ride.take() {
-            self.bind(host, tel, config, &bind);
-        }
-    }
-
-    /// Writes `bind` alone (`SET … EX`, fire-and-forget); whether it was sent.
+    /// Writes `bind` (`SET … EX`, fire-and-forget: a Responses answer's pod); whether it was
+    /// sent.
     pub fn bind(
         &mut self,
         host: &mut dyn Host,

@@ -112,6 +112,11 @@ impl Watch {
         answer_id::answer_id(self.tail.head())
     }
 
+    /// Whether the head is all the bytes it keeps ([`usage::HEAD_BYTES`]).
+    pub fn head_full(&self) -> bool {
+        self.tail.head().len() >= usage::HEAD_BYTES
+    }
+
     /// Usage-only events taken out of the stream.
     pub fn removed(&self) -> u32 {
         self.filter.as_ref().map_or(0, |f| f.removed)

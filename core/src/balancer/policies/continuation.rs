@@ -6,11 +6,19 @@
 //! The recording is a holding of its own, [`Continued`], wrapping what the policy holds (a
 //! Redis lease, a per-proxy count, prefix_cache's verification, or nothing): at the response
 //! headers of a 2xx it asks the machine to read the answer's id from the answer's head
-//! (`ReadResponse::answer_id`), and when it is given back with the outcome it records the id:
-//! - in Redis (`<ns>:resp:<sha1>`, the route's hash tag, `agentSessionTTL`), in the same call
-//!   as its lease's release (release.lua), or alone where nothing is released (endpoint_metrics);
+//! (`ReadResponse::answer_id`), and records the id as soon as the machine has it
+//! (`Holding::answer_id`: a stream's first event, a JSON answer's first chunk), before the
+//! bytes that carry it reach the client:
+//! - in Redis (`<ns>:resp:<sha1>`, the route's hash tag, `agentSessionTTL`), one
+//!   fire-and-forget `SET … EX`;
 //! - in this proxy's shared data ([`Table`]: plain Envoy, and endpoint_metrics without Redis),
 //!   bounded as the plain-Envoy prefix index is (prefix/local_index.rs).
+//!
+//! Not with the lease's release, though that call is sent anyway: it goes at stream end, after
+//! the client has the whole answer, and an agent that sends its next turn at once through
+//! another gateway can reach Redis first (the e2e chains lost continuations so). The `SET` is
+//! sent before the chunk carrying the id reaches the client, so any continuation comes after
+//! it.
 
 use crate::balancer::events::Decision;
 use crate::balancer::holding::{Holding, Outcome, ReadResponse, Services};
@@ -76,14 +84,15 @@ impl Continued {
     /// Records `id` → this request's pod.
     fn record(&self, svc: &mut Services, id: &str) {
         match &self.record.store {
-            Store::Redis { keys, .. } => {
+            Store::Redis { config, keys } => {
                 let bind = Bind {
                     key: bind::response_key(&keys.namespace, id.as_bytes()),
                     value: self.endpoint.clone(),
                     ttl_s: self.record.ttl_s,
                 };
-                // Taken by the lease's release, if one follows (give_back below).
-                svc.redis.ride(&keys.namespace, bind);
+                if !svc.redis.bind(svc.host, svc.tel, config, &bind) {
+                    return; // not sent (counted as a Redis error): the next turn is placed anew
+                }
             }
             Store::Local(table) => {
                 let now = svc.host.now_ms();
@@ -125,20 +134,23 @@ impl Holding for Continued {
         ReadResponse::and(inner, own)
     }
 
-    fn give_back(self: Box<Self>, svc: &mut Services, outcome: Option<&Outcome>) {
-        let id = outcome
+    /// As soon as the answer's id is read: recorded now, before the client has it.
+    fn answer_id(&mut self, svc: &mut Services, outcome: &Outcome) {
+        if let Some(h) = self.inner.as_mut() {
+            h.answer_id(svc, outcome);
+        }
+        if let Some(id) = outcome
+            .answer_id
+            .as_deref()
             .filter(|_| self.read && !self.failed)
-            .and_then(|o| o.answer_id.as_deref());
-        if let Some(id) = id {
+        {
             self.record(svc, id);
         }
-        let Continued { inner, record, .. } = *self;
-        if let Some(h) = inner {
+    }
+
+    fn give_back(self: Box<Self>, svc: &mut Services, outcome: Option<&Outcome>) {
+        if let Some(h) = self.inner {
             h.give_back(svc, outcome);
-        }
-        if let Store::Redis { config, .. } = &record.store {
-            // Nothing released it (endpoint_metrics holds no lease): written alone.
-            svc.redis.unride(svc.host, svc.tel, config);
         }
     }
 

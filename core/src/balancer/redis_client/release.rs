@@ -7,7 +7,6 @@
 
 use crate::config::RouteConfig;
 use crate::reason::Cause;
-use crate::redis::bind::{self, Bind};
 use crate::redis::inflight::{self, InflightKeys};
 use crate::redis::scripts::{self, Keys, ReplyError, Scripts};
 use crate::stats::Counter;
@@ -35,8 +34,6 @@ pub struct Release {
     keys: LeaseKeys,
     members: Vec<String>,
     by_sha: bool,
-    /// A response's binding written in the same call (an endpoint lease's release only).
-    bind: Option<Bind>,
 }
 
 /// What a release's reply comes to.
@@ -55,37 +52,15 @@ impl Release {
             keys,
             members,
             by_sha: true,
-            bind: None,
-        }
-    }
-
-    /// The release of an endpoint lease whose call also writes `bind`.
-    pub fn with_bind(mut self, bind: Option<Bind>) -> Release {
-        if matches!(self.keys, LeaseKeys::Endpoint { .. }) {
-            self.bind = bind;
-        }
-        self
-    }
-
-    /// The namespace of an endpoint lease's keys.
-    pub fn namespace(&self) -> Option<&str> {
-        match &self.keys {
-            LeaseKeys::Endpoint { keys, .. } => Some(&keys.namespace),
-            _ => None,
         }
     }
 
     /// Its script call.
     pub fn query(&self, scripts: &Scripts) -> Vec<u8> {
         match &self.keys {
-            LeaseKeys::Endpoint { keys, booked } => bind::release_bind_call(
-                scripts,
-                self.by_sha,
-                keys,
-                &self.members,
-                *booked,
-                self.bind.as_ref(),
-            ),
+            LeaseKeys::Endpoint { keys, booked } => {
+                scripts::release_call(scripts, self.by_sha, keys, &self.members, *booked)
+            }
             LeaseKeys::FirstBytes(k) => {
                 scripts::prefill_done_call(scripts, self.by_sha, k, &self.members)
             }

@@ -55,7 +55,7 @@ pub(super) struct Reader {
     watch: Watch,
     /// Read the usage at the end.
     usage: bool,
-    /// Read the answer's id at the end.
+    /// Read the answer's id (from its head, as soon as the head holds it).
     id: bool,
 }
 
@@ -132,20 +132,31 @@ impl Phase {
         )
     }
 
-    /// A response body chunk read (the last when `end`): the chunk to write instead, if any.
-    /// At the end the usage is read into the outcome.
-    pub fn read_chunk(&mut self, chunk: &[u8], end: bool) -> Option<Vec<u8>> {
+    /// A response body chunk read (the last when `end`): the chunk to write instead, if any,
+    /// and whether this chunk completed the answer's id (now in the outcome: its holding is
+    /// told before the chunk goes on to the client). At the end the usage is read into the
+    /// outcome.
+    pub fn read_chunk(&mut self, chunk: &[u8], end: bool) -> (Option<Vec<u8>>, bool) {
         let State::Routed {
-            reader: Some(r), ..
+            reader: Some(r),
+            outcome,
+            ..
         } = &mut self.0
         else {
-            return None;
+            return (None, false);
         };
         let out = r.watch.chunk(chunk, end);
+        let mut found = false;
+        if r.id && outcome.answer_id.is_none() {
+            outcome.answer_id = r.watch.answer_id();
+            found = outcome.answer_id.is_some();
+            // A head that is full without one names none: not scanned again.
+            r.id = !found && !r.watch.head_full();
+        }
         if end {
             self.close_reader();
         }
-        out
+        (out, found)
     }
 
     /// The response ended (its last chunk, or the stream without one): the usage and the
@@ -159,7 +170,7 @@ impl Phase {
                 if r.usage {
                     outcome.usage = Some(r.watch.tokens());
                 }
-                if r.id {
+                if r.id && outcome.answer_id.is_none() {
                     outcome.answer_id = r.watch.answer_id();
                 }
             }

@@ -193,6 +193,10 @@ impl Holding for Verified {
         })
     }
 
+    fn answer_id(&mut self, svc: &mut Services, outcome: &Outcome) {
+        self.inner.answer_id(svc, outcome);
+    }
+
     fn give_back(self: Box<Self>, svc: &mut Services, outcome: Option<&Outcome>) {
         if let Some(o) = outcome.filter(|_| self.verify) {
             self.judge(svc, o.usage);
