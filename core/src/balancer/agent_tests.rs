@@ -586,3 +586,78 @@ fn envoy_a_continuation_leaves_its_pod_only_over_the_guard() {
     let (to, reason) = envoy_send(&mut host, &mut e, 5, &[RESPONSES], body.as_bytes(), "{}");
     assert_eq!((to, reason), (pod, "continuation".to_string()));
 }
+
+/// The token of the last Redis call sent.
+fn last_token(host: &MockHost) -> u32 {
+    host.next_token - 4
+}
+
+#[test]
+fn a_json_answers_end_waits_for_its_record_and_a_streams_does_not() {
+    let (mut host, mut e) = glr(json!({}));
+    let (_, t) = send(&mut host, &mut e, 2, &[RESPONSES], &responses_body(None));
+    picked(&mut host, &mut e, t, "10.0.0.1:80", "0");
+    host.response_headers = vec![(":status".into(), "200".into())];
+    assert!(e.on_response_headers(&mut host, 2));
+    let answer = r#"{"id":"resp_j","object":"response"}"#;
+    host.response_body = answer.as_bytes().to_vec();
+    e.on_response_body(&mut host, 2, answer.len(), true);
+    // Its id and its end came together: the end is held until Redis has the record.
+    assert_eq!(sets(&host).len(), 1);
+    assert!(e.holds_response(2));
+    let write = last_token(&host);
+    deliver(&mut host, &mut e, write, b"+OK\r\n");
+    assert!(!e.holds_response(2));
+    assert_eq!(host.responses_resumed, 1);
+    assert_eq!(host.effective_context, Some(2));
+    host.live_contexts.retain(|&c| c != 2);
+    e.on_done(&mut host, 2);
+    // A failed write lets the answer go on all the same.
+    let (_, t) = send(&mut host, &mut e, 3, &[RESPONSES], &responses_body(None));
+    picked(&mut host, &mut e, t, "10.0.0.1:80", "0");
+    assert!(e.on_response_headers(&mut host, 3));
+    e.on_response_body(&mut host, 3, answer.len(), true);
+    assert!(e.holds_response(3));
+    let write = last_token(&host);
+    e.on_redis_reply(&mut host, write, CallStatus::Failed, 0);
+    assert_eq!(host.responses_resumed, 2);
+    host.live_contexts.retain(|&c| c != 3);
+    e.on_done(&mut host, 3);
+    // A stream's record leaves with its first event and is answered long before its end.
+    let body = json!({"input": "x", "stream": true}).to_string();
+    let (_, t) = send(&mut host, &mut e, 4, &[RESPONSES], body.as_bytes());
+    picked(&mut host, &mut e, t, "10.0.0.1:80", "0");
+    assert!(e.on_response_headers(&mut host, 4));
+    let created = "data: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_k\"}}\n\n";
+    host.response_body = created.as_bytes().to_vec();
+    e.on_response_body(&mut host, 4, created.len(), false);
+    assert!(!e.holds_response(4), "only a last chunk is ever held");
+    let write = last_token(&host);
+    deliver(&mut host, &mut e, write, b"+OK\r\n");
+    e.on_response_body(&mut host, 4, created.len(), true);
+    assert!(!e.holds_response(4));
+    assert_eq!(host.responses_resumed, 2, "nothing to resume");
+    host.live_contexts.retain(|&c| c != 4);
+    e.on_done(&mut host, 4);
+    // A stream that ends while its write is in flight: its end waits too.
+    let (_, t) = send(&mut host, &mut e, 5, &[RESPONSES], body.as_bytes());
+    picked(&mut host, &mut e, t, "10.0.0.1:80", "0");
+    assert!(e.on_response_headers(&mut host, 5));
+    e.on_response_body(&mut host, 5, created.len(), false);
+    let write = last_token(&host);
+    e.on_response_body(&mut host, 5, created.len(), true);
+    assert!(e.holds_response(5));
+    // The client goes away while it is held: the late reply resumes nothing.
+    host.live_contexts.retain(|&c| c != 5);
+    e.on_done(&mut host, 5);
+    assert!(!e.holds_response(5));
+    deliver(&mut host, &mut e, write, b"+OK\r\n");
+    assert_eq!(host.responses_resumed, 2);
+    // Answers recorded nowhere are never held.
+    let (mut host, mut e) = glr(json!({"agentSessions": false}));
+    let (_, t) = send(&mut host, &mut e, 2, &[RESPONSES], &responses_body(None));
+    picked(&mut host, &mut e, t, "10.0.0.1:80", "0");
+    e.on_response_headers(&mut host, 2);
+    e.on_response_body(&mut host, 2, answer.len(), true);
+    assert!(!e.holds_response(2));
+}

@@ -90,7 +90,7 @@ impl Continued {
                     value: self.endpoint.clone(),
                     ttl_s: self.record.ttl_s,
                 };
-                if !svc.redis.bind(svc.host, svc.tel, config, &bind) {
+                if !svc.redis.bind(svc.host, svc.tel, (config, svc.ctx), &bind) {
                     return; // not sent (counted as a Redis error): the next turn is placed anew
                 }
             }
