@@ -178,16 +178,25 @@ async fn responses_continue_over_their_stored_history() {
         .unwrap();
     let v: Value = serde_json::from_str(&first.text()).unwrap();
     let id = v["id"].as_str().unwrap().to_string();
-    let next = send(&c, "POST", &post(&own), &turn("efgh", Some(&id), false), &[])
-        .await
-        .unwrap();
+    let next = send(
+        &c,
+        "POST",
+        &post(&own),
+        &turn("efgh", Some(&id), false),
+        &[],
+    )
+    .await
+    .unwrap();
     assert_eq!(next.status, 200);
     let v: Value = serde_json::from_str(&next.text()).unwrap();
     let cached = v["usage"]["input_tokens_details"]["cached_tokens"]
         .as_u64()
         .unwrap();
     assert!(cached >= 96, "the history's blocks were cached: {cached}");
-    assert!(v["usage"]["input_tokens"].as_u64().unwrap() > 200, "over the history");
+    assert!(
+        v["usage"]["input_tokens"].as_u64().unwrap() > 200,
+        "over the history"
+    );
     // The streamed continuation names itself in its first event, and is stored too.
     let streamed = send(&c, "POST", &post(&own), &turn("ijkl", Some(&id), true), &[])
         .await
@@ -195,9 +204,15 @@ async fn responses_continue_over_their_stored_history() {
     let ev = events(&streamed.text());
     let sid = ev[0].1["response"]["id"].as_str().unwrap().to_string();
     assert_eq!(ev[0].0, "response.created");
-    let again = send(&c, "POST", &post(&own), &turn("mnop", Some(&sid), false), &[])
-        .await
-        .unwrap();
+    let again = send(
+        &c,
+        "POST",
+        &post(&own),
+        &turn("mnop", Some(&sid), false),
+        &[],
+    )
+    .await
+    .unwrap();
     assert_eq!(again.status, 200);
     // Unknown here, or unstored: 404, as vLLM answers it.
     for unknown in ["resp-nope", &id] {
@@ -231,7 +246,11 @@ async fn responses_continue_over_their_stored_history() {
             .unwrap();
         assert_eq!(r.status, 200);
         let v: Value = serde_json::from_str(&r.text()).unwrap();
-        cached.push(v["usage"]["input_tokens_details"]["cached_tokens"].as_u64().unwrap());
+        cached.push(
+            v["usage"]["input_tokens_details"]["cached_tokens"]
+                .as_u64()
+                .unwrap(),
+        );
     }
     assert!(cached[0] >= 96 && cached[1] == 0, "{cached:?}");
 }

@@ -119,7 +119,10 @@ fn responses_chains_continue_on_their_pod_across_gateways() {
                 );
             }
         }
-        assert!(pods.len() >= 2, "{policy}: chains spread over the pods: {pods:?}");
+        assert!(
+            pods.len() >= 2,
+            "{policy}: chains spread over the pods: {pods:?}"
+        );
         let continued = (n * (turns - 1)) as i64;
         assert_eq!(sum([&a, &b], "ai_lb.session.hit"), continued, "{policy}");
         assert_eq!(sum([&a, &b], "ai_lb.session.agent"), continued, "{policy}");
@@ -139,10 +142,16 @@ fn responses_chains_continue_on_their_pod_across_gateways() {
             other => panic!("{other:?}"),
         };
         assert_eq!(keys.len(), n * turns, "{policy}");
-        assert!(keys.iter().all(|k| k.starts_with("ailb:{llm-route|")), "{keys:?}");
+        assert!(
+            keys.iter().all(|k| k.starts_with("ailb:{llm-route|")),
+            "{keys:?}"
+        );
         let ttl = bed.redis.cmd(&["TTL", keys[0].as_str()]).as_i64().unwrap();
         assert!((1..=1800).contains(&ttl), "{ttl}");
-        assert!(wait_for_zero(&bed, Duration::from_secs(5)).is_zero(), "{policy}: leases");
+        assert!(
+            wait_for_zero(&bed, Duration::from_secs(5)).is_zero(),
+            "{policy}: leases"
+        );
     }
 }
 
@@ -165,19 +174,33 @@ fn an_agents_own_header_keeps_its_pod_and_a_route_can_turn_it_off() {
     let sessions = [
         ("x-claude-code-session-id", "cc-1".to_string()),
         ("session_id", "codex-1".to_string()),
-        ("x-session-affinity", "\u{4f1a}\u{8bdd}-opencode".to_string()),
+        (
+            "x-session-affinity",
+            "\u{4f1a}\u{8bdd}-opencode".to_string(),
+        ),
         ("x-session-id", huge),
     ];
     for (name, id) in &sessions {
         let turns: Vec<Got> = (0..6)
             .map(|t| {
                 let gw = if t % 2 == 0 { &a } else { &b };
-                send(gw, "/v1/chat/completions", &[(name, id)], &chat_body("hi", 2))
+                send(
+                    gw,
+                    "/v1/chat/completions",
+                    &[(name, id)],
+                    &chat_body("hi", 2),
+                )
             })
             .collect();
         assert!(turns.iter().all(|g| g.status == 200), "{name}: {turns:?}");
-        assert!(turns.iter().all(|g| g.pod == turns[0].pod), "{name}: {turns:?}");
-        assert!(turns[1..].iter().all(|g| g.reason == "agent_session"), "{name}");
+        assert!(
+            turns.iter().all(|g| g.pod == turns[0].pod),
+            "{name}: {turns:?}"
+        );
+        assert!(
+            turns[1..].iter().all(|g| g.reason == "agent_session"),
+            "{name}"
+        );
     }
     assert_eq!(sum([&a, &b], "ai_lb.session.agent"), 24);
     assert_eq!(sum([&a, &b], "ai_lb.session.bound"), 4);
@@ -186,7 +209,12 @@ fn an_agents_own_header_keeps_its_pod_and_a_route_can_turn_it_off() {
     let c = bed.gateway(&bed.spec("off", Some(off)));
     let mut pods = HashSet::new();
     for _ in 0..6 {
-        let got = send(&c, "/v1/chat/completions", &[("session_id", "codex-1")], &chat_body("hi", 2));
+        let got = send(
+            &c,
+            "/v1/chat/completions",
+            &[("session_id", "codex-1")],
+            &chat_body("hi", 2),
+        );
         assert_eq!(got.reason, "least_request");
         pods.insert(got.pod);
     }
@@ -214,7 +242,10 @@ fn unknown_and_garbage_previous_responses_are_placed_and_counted() {
     assert_eq!(gw.stat("ai_lb.session.continuation_unknown"), 1);
     // Garbage: not a response id (a number, an object, 100 KB): counted, placed, answered.
     let long = "r".repeat(100 * 1024);
-    for (i, garbage) in [json!(7), json!({"id": "resp-1"}), json!(long)].into_iter().enumerate() {
+    for (i, garbage) in [json!(7), json!({"id": "resp-1"}), json!(long)]
+        .into_iter()
+        .enumerate()
+    {
         let body = json!({"model": "fake-model", "input": "x", "max_output_tokens": 2,
             "previous_response_id": garbage});
         let got = send(&gw, "/v1/responses", &[], body.to_string().as_bytes());
