@@ -165,19 +165,20 @@ pub fn identify(
         if let Some(bytes) = lazy.bytes(&*host) {
             let fields = agents::fields(api, &bytes);
             answer &= !fields.unstored;
+            let conversation = fields.conversation.map(|id| Sticky {
+                id,
+                kind: Kind::Agent,
+            });
             sticky = match fields.previous {
                 Previous::Id(id) => Some(Sticky {
                     id,
                     kind: Kind::Continuation,
                 }),
-                Previous::Garbage | Previous::Absent => {
-                    if fields.previous == Previous::Garbage {
-                        tel.inc(host, Counter::ContinuationUnknown);
-                    }
-                    fields.conversation.map(|id| Sticky {
-                        id,
-                        kind: Kind::Agent,
-                    })
+                Previous::Absent => conversation,
+                Previous::Garbage => {
+                    // Names no response: counted, and the conversation names the session.
+                    tel.inc(host, Counter::ContinuationUnknown);
+                    conversation
                 }
             };
         }
