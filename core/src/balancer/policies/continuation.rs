@@ -9,16 +9,17 @@
 //! (`ReadResponse::answer_id`), and records the id as soon as the machine has it
 //! (`Holding::answer_id`: a stream's first event, a JSON answer's first chunk), before the
 //! bytes that carry it reach the client:
-//! - in Redis (`<ns>:resp:<sha1>`, the route's hash tag, `agentSessionTTL`), one
-//!   fire-and-forget `SET … EX`;
+//! - in Redis (`<ns>:resp:<sha1>`, the route's hash tag, `agentSessionTTL`), one `SET … EX`
+//!   sent for the request (`RedisClient::bind`): the machine holds the answer's last chunk
+//!   until it is answered (`Balancer::holds_response`), so the client never has a whole answer
+//!   whose record is not in Redis;
 //! - in this proxy's shared data ([`Table`]: plain Envoy, and endpoint_metrics without Redis),
-//!   bounded as the plain-Envoy prefix index is (prefix/local_index.rs).
+//!   bounded as the plain-Envoy prefix index is (prefix/local_index.rs), written at once.
 //!
 //! Not with the lease's release, though that call is sent anyway: it goes at stream end, after
 //! the client has the whole answer, and an agent that sends its next turn at once through
-//! another gateway can reach Redis first (the e2e chains lost continuations so). The `SET` is
-//! sent before the chunk carrying the id reaches the client, so any continuation comes after
-//! it.
+//! another gateway can reach Redis first (the e2e chains lost continuations so; and so did an
+//! unheld `SET` on a loaded machine).
 
 use crate::balancer::events::Decision;
 use crate::balancer::holding::{Holding, Outcome, ReadResponse, Services};
