@@ -661,3 +661,25 @@ fn a_json_answers_end_waits_for_its_record_and_a_streams_does_not() {
     e.on_response_body(&mut host, 2, answer.len(), true);
     assert!(!e.holds_response(2));
 }
+
+#[test]
+fn a_streams_later_chunks_skip_the_vm_once_its_id_is_recorded() {
+    let (mut host, mut e) = glr(json!({}));
+    let body = json!({"input": "x", "stream": true}).to_string();
+    let (_, t) = send(&mut host, &mut e, 2, &[RESPONSES], body.as_bytes());
+    picked(&mut host, &mut e, t, "10.0.0.1:80", "0");
+    host.response_headers = vec![(":status".into(), "200".into())];
+    assert!(e.on_response_headers(&mut host, 2), "its head is read");
+    let created = "data: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_v\"}}\n\n";
+    host.response_body = created.as_bytes().to_vec();
+    // Found: nothing more to read, but the end may still have to wait for the write.
+    assert!(e.on_response_body(&mut host, 2, created.len(), false));
+    let write = last_token(&host);
+    deliver(&mut host, &mut e, write, b"+OK\r\n");
+    assert!(
+        !e.on_response_body(&mut host, 2, created.len(), false),
+        "the rest passes without the VM"
+    );
+    assert!(!e.wants_response_body(2));
+    assert_eq!(host.responses_resumed, 0, "nothing was held");
+}

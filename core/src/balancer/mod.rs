@@ -147,6 +147,8 @@ impl Balancer {
         self.requests
             .get(&ctx)
             .is_some_and(|r| r.phase().wants_response_body() || r.phase().reading())
+            // Its last chunk may have to wait for them (holds_response).
+            || self.vm.redis.writing(ctx)
     }
 
     /// A response body chunk of `size` bytes (the last when `end_of_stream`): the first is

@@ -112,6 +112,11 @@ impl Watch {
         answer_id::answer_id(self.tail.head())
     }
 
+    /// Whether it takes the usage event out of the stream (every chunk must pass it).
+    pub fn filtering(&self) -> bool {
+        self.filter.is_some()
+    }
+
     /// Whether the head is all the bytes it keeps ([`usage::HEAD_BYTES`]).
     pub fn head_full(&self) -> bool {
         self.tail.head().len() >= usage::HEAD_BYTES

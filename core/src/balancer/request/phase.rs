@@ -153,7 +153,9 @@ impl Phase {
             // A head that is full without one names none: not scanned again.
             r.id = !found && !r.watch.head_full();
         }
-        if end {
+        // Nothing more to read or take out: the rest of the answer passes without the VM.
+        let done = !r.usage && !r.id && !r.watch.filtering();
+        if end || done {
             self.close_reader();
         }
         (out, found)
