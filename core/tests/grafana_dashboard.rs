@@ -1,7 +1,7 @@
 //! plugin-config/grafana-dashboard.json: every panel query names only counters the plugin
 //! defines, in the form Envoy's `/stats/prometheus` gives them (the `wasmcustom` namespace
 //! stripped, dots as underscores: `ai_lb.glr.routed` is `ai_lb_glr_routed`; real Envoy is
-//! checked in e2e/suite/tests/envoy_dashboard.rs).
+//! checked in e2e/suite/tests/e2e/envoy_dashboard.rs).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 

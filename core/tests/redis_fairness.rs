@@ -80,6 +80,7 @@ impl Bed {
                 limit,
                 window_ms: WINDOW_MS,
             }),
+            trials: 0,
         };
         let chain = PrefixChain {
             keys: vec![format!("{}:px:0000000000000001", self.keys.namespace)],
@@ -127,8 +128,18 @@ impl Bed {
     }
 
     fn release(&self, c: &mut Conn, members: &[String]) -> bool {
-        let q = scripts::release_call(&self.scripts, false, &self.keys, members, true);
-        scripts::parse_release(&c.raw_reply(&q)).unwrap()
+        let q = scripts::release::release_call(
+            (&self.scripts, false),
+            &self.keys,
+            members,
+            true,
+            (
+                scripts::release::Learned::Nothing,
+                0,
+                &ailb_core::config::Ejection::OFF,
+            ),
+        );
+        scripts::parse_release(&c.raw_reply(&q)).unwrap() != scripts::Released::Nothing
     }
 
     fn pool_load(&self, c: &mut Conn) -> f64 {

@@ -76,6 +76,7 @@ impl Gate {
                 wait_rank: None,
                 pool_cap: 0,
                 tenant: None,
+                trials: 0,
             };
             let prefix = PrefixArgs {
                 chain,
@@ -114,8 +115,18 @@ impl Gate {
 
     fn release(&self, c: &mut Conn, rid: &str, ep: &str) -> bool {
         let member = scripts::lease_member(rid, ep, 1, None);
-        let q = scripts::release_call(&self.scripts, false, &self.keys, &[member], true);
-        scripts::parse_release(&c.raw_reply(&q)).unwrap()
+        let q = scripts::release::release_call(
+            (&self.scripts, false),
+            &self.keys,
+            &[member],
+            true,
+            (
+                scripts::release::Learned::Nothing,
+                0,
+                &ailb_core::config::Ejection::OFF,
+            ),
+        );
+        scripts::parse_release(&c.raw_reply(&q)).unwrap() != scripts::Released::Nothing
     }
 
     /// First bytes of (lease id, endpoint, rate sample) triples; how many were given back.
@@ -124,7 +135,7 @@ impl Gate {
             .iter()
             .flat_map(|(id, ep, s)| [id.to_string(), ep.to_string(), s.to_string()])
             .collect();
-        let q = scripts::prefill_done_call(&self.scripts, false, &self.keys, &args);
+        let q = scripts::release::prefill_done_call(&self.scripts, false, &self.keys, &args);
         match c.cmd_raw(&q) {
             Value::Integer(n) => n,
             other => panic!("{other:?}"),

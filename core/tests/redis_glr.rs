@@ -50,6 +50,7 @@ impl Glr {
             wait_rank: None,
             pool_cap: 0,
             tenant: None,
+            trials: 0,
         };
         let q = scripts::acquire_call(&self.scripts, false, &self.keys, &args);
         scripts::parse_acquire(&c.raw_reply(&q))
@@ -92,8 +93,18 @@ impl Glr {
     }
 
     fn release(&self, c: &mut Conn, members: &[String]) -> bool {
-        let q = scripts::release_call(&self.scripts, false, &self.keys, members, false);
-        scripts::parse_release(&c.raw_reply(&q)).unwrap()
+        let q = scripts::release::release_call(
+            (&self.scripts, false),
+            &self.keys,
+            members,
+            false,
+            (
+                scripts::release::Learned::Nothing,
+                0,
+                &ailb_core::config::Ejection::OFF,
+            ),
+        );
+        scripts::parse_release(&c.raw_reply(&q)).unwrap() != scripts::Released::Nothing
     }
 
     fn loads(&self, c: &mut Conn) -> HashMap<String, f64> {
@@ -364,6 +375,7 @@ fn it_reports_noscript_for_an_unknown_sha() {
         wait_rank: None,
         pool_cap: 0,
         tenant: None,
+        trials: 0,
     };
     let q = scripts::acquire_call(&g.scripts, true, &g.keys, &args);
     assert_eq!(

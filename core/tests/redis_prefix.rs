@@ -66,6 +66,7 @@ impl Px {
             wait_rank: None,
             pool_cap: 0,
             tenant: None,
+            trials: 0,
         };
         let chain = PrefixChain {
             keys: chain.to_vec(),
@@ -106,15 +107,19 @@ impl Px {
     }
 
     fn release(&self, c: &mut Conn, rid: &str, ep: &str) {
-        let q = scripts::release_call(
-            &self.scripts,
-            false,
+        let q = scripts::release::release_call(
+            (&self.scripts, false),
             &self.keys,
             &[scripts::lease_member(rid, ep, 1, None)],
             true,
+            (
+                scripts::release::Learned::Nothing,
+                0,
+                &ailb_core::config::Ejection::OFF,
+            ),
         );
         assert!(
-            scripts::parse_release(&c.raw_reply(&q)).unwrap(),
+            (scripts::parse_release(&c.raw_reply(&q)).unwrap() != scripts::Released::Nothing),
             "release {rid} on {ep}"
         );
     }
@@ -314,7 +319,7 @@ fn it_ignores_keys_of_an_older_generation_and_rewrites_the_bumping_chain() {
     let px = Px::new(&["a:1"]);
     px.sync(&mut c);
     let forget = |c: &mut Conn, chain: &[String], now: u64| -> Vec<i64> {
-        let q = scripts::forget_call(&px.keys, chain, "a:1", 1800, now);
+        let q = scripts::release::forget_call(&px.keys, chain, "a:1", 1800, now);
         match c.cmd_raw(&q) {
             Value::Array(Some(v)) => v.iter().map(|x| x.as_i64().unwrap()).collect(),
             other => panic!("{other:?}"),
@@ -363,7 +368,7 @@ fn it_ignores_keys_of_an_older_generation_and_rewrites_the_bumping_chain() {
     assert_eq!(px.pick(&mut c, "r5", &t2).depth, t2.len() as u32);
     px.release(&mut c, "r5", "a:1");
     assert_eq!(
-        forget(&mut c, &t3, 10_000 + scripts::FORGET_INTERVAL_MS)[0],
+        forget(&mut c, &t3, 10_000 + scripts::release::FORGET_INTERVAL_MS)[0],
         1,
         "a later shortfall bumps again"
     );

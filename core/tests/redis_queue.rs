@@ -85,6 +85,7 @@ impl Route {
                 limit,
                 window_ms: 10_000,
             }),
+            trials: 0,
         };
         let chain = PrefixChain {
             keys: chain,

@@ -86,6 +86,7 @@ impl Bed {
                 wait_rank: None,
                 pool_cap: 0,
                 tenant: None,
+                trials: 0,
             };
             let q = scripts::pick_call(&self.scripts, false, &self.keys, &args, prefix.as_ref());
             match scripts::parse_acquire(&c.raw_reply(&q)).unwrap() {
@@ -111,8 +112,18 @@ impl Bed {
     /// Releases `rid`'s lease on `ep` (`booked`: a prefix_cache route's); whether it was held.
     fn release(&self, c: &mut Conn, rid: &str, ep: &str, booked: bool) -> bool {
         let member = scripts::lease_member(rid, ep, 1, None);
-        let q = scripts::release_call(&self.scripts, false, &self.keys, &[member], booked);
-        scripts::parse_release(&c.raw_reply(&q)).unwrap()
+        let q = scripts::release::release_call(
+            (&self.scripts, false),
+            &self.keys,
+            &[member],
+            booked,
+            (
+                scripts::release::Learned::Nothing,
+                0,
+                &ailb_core::config::Ejection::OFF,
+            ),
+        );
+        scripts::parse_release(&c.raw_reply(&q)).unwrap() != scripts::Released::Nothing
     }
 
     fn bound(&self, c: &mut Conn, id: &str) -> Option<String> {

@@ -74,6 +74,7 @@ impl Bed {
             wait_rank: None,
             pool_cap: 0,
             tenant: None,
+            trials: 0,
         };
         let chain = chain.map(|keys| PrefixChain {
             keys: keys.to_vec(),
@@ -115,14 +116,18 @@ impl Bed {
     }
 
     fn release(&self, c: &mut Conn, rid: &str, ep: &str) {
-        let q = scripts::release_call(
-            &self.scripts,
-            false,
+        let q = scripts::release::release_call(
+            (&self.scripts, false),
             &self.keys,
             &[scripts::lease_member(rid, ep, 1, None)],
             true,
+            (
+                scripts::release::Learned::Nothing,
+                0,
+                &ailb_core::config::Ejection::OFF,
+            ),
         );
-        assert!(scripts::parse_release(&c.raw_reply(&q)).unwrap());
+        assert!(scripts::parse_release(&c.raw_reply(&q)).unwrap() != scripts::Released::Nothing);
     }
 
     fn bound(&self, c: &mut Conn, session: &str) -> Option<String> {

@@ -63,6 +63,7 @@ fn schema_type_of(rust: &str) -> Option<(&'static str, Option<&'static str>)> {
         "String" => ("string", None),
         "Vec<String>" => ("array", Some("string")),
         "std::collections::BTreeMap<String,f64>" => ("object", Some("number")),
+        "std::collections::BTreeMap<String,String>" => ("object", Some("string")),
         "Value" => ("object", None),
         other => panic!("raw.rs type {other}: add its schema type here"),
     })
@@ -208,6 +209,7 @@ fn contexts(policy: &str, build: Build) -> Vec<Value> {
         json!({"sessionHeader": "x-session-id"}),
         json!({"sessionHeader": "x-session-id", "serviceFQDN": "redis.static", "servicePort": 6379}),
         json!({"maxPoolRequests": 64, "tenantHeader": "x-tenant"}),
+        json!({"maxRequestCount": 4, "priorityHeader": "x-priority", "tenantHeader": "x-tenant"}),
         json!({"scrapeCluster": "ailb_scrape"}),
         json!({"metricsSource": "scrape", "scrapeCluster": "ailb_scrape"}),
         json!({"metric_policy": "weighted"}),

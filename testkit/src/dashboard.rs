@@ -1,5 +1,5 @@
 //! plugin-config/grafana-dashboard.json and the plugin counters its queries name, for the
-//! dashboard's tests (core/tests/grafana_dashboard.rs, e2e/suite/tests/envoy_dashboard.rs).
+//! dashboard's tests (core/tests/grafana_dashboard.rs, e2e/suite/tests/e2e/envoy_dashboard.rs).
 
 /// The shipped dashboard's JSON text.
 pub const GRAFANA_DASHBOARD: &str = include_str!("../../plugin-config/grafana-dashboard.json");

@@ -9,7 +9,7 @@
 // A benchmark driver, not plugin code: failing loudly on a broken setup is the point.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use ailb_core::config::TokenGate;
+use ailb_core::config::{Ejection, TokenGate};
 use ailb_core::redis::resp::Value;
 use ailb_core::redis::scripts::{
     self, AcquireArgs, Keys, PrefixArgs, PrefixChain, Scripts, SessionArgs,
@@ -105,6 +105,7 @@ fn measure_side_by_side(redis: &RedisServer, hosts: usize, variants: &[Variant])
             wait_rank: None,
             pool_cap: 0,
             tenant: None,
+            trials: 0,
         };
         c.cmd_raw(&scripts::acquire_call(&scripts, true, &keys, &args));
         let known = variant.blocks.saturating_sub(2);
@@ -179,6 +180,7 @@ fn measure_side_by_side(redis: &RedisServer, hosts: usize, variants: &[Variant])
                                 wait_rank: None,
                                 pool_cap: 0,
                                 tenant: None,
+                                trials: Ejection::DEFAULT.trials(),
                             };
                             // The conversation's known prefix plus this turn's two new blocks.
                             let mut chain = chains[(rng as usize) % chains.len()].clone();
@@ -238,7 +240,7 @@ fn measure_side_by_side(redis: &RedisServer, hosts: usize, variants: &[Variant])
                         let booked = routes[v].0.blocks > 0;
                         let queries: Vec<Vec<u8>> = h
                             .drain(..BATCH)
-                            .map(|m| scripts::release_call(&scripts, true, keys, &[m], booked))
+                            .map(|m| release(&scripts, keys, m, booked))
                             .collect();
                         for r in conn.pipeline(&queries) {
                             assert_eq!(r, Value::Integer(1), "release must find its lease");
@@ -253,7 +255,7 @@ fn measure_side_by_side(redis: &RedisServer, hosts: usize, variants: &[Variant])
                     let booked = routes[v].0.blocks > 0;
                     let queries: Vec<Vec<u8>> = h
                         .drain(..)
-                        .map(|m| scripts::release_call(&scripts, true, keys, &[m], booked))
+                        .map(|m| release(&scripts, keys, m, booked))
                         .collect();
                     conn.pipeline(&queries);
                 }
@@ -381,4 +383,14 @@ fn main() {
             eprintln!("dist/ai-load-balancer.wasm not built (make build): module size not reported")
         }
     }
+}
+
+/// A release as the plugin sends one after an answer, failure memory on (its defaults).
+fn release(scripts: &Scripts, keys: &Keys, member: String, booked: bool) -> Vec<u8> {
+    let learned = (
+        scripts::release::Learned::Answered,
+        1_000_000,
+        &Ejection::DEFAULT,
+    );
+    scripts::release::release_call((scripts, true), keys, &[member], booked, learned)
 }

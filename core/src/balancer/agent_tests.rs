@@ -60,10 +60,11 @@ fn send(
     (host.last_query_args(), host.next_token - 4)
 }
 
-/// The session (or response) key the acquire carried: the key before wait, tenants, seen.
+/// The session (or response) key the acquire carried: the key before health, ejected, wait,
+/// tenants, seen.
 fn session_of(args: &[String]) -> Option<String> {
     let numkeys: usize = args[2].parse().unwrap();
-    (numkeys == 7).then(|| args[3 + 3].clone())
+    (numkeys == 9).then(|| args[3 + 3].clone())
 }
 
 /// Redis answers a least-request pick on `endpoint` with session `state`.
@@ -132,7 +133,7 @@ fn an_agent_header_names_the_session_without_configuration() {
     );
     assert_eq!(session_of(&args), Some(session_key(NS, b"ses_1")));
     // ARGV[9..11]: agentSessionTTL (default 1800 s) and the guard's bounds.
-    assert_eq!(&args[10 + 8..10 + 11], ["1800", "8", "1.5"]);
+    assert_eq!(&args[12 + 8..12 + 11], ["1800", "8", "1.5"]);
     picked(&mut host, &mut e, t, "10.0.0.2:80", "1");
     let dbg = respond(&mut host, &mut e, 2, "200", &[]);
     assert_eq!(dbg, "endpoint=10.0.0.2:80; reason=agent_session");
@@ -143,7 +144,7 @@ fn an_agent_header_names_the_session_without_configuration() {
     for (ctx, name) in (3..).zip(crate::agents::HEADERS) {
         let (args, _) = send(&mut host, &mut e, ctx, &[(name, "id-7")], b"{}");
         assert_eq!(session_of(&args), Some(session_key(NS, b"id-7")), "{name}");
-        assert_eq!(args[10 + 8], "90");
+        assert_eq!(args[12 + 8], "90");
     }
 }
 
@@ -153,14 +154,14 @@ fn configured_sources_come_first_then_the_agent_headers_in_their_order() {
     let both = [("x-conv", "mine"), ("x-session-affinity", "agent")];
     let (args, t) = send(&mut host, &mut e, 2, &both, b"{}");
     assert_eq!(session_of(&args), Some(session_key(NS, b"mine")));
-    assert_eq!(args[10 + 8], "60", "a configured session keeps sessionTTL");
+    assert_eq!(args[12 + 8], "60", "a configured session keeps sessionTTL");
     picked(&mut host, &mut e, t, "10.0.0.1:80", "1");
     assert!(respond(&mut host, &mut e, 2, "200", &[]).ends_with("reason=session"));
     assert_eq!(host.metric("ai_lb.session.agent"), 0);
     // Without the configured header, the agent's own; agentSessionTTL defaults to sessionTTL.
     let (args, _) = send(&mut host, &mut e, 3, &both[1..], b"{}");
     assert_eq!(session_of(&args), Some(session_key(NS, b"agent")));
-    assert_eq!(args[10 + 8], "60");
+    assert_eq!(args[12 + 8], "60");
     // Among agent headers the list's order decides; an empty one is none.
     let headers = [
         ("x-session-id", "late"),
@@ -183,7 +184,7 @@ fn a_route_can_turn_agent_sessions_off() {
         &body,
     );
     assert_eq!(session_of(&args), None);
-    assert_eq!(args[9 + 8], "0", "no session");
+    assert_eq!(args[11 + 8], "0", "no session");
     picked(&mut host, &mut e, t, "10.0.0.1:80", "0");
     respond(&mut host, &mut e, 2, "200", &[r#"{"id":"resp_2"}"#]);
     assert!(sets(&host).is_empty(), "nothing recorded");
@@ -196,7 +197,7 @@ fn a_responses_answer_is_recorded_and_continued_on_its_pod() {
     let (mut host, mut e) = glr(json!({}));
     let (args, t) = send(&mut host, &mut e, 2, &[RESPONSES], &responses_body(None));
     assert_eq!(session_of(&args), None, "a first turn names no session");
-    let rid = args[11].clone();
+    let rid = args[13].clone();
     picked(&mut host, &mut e, t, "10.0.0.2:80", "0");
     let answer = r#"{"id":"resp_abc","object":"response","output":[{"id":"msg_1"}]}"#;
     respond(&mut host, &mut e, 2, "200", &[&answer[..20], &answer[20..]]);
@@ -207,8 +208,12 @@ fn a_responses_answer_is_recorded_and_continued_on_its_pod() {
         [["SET", &key, "10.0.0.2:80", "EX", "1800"].map(String::from)]
     );
     let rel = host.last_query_args();
-    assert_eq!(rel[2], "3", "load, leases, tenants");
-    assert_eq!(rel[6..], [format!("{rid}|10.0.0.2:80|1")]);
+    assert_eq!(rel[2], "5", "load, leases, tenants, health, ejected");
+    assert_eq!(
+        rel[8], "s",
+        "the wrapped lease learns its answer (failure memory)"
+    );
+    assert_eq!(rel[15..], [format!("{rid}|10.0.0.2:80|1")]);
     assert_eq!(host.metric("ai_lb.session.response_recorded"), 1);
     // The continuation: its previous response's key rides in the acquire's session slot.
     let body = responses_body(Some(json!("resp_abc")));

@@ -241,7 +241,7 @@ fn a_tenant_refusal_is_a_429_with_retry_after_and_holds_nothing() {
 fn the_lease_carries_the_tenant_and_redis_trouble_is_counted() {
     let (mut host, mut e) = higress(json!({"maxPoolRequests": 4, "tenantHeader": TENANT}));
     start(&mut host, &mut e, 2, &[(TENANT, "t1")]);
-    let rid = host.last_query_args()[11].clone();
+    let rid = host.last_query_args()[13].clone();
     let token = host.next_token - 4;
     let reply = encode_command(&["OK", "10.0.0.2:80", "0", "0", "0", "0"]);
     deliver(&mut host, &mut e, token, &reply);
@@ -250,7 +250,7 @@ fn the_lease_carries_the_tenant_and_redis_trouble_is_counted() {
     let rel = host.last_query_args();
     let id = crate::config::tenant_id(b"t1");
     assert_eq!(rel[5], "ailb:{chat|outbound|8000||llm.static}:tenants");
-    assert_eq!(rel[6], format!("{rid}~{id}|10.0.0.2:80|1"));
+    assert_eq!(rel[15], format!("{rid}~{id}|10.0.0.2:80|1"));
     // Redis down: the tenant's request falls back unheld to its share, counted.
     start(&mut host, &mut e, 3, &[(TENANT, "t1")]);
     let token = host.next_token - 4;

@@ -375,6 +375,8 @@ impl Balancer {
 #[cfg(test)]
 mod body_tests;
 #[cfg(test)]
+mod clamp_tests;
+#[cfg(test)]
 mod cluster_tests;
 #[cfg(test)]
 mod fairness_tests;

@@ -57,6 +57,8 @@ pub enum PickReply {
         /// The endpoint's load before this request (None: a session binding, nothing counted).
         load_before: Option<u64>,
         booked: Option<Booked>,
+        /// Every endpoint was ejected: chosen as if none were (failure memory's fail-open).
+        all_ejected: bool,
     },
     /// A reply in a policy's own terms ([`OwnReply`]).
     Own(Rc<dyn OwnReply>),

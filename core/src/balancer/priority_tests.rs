@@ -34,7 +34,7 @@ fn higress_start(host: &mut MockHost, e: &mut Balancer, ctx: u32, value: Option<
     host.live_contexts.push(ctx);
     assert_eq!(e.on_request_headers(host, ctx, false), Verdict::Pause);
     assert_eq!(e.on_request_body(host, ctx, 20, true), Verdict::Pause);
-    host.last_query_args()[13].clone()
+    host.last_query_args()[15].clone()
 }
 
 const LB: fn() -> Value = || {

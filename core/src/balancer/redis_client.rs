@@ -206,7 +206,8 @@ impl RedisClient {
         let Some(settings) = config.prefix() else {
             return;
         };
-        let query = scripts::forget_call(keys, chain, endpoint, settings.ttl_s, host.now_ms());
+        let query =
+            scripts::release::forget_call(keys, chain, endpoint, settings.ttl_s, host.now_ms());
         if let Ok(token) = self.call(host, tel, config, &query) {
             self.pending.insert(token, Op::Forget);
             tel.inc(host, Counter::PrefixGenerationBump);
@@ -367,7 +368,8 @@ impl RedisClient {
         reply: Result<Vec<u8>, Cause>,
     ) {
         match rel.outcome(reply) {
-            Outcome::Done => {}
+            Outcome::Done(None) => {}
+            Outcome::Done(Some(counter)) => tel.inc(host, counter),
             Outcome::Resend(rel) => {
                 tel.inc(host, Counter::RedisNoScript);
                 self.send_release(host, tel, rel);

@@ -28,7 +28,7 @@ fn sticky_pick(
 /// The session key the call carried (its last key), if any.
 fn session_of(args: &[String]) -> Option<String> {
     let numkeys: usize = args[2].parse().unwrap();
-    (numkeys == 7).then(|| args[3 + 3].clone())
+    (numkeys == 9).then(|| args[3 + 3].clone())
 }
 
 fn debug(host: &MockHost) -> String {
@@ -43,14 +43,14 @@ fn debug(host: &MockHost) -> String {
 fn the_header_names_the_session_and_rides_in_the_acquire() {
     let (mut host, mut e) = setup(STICKY);
     let (args, t) = sticky_pick(&mut host, &mut e, 2, &[("x-session-id", "conv-1")]);
-    assert_eq!(args[2], "7");
+    assert_eq!(args[2], "9");
     assert_eq!(
         session_of(&args).unwrap(),
         session_key(NS, b"conv-1"),
         "the session key shares the route's hash tag"
     );
     // ARGV[9..11]: session TTL (default 1800 s) and the guard's bounds.
-    assert_eq!(&args[10 + 8..10 + 11], ["1800", "8", "1.5"]);
+    assert_eq!(&args[12 + 8..12 + 11], ["1800", "8", "1.5"]);
     deliver(
         &mut host,
         &mut e,
@@ -112,7 +112,7 @@ fn empty_absent_huge_unicode_and_repeated_ids() {
     // Empty header, no cookie: no session at all (ARGV[9] = 0, three keys).
     let (args, _) = sticky_pick(&mut host, &mut e, 2, &[("x-session-id", "")]);
     assert_eq!(session_of(&args), None);
-    assert_eq!(args[9 + 8], "0");
+    assert_eq!(args[11 + 8], "0");
     // Absent header: the cookie names it; an empty header also falls through to it.
     let (args, _) = sticky_pick(
         &mut host,

@@ -1,6 +1,8 @@
 //! Counters and logs of one VM: every line carries `[ai-load-balancer] #<context id>`, disabled
 //! levels cost no formatting, and a fallback cause is logged at warn at most once per
-//! [`WARN_INTERVAL_MS`] (the rest at debug) so a Redis outage does not flood the log.
+//! [`WARN_INTERVAL_MS`] (the rest at debug) so a Redis outage does not flood the log; a
+//! clamped priority at most once per [`CLAMP_LOG_INTERVAL_MS`] per tenant, so a forged flood
+//! does not either.
 
 use crate::config::RouteConfig;
 use crate::host::{Host, LogLevel};
@@ -11,6 +13,12 @@ use std::fmt;
 
 /// A fallback cause is logged at warn at most this often per VM.
 const WARN_INTERVAL_MS: u64 = 10_000;
+/// A tenant's clamped priority is logged at warn at most this often per VM
+/// (docs/sessions-and-queues.md "Priority ceilings").
+pub const CLAMP_LOG_INTERVAL_MS: u64 = 60_000;
+/// At most this many tenants remembered for [`CLAMP_LOG_INTERVAL_MS`]: forged tenant names
+/// must not grow the VM's memory. Past it, a new tenant's clamp is logged at debug.
+pub const MAX_CLAMP_TENANTS: usize = 256;
 
 pub struct Telemetry {
     stats: Stats,
@@ -18,6 +26,8 @@ pub struct Telemetry {
     last_warn: HashMap<Cause, u64>,
     /// When [`Telemetry::redis_refused`] last warned.
     last_refused: Option<u64>,
+    /// When [`Telemetry::priority_clamped`] last warned, per tenant key.
+    last_clamp: HashMap<u64, u64>,
     /// prefix_cache's per-pod verified counters, defined as pods are verified.
     pub pods: PodStats,
 }
@@ -29,6 +39,7 @@ impl Telemetry {
             level,
             last_warn: HashMap::new(),
             last_refused: None,
+            last_clamp: HashMap::new(),
             pods: PodStats::default(),
         }
     }
@@ -87,6 +98,41 @@ impl Telemetry {
                 "Redis refused the credentials ({error}): check lb_config username and password; requests fall back until then"
             ),
         );
+    }
+
+    /// Priority ceilings: a request asked for a class above its tenant's ceiling and was
+    /// clamped. Counted each time; logged at warn at most once per [`CLAMP_LOG_INTERVAL_MS`]
+    /// per `tenant` (a hash of its name, 0 without one), at debug in between. `msg` must not
+    /// echo what the client sent (it names the tenant by its config name or its id).
+    pub fn priority_clamped(
+        &mut self,
+        host: &mut dyn Host,
+        ctx: u32,
+        tenant: u64,
+        msg: fmt::Arguments,
+    ) {
+        self.inc(host, Counter::PriorityClamped);
+        let now = host.now_ms();
+        let due = |t: &u64| now.saturating_sub(*t) >= CLAMP_LOG_INTERVAL_MS;
+        let level = match self.last_clamp.get(&tenant).copied() {
+            Some(t) if !due(&t) => LogLevel::Debug,
+            Some(_) => {
+                self.last_clamp.insert(tenant, now);
+                LogLevel::Warn
+            }
+            None => {
+                if self.last_clamp.len() >= MAX_CLAMP_TENANTS {
+                    self.last_clamp.retain(|_, t| !due(t));
+                }
+                if self.last_clamp.len() >= MAX_CLAMP_TENANTS {
+                    LogLevel::Debug
+                } else {
+                    self.last_clamp.insert(tenant, now);
+                    LogLevel::Warn
+                }
+            }
+        };
+        self.log(host, level, ctx, msg);
     }
 
     pub fn fell_back(&mut self, host: &mut dyn Host, ctx: u32, cause: Cause, denied: bool) {

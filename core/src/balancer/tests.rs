@@ -101,9 +101,13 @@ fn routes_then_releases_exactly_once() {
         ]
     );
     // First pick of this VM: the healthy set (sorted, unhealthy excluded) rides along.
-    assert_eq!(args[24], "-1", "no waiting-queue check");
-    assert_eq!(&args[25..], ["10.0.0.1:80", "10.0.0.2:80"]);
-    let rid = args[11].clone();
+    assert_eq!(args[26], "-1", "no waiting-queue check");
+    assert_eq!(
+        args[27], "1",
+        "an endpoint on trial takes one request (halfOpenTrials)"
+    );
+    assert_eq!(&args[28..], ["10.0.0.1:80", "10.0.0.2:80"]);
+    let rid = args[13].clone();
     deliver(
         &mut host,
         &mut e,
@@ -118,8 +122,13 @@ fn routes_then_releases_exactly_once() {
     end(&mut host, &mut e, 2);
     let rel = host.last_query_args();
     assert_eq!(rel[0], "EVALSHA");
-    assert_eq!(rel[2], "3", "load, leases, tenants");
-    assert_eq!(rel[6..], [format!("{rid}|10.0.0.2:80|1")]);
+    assert_eq!(rel[2], "5", "load, leases, tenants, health, ejected");
+    // What the answer taught (none came: the stream ended first), then the ejection figures.
+    assert_eq!(
+        rel[8..15],
+        ["-", "1700000000000", "5", "30000", "300000", "50", "1000"]
+    );
+    assert_eq!(rel[15..], [format!("{rid}|10.0.0.2:80|1")]);
     let last = host.next_token - 4;
     deliver(&mut host, &mut e, last, b":1\r\n");
     assert_eq!(e.tracked(), (0, 0));
@@ -142,7 +151,7 @@ fn steady_state_picks_skip_the_endpoint_list() {
     start(&mut host, &mut e, 3);
     assert_eq!(
         host.last_query_args().len(),
-        25,
+        28,
         "no endpoint list once synced"
     );
     // The healthy set changes: the list is sent again.
@@ -153,7 +162,7 @@ fn steady_state_picks_skip_the_endpoint_list() {
         ..host
     };
     start(&mut host, &mut e, 4);
-    assert_eq!(&host.last_query_args()[25..], ["10.0.0.1:80"]);
+    assert_eq!(&host.last_query_args()[28..], ["10.0.0.1:80"]);
 }
 
 #[test]
@@ -168,7 +177,7 @@ fn requests_without_body_are_balanced_at_headers() {
 fn abort_before_the_pick_returns_releases_on_arrival() {
     let (mut host, mut e) = setup("");
     let token = start(&mut host, &mut e, 2);
-    let rid = host.last_query_args()[11].clone();
+    let rid = host.last_query_args()[13].clone();
     end(&mut host, &mut e, 2);
     assert_eq!(host.redis_calls.len(), 1, "nothing to release yet");
     deliver(
@@ -180,7 +189,7 @@ fn abort_before_the_pick_returns_releases_on_arrival() {
     assert_eq!(host.override_host, None, "a dead stream is not touched");
     assert_eq!(host.resumed, 0);
     assert_eq!(
-        host.last_query_args()[6..],
+        host.last_query_args()[15..],
         [format!("{rid}|10.0.0.1:80|1")]
     );
     assert_eq!(host.metric("ai_lb.release.orphaned"), 1);
@@ -190,13 +199,13 @@ fn abort_before_the_pick_returns_releases_on_arrival() {
 fn lost_reply_falls_back_and_releases_every_possible_lease() {
     let (mut host, mut e) = setup("");
     let token = start(&mut host, &mut e, 2);
-    let rid = host.last_query_args()[11].clone();
+    let rid = host.last_query_args()[13].clone();
     fail_call(&mut host, &mut e, token);
     assert_eq!(host.resumed, 1, "fail open");
     assert_eq!(host.override_host, None);
     assert_eq!(host.metric("ai_lb.fallback.redis_timeout"), 1);
     assert_eq!(
-        host.last_query_args()[6..],
+        host.last_query_args()[15..],
         [
             format!("{rid}|10.0.0.1:80|1"),
             format!("{rid}|10.0.0.2:80|1")
@@ -242,11 +251,11 @@ fn sync_resends_the_list_once_then_gives_up() {
         &bulk_array(&["OK", "10.0.0.1:80", "0", "0", "0", "0"]),
     );
     let t = start(&mut host, &mut e, 3);
-    assert_eq!(host.last_query_args().len(), 25);
+    assert_eq!(host.last_query_args().len(), 28);
     deliver(&mut host, &mut e, t, &bulk_array(&["SYNC"]));
     assert_eq!(
         host.last_query_args().len(),
-        27,
+        30,
         "resent with the endpoint list"
     );
     let last = host.next_token - 4;
@@ -259,7 +268,7 @@ fn sync_resends_the_list_once_then_gives_up() {
 fn full_answers_429_and_releases_nothing() {
     let (mut host, mut e) = setup(r#","maxRequestCount":2"#);
     let t = start(&mut host, &mut e, 2);
-    assert_eq!(host.last_query_args()[13], "2", "cap sent to the script");
+    assert_eq!(host.last_query_args()[15], "2", "cap sent to the script");
     deliver(&mut host, &mut e, t, &bulk_array(&["FULL", "2"]));
     assert_eq!(
         host.local_responses,
@@ -330,7 +339,7 @@ fn override_failure_releases_and_falls_back() {
         &bulk_array(&["OK", "10.0.0.1:80", "0", "0", "0", "0"]),
     );
     assert_eq!(host.last_query_args()[0], "EVALSHA");
-    assert!(host.last_query_args()[6].ends_with("|10.0.0.1:80|1"));
+    assert!(host.last_query_args()[15].ends_with("|10.0.0.1:80|1"));
     assert_eq!(host.metric("ai_lb.fallback.override_failed"), 1);
     assert_eq!(host.resumed, 1);
 }
@@ -346,7 +355,7 @@ fn unknown_endpoint_in_reply_is_released() {
         &bulk_array(&["OK", "10.9.9.9:80", "0", "0", "0", "0"]),
     );
     assert_eq!(host.override_host, None);
-    assert!(host.last_query_args()[6].ends_with("|10.9.9.9:80|1"));
+    assert!(host.last_query_args()[15].ends_with("|10.9.9.9:80|1"));
 }
 
 #[test]
@@ -432,10 +441,10 @@ fn oversized_body_is_balanced_by_load_without_holding_it() {
 fn cost_modes_weight_the_pick() {
     let (mut host, mut e) = setup(r#","costMode":"bytes""#);
     start(&mut host, &mut e, 2);
-    assert_eq!(host.last_query_args()[12], "20");
+    assert_eq!(host.last_query_args()[14], "20");
     let (mut host, mut e) = setup(r#","costMode":"tokens""#);
     start(&mut host, &mut e, 2);
-    assert_eq!(host.last_query_args()[12], "5");
+    assert_eq!(host.last_query_args()[14], "5");
 }
 
 #[test]
@@ -483,7 +492,7 @@ fn request_ids_are_unique_per_vm() {
     let mut ids = std::collections::HashSet::new();
     for ctx in 2..200 {
         start(&mut host, &mut e, ctx);
-        assert!(ids.insert(host.last_query_args()[11].clone()));
+        assert!(ids.insert(host.last_query_args()[13].clone()));
     }
 }
 
@@ -535,10 +544,10 @@ fn prefix_sends_the_chain_as_keys() {
     let args = host.last_query_args();
     assert_eq!(args[1], Scripts::new().prefix_acquire.sha);
     assert_eq!(
-        args[2], "11",
+        args[2], "13",
         "load, leases, members, prefill, booked, rates, generations + the user message's key \
-         (the system prompt's alone is not sent: prefixAnchor conversation) + wait, tenants, \
-         seen"
+         (the system prompt's alone is not sent: prefixAnchor conversation) + health, ejected, \
+         wait, tenants, seen"
     );
     let ns = "ailb:{chat|outbound|8000||llm.static}:";
     assert_eq!(
@@ -555,18 +564,19 @@ fn prefix_sends_the_chain_as_keys() {
         assert_eq!(key.len(), ns.len() + "px:".len() + 16);
     }
     assert_eq!(
-        args[22..25],
+        args[24..27],
         ["1800", "8", "1.5"],
         "ttl and imbalance thresholds"
     );
-    // The gate: prompt tokens, threshold, penalty, start rate, learned; then the tokens up to
-    // the end of the user message's block.
+    // The gate: prompt tokens, threshold, penalty, start rate, learned; the trials (failure
+    // memory); then the tokens up to the end of the user message's block.
     let canon = crate::prefix::canonicalize(body, &Default::default()).unwrap();
     let tokens = (canon.blocks().map(<[u8]>::len).sum::<usize>() / 4).to_string();
-    assert_eq!(args[31..36], [tokens.as_str(), "0", "5000", "16000", "1"]);
-    assert_eq!(args[36], tokens, "the user message's block ends the prompt");
+    assert_eq!(args[33..38], [tokens.as_str(), "0", "5000", "16000", "1"]);
+    assert_eq!(args[38], "1", "halfOpenTrials");
+    assert_eq!(args[39], tokens, "the user message's block ends the prompt");
     assert_eq!(
-        args[37..],
+        args[40..],
         ["10.0.0.1:80", "10.0.0.2:80"],
         "then the healthy set"
     );
@@ -599,9 +609,12 @@ fn prefix_sends_the_chain_as_keys() {
     end(&mut host, &mut e, 2);
     let release = host.query_args(calls);
     assert_eq!(release[1], Scripts::new().release.sha);
-    assert_eq!(release[2], "5", "load, leases, tenants, prefill, booked");
+    assert_eq!(
+        release[2], "7",
+        "load, leases, tenants, health, ejected, prefill, booked"
+    );
     assert!(
-        release[8].ends_with("|10.0.0.2:80|1"),
+        release[17].ends_with("|10.0.0.2:80|1"),
         "released like least-request"
     );
     // The batch waited long enough: sent at stream end, with the rate sample.

@@ -3,6 +3,7 @@
 //! `debugHeader`, `maxBodyBytes`, `redisKeyPrefix` (strict), and the plain-Envoy build's
 //! `endpoints`, `destinationHeader`, `fallbackCount`, `maxBodyWaitMs` (strict).
 
+pub use super::ejection::Ejection;
 use super::error::ConfigError;
 pub use super::priority::Priority;
 pub use super::queue::Queue;
@@ -66,6 +67,9 @@ pub struct Common {
     pub max_pool: u64,
     /// Tenant fairness (docs/sessions-and-queues.md "Tenant fairness"); None: off.
     pub fairness: Option<std::rc::Rc<super::fairness::Fairness>>,
+    /// Failure memory (global_least_request, prefix_cache; `config/ejection.rs`): off for the
+    /// other policies.
+    pub ejection: Ejection,
 }
 
 impl Common {
@@ -85,6 +89,7 @@ impl Common {
             queue: None,
             max_pool: 0,
             fairness: None,
+            ejection: Ejection::OFF,
         }
     }
 }
@@ -243,6 +248,7 @@ impl TryFrom<In<'_, '_, RawLbConfig>> for Common {
             max_body_bytes: max_body_bytes as usize,
             max_body_wait_ms,
             detail_log,
+            ejection: Ejection::OFF,
         })
     }
 }

@@ -121,12 +121,7 @@ impl Fairness {
     /// repeating the header never moves a request to another tenant; an empty value (or
     /// none) is no tenant: not counted and never refused for fairness.
     pub fn tenant_of(&self, value: Option<&[u8]>) -> Option<Tenant> {
-        let value = value?;
-        let first = value.split(|&b| b == b',').next().unwrap_or_default();
-        let name = first.trim_ascii();
-        if name.is_empty() {
-            return None;
-        }
+        let name = Fairness::name_of(value?)?;
         let share = std::str::from_utf8(name)
             .ok()
             .and_then(|n| self.shares.get(n).copied())
@@ -135,6 +130,15 @@ impl Fairness {
             id: tenant_id(name),
             share,
         })
+    }
+
+    /// The tenant name a `tenantHeader` value gives: its first value (a repeated header is
+    /// joined by `,`), surrounding spaces trimmed; None when that is empty (no tenant). Raw
+    /// bytes, never decoded: priority ceilings (priority.rs) read the tenant through this too.
+    pub fn name_of(value: &[u8]) -> Option<&[u8]> {
+        let first = value.split(|&b| b == b',').next().unwrap_or_default();
+        let name = first.trim_ascii();
+        (!name.is_empty()).then_some(name)
     }
 
     /// The most a tenant of `share` may hold while another tenant is active, out of the

@@ -10,10 +10,12 @@
 //! "Configuration compatibility" is the user-facing account; `tools/check-config` runs this
 //! parser on a file.
 
+mod ceiling;
 mod cluster_hash;
 mod cluster_metrics;
 mod common;
 mod document;
+mod ejection;
 mod envelope;
 mod error;
 mod fairness;
@@ -38,12 +40,14 @@ mod types;
 mod values;
 mod warning;
 
+pub use ceiling::{Ceilings, CEILING_KEYS};
 pub use cluster_hash::{ClusterHashConfig, WeightedCluster, DEFAULT_HASH_HEADER};
 pub use cluster_metrics::{
     ClusterMetricsConfig, ClusterMode, MissingMetrics, DEFAULT_CLUSTER_HEADER,
 };
 pub use common::DEFAULT_DESTINATION_HEADER;
 pub use document::{plugin_configs, wasm_plugin, Delivered};
+pub use ejection::{Ejection, EJECTION_KEYS};
 pub use error::{ConfigError, ErrorKind};
 pub use fairness::{tenant_id, Fairness, Tenant, FAIRNESS_KEYS};
 pub use gate::{PrefillRate, TokenGate, DEFAULT_PREFILL_RATE};
@@ -179,6 +183,8 @@ impl PluginConfig {
     }
 }
 
+#[cfg(test)]
+mod ceiling_tests;
 #[cfg(test)]
 mod leniency_tests;
 #[cfg(test)]

@@ -1,7 +1,9 @@
 //! Priority classes (docs/sessions-and-queues.md "Priority classes"): a request's class comes from `priorityHeader`;
 //! when every endpoint is at `maxRequestCount` the lower classes are refused first (429 with
-//! `Retry-After`), and the highest class may go `criticalHeadroom` above the cap.
+//! `Retry-After`), and the highest class may go `criticalHeadroom` above the cap. With priority
+//! ceilings (ceiling.rs) a class above the caller's tenant's ceiling is clamped to it.
 
+use super::ceiling::Ceilings;
 use super::error::ConfigError;
 use super::raw::RawLbConfig;
 use super::read::Reader;
@@ -24,13 +26,17 @@ pub struct Priority {
     pub critical_headroom: u64,
     /// How far below `maxRequestCount` the lowest class is already refused.
     pub reserve: u64,
+    /// The highest class each tenant may use (None: whatever the header names).
+    pub ceilings: Option<Ceilings>,
 }
 
-/// A request's class: its rank (0 = highest) and whether its value named no class.
+/// A request's class: its rank (0 = highest), whether its value named no class, and the rank
+/// its header asked for when that was above its tenant's ceiling (the rank is the ceiling).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Class {
     pub rank: usize,
     pub unknown: bool,
+    pub clamped_from: Option<usize>,
 }
 
 impl Priority {
@@ -49,6 +55,16 @@ impl Priority {
                 ("defaultPriorityClass", default.is_some()),
                 ("criticalHeadroom", headroom.is_some()),
                 ("priorityReserve", reserve.is_some()),
+                // Typed and checked by ceiling.rs when priority classes are on.
+                (
+                    "priorityCeilings",
+                    r.own("priorityCeilings", &raw.priority_ceilings)?.is_some(),
+                ),
+                (
+                    "defaultPriorityCeiling",
+                    r.own("defaultPriorityCeiling", &raw.default_priority_ceiling)?
+                        .is_some(),
+                ),
             ] {
                 if set {
                     return Err(r.err(key, "needs `priorityHeader` (priority classes are off)"));
@@ -100,12 +116,14 @@ impl Priority {
                 .position(|c| c == "standard")
                 .unwrap_or(classes.len() - 1),
         };
+        let ceilings = Ceilings::read(raw, r, &classes, default_rank)?;
         Ok(Some(Priority {
             header: header.to_ascii_lowercase(),
             classes,
             default_rank,
             critical_headroom: headroom.unwrap_or(0),
             reserve: reserve.unwrap_or(0),
+            ceilings,
         }))
     }
 
@@ -118,6 +136,7 @@ impl Priority {
             return Class {
                 rank: self.default_rank,
                 unknown: false,
+                clamped_from: None,
             };
         };
         let mut lowest: Option<usize> = None;
@@ -137,6 +156,7 @@ impl Priority {
                     return Class {
                         rank: self.default_rank,
                         unknown: true,
+                        clamped_from: None,
                     }
                 }
             }
@@ -144,6 +164,29 @@ impl Priority {
         Class {
             rank: lowest.unwrap_or(self.default_rank),
             unknown: lowest.is_none(),
+            clamped_from: None,
+        }
+    }
+
+    /// [`Priority::class_of`] held to the ceiling of the caller's tenant (its name as
+    /// `Fairness::name_of` reads it; None: no tenant): never raised, lowered to the ceiling
+    /// when above it. `clamped_from` says what a header asked for above the ceiling; a request
+    /// without the header or naming no class gets its default class held to the ceiling
+    /// silently (it claimed nothing).
+    pub fn class_for(&self, value: Option<&str>, tenant: Option<&[u8]>) -> Class {
+        let class = self.class_of(value);
+        let Some(ceilings) = &self.ceilings else {
+            return class;
+        };
+        let (ceiling, _) = ceilings.of(tenant);
+        if class.rank >= ceiling {
+            return class;
+        }
+        let asked = value.is_some() && !class.unknown;
+        Class {
+            rank: ceiling,
+            unknown: class.unknown,
+            clamped_from: asked.then_some(class.rank),
         }
     }
 

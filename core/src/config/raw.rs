@@ -135,8 +135,17 @@ raw_object! {
         default_priority_class: Own<String> = "defaultPriorityClass",
         critical_headroom: Own<u64> = "criticalHeadroom",
         priority_reserve: Own<u64> = "priorityReserve",
+        priority_ceilings: Own<std::collections::BTreeMap<String, String>> = "priorityCeilings",
+        default_priority_ceiling: Own<String> = "defaultPriorityCeiling",
         queue_timeout_ms: Own<u64> = "queueTimeoutMs",
         max_queued: Own<u64> = "maxQueued",
+        // Ours: failure memory (global_least_request, prefix_cache).
+        eject_after_failures: Own<u64> = "ejectAfterFailures",
+        ejection_ms: Own<u64> = "ejectionMs",
+        max_ejection_ms: Own<u64> = "maxEjectionMs",
+        max_ejected_percent: Own<u64> = "maxEjectedPercent",
+        half_open_trials: Own<u64> = "halfOpenTrials",
+        failure_penalty_ms: Own<u64> = "failurePenaltyMs",
         // Ours: session stickiness (every endpoint policy).
         session_header: Own<String> = "sessionHeader",
         session_cookie: Own<String> = "sessionCookie",

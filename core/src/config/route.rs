@@ -2,9 +2,11 @@
 //! chosen as Higress's Go plugin chooses them, `lb_config` compiled by the policy's module,
 //! and every `lb_config` key the policy does not read reported (Higress ignores them too).
 
+use super::ceiling::CEILING_KEYS;
 use super::cluster_hash::CLUSTER_HASH_KEYS;
 use super::cluster_metrics::CLUSTER_METRICS_KEYS;
 use super::common::{self, Common, COMMON_KEYS, ENVOY_KEYS};
+use super::ejection::{Ejection, EJECTION_KEYS};
 use super::error::ConfigError;
 use super::fairness::FAIRNESS_KEYS;
 use super::hash_key::HashKey;
@@ -43,6 +45,8 @@ const OWNERS: &[(&str, &[&[&str]])] = &[
             SESSION_KEYS,
             AGENT_KEYS,
             FAIRNESS_KEYS,
+            EJECTION_KEYS,
+            CEILING_KEYS,
         ],
     ),
     (
@@ -56,6 +60,8 @@ const OWNERS: &[(&str, &[&[&str]])] = &[
             SESSION_KEYS,
             AGENT_KEYS,
             FAIRNESS_KEYS,
+            EJECTION_KEYS,
+            CEILING_KEYS,
         ],
     ),
     (
@@ -192,6 +198,13 @@ fn compile(
                         "the pool cap and tenant fairness need global_least_request or prefix_cache",
                     ));
                 }
+                // Priority ceilings are bound to `tenantHeader`'s tenant, refused just above.
+                if let Some(key) = lb.present().into_iter().find(|k| CEILING_KEYS.contains(k)) {
+                    return Err(r.err(
+                        key,
+                        "priority ceilings are bound to `tenantHeader`: global_least_request or prefix_cache",
+                    ));
+                }
             }
             // endpoint_metrics keeps session bindings in Redis when a sticky route names a
             // Redis service (Higress build; docs/sessions-and-queues.md "Sessions"), else nothing.
@@ -219,11 +232,14 @@ fn compile(
                 r: &mut *r,
                 build,
             })?;
-            let common = Common::try_from(In {
+            let mut common = Common::try_from(In {
                 raw: lb,
                 r: &mut *r,
                 build,
             })?;
+            if kind != Policy::EndpointMetrics {
+                common.ejection = Ejection::read(lb, r, build)?;
+            }
             if kind == Policy::PrefixCache && build == Build::Higress && common.max_load > 0 {
                 r.warn(
                     "maxRequestCount",

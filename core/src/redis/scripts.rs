@@ -6,10 +6,13 @@ use super::resp;
 use sha1::{Digest, Sha1};
 
 mod prefix;
+pub mod release;
 mod reply;
 pub use prefix::{lease_id, PrefixArgs, PrefixChain};
 pub(super) use reply::decode;
-pub use reply::{parse_acquire, parse_release, AcquireReply, Booked, ReplyError, SessionState};
+pub use reply::{
+    parse_acquire, parse_release, AcquireReply, Booked, Released, ReplyError, SessionState,
+};
 
 /// A script text and its SHA-1 for EVALSHA.
 #[derive(Debug, Clone)]
@@ -29,11 +32,13 @@ impl Script {
 
 pub const GLR_ACQUIRE: &str = concat!(
     include_str!("scripts/lease.lua"),
+    include_str!("scripts/health.lua"),
     include_str!("scripts/pick.lua"),
     include_str!("scripts/glr_acquire.lua")
 );
 pub const PREFIX_ACQUIRE: &str = concat!(
     include_str!("scripts/lease.lua"),
+    include_str!("scripts/health.lua"),
     include_str!("scripts/pick.lua"),
     include_str!("scripts/prefix_acquire.lua")
 );
@@ -44,6 +49,7 @@ pub const PREFILL_DONE: &str = concat!(
 );
 pub const RELEASE: &str = concat!(
     include_str!("scripts/lease.lua"),
+    include_str!("scripts/health.lua"),
     include_str!("scripts/release.lua")
 );
 pub const SERVICE_ACQUIRE: &str = concat!(
@@ -58,6 +64,10 @@ pub const SERVICE_RELEASE: &str = concat!(
     include_str!("scripts/service_lease.lua"),
     include_str!("scripts/service_release.lua")
 );
+
+/// What health.lua adds to an ejected endpoint's load score (`EJECTED`): a load read from
+/// Redis is `score % EJECTED_MARK` (docs/redis-data-model.md §14).
+pub const EJECTED_MARK: f64 = 1e12;
 
 /// The scripts one VM uses, hashed once at start.
 #[derive(Debug, Clone)]
@@ -133,6 +143,10 @@ pub struct Keys {
     pub prefill: String,
     pub booked: String,
     pub rates: String,
+    /// Failure memory (docs/redis-data-model.md §14): per endpoint its failures in a row, its
+    /// ejections and trial (hash), and until when it is ejected (zset).
+    pub health: String,
+    pub ejected: String,
 }
 
 impl Keys {
@@ -151,6 +165,8 @@ impl Keys {
             booked: format!("{namespace}:prefill_booked"),
             rates: format!("{namespace}:prefill_rate"),
             gen: format!("{namespace}:gen"),
+            health: format!("{namespace}:health"),
+            ejected: format!("{namespace}:ejected"),
             namespace,
         }
     }
@@ -202,7 +218,7 @@ pub fn load(script: &Script) -> Vec<u8> {
 /// acquire on its route after the lease expired (docs/redis-data-model.md §6). With nothing
 /// expired it is one `ZRANGEBYSCORE` that finds nothing. A random 1 in 16, used before, left
 /// healing to chance: after a Redis failover some routes kept a leaked count for 90 picks and
-/// more (e2e/suite/tests/redis_cluster.rs).
+/// more (e2e/suite/tests/e2e/redis_cluster.rs).
 pub const RECLAIM_LIMIT: u32 = 4;
 
 /// Arguments of one acquire (see glr_acquire.lua for their order).
@@ -227,6 +243,8 @@ pub struct AcquireArgs<'a> {
     pub pool_cap: u64,
     /// Tenant fairness: the request's tenant.
     pub tenant: Option<TenantArgs<'a>>,
+    /// Failure memory: how many requests an endpoint on trial takes (0: off).
+    pub trials: u64,
 }
 
 /// What a tenant adds to an acquire (docs/redis-data-model.md §11).
@@ -303,8 +321,13 @@ pub fn pick_call(
         a.wait_rank.map_or("-1".to_string(), |r| r.to_string()),
     ];
     args.extend(admission.iter().map(|s| s.as_bytes()));
+    // prefix_cache's five gate figures, the trials (both scripts), then its per-key tokens.
     let gate = prefix.map(PrefixArgs::gate_args).unwrap_or_default();
-    args.extend(gate.iter().map(|s| s.as_bytes()));
+    let (figures, per_key) = gate.split_at(gate.len().min(5));
+    let trials = a.trials.to_string();
+    args.extend(figures.iter().map(|s| s.as_bytes()));
+    args.push(trials.as_bytes());
+    args.extend(per_key.iter().map(|s| s.as_bytes()));
     if let Some(eps) = a.endpoints {
         args.extend(eps.iter().map(|e| e.as_bytes()));
     }
@@ -322,6 +345,8 @@ pub fn pick_call(
     }
     // Always sent, so the scripts find them from the end (glr_acquire.lua).
     all_keys.extend([
+        keys.health.as_str(),
+        keys.ejected.as_str(),
         keys.wait.as_str(),
         keys.tenants.as_str(),
         keys.seen.as_str(),
@@ -333,66 +358,6 @@ pub fn pick_call(
 /// `<request id>~<tenant id>` as the first part for a tenant's request (lease.lua).
 pub fn lease_member(request_id: &str, endpoint: &str, cost: u64, tenant: Option<&str>) -> String {
     format!("{}|{endpoint}|{cost}", lease_id(request_id, tenant))
-}
-
-/// The least time between two generation bumps of one pod (prefix_forget.lua).
-pub const FORGET_INTERVAL_MS: u64 = 5_000;
-
-/// `EVAL` of prefix_forget.lua: `endpoint`'s generation bumped, `chain` re-written at the new
-/// one. Sent as EVAL (text, not SHA): it is rare, and a lost script needs no second round.
-pub fn forget_call(
-    keys: &Keys,
-    chain: &[String],
-    endpoint: &str,
-    ttl_s: u64,
-    now_ms: u64,
-) -> Vec<u8> {
-    let mut all_keys: Vec<&str> = vec![&keys.gen];
-    all_keys.extend(chain.iter().map(String::as_str));
-    let (ttl, now, interval) = (
-        ttl_s.to_string(),
-        now_ms.to_string(),
-        FORGET_INTERVAL_MS.to_string(),
-    );
-    let forget = Script {
-        text: PREFIX_FORGET,
-        sha: String::new(),
-    };
-    let args: [&[u8]; 4] = [
-        endpoint.as_bytes(),
-        ttl.as_bytes(),
-        now.as_bytes(),
-        interval.as_bytes(),
-    ];
-    call(&forget, false, &all_keys, &args)
-}
-
-/// `booked`: the leases may hold prefill bookings (prefix_cache), given back with them.
-pub fn release_call(
-    scripts: &Scripts,
-    by_sha: bool,
-    keys: &Keys,
-    members: &[String],
-    booked: bool,
-) -> Vec<u8> {
-    let args: Vec<&[u8]> = members.iter().map(|m| m.as_bytes()).collect();
-    let mut all_keys = vec![keys.load.as_str(), &keys.leases, &keys.tenants];
-    if booked {
-        all_keys.extend([keys.prefill.as_str(), &keys.booked]);
-    }
-    call(&scripts.release, by_sha, &all_keys, &args)
-}
-
-/// First bytes of a route's prefix_cache requests: `done` holds (lease id, endpoint, rate
-/// sample in tokens/s, 0 = none) triples (prefill_done.lua).
-pub fn prefill_done_call(scripts: &Scripts, by_sha: bool, keys: &Keys, done: &[String]) -> Vec<u8> {
-    let args: Vec<&[u8]> = done.iter().map(|m| m.as_bytes()).collect();
-    call(
-        &scripts.prefill_done,
-        by_sha,
-        &[&keys.prefill, &keys.booked, &keys.rates],
-        &args,
-    )
 }
 
 #[cfg(test)]

@@ -7,25 +7,44 @@
 //! many unrelated conversations (distinct anchor keys), each with nothing of its own cached,
 //! within [`FLUSH_WINDOW_MS`], and no answer between that found any of its conversation on the
 //! pod. A single short answer changes nothing: that request has just recomputed its prompt on
-//! the pod, and its pick already pointed the conversation's keys there. Pure: the balancer
-//! feeds it every verified prediction (balancer/verify.rs).
+//! the pod, and its pick already pointed the conversation's keys there.
+//!
+//! How long a run it takes depends on the other pods. Where the route's other pods keep what
+//! is predicted on them, [`FLUSH_CONVERSATIONS`]; where they come back empty too (the fleet is
+//! evicting: its KV is too small for its conversations), a run of old conversations coming back
+//! empty on one pod is eviction's luck, and the run must be long enough that its odds at the
+//! other pods' rate of empty answers are under [`CHANCE_RUN`] (at most [`MAX_RUN`]: a fleet
+//! evicting more is never judged emptied by its answers; a restart still shows in the metrics,
+//! prefix_cache/restarts.rs, and a missed flush costs little where hits are that rare). Pure:
+//! the prefix_cache policy feeds it every verified prediction of its route
+//! (policies/prefix_cache/verified.rs).
 
 use super::{Shortfall, ENGINE_BLOCK_TOKENS};
-use std::collections::HashMap;
+use crate::hash;
+use std::collections::{HashMap, VecDeque};
 
 /// Unrelated conversations that must each come back with nothing cached: the requests in flight
 /// on, or next sent to, an emptied pod all do, and a pod evicting by LRU keeps its recent
-/// conversations and the first blocks of older ones, whose answers end the run. A pod short of
-/// KV under load keeps little and can answer several in a row so: on the trace bench's replay
-/// 3 bumped each pod about every 5 s (the least interval between two bumps), 8 about once a
-/// run, while forgetting a pod that still holds conversations costs far more than a pod's
-/// conversations each coming back short once after a flush (docs/redis-data-model.md §5).
+/// conversations and the first blocks of older ones, whose answers end the run. The least run:
+/// forgetting a pod that still holds conversations costs far more than a pod's conversations
+/// each coming back short once after a flush; a fleet short of KV asks for longer ones
+/// ([`Flushes::answer`], docs/redis-data-model.md §5).
 pub const FLUSH_CONVERSATIONS: usize = 8;
 /// The span those answers must fall within: an emptied pod's next predicted hits come back
 /// within the few seconds of their prefill.
 pub const FLUSH_WINDOW_MS: u64 = 10_000;
 /// The most pods followed (a route's pods come and go).
 const MAX_PODS: usize = 4096;
+/// The route's last predicted answers, every pod's, that say whether the fleet is evicting.
+pub const FLEET_ANSWERS: usize = 128;
+/// Other pods' answers among them needed to judge; with fewer, a run of
+/// [`FLUSH_CONVERSATIONS`] is enough.
+pub const FLEET_MIN_OTHERS: usize = 4;
+/// The odds a run of empty answers may have by chance, at the other pods' rate of them.
+pub const CHANCE_RUN: f64 = 1e-4;
+/// The longest run asked for: a fleet evicting more than this allows is never judged emptied by
+/// its answers (a 0.75 share of empty answers asks for 33).
+pub const MAX_RUN: usize = 32;
 
 /// One verified answer, as the rule reads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,10 +69,13 @@ impl Answer {
     }
 }
 
-/// Per pod, the conversations that came back empty since its last answer that held something.
+/// Per pod, the conversations that came back empty since its last answer that held something;
+/// and the route's last predicted answers.
 #[derive(Debug, Default)]
 pub struct Flushes {
     pods: HashMap<String, Vec<(u64, u64)>>,
+    /// (pod, held something) of the last [`FLEET_ANSWERS`] predicted answers, pods hashed.
+    fleet: VecDeque<(u64, bool)>,
 }
 
 impl Flushes {
@@ -63,11 +85,16 @@ impl Flushes {
         if !a.predicted {
             return false; // a miss says nothing of what the pod holds
         }
+        let id = hash::fnv1a(hash::FNV_OFFSET, pod.as_bytes());
         if !a.empty() {
             // It held some of its conversation: whatever fell short before was eviction.
+            self.remember(id, true);
             self.pods.remove(pod);
             return false;
         }
+        // Judged by the other pods' answers before this one.
+        let needed = self.run_needed(id);
+        self.remember(id, false);
         if self.pods.len() >= MAX_PODS && !self.pods.contains_key(pod) {
             self.pods.clear();
         }
@@ -76,11 +103,42 @@ impl Flushes {
             c != a.conversation && a.now_ms.saturating_sub(at) <= FLUSH_WINDOW_MS
         });
         run.push((a.conversation, a.now_ms));
-        if run.len() < FLUSH_CONVERSATIONS {
+        if needed.is_none_or(|n| run.len() < n) {
             return false;
         }
         self.pods.remove(pod);
         true
+    }
+
+    /// One more of the route's predicted answers: its pod, and whether it held something.
+    fn remember(&mut self, pod: u64, held: bool) {
+        if self.fleet.len() >= FLEET_ANSWERS {
+            self.fleet.pop_front();
+        }
+        self.fleet.push_back((pod, held));
+    }
+
+    /// The run of empty answers that makes `pod` emptied: [`FLUSH_CONVERSATIONS`], or more
+    /// when the other pods' recent predicted answers come back empty too, so that a run as long
+    /// by chance at their rate has odds under [`CHANCE_RUN`]; None when no run is that unlikely
+    /// within [`MAX_RUN`].
+    fn run_needed(&self, pod: u64) -> Option<usize> {
+        let (empty, others) = self
+            .fleet
+            .iter()
+            .filter(|(p, _)| *p != pod)
+            .fold((0u32, 0u32), |(e, n), (_, held)| {
+                (e + u32::from(!*held), n + 1)
+            });
+        if (others as usize) < FLEET_MIN_OTHERS || empty == 0 {
+            return Some(FLUSH_CONVERSATIONS);
+        }
+        if empty == others {
+            return None; // no run is unlikely where every answer comes back empty
+        }
+        let rate = f64::from(empty) / f64::from(others);
+        let n = (CHANCE_RUN.ln() / rate.ln()).ceil();
+        (n <= MAX_RUN as f64).then(|| FLUSH_CONVERSATIONS.max(n as usize))
     }
 
     /// Conversations counted toward `pod`'s flush now.
@@ -176,6 +234,40 @@ mod tests {
             assert!(!f.answer("p", empty(c, c * step)), "conversation {c}");
         }
         assert_eq!(f.pending("p"), FLUSH_CONVERSATIONS - 1);
+    }
+
+    /// The run asked for grows with the other pods' share of empty answers: 8 while they hold
+    /// what is predicted, as long as makes its odds by chance under 1 in 10,000 while they
+    /// evict, and never past [`MAX_RUN`].
+    #[test]
+    fn the_run_asked_for_follows_the_other_pods_share_of_empty_answers() {
+        let held = |c: u64| answer(c, Shortfall::None, 900, 0);
+        // q and r answer `empty_of_eight` empty of every eight, again and again; then p's run.
+        let run_for = |empty_of_eight: usize| {
+            let mut f = Flushes::default();
+            for c in 0..(FLEET_ANSWERS / 8) as u64 {
+                for k in 0..8 {
+                    let pod = if k % 2 == 0 { "q" } else { "r" };
+                    let a = if k < empty_of_eight {
+                        empty(1_000 + 8 * c + k as u64, 0)
+                    } else {
+                        held(c)
+                    };
+                    f.answer(pod, a);
+                }
+            }
+            (0..MAX_RUN as u64 + 1)
+                .position(|c| f.answer("p", empty(c, 10)))
+                .map(|at| at + 1)
+        };
+        assert_eq!(run_for(0), Some(FLUSH_CONVERSATIONS), "the others hold");
+        // 1e-4 at a quarter empty: 7 (so 8); at half: 14 (0.5^14 < 1e-4 < 0.5^13), or 13 as
+        // p's own answers push the oldest of the others' (four empty) out of the window.
+        assert_eq!(run_for(2), Some(FLUSH_CONVERSATIONS));
+        assert!(matches!(run_for(4), Some(13 | 14)), "{:?}", run_for(4));
+        // Seven of eight: 0.875^32 > 1e-4.
+        assert_eq!(run_for(7), None);
+        assert_eq!(run_for(8), None, "every answer empty");
     }
 
     #[test]

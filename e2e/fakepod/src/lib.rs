@@ -16,6 +16,7 @@ pub mod load;
 pub mod messages_api;
 pub mod metrics;
 pub mod openai;
+pub mod pod;
 pub mod probe;
 pub mod responses_api;
 pub mod responses_store;
@@ -27,5 +28,5 @@ pub mod wire;
 
 pub use config::{EngineKind, MetricsSource, PodConfig};
 pub use engine::Snapshot;
+pub use pod::{spawn_pod, DeadPod, PodHandle};
 pub use responses_store::ResponseStore;
-pub use server::{spawn_pod, PodHandle};

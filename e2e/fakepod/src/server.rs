@@ -1,120 +1,38 @@
-//! HTTP front of a fake pod: routing, fault injection, streaming and the pod handle tests use.
+//! HTTP front of a fake pod: routing, fault injection and streaming (its handle: pod.rs).
 
 use crate::body::{json_resp, respond, ChannelBody, RespBody};
-use crate::config::{MetricsSource, PodConfig};
-use crate::engine::{Engine, Snapshot};
+use crate::config::MetricsSource;
+use crate::engine::Engine;
 use crate::generate::generate;
 use crate::metrics;
 use crate::openai::{error_body, parse_request};
 use crate::probe::probe_body;
 use crate::rng::Rng;
 use crate::tokenize::ApiKind;
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
-use tokio::task::JoinSet;
+use tokio::net::TcpStream;
 use tokio::time::sleep;
 
 /// How long `x-fake-fault: hang` holds a request (the connection is dropped afterwards).
 const HANG_FOR: Duration = Duration::from_secs(3600);
 
-/// A running fake pod. Dropping it stops the server and aborts its connections.
-pub struct PodHandle {
-    pub name: String,
-    pub addr: SocketAddr,
-    engine: Arc<Engine>,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl PodHandle {
-    /// `http://127.0.0.1:PORT`
-    pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    /// Current engine state (same as `GET /admin/state`).
-    pub fn state(&self) -> Snapshot {
-        self.engine.snapshot()
-    }
-
-    /// The engine (for in-process assertions).
-    pub fn engine(&self) -> &Arc<Engine> {
-        &self.engine
-    }
-
-    /// Stops accepting, aborts open connections and waits for the accept loop to end.
-    pub async fn shutdown(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        let _ = (&mut self.task).await;
-    }
-}
-
-impl Drop for PodHandle {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// Binds `cfg.listen` and serves until the handle is shut down or dropped.
-pub async fn spawn_pod(cfg: PodConfig) -> Result<PodHandle> {
-    let listener = TcpListener::bind(cfg.listen)
-        .await
-        .with_context(|| format!("bind {}", cfg.listen))?;
-    let addr = listener.local_addr()?;
-    let name = cfg.name.clone();
-    let engine = Engine::new(cfg);
-    let ctx = Arc::new(Ctx {
-        engine: engine.clone(),
-        ids: AtomicU64::new(0),
-        received: AtomicU64::new(0),
-    });
-    let (stop_tx, mut stop_rx) = oneshot::channel();
-    let task = tokio::spawn(async move {
-        // Connections live in this set so that stopping the pod aborts them all.
-        let mut conns = JoinSet::new();
-        loop {
-            tokio::select! {
-                _ = &mut stop_rx => break,
-                accepted = listener.accept() => {
-                    if let Ok((stream, _)) = accepted {
-                        conns.spawn(serve_conn(stream, ctx.clone()));
-                    }
-                }
-                Some(_) = conns.join_next(), if !conns.is_empty() => {}
-            }
-        }
-        conns.shutdown().await;
-    });
-    Ok(PodHandle {
-        name,
-        addr,
-        engine,
-        stop: Some(stop_tx),
-        task,
-    })
-}
-
-struct Ctx {
-    engine: Arc<Engine>,
-    ids: AtomicU64,
+pub(crate) struct Ctx {
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) ids: AtomicU64,
     /// Generation requests received, numbering the `error_rate` draws.
-    received: AtomicU64,
+    pub(crate) received: AtomicU64,
 }
 
 /// Returned by the service to make hyper drop the connection without a response.
@@ -172,7 +90,7 @@ impl AsyncWrite for FaultStream {
     }
 }
 
-async fn serve_conn(stream: TcpStream, ctx: Arc<Ctx>) {
+pub(crate) async fn serve_conn(stream: TcpStream, ctx: Arc<Ctx>) {
     let _ = stream.set_nodelay(true); // SSE chunks must leave at once for honest TTFT
     let reset = Arc::new(AtomicBool::new(false));
     let io = TokioIo::new(FaultStream {

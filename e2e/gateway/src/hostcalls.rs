@@ -130,6 +130,9 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
             let Some(s) = h.stream() else {
                 return status::NOT_FOUND;
             };
+            if t == buffer::HTTP_REQUEST_BODY {
+                s.req_body_set = true;
+            }
             let buf = match t {
                 buffer::HTTP_REQUEST_BODY => &mut s.req_body,
                 buffer::HTTP_RESPONSE_BODY => &mut s.resp_body,

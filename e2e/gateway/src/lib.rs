@@ -25,6 +25,7 @@ pub mod hostcalls;
 pub mod hostcalls_data;
 pub mod instrument;
 pub mod mem;
+mod module_cache;
 pub mod redis;
 pub mod response;
 pub mod shared;

@@ -22,6 +22,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
 
+/// proxy-wasm FilterDataStatus::StopIterationAndBuffer (docs/higress-abi.md §2).
+const DATA_STOP_AND_BUFFER: u32 = 1;
 /// proxy-wasm FilterDataStatus::StopIterationAndWatermark (docs/higress-abi.md §2).
 const DATA_STOP_AND_WATERMARK: u32 = 2;
 
@@ -161,8 +163,21 @@ pub async fn handle(w: Rc<Worker>, req: Request<Incoming>) -> Result<Response<Ou
             let len = buf.len();
             w.with_stream(ctx, |s| s.req_body = buf);
             let r = w.with_vm(|vm| vm.on_request_body(ctx, len, eos));
+            // A whole body held with StopIterationAndBuffer stays reachable from the stream's
+            // other callbacks (a Redis reply, a callout), as Envoy's `decodingBuffer()` is while
+            // its wasm context is `buffering_request_body_`; any other answer takes it out of
+            // the plugin's view (docs/higress-abi.md §2). Kept once the body is complete, not
+            // copied again at every chunk of a body still arriving.
+            let buffering = eos && matches!(r, Some(Ok(ret)) if ret == DATA_STOP_AND_BUFFER);
             *pending = w
-                .with_stream(ctx, |s| std::mem::take(&mut s.req_body))
+                .with_stream(ctx, |s| {
+                    s.req_body_set = false;
+                    if buffering {
+                        s.req_body.clone()
+                    } else {
+                        std::mem::take(&mut s.req_body)
+                    }
+                })
                 .unwrap_or_default();
             match r {
                 Some(Ok(ret)) => {
@@ -182,6 +197,13 @@ pub async fn handle(w: Rc<Worker>, req: Request<Incoming>) -> Result<Response<Ou
             bypass_plugin!();
         }
         if plugin {
+            // A callback other than the body's replaced the held body: that is what goes on.
+            let replaced = w.with_stream(ctx, |s| {
+                std::mem::take(&mut s.req_body_set).then(|| std::mem::take(&mut s.req_body))
+            });
+            if let Some(Some(body)) = replaced {
+                pending = body;
+            }
             let sig = take_signals(&w, ctx);
             if let Some(lr) = sig.local_reply {
                 return Ok(plugin_local_reply(&w, guard, lr));

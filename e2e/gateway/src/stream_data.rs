@@ -69,7 +69,13 @@ pub struct StreamData {
     pub req_trailers: Pairs,
     pub resp_headers: Pairs,
     pub resp_trailers: Pairs,
+    /// The request body a host call reads and writes: the chunk of a body callback and, while
+    /// the plugin holds a buffered body (its last body callback answered StopIteration), that
+    /// body, as Envoy's `decodingBuffer()` is then reachable from any callback of the stream.
     pub req_body: Vec<u8>,
+    /// A host call replaced `req_body` (`proxy_set_buffer_bytes`): outside a body callback, the
+    /// held body is that replacement from then on.
+    pub req_body_set: bool,
     pub resp_body: Vec<u8>,
     pub override_host: Option<String>,
     /// Set once the request headers went to the router; a later override is ignored.
@@ -96,6 +102,7 @@ impl StreamData {
             resp_headers: Vec::new(),
             resp_trailers: Vec::new(),
             req_body: Vec::new(),
+            req_body_set: false,
             resp_body: Vec::new(),
             override_host: None,
             headers_released: false,

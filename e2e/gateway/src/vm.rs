@@ -56,13 +56,12 @@ pub struct Plugin {
 impl Plugin {
     pub fn load(wasm: &[u8]) -> Result<Plugin> {
         let mut config = wasmtime::Config::new();
-        if let Some(i) = crate::instrument::get() {
+        let instruments = crate::instrument::get();
+        if let Some(i) = instruments {
             i.engine_config(&mut config);
         }
         let engine = Engine::new(&config).map_err(anyhow::Error::from)?;
-        let module = Module::new(&engine, wasm)
-            .map_err(anyhow::Error::from)
-            .context("compiling plugin wasm")?;
+        let module = crate::module_cache::module(&engine, wasm, instruments.is_none())?;
         let abi = AbiVersion::detect(module.exports().map(|e| e.name()))
             .ok_or_else(|| anyhow!("module exports no proxy_abi_version_* function"))?;
         Ok(Plugin {

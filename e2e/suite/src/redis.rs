@@ -2,7 +2,7 @@
 //! the plugin's own key names.
 
 use ailb_core::redis::resp::Value;
-use ailb_core::redis::scripts::Keys;
+use ailb_core::redis::scripts::{Keys, EJECTED_MARK};
 use ailb_testkit::try_cmd;
 use std::collections::BTreeMap;
 
@@ -18,9 +18,10 @@ pub fn try_counts(port: u16, route: &str, cluster: &str) -> Option<Counts> {
     };
     for pair in items.chunks(2) {
         if let [m, s] = pair {
+            // An ejected endpoint's score carries failure memory's mark on top of its load.
             load.insert(
                 m.as_str().unwrap_or_default().to_string(),
-                s.as_f64().unwrap_or(f64::NAN),
+                s.as_f64().unwrap_or(f64::NAN) % EJECTED_MARK,
             );
         }
     }

@@ -9,11 +9,13 @@ use crate::balancer::pick::tenant_capacity;
 use crate::balancer::redis_client::RedisClient;
 use crate::balancer::rng::VmRng;
 use crate::balancer::telemetry::Telemetry;
-use crate::config::{Class, Fairness, RouteConfig};
+use crate::config::{tenant_id, Class, Fairness, RouteConfig};
+use crate::hash::{fnv1a, FNV_OFFSET};
 use crate::host::Host;
 use crate::redis::inflight::InflightKeys;
 use crate::redis::scripts::Keys;
 use crate::stats::Counter;
+use std::fmt;
 use std::rc::Rc;
 
 /// What a policy knows about the request it decides for.
@@ -50,16 +52,63 @@ pub struct Env<'a> {
     pub redis: &'a mut RedisClient,
 }
 
-/// The request's priority class (None when the route has no `priorityHeader`); a value
-/// naming no class is counted (docs/sessions-and-queues.md "Priority classes").
-pub fn priority_class(host: &mut dyn Host, tel: &Telemetry, config: &RouteConfig) -> Option<Class> {
+/// The request's priority class (None when the route has no `priorityHeader`): the class its
+/// header names, held to its tenant's ceiling when the route has priority ceilings. The one
+/// place a class is computed, for every policy and both builds. A value naming no class is
+/// counted; a header asking above the ceiling is clamped, counted and logged at most once per
+/// tenant per minute (docs/sessions-and-queues.md "Priority classes", "Priority ceilings").
+pub fn priority_class(
+    host: &mut dyn Host,
+    tel: &mut Telemetry,
+    ctx: u32,
+    config: &RouteConfig,
+) -> Option<Class> {
     let p = config.common.priority.as_ref()?;
     let value = host.request_header(&p.header).ok().flatten();
-    let class = p.class_of(value.as_deref());
+    // The tenant as tenant fairness reads it; ceilings need `tenantHeader` (config/ceiling.rs).
+    let tenant = match (&p.ceilings, &config.common.fairness) {
+        (Some(_), Some(f)) => host.request_header_bytes(&f.header).ok().flatten(),
+        _ => None,
+    };
+    let name = tenant.as_deref().and_then(Fairness::name_of);
+    let class = p.class_for(value.as_deref(), name);
     if class.unknown {
         tel.inc(host, Counter::PriorityUnknownClass);
     }
+    if let (Some(asked), Some(ceilings)) = (class.clamped_from, &p.ceilings) {
+        let (_, listed) = ceilings.of(name);
+        let class_name = |rank: usize| p.classes.get(rank).map_or("?", String::as_str);
+        tel.priority_clamped(
+            host,
+            ctx,
+            name.map_or(0, |n| fnv1a(FNV_OFFSET, n)),
+            format_args!(
+                "priority clamped: {} asked for `{}` above its ceiling `{}` (counted in ai_lb.priority.clamped)",
+                Caller { listed, name },
+                class_name(asked),
+                class_name(class.rank)
+            ),
+        );
+    }
     Some(class)
+}
+
+/// Who a clamped request came from, for its log line: a tenant of `priorityCeilings` by its
+/// config name, another by its id (the SHA-1 prefix fairness keys it by, never the bytes the
+/// client sent), or no tenant. Formatted only when the line is logged.
+struct Caller<'a> {
+    listed: Option<&'a str>,
+    name: Option<&'a [u8]>,
+}
+
+impl fmt::Display for Caller<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.listed, self.name) {
+            (Some(listed), _) => write!(f, "tenant `{listed}`"),
+            (None, Some(name)) => write!(f, "unlisted tenant id {}", tenant_id(name)),
+            (None, None) => write!(f, "a caller without a tenant"),
+        }
+    }
 }
 
 /// The request's tenant id and the most it may hold while another tenant is active (its

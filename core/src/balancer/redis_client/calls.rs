@@ -21,6 +21,7 @@ pub fn decode_pick(host: &mut dyn Host, tel: &mut Telemetry, ctx: u32, bytes: &[
             session,
             load_before,
             booked,
+            all_ejected,
         }) => PickReply::Picked {
             endpoint,
             depth,
@@ -28,6 +29,7 @@ pub fn decode_pick(host: &mut dyn Host, tel: &mut Telemetry, ctx: u32, bytes: &[
             session,
             load_before,
             booked,
+            all_ejected,
         },
         Ok(AcquireReply::Sync | AcquireReply::Empty) => PickReply::Resync,
         Ok(AcquireReply::Full) => PickReply::Full,

@@ -8,7 +8,8 @@
 use crate::config::RouteConfig;
 use crate::reason::Cause;
 use crate::redis::inflight::{self, InflightKeys};
-use crate::redis::scripts::{self, Keys, ReplyError, Scripts};
+use crate::redis::scripts::release::Learned;
+use crate::redis::scripts::{self, Keys, Released, ReplyError, Scripts};
 use crate::stats::Counter;
 use std::rc::Rc;
 
@@ -16,10 +17,13 @@ use std::rc::Rc;
 /// count.
 #[derive(Debug, Clone)]
 pub enum LeaseKeys {
-    /// `booked`: prefix_cache, whose leases may carry a prefill booking.
+    /// `booked`: prefix_cache, whose leases may carry a prefill booking; `learned`: what the
+    /// request's outcome teaches about the endpoint at `now_ms` (failure memory).
     Endpoint {
         keys: Rc<Keys>,
         booked: bool,
+        learned: Learned,
+        now_ms: u64,
     },
     Service(Rc<InflightKeys>),
     /// prefix_cache's first bytes: (lease id, endpoint, rate sample) triples, not lease members.
@@ -38,7 +42,8 @@ pub struct Release {
 
 /// What a release's reply comes to.
 pub enum Outcome {
-    Done,
+    /// Done; what failure memory did, when it did something worth counting.
+    Done(Option<Counter>),
     /// The script cache was flushed: send it again with EVAL (counted as NOSCRIPT).
     Resend(Release),
     /// Not released; the error to log, when Redis said why (None: no reply at all).
@@ -58,11 +63,18 @@ impl Release {
     /// Its script call.
     pub fn query(&self, scripts: &Scripts) -> Vec<u8> {
         match &self.keys {
-            LeaseKeys::Endpoint { keys, booked } => {
-                scripts::release_call(scripts, self.by_sha, keys, &self.members, *booked)
+            LeaseKeys::Endpoint {
+                keys,
+                booked,
+                learned,
+                now_ms,
+            } => {
+                let learn = (*learned, *now_ms, &self.config.common.ejection);
+                let script = (scripts, self.by_sha);
+                scripts::release::release_call(script, keys, &self.members, *booked, learn)
             }
             LeaseKeys::FirstBytes(k) => {
-                scripts::prefill_done_call(scripts, self.by_sha, k, &self.members)
+                scripts::release::prefill_done_call(scripts, self.by_sha, k, &self.members)
             }
             LeaseKeys::Service(k) => inflight::release_call(scripts, self.by_sha, k, &self.members),
         }
@@ -79,7 +91,9 @@ impl Release {
     /// What `reply` to it comes to.
     pub fn outcome(mut self, reply: Result<Vec<u8>, Cause>) -> Outcome {
         match reply.map(|bytes| scripts::parse_release(&bytes)) {
-            Ok(Ok(_)) => Outcome::Done,
+            Ok(Ok(Released::Ejected)) => Outcome::Done(Some(Counter::Ejected)),
+            Ok(Ok(Released::EjectionRefused)) => Outcome::Done(Some(Counter::EjectionRefused)),
+            Ok(Ok(_)) => Outcome::Done(None),
             Ok(Err(ReplyError::NoScript)) if self.by_sha => {
                 self.by_sha = false;
                 Outcome::Resend(self)
@@ -106,6 +120,8 @@ mod tests {
             LeaseKeys::Endpoint {
                 keys,
                 booked: false,
+                learned: Learned::Nothing,
+                now_ms: 0,
             },
             members,
         )
@@ -139,11 +155,19 @@ mod tests {
     fn a_reply_releases_or_fails() {
         assert!(matches!(
             release().outcome(Ok(b":1\r\n".to_vec())),
-            Outcome::Done
+            Outcome::Done(None)
         ));
         assert!(matches!(
             release().outcome(Ok(b":0\r\n".to_vec())),
-            Outcome::Done
+            Outcome::Done(None)
+        ));
+        assert!(matches!(
+            release().outcome(Ok(b":2\r\n".to_vec())),
+            Outcome::Done(Some(Counter::Ejected))
+        ));
+        assert!(matches!(
+            release().outcome(Ok(b":3\r\n".to_vec())),
+            Outcome::Done(Some(Counter::EjectionRefused))
         ));
         assert!(matches!(
             release().outcome(Ok(b"+OK\r\n".to_vec())),

@@ -113,6 +113,7 @@ fn picked(endpoint: &str) -> Event {
         session: SessionState::None,
         load_before: Some(0),
         booked: None,
+        all_ejected: false,
     })
 }
 
@@ -247,6 +248,7 @@ fn stream_end_during_the_pick_orphans_it_and_undo_releases_on_arrival() {
         session: SessionState::None,
         load_before: Some(0),
         booked: None,
+        all_ejected: false,
     };
     assert_eq!(released(&undo(pick.clone(), &reply)), ["rid|10.0.0.1:80|1"]);
     let lost = undo(pick.clone(), &PickReply::Failed(Cause::RedisTimeout));
@@ -538,6 +540,7 @@ fn picked_reply(endpoint: &str) -> PickReply {
         session: SessionState::None,
         load_before: Some(0),
         booked: None,
+        all_ejected: false,
     }
 }
 

@@ -66,7 +66,7 @@ end
 local function pool_load(load)
   local total = 0
   local all = redis.call('ZRANGE', load, 0, -1, 'WITHSCORES')
-  for i = 2, #all, 2 do total = total + tonumber(all[i]) end
+  for i = 2, #all, 2 do total = total + real(all[i]) end
   return total
 end
 

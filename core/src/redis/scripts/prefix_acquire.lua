@@ -5,8 +5,9 @@
 -- KEYS[4] prefill zset, KEYS[5] booked hash, KEYS[6] rates hash (§13)
 -- KEYS[7] the pods' generations (hash, prefix_forget.lua; §5)
 -- KEYS[8..] the prompt's chained prefix keys, shortest prefix first (computed by the plugin),
--- then, only when ARGV[12] > 0, the session key (as in glr_acquire.lua), then the wait zset,
--- the tenants hash and the seen zset (as in glr_acquire.lua; always sent).
+-- then, only when ARGV[12] > 0, the session key (as in glr_acquire.lua), then the health
+-- hash, the ejected zset, the wait zset, the tenants hash and the seen zset (as in
+-- glr_acquire.lua; always sent).
 -- ARGV[1..8] as in glr_acquire.lua
 -- ARGV[9] prefix key TTL (s)  ARGV[10] max imbalance, absolute  ARGV[11] max imbalance, ratio
 -- ARGV[12] session TTL (s, 0 = no session); the session's guard is ARGV[10], ARGV[11]
@@ -15,33 +16,37 @@
 -- ARGV[18] the prompt's tokens (estimate)  ARGV[19] affinity threshold (share of the prompt)
 -- ARGV[20] max TTFT penalty (ms)  ARGV[21] prefill rate before learning (tokens/s)
 -- ARGV[22] 1: use the learned rates, 0: ARGV[21] for every endpoint
--- ARGV[23..22+n] the prompt's tokens up to the end of each chain key's block (n chain keys)
--- ARGV[23+n..] the healthy endpoints, sent only when the caller's set changed.
+-- ARGV[23] requests an endpoint on trial takes (health.lua; 0 = off)
+-- ARGV[24..23+n] the prompt's tokens up to the end of each chain key's block (n chain keys)
+-- ARGV[24+n..] the healthy endpoints, sent only when the caller's set changed.
 -- Reply: {"OK", endpoint, matched depth, spilled 0|1, session state (0 without a session, else
 -- pick.lua's session_pick), the endpoint's load before this request, its prefill tokens before
--- this request, the tokens booked} | {"FULL", min load} | {"POOL", pool load}
+-- this request, the tokens booked, 1 when every endpoint was ejected} | {"FULL", min load}
+-- | {"POOL", pool load}
 -- | {"TENANT", tenant's load} | {"SYNC"} | {"EMPTY"}
 local load, leases = KEYS[1], KEYS[2]
 local prefill, booked, rates = KEYS[4], KEYS[5], KEYS[6]
 local tenants, seen = KEYS[#KEYS - 1], KEYS[#KEYS]
 local now = tonumber(ARGV[1])
 local session_ttl = tonumber(ARGV[12])
-local n = #KEYS - 10
+local n = #KEYS - 12
 if session_ttl > 0 then n = n - 1 end
 
-if #ARGV > 22 + n then
-  sync_members(load, KEYS[3], ARGV[7], 23 + n, ARGV, prefill)
+if #ARGV > 23 + n then
+  sync_members(load, KEYS[3], ARGV[7], 24 + n, ARGV, prefill)
 elseif redis.call('GET', KEYS[3]) ~= ARGV[7] then
   return {'SYNC'}
 end
 reclaim(load, leases, now, tonumber(ARGV[8]), tenants, prefill, booked)
+local health, ejected = KEYS[#KEYS - 4], KEYS[#KEYS - 3]
+end_ejections(load, health, ejected, now)
 local tenant, window = ARGV[14], tonumber(ARGV[16])
 
 -- The deepest known prefix whose endpoint is still a member (healthy). A key pointing at an
 -- endpoint that left is skipped, not followed: the chain itself never depends on Redis.
 -- Deepest first, in two reads: a conversation's next turn matches all but its newest blocks,
 -- so the last few keys usually answer; the rest are read only when they do not.
-local skey = KEYS[#KEYS - 3]
+local skey = KEYS[#KEYS - 5]
 -- A key's value is its pod (generation 0) or `<pod>#<generation>`; a key written at an older
 -- generation than the pod's current one is unknown: the pod lost that cache since
 -- (docs/redis-data-model.md §5 "Engine-verified keys"). One HGET per distinct pod read.
@@ -82,6 +87,8 @@ if not scan(tail_from, n) then scan(1, tail_from - 1) end
 local cost, cap = tonumber(ARGV[4]), tonumber(ARGV[5])
 local first, min_s = lowest(load)
 if not first then return {'EMPTY'} end
+-- Every endpoint ejected: fail open, choosing as if none were (the marks cancel out).
+local all_out = tonumber(min_s) >= EJECTED
 local pool_cap = tonumber(ARGV[13])
 local refused, pool_total = admit(load, tenants, seen, now, cost, pool_cap, tenant,
   tonumber(ARGV[15]), window)
@@ -89,7 +96,7 @@ if refused then return refused end
 local min = tonumber(min_s)
 local rank = tonumber(ARGV[17])
 if rank >= 0 and outranked(KEYS[#KEYS - 2], rank, now, load, cap, pool_cap, cost, pool_total) then
-  return {'FULL', min_s}
+  return {'FULL', real(min_s)}
 end
 local pick, spilled, session = matched, 0, 0
 local kept = nil
@@ -117,7 +124,7 @@ local prompt, threshold, penalty = tonumber(ARGV[18]), tonumber(ARGV[19]), tonum
 local start_rate, learn = tonumber(ARGV[21]), ARGV[22] == '1'
 local function cached(d)
   if d == 0 then return 0 end
-  return tonumber(ARGV[22 + d])
+  return tonumber(ARGV[23 + d])
 end
 local function eta_ms(ep, uncached)
   local rate = learn and tonumber(redis.call('HGET', rates, ep)) or start_rate
@@ -132,7 +139,8 @@ local function best_cold(warm)
   candidates[#candidates + 1] = first
   for _, ep in ipairs(candidates) do
     local score = ep ~= warm and redis.call('ZSCORE', load, ep)
-    if score and not (cap > 0 and tonumber(score) + cost > cap) then
+    if score and (all_out or tonumber(score) < EJECTED)
+        and not (cap > 0 and real(score) + cost > cap) then
       local e = eta_ms(ep, prompt)
       if not best_eta or e < best_eta then best, best_eta = ep, e end
     end
@@ -151,8 +159,8 @@ if pick and pick == matched and not kept then
   end
 end
 if not pick then
-  if cap > 0 and min > 0 and min + cost > cap then
-    return {'FULL', min_s}
+  if cap > 0 and real(min) > 0 and real(min) + cost > cap then
+    return {'FULL', real(min)}
   end
   pick = tie_break(load, first, min_s, tonumber(ARGV[6]))
 end
@@ -169,8 +177,9 @@ if depth < n and gen(pick) > 0 then stamp = pick .. '#' .. gen(pick) end
 for i = depth + 1, n do
   redis.call('SET', KEYS[7 + i], stamp, 'EX', ttl)
 end
-local before = take(load, leases, pick, ARGV[4], now + tonumber(ARGV[2]),
-  lease_id(ARGV[3], tenant))
+local expiry = now + tonumber(ARGV[2])
+local before = take(load, leases, pick, ARGV[4], expiry, lease_id(ARGV[3], tenant))
+probe(load, health, ejected, pick, before + cost, tonumber(ARGV[23]), expiry)
 tenant_take(tenants, seen, now, cost, tenant, window)
 local uncached, ahead = prompt, 0
 if pick == matched then uncached = math.max(prompt - cached(depth), 0) end
@@ -184,4 +193,4 @@ if session_ttl > 0 then
     redis.call('SET', skey, pick, 'EX', session_ttl)
   end
 end
-return {'OK', pick, depth, spilled, session, before, ahead, uncached}
+return {'OK', pick, depth, spilled, session, real(before), ahead, uncached, all_out and 1 or 0}

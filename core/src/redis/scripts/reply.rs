@@ -39,6 +39,8 @@ pub enum AcquireReply {
         load_before: Option<u64>,
         /// prefix_cache's booking (None: nothing booked, or another script).
         booked: Option<Booked>,
+        /// Every endpoint was ejected: chosen as if none were (health.lua).
+        all_ejected: bool,
     },
     /// Every endpoint is at the cap, or the pool at its cap: nothing was incremented.
     Full,
@@ -120,6 +122,7 @@ pub fn parse_acquire(raw: &[u8]) -> Result<AcquireReply, ReplyError> {
                     }),
                     _ => None,
                 },
+                all_ejected: int(8) == Some(1),
             })
         }
         (Some("FULL"), _) => Ok(AcquireReply::Full),
@@ -134,9 +137,24 @@ pub fn parse_acquire(raw: &[u8]) -> Result<AcquireReply, ReplyError> {
 }
 
 /// Whether a lease was released.
-pub fn parse_release(raw: &[u8]) -> Result<bool, ReplyError> {
+/// What a release did (release.lua's reply).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Released {
+    /// No lease among the members was there (released before, or reclaimed).
+    Nothing,
+    Released,
+    /// Released, and its endpoint ejected.
+    Ejected,
+    /// Released; its endpoint failed enough to be ejected, but too many already were.
+    EjectionRefused,
+}
+
+pub fn parse_release(raw: &[u8]) -> Result<Released, ReplyError> {
     match decode(raw)? {
-        Value::Integer(n) => Ok(n == 1),
+        Value::Integer(0) => Ok(Released::Nothing),
+        Value::Integer(1) => Ok(Released::Released),
+        Value::Integer(2) => Ok(Released::Ejected),
+        Value::Integer(3) => Ok(Released::EjectionRefused),
         other => Err(ReplyError::Malformed(format!(
             "unexpected release reply {other:?}"
         ))),

@@ -40,6 +40,7 @@ fn acquire_call_layout() {
         wait_rank: None,
         pool_cap: 0,
         tenant: None,
+        trials: 0,
     };
     let q = acquire_call(&s, true, &k, &args);
     let Value::Array(Some(items)) = resp::decode_exact(&q).unwrap() else {
@@ -51,10 +52,12 @@ fn acquire_call_layout() {
         [
             "EVALSHA",
             s.acquire.sha.as_str(),
-            "6",
+            "8",
             "p:{r|c}:load",
             "p:{r|c}:leases",
             "p:{r|c}:members",
+            "p:{r|c}:health",
+            "p:{r|c}:ejected",
             "p:{r|c}:wait",
             "p:{r|c}:tenants",
             "p:{r|c}:tenants_seen",
@@ -74,6 +77,7 @@ fn acquire_call_layout() {
             "0",
             "1",
             "-1",
+            "0",
             "a:1",
             "b:2"
         ]
@@ -108,6 +112,7 @@ fn session_calls_carry_the_key_last_and_the_ttl_before_the_list() {
         wait_rank: None,
         pool_cap: 0,
         tenant: None,
+        trials: 0,
     };
     let words = |q: Vec<u8>| -> Vec<String> {
         let Value::Array(Some(items)) = resp::decode_exact(&q).unwrap() else {
@@ -119,11 +124,11 @@ fn session_calls_carry_the_key_last_and_the_ttl_before_the_list() {
             .collect()
     };
     let glr = words(acquire_call(&s, true, &k, &args));
-    assert_eq!(glr[2], "7");
+    assert_eq!(glr[2], "9");
     assert_eq!(glr[6], key);
     assert_eq!(
-        &glr[18..],
-        ["60", "8", "1.5", "0", "", "0", "1", "-1", "a:1"]
+        &glr[20..],
+        ["60", "8", "1.5", "0", "", "0", "1", "-1", "0", "a:1"]
     );
     let chain = PrefixChain {
         keys: vec!["p:{r|c}:px:1".to_string()],
@@ -139,17 +144,17 @@ fn session_calls_carry_the_key_last_and_the_ttl_before_the_list() {
         gate: crate::config::TokenGate::default(),
     };
     let px = words(pick_call(&s, true, &k, &args, Some(&prefix)));
-    assert_eq!(px[2], "12");
+    assert_eq!(px[2], "14");
     assert_eq!(
         &px[6..10],
         [k.prefill.as_str(), &k.booked, &k.rates, &k.gen]
     );
     assert_eq!(&px[10..12], [chain.keys[0].as_str(), key.as_str()]);
     assert_eq!(
-        &px[23..],
+        &px[25..],
         [
             "30", "4", "2", "60", "0", "", "0", "1", "-1", // as glr, then the gate:
-            "150", "0", "5000", "16000", "1", "120", "a:1"
+            "150", "0", "5000", "16000", "1", "0", "120", "a:1"
         ]
     );
 }
@@ -170,7 +175,8 @@ fn parses_session_states() {
                 spilled: false,
                 session: want,
                 load_before: None,
-                booked: None
+                booked: None,
+                all_ejected: false,
             })
         );
     }
@@ -188,7 +194,8 @@ fn parses_replies() {
             spilled: false,
             session: SessionState::None,
             load_before: Some(7),
-            booked: None
+            booked: None,
+            all_ejected: false,
         })
     );
     assert_eq!(
@@ -199,7 +206,8 @@ fn parses_replies() {
             spilled: true,
             session: SessionState::Kept,
             load_before: Some(0),
-            booked: None
+            booked: None,
+            all_ejected: false,
         })
     );
     assert_eq!(
@@ -230,6 +238,21 @@ fn parses_replies() {
         parse_acquire(b"garbage"),
         Err(ReplyError::Malformed(_))
     ));
-    assert_eq!(parse_release(b":1\r\n"), Ok(true));
-    assert_eq!(parse_release(b":0\r\n"), Ok(false));
+    assert_eq!(parse_release(b":1\r\n"), Ok(Released::Released));
+    assert_eq!(parse_release(b":0\r\n"), Ok(Released::Nothing));
+    assert_eq!(parse_release(b":2\r\n"), Ok(Released::Ejected));
+    assert_eq!(parse_release(b":3\r\n"), Ok(Released::EjectionRefused));
+    assert!(parse_release(b":4\r\n").is_err());
+}
+
+#[test]
+fn the_ejection_mark_is_the_scripts_own() {
+    let lua = include_str!("health.lua");
+    let mark: f64 = lua
+        .lines()
+        .find_map(|l| l.strip_prefix("local EJECTED = "))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("health.lua defines EJECTED");
+    assert_eq!(EJECTED_MARK, mark, "health.lua's EJECTED");
 }

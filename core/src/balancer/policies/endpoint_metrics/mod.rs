@@ -89,7 +89,7 @@ impl Policy for EndpointMetrics {
             .is_some_and(|m| mc.sheddable_models.iter().any(|s| s == m));
         // Priority classes: the lowest class is sheddable by the engine metrics too (README
         // "Priority classes"); its 429 carries Retry-After and counts as a priority shed.
-        let class_shed = priority_class(host, env.tel, config).is_some_and(|c| {
+        let class_shed = priority_class(host, env.tel, input.ctx, config).is_some_and(|c| {
             config
                 .common
                 .priority

@@ -8,6 +8,8 @@ use super::{counts, prefill};
 use crate::balancer::holding::{Holding, Outcome, Services};
 use crate::balancer::pick::Lease;
 use crate::balancer::redis_client::LeaseKeys;
+use crate::redis::scripts::release::Learned;
+use crate::stats::Counter;
 
 impl Holding for Lease {
     fn wants_first_bytes(&self) -> bool {
@@ -20,10 +22,19 @@ impl Holding for Lease {
         }
     }
 
-    fn give_back(self: Box<Self>, svc: &mut Services, _outcome: Option<&Outcome>) {
+    fn give_back(self: Box<Self>, svc: &mut Services, outcome: Option<&Outcome>) {
+        let learned = learned(outcome);
+        if learned == Learned::Failed && self.config.common.ejection.on() {
+            svc.tel.inc(svc.host, Counter::EjectFailures);
+        }
         let keys = LeaseKeys::Endpoint {
             keys: self.keys,
             booked: self.prefix,
+            learned,
+            // The stream's end, which the machine already read (no second clock call).
+            now_ms: outcome
+                .and_then(|o| o.end_ms)
+                .unwrap_or_else(|| svc.host.now_ms()),
         };
         svc.redis
             .release(svc.host, svc.tel, &self.config, keys, vec![self.member]);
@@ -37,6 +48,18 @@ impl Holding for Lease {
     #[cfg(test)]
     fn as_any(&self) -> &dyn std::any::Any {
         self
+    }
+}
+
+/// What a request's outcome teaches about its endpoint (failure memory): a 5xx is a failure
+/// (Envoy answers a connect failure, a reset before the response or a timeout with its own
+/// 503 / 504, which the filter sees as the response); any other status is an answer, a 4xx
+/// being the client's; no response (the client left first) or no outcome teaches nothing.
+fn learned(outcome: Option<&Outcome>) -> Learned {
+    match outcome.and_then(|o| o.status) {
+        Some(s) if s >= 500 => Learned::Failed,
+        Some(_) => Learned::Answered,
+        None => Learned::Nothing,
     }
 }
 

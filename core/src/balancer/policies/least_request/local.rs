@@ -98,7 +98,7 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input, sessions: Sessions) 
         return Decision::Fallback(Cause::NoHealthyEndpoint);
     }
     // The class first: a sticky request is held to its class cap like any other.
-    let class = priority_class(host, env.tel, input.config);
+    let class = priority_class(host, env.tel, input.ctx, input.config);
     // A waiting request's retry cannot read its held body again: it keeps the session its
     // first decision read (`sessionBodyField`, agents' body fields), as prefix_cache keeps its
     // prompt.

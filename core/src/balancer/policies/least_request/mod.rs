@@ -57,7 +57,7 @@ pub fn acquire(
         return Decision::Fallback(Cause::NoRoute);
     };
     let who = session::identify(host, env.tel, input.config, body);
-    let class = priority_class(host, env.tel, input.config);
+    let class = priority_class(host, env.tel, input.ctx, input.config);
     match EndpointPick::plan(
         host,
         input.config,

@@ -237,6 +237,7 @@ pub(super) fn query(scripts: &Scripts, pick: &EndpointPick, now_ms: u64, random:
             }),
             _ => None,
         },
+        trials: pick.config.common.ejection.trials(),
     };
     let mut args = args;
     if let Some(key) = &pick.session {

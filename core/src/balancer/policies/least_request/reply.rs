@@ -12,6 +12,7 @@ use crate::balancer::redis_client::{calls, Decode, LeaseKeys, RedisClient};
 use crate::config::RouteConfig;
 use crate::host::Host;
 use crate::reason::Cause;
+use crate::redis::scripts::release::Learned;
 use crate::redis::scripts::Scripts;
 use crate::redis::scripts::SessionState;
 use crate::stats::Counter;
@@ -49,6 +50,7 @@ fn replied(mut pick: EndpointPick, reply: PickReply) -> Answer {
             session,
             load_before,
             booked,
+            all_ejected,
         } => {
             let mut lease = pick.lease(endpoint);
             lease.booking = booked.map(|b| pick.booking(b));
@@ -74,6 +76,10 @@ fn replied(mut pick: EndpointPick, reply: PickReply) -> Answer {
                 // Its previous response's pod is not known: placed as the policy places it
                 // (and bound there, so a retry of it finds that pod).
                 effects.push(Effect::Count(Counter::ContinuationUnknown));
+            }
+            if all_ejected {
+                // Failure memory fails open: every endpoint was ejected (health.lua).
+                effects.push(Effect::Count(Counter::EjectedFailOpen));
             }
             // Only the top class is admitted past `maxRequestCount`: its headroom
             // (docs/sessions-and-queues.md "Priority classes"), as the plain-Envoy pick counts it.
@@ -183,6 +189,8 @@ impl Pick for EndpointPick {
         let keys = LeaseKeys::Endpoint {
             keys: self.keys.clone(),
             booked: self.chain.is_some(),
+            learned: Learned::Nothing,
+            now_ms: svc.host.now_ms(),
         };
         let members = self.every_lease();
         svc.redis

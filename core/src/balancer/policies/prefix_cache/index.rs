@@ -45,7 +45,7 @@ pub struct Known {
 
 /// The least time between two generation bumps of one endpoint, as in Redis: the requests in
 /// flight on a restarted pod all come back short, and the first bump is enough.
-pub const FORGET_INTERVAL_MS: u64 = crate::redis::scripts::FORGET_INTERVAL_MS;
+pub const FORGET_INTERVAL_MS: u64 = crate::redis::scripts::release::FORGET_INTERVAL_MS;
 
 impl LocalPrefix {
     /// `position`: the config's place among the plugin's route configs (global first), so each

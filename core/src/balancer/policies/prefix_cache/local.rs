@@ -139,7 +139,7 @@ fn decide(
         Kind::Configured | Kind::Agent => state.ring.walk(session::ring_key(&s.id)).next(),
     });
     let record = sessions.record(input.config, read.answer);
-    let class = priority_class(host, env.tel, input.config);
+    let class = priority_class(host, env.tel, input.ctx, input.config);
     let cap = class_cap(input.config, class);
     let cost = cost_of(input.config, input.body_bytes);
     let mut admission = counts::Admission::of(host, input.config, class);

@@ -1,7 +1,9 @@
 //! The Redis Cluster bed (e2e/suite/src/redis_cluster.rs): pick throughput through Envoy's
 //! `redis_proxy` over all three shards, and the master failover drill under load.
 
+use ailb_core::config::Ejection;
 use ailb_core::redis::resp::Value;
+use ailb_core::redis::scripts::release::{release_call, Learned};
 use ailb_core::redis::scripts::{self, AcquireArgs, Keys, Scripts};
 use ailb_core::upstream::fingerprint;
 use ailb_e2e::cluster3::{drill, Fleet};
@@ -54,19 +56,14 @@ fn picks_per_s(fleet: &Fleet, seconds: f64) -> anyhow::Result<f64> {
             wait_rank: None,
             pool_cap: 0,
             tenant: None,
+            trials: Ejection::DEFAULT.trials(),
         };
         let r = c.cmd_raw(&scripts::acquire_call(&scripts, true, k, &args));
         let Value::Array(Some(items)) = r else {
             anyhow::bail!("sync: {r:?}");
         };
         let ep = items.get(1).and_then(|v| v.as_str()).unwrap_or_default();
-        let rel = scripts::release_call(
-            &scripts,
-            true,
-            k,
-            &[scripts::lease_member("sync", ep, 1, None)],
-            false,
-        );
+        let rel = release(&scripts, k, scripts::lease_member("sync", ep, 1, None));
         anyhow::ensure!(c.cmd_raw(&rel) == Value::Integer(1), "sync release");
     }
     let deadline = Instant::now() + Duration::from_secs_f64(seconds);
@@ -104,6 +101,7 @@ fn picks_per_s(fleet: &Fleet, seconds: f64) -> anyhow::Result<f64> {
                                 wait_rank: None,
                                 pool_cap: 0,
                                 tenant: None,
+                                trials: Ejection::DEFAULT.trials(),
                             };
                             let q = scripts::acquire_call(&scripts, true, k, &args);
                             picked.push((k, rid));
@@ -116,12 +114,10 @@ fn picks_per_s(fleet: &Fleet, seconds: f64) -> anyhow::Result<f64> {
                             anyhow::bail!("pick failed: {reply:?}");
                         };
                         let ep = items.get(1).and_then(|v| v.as_str()).unwrap_or_default();
-                        releases.push(scripts::release_call(
+                        releases.push(release(
                             &scripts,
-                            true,
                             k,
-                            &[scripts::lease_member(rid, ep, 1, None)],
-                            false,
+                            scripts::lease_member(rid, ep, 1, None),
                         ));
                     }
                     for r in conn.pipeline(&releases) {
@@ -189,4 +185,10 @@ pub fn cluster3() -> anyhow::Result<()> {
         d.fallback_share()
     );
     Ok(())
+}
+
+/// A release as the plugin sends one after an answer, failure memory on (its defaults).
+fn release(scripts: &Scripts, keys: &Keys, member: String) -> Vec<u8> {
+    let learned = (Learned::Answered, 1_000_000, &Ejection::DEFAULT);
+    release_call((scripts, true), keys, &[member], false, learned)
 }

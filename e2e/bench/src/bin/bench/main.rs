@@ -79,6 +79,7 @@ fn main() -> anyhow::Result<()> {
     }
     if run("priority") {
         priority::priority_under_overload()?;
+        priority::forged_flood()?;
     }
     if run("queue") {
         priority::queue_under_overload()?;

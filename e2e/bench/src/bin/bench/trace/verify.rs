@@ -68,5 +68,9 @@ pub fn verify_on_over_off(bed: &Bed, w: &Workload, s: Scale) -> anyhow::Result<(
         hit(&on) / hit(&off),
         "ratio",
     );
+    // The noise beside it: the two `off` runs, the same configuration and arrivals.
+    if let [a, b] = off.as_slice() {
+        bench("trace_verify_off_over_off_hit", a.hit() / b.hit(), "ratio");
+    }
     Ok(())
 }

@@ -181,7 +181,8 @@ fn envoy_least_request_sessions_leave_a_pod_that_stopped_answering() {
     let dead = home[&sessions[0]].clone();
     let at = bed.pods.iter().position(|p| p.name == dead).unwrap();
     let pod = bed.pods.remove(at);
-    bed.rt.block_on(pod.shutdown());
+    // Dead, holding its port (`PodHandle::die`).
+    let _dead = pod.die();
     // The first turn after the death: still sent to its pod, answered through Envoy's retry.
     let mut moved = BTreeMap::new();
     for sid in sessions.iter().filter(|s| home[*s] == dead) {
@@ -226,7 +227,8 @@ fn envoy_least_request_lists_a_pod_that_stopped_answering_last() {
     let envoy = Envoy::start(&pods, &plugin);
     let dead = pods[0].clone();
     let pod = bed.pods.remove(0);
-    bed.rt.block_on(pod.shutdown());
+    // Dead, holding its port (`PodHandle::die`).
+    let _dead = pod.die();
     // One at a time: every pod at 0 in flight, so each request is a tie.
     let mut sent_to_dead = 0;
     let mut answered_by = BTreeSet::new();

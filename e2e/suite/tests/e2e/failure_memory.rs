@@ -1,0 +1,123 @@
+//! Failure memory end to end (docs/redis-data-model.md §14): one of four fake pods answers
+//! every generation with 500 at once (an engine whose HTTP server is up but whose generation
+//! fails). Without failure memory global_least_request sends it most requests, on every
+//! gateway: it gives its count back first and looks idlest. With it (the default) the pod is
+//! ejected for both gateways after a few failures and draws almost nothing after; with every
+//! pod failing the picks fail open, counted; nothing leaks either way.
+
+use ailb_e2e::bed::{chat, probe_until_zero, Bed};
+use ailb_e2e::gateway::{glr_config, Gateway};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+const BAD: &str = "pod-0";
+
+/// `n` requests from 8 clients, alternating between the gateways: (pod, status) of each.
+fn send(gateways: &[&Gateway], n: usize) -> Vec<(String, u16)> {
+    let urls: Vec<String> = gateways.iter().map(|g| g.url.clone()).collect();
+    let per = n / 8;
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let urls = urls.clone();
+            std::thread::spawn(move || {
+                (0..per)
+                    .map(|i| {
+                        let (status, pod) = chat(&urls[(t + i) % urls.len()], "q", 2);
+                        (pod, status)
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    threads
+        .into_iter()
+        .flat_map(|t| t.join().expect("client thread"))
+        .collect()
+}
+
+fn bed(failing: &'static [&'static str]) -> Bed {
+    Bed::new(4, |c| {
+        c.max_running = 64;
+        // A healthy answer takes ~20 ms; a failing pod answers at once.
+        c.decode_us_per_token = 10_000;
+        if failing.contains(&c.name.as_str()) {
+            c.error_rate = 1.0;
+        }
+    })
+}
+
+fn gateways(bed: &Bed, lb: Value) -> (Gateway, Gateway) {
+    let cfg = glr_config(bed.redis.port, lb);
+    let a = bed.gateway(&bed.spec("gw-a", Some(cfg.clone())));
+    let b = bed.gateway(&bed.spec("gw-b", Some(cfg)));
+    (a, b)
+}
+
+fn sum(gws: [&Gateway; 2], stat: &str) -> i64 {
+    gws.iter().map(|g| g.stat(stat)).sum()
+}
+
+fn to_bad(sent: &[(String, u16)]) -> usize {
+    sent.iter().filter(|(pod, _)| pod == BAD).count()
+}
+
+#[test]
+fn a_pod_that_fails_fast_is_ejected_for_every_gateway_instead_of_drawing_the_traffic() {
+    let bed = bed(&[BAD]);
+    // Without failure memory: the black hole draws most requests.
+    let (a, b) = gateways(&bed, json!({"ejectAfterFailures": 0}));
+    let off = send(&[&a, &b], 200);
+    let off_share = to_bad(&off) as f64 / off.len() as f64;
+    assert!(
+        off_share > 0.5,
+        "the black hole without failure memory: {off_share}"
+    );
+    assert!(probe_until_zero(&bed, &a.url, Duration::from_secs(10)).is_zero());
+    drop((a, b));
+
+    // With it, on defaults (the run without it learned nothing): a handful of failures, then
+    // nothing.
+    let (a, b) = gateways(&bed, json!({}));
+    let on = send(&[&a, &b], 400);
+    let failed = to_bad(&on);
+    let per_pod: BTreeMap<&str, usize> = on.iter().fold(BTreeMap::new(), |mut m, (p, _)| {
+        *m.entry(p.as_str()).or_default() += 1;
+        m
+    });
+    eprintln!("failure memory off: {off_share:.2} to {BAD}; on: {per_pod:?}");
+    // ejectAfterFailures (5), plus the requests already on their way when it was ejected.
+    assert!(failed <= 5 + 8, "{failed} requests reached the failing pod");
+    assert!((failed as f64 / on.len() as f64) < 0.05);
+    assert!(on.iter().filter(|(_, s)| *s == 200).count() >= on.len() - failed);
+    assert_eq!(
+        sum([&a, &b], "ai_lb.eject.ejected"),
+        1,
+        "ejected once, for both"
+    );
+    assert!(sum([&a, &b], "ai_lb.eject.failures") >= 5);
+    assert_eq!(sum([&a, &b], "ai_lb.eject.fail_open"), 0);
+    // The failed requests' penalty and every lease come back.
+    assert!(probe_until_zero(&bed, &a.url, Duration::from_secs(10)).is_zero());
+}
+
+#[test]
+fn with_every_pod_failing_the_picks_fail_open_and_say_so() {
+    let bed = bed(&["pod-0", "pod-1", "pod-2", "pod-3"]);
+    let lb = json!({"ejectAfterFailures": 2, "maxEjectedPercent": 100, "failurePenaltyMs": 0});
+    let (a, b) = gateways(&bed, lb);
+    let sent = send(&[&a, &b], 160);
+    assert!(
+        sent.iter().all(|(pod, s)| *s == 500 && !pod.is_empty()),
+        "served, as failures"
+    );
+    let used: std::collections::BTreeSet<&str> = sent.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(used.len(), 4, "no pod is left out for good: {used:?}");
+    assert_eq!(
+        sum([&a, &b], "ai_lb.eject.ejected"),
+        4,
+        "each once: late failures change nothing"
+    );
+    assert!(sum([&a, &b], "ai_lb.eject.fail_open") > 0);
+    assert!(probe_until_zero(&bed, &a.url, Duration::from_secs(10)).is_zero());
+}
