@@ -133,6 +133,7 @@ const PLUGIN_CONFIGURATION: u32 = 7;
 #[cfg(not(feature = "envoy"))]
 pub const REDIS_CALL_RESPONSE: u32 = 9;
 pub const STREAM_REQUEST: u32 = 0;
+pub const STREAM_RESPONSE: u32 = 1;
 
 /// The ABI's status numbers (proxy-wasm 0.2.1 `Status`) as domain errors: the only place a
 /// status number is read.

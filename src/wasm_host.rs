@@ -129,6 +129,13 @@ impl Host for WasmHost {
         })
     }
 
+    fn resume_response(&mut self) -> HostResult<()> {
+        // SAFETY: no pointers.
+        check("continue_stream", unsafe {
+            proxy_continue_stream(STREAM_RESPONSE)
+        })
+    }
+
     fn send_local_response(
         &mut self,
         status: u32,

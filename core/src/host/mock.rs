@@ -36,6 +36,8 @@ pub struct MockHost {
     /// The reply readable through buffer 9 (the test sets it while delivering a callback).
     pub reply: Option<Vec<u8>>,
     pub resumed: u32,
+    /// Responses resumed (held at their last body chunk).
+    pub responses_resumed: u32,
     pub local_responses: Vec<(u32, String)>,
     /// The extra headers of each local response, in order.
     pub local_response_headers: Vec<Vec<(String, String)>>,
@@ -224,6 +226,11 @@ impl Host for MockHost {
 
     fn resume_request(&mut self) -> HostResult<()> {
         self.resumed += 1;
+        Ok(())
+    }
+
+    fn resume_response(&mut self) -> HostResult<()> {
+        self.responses_resumed += 1;
         Ok(())
     }
 

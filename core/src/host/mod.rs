@@ -123,6 +123,13 @@ pub trait Host {
         ))
     }
     fn resume_request(&mut self) -> HostResult<()>;
+    /// Resumes the response of the effective context, held at its last body chunk.
+    fn resume_response(&mut self) -> HostResult<()> {
+        Err(HostError::new(
+            "continue_stream",
+            HostErrorKind::Unsupported,
+        ))
+    }
     /// `headers` ride along besides `content-type: text/plain` (e.g. `retry-after`).
     fn send_local_response(
         &mut self,
