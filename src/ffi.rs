@@ -24,6 +24,7 @@ extern "C" {
         out: *mut *mut u8,
         out_len: *mut usize,
     ) -> u32;
+    pub fn proxy_get_header_map_pairs(map: u32, out: *mut *mut u8, out_len: *mut usize) -> u32;
     pub fn proxy_replace_header_map_value(
         map: u32,
         key: *const u8,

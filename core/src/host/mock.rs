@@ -156,6 +156,16 @@ impl Host for MockHost {
             .map(|(_, v)| v.clone()))
     }
 
+    fn request_header_map(&self) -> HostResult<Vec<u8>> {
+        self.header_reads.borrow_mut().push("*".to_string());
+        let pairs: Vec<(&str, &str)> = self
+            .request_headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        Ok(super::pairs::encode(&pairs))
+    }
+
     fn remove_request_header(&mut self, name: &str) -> HostResult<()> {
         self.header_removes += 1;
         self.request_headers.retain(|(k, _)| k != name);

@@ -17,6 +17,7 @@ use crate::agents::{self, Api, Previous};
 use crate::balancer::telemetry::Telemetry;
 use crate::config::{BodyField, RouteConfig, SessionConfig, DEFAULT_SESSION_TTL_S};
 use crate::hash::{self, SplitMix64};
+use crate::host::pairs::{self, Pair};
 use crate::host::Host;
 use crate::reason::Reason;
 use crate::redis::{bind, scripts};
@@ -147,16 +148,17 @@ pub fn identify(
             answer: false,
         };
     }
+    // One host call for the request's headers: most requests carry none of the five agent
+    // headers, and a lookup per name cost a host call each (the CPU guard, plugin-cpu.md).
+    let map = host.request_header_map().unwrap_or_default();
+    let headers = pairs::decode(&map).unwrap_or_default();
     if sticky.is_none() {
-        sticky = agents::HEADERS.iter().find_map(|name| {
-            let id = host.request_header_bytes(name).ok().flatten()?;
-            (!id.is_empty()).then_some(Sticky {
-                id,
-                kind: Kind::Agent,
-            })
+        sticky = agent_header(&headers).map(|id| Sticky {
+            id,
+            kind: Kind::Agent,
         });
     }
-    let path = host.request_header(":path").ok().flatten();
+    let path = first(&headers, ":path").map(String::from_utf8_lossy);
     let api = Api::of_path(path.as_deref().unwrap_or_default());
     let mut answer = api == Api::Responses;
     // The body is read only for an API that names a conversation in it, and only for what
@@ -187,6 +189,24 @@ pub fn identify(
         tel.inc(host, Counter::SessionAgent);
     }
     Identity { sticky, answer }
+}
+
+/// The first of the agent session headers ([`agents::HEADERS`], in their order) present and
+/// not empty.
+fn agent_header(headers: &[Pair]) -> Option<Vec<u8>> {
+    agents::HEADERS
+        .iter()
+        .find_map(|name| first(headers, name).filter(|v| !v.is_empty()))
+        .map(<[u8]>::to_vec)
+}
+
+/// Header `name`'s first value in `headers` (names are lowercase in both hosts' maps), as a
+/// lookup by name gives a repeated header.
+fn first<'a>(headers: &[Pair<'a>], name: &str) -> Option<&'a [u8]> {
+    headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name.as_bytes()))
+        .map(|(_, v)| *v)
 }
 
 /// Where a session id lands on a CHWBL ring (`prefix/chwbl.rs`): FNV-1a, then SplitMix64 to
