@@ -166,3 +166,34 @@ fn a_pod_that_only_times_out_is_ejected_by_its_504s() {
     );
     assert!(probe_until_zero(&bed, &a.url, Duration::from_secs(10)).is_zero());
 }
+
+/// Redis down while a pod is ejected: no pick can run, so every request falls back to the
+/// host's own balancing, counted (the ejection lives in Redis: the failing pod takes its turn
+/// there, and its 500s reach the client). Redis back empty, as after a crash without
+/// persistence: the pod's failures are learned anew and it is ejected again. Nothing leaks.
+#[test]
+fn redis_down_while_a_pod_is_ejected_falls_back_then_learns_again() {
+    let mut bed = bed(&[BAD]);
+    let (a, b) = gateways(&bed, json!({"ejectAfterFailures": 3}));
+    send(&[&a, &b], 80);
+    assert_eq!(sum([&a, &b], "ai_lb.eject.ejected"), 1);
+
+    bed.redis.stop();
+    let fallbacks = sum([&a, &b], "ai_lb.glr.fallback");
+    let down = send(&[&a, &b], 40);
+    assert!(
+        down.iter()
+            .all(|(pod, s)| *s == 200 || (pod == BAD && *s == 500)),
+        "answered by the host's balancing: {down:?}"
+    );
+    assert_eq!(sum([&a, &b], "ai_lb.glr.fallback") - fallbacks, 40);
+
+    bed.redis.restart();
+    // The gateways' Redis clients reconnect on their next calls.
+    let back = send(&[&a, &b], 160);
+    let ejected = sum([&a, &b], "ai_lb.eject.ejected");
+    assert_eq!(ejected, 2, "ejected again after Redis came back empty");
+    // ejectAfterFailures (3), plus the requests already on their way when it was ejected.
+    assert!(to_bad(&back) <= 3 + 8, "{} reached the pod", to_bad(&back));
+    assert!(probe_until_zero(&bed, &a.url, Duration::from_secs(10)).is_zero());
+}
