@@ -225,7 +225,7 @@ impl Cli {
         if !(0.0..=1.0).contains(&c.error_rate) {
             bail!("--error-rate must be in [0, 1]");
         }
-        if !is_fault(&c.error_fault) {
+        if crate::fault::Fault::parse(&c.error_fault).is_none() {
             bail!("--error-fault: unknown fault `{}`", c.error_fault);
         }
         Ok(Self {
@@ -254,14 +254,6 @@ impl Cli {
             })
             .collect()
     }
-}
-
-/// Whether `f` is an `x-fake-fault` value the pod knows (server.rs `inject_fault`).
-pub fn is_fault(f: &str) -> bool {
-    matches!(f, "reset" | "hang" | "reset-after-headers")
-        || f.strip_prefix("status:")
-            .and_then(|c| c.trim().parse::<u16>().ok())
-            .is_some_and(|c| (100..=599).contains(&c))
 }
 
 #[cfg(test)]

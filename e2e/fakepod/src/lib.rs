@@ -9,6 +9,7 @@ pub mod body;
 pub mod cache;
 pub mod config;
 pub mod engine;
+pub mod fault;
 pub mod generate;
 pub mod kv;
 pub mod lane;

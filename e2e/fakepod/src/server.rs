@@ -3,6 +3,7 @@
 use crate::body::{json_resp, respond, ChannelBody, RespBody};
 use crate::config::MetricsSource;
 use crate::engine::Engine;
+use crate::fault::Fault;
 use crate::generate::generate;
 use crate::metrics;
 use crate::openai::{error_body, parse_request};
@@ -228,19 +229,22 @@ async fn inject_fault(
     engine: &Engine,
     reset: &AtomicBool,
 ) -> Result<Option<Response<RespBody>>, DropConnection> {
+    let Some(fault) = Fault::parse(fault) else {
+        return Ok(None);
+    };
     match fault {
-        "reset" => {
+        Fault::Reset => {
             engine.count_status("reset");
             reset.store(true, Ordering::Relaxed);
             Err(DropConnection)
         }
-        "hang" => {
+        Fault::Hang => {
             engine.count_status("hang");
             sleep(HANG_FOR).await;
             reset.store(true, Ordering::Relaxed);
             Err(DropConnection)
         }
-        "reset-after-headers" => {
+        Fault::ResetAfterHeaders => {
             engine.count_status("reset-after-headers");
             reset.store(true, Ordering::Relaxed);
             // Headers go out with the first frame; the error afterwards makes hyper abort the
@@ -260,16 +264,7 @@ async fn inject_fault(
                 .insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
             Ok(Some(r))
         }
-        f => {
-            let Some(code) = f.strip_prefix("status:") else {
-                return Ok(None);
-            };
-            let status = code
-                .trim()
-                .parse::<u16>()
-                .ok()
-                .and_then(|c| StatusCode::from_u16(c).ok())
-                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        Fault::Status(status) => {
             engine.count_status(status.as_str());
             Ok(Some(json_resp(
                 status,

@@ -166,3 +166,73 @@ fn a_pod_that_only_times_out_is_ejected_by_its_504s() {
     );
     assert!(probe_until_zero(&bed, &a.url, Duration::from_secs(10)).is_zero());
 }
+
+/// Redis down while a pod is ejected: no pick can run, so every request falls back to the
+/// host's own balancing, counted (the ejection lives in Redis: the failing pod takes its turn
+/// there, and its 500s reach the client). Redis back empty, as after a crash without
+/// persistence: the pod's failures are learned anew and it is ejected again. Nothing leaks.
+#[test]
+fn redis_down_while_a_pod_is_ejected_falls_back_then_learns_again() {
+    let mut bed = bed(&[BAD]);
+    let (a, b) = gateways(&bed, json!({"ejectAfterFailures": 3}));
+    send(&[&a, &b], 80);
+    assert_eq!(sum([&a, &b], "ai_lb.eject.ejected"), 1);
+
+    bed.redis.stop();
+    let fallbacks = sum([&a, &b], "ai_lb.glr.fallback");
+    let down = send(&[&a, &b], 40);
+    assert!(
+        down.iter()
+            .all(|(pod, s)| *s == 200 || (pod == BAD && *s == 500)),
+        "answered by the host's balancing: {down:?}"
+    );
+    assert_eq!(sum([&a, &b], "ai_lb.glr.fallback") - fallbacks, 40);
+
+    bed.redis.restart();
+    // The gateways' Redis clients reconnect on their next calls.
+    let back = send(&[&a, &b], 160);
+    let ejected = sum([&a, &b], "ai_lb.eject.ejected");
+    assert_eq!(ejected, 2, "ejected again after Redis came back empty");
+    // ejectAfterFailures (3), plus the requests already on their way when it was ejected.
+    assert!(to_bad(&back) <= 3 + 8, "{} reached the pod", to_bad(&back));
+    assert!(probe_until_zero(&bed, &a.url, Duration::from_secs(10)).is_zero());
+}
+
+/// A flapping pod, failing and healing again and again: what it draws in each failing spell
+/// stays bounded (its second failure ejects it for both gateways, unless its first failure's
+/// held count already kept it out for the spell), each healing takes it back (after its
+/// ejection and one trial, or its held count), and nothing leaks.
+#[test]
+fn a_flapping_pod_draws_little_in_each_failing_spell_and_is_taken_back_in_each_healthy_one() {
+    let bed = bed(&[BAD]);
+    let lb = json!({"ejectAfterFailures": 2, "ejectionMs": 300, "maxEjectionMs": 1200});
+    let (a, b) = gateways(&bed, lb);
+    let engine = bed.pods[0].engine().clone();
+    for spell in 1..=3 {
+        engine.set_error_rate(1.0);
+        let before = sum([&a, &b], "ai_lb.eject.ejected");
+        let failing = send(&[&a, &b], 80);
+        let ejected = sum([&a, &b], "ai_lb.eject.ejected") - before;
+        eprintln!(
+            "spell {spell}: {} to the pod, {ejected} ejections",
+            to_bad(&failing)
+        );
+        // Ejected at its second failure; an ejection that ends within the spell gives one
+        // trial, whose failure ejects it again at once.
+        assert!(ejected <= 3, "spell {spell}: {ejected} ejections");
+        assert!(
+            to_bad(&failing) as i64 <= 2 + 8 + (ejected - 1).max(0),
+            "spell {spell}: {} to the failing pod",
+            to_bad(&failing)
+        );
+        engine.set_error_rate(0.0);
+        // Back after its ejection (at most maxEjectionMs) and a trial answered.
+        let start = std::time::Instant::now();
+        let back = std::iter::repeat_with(|| send(&[&a, &b], 16))
+            .take_while(|_| start.elapsed() < Duration::from_secs(5))
+            .any(|sent| sent.iter().any(|(pod, s)| pod == BAD && *s == 200));
+        assert!(back, "spell {spell}: the healed pod was not taken back");
+    }
+    assert!(sum([&a, &b], "ai_lb.eject.ejected") >= 1);
+    assert!(probe_until_zero(&bed, &a.url, Duration::from_secs(10)).is_zero());
+}

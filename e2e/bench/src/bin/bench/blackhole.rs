@@ -10,6 +10,7 @@
 //! here, 30 s on defaults), and the requests that reached the failing pod with four gateways
 //! over one. Beside them: the same black hole without failure memory.
 
+use crate::common::bench;
 use ailb_e2e::bed::{chat, probe_until_zero, Bed};
 use ailb_e2e::gateway::{glr_config, Gateway};
 use serde_json::{json, Value};
@@ -24,10 +25,6 @@ const CLIENTS: usize = 16;
 const EJECTION_MS: u64 = 5_000;
 /// The gateways' upstream timeout: what a hanging pod's requests wait for, then a 504.
 const TIMEOUT_MS: u64 = 2_000;
-
-fn bench(name: &str, v: f64, unit: &str) {
-    println!("BENCH {name} {v:.3} {unit}");
-}
 
 /// How the failing pod fails.
 #[derive(Clone, Copy)]

@@ -149,3 +149,8 @@ pub fn poisson_arrivals(seed: u64, rate: f64, seconds: f64) -> Vec<(Duration, f6
         out.push((Duration::from_secs_f64(t), next()));
     }
 }
+
+/// One `BENCH <name> <value> <unit>` line.
+pub fn bench(name: &str, v: f64, unit: &str) {
+    println!("BENCH {name} {v:.3} {unit}");
+}

@@ -38,10 +38,7 @@ pub fn penalty_ms(s: Scale) -> u64 {
     (MAX_TTFT_PENALTY_S * 1000.0 / s.time).round().max(1.0) as u64
 }
 
-/// One `BENCH <name> <value> <unit>` line.
-pub fn bench(name: &str, v: f64, unit: &str) {
-    println!("BENCH {name} {v:.3} {unit}");
-}
+pub use crate::common::bench;
 
 pub struct Run {
     pub name: String,
