@@ -204,20 +204,27 @@ pub extern "C" fn proxy_on_response_headers(id: u32, _headers: usize, _eos: u32)
 }
 
 /// cluster_metrics times the first response-body chunk (its TTFT); prefix_cache reads a
-/// verified response's usage and may rewrite the chunk (its usage event out); nothing is held.
-/// A chunk the balancer said it does not want (most chunks of a streamed answer) ends here.
+/// verified response's usage and may rewrite the chunk (its usage event out). Only a last chunk
+/// is ever held, while the request's Redis writes are in flight (`Balancer::holds_response`;
+/// resumed from their reply). A chunk the balancer said it does not want (most chunks of a
+/// streamed answer) ends here.
 #[no_mangle]
 pub extern "C" fn proxy_on_response_body(id: u32, body_size: usize, eos: u32) -> u32 {
-    with_contexts(|c| {
+    let held = with_contexts(|c| {
         if !c.watches_body(id) {
-            return;
+            return false;
         }
-        let wanted = c
-            .balancer(id)
-            .map(|b| b.on_response_body(&mut WasmHost, id, body_size, eos != 0));
+        let b = c.balancer(id);
+        let wanted = b.map(|b| b.on_response_body(&mut WasmHost, id, body_size, eos != 0));
+        let held = c.balancer(id).is_some_and(|b| b.holds_response(id));
         c.watch_body(id, wanted == Some(true));
+        held
     });
-    CONTINUE
+    if held == Some(true) {
+        PAUSE
+    } else {
+        CONTINUE
+    }
 }
 
 /// True: neither an http context nor a root needs the host to wait before deleting it.

@@ -24,6 +24,7 @@ extern "C" {
         out: *mut *mut u8,
         out_len: *mut usize,
     ) -> u32;
+    pub fn proxy_get_header_map_pairs(map: u32, out: *mut *mut u8, out_len: *mut usize) -> u32;
     pub fn proxy_replace_header_map_value(
         map: u32,
         key: *const u8,
@@ -133,6 +134,7 @@ const PLUGIN_CONFIGURATION: u32 = 7;
 #[cfg(not(feature = "envoy"))]
 pub const REDIS_CALL_RESPONSE: u32 = 9;
 pub const STREAM_REQUEST: u32 = 0;
+pub const STREAM_RESPONSE: u32 = 1;
 
 /// The ABI's status numbers (proxy-wasm 0.2.1 `Status`) as domain errors: the only place a
 /// status number is read.

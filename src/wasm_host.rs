@@ -44,6 +44,14 @@ impl Host for WasmHost {
         })
     }
 
+    fn request_header_map(&self) -> HostResult<Vec<u8>> {
+        // SAFETY: as above. No headers = status 0 with a null pointer.
+        Ok(fetch("get_header_map_pairs", |p, l| unsafe {
+            proxy_get_header_map_pairs(REQUEST_HEADERS, p, l)
+        })?
+        .unwrap_or_default())
+    }
+
     fn response_status(&self) -> HostResult<Option<Vec<u8>>> {
         // SAFETY: as above.
         fetch("get_header", |p, l| unsafe {
@@ -126,6 +134,13 @@ impl Host for WasmHost {
         // SAFETY: no pointers.
         check("continue_stream", unsafe {
             proxy_continue_stream(STREAM_REQUEST)
+        })
+    }
+
+    fn resume_response(&mut self) -> HostResult<()> {
+        // SAFETY: no pointers.
+        check("continue_stream", unsafe {
+            proxy_continue_stream(STREAM_RESPONSE)
         })
     }
 

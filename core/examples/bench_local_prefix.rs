@@ -36,6 +36,14 @@ impl Host for BenchHost {
     fn property(&self, _path: &[&str]) -> HostResult<Option<Vec<u8>>> {
         Ok(None)
     }
+    fn request_header_map(&self) -> HostResult<Vec<u8>> {
+        let pairs: Vec<(&str, &str)> = self
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        Ok(ailb_core::host::pairs::encode(&pairs))
+    }
     fn request_header(&self, name: &str) -> HostResult<Option<String>> {
         Ok(self
             .headers

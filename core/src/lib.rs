@@ -8,6 +8,7 @@
 //! model-server metrics, the GPU-aware scheduler), `balancer` (per-VM dispatcher, the request
 //! state machine, one module per policy), `stats` (counters).
 
+pub mod agents;
 pub mod balancer;
 pub mod bytes;
 pub mod cluster;

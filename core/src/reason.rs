@@ -82,6 +82,11 @@ pub enum Reason {
     PrefixSpill,
     /// A sticky session stayed on its endpoint.
     Session,
+    /// An agent's own session identity (a recognised header or body field) stayed on its
+    /// endpoint (docs/sessions-and-queues.md "Agent sessions").
+    AgentSession,
+    /// A Responses continuation went to the pod that produced its `previous_response_id`.
+    Continuation,
     /// A session's endpoint left or was over the load guard: placed and bound anew.
     SessionRebound,
     /// endpoint_metrics: chosen from the model servers' metrics.
@@ -119,6 +124,8 @@ impl Reason {
             Reason::PrefixMiss => "prefix_miss",
             Reason::PrefixSpill => "prefix_spill",
             Reason::Session => "session",
+            Reason::AgentSession => "agent_session",
+            Reason::Continuation => "continuation",
             Reason::SessionRebound => "session_rebound",
             Reason::Metrics => "metrics",
             Reason::Rejected429 => "rejected_429",

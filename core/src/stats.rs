@@ -6,6 +6,9 @@ use crate::host::{Host, MetricType};
 pub use crate::reason::Cause;
 use crate::reason::Reason;
 
+mod pods;
+pub use pods::{PodStats, MAX_POD_COUNTERS};
+
 /// What a request published for `reason` counts besides its policy's decision: prefix_cache's
 /// hits and spills (docs/metrics.md).
 pub fn routed_as(reason: Reason) -> Option<Counter> {
@@ -20,7 +23,9 @@ pub fn routed_as(reason: Reason) -> Option<Counter> {
 /// session's pod, or least request's (docs/sessions-and-queues.md "Sessions").
 pub fn pod_down(reason: Reason) -> Counter {
     match reason {
-        Reason::Session | Reason::SessionRebound => Counter::SessionPodDown,
+        Reason::Session | Reason::AgentSession | Reason::Continuation | Reason::SessionRebound => {
+            Counter::SessionPodDown
+        }
         _ => Counter::GlrPodDown,
     }
 }
@@ -81,6 +86,15 @@ pub enum Counter {
     GlrPodDown,
     /// A sticky request fell back (Redis down, timeout, bad reply): the session not honoured.
     SessionFallback,
+    /// A request whose session is an agent's own identity (a header or body field of the
+    /// recognised list) or a Responses continuation, not a configured session
+    /// (docs/sessions-and-queues.md "Agent sessions").
+    SessionAgent,
+    /// A Responses continuation whose previous response's pod was not known (never recorded,
+    /// expired, or a garbage id): placed as the policy places it.
+    ContinuationUnknown,
+    /// A Responses answer's id was recorded against the pod that produced it.
+    ResponseRecorded,
     /// prefix_cache: a known prefix was found.
     PrefixHit,
     /// prefix_cache: the matched endpoint was too loaded; the request spilled.
@@ -189,7 +203,7 @@ pub enum Counter {
     EjectedFailOpen,
 }
 
-const FIXED: [(Counter, &str); 58] = [
+const FIXED: [(Counter, &str); 61] = [
     (Counter::RedisCalls, "ai_lb.redis.calls"),
     (Counter::RedisErrors, "ai_lb.redis.errors"),
     (Counter::RedisTimeouts, "ai_lb.redis.timeouts"),
@@ -205,6 +219,12 @@ const FIXED: [(Counter, &str); 58] = [
     (Counter::SessionPodDown, "ai_lb.session.pod_down"),
     (Counter::GlrPodDown, "ai_lb.glr.pod_down"),
     (Counter::SessionFallback, "ai_lb.session.fallback"),
+    (Counter::SessionAgent, "ai_lb.session.agent"),
+    (
+        Counter::ContinuationUnknown,
+        "ai_lb.session.continuation_unknown",
+    ),
+    (Counter::ResponseRecorded, "ai_lb.session.response_recorded"),
     (Counter::PrefixHit, "ai_lb.prefix.hit"),
     (Counter::PrefixSpill, "ai_lb.prefix.spill"),
     (Counter::PrefixIndexReset, "ai_lb.prefix.index_reset"),
@@ -285,49 +305,6 @@ const FIXED: [(Counter, &str); 58] = [
     (Counter::EjectionRefused, "ai_lb.eject.refused"),
     (Counter::EjectedFailOpen, "ai_lb.eject.fail_open"),
 ];
-
-/// The most pods given their own verified counters per VM: the names are made from the
-/// endpoint's address at its first verified response, and a pod fleet churning for weeks must
-/// not grow the host's stats without bound. Pods past it are in the totals only.
-pub const MAX_POD_COUNTERS: usize = 256;
-
-/// Per-pod verified counters, defined at a pod's first verified response:
-/// `ai_lb.prefix.verified.<ip:port>.cached_tokens` and `.prompt_tokens` (their ratio is the
-/// pod's verified hit rate).
-#[derive(Debug, Default)]
-pub struct PodStats {
-    ids: std::collections::HashMap<String, [Option<u32>; 2]>,
-}
-
-impl PodStats {
-    /// The two counter names of `endpoint`.
-    pub fn names(endpoint: &str) -> [String; 2] {
-        [
-            format!("ai_lb.prefix.verified.{endpoint}.cached_tokens"),
-            format!("ai_lb.prefix.verified.{endpoint}.prompt_tokens"),
-        ]
-    }
-
-    /// Adds one verified response of `endpoint`.
-    pub fn add(&mut self, host: &mut dyn Host, endpoint: &str, cached: u64, prompt: u64) {
-        if !self.ids.contains_key(endpoint) {
-            if self.ids.len() >= MAX_POD_COUNTERS {
-                return;
-            }
-            let ids = Self::names(endpoint)
-                .map(|name| host.define_metric(MetricType::Counter, &name).ok());
-            self.ids.insert(endpoint.to_string(), ids);
-        }
-        let Some(ids) = self.ids.get(endpoint) else {
-            return;
-        };
-        for (id, n) in ids.iter().zip([cached, prompt]) {
-            if let Some(id) = id {
-                let _ = host.increment_metric(*id, i64::try_from(n).unwrap_or(i64::MAX));
-            }
-        }
-    }
-}
 
 /// Metric ids in the order of [`Stats::names`].
 #[derive(Debug, Default)]

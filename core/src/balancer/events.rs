@@ -3,6 +3,7 @@
 
 use super::holding::{Act, Holding, Outcome, Services};
 use super::pick::PickReply;
+use super::policies::session::Sticky;
 pub use super::publish::Placement;
 use super::redis_client::{Decode, RedisClient};
 pub use super::rejection::{LocalReply, Rejection, DENIED};
@@ -124,8 +125,10 @@ pub struct PromptRead {
     /// The prompt's chained prefix keys (prefix/chain.rs) and its anchor block (prefix/anchor.rs).
     pub keys: Vec<PrefixKey>,
     pub anchor: usize,
-    /// The session id, as read with the body (`sessionBodyField` needs it).
-    pub session: Option<Vec<u8>>,
+    /// The session, as read with the body (`sessionBodyField` and the agents' body fields
+    /// need it), and whether the answer's id is to be recorded (policies/session.rs).
+    pub session: Option<Sticky>,
+    pub answer: bool,
     /// The prompt's token estimates (the token gate's, prefix/tokens.rs).
     pub tokens: PromptTokens,
     /// `Canonical::prefix_bytes` (the engine-verified index's prediction, verify.rs).

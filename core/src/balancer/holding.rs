@@ -32,6 +32,10 @@ pub struct Outcome {
     /// not read (no holding asked: reading enters the VM on every chunk the glue otherwise
     /// passes, docs/plugin-cpu.md), or the read was given up.
     pub usage: Option<Tokens>,
+    /// The answer's own `id`, read from its bounded head when a holding asked for it
+    /// ([`ReadResponse::answer_id`]; verify/answer_id.rs): a Responses answer's `resp_…`, which a
+    /// later request may continue. None: not asked, not read, or the answer named none.
+    pub answer_id: Option<String>,
 }
 
 /// What a holding asks the machine to read of the response body (core/src/verify/: the bounded
@@ -43,6 +47,23 @@ pub struct ReadResponse {
     /// Take the usage-only event out of the stream (the plugin asked for it, the client did
     /// not).
     pub take_usage_event: bool,
+    /// Read the answer's own id from its head at the end ([`Outcome::answer_id`]).
+    pub answer_id: bool,
+}
+
+impl ReadResponse {
+    /// What either of two holdings (a wrapper and the holding it wraps) asks to be read: one
+    /// reader per response serves both.
+    pub fn and(a: Option<ReadResponse>, b: Option<ReadResponse>) -> Option<ReadResponse> {
+        match (a, b) {
+            (Some(a), Some(b)) => Some(ReadResponse {
+                usage: a.usage || b.usage,
+                take_usage_event: a.take_usage_event || b.take_usage_event,
+                answer_id: a.answer_id || b.answer_id,
+            }),
+            (a, b) => a.or(b),
+        }
+    }
 }
 
 impl Outcome {
@@ -77,6 +98,11 @@ pub trait Holding: fmt::Debug {
     fn read_response(&mut self, _svc: &mut Services, _outcome: &Outcome) -> Option<ReadResponse> {
         None
     }
+
+    /// The answer's own id was read from its head (`outcome.answer_id` is set) for a holding
+    /// that asked for it: told once, as soon as it is known, before the chunk that completed it
+    /// goes on to the client (a stream's first event carries it).
+    fn answer_id(&mut self, _svc: &mut Services, _outcome: &Outcome) {}
 
     /// Gives back what is held, exactly once: at stream end with the request's `outcome`, or
     /// with None when the request never got an answer through this holding (a failed publish,

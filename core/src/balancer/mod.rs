@@ -31,9 +31,10 @@ use crate::config::PluginConfig;
 use crate::host::{Host, LogLevel};
 use crate::id_map::IdMap;
 use perform::Performer;
-use redis_client::PickAnswer;
+use redis_client::{Answered, PickAnswer};
 use request::{Effect, Event, Request};
 use routes::Routes;
+use std::collections::HashSet;
 
 /// What a phase callback answers the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +55,9 @@ pub struct Balancer {
     routes: Routes,
     /// The VM's services and the effect performer.
     vm: Performer,
+    /// Streams whose response's last chunk waits for their Redis writes
+    /// ([`Balancer::holds_response`]).
+    held_ends: HashSet<u32>,
 }
 
 impl Balancer {
@@ -69,6 +73,7 @@ impl Balancer {
             vm: Performer::new(host, &config, seed, log_level),
             routes: Routes::build(config),
             requests: IdMap::default(),
+            held_ends: HashSet::new(),
         }
     }
 
@@ -142,12 +147,15 @@ impl Balancer {
         self.requests
             .get(&ctx)
             .is_some_and(|r| r.phase().wants_response_body() || r.phase().reading())
+            // Its last chunk may have to wait for them (holds_response).
+            || self.vm.redis.writing(ctx)
     }
 
     /// A response body chunk of `size` bytes (the last when `end_of_stream`): the first is
     /// measured and told to the request's holding; a response read for its holding keeps its
-    /// tail and may have its usage event taken out (`Performer::read_body`). Never holds the
-    /// response (the glue answers Continue). Whether later chunks still matter.
+    /// tail and may have its usage event taken out (`Performer::read_body`). Whether later
+    /// chunks still matter. The last chunk is held while the request's Redis writes are in
+    /// flight ([`Balancer::holds_response`]).
     pub fn on_response_body(
         &mut self,
         host: &mut dyn Host,
@@ -166,12 +174,26 @@ impl Balancer {
         if let Some(req) = self.requests.get_mut(&ctx) {
             self.vm.read_body(host, ctx, req, (size, end_of_stream));
         }
+        if end_of_stream && self.vm.redis.writing(ctx) {
+            self.held_ends.insert(ctx);
+        }
         self.wants_response_body(ctx)
+    }
+
+    /// Whether stream `ctx`'s last response chunk is held (the glue answers Pause) until the
+    /// Redis writes the request started are answered: a Responses answer's pod
+    /// (policies/continuation.rs) is then in Redis before the client has the whole answer, so
+    /// a continuation it sends next through any gateway finds it. A stream's writes leave at
+    /// its first event and are done long before its end; a JSON answer's id comes with its
+    /// end, which then waits one Redis round trip (or the call's timeout).
+    pub fn holds_response(&self, ctx: u32) -> bool {
+        self.held_ends.contains(&ctx)
     }
 
     /// Stream end, whatever ended it: give back what was acquired, exactly once.
     pub fn on_done(&mut self, host: &mut dyn Host, ctx: u32) {
         self.vm.body.forget(ctx);
+        self.held_ends.remove(&ctx);
         let Some(mut req) = self.requests.remove(&ctx) else {
             return;
         };
@@ -204,12 +226,20 @@ impl Balancer {
         status: CallStatus,
         size: usize,
     ) {
-        let Some(PickAnswer { ctx, token, reply }) =
-            self.vm
-                .redis
-                .on_reply(host, &mut self.vm.tel, token, status, size)
-        else {
-            return;
+        let answered = self
+            .vm
+            .redis
+            .on_reply(host, &mut self.vm.tel, token, status, size);
+        let PickAnswer { ctx, token, reply } = match answered {
+            Some(Answered::Pick(a)) => a,
+            Some(Answered::Written(ctx)) => {
+                let held = self.held_ends.remove(&ctx) && self.requests.get(&ctx).is_some();
+                if held && host.set_effective_context(ctx).is_ok() {
+                    let _ = host.resume_response();
+                }
+                return;
+            }
+            None => return,
         };
         let alive = self
             .requests

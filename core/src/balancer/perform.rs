@@ -346,7 +346,21 @@ impl Performer {
                 return;
             }
         };
-        if let Some(out) = req.phase_mut().read_chunk(&chunk, end) {
+        let (out, found) = req.phase_mut().read_chunk(&chunk, end);
+        if found {
+            // Before the chunk reaches the client: a continuation it sends next finds what its
+            // holding does with the id (policies/continuation.rs).
+            if let Some((held, outcome)) = req.phase_mut().holding_mut() {
+                let mut svc = Services {
+                    host: &mut *host,
+                    tel: &mut self.tel,
+                    redis: &mut self.redis,
+                    ctx,
+                };
+                held.answer_id(&mut svc, outcome);
+            }
+        }
+        if let Some(out) = out {
             if let Err(err) = host.set_response_body(&out) {
                 self.tel
                     .log(host, LogLevel::Warn, ctx, format_args!("{err}"));

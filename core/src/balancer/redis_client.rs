@@ -5,7 +5,7 @@
 //! a pick's reply is handed back to the balancer, releases and script loads end here.
 
 pub mod calls;
-pub use calls::Decode;
+pub use calls::{Answered, CallStatus, Decode, PickAnswer};
 mod first_bytes;
 mod release;
 
@@ -21,19 +21,11 @@ use crate::config::{Policy, RouteConfig};
 use crate::host::{Host, HostErrorKind, LogLevel};
 use crate::id_map::IdMap;
 use crate::reason::Cause;
+use crate::redis::bind::{self, Bind};
 use crate::redis::scripts::{self, Keys, Scripts};
 use crate::stats::Counter;
 use std::collections::HashMap;
 use std::rc::Rc;
-
-/// How a Redis callback ended, as the host reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CallStatus {
-    /// The reply is readable (`size` bytes).
-    Ok,
-    /// Timeout or connection failure: there is no reply.
-    Failed,
-}
 
 enum Op {
     /// A pick for request `ctx`, its reply read by `decode` (the pick's own).
@@ -47,13 +39,11 @@ enum Op {
     Waiter,
     /// A pod's prefix generation bumped (fire-and-forget, prefix_forget.lua).
     Forget,
-}
-
-/// A pick's reply, for the balancer to route to its request (or its orphan).
-pub struct PickAnswer {
-    pub ctx: u32,
-    pub token: u32,
-    pub reply: PickReply,
+    /// A write for request `ctx` (a Responses answer's pod, `SET … EX`): its response's end
+    /// waits for it ([`RedisClient::writing`]).
+    Bind {
+        ctx: u32,
+    },
 }
 
 #[derive(Default)]
@@ -66,6 +56,8 @@ pub struct RedisClient {
     synced: HashMap<String, Rc<str>>,
     /// prefix_cache first bytes not yet sent, per route (first_bytes.rs).
     batches: first_bytes::Batches,
+    /// Writes in flight per request (`bind`).
+    writes: HashMap<u32, u32>,
 }
 
 impl RedisClient {
@@ -144,6 +136,28 @@ impl RedisClient {
         self.send_release(host, tel, Release::new(config.clone(), keys, members));
     }
 
+    /// Writes `bind` for request `ctx` (`SET … EX`: a Responses answer's pod); whether it was
+    /// sent. Nothing waits for it but the end of `ctx`'s response ([`Self::writing`]).
+    pub fn bind(
+        &mut self,
+        host: &mut dyn Host,
+        tel: &mut Telemetry,
+        (config, ctx): (&RouteConfig, u32),
+        bind: &Bind,
+    ) -> bool {
+        let sent = self.call(host, tel, config, &bind::bind_call(bind));
+        if let Ok(token) = sent {
+            self.pending.insert(token, Op::Bind { ctx });
+            *self.writes.entry(ctx).or_insert(0) += 1;
+        }
+        sent.is_ok()
+    }
+
+    /// Whether request `ctx` has writes in flight.
+    pub fn writing(&self, ctx: u32) -> bool {
+        self.writes.contains_key(&ctx)
+    }
+
     /// Waiting queue: adds (`score` Some) or removes this waiter in the route's wait set
     /// (docs/redis-data-model.md §12). Fire-and-forget: an entry never written only loses
     /// its class's precedence on other gateways; one never removed expires at its deadline.
@@ -200,7 +214,8 @@ impl RedisClient {
         }
     }
 
-    /// A callback arrived: a pick's answer is returned; releases and script loads end here.
+    /// A callback arrived: a pick's answer, or a request's last write done, is returned;
+    /// releases and script loads end here.
     pub fn on_reply(
         &mut self,
         host: &mut dyn Host,
@@ -208,7 +223,7 @@ impl RedisClient {
         token: u32,
         status: CallStatus,
         size: usize,
-    ) -> Option<PickAnswer> {
+    ) -> Option<Answered> {
         let op = self.pending.remove(&token)?;
         let reply = match status {
             CallStatus::Ok => host.redis_reply(size).map_err(|_| Cause::BadReply),
@@ -223,11 +238,24 @@ impl RedisClient {
                     Ok(bytes) => decode(host, tel, ctx, &bytes),
                     Err(cause) => PickReply::Failed(cause),
                 };
-                Some(PickAnswer { ctx, token, reply })
+                Some(Answered::Pick(PickAnswer { ctx, token, reply }))
             }
             Op::Release(rel) => {
                 self.on_release_reply(host, tel, rel, reply);
                 None
+            }
+            Op::Bind { ctx } => {
+                if reply.is_err() {
+                    tel.inc(host, Counter::RedisErrors);
+                }
+                let left = self.writes.get_mut(&ctx).map(|n| {
+                    *n = n.saturating_sub(1);
+                    *n
+                });
+                (left == Some(0)).then(|| {
+                    self.writes.remove(&ctx);
+                    Answered::Written(ctx)
+                })
             }
             Op::ScriptLoad | Op::Waiter | Op::Forget => {
                 if reply.is_err() {

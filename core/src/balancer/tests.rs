@@ -7,6 +7,8 @@ use crate::host::HostErrorKind;
 use crate::redis::resp::encode_command;
 use crate::redis::scripts::Scripts;
 
+#[path = "agent_tests.rs"]
+mod agent_tests;
 #[path = "fallback_log_tests.rs"]
 mod fallback_log_tests;
 #[path = "session_tests.rs"]

@@ -63,7 +63,10 @@ pub use rules::{Matcher, RequestKeys};
 /// Higress's leniently read keys, `Own<T>` for this plugin's strict ones).
 pub const LB_CONFIG_KEYS: &[(&str, &str)] = raw::RawLbConfig::TYPES;
 pub use scrape::ScrapeConfig;
-pub use session::{BodyField, SessionConfig, SESSION_MAX_IMBALANCE, SESSION_MAX_IMBALANCE_RATIO};
+pub use session::{
+    AgentSessions, BodyField, SessionConfig, DEFAULT_SESSION_TTL_S, SESSION_MAX_IMBALANCE,
+    SESSION_MAX_IMBALANCE_RATIO,
+};
 pub use types::{
     CostMode, FailureMode, Policy, PolicyConfig, Publish, RedisTarget, RouteConfig, Secret,
 };

@@ -151,6 +151,10 @@ raw_object! {
         session_cookie: Own<String> = "sessionCookie",
         session_body_field: Own<String> = "sessionBodyField",
         session_ttl: Own<u64> = "sessionTTL",
+        // Ours: agents' own session identities and Responses continuations (every endpoint
+        // policy; docs/sessions-and-queues.md "Agent sessions").
+        agent_sessions: Own<bool> = "agentSessions",
+        agent_session_ttl: Own<u64> = "agentSessionTTL",
         // Ours: the pool cap and tenant fairness (global_least_request, prefix_cache).
         max_pool_requests: Own<u64> = "maxPoolRequests",
         tenant_header: Own<String> = "tenantHeader",

@@ -17,7 +17,7 @@ use super::raw::{RawLbConfig, RawRoute, LEGACY_KEYS};
 use super::read::{In, Reader};
 use super::redis;
 use super::route_cluster;
-use super::session::{self, SESSION_KEYS};
+use super::session::{self, AGENT_KEYS, SESSION_KEYS};
 use super::types::{CostMode, Policy, PolicyConfig, RouteConfig};
 use super::values::Build;
 use super::warning::nearest;
@@ -43,6 +43,7 @@ const OWNERS: &[(&str, &[&[&str]])] = &[
             COMMON_KEYS,
             ENVOY_KEYS,
             SESSION_KEYS,
+            AGENT_KEYS,
             FAIRNESS_KEYS,
             EJECTION_KEYS,
             CEILING_KEYS,
@@ -57,6 +58,7 @@ const OWNERS: &[(&str, &[&[&str]])] = &[
             PREFIX_KEYS,
             GUARD_KEYS,
             SESSION_KEYS,
+            AGENT_KEYS,
             FAIRNESS_KEYS,
             EJECTION_KEYS,
             CEILING_KEYS,
@@ -70,6 +72,7 @@ const OWNERS: &[(&str, &[&[&str]])] = &[
             METRICS_KEYS,
             SATURATION_SCRAPE_KEYS,
             SESSION_KEYS,
+            AGENT_KEYS,
         ],
     ),
     (
@@ -174,7 +177,7 @@ fn compile(
     if policy == "cluster_metrics" && !inflight {
         reads.retain(|k| !INFLIGHT_REDIS_KEYS.contains(k));
     }
-    let mut session = None;
+    let (mut session, mut agents) = (None, None);
     let (policy_config, redis, common, endpoints, publish) = match policy {
         "cluster_metrics" | "cluster_hash" => {
             let (p, redis, common, publish) = route_cluster::compile(policy, lb, r, build)?;
@@ -257,6 +260,18 @@ fn compile(
                 _ => PolicyConfig::GlobalLeastRequest,
             };
             session = sticky(kind, lb, r, build, reads_body(&p, &common), redis.is_some())?;
+            let session_ttl = session
+                .as_ref()
+                .filter(|_| lb.session_ttl.is_some())
+                .map(|s| s.ttl_s);
+            agents = session::agents(
+                In {
+                    raw: lb,
+                    r: &mut *r,
+                    build,
+                },
+                session_ttl,
+            )?;
             (p, redis, common, endpoints, publish)
         }
     };
@@ -275,6 +290,7 @@ fn compile(
         publish,
         decide_at_headers,
         session: session.map(Rc::new),
+        agents: agents.map(Rc::new),
     };
     Ok((config, reads))
 }

@@ -15,6 +15,9 @@ pub const SESSION_KEYS: &[&str] = &[
     "sessionTTL",
 ];
 pub const DEFAULT_SESSION_TTL_S: u64 = 1800;
+/// Agents' own identities and Responses continuations, recognised without configuration
+/// (docs/sessions-and-queues.md "Agent sessions"): on unless `agentSessions: false`.
+pub const AGENT_KEYS: &[&str] = &["agentSessions", "agentSessionTTL"];
 /// global_least_request's session guard: a session leaves its pod when the pod carries more
 /// than this much load above the least-loaded one... (prefix_cache uses its own
 /// `affinityMaxImbalance` / `affinityMaxImbalanceRatio`, whose defaults these are.)
@@ -37,6 +40,44 @@ pub struct SessionConfig {
     pub cookie: Option<String>,
     pub body_field: Option<BodyField>,
     pub ttl_s: u64,
+}
+
+/// Agents' own session identities (headers and body fields coding agents and the Responses
+/// API send) and Responses continuations (`previous_response_id` → the pod that produced that
+/// response), recognised on a route that does not turn them off.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentSessions {
+    /// How long a recognised identity's Redis binding, and a response's pod, is kept without
+    /// use (`agentSessionTTL`, s).
+    pub ttl_s: u64,
+}
+
+/// The route's agent sessions: None with `agentSessions: false`. `agentSessionTTL` defaults
+/// to the route's `sessionTTL` when one is set, else to [`DEFAULT_SESSION_TTL_S`]: a KV cache
+/// is evicted within minutes on a busy pod, so a continuation sent much later gains little
+/// from its pod, while an agent's turn after a long tool call (minutes) still finds it; and the
+/// default `sessionTTL` is what a configured session keeps (docs/sessions-and-queues.md).
+pub fn agents(
+    i: In<'_, '_, RawLbConfig>,
+    session_ttl: Option<u64>,
+) -> Result<Option<AgentSessions>, ConfigError> {
+    let (raw, r) = (i.raw, i.r);
+    let on = r.own("agentSessions", &raw.agent_sessions)?.unwrap_or(true);
+    let ttl = r.own("agentSessionTTL", &raw.agent_session_ttl)?;
+    if !on {
+        if ttl.is_some() {
+            return Err(r.err(
+                "agentSessionTTL",
+                "agentSessions is false: no agent session or response is kept",
+            ));
+        }
+        return Ok(None);
+    }
+    let ttl_s = ttl.or(session_ttl).unwrap_or(DEFAULT_SESSION_TTL_S);
+    if !(1..=7 * 86_400).contains(&ttl_s) {
+        return Err(r.err("agentSessionTTL", format!("{ttl_s} s is outside 1-604800")));
+    }
+    Ok(Some(AgentSessions { ttl_s }))
 }
 
 /// A cookie name: an RFC 6265 token (no separators, no spaces, no '=' or ';').

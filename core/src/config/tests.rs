@@ -513,3 +513,65 @@ fn session_keys_are_taken_by_every_endpoint_policy_and_ttl_only_with_a_binding()
         parsed.warnings
     );
 }
+
+#[test]
+fn agent_sessions_are_on_by_default_and_their_keys_strict() {
+    for build in [Build::Higress, Build::Envoy] {
+        for policy in ["global_least_request", "prefix_cache", "endpoint_metrics"] {
+            let extra = if policy == "endpoint_metrics" && build == Build::Envoy {
+                r#","scrapeCluster":"scrape""#
+            } else {
+                ""
+            };
+            let parsed = session_cfg(policy, extra, build).unwrap();
+            let route = parsed.config.global.unwrap();
+            assert_eq!(route.agents.as_ref().unwrap().ttl_s, 1800, "{policy}");
+            assert!(route.session.is_none(), "no configured session");
+            let off = format!(r#"{extra},"agentSessions":false"#);
+            let route = session_cfg(policy, &off, build)
+                .unwrap()
+                .config
+                .global
+                .unwrap();
+            assert!(route.agents.is_none(), "{policy}: turned off");
+            let ttl = format!(r#"{extra},"agentSessionTTL":90"#);
+            let parsed = session_cfg(policy, &ttl, build).unwrap();
+            let agent_warned = format!("{:?}", parsed.warnings).contains("agentSession");
+            assert!(!agent_warned, "{:?}", parsed.warnings);
+            assert_eq!(
+                parsed.config.global.unwrap().agents.as_ref().unwrap().ttl_s,
+                90
+            );
+        }
+    }
+    // Its TTL follows sessionTTL unless set.
+    let s = session_cfg(
+        "global_least_request",
+        r#","sessionHeader":"s","sessionTTL":60"#,
+        Build::Higress,
+    )
+    .unwrap();
+    assert_eq!(s.config.global.unwrap().agents.as_ref().unwrap().ttl_s, 60);
+    for (extra, part) in [
+        (r#","agentSessions":"no""#, "wrong type"),
+        (r#","agentSessions":0"#, "wrong type"),
+        (r#","agentSessionTTL":0"#, "outside 1-604800"),
+        (r#","agentSessionTTL":604801"#, "outside 1-604800"),
+        (r#","agentSessionTTL":-1"#, ""),
+        (
+            r#","agentSessions":false,"agentSessionTTL":60"#,
+            "agentSessions is false",
+        ),
+    ] {
+        let e = session_cfg("global_least_request", extra, Build::Higress)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("lb_config.agent"), "{extra}: {e}");
+        assert!(e.contains(part), "{extra}: {e}");
+    }
+    // Cluster policies do not read them: warned, as every foreign key; they have none.
+    let json = br#"{"lb_type":"cluster","lb_policy":"cluster_hash","lb_config":{"clusters":[{"cluster":"a","weight":100}],"agentSessions":false}}"#;
+    let parsed = parse(json, Build::Higress).unwrap();
+    assert!(format!("{:?}", parsed.warnings).contains("agentSessions"));
+    assert!(parsed.config.global.unwrap().agents.is_none());
+}

@@ -146,6 +146,10 @@ pub struct RouteConfig {
     pub decide_at_headers: bool,
     /// Session stickiness (global_least_request, prefix_cache; docs/redis-data-model.md §10).
     pub session: Option<Rc<super::session::SessionConfig>>,
+    /// Agents' own session identities and Responses continuations, recognised without
+    /// configuration (every endpoint policy unless `agentSessions: false`;
+    /// docs/sessions-and-queues.md "Agent sessions").
+    pub agents: Option<Rc<super::session::AgentSessions>>,
 }
 
 impl RouteConfig {

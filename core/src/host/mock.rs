@@ -36,6 +36,8 @@ pub struct MockHost {
     /// The reply readable through buffer 9 (the test sets it while delivering a callback).
     pub reply: Option<Vec<u8>>,
     pub resumed: u32,
+    /// Responses resumed (held at their last body chunk).
+    pub responses_resumed: u32,
     pub local_responses: Vec<(u32, String)>,
     /// The extra headers of each local response, in order.
     pub local_response_headers: Vec<Vec<(String, String)>>,
@@ -154,6 +156,16 @@ impl Host for MockHost {
             .map(|(_, v)| v.clone()))
     }
 
+    fn request_header_map(&self) -> HostResult<Vec<u8>> {
+        self.header_reads.borrow_mut().push("*".to_string());
+        let pairs: Vec<(&str, &str)> = self
+            .request_headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        Ok(super::pairs::encode(&pairs))
+    }
+
     fn remove_request_header(&mut self, name: &str) -> HostResult<()> {
         self.header_removes += 1;
         self.request_headers.retain(|(k, _)| k != name);
@@ -224,6 +236,11 @@ impl Host for MockHost {
 
     fn resume_request(&mut self) -> HostResult<()> {
         self.resumed += 1;
+        Ok(())
+    }
+
+    fn resume_response(&mut self) -> HostResult<()> {
+        self.responses_resumed += 1;
         Ok(())
     }
 

@@ -91,6 +91,10 @@ pub trait Host {
     fn request_header_bytes(&self, name: &str) -> HostResult<Option<Vec<u8>>> {
         self.request_header(name).map(|v| v.map(String::into_bytes))
     }
+    /// Every request header in the pairs encoding ([`pairs`]): one host call, where looking up
+    /// several names that are usually absent costs one each (the agent session headers,
+    /// balancer/policies/session.rs).
+    fn request_header_map(&self) -> HostResult<Vec<u8>>;
     fn remove_request_header(&mut self, name: &str) -> HostResult<()>;
     fn set_request_header(&mut self, name: &str, value: &str) -> HostResult<()>;
     fn add_response_header(&mut self, name: &str, value: &str) -> HostResult<()>;
@@ -123,6 +127,13 @@ pub trait Host {
         ))
     }
     fn resume_request(&mut self) -> HostResult<()>;
+    /// Resumes the response of the effective context, held at its last body chunk.
+    fn resume_response(&mut self) -> HostResult<()> {
+        Err(HostError::new(
+            "continue_stream",
+            HostErrorKind::Unsupported,
+        ))
+    }
     /// `headers` ride along besides `content-type: text/plain` (e.g. `retry-after`).
     fn send_local_response(
         &mut self,

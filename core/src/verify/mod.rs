@@ -8,6 +8,7 @@
 //! bumped, so its older index entries stop matching. Pure: the balancer
 //! (`balancer/verify.rs`) does the host calls.
 
+pub mod answer_id;
 pub mod flush;
 pub mod inject;
 pub mod sse;
@@ -104,6 +105,21 @@ impl Watch {
     /// At the end of the response: the token counts it reported.
     pub fn tokens(&self) -> Tokens {
         self.tail.tokens()
+    }
+
+    /// At the end of the response: the answer's own id, from its head (answer_id.rs).
+    pub fn answer_id(&self) -> Option<String> {
+        answer_id::answer_id(self.tail.head())
+    }
+
+    /// Whether it takes the usage event out of the stream (every chunk must pass it).
+    pub fn filtering(&self) -> bool {
+        self.filter.is_some()
+    }
+
+    /// Whether the head is all the bytes it keeps ([`usage::HEAD_BYTES`]).
+    pub fn head_full(&self) -> bool {
+        self.tail.head().len() >= usage::HEAD_BYTES
     }
 
     /// Usage-only events taken out of the stream.

@@ -93,6 +93,11 @@ impl Tail {
         self.buf.get(from..).unwrap_or_default()
     }
 
+    /// The body's first bytes (at most [`HEAD_BYTES`]).
+    pub fn head(&self) -> &[u8] {
+        &self.head
+    }
+
     /// The usage of the body seen: its tail's last report, else its head's (an Anthropic
     /// stream whose last `message_delta` carries only the output's count).
     pub fn usage(&self) -> Option<Usage> {

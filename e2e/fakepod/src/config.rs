@@ -79,6 +79,9 @@ pub struct PodConfig {
     /// `reset`, `hang`, `reset-after-headers`).
     pub error_fault: String,
     pub fault_seed: u64,
+    /// The Responses API's stored responses (responses_store.rs): the pod's own by default,
+    /// as vLLM keeps them; pods given one store share it.
+    pub responses: crate::responses_store::ResponseStore,
 }
 
 impl Default for PodConfig {
@@ -108,6 +111,7 @@ impl Default for PodConfig {
             error_rate: 0.0,
             error_fault: "status:500".into(),
             fault_seed: 0,
+            responses: crate::responses_store::ResponseStore::new(),
         }
     }
 }

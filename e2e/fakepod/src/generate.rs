@@ -28,6 +28,9 @@ struct Plan {
     include_usage: bool,
     /// When the pod had the whole request: pod-side TTFT counts from here.
     arrived: Instant,
+    /// Responses with `store`: the conversation's text after the answer, stored under the
+    /// response's id once the answer is complete (responses_store.rs).
+    stored: Option<String>,
 }
 
 fn plan(engine: &Engine, gen: &GenRequest, n: u64) -> Plan {
@@ -42,6 +45,7 @@ fn plan(engine: &Engine, gen: &GenRequest, n: u64) -> Plan {
         &openai::answer_text(&gen.prompt, out_tokens_of(cfg, gen)),
     );
     let after = block_hashes(namespace, &tokenize(&answered), cfg.block_tokens);
+    let stored = gen.store.then(|| answered.clone());
     let out_tokens = out_tokens_of(cfg, gen);
     let prefix = match gen.kind {
         ApiKind::Chat => "chatcmpl",
@@ -74,6 +78,14 @@ fn plan(engine: &Engine, gen: &GenRequest, n: u64) -> Plan {
         },
         include_usage: gen.include_usage,
         arrived: Instant::now(),
+        stored,
+    }
+}
+
+/// A complete Responses answer is stored for a later `previous_response_id`.
+fn store(engine: &Engine, p: &Plan) {
+    if let Some(text) = &p.stored {
+        engine.cfg.responses.put(&p.meta.id, text.clone());
     }
 }
 
@@ -171,6 +183,7 @@ pub async fn generate(engine: Arc<Engine>, gen: GenRequest, n: u64) -> Response<
         (from..to).for_each(|i| text.push_str(token_text(p.seed, i)));
     }
     run.commit_prompt(&p.after);
+    store(&engine, &p);
     let usage = Usage {
         prompt: p.job.prompt_tokens,
         completion: p.out_tokens,
@@ -225,6 +238,7 @@ async fn stream_tokens(
     usage.cached = run.hit_tokens;
     usage.timing = Some((micros(ttft), micros(run.queue_wait)));
     run.commit_prompt(&p.after);
+    store(engine, p);
     drop(run); // the request is finished before the closing events go out
     let close = p.meta.close(&text, usage, p.include_usage);
     let _ = tx.send(Ok(close.into())).await;

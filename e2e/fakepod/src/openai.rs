@@ -20,6 +20,10 @@ pub struct GenRequest {
     /// Requested output tokens, before the pod's cap.
     pub max_tokens: Option<u64>,
     pub prompt: String,
+    /// Responses: the stored response this one continues (its history comes first).
+    pub previous_response_id: Option<String>,
+    /// Responses: the answer is stored for a later `previous_response_id` (`store`, default on).
+    pub store: bool,
 }
 
 /// Parses a body; `Err` carries the message for a 400.
@@ -43,6 +47,12 @@ pub fn parse_request(kind: ApiKind, bytes: &[u8]) -> Result<GenRequest, String> 
             .unwrap_or(false),
         max_tokens,
         prompt,
+        previous_response_id: (kind == ApiKind::Responses)
+            .then(|| body.get("previous_response_id").and_then(Value::as_str))
+            .flatten()
+            .map(String::from),
+        store: kind == ApiKind::Responses
+            && body.get("store").and_then(Value::as_bool).unwrap_or(true),
     })
 }
 

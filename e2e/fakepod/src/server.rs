@@ -193,13 +193,24 @@ async fn handle(
             return Ok(resp);
         }
     }
-    let gen = match parse_request(kind, &body) {
+    let mut gen = match parse_request(kind, &body) {
         Ok(g) => g,
         Err(msg) => {
             engine.count_status("400");
             return Ok(json_resp(StatusCode::BAD_REQUEST, error_body(400, &msg)));
         }
     };
+    if let Some(prev) = &gen.previous_response_id {
+        // The stored history comes first; an unknown response is a 404, as vLLM answers it.
+        match cfg.responses.get(prev) {
+            Some(history) => gen.prompt = format!("{history}{}", gen.prompt),
+            None => {
+                engine.count_status("404");
+                let msg = format!("Response with id '{prev}' not found.");
+                return Ok(json_resp(StatusCode::NOT_FOUND, error_body(404, &msg)));
+            }
+        }
+    }
     engine.count_status("200");
     let n = ctx.ids.fetch_add(1, Ordering::Relaxed);
     Ok(generate(engine.clone(), gen, n).await)

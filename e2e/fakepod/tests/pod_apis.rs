@@ -151,3 +151,106 @@ async fn messages_api_answers_and_streams_with_cache_reads() {
     assert_eq!(start["input_tokens"].as_u64().unwrap() + read, prompt);
     assert_eq!(ev[6].1["usage"]["output_tokens"], 3);
 }
+
+/// A continuation (`previous_response_id`) is answered over the stored history, whose KV its
+/// pod holds; another pod does not know the response (vLLM keeps responses per server) unless
+/// the pods share a store, and then prefills the whole history, uncached.
+#[tokio::test]
+async fn responses_continue_over_their_stored_history() {
+    let shared = ailb_fakepod::ResponseStore::new();
+    let own = pod("pod-own", |_| {}).await;
+    let (a, b) = (
+        pod("pod-sa", |c| c.responses = shared.clone()).await,
+        pod("pod-sb", |c| c.responses = shared.clone()).await,
+    );
+    let c = client();
+    let turn = |input: &str, previous: Option<&str>, stream: bool| {
+        let mut body = json!({"model": "fake-model", "max_output_tokens": 3,
+            "input": input.repeat(100), "stream": stream});
+        if let Some(p) = previous {
+            body["previous_response_id"] = json!(p);
+        }
+        body.to_string()
+    };
+    let post = |p: &ailb_fakepod::PodHandle| format!("{}/v1/responses", p.url());
+    let first = send(&c, "POST", &post(&own), &turn("abcd", None, false), &[])
+        .await
+        .unwrap();
+    let v: Value = serde_json::from_str(&first.text()).unwrap();
+    let id = v["id"].as_str().unwrap().to_string();
+    let next = send(
+        &c,
+        "POST",
+        &post(&own),
+        &turn("efgh", Some(&id), false),
+        &[],
+    )
+    .await
+    .unwrap();
+    assert_eq!(next.status, 200);
+    let v: Value = serde_json::from_str(&next.text()).unwrap();
+    let cached = v["usage"]["input_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap();
+    assert!(cached >= 96, "the history's blocks were cached: {cached}");
+    assert!(
+        v["usage"]["input_tokens"].as_u64().unwrap() > 200,
+        "over the history"
+    );
+    // The streamed continuation names itself in its first event, and is stored too.
+    let streamed = send(&c, "POST", &post(&own), &turn("ijkl", Some(&id), true), &[])
+        .await
+        .unwrap();
+    let ev = events(&streamed.text());
+    let sid = ev[0].1["response"]["id"].as_str().unwrap().to_string();
+    assert_eq!(ev[0].0, "response.created");
+    let again = send(
+        &c,
+        "POST",
+        &post(&own),
+        &turn("mnop", Some(&sid), false),
+        &[],
+    )
+    .await
+    .unwrap();
+    assert_eq!(again.status, 200);
+    // Unknown here, or unstored: 404, as vLLM answers it.
+    for unknown in ["resp-nope", &id] {
+        let r = send(&c, "POST", &post(&a), &turn("x", Some(unknown), false), &[])
+            .await
+            .unwrap();
+        assert_eq!(r.status, 404, "{unknown}");
+    }
+    let unstored = json!({"model": "fake-model", "input": "q", "store": false}).to_string();
+    let r = send(&c, "POST", &post(&own), &unstored, &[]).await.unwrap();
+    let uid = serde_json::from_str::<Value>(&r.text()).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = send(&c, "POST", &post(&own), &turn("x", Some(&uid), false), &[])
+        .await
+        .unwrap();
+    assert_eq!(r.status, 404);
+    // A shared store: any pod answers, but only the producer has the history cached.
+    let first = send(&c, "POST", &post(&a), &turn("qrst", None, false), &[])
+        .await
+        .unwrap();
+    let id = serde_json::from_str::<Value>(&first.text()).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut cached = Vec::new();
+    for p in [&a, &b] {
+        let r = send(&c, "POST", &post(p), &turn("uvwx", Some(&id), false), &[])
+            .await
+            .unwrap();
+        assert_eq!(r.status, 200);
+        let v: Value = serde_json::from_str(&r.text()).unwrap();
+        cached.push(
+            v["usage"]["input_tokens_details"]["cached_tokens"]
+                .as_u64()
+                .unwrap(),
+        );
+    }
+    assert!(cached[0] >= 96 && cached[1] == 0, "{cached:?}");
+}

@@ -6,6 +6,7 @@
 
 pub mod cluster_hash;
 pub mod cluster_metrics;
+pub mod continuation;
 pub mod endpoint_metrics;
 pub mod least_request;
 mod policy;
@@ -20,9 +21,11 @@ use std::rc::Rc;
 /// plugin's route configs (global first), which names the state it keeps in shared data.
 pub fn build(position: usize, config: &Rc<RouteConfig>) -> Box<dyn Policy> {
     match &config.policy {
-        PolicyConfig::GlobalLeastRequest => least_request::build(config),
+        PolicyConfig::GlobalLeastRequest => least_request::build(position, config),
         PolicyConfig::PrefixCache(settings) => prefix_cache::build(position, config, settings),
-        PolicyConfig::EndpointMetrics(mc) => Box::new(endpoint_metrics::EndpointMetrics::new(mc)),
+        PolicyConfig::EndpointMetrics(mc) => {
+            Box::new(endpoint_metrics::EndpointMetrics::new(position, config, mc))
+        }
         PolicyConfig::ClusterMetrics(cm) => {
             Box::new(cluster_metrics::ClusterMetrics::new(position, cm))
         }

@@ -62,3 +62,26 @@ pub fn reply_error(host: &mut dyn Host, tel: &mut Telemetry, ctx: u32, e: ReplyE
         ReplyError::Redis(_) | ReplyError::NoScript => Cause::RedisError,
     })
 }
+
+/// How a Redis callback ended, as the host reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallStatus {
+    /// The reply is readable (`size` bytes).
+    Ok,
+    /// Timeout or connection failure: there is no reply.
+    Failed,
+}
+
+/// A pick's reply, for the balancer to route to its request (or its orphan).
+pub struct PickAnswer {
+    pub ctx: u32,
+    pub token: u32,
+    pub reply: PickReply,
+}
+
+/// What a reply means to the balancer.
+pub enum Answered {
+    Pick(PickAnswer),
+    /// Request `ctx`'s last write was answered (or failed): its response may end.
+    Written(u32),
+}

@@ -30,8 +30,9 @@ pub(super) enum State {
         reason: Reason,
         held: Option<Box<dyn Holding>>,
         outcome: Outcome,
-        /// The response body's reader, when the holding asked for one.
-        reader: Option<Reader>,
+        /// The response body's reader, when the holding asked for one (boxed: most requests
+        /// have none, and its buffers are allocated anyway).
+        reader: Option<Box<Reader>>,
     },
     /// Decided with nothing held: fallback, or a local reply (`replied`) that ended the stream.
     Settled { reason: Reason, replied: bool },
@@ -54,6 +55,8 @@ pub(super) struct Reader {
     watch: Watch,
     /// Read the usage at the end.
     usage: bool,
+    /// Read the answer's id (from its head, as soon as the head holds it).
+    id: bool,
 }
 
 impl Phase {
@@ -110,10 +113,11 @@ impl Phase {
     /// Reads the response body as `read` asks (the holding's answer at the response headers).
     pub fn read_response(&mut self, read: ReadResponse) {
         if let State::Routed { reader, .. } = &mut self.0 {
-            *reader = Some(Reader {
+            *reader = Some(Box::new(Reader {
                 watch: Watch::new(read.take_usage_event),
                 usage: read.usage,
-            });
+                id: read.answer_id,
+            }));
         }
     }
 
@@ -128,31 +132,49 @@ impl Phase {
         )
     }
 
-    /// A response body chunk read (the last when `end`): the chunk to write instead, if any.
-    /// At the end the usage is read into the outcome.
-    pub fn read_chunk(&mut self, chunk: &[u8], end: bool) -> Option<Vec<u8>> {
+    /// A response body chunk read (the last when `end`): the chunk to write instead, if any,
+    /// and whether this chunk completed the answer's id (now in the outcome: its holding is
+    /// told before the chunk goes on to the client). At the end the usage is read into the
+    /// outcome.
+    pub fn read_chunk(&mut self, chunk: &[u8], end: bool) -> (Option<Vec<u8>>, bool) {
         let State::Routed {
-            reader: Some(r), ..
+            reader: Some(r),
+            outcome,
+            ..
         } = &mut self.0
         else {
-            return None;
+            return (None, false);
         };
         let out = r.watch.chunk(chunk, end);
-        if end {
+        let mut found = false;
+        if r.id && outcome.answer_id.is_none() {
+            outcome.answer_id = r.watch.answer_id();
+            found = outcome.answer_id.is_some();
+            // A head that is full without one names none: not scanned again.
+            r.id = !found && !r.watch.head_full();
+        }
+        // Nothing more to read or take out: the rest of the answer passes without the VM.
+        let done = !r.usage && !r.id && !r.watch.filtering();
+        if end || done {
             self.close_reader();
         }
-        out
+        (out, found)
     }
 
-    /// The response ended (its last chunk, or the stream without one): the usage, if asked
-    /// for, is read into the outcome and the reader closed.
+    /// The response ended (its last chunk, or the stream without one): the usage and the
+    /// answer's id, as asked for, are read into the outcome and the reader closed.
     pub fn close_reader(&mut self) {
         if let State::Routed {
             reader, outcome, ..
         } = &mut self.0
         {
-            if let Some(r) = reader.take().filter(|r| r.usage) {
-                outcome.usage = Some(r.watch.tokens());
+            if let Some(r) = reader.take() {
+                if r.usage {
+                    outcome.usage = Some(r.watch.tokens());
+                }
+                if r.id && outcome.answer_id.is_none() {
+                    outcome.answer_id = r.watch.answer_id();
+                }
             }
         }
     }

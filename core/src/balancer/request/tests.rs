@@ -7,10 +7,12 @@ use crate::balancer::holding::Holding;
 use crate::balancer::policies::cluster_metrics::pick::ServicePick;
 use crate::balancer::policies::cluster_metrics::reply::{counted, counted_reply};
 use crate::balancer::policies::cluster_metrics::ServiceLease;
+use crate::balancer::policies::continuation::{Continued, Record, Store};
 use crate::balancer::policies::least_request::lease::LocalLease;
 use crate::balancer::policies::least_request::pick::EndpointPick;
 use crate::balancer::policies::prefix_cache::expect::{Expect, Index};
 use crate::balancer::policies::prefix_cache::verified::{Corrects, Verified, VerifyReply};
+use crate::balancer::policies::session::Kind as SessionKind;
 use crate::balancer::publish::{Placed, Placement, Role};
 use crate::config::PluginConfig;
 use crate::hash::SplitMix64;
@@ -53,6 +55,9 @@ fn pick(config: &Rc<RouteConfig>, id: &str) -> Box<dyn Pick> {
         cap: config.common.max_load,
         class: None,
         session: None,
+        session_kind: SessionKind::Configured,
+        session_ttl_s: 0,
+        record: None,
         wait_rank: None,
         pool_cap: 0,
         tenant: None,
@@ -344,6 +349,9 @@ fn local_decisions_give_back_their_count_once() {
 enum Kind {
     Endpoint,
     Verified,
+    /// A Responses request: its holding (Redis lease, verified or not, a local count, or
+    /// nothing as endpoint_metrics holds) wrapped to record its answer's id (continuation.rs).
+    Continued,
     Local,
     ServiceLocal,
     ServiceGlobal,
@@ -447,6 +455,33 @@ fn redis_index(config: &Rc<RouteConfig>) -> Index {
     }
 }
 
+/// How a Responses request's answer is recorded: in the route's Redis.
+fn record(config: &Rc<RouteConfig>) -> Record {
+    Record {
+        store: Store::Redis {
+            config: config.clone(),
+            keys: keys(),
+        },
+        ttl_s: 60,
+    }
+}
+
+/// A pick whose reply wraps its lease (verified now and then) in the recording.
+fn continued_pick(config: &Rc<RouteConfig>, verified: bool) -> Box<dyn Pick> {
+    let base = if verified {
+        verified_pick(config)
+    } else {
+        pick(config, "rid")
+    };
+    let mut p = base
+        .as_any()
+        .downcast_ref::<EndpointPick>()
+        .expect("an endpoint pick")
+        .clone();
+    p.record = Some(record(config));
+    Box::new(p)
+}
+
 /// A plain-Envoy count with a prefill booking, verified (prefix_cache) or not.
 fn local_holding(config: &Rc<RouteConfig>, verified: bool) -> Box<dyn Holding> {
     let booked = crate::redis::scripts::Booked {
@@ -483,10 +518,11 @@ fn local_holding(config: &Rc<RouteConfig>, verified: bool) -> Box<dyn Holding> {
 fn random_reply(kind: Kind, rng: &mut SplitMix64) -> PickReply {
     let roll = rng.next_u64() % 8;
     match (kind, roll) {
-        (Kind::Endpoint | Kind::Verified, 0..=2) => picked_reply("10.0.0.2:80"),
-        (Kind::Endpoint | Kind::Verified, 3) => picked_reply("10.9.9.9:80"), // not offered
-        (Kind::Endpoint | Kind::Verified, 4) => PickReply::Resync,
-        (Kind::Endpoint | Kind::Verified, 5) => PickReply::Full,
+        (Kind::Endpoint | Kind::Verified | Kind::Continued, 0..=2) => picked_reply("10.0.0.2:80"),
+        // Not offered.
+        (Kind::Endpoint | Kind::Verified | Kind::Continued, 3) => picked_reply("10.9.9.9:80"),
+        (Kind::Endpoint | Kind::Verified | Kind::Continued, 4) => PickReply::Resync,
+        (Kind::Endpoint | Kind::Verified | Kind::Continued, 5) => PickReply::Full,
         (_, 0..=2) => counted_reply("a"),
         (_, 3) => counted_reply("zzz"), // not offered
         (_, 4) => PickReply::Failed(Cause::RedisError),
@@ -523,6 +559,24 @@ impl Run {
         match self.kind {
             Kind::Endpoint => Decision::Acquire(pick(config, "rid")),
             Kind::Verified => Decision::Acquire(verified_pick(config)),
+            Kind::Continued if roll < 4 => Decision::Acquire(continued_pick(config, roll < 2)),
+            Kind::Continued => {
+                // A local count, verified or not, or nothing held (endpoint_metrics).
+                let inner = match roll {
+                    4 => None,
+                    _ => {
+                        self.ledger.acquired.push("local|10.0.0.1:80".into());
+                        Some(local_holding(config, roll == 5))
+                    }
+                };
+                let place = Placement::on("10.0.0.1:80".into());
+                let endpoint = place.to.endpoint.clone();
+                Decision::Route {
+                    place,
+                    reason: Reason::Continuation,
+                    hold: Some(Box::new(Continued::new(inner, endpoint, record(config)))),
+                }
+            }
             Kind::Local if roll == 0 => Decision::Reject(Rejection::MaxRequestCount),
             Kind::Local => {
                 // The policy counted the endpoint before it decided.
@@ -601,16 +655,17 @@ fn every_acquire_is_released_exactly_once_in_any_event_order() {
     let kinds = [
         Kind::Endpoint,
         Kind::Verified,
+        Kind::Continued,
         Kind::Local,
         Kind::ServiceLocal,
         Kind::ServiceGlobal,
         Kind::Hash,
     ];
-    for round in 0..8000 {
+    for round in 0..9000 {
         let kind = kinds[round % kinds.len()];
         let (cluster, lease) = cluster_request();
         let mut r = match kind {
-            Kind::Endpoint | Kind::Verified | Kind::Local => request(""),
+            Kind::Endpoint | Kind::Verified | Kind::Continued | Kind::Local => request(""),
             Kind::ServiceLocal | Kind::ServiceGlobal => cluster,
             Kind::Hash => Request::new(hash_config(), None),
         };
@@ -628,7 +683,10 @@ fn every_acquire_is_released_exactly_once_in_any_event_order() {
             },
             &mut rng,
         );
-        if matches!(kind, Kind::Endpoint | Kind::Verified | Kind::Local) {
+        if matches!(
+            kind,
+            Kind::Endpoint | Kind::Verified | Kind::Continued | Kind::Local
+        ) {
             let body = Event::Body {
                 size: 20,
                 end_of_stream: true,

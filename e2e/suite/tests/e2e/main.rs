@@ -2,12 +2,14 @@
 //! client and tokio are compiled and linked once, not into one binary per area
 //! (docs/test-bed.md). `cargo test --release --test e2e <module>::` runs one area.
 
+mod agent_sessions;
 mod apis;
 mod cargo_build;
 mod client_aborts;
 mod cluster;
 mod compat;
 mod envoy;
+mod envoy_agent_sessions;
 mod envoy_body;
 mod envoy_cluster;
 mod envoy_dashboard;

@@ -9,20 +9,21 @@
 
 pub mod pick;
 pub mod reply;
+mod sessions;
 
+use super::continuation::{self, Table};
 use super::policy::{priority_class, Env, Input, Policy};
-use super::session;
+use super::session::{self, Body};
 use crate::balancer::events::{Decision, Placement, Rejection};
 use crate::balancer::metrics::snapshot::{self, SENT_KEY};
 use crate::balancer::metrics::Home;
 use crate::balancer::shared;
-use crate::config::MetricsConfig;
+use crate::config::{MetricsConfig, RouteConfig};
 use crate::host::Host;
 use crate::model_metrics::{
     scheduler, Candidate, Decision as Choice, RateLimitWindow, RequestInfo,
 };
 use crate::reason::{Cause, Reason};
-use crate::redis::scripts;
 use crate::stats::Counter;
 use pick::SessionPick;
 use std::collections::HashMap;
@@ -34,23 +35,28 @@ struct ModelOnly {
     model: Option<String>,
 }
 
-/// An endpoint_metrics route: its metrics settings. What it reads lives in the VM's one
+/// An endpoint_metrics route: its metrics settings, and with agent sessions and no Redis this
+/// proxy's table of responses (continuation.rs). What it reads lives in the VM's one
 /// [`Metrics`] (`Env::metrics`).
 pub struct EndpointMetrics {
     config: Rc<MetricsConfig>,
+    table: Option<Rc<Table>>,
 }
 
 impl EndpointMetrics {
-    pub fn new(config: &Rc<MetricsConfig>) -> EndpointMetrics {
+    /// `position`: the config's place among the plugin's route configs (its table's name).
+    pub fn new(position: usize, route: &RouteConfig, config: &Rc<MetricsConfig>) -> Self {
         EndpointMetrics {
             config: config.clone(),
+            table: (route.agents.is_some() && route.redis.is_none())
+                .then(|| Rc::new(Table::new(position, route))),
         }
     }
 }
 
 impl Policy for EndpointMetrics {
     /// Decides now, from metrics already parsed (never parsed per request).
-    fn decide(&mut self, host: &mut dyn Host, env: Env, input: &Input) -> Decision {
+    fn decide(&mut self, host: &mut dyn Host, mut env: Env, input: &Input) -> Decision {
         let mc = &*self.config;
         let config = input.config;
         let sent = sent_counts(host);
@@ -99,41 +105,43 @@ impl Policy for EndpointMetrics {
             .scrape_namespace(&config.endpoints)
             .unwrap_or_else(|| "host".to_string());
         // A session's pod wins while it has metrics that do not say saturated: the pod Redis
-        // binds it to (Higress build, a route with Redis), else its consistent-hash pod.
-        let session = config.session.as_ref().and_then(|s| {
-            let id = session::session_id(&*host, s, input.read_body.then_some(input.body_bytes))?;
-            Some((s, id))
-        });
-        let bind = match (&session, input.keys, &config.redis) {
-            (Some((s, id)), Some(keys), Some(_)) => {
-                Some((scripts::session_key(&keys.namespace, id), s.ttl_s))
+        // binds it to (Higress build, a route with Redis), else its consistent-hash pod, or a
+        // continuation's recorded pod (sessions.rs).
+        let body = Body::of(input.read_body, input.body_bytes);
+        let who = session::identify(host, env.tel, config, body);
+        let record = sessions::record(config, input.keys, self.table.as_ref(), who.answer);
+        let bind = sessions::bind(config, input.keys, who.sticky.as_ref());
+        let home = match (&who.sticky, &bind) {
+            (Some(sticky), None) => {
+                let table = self.table.as_ref();
+                sessions::home(
+                    host,
+                    &mut env,
+                    (&candidates, members.as_deref()),
+                    sticky,
+                    table,
+                )
             }
             _ => None,
         };
-        let home = match (&session, &bind) {
-            (Some((_, id)), None) => Some(env.metrics.session_home(
-                &candidates,
-                members.as_deref(),
-                id,
-            )),
-            _ => None,
-        };
+        let kept = who.sticky.as_ref().map_or(Reason::Session, |s| s.kept());
         if let Some(Home { at: Some(h), away }) = home {
             if let Some(c) = candidates.get(h).filter(|c| keeps_session(c, mc)) {
                 // Its home unhealthy or gone: the walk's next pod takes it, counted as moved.
                 let (counter, reason) = if away {
                     (Counter::SessionRebound, Reason::SessionRebound)
                 } else {
-                    (Counter::SessionHit, Reason::Session)
+                    (Counter::SessionHit, kept)
                 };
                 env.tel.inc(host, counter);
                 count_sent(host, &c.addr);
-                return Decision::Route {
+                let decision = Decision::Route {
                     place: Placement::on(c.addr.clone())
                         .with_fallbacks(fallback_order(&candidates, h)),
                     reason,
                     hold: None,
                 };
+                return continuation::hold(decision, record);
             }
         }
         let mut window = (mc.scheduler.rate_limit < 1.0).then(|| {
@@ -163,7 +171,7 @@ impl Policy for EndpointMetrics {
                 if rate_limited {
                     env.tel.inc(host, Counter::MetricsRateLimited);
                 }
-                if let Some((key, ttl_s)) = bind {
+                if let Some((key, ttl_s, kind)) = bind {
                     // One script call keeps or binds the session; the reply routes.
                     let keep = candidates
                         .iter()
@@ -174,9 +182,11 @@ impl Policy for EndpointMetrics {
                         config: config.clone(),
                         key: key.into(),
                         ttl_s,
+                        kind,
                         choice: chosen.addr.clone(),
                         keep,
                         by_sha: true,
+                        record,
                     }));
                 }
                 count_sent(host, &chosen.addr);
@@ -185,7 +195,7 @@ impl Policy for EndpointMetrics {
                 let reason = match home {
                     Some(Home { at, away: false }) if at == Some(index) => {
                         env.tel.inc(host, Counter::SessionHit);
-                        Reason::Session
+                        kept
                     }
                     Some(_) => {
                         env.tel.inc(host, Counter::SessionRebound);
@@ -193,12 +203,13 @@ impl Policy for EndpointMetrics {
                     }
                     None => Reason::Metrics,
                 };
-                Decision::Route {
+                let decision = Decision::Route {
                     place: Placement::on(chosen.addr.clone())
                         .with_fallbacks(fallback_order(&candidates, index)),
                     reason,
                     hold: None,
-                }
+                };
+                continuation::hold(decision, record)
             }
             Choice::Shed if class_shed => Decision::Reject(Rejection::ShedPriority),
             Choice::Shed => Decision::Reject(Rejection::Shed),

@@ -7,6 +7,8 @@ use crate::balancer::events::Pick;
 use crate::balancer::events::{Answer, Decision, Effect, Placement};
 use crate::balancer::holding::{Act, Services};
 use crate::balancer::pick::PickReply;
+use crate::balancer::policies::continuation::{self, Record};
+use crate::balancer::policies::session::Kind;
 use crate::balancer::redis_client::{calls, Decode};
 use crate::config::RouteConfig;
 use crate::reason::{Cause, Reason};
@@ -21,12 +23,23 @@ pub fn answer(mut pick: SessionPick, reply: Result<PickReply, Cause>) -> Answer 
         Ok(PickReply::Picked {
             endpoint, session, ..
         }) if endpoint == pick.choice || pick.keep.contains(&endpoint) => {
+            let kept = match pick.kind {
+                Kind::Configured => Reason::Session,
+                Kind::Agent => Reason::AgentSession,
+                Kind::Continuation => Reason::Continuation,
+            };
             let (reason, counter) = match session {
-                SessionState::Kept => (Reason::Session, Counter::SessionHit),
+                SessionState::Kept => (kept, Counter::SessionHit),
                 SessionState::Rebound => (Reason::SessionRebound, Counter::SessionRebound),
                 SessionState::New | SessionState::None => (Reason::Metrics, Counter::SessionBound),
             };
-            route(endpoint, reason, counter)
+            let mut answer = route(endpoint, reason, counter, pick.record);
+            if session == SessionState::New && pick.kind == Kind::Continuation {
+                answer
+                    .effects
+                    .push(Effect::Count(Counter::ContinuationUnknown));
+            }
+            answer
         }
         Ok(PickReply::NoScript) if pick.by_sha => {
             pick.by_sha = false;
@@ -35,12 +48,18 @@ pub fn answer(mut pick: SessionPick, reply: Result<PickReply, Cause>) -> Answer 
         }
         // Redis could not keep or bind the session (down, timeout, error, a reply naming a pod
         // not offered): the scheduler's pick, counted (docs/sessions-and-queues.md "Sessions").
-        _ => route(pick.choice, Reason::Metrics, Counter::SessionFallback),
+        _ => route(
+            pick.choice,
+            Reason::Metrics,
+            Counter::SessionFallback,
+            pick.record,
+        ),
     }
 }
 
-/// Routes to `endpoint`, counted as sent from this proxy (the in-flight correction).
-fn route(endpoint: String, reason: Reason, counter: Counter) -> Answer {
+/// Routes to `endpoint`, counted as sent from this proxy (the in-flight correction); a
+/// Responses request's answer is recorded (`record`).
+fn route(endpoint: String, reason: Reason, counter: Counter, record: Option<Record>) -> Answer {
     let effects = vec![
         Effect::Count(counter),
         Effect::Act(Box::new(SentTo(endpoint.clone()))),
@@ -50,7 +69,7 @@ fn route(endpoint: String, reason: Reason, counter: Counter) -> Answer {
         reason,
         hold: None,
     };
-    Answer::new(effects, decision)
+    Answer::new(effects, continuation::hold(decision, record))
 }
 
 /// This proxy sends the request to this endpoint (the in-flight correction's count), once

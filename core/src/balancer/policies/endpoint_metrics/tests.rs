@@ -1137,3 +1137,124 @@ fn with_redis_a_session_is_kept_or_bound_in_one_call_and_redis_trouble_is_the_sc
     assert_eq!(request(&mut host, &mut engine, 9), Verdict::Continue);
     assert_eq!(host.redis_calls.len(), before);
 }
+
+// ---- agent sessions and Responses continuations (docs/sessions-and-queues.md) ----
+
+/// A Responses request continuing `previous` (if any) whose answer names itself `answer`,
+/// finished: (where it went, its debug reason).
+fn responses_request(
+    host: &mut MockHost,
+    engine: &mut Balancer,
+    ctx: u32,
+    previous: Option<&str>,
+    answer: &str,
+) -> (String, String) {
+    let mut body = json!({"model": "m", "input": "hi"});
+    if let Some(p) = previous {
+        body["previous_response_id"] = json!(p);
+    }
+    host.live_contexts.push(ctx);
+    host.override_host = None;
+    host.request_headers = vec![(":path".into(), "/v1/responses".into())];
+    host.body = body.to_string().into_bytes();
+    assert_eq!(engine.on_request_headers(host, ctx, false), Verdict::Pause);
+    let n = host.body.len();
+    if engine.on_request_body(host, ctx, n, true) == Verdict::Pause {
+        // With Redis: the binding call's reply, the pod the scheduler offered.
+        let args = host.last_query_args();
+        let state = if previous.is_some() { "1" } else { "2" };
+        let reply = picked(&args[5], state);
+        redis_reply(host, engine, host.next_token - 4, &reply);
+    }
+    host.response_headers = vec![(":status".into(), "200".into())];
+    let wants = engine.on_response_headers(host, ctx);
+    let reason = host
+        .response_headers
+        .iter()
+        .find(|(k, _)| k == "x-dbg")
+        .map(|(_, v)| v.rsplit("reason=").next().unwrap_or("").to_string())
+        .unwrap_or_default();
+    let to = host.override_host.clone().unwrap_or_default();
+    host.response_body = json!({"id": answer, "object": "response"})
+        .to_string()
+        .into_bytes();
+    if wants {
+        let n = host.response_body.len();
+        engine.on_response_body(host, ctx, n, true);
+    }
+    host.live_contexts.retain(|&c| c != ctx);
+    engine.on_done(host, ctx);
+    (to, reason)
+}
+
+#[test]
+fn with_redis_a_continuation_is_bound_by_its_response_key_and_its_answer_written_alone() {
+    use crate::redis::bind::response_key;
+    use crate::redis::scripts::Keys;
+    let (mut host, mut engine) = bound_higress();
+    host.hosts = pool(None, ("", ""));
+    let ns = Keys::new("ailb", "chat", CLUSTER).namespace;
+    let (to, reason) = responses_request(&mut host, &mut engine, 1, Some("resp_1"), "resp_2");
+    assert_eq!(reason, "continuation");
+    // Nothing is released under endpoint_metrics: the answer's pod is written by itself.
+    let set = host.last_query_args();
+    assert_eq!(
+        set[..3],
+        ["SET".to_string(), response_key(&ns, b"resp_2"), to]
+    );
+    // agentSessionTTL: the route's sessionTTL when it sets one.
+    assert_eq!(set[3..], ["EX", "90"]);
+    assert_eq!(host.metric("ai_lb.session.response_recorded"), 1);
+    assert_eq!(host.metric("ai_lb.session.agent"), 1);
+    // The binding call names the previous response's key, with agentSessionTTL.
+    let (args, token) = {
+        host.request_headers = vec![(":path".into(), "/v1/responses".into())];
+        host.live_contexts.push(2);
+        host.body = br#"{"input":"x","previous_response_id":"resp_2"}"#.to_vec();
+        engine.on_request_headers(&mut host, 2, false);
+        let n = host.body.len();
+        engine.on_request_body(&mut host, 2, n, true);
+        (host.last_query_args(), host.next_token - 4)
+    };
+    assert_eq!(args[2..5], ["1", &response_key(&ns, b"resp_2"), "90"]);
+    // An unknown one is bound to the scheduler's pick, counted.
+    redis_reply(&mut host, &mut engine, token, &picked(&args[5], "2"));
+    host.response_headers = vec![(":status".into(), "200".into())];
+    assert_eq!(finish(&mut host, &mut engine, 2).1, "metrics");
+    assert_eq!(host.metric("ai_lb.session.continuation_unknown"), 1);
+}
+
+#[test]
+fn without_redis_a_continuation_goes_to_the_pod_this_proxy_recorded() {
+    let (mut host, mut engine) = higress(json!({"debugHeader": "x-dbg"}));
+    host.hosts = pool(None, ("", ""));
+    let (first, reason) = responses_request(&mut host, &mut engine, 1, None, "resp_a");
+    assert_eq!(reason, "metrics");
+    assert_eq!(host.metric("ai_lb.session.response_recorded"), 1);
+    // Its pod busier than the others (not saturated): the continuation still goes there.
+    host.hosts = pool(Some(&first), ("Healthy", &vllm(3, 4, 0.6)));
+    let (to, reason) = responses_request(&mut host, &mut engine, 2, Some("resp_a"), "resp_b");
+    assert_eq!(
+        (to.as_str(), reason.as_str()),
+        (first.as_str(), "continuation")
+    );
+    assert_eq!(host.metric("ai_lb.session.hit"), 1);
+    // Unknown here: the scheduler's pick, counted.
+    let (_, reason) = responses_request(&mut host, &mut engine, 3, Some("resp_zz"), "resp_c");
+    assert_eq!(reason, "metrics");
+    assert_eq!(host.metric("ai_lb.session.continuation_unknown"), 1);
+    // Its pod saturated: rebound, and the answer recorded on the new pod.
+    host.hosts = pool(Some(&first), ("Healthy", &vllm(9, 4, 0.5)));
+    let (moved, reason) = responses_request(&mut host, &mut engine, 4, Some("resp_b"), "resp_d");
+    assert_ne!(moved, first);
+    assert_eq!(reason, "session_rebound");
+    host.hosts = pool(None, ("", ""));
+    let (to, reason) = responses_request(&mut host, &mut engine, 5, Some("resp_d"), "resp_e");
+    assert_eq!((to, reason), (moved, "continuation".to_string()));
+    // Turned off: nothing read, nothing recorded.
+    let (mut host, mut engine) = higress(json!({"debugHeader": "x-dbg", "agentSessions": false}));
+    host.hosts = pool(None, ("", ""));
+    responses_request(&mut host, &mut engine, 1, Some("resp_a"), "resp_b");
+    assert_eq!(host.metric("ai_lb.session.response_recorded"), 0);
+    assert_eq!(host.metric("ai_lb.session.agent"), 0);
+}

@@ -7,8 +7,9 @@ use super::counts::{counts_key, take, Admission, Refused};
 use super::lease::LocalLease;
 use crate::balancer::events::{Decision, Placement, PromptRead, Rejection};
 use crate::balancer::pick::{class_cap, cost_of, Booking};
+use crate::balancer::policies::continuation::{self, Record, Store, Table};
 use crate::balancer::policies::policy::{priority_class, Env, Input, Policy};
-use crate::balancer::policies::session;
+use crate::balancer::policies::session::{self, Body, Identity, Kind, Sticky};
 use crate::balancer::telemetry::Telemetry;
 use crate::balancer::waiters;
 use crate::config::{Class, RouteConfig};
@@ -19,54 +20,113 @@ use crate::reason::{Cause, Reason};
 use crate::stats::Counter;
 use std::rc::Rc;
 
-/// global_least_request without Redis; with a session, the ring of the route's endpoints,
-/// built once.
+/// global_least_request without Redis; with sessions (configured or agents'), the ring of
+/// the route's endpoints, built once, and with agent sessions this proxy's table of responses
+/// (continuation.rs).
 pub struct LocalLeastRequest {
     ring: Option<Ring>,
+    table: Option<Rc<Table>>,
 }
 
 impl LocalLeastRequest {
-    pub fn new(config: &RouteConfig) -> LocalLeastRequest {
+    /// `position`: the config's place among the plugin's route configs (its table's name).
+    pub fn new(position: usize, config: &RouteConfig) -> LocalLeastRequest {
+        let sticky = config.session.is_some() || config.agents.is_some();
         LocalLeastRequest {
-            ring: config
-                .session
+            ring: sticky.then(|| Ring::new(&config.endpoints)),
+            table: config
+                .agents
                 .as_ref()
-                .map(|_| Ring::new(&config.endpoints)),
+                .map(|_| Rc::new(Table::new(position, config))),
         }
     }
 }
 
 impl Policy for LocalLeastRequest {
     fn decide(&mut self, host: &mut dyn Host, env: Env, input: &Input) -> Decision {
-        decide(host, env, input, self.ring.as_ref())
+        let sessions = Sessions {
+            ring: self.ring.as_ref(),
+            table: self.table.as_ref(),
+        };
+        decide(host, env, input, sessions)
     }
 }
 
-/// A plain-Envoy least-request decision; `ring`: the endpoints' ring, for a session.
-pub fn decide(host: &mut dyn Host, env: Env, input: &Input, ring: Option<&Ring>) -> Decision {
+/// What a plain-Envoy route keeps for sessions: the endpoints' ring (None: the route names no
+/// session) and, with agent sessions, its table of responses.
+#[derive(Clone, Copy)]
+pub struct Sessions<'a> {
+    pub ring: Option<&'a Ring>,
+    pub table: Option<&'a Rc<Table>>,
+}
+
+impl Sessions<'_> {
+    /// How a request whose answer is to be recorded records it (`answer`).
+    pub fn record(&self, config: &RouteConfig, answer: bool) -> Option<Record> {
+        let (table, agents) = (self.table?, config.agents.as_ref()?);
+        answer.then(|| Record {
+            store: Store::Local(table.clone()),
+            ttl_s: agents.ttl_s,
+        })
+    }
+
+    /// A continuation's pod, by its position among `endpoints`: the pod this proxy recorded as
+    /// the producer of its previous response, if still listed. None (counted): unknown here.
+    pub fn continued(
+        &self,
+        host: &mut dyn Host,
+        tel: &Telemetry,
+        sticky: &Sticky,
+        endpoints: &[String],
+    ) -> Option<usize> {
+        let now = host.now_ms();
+        let found = self
+            .table
+            .and_then(|t| t.lookup(&*host, &sticky.id, now))
+            .and_then(|tag| continuation::resolve(tag, endpoints));
+        if found.is_none() {
+            tel.inc(host, Counter::ContinuationUnknown);
+        }
+        found
+    }
+}
+
+/// A plain-Envoy least-request decision; `sessions`: the route's ring and table.
+pub fn decide(host: &mut dyn Host, env: Env, input: &Input, sessions: Sessions) -> Decision {
     let endpoints = &input.config.endpoints;
     if endpoints.is_empty() {
         return Decision::Fallback(Cause::NoHealthyEndpoint);
     }
     // The class first: a sticky request is held to its class cap like any other.
     let class = priority_class(host, env.tel, input.ctx, input.config);
-    if let (Some(ring), Some(session)) = (ring, &input.config.session) {
-        // A waiting request's retry cannot read its held body again: it keeps the id its
-        // first decision read (`sessionBodyField`), as prefix_cache keeps its prompt.
-        let id = match input.read.and_then(|r| r.session.clone()) {
-            Some(kept) => Some(kept),
-            None => {
-                session::session_id(&*host, session, input.read_body.then_some(input.body_bytes))
-            }
+    // A waiting request's retry cannot read its held body again: it keeps the session its
+    // first decision read (`sessionBodyField`, agents' body fields), as prefix_cache keeps its
+    // prompt.
+    let who = match input.read {
+        Some(r) => Identity {
+            sticky: r.session.clone(),
+            answer: r.answer,
+        },
+        None => {
+            let body = Body::of(input.read_body, input.body_bytes);
+            session::identify(host, env.tel, input.config, body)
+        }
+    };
+    let record = sessions.record(input.config, who.answer);
+    if let (Some(ring), Some(sticky)) = (sessions.ring, who.sticky) {
+        let home = match sticky.kind {
+            Kind::Continuation => sessions.continued(host, env.tel, &sticky, endpoints),
+            Kind::Configured | Kind::Agent => ring.walk(session::ring_key(&sticky.id)).next(),
         };
-        if let Some(id) = id {
-            return match sticky(host, env, input, ring, &id, class) {
+        if let Some(home) = home {
+            let decision = match self::sticky(host, env, input, (ring, home, &sticky), class) {
                 Decision::Reject(rejection) if rejection.may_wait() => {
                     let read = input.read.cloned().unwrap_or_else(|| {
                         Rc::new(PromptRead {
                             keys: Vec::new(),
                             anchor: 0,
-                            session: Some(id),
+                            session: Some(sticky),
+                            answer: who.answer,
                             tokens: Default::default(),
                             prefix_bytes: Vec::new(),
                         })
@@ -75,8 +135,15 @@ pub fn decide(host: &mut dyn Host, env: Env, input: &Input, ring: Option<&Ring>)
                 }
                 other => other,
             };
+            return continuation::hold(decision, record);
         }
     }
+    continuation::hold(least(host, env, input, class), record)
+}
+
+/// The least-loaded endpoint of this proxy's counts.
+fn least(host: &mut dyn Host, env: Env, input: &Input, class: Option<Class>) -> Decision {
+    let endpoints = &input.config.endpoints;
     let key = counts_key(endpoints);
     let start = env.rng.next_u64();
     let base_cap = input.config.common.max_load;
@@ -216,20 +283,21 @@ pub fn shared_data_failed(
 
 /// Plain Envoy with a session: no binding is stored; the session id is consistent-hashed onto
 /// the ring of the configured endpoints, so every worker and every replica sends it to the
-/// same pod without talking (docs/redis-data-model.md §10). It walks on past a pod over the
-/// guard Redis applies (the cap, or busier than this proxy's least-loaded pod by more than 8
-/// and 1.5 times) or marked down ([`DOWN_MS`]): `session_rebound`.
+/// same pod without talking (docs/redis-data-model.md §10); a continuation's `home` is instead
+/// the pod this proxy recorded for its previous response. It walks on (home first, then the
+/// ring) past a pod over the guard Redis applies (the cap, or busier than this proxy's
+/// least-loaded pod by more than 8 and 1.5 times) or marked down ([`DOWN_MS`]):
+/// `session_rebound`.
 fn sticky(
     host: &mut dyn Host,
     env: Env,
     input: &Input,
-    ring: &Ring,
-    id: &[u8],
+    (ring, home, sticky): (&Ring, usize, &Sticky),
     class: Option<Class>,
 ) -> Decision {
     let endpoints = &input.config.endpoints;
-    let key = session::ring_key(id);
-    let home = ring.walk(key).next();
+    let key = session::ring_key(&sticky.id);
+    let walk = || std::iter::once(home).chain(ring.walk(key).filter(move |&e| e != home));
     let base_cap = input.config.common.max_load;
     let cap = class_cap(input.config, class);
     let cost = cost_of(input.config, input.body_bytes);
@@ -251,13 +319,15 @@ fn sticky(
             let min = loads.iter().copied().min().unwrap_or(0) as f64;
             let ok = |e: usize| {
                 let load = loads.get(e).copied().unwrap_or(0);
-                let over_cap = cap > 0 && load.saturating_add(cost) > cap;
+                // As the script's cap: an idle endpoint takes a request whatever its cost (a
+                // costly sticky request was refused 429 by every idle pod).
+                let over_cap = cap > 0 && load > 0 && load.saturating_add(cost) > cap;
                 let load = load as f64;
                 let imbalanced = load - min > SESSION_MAX_IMBALANCE as f64
                     && load > min * SESSION_MAX_IMBALANCE_RATIO;
                 !over_cap && !imbalanced && !down.get(e).copied().unwrap_or(false)
             };
-            ring.walk(key)
+            walk()
                 .find(|&e| ok(e))
                 .map(|e| (e, loads.get(e).copied().unwrap_or(0)))
         },
@@ -271,14 +341,13 @@ fn sticky(
             let Some(address) = endpoints.get(chosen).cloned() else {
                 return Decision::Fallback(Cause::NoHealthyEndpoint);
             };
-            let (reason, counter) = if home == Some(chosen) {
-                (Reason::Session, Counter::SessionHit)
+            let (reason, counter) = if home == chosen {
+                (sticky.kept(), Counter::SessionHit)
             } else {
                 (Reason::SessionRebound, Counter::SessionRebound)
             };
             env.tel.inc(host, counter);
-            let fallbacks = ring
-                .walk(key)
+            let fallbacks = walk()
                 .filter(|&e| e != chosen)
                 .filter_map(|e| endpoints.get(e).cloned())
                 .take(16)

@@ -12,22 +12,24 @@ pub mod pick;
 pub mod prefill;
 pub mod reply;
 
+use super::continuation::{Record, Store};
 use super::policy::{priority_class, tenant, Env, Input, Policy};
-use super::session;
+use super::session::{self, Body};
 use crate::balancer::events::Decision;
 use crate::config::RouteConfig;
 use crate::host::Host;
 use crate::reason::Cause;
-use crate::redis::scripts::{self, PrefixChain};
+use crate::redis::scripts::PrefixChain;
 use pick::{EndpointPick, Wrap};
 use std::rc::Rc;
 
 /// The policy object of a global_least_request route: Redis-backed where the route has a
-/// Redis target, else per proxy.
-pub fn build(config: &Rc<RouteConfig>) -> Box<dyn Policy> {
+/// Redis target, else per proxy (`position`: the config's place among the plugin's route
+/// configs, naming its shared data).
+pub fn build(position: usize, config: &Rc<RouteConfig>) -> Box<dyn Policy> {
     match config.redis {
         Some(_) => Box::new(RedisLeastRequest),
-        None => Box::new(local::LocalLeastRequest::new(config)),
+        None => Box::new(local::LocalLeastRequest::new(position, config)),
     }
 }
 
@@ -36,21 +38,25 @@ pub struct RedisLeastRequest;
 
 impl Policy for RedisLeastRequest {
     fn decide(&mut self, host: &mut dyn Host, env: Env, input: &Input) -> Decision {
-        acquire(host, env, input, (None, None))
+        let body = Body::of(input.read_body, input.body_bytes);
+        acquire(host, env, input, (None, None), body)
     }
 }
 
 /// A Redis acquire for this request: plain least-request (`chain` None) or with a prefix chain.
-/// `wrap`: what the policy adds to the lease when Redis answers.
+/// `wrap`: what the policy adds to the lease when Redis answers; `body`: the request body as
+/// the policy may read it (for a session id in it).
 pub fn acquire(
     host: &mut dyn Host,
     env: Env,
     input: &Input,
     (chain, wrap): (Option<Rc<PrefixChain>>, Option<Box<dyn Wrap>>),
+    body: Body,
 ) -> Decision {
     let Some(keys) = input.keys else {
         return Decision::Fallback(Cause::NoRoute);
     };
+    let who = session::identify(host, env.tel, input.config, body);
     let class = priority_class(host, env.tel, input.ctx, input.config);
     match EndpointPick::plan(
         host,
@@ -62,19 +68,22 @@ pub fn acquire(
         env.rng,
     ) {
         Ok(mut pick) => {
-            pick.session = session_key(host, input);
+            if let Some(sticky) = &who.sticky {
+                pick.session = Some(sticky.redis_key(&keys.namespace).into());
+                pick.session_kind = sticky.kind;
+                pick.session_ttl_s = sticky.ttl_s(input.config);
+            }
+            pick.record = who.answer.then(|| Record {
+                store: Store::Redis {
+                    config: input.config.clone(),
+                    keys: keys.clone(),
+                },
+                ttl_s: input.config.agents.as_ref().map_or(0, |a| a.ttl_s),
+            });
             pick.tenant = tenant(host, input.config, pick.candidates.len());
             pick.wrap = wrap;
             Decision::Acquire(Box::new(pick.with_class(class)))
         }
         Err(cause) => Decision::Fallback(cause),
     }
-}
-
-/// The request's session key, when the route is sticky and the request names a session.
-fn session_key(host: &dyn Host, input: &Input) -> Option<Rc<str>> {
-    let config = input.config.session.as_ref()?;
-    let keys = input.keys?;
-    let id = session::session_id(host, config, input.read_body.then_some(input.body_bytes))?;
-    Some(scripts::session_key(&keys.namespace, &id).into())
 }

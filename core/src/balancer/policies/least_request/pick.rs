@@ -6,6 +6,8 @@
 use crate::balancer::events::Placement;
 use crate::balancer::holding::Holding;
 use crate::balancer::pick::{class_cap, cost_of, pool_cap, Booking, Lease, PickReply};
+use crate::balancer::policies::continuation::Record;
+use crate::balancer::policies::session::Kind;
 use crate::balancer::rng::VmRng;
 use crate::config::{Class, RouteConfig, SESSION_MAX_IMBALANCE, SESSION_MAX_IMBALANCE_RATIO};
 use crate::host::Host;
@@ -61,9 +63,14 @@ pub struct EndpointPick {
     pub cap: u64,
     /// The request's priority class (None: priority classes off).
     pub class: Option<Class>,
-    /// The request's session key (`scripts::session_key`), when the route is sticky and the
-    /// request names a session.
+    /// The request's session key (`scripts::session_key`, or `scripts::response_key` for a
+    /// continuation), when the request names a session (session.rs).
     pub session: Option<Rc<str>>,
+    /// What named it, and how long its binding lives (`sessionTTL` or `agentSessionTTL`).
+    pub session_kind: Kind,
+    pub session_ttl_s: u64,
+    /// A Responses request: its answer's id is recorded against its pod (continuation.rs).
+    pub record: Option<Record>,
     /// Waiting queue with priority classes: the class rank the script checks against the
     /// waiters of higher classes (docs/redis-data-model.md §12).
     pub wait_rank: Option<usize>,
@@ -115,6 +122,9 @@ impl EndpointPick {
             cap: config.common.max_load,
             class: None,
             session: None,
+            session_kind: Kind::Configured,
+            session_ttl_s: 0,
+            record: None,
             wait_rank: None,
             pool_cap: config.common.max_pool,
             tenant: None,
@@ -168,8 +178,14 @@ impl EndpointPick {
     }
 
     /// How the script's answer reads as a decision reason: a kept or rebound session names
-    /// the decision; a new one is placed by the policy.
+    /// the decision (a kept one by what named it); a new one is placed by the policy.
     pub fn reason(&self, depth: u32, spilled: bool, session: SessionState) -> Reason {
+        match (session, self.session_kind) {
+            (SessionState::Kept, Kind::Configured) => return Reason::Session,
+            (SessionState::Kept, Kind::Agent) => return Reason::AgentSession,
+            (SessionState::Kept, Kind::Continuation) => return Reason::Continuation,
+            _ => {}
+        }
         match session {
             SessionState::Kept => return Reason::Session,
             SessionState::Rebound => return Reason::SessionRebound,
@@ -224,14 +240,14 @@ pub(super) fn query(scripts: &Scripts, pick: &EndpointPick, now_ms: u64, random:
         trials: pick.config.common.ejection.trials(),
     };
     let mut args = args;
-    if let (Some(key), Some(session)) = (&pick.session, &pick.config.session) {
+    if let Some(key) = &pick.session {
         let (max_imbalance, max_imbalance_ratio) = match pick.config.prefix() {
             Some(p) => (p.max_imbalance, p.max_imbalance_ratio),
             None => (SESSION_MAX_IMBALANCE, SESSION_MAX_IMBALANCE_RATIO),
         };
         args.session = Some(SessionArgs {
             key,
-            ttl_s: session.ttl_s,
+            ttl_s: pick.session_ttl_s,
             max_imbalance,
             max_imbalance_ratio,
         });

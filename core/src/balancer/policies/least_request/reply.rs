@@ -6,6 +6,8 @@ use crate::balancer::events::Pick;
 use crate::balancer::events::{Answer, Decision, Effect, Placement, Rejection};
 use crate::balancer::holding::{Holding, Services};
 use crate::balancer::pick::PickReply;
+use crate::balancer::policies::continuation::Continued;
+use crate::balancer::policies::session::Kind;
 use crate::balancer::redis_client::{calls, Decode, LeaseKeys, RedisClient};
 use crate::config::RouteConfig;
 use crate::host::Host;
@@ -70,6 +72,11 @@ fn replied(mut pick: EndpointPick, reply: PickReply) -> Answer {
                 SessionState::Rebound => Some(Counter::SessionRebound),
             };
             let mut effects: Vec<Effect> = counted.map(Effect::Count).into_iter().collect();
+            if session == SessionState::New && pick.session_kind == Kind::Continuation {
+                // Its previous response's pod is not known: placed as the policy places it
+                // (and bound there, so a retry of it finds that pod).
+                effects.push(Effect::Count(Counter::ContinuationUnknown));
+            }
             if all_ejected {
                 // Failure memory fails open: every endpoint was ejected (health.lua).
                 effects.push(Effect::Count(Counter::EjectedFailOpen));
@@ -85,10 +92,13 @@ fn replied(mut pick: EndpointPick, reply: PickReply) -> Answer {
                 fingerprint: pick.fingerprint.clone(),
             });
             let mut place = Placement::on(endpoint.clone());
-            let hold: Box<dyn Holding> = match pick.wrap.take() {
+            let mut hold: Box<dyn Holding> = match pick.wrap.take() {
                 Some(wrap) => wrap.wrap(lease, &reply, &mut place),
                 None => Box::new(lease),
             };
+            if let Some(record) = pick.record.take() {
+                hold = Box::new(Continued::new(Some(hold), endpoint.clone(), record));
+            }
             let decision = Decision::Route {
                 reason: pick.reason(depth, spilled, session),
                 place,

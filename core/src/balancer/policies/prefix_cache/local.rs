@@ -26,9 +26,10 @@ use super::verified::{Corrects, Verified};
 use crate::balancer::events::{Decision, Placement, PromptRead};
 use crate::balancer::holding::Holding;
 use crate::balancer::pick::{class_cap, cost_of, Booking};
+use crate::balancer::policies::continuation::{self, Table};
 use crate::balancer::policies::least_request::{counts, local as least};
 use crate::balancer::policies::policy::{priority_class, Env, Input, Policy};
-use crate::balancer::policies::session;
+use crate::balancer::policies::session::{self, Body, Kind};
 use crate::balancer::telemetry::Telemetry;
 use crate::config::{PrefixSettings, RouteConfig};
 use crate::host::Host;
@@ -54,6 +55,8 @@ pub struct LocalPrefixCache {
     state: Rc<LocalPrefix>,
     /// The engine-verified index's emptied-pod rule, per route (verified.rs).
     flushes: Rc<RefCell<Flushes>>,
+    /// With agent sessions: this proxy's responses (continuation.rs).
+    table: Option<Rc<Table>>,
 }
 
 impl LocalPrefixCache {
@@ -64,6 +67,10 @@ impl LocalPrefixCache {
             settings: settings.clone(),
             state: Rc::new(LocalPrefix::new(position, config, settings)),
             flushes: Rc::default(),
+            table: config
+                .agents
+                .as_ref()
+                .map(|_| Rc::new(Table::new(position, config))),
         }
     }
 }
@@ -71,17 +78,32 @@ impl LocalPrefixCache {
 impl Policy for LocalPrefixCache {
     fn decide(&mut self, host: &mut dyn Host, env: Env, input: &Input) -> Decision {
         let verify = (self.flushes.clone(), Corrects::Local(self.state.clone()));
-        decide(host, env, input, &self.settings, (&self.state, verify))
+        let sessions = least::Sessions {
+            ring: Some(&self.state.ring),
+            table: self.table.as_ref(),
+        };
+        decide(
+            host,
+            env,
+            input,
+            &self.settings,
+            (&self.state, verify, sessions),
+        )
     }
 }
 
-/// `verify`: where a verified answer's shortfall is judged and corrected.
+/// `verify`: where a verified answer's shortfall is judged and corrected; `sessions`: the
+/// route's ring and responses.
 fn decide(
     host: &mut dyn Host,
     env: Env,
     input: &Input,
     settings: &PrefixSettings,
-    (state, verify): (&LocalPrefix, (Rc<RefCell<Flushes>>, Corrects)),
+    (state, verify, sessions): (
+        &LocalPrefix,
+        (Rc<RefCell<Flushes>>, Corrects),
+        least::Sessions,
+    ),
 ) -> Decision {
     let endpoints = &input.config.endpoints;
     if endpoints.is_empty() {
@@ -94,13 +116,13 @@ fn decide(
         Some(read) => (read.clone(), None),
         None if input.read_body => match read_prompt(host, env.tel, input, settings) {
             Some((read, with_usage)) => (Rc::new(read), with_usage),
-            None => return least::decide(host, env, input, Some(&state.ring)),
+            None => return least::decide(host, env, input, sessions),
         },
-        None => return least::decide(host, env, input, Some(&state.ring)),
+        None => return least::decide(host, env, input, sessions),
     };
     let (keys, at) = (&read.keys, read.anchor);
     let Some(&home) = keys.get(at) else {
-        return least::decide(host, env, input, Some(&state.ring));
+        return least::decide(host, env, input, sessions);
     };
     let home = u64::from_le_bytes(home);
     let window = window(keys.len(), at);
@@ -111,18 +133,23 @@ fn decide(
         Some(mc) => env.metrics.saturated(host, input.config, mc),
         None => Vec::new(),
     };
-    let session = read
-        .session
-        .as_ref()
-        .and_then(|id| state.ring.walk(session::ring_key(id)).next());
+    let sticky = read.session.as_ref();
+    let session = sticky.and_then(|s| match s.kind {
+        Kind::Continuation => sessions.continued(host, env.tel, s, endpoints),
+        Kind::Configured | Kind::Agent => state.ring.walk(session::ring_key(&s.id)).next(),
+    });
+    let record = sessions.record(input.config, read.answer);
     let class = priority_class(host, env.tel, input.ctx, input.config);
     let cap = class_cap(input.config, class);
     let cost = cost_of(input.config, input.body_bytes);
-    let admission = counts::Admission::of(host, input.config, class);
+    let mut admission = counts::Admission::of(host, input.config, class);
+    // A sticky request is watched for Envoy's retries elsewhere whatever named its session.
+    admission.watch |= session.is_some();
     let above = least::waiting_above(host, input, class);
-    // A session route also passes over the pods marked down (Envoy answered one of its
-    // requests from a fallback: docs/sessions-and-queues.md "Sessions"), as over saturated ones.
-    let down_at = input.config.session.as_ref().map(|_| admission.now_ms);
+    // A session route, or a request with a session, also passes over the pods marked down
+    // (Envoy answered one of their requests from a fallback: docs/sessions-and-queues.md
+    // "Sessions"), as over saturated ones.
+    let down_at = (input.config.session.is_some() || session.is_some()).then_some(admission.now_ms);
     let tokens = &read.tokens;
     let taken = counts::take_booking(
         host,
@@ -197,11 +224,17 @@ fn decide(
             if passed {
                 env.tel.inc(host, Counter::PrefixSaturated);
             }
-            match reason {
-                Reason::Session => env.tel.inc(host, Counter::SessionHit),
-                Reason::SessionRebound => env.tel.inc(host, Counter::SessionRebound),
-                _ => {}
-            }
+            let reason = match (reason, sticky) {
+                (Reason::Session, Some(s)) => {
+                    env.tel.inc(host, Counter::SessionHit);
+                    s.kept()
+                }
+                (Reason::SessionRebound, _) => {
+                    env.tel.inc(host, Counter::SessionRebound);
+                    reason
+                }
+                (reason, _) => reason,
+            };
             state.record(
                 host, env.tel, input.ctx, keys, &window, known, chosen, now, &tags,
             );
@@ -238,11 +271,11 @@ fn decide(
             let key = state.counts_key.clone();
             let lease = least::counted(key, address, cost, &admission, booking);
             let Some(expect) = expect else {
-                return least::routed(lease, fallbacks, reason);
+                return continuation::hold(least::routed(lease, fallbacks, reason), record);
             };
             let endpoint = lease.endpoint.clone();
             let held: Box<dyn Holding> = Box::new(lease);
-            Decision::Route {
+            let decision = Decision::Route {
                 hold: Some(Box::new(Verified::new(
                     held,
                     endpoint.clone(),
@@ -254,7 +287,8 @@ fn decide(
                     ..Placement::on(endpoint).with_fallbacks(fallbacks)
                 },
                 reason,
-            }
+            };
+            continuation::hold(decision, record)
         }
         Ok(Ok(None)) => keeping(least::no_room(class), read),
         Ok(Err(refused)) => keeping(least::refusal(host, env.tel, refused, class), read),
@@ -279,16 +313,16 @@ fn read_prompt(
     let body = host.request_body(0, input.body_bytes).unwrap_or_default();
     match canonicalize(&body, &settings.canon) {
         Ok(canon) => Some((
-            PromptRead {
-                keys: canon.chain_keys(),
-                anchor: anchor_of(canon.blocks(), settings.anchor),
-                session: input
-                    .config
-                    .session
-                    .as_ref()
-                    .and_then(|s| session::session_id(&*host, s, Some(input.body_bytes))),
-                tokens: PromptTokens::of(&canon, input.body_bytes),
-                prefix_bytes: canon.prefix_bytes(),
+            {
+                let who = session::identify(host, tel, input.config, Body::Bytes(&body));
+                PromptRead {
+                    keys: canon.chain_keys(),
+                    anchor: anchor_of(canon.blocks(), settings.anchor),
+                    session: who.sticky,
+                    answer: who.answer,
+                    tokens: PromptTokens::of(&canon, input.body_bytes),
+                    prefix_bytes: canon.prefix_bytes(),
+                }
             },
             settings
                 .verify

@@ -16,6 +16,7 @@ pub mod verified;
 
 use super::least_request;
 use super::policy::{Env, Input, Policy};
+use super::session::Body;
 use crate::balancer::events::Decision;
 use crate::config::{PrefixSettings, RouteConfig};
 use crate::host::{Host, LogLevel};
@@ -96,10 +97,10 @@ fn decide(
     flushes: &Rc<RefCell<Flushes>>,
 ) -> Decision {
     let Some(keys) = input.keys else {
-        return least_request::acquire(host, env, input, (None, None));
+        return least_request::acquire(host, env, input, (None, None), Body::None);
     };
     if !input.read_body {
-        return least_request::acquire(host, env, input, (None, None));
+        return least_request::acquire(host, env, input, (None, None), Body::None);
     }
     let body = host.request_body(0, input.body_bytes).unwrap_or_default();
     match canonicalize(&body, &settings.canon) {
@@ -121,11 +122,11 @@ fn decide(
                     body,
                 }) as Box<dyn least_request::pick::Wrap>);
             }
-            least_request::acquire(host, env, input, (Some(chain), verify))
+            least_request::acquire(host, env, input, (Some(chain), verify), Body::Bytes(&body))
         }
         Err(e) => {
             env.tel.bad_prompt(host, input.ctx, &e);
-            least_request::acquire(host, env, input, (None, None))
+            least_request::acquire(host, env, input, (None, None), Body::Bytes(&body))
         }
     }
 }

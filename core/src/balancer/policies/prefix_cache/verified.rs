@@ -189,7 +189,12 @@ impl Holding for Verified {
         (ok || edit).then_some(ReadResponse {
             usage: ok,
             take_usage_event: edit,
+            answer_id: false,
         })
+    }
+
+    fn answer_id(&mut self, svc: &mut Services, outcome: &Outcome) {
+        self.inner.answer_id(svc, outcome);
     }
 
     fn give_back(self: Box<Self>, svc: &mut Services, outcome: Option<&Outcome>) {

@@ -1,8 +1,10 @@
 //! Session stickiness: the prefix benchmark's sessions (60 sessions × 5 rounds, shared system
 //! prompts, 2 gateways, 4 pods), each round sent to the other gateway and carrying its session
 //! id. The same plan once through prefix_cache with `sessionHeader` and once through
-//! prefix_cache alone (which ignores the header); then the same through global_least_request
-//! with and without the header, where nothing but the session keeps a conversation on its pod.
+//! prefix_cache alone (which ignores the header: `agentSessions: false`, since `x-session-id`
+//! is also an agent's header it recognises by default); then the same through
+//! global_least_request with and without the header, where nothing but the session keeps a
+//! conversation on its pod.
 
 use crate::prefix::prefix_config;
 use ailb_e2e::bed::Bed;
@@ -73,7 +75,9 @@ pub fn session_stickiness_and_ttft() -> anyhow::Result<()> {
     let mut sticky_cfg = prefix_config(bed.redis.port);
     sticky_cfg["lb_config"]["sessionHeader"] = HEADER.into();
     let (sticky, sticky_share, counters) = run(sticky_cfg, "session")?;
-    let (plain, plain_share, _) = run(prefix_config(bed.redis.port), "prefix-only")?;
+    let mut plain_cfg = prefix_config(bed.redis.port);
+    plain_cfg["lb_config"]["agentSessions"] = false.into();
+    let (plain, plain_share, _) = run(plain_cfg, "prefix-only")?;
     anyhow::ensure!(
         sticky.sequence == plain.sequence,
         "both runs must replay the same plan"
@@ -93,7 +97,7 @@ pub fn session_stickiness_and_ttft() -> anyhow::Result<()> {
     );
     // What the session option adds on its own: the prefix run's prompts keep a session on its
     // pod through the cache keys too, least request has nothing else that would.
-    let mut lr_cfg = glr_config(bed.redis.port, serde_json::json!({}));
+    let mut lr_cfg = glr_config(bed.redis.port, serde_json::json!({"agentSessions": false}));
     let (_, lr_plain_share, _) = run(lr_cfg.clone(), "least-request")?;
     lr_cfg["lb_config"]["sessionHeader"] = HEADER.into();
     let (lr, lr_share, lr_counters) = run(lr_cfg, "least-request-session")?;
