@@ -9,6 +9,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use ailb_core::config::Ejection;
+use ailb_core::redis::resp::Value;
 use ailb_core::redis::scripts::release::Learned;
 use ailb_core::redis::scripts::{
     self, AcquireArgs, AcquireReply, Keys, PrefixArgs, PrefixChain, Released, Scripts,
@@ -327,4 +328,95 @@ fn failure_memory_off_learns_nothing() {
     }
     assert!(bed.share(&mut c, &bad, 10) > 0);
     assert_eq!(bed.load(&mut c, &bad), 0.0, "no penalty either");
+}
+
+/// The host's retry answered a request from another endpoint (docs/redis-data-model.md §14,
+/// "Served elsewhere"): moved.lua moves its count there, under the same request id, and the
+/// first endpoint's failure counts towards its ejection; a lease already gone moves nothing;
+/// the stream end's release gives the moved count back, and the held count of the failed try
+/// goes at its reclaim.
+#[test]
+fn a_lease_served_elsewhere_moves_to_the_endpoint_that_answered_and_its_own_failure_is_learned() {
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    let mut bed = Bed::new(3, ejection());
+    let (bad, good) = (bed.eps[0].clone(), bed.eps[1].clone());
+    let moved = |bed: &mut Bed, c: &mut Conn, member: &str, to: &str| {
+        let q = scripts::release::moved_call(
+            &bed.keys,
+            (member, to),
+            false,
+            (bed.now, bed.now + TTL_MS, &bed.ejection),
+        );
+        scripts::parse_release(&c.raw_reply(&q)).unwrap()
+    };
+    for n in 1..=3 {
+        let (ep, member) = loop {
+            let (ep, member) = bed.pick(&mut c);
+            if ep == bad {
+                break (ep, member);
+            }
+            bed.release(&mut c, &member, Learned::Answered, false);
+        };
+        assert_eq!((bed.load(&mut c, &ep), bed.load(&mut c, &good)), (1.0, 0.0));
+        let want = if n < 3 {
+            Released::Released
+        } else {
+            Released::Ejected
+        };
+        assert_eq!(moved(&mut bed, &mut c, &member, &good), want, "failure {n}");
+        assert_eq!(bed.load(&mut c, &good), 1.0, "the count moved");
+        assert_eq!(bed.load(&mut c, &bad) % 1e12, 0.0, "no penalty configured");
+        // A lease moved (or reclaimed) already: nothing moves twice.
+        assert_eq!(moved(&mut bed, &mut c, &member, &good), Released::Nothing);
+        assert_eq!(bed.load(&mut c, &good), 1.0);
+        // The stream end gives back the moved lease, learning the answer of `good`.
+        let now_at_good = member.replacen(&format!("|{bad}|"), &format!("|{good}|"), 1);
+        assert_eq!(
+            bed.release(&mut c, &now_at_good, Learned::Answered, false),
+            Released::Released
+        );
+        assert_eq!(bed.load(&mut c, &good), 0.0);
+    }
+    assert_eq!(
+        bed.share(&mut c, &bad, 30),
+        0,
+        "ejected by its failed tries"
+    );
+
+    // With a penalty, the failed try's count stays on its endpoint until the reclaim; an
+    // endpoint outside the pool takes no count.
+    let mut bed = Bed::new(
+        3,
+        Ejection {
+            failure_penalty_ms: 500,
+            ..ejection()
+        },
+    );
+    let (ep, member) = bed.pick(&mut c);
+    assert_eq!(
+        moved(&mut bed, &mut c, &member, "10.9.9.9:1"),
+        Released::Released
+    );
+    assert_eq!(bed.load(&mut c, &ep), 1.0, "held for failurePenaltyMs");
+    assert_eq!(
+        c.cmd(&["ZCARD", &bed.keys.leases]),
+        Value::Integer(1),
+        "no lease on an endpoint outside the pool"
+    );
+    assert!(c
+        .cmd(&["ZSCORE", &bed.keys.load, "10.9.9.9:1"])
+        .as_str()
+        .is_none());
+    // Past the hold, the next pick's reclaim gives the failed try's count back: only the new
+    // request's count is left in the pool.
+    bed.now += 501;
+    bed.pick(&mut c);
+    let total: f64 = bed
+        .eps
+        .clone()
+        .iter()
+        .map(|e| bed.load(&mut c, e) % 1e12)
+        .sum();
+    assert_eq!(total, 1.0);
 }

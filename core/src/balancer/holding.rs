@@ -109,14 +109,18 @@ pub trait Holding: fmt::Debug {
     /// a Redis reply that is not used, an orphaned pick).
     fn give_back(self: Box<Self>, svc: &mut Services, outcome: Option<&Outcome>);
 
-    /// Plain Envoy: the endpoint this holding counted, when a response from another endpoint
-    /// (Envoy's retry to a fallback) must be noted against it (docs/plain-envoy.md).
-    fn watched(&self) -> Option<&str> {
+    /// The endpoint this holding counted, when the answer may come from another: the host's
+    /// retry sends a failed try elsewhere (plain Envoy: the next endpoint of the override
+    /// list; Higress: the cluster's own balancing, docs/higress-abi.md §8), and the machine
+    /// compares the endpoint that answered (docs/redis-data-model.md §14 "Served elsewhere").
+    fn counted(&self) -> Option<&str> {
         None
     }
 
-    /// The endpoint [`Holding::watched`] names did not answer: its give-back marks it down.
-    fn mark_failed(&mut self) {}
+    /// The host's retry answered from `served`, not from the endpoint [`Holding::counted`]
+    /// names: that endpoint failed (failure memory learns it) and the count moves to
+    /// `served`. Called at most once, at the response headers.
+    fn served_elsewhere(&mut self, _svc: &mut Services, _served: &str) {}
 
     /// Tests' ledgers: what it holds, by name.
     #[cfg(test)]

@@ -134,7 +134,7 @@ impl Balancer {
             self.drive(host, ctx, Event::ResponseHeaders { status });
         }
         if let Some(req) = self.requests.get_mut(&ctx) {
-            self.vm.response_headers(host, req);
+            self.vm.response_headers(host, ctx, req);
             self.vm.open_reader(host, ctx, req);
         }
         self.wants_response_body(ctx)

@@ -275,22 +275,28 @@ impl Performer {
         policy.decide(host, env, &input)
     }
 
-    /// The response headers of a routed request: plain Envoy's served-elsewhere check, the
-    /// debug header.
-    pub fn response_headers(&mut self, host: &mut dyn Host, req: &mut Request) {
-        // Plain Envoy, least request and sessions: a response from another endpoint than the
-        // one counted is Envoy's retry to a fallback, so that pod refused or reset the
-        // connection. One property read per such request; the release marks the pod down.
-        let served_elsewhere = req.phase().watched_endpoint().is_some_and(|chosen| {
-            host.property(&["upstream", "address"])
-                .ok()
-                .flatten()
-                .is_some_and(|served| served != chosen.as_bytes())
+    /// The response headers of a routed request: the served-elsewhere check, the debug
+    /// header.
+    pub fn response_headers(&mut self, host: &mut dyn Host, ctx: u32, req: &mut Request) {
+        // A response from another endpoint than the one counted is the host's retry: the
+        // counted pod failed (refused, reset, timed out or answered a retried 5xx). One
+        // property read per request whose holding counts an endpoint (docs/redis-data-model.md
+        // §14 "Served elsewhere").
+        let served = req.phase().counted_endpoint().and_then(|chosen| {
+            let served = host.property(&["upstream", "address"]).ok().flatten()?;
+            let served = String::from_utf8(served).ok()?;
+            (served != chosen && !served.is_empty()).then_some(served)
         });
-        if served_elsewhere {
+        if let Some(served) = served {
             let counter = stats::pod_down(req.phase().describe().1);
-            req.phase_mut().mark_failed();
             self.tel.inc(host, counter);
+            let mut svc = Services {
+                host,
+                tel: &mut self.tel,
+                redis: &mut self.redis,
+                ctx,
+            };
+            req.phase_mut().served_elsewhere(&mut svc, &served);
         }
         if let Some(name) = &req.config.common.debug_header {
             let (endpoint, reason) = req.phase().describe();

@@ -752,3 +752,67 @@ fn every_pick_reclaims_expired_leases() {
     }
     assert_eq!(e.tracked(), (0, 0));
 }
+
+/// The host's retry answered from another pod than the one picked (docs/redis-data-model.md
+/// §14 "Served elsewhere"): one moved.lua call at the response headers moves the lease there
+/// and learns the picked pod's failure; the stream end releases the moved lease with the
+/// answer's outcome; the same answer from the picked pod moves nothing.
+#[test]
+fn a_retry_served_elsewhere_moves_the_lease_once_and_the_release_follows_it() {
+    let (mut host, mut e) = setup("");
+    let token = start(&mut host, &mut e, 2);
+    let rid = host.last_query_args()[13].clone();
+    deliver(
+        &mut host,
+        &mut e,
+        token,
+        &bulk_array(&["OK", "10.0.0.2:80", "0", "0", "0", "0"]),
+    );
+    host.response_headers = vec![(":status".into(), "200".into())];
+    host.properties
+        .insert("upstream.address".into(), b"10.0.0.1:80".to_vec());
+    let calls = host.redis_calls.len();
+    e.on_response_headers(&mut host, 2);
+    assert_eq!(host.redis_calls.len(), calls + 1, "one call: the move");
+    let moved = host.last_query_args();
+    assert_eq!(moved[0], "EVAL", "sent as text: a retry is rare");
+    assert!(moved[1].contains("the host's retry served"), "moved.lua");
+    assert_eq!(moved[2], "5", "load, leases, tenants, health, ejected");
+    assert_eq!(
+        moved[8..],
+        [
+            "1700000000000",
+            "5",
+            "30000",
+            "300000",
+            "50",
+            "1000",
+            &format!("{rid}|10.0.0.2:80|1"),
+            "10.0.0.1:80",
+            "1700000060000",
+        ]
+    );
+    assert_eq!(host.metric("ai_lb.glr.pod_down"), 1);
+    assert_eq!(host.metric("ai_lb.eject.failures"), 1);
+    let token = host.next_token - 4;
+    deliver(&mut host, &mut e, token, b":2\r\n");
+    assert_eq!(host.metric("ai_lb.eject.ejected"), 1);
+
+    end(&mut host, &mut e, 2);
+    let rel = host.last_query_args();
+    assert_eq!(rel[8], "s", "the answer of the pod that served it");
+    assert_eq!(rel[15..], [format!("{rid}|10.0.0.1:80|1")]);
+
+    // Answered by the picked pod: nothing moves.
+    let token = start(&mut host, &mut e, 3);
+    deliver(
+        &mut host,
+        &mut e,
+        token,
+        &bulk_array(&["OK", "10.0.0.1:80", "0", "0", "0", "0"]),
+    );
+    let calls = host.redis_calls.len();
+    e.on_response_headers(&mut host, 3);
+    assert_eq!(host.redis_calls.len(), calls);
+    assert_eq!(host.metric("ai_lb.glr.pod_down"), 1);
+}

@@ -52,6 +52,13 @@ pub const RELEASE: &str = concat!(
     include_str!("scripts/health.lua"),
     include_str!("scripts/release.lua")
 );
+/// A lease the host's retry answered from another endpoint: moved there, its endpoint's
+/// failure learned (§14).
+pub const MOVED: &str = concat!(
+    include_str!("scripts/lease.lua"),
+    include_str!("scripts/health.lua"),
+    include_str!("scripts/moved.lua")
+);
 pub const SERVICE_ACQUIRE: &str = concat!(
     include_str!("scripts/service_lease.lua"),
     include_str!("scripts/service_acquire.lua")
@@ -358,6 +365,14 @@ pub fn pick_call(
 /// `<request id>~<tenant id>` as the first part for a tenant's request (lease.lua).
 pub fn lease_member(request_id: &str, endpoint: &str, cost: u64, tenant: Option<&str>) -> String {
     format!("{}|{endpoint}|{cost}", lease_id(request_id, tenant))
+}
+
+/// Lease `member` moved to `endpoint`: the same id and cost (moved.lua writes it so); None
+/// for a member that is not `<id>|<endpoint>|<cost>`.
+pub fn moved_member(member: &str, endpoint: &str) -> Option<String> {
+    let (id, rest) = member.split_once('|')?;
+    let (_, cost) = rest.rsplit_once('|')?;
+    Some(format!("{id}|{endpoint}|{cost}"))
 }
 
 #[cfg(test)]

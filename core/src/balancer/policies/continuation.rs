@@ -67,8 +67,6 @@ pub struct Continued {
     record: Record,
     /// The answer is a 2xx: its id is read.
     read: bool,
-    /// Plain Envoy: another pod answered (Envoy's retry to a fallback): nothing recorded.
-    failed: bool,
 }
 
 impl Continued {
@@ -78,7 +76,6 @@ impl Continued {
             endpoint,
             record,
             read: false,
-            failed: false,
         }
     }
 
@@ -140,11 +137,7 @@ impl Holding for Continued {
         if let Some(h) = self.inner.as_mut() {
             h.answer_id(svc, outcome);
         }
-        if let Some(id) = outcome
-            .answer_id
-            .as_deref()
-            .filter(|_| self.read && !self.failed)
-        {
+        if let Some(id) = outcome.answer_id.as_deref().filter(|_| self.read) {
             self.record(svc, id);
         }
     }
@@ -155,14 +148,15 @@ impl Holding for Continued {
         }
     }
 
-    fn watched(&self) -> Option<&str> {
-        self.inner.as_ref().and_then(|h| h.watched())
+    fn counted(&self) -> Option<&str> {
+        self.inner.as_ref().and_then(|h| h.counted())
     }
 
-    fn mark_failed(&mut self) {
-        self.failed = true;
+    /// The pod that answered holds the conversation: the answer's id is recorded against it.
+    fn served_elsewhere(&mut self, svc: &mut Services, served: &str) {
+        self.endpoint = served.to_string();
         if let Some(h) = self.inner.as_mut() {
-            h.mark_failed();
+            h.served_elsewhere(svc, served);
         }
     }
 

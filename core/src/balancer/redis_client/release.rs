@@ -25,6 +25,15 @@ pub enum LeaseKeys {
         learned: Learned,
         now_ms: u64,
     },
+    /// A lease the host's retry answered from `to`: moved there, its endpoint's failure
+    /// learned at `now_ms` (moved.lua); the moved lease expires at `expiry_ms`.
+    Moved {
+        keys: Rc<Keys>,
+        booked: bool,
+        to: String,
+        now_ms: u64,
+        expiry_ms: u64,
+    },
     Service(Rc<InflightKeys>),
     /// prefix_cache's first bytes: (lease id, endpoint, rate sample) triples, not lease members.
     FirstBytes(Rc<Keys>),
@@ -72,6 +81,17 @@ impl Release {
                 let learn = (*learned, *now_ms, &self.config.common.ejection);
                 let script = (scripts, self.by_sha);
                 scripts::release::release_call(script, keys, &self.members, *booked, learn)
+            }
+            LeaseKeys::Moved {
+                keys,
+                booked,
+                to,
+                now_ms,
+                expiry_ms,
+            } => {
+                let member = self.members.first().map_or("", String::as_str);
+                let learn = (*now_ms, *expiry_ms, &self.config.common.ejection);
+                scripts::release::moved_call(keys, (member, to), *booked, learn)
             }
             LeaseKeys::FirstBytes(k) => {
                 scripts::release::prefill_done_call(scripts, self.by_sha, k, &self.members)

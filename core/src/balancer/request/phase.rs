@@ -4,7 +4,7 @@
 //! request's (request.rs); outside the request the phase is opaque.
 
 use crate::balancer::events::{Effect, Pick, PromptRead, Rejection};
-use crate::balancer::holding::{Holding, Outcome, ReadResponse};
+use crate::balancer::holding::{Holding, Outcome, ReadResponse, Services};
 use crate::reason::Reason;
 use crate::verify::Watch;
 use std::rc::Rc;
@@ -83,20 +83,19 @@ impl Phase {
         matches!(self.0, State::Routed { .. })
     }
 
-    /// Plain Envoy: the endpoint this request's holding counted and watches for Envoy's
-    /// retries elsewhere (docs/plain-envoy.md, docs/sessions-and-queues.md "Sessions"); None
-    /// elsewhere.
-    pub fn watched_endpoint(&self) -> Option<&str> {
+    /// The endpoint this request's holding counted, checked against the one that answers
+    /// (`Holding::counted`); None when nothing is held or the holding does not ask.
+    pub fn counted_endpoint(&self) -> Option<&str> {
         match &self.0 {
-            State::Routed { held: Some(h), .. } => h.watched(),
+            State::Routed { held: Some(h), .. } => h.counted(),
             _ => None,
         }
     }
 
-    /// The endpoint it was counted on did not answer: its give-back marks it down.
-    pub fn mark_failed(&mut self) {
+    /// The host's retry answered from `served`: the holding learns and moves its count.
+    pub fn served_elsewhere(&mut self, svc: &mut Services, served: &str) {
         if let State::Routed { held: Some(h), .. } = &mut self.0 {
-            h.mark_failed();
+            h.served_elsewhere(svc, served);
         }
     }
 

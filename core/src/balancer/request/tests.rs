@@ -332,7 +332,7 @@ fn local_decisions_give_back_their_count_once() {
     }));
     assert!(matches!(e.as_slice(), [Effect::Publish(p)] if p.fallbacks.len() == 1));
     r.handle(Event::Published(Ok(())));
-    assert_eq!(r.phase().watched_endpoint(), Some("10.0.0.1:80"));
+    assert_eq!(r.phase().counted_endpoint(), Some("10.0.0.1:80"));
     let Some(Effect::GiveBack { held, outcome }) = r.finish(9) else {
         panic!("the count given back")
     };

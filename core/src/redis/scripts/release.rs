@@ -2,7 +2,7 @@
 //! request's outcome teaches failure memory), prefix_cache's batched first bytes, and a pod's
 //! generation bump (docs/redis-data-model.md §5, §6, §13, §14).
 
-use super::{call, Keys, Script, Scripts, PREFIX_FORGET};
+use super::{call, Keys, Script, Scripts, MOVED, PREFIX_FORGET};
 use crate::config::Ejection;
 
 /// The least time between two generation bumps of one pod (prefix_forget.lua).
@@ -63,18 +63,57 @@ pub fn release_call(
         Learned::Failed => "f",
         Learned::Nothing => "-",
     };
-    let figures = [
+    let figures = learning(now_ms, ejection);
+    let mut args: Vec<&[u8]> = vec![outcome.as_bytes()];
+    args.extend(figures.iter().map(|s| s.as_bytes()));
+    args.extend(members.iter().map(|m| m.as_bytes()));
+    call(
+        &scripts.release,
+        by_sha,
+        &endpoint_keys(keys, booked),
+        &args,
+    )
+}
+
+/// `EVAL` of moved.lua: lease `member`, whose endpoint failed, moved to `to`, the endpoint the
+/// host's retry answered from, until `expiry_ms`; the failure learned at `now_ms` under
+/// `ejection`. Sent as EVAL (text, not SHA): it is rare (a retry), and a flushed script cache
+/// needs no second round.
+pub fn moved_call(
+    keys: &Keys,
+    (member, to): (&str, &str),
+    booked: bool,
+    (now_ms, expiry_ms, ejection): (u64, u64, &Ejection),
+) -> Vec<u8> {
+    let figures = learning(now_ms, ejection);
+    let expiry = expiry_ms.to_string();
+    let mut args: Vec<&[u8]> = figures.iter().map(|s| s.as_bytes()).collect();
+    args.extend([member.as_bytes(), to.as_bytes(), expiry.as_bytes()]);
+    let moved = Script {
+        text: MOVED,
+        sha: String::new(),
+    };
+    call(&moved, false, &endpoint_keys(keys, booked), &args)
+}
+
+/// What release.lua and moved.lua learn with, in their order: now, then the route's failure
+/// memory (failures in a row that eject, first and longest ejection, most ejected percent,
+/// a failed count's hold).
+fn learning(now_ms: u64, ejection: &Ejection) -> [String; 6] {
+    [
         now_ms.to_string(),
         ejection.eject_after.to_string(),
         ejection.ejection_ms.to_string(),
         ejection.max_ejection_ms.to_string(),
         ejection.max_ejected_percent.to_string(),
         ejection.failure_penalty_ms.to_string(),
-    ];
-    let mut args: Vec<&[u8]> = vec![outcome.as_bytes()];
-    args.extend(figures.iter().map(|s| s.as_bytes()));
-    args.extend(members.iter().map(|m| m.as_bytes()));
-    let mut all_keys = vec![
+    ]
+}
+
+/// The keys release.lua and moved.lua take: the lease's, failure memory's and, for a
+/// prefix_cache route (`booked`), its prefill bookings'.
+fn endpoint_keys(keys: &Keys, booked: bool) -> Vec<&str> {
+    let mut all = vec![
         keys.load.as_str(),
         &keys.leases,
         &keys.tenants,
@@ -82,9 +121,9 @@ pub fn release_call(
         &keys.ejected,
     ];
     if booked {
-        all_keys.extend([keys.prefill.as_str(), &keys.booked]);
+        all.extend([keys.prefill.as_str(), &keys.booked]);
     }
-    call(&scripts.release, by_sha, &all_keys, &args)
+    all
 }
 
 /// First bytes of a route's prefix_cache requests: `done` holds (lease id, endpoint, rate

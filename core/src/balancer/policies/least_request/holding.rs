@@ -8,7 +8,7 @@ use super::{counts, prefill};
 use crate::balancer::holding::{Holding, Outcome, Services};
 use crate::balancer::pick::Lease;
 use crate::balancer::redis_client::LeaseKeys;
-use crate::redis::scripts::release::Learned;
+use crate::redis::scripts::{self, release::Learned};
 use crate::stats::Counter;
 
 impl Holding for Lease {
@@ -20,6 +20,35 @@ impl Holding for Lease {
         if let Some(booking) = self.booking.take() {
             svc.redis.first_bytes(svc.host, svc.tel, self, booking);
         }
+    }
+
+    fn counted(&self) -> Option<&str> {
+        self.id_and_endpoint().map(|(_, endpoint)| endpoint)
+    }
+
+    /// One moved.lua call: the lease moves to `served` under the same id, and its endpoint's
+    /// failure is learned; the stream end then releases the moved lease. A move that fails
+    /// leaves both leases to the reclaim (leaseTTL), as any lost release does.
+    fn served_elsewhere(&mut self, svc: &mut Services, served: &str) {
+        let Some(moved) = scripts::moved_member(&self.member, served) else {
+            return;
+        };
+        if self.config.common.ejection.on() {
+            svc.tel.inc(svc.host, Counter::EjectFailures);
+        }
+        let now_ms = svc.host.now_ms();
+        let keys = LeaseKeys::Moved {
+            keys: self.keys.clone(),
+            booked: self.prefix,
+            to: served.to_string(),
+            now_ms,
+            expiry_ms: now_ms.saturating_add(self.config.common.lease_ttl_ms),
+        };
+        let old = std::mem::replace(&mut self.member, moved);
+        // The booking went with the failed try (moved.lua).
+        self.booking = None;
+        svc.redis
+            .release(svc.host, svc.tel, &self.config, keys, vec![old]);
     }
 
     fn give_back(self: Box<Self>, svc: &mut Services, outcome: Option<&Outcome>) {
@@ -78,11 +107,11 @@ impl Holding for LocalLease {
         counts::release(svc.host, svc.tel, *self);
     }
 
-    fn watched(&self) -> Option<&str> {
+    fn counted(&self) -> Option<&str> {
         self.watch.then_some(self.endpoint.as_str())
     }
 
-    fn mark_failed(&mut self) {
+    fn served_elsewhere(&mut self, _svc: &mut Services, _served: &str) {
         self.failed = true;
     }
 

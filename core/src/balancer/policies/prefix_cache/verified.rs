@@ -205,12 +205,12 @@ impl Holding for Verified {
         inner.give_back(svc, outcome);
     }
 
-    fn watched(&self) -> Option<&str> {
-        self.inner.watched()
+    fn counted(&self) -> Option<&str> {
+        self.inner.counted()
     }
 
-    fn mark_failed(&mut self) {
-        self.inner.mark_failed();
+    fn served_elsewhere(&mut self, svc: &mut Services, served: &str) {
+        self.inner.served_elsewhere(svc, served);
     }
 
     #[cfg(test)]
