@@ -789,7 +789,7 @@ fn a_retry_served_elsewhere_moves_the_lease_once_and_the_release_follows_it() {
             "1000",
             &format!("{rid}|10.0.0.2:80|1"),
             "10.0.0.1:80",
-            "1700000060000",
+            "1700000600000",
         ]
     );
     assert_eq!(host.metric("ai_lb.glr.pod_down"), 1);
