@@ -84,12 +84,14 @@ pub trait Holding: fmt::Debug {
     fn give_back(self: Box<Self>, svc: &mut Services, outcome: Option<&Outcome>);
 
     /// Plain Envoy: the endpoint this holding counted, when a response from another endpoint
-    /// (Envoy's retry to a fallback) must be noted against it (docs/plain-envoy.md).
+    /// (Envoy's retry to a fallback) must be noted against it: failure memory learns it
+    /// (docs/plain-envoy.md "Failure memory").
     fn watched(&self) -> Option<&str> {
         None
     }
 
-    /// The endpoint [`Holding::watched`] names did not answer: its give-back marks it down.
+    /// The endpoint [`Holding::watched`] names was not reached (a connect failure or a reset):
+    /// its give-back teaches failure memory so.
     fn mark_failed(&mut self) {}
 
     /// Tests' ledgers: what it holds, by name.

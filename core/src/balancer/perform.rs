@@ -278,9 +278,10 @@ impl Performer {
     /// The response headers of a routed request: plain Envoy's served-elsewhere check, the
     /// debug header.
     pub fn response_headers(&mut self, host: &mut dyn Host, req: &mut Request) {
-        // Plain Envoy, least request and sessions: a response from another endpoint than the
-        // one counted is Envoy's retry to a fallback, so that pod refused or reset the
-        // connection. One property read per such request; the release marks the pod down.
+        // Plain Envoy with failure memory: a response from another endpoint than the one
+        // counted is Envoy's retry to a fallback, so that pod refused or reset the connection.
+        // One property read per such request; the release teaches failure memory, which ejects
+        // the pod (docs/plain-envoy.md "Failure memory").
         let served_elsewhere = req.phase().watched_endpoint().is_some_and(|chosen| {
             host.property(&["upstream", "address"])
                 .ok()

@@ -81,8 +81,7 @@ impl Phase {
     }
 
     /// Plain Envoy: the endpoint this request's holding counted and watches for Envoy's
-    /// retries elsewhere (docs/plain-envoy.md, docs/sessions-and-queues.md "Sessions"); None
-    /// elsewhere.
+    /// retries elsewhere (docs/plain-envoy.md "Failure memory"); None elsewhere.
     pub fn watched_endpoint(&self) -> Option<&str> {
         match &self.0 {
             State::Routed { held: Some(h), .. } => h.watched(),
@@ -90,7 +89,7 @@ impl Phase {
         }
     }
 
-    /// The endpoint it was counted on did not answer: its give-back marks it down.
+    /// The endpoint it was counted on was not reached: its give-back teaches failure memory.
     pub fn mark_failed(&mut self) {
         if let State::Routed { held: Some(h), .. } = &mut self.0 {
             h.mark_failed();
