@@ -7,7 +7,7 @@
 //! route's pool cap with slow requests at once, which all pass only if every count (the
 //! failed requests' held ones included) came back to zero.
 
-use ailb_e2e::bed::{chat, Bed};
+use ailb_e2e::bed::{chat, chats, failing_bed, Bed};
 use ailb_e2e::envoy::Envoy;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -16,17 +16,6 @@ use std::time::Duration;
 const BAD: &str = "pod-0";
 /// `maxPoolRequests` of every route here: far above what the tests' 8 clients hold.
 const POOL: usize = 32;
-
-/// Four pods, a healthy answer in ~20 ms; the `failing` ones answer 500 at once.
-fn bed(failing: &'static [&'static str]) -> Bed {
-    Bed::new(4, |c| {
-        c.max_running = 64;
-        c.decode_us_per_token = 10_000;
-        if failing.contains(&c.name.as_str()) {
-            c.error_rate = 1.0;
-        }
-    })
-}
 
 /// Envoy with global_least_request over the bed's pods, `lb` added to its `lb_config`.
 fn envoy(bed: &Bed, lb: Value) -> Envoy {
@@ -43,23 +32,7 @@ fn envoy(bed: &Bed, lb: Value) -> Envoy {
 
 /// `n` requests from 8 clients: (pod, status) of each.
 fn send(url: &str, n: usize) -> Vec<(String, u16)> {
-    let threads: Vec<_> = (0..8)
-        .map(|_| {
-            let url = url.to_string();
-            std::thread::spawn(move || {
-                (0..n / 8)
-                    .map(|_| {
-                        let (status, pod) = chat(&url, "q", 2);
-                        (pod, status)
-                    })
-                    .collect::<Vec<_>>()
-            })
-        })
-        .collect();
-    threads
-        .into_iter()
-        .flat_map(|t| t.join().expect("client thread"))
-        .collect()
+    chats(&[url.to_string()], n)
 }
 
 fn to_bad(sent: &[(String, u16)]) -> usize {
@@ -94,7 +67,7 @@ fn assert_nothing_held(bed: &Bed, envoy: &Envoy) {
 
 #[test]
 fn envoy_a_pod_that_fails_fast_is_ejected_and_draws_almost_nothing() {
-    let bed = bed(&[BAD]);
+    let bed = failing_bed(&[BAD]);
     let envoy = envoy(&bed, json!({"ejectAfterFailures": 3}));
     let sent = send(&envoy.url, 400);
     let per_pod: BTreeMap<&str, usize> = sent.iter().fold(BTreeMap::new(), |mut m, (p, _)| {
@@ -123,7 +96,7 @@ fn envoy_a_pod_that_fails_fast_is_ejected_and_draws_almost_nothing() {
 
 #[test]
 fn envoy_with_every_pod_failing_the_picks_fail_open_and_say_so() {
-    let bed = bed(&["pod-0", "pod-1", "pod-2", "pod-3"]);
+    let bed = failing_bed(&["pod-0", "pod-1", "pod-2", "pod-3"]);
     let lb = json!({"ejectAfterFailures": 2, "maxEjectedPercent": 100, "failurePenaltyMs": 0});
     let envoy = envoy(&bed, lb);
     let sent = send(&envoy.url, 160);
@@ -144,7 +117,7 @@ fn envoy_with_every_pod_failing_the_picks_fail_open_and_say_so() {
 
 #[test]
 fn envoy_a_healed_pod_is_taken_back_after_its_ejection_and_a_failed_trial_ejects_it_again() {
-    let bed = bed(&[BAD]);
+    let bed = failing_bed(&[BAD]);
     // Every ejection 500 ms (the cap is the first one), so the phases below need no exact
     // timing: each waits out whatever ejection the one before left.
     let lb = json!({"ejectAfterFailures": 2, "ejectionMs": 500, "maxEjectionMs": 500});
