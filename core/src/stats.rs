@@ -20,7 +20,7 @@ pub fn routed_as(reason: Reason) -> Option<Counter> {
 }
 
 /// What a plain-Envoy pod that Envoy answered around counts, by the reason it was chosen: a
-/// session's pod, or least request's (docs/sessions-and-queues.md "Sessions").
+/// session's pod, or any other pick's (docs/plain-envoy.md "Failure memory").
 pub fn pod_down(reason: Reason) -> Counter {
     match reason {
         Reason::Session | Reason::AgentSession | Reason::Continuation | Reason::SessionRebound => {
@@ -78,10 +78,11 @@ pub enum Counter {
     SessionBound,
     /// A session's endpoint left or was over the load guard: bound to the one picked.
     SessionRebound,
-    /// Plain Envoy: a session route's pod did not answer (Envoy's retry did): marked down.
+    /// Plain Envoy: a session's pod did not answer (Envoy's retry did): failure memory ejects
+    /// it.
     SessionPodDown,
-    /// Plain Envoy: a non-sticky least-request pod did not answer (Envoy's retry did): marked
-    /// down, so least-request passes over it (a dead pod holds no requests, so it would
+    /// Plain Envoy: a pod chosen without a session did not answer (Envoy's retry did): failure
+    /// memory ejects it, so picks pass over it (a dead pod holds no requests, so it would
     /// otherwise look the least loaded of all).
     GlrPodDown,
     /// A sticky request fell back (Redis down, timeout, bad reply): the session not honoured.

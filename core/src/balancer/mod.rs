@@ -379,6 +379,8 @@ mod clamp_tests;
 #[cfg(test)]
 mod cluster_tests;
 #[cfg(test)]
+mod envoy_failure_tests;
+#[cfg(test)]
 mod fairness_tests;
 #[cfg(test)]
 mod local_prefix_tests;

@@ -4,12 +4,12 @@
 //! ejection up to `maxEjectionMs`; then `halfOpenTrials` requests try it, and one answer brings
 //! it back. At most `maxEjectedPercent` of the pool (at least one endpoint) is out at once. A
 //! failed request's count stays on its endpoint for `failurePenaltyMs`, so a pod that fails
-//! fast does not look idle meanwhile. Ours, strict; global_least_request and prefix_cache.
+//! fast does not look idle meanwhile. Ours, strict; global_least_request and prefix_cache, in
+//! both builds (per proxy in the plain-Envoy build: docs/plain-envoy.md "Failure memory").
 
 use super::error::ConfigError;
 use super::raw::RawLbConfig;
 use super::read::Reader;
-use super::values::Build;
 
 pub const EJECTION_KEYS: &[&str] = &[
     "ejectAfterFailures",
@@ -69,22 +69,10 @@ impl Ejection {
         }
     }
 
-    /// The route's failure memory: on by default in the Higress build; the plain-Envoy build
-    /// has none yet and refuses the keys rather than ignore them.
-    pub(super) fn read(
-        raw: &RawLbConfig,
-        r: &mut Reader<'_>,
-        build: Build,
-    ) -> Result<Ejection, ConfigError> {
-        if build == Build::Envoy {
-            return match raw.present().into_iter().find(|k| EJECTION_KEYS.contains(k)) {
-                Some(key) => Err(r.err(
-                    key,
-                    "failure memory is in the Higress build only for now (docs/redis-data-model.md §14)",
-                )),
-                None => Ok(Ejection::OFF),
-            };
-        }
+    /// The route's failure memory, on by default in both builds: across gateways in Redis in
+    /// the Higress build, per proxy in the plain-Envoy build (docs/plain-envoy.md "Failure
+    /// memory"); the keys mean the same in both.
+    pub(super) fn read(raw: &RawLbConfig, r: &mut Reader<'_>) -> Result<Ejection, ConfigError> {
         let eject_after = r.own("ejectAfterFailures", &raw.eject_after_failures)?;
         let ejection_ms = r.own("ejectionMs", &raw.ejection_ms)?;
         let max_ejection_ms = r.own("maxEjectionMs", &raw.max_ejection_ms)?;
@@ -161,7 +149,7 @@ fn within(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{parse, PluginConfig};
+    use crate::config::{parse, Build, PluginConfig};
     use serde_json::json;
 
     fn route(build: Build, policy: &str, extra: serde_json::Value) -> Result<Ejection, String> {
@@ -180,19 +168,22 @@ mod tests {
     }
 
     #[test]
-    fn on_by_default_for_the_least_request_policies_in_the_higress_build() {
-        for policy in ["global_least_request", "prefix_cache"] {
-            assert_eq!(
-                route(Build::Higress, policy, json!({})),
-                Ok(Ejection::DEFAULT)
-            );
+    fn on_by_default_for_the_least_request_policies_in_both_builds() {
+        for build in [Build::Higress, Build::Envoy] {
+            for policy in ["global_least_request", "prefix_cache"] {
+                assert_eq!(route(build, policy, json!({})), Ok(Ejection::DEFAULT));
+            }
         }
         let metrics = json!({"serviceFQDN": "redis.static", "servicePort": 6379});
         let em = route(Build::Higress, "endpoint_metrics", metrics).unwrap();
         assert!(!em.on());
-        assert!(!route(Build::Envoy, "global_least_request", json!({}))
-            .unwrap()
-            .on());
+        let em = route(
+            Build::Envoy,
+            "endpoint_metrics",
+            json!({"scrapeCluster": "ailb_scrape"}),
+        )
+        .unwrap();
+        assert!(!em.on());
         let e = route(
             Build::Higress,
             "prefix_cache",
@@ -240,12 +231,20 @@ mod tests {
         )
         .unwrap();
         assert_eq!(e.max_ejection_ms, 600_000);
+        // The plain-Envoy build reads them alike, as strictly.
         let envoy = route(
             Build::Envoy,
-            "prefix_cache",
-            json!({"ejectAfterFailures": 3}),
-        );
-        assert!(envoy.expect_err("refused").contains("Higress build only"));
+            "global_least_request",
+            json!({"ejectAfterFailures": 3, "halfOpenTrials": 2}),
+        )
+        .unwrap();
+        assert_eq!((envoy.eject_after, envoy.half_open_trials), (3, 2));
+        for bad in [
+            json!({"ejectAfterFailures": "3"}),
+            json!({"maxEjectedPercent": 101}),
+        ] {
+            assert!(route(Build::Envoy, "prefix_cache", bad).is_err());
+        }
         let metrics = json!({"serviceFQDN": "redis.static", "servicePort": 6379,
             "ejectAfterFailures": 3});
         // Like every key of another policy: read by none, warned as ignored.

@@ -238,7 +238,7 @@ fn compile(
                 build,
             })?;
             if kind != Policy::EndpointMetrics {
-                common.ejection = Ejection::read(lb, r, build)?;
+                common.ejection = Ejection::read(lb, r)?;
             }
             if kind == Policy::PrefixCache && build == Build::Higress && common.max_load > 0 {
                 r.warn(

@@ -169,16 +169,4 @@ impl RouteConfig {
             _ => None,
         }
     }
-
-    /// Plain Envoy: whether a response from another endpoint than the one counted (Envoy's
-    /// retry to a fallback) is noted against it: least request, and a session's prefix_cache
-    /// pick (docs/plain-envoy.md, docs/sessions-and-queues.md "Sessions"). One property read
-    /// per such request.
-    pub fn watches_fallbacks(&self) -> bool {
-        match self.policy {
-            PolicyConfig::GlobalLeastRequest => true,
-            PolicyConfig::PrefixCache(_) => self.session.is_some(),
-            _ => false,
-        }
-    }
 }

@@ -158,6 +158,40 @@ pub fn chat(gateway: &str, text: &str, max_tokens: u64) -> (u16, String) {
     }
 }
 
+/// `n` requests from 8 clients, client `t`'s `i`-th sent to `urls[(t + i) % urls.len()]`:
+/// (pod, status) of each (the failure-memory tests).
+pub fn chats(urls: &[String], n: usize) -> Vec<(String, u16)> {
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let urls = urls.to_vec();
+            std::thread::spawn(move || {
+                (0..n / 8)
+                    .map(|i| {
+                        let (status, pod) = chat(&urls[(t + i) % urls.len()], "q", 2);
+                        (pod, status)
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    threads
+        .into_iter()
+        .flat_map(|t| t.join().expect("client thread"))
+        .collect()
+}
+
+/// The failure-memory tests' bed: 4 pods, a healthy answer in ~20 ms; the `failing` ones
+/// answer every generation with 500 at once.
+pub fn failing_bed(failing: &[&str]) -> Bed {
+    Bed::new(4, |c| {
+        c.max_running = 64;
+        c.decode_us_per_token = 10_000;
+        if failing.contains(&c.name.as_str()) {
+            c.error_rate = 1.0;
+        }
+    })
+}
+
 /// Probes through `url` until every count is back to zero: what a fault left behind (a lost
 /// reply, a killed gateway's requests) heals by reclaim, which only a pick runs
 /// (docs/redis-data-model.md §6), so a wait without requests could wait forever.

@@ -8,7 +8,7 @@ use crate::balancer::policies::cluster_metrics::pick::ServicePick;
 use crate::balancer::policies::cluster_metrics::reply::{counted, counted_reply};
 use crate::balancer::policies::cluster_metrics::ServiceLease;
 use crate::balancer::policies::continuation::{Continued, Record, Store};
-use crate::balancer::policies::least_request::lease::LocalLease;
+use crate::balancer::policies::least_request::lease::{LeaseMemory, LocalLease};
 use crate::balancer::policies::least_request::pick::EndpointPick;
 use crate::balancer::policies::prefix_cache::expect::{Expect, Index};
 use crate::balancer::policies::prefix_cache::verified::{Corrects, Verified, VerifyReply};
@@ -318,7 +318,11 @@ fn local_decisions_give_back_their_count_once() {
     to_decision(&mut r);
     let local = LocalLease {
         tenant: None,
-        watch: true,
+        memory: Some(LeaseMemory {
+            rules: crate::config::Ejection::DEFAULT,
+            pool: 2,
+            trial: false,
+        }),
         failed: false,
         booking: None,
         key: "k".into(),
@@ -493,7 +497,7 @@ fn local_holding(config: &Rc<RouteConfig>, verified: bool) -> Box<dyn Holding> {
         endpoint: "10.0.0.1:80".into(),
         cost: 1,
         tenant: None,
-        watch: false,
+        memory: None,
         failed: false,
         booking: Some(crate::balancer::pick::Booking {
             booked,

@@ -3,7 +3,8 @@
 //! sharing one conversation prefix go to their own pods (a session wins over a prefix match),
 //! the same from both proxies; a session whose pod's scraped queue is full leaves it
 //! (`session_rebound`, counted) and comes back when the pod recovers. Also a pod that dies:
-//! sessions and plain least request leave it once Envoy's retry showed it down.
+//! sessions and plain least request leave it once Envoy's retry showed it down (failure
+//! memory ejects it).
 
 use ailb_e2e::bed::Bed;
 use ailb_e2e::envoy::{Envoy, SCRAPE_CLUSTER};
@@ -159,8 +160,9 @@ fn envoy_prefix_sessions_win_over_the_prefix_and_leave_a_saturated_pod() {
 
 /// Plain-Envoy global_least_request sessions when a pod dies: Envoy's retry answers the next
 /// turn from the session's ring walk, the plugin sees the answer came from another pod and
-/// marks the dead one down proxy-wide, and the following turns go straight to the walk's next
-/// pod as `session_rebound` (docs/sessions-and-queues.md "Sessions"); the other sessions stay.
+/// failure memory ejects the dead one proxy-wide, and the following turns go straight to the
+/// walk's next pod as `session_rebound` (docs/sessions-and-queues.md "Sessions"); the other
+/// sessions stay.
 #[test]
 fn envoy_least_request_sessions_leave_a_pod_that_stopped_answering() {
     let mut bed = Bed::new(3, |c| {
@@ -213,8 +215,9 @@ fn envoy_least_request_sessions_leave_a_pod_that_stopped_answering() {
 
 /// Plain-Envoy global_least_request without sessions when a pod dies: it holds no requests,
 /// so it would be the least loaded pod of every tie; after the first request Envoy's retry
-/// had to serve elsewhere, the plugin lists it last for 10 s and no request is sent to it
-/// first again (docs/plain-envoy.md).
+/// had to serve elsewhere, failure memory ejects it, the plugin lists it last while it is
+/// ejected (30 s) and no request is sent to it first again (docs/plain-envoy.md "Failure
+/// memory").
 #[test]
 fn envoy_least_request_lists_a_pod_that_stopped_answering_last() {
     let mut bed = Bed::new(3, |c| {
@@ -263,4 +266,6 @@ fn envoy_least_request_lists_a_pod_that_stopped_answering_last() {
     assert_eq!(sent_to_dead, 1, "{}", envoy.logs());
     assert_eq!(envoy.stat("ai_lb.glr.pod_down"), 1);
     assert_eq!(envoy.stat("ai_lb.session.pod_down"), 0);
+    // Failure memory ejected it at its first request Envoy retried elsewhere.
+    assert_eq!(envoy.stat("ai_lb.eject.ejected"), 1);
 }

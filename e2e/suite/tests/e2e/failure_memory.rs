@@ -6,7 +6,7 @@
 //! pod failing the picks fail open, counted; a pod that only hangs is ejected by the 504s of the
 //! gateway's upstream timeout; nothing leaks either way.
 
-use ailb_e2e::bed::{chat, probe_until_zero, Bed};
+use ailb_e2e::bed::{chat, chats, failing_bed, probe_until_zero, Bed};
 use ailb_e2e::gateway::{glr_config, Gateway};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -17,35 +17,7 @@ const BAD: &str = "pod-0";
 /// `n` requests from 8 clients, alternating between the gateways: (pod, status) of each.
 fn send(gateways: &[&Gateway], n: usize) -> Vec<(String, u16)> {
     let urls: Vec<String> = gateways.iter().map(|g| g.url.clone()).collect();
-    let per = n / 8;
-    let threads: Vec<_> = (0..8)
-        .map(|t| {
-            let urls = urls.clone();
-            std::thread::spawn(move || {
-                (0..per)
-                    .map(|i| {
-                        let (status, pod) = chat(&urls[(t + i) % urls.len()], "q", 2);
-                        (pod, status)
-                    })
-                    .collect::<Vec<_>>()
-            })
-        })
-        .collect();
-    threads
-        .into_iter()
-        .flat_map(|t| t.join().expect("client thread"))
-        .collect()
-}
-
-fn bed(failing: &'static [&'static str]) -> Bed {
-    Bed::new(4, |c| {
-        c.max_running = 64;
-        // A healthy answer takes ~20 ms; a failing pod answers at once.
-        c.decode_us_per_token = 10_000;
-        if failing.contains(&c.name.as_str()) {
-            c.error_rate = 1.0;
-        }
-    })
+    chats(&urls, n)
 }
 
 fn gateways(bed: &Bed, lb: Value) -> (Gateway, Gateway) {
@@ -65,7 +37,7 @@ fn to_bad(sent: &[(String, u16)]) -> usize {
 
 #[test]
 fn a_pod_that_fails_fast_is_ejected_for_every_gateway_instead_of_drawing_the_traffic() {
-    let bed = bed(&[BAD]);
+    let bed = failing_bed(&[BAD]);
     // Without failure memory: the black hole draws most requests.
     let (a, b) = gateways(&bed, json!({"ejectAfterFailures": 0}));
     let off = send(&[&a, &b], 200);
@@ -104,7 +76,7 @@ fn a_pod_that_fails_fast_is_ejected_for_every_gateway_instead_of_drawing_the_tra
 
 #[test]
 fn with_every_pod_failing_the_picks_fail_open_and_say_so() {
-    let bed = bed(&["pod-0", "pod-1", "pod-2", "pod-3"]);
+    let bed = failing_bed(&["pod-0", "pod-1", "pod-2", "pod-3"]);
     let lb = json!({"ejectAfterFailures": 2, "maxEjectedPercent": 100, "failurePenaltyMs": 0});
     let (a, b) = gateways(&bed, lb);
     let sent = send(&[&a, &b], 160);
@@ -173,7 +145,7 @@ fn a_pod_that_only_times_out_is_ejected_by_its_504s() {
 /// persistence: the pod's failures are learned anew and it is ejected again. Nothing leaks.
 #[test]
 fn redis_down_while_a_pod_is_ejected_falls_back_then_learns_again() {
-    let mut bed = bed(&[BAD]);
+    let mut bed = failing_bed(&[BAD]);
     let (a, b) = gateways(&bed, json!({"ejectAfterFailures": 3}));
     send(&[&a, &b], 80);
     assert_eq!(sum([&a, &b], "ai_lb.eject.ejected"), 1);
@@ -204,7 +176,7 @@ fn redis_down_while_a_pod_is_ejected_falls_back_then_learns_again() {
 /// ejection and one trial, or its held count), and nothing leaks.
 #[test]
 fn a_flapping_pod_draws_little_in_each_failing_spell_and_is_taken_back_in_each_healthy_one() {
-    let bed = bed(&[BAD]);
+    let bed = failing_bed(&[BAD]);
     let lb = json!({"ejectAfterFailures": 2, "ejectionMs": 300, "maxEjectionMs": 1200});
     let (a, b) = gateways(&bed, lb);
     let engine = bed.pods[0].engine().clone();

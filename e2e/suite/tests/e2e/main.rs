@@ -13,6 +13,7 @@ mod envoy_agent_sessions;
 mod envoy_body;
 mod envoy_cluster;
 mod envoy_dashboard;
+mod envoy_failure_memory;
 mod envoy_prefix;
 mod envoy_prefix_verify;
 mod envoy_queue;

@@ -1,15 +1,17 @@
 //! The per-proxy counts of the plain-Envoy policies (global_least_request and prefix_cache
 //! without Redis): one shared-data record per endpoint set (`ailb.glr.<fingerprint>`) holding
-//! each endpoint's in-flight cost, the tenants' in-flight costs and last requests, and the
-//! endpoints marked down; every change is one compare-and-swap ([`take`], [`release`]).
+//! each endpoint's in-flight cost, the tenants' in-flight costs and last requests, and what
+//! failure memory learned of each endpoint (health.rs); every change is one compare-and-swap
+//! ([`take`], [`release`]).
 
+use super::health::{self, Learnt, Lesson, Memory};
 use super::lease::LocalLease;
 use super::prefill::{self, Prefill};
 use crate::balancer::pick::pool_cap;
 use crate::balancer::policies::policy::tenant;
 use crate::balancer::shared;
 use crate::balancer::telemetry::Telemetry;
-use crate::config::{Class, RouteConfig};
+use crate::config::{Class, Ejection, RouteConfig};
 use crate::host::{Host, HostError};
 use crate::stats::Counter;
 use crate::upstream;
@@ -17,11 +19,12 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 /// What a plain-Envoy pick is admitted against besides the endpoint cap: the pool cap and
-/// the tenant's share (docs/sessions-and-queues.md "Tenant fairness"), kept in the same counts record as the
-/// endpoints' loads (lines `~t<tenant> <in flight>` and `~s<tenant> <last request, ms>`), so
-/// one CAS update checks and counts all of it, as the Redis script does
-/// (docs/redis-data-model.md §11).
-#[derive(Debug, Clone, Default)]
+/// the tenant's share (docs/sessions-and-queues.md "Tenant fairness"), kept in the same counts
+/// record as the endpoints' loads (lines `~t<tenant> <in flight>` and `~s<tenant> <last
+/// request, ms>`), so one CAS update checks and counts all of it, as the Redis script does
+/// (docs/redis-data-model.md §11); and the failure memory it passes ejected endpoints by
+/// (health.rs, in the same record).
+#[derive(Debug, Clone)]
 pub struct Admission {
     /// `maxPoolRequests` or the request's class cap of it (0 = none).
     pub pool_cap: u64,
@@ -29,9 +32,11 @@ pub struct Admission {
     pub tenant: Option<(String, u64)>,
     pub window_ms: u64,
     pub now_ms: u64,
-    /// Whether the count is watched for Envoy's retries elsewhere
-    /// (`RouteConfig::watches_fallbacks`).
-    pub watch: bool,
+    /// The route's failure memory (docs/plain-envoy.md "Failure memory"): what the pick
+    /// passes over, and what its release learns.
+    pub ejection: Ejection,
+    /// How many endpoints the route has (`maxEjectedPercent`'s base).
+    pub pool: usize,
 }
 
 /// Why [`take`] refused before choosing.
@@ -48,8 +53,17 @@ impl Admission {
             tenant: tenant(host, config, config.endpoints.len()),
             window_ms: config.common.fairness.as_ref().map_or(0, |f| f.window_ms),
             now_ms: host.now_ms(),
-            watch: config.watches_fallbacks(),
+            ejection: config.common.ejection,
+            pool: config.endpoints.len(),
         }
+    }
+
+    /// The route's failure memory at the pick's time; None when it is off.
+    fn memory(&self) -> Option<Memory<'_>> {
+        self.ejection.on().then_some(Memory {
+            rules: &self.ejection,
+            now: self.now_ms,
+        })
     }
 
     /// Checks the request against the pool cap and its tenant's share in `counts` (the
@@ -109,49 +123,59 @@ impl Admission {
 const HELD: &str = "~t";
 const SEEN: &str = "~s";
 
+/// What [`take`] counted: `at` (the endpoint's position) with what `choose` returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Took<T> {
+    pub at: usize,
+    pub value: T,
+    /// One of the endpoint's trial requests (failure memory, half-open).
+    pub trial: bool,
+    /// Every endpoint was ejected: `choose` saw none passed over (`ai_lb.eject.fail_open`).
+    pub fail_open: bool,
+}
+
 /// The one counting path of the plain-Envoy policies (least request here, prefix_cache in
-/// prefix_cache/local.rs): in one CAS update of the counts record `key`, the request is first
-/// checked against the pool cap and its tenant's share ([`Admission`]; `Err`: refused, nothing
-/// counted), then `choose` is shown this proxy's load of each of `endpoints` (by position, in
-/// `costMode` units) and which of them are marked down as of `now_ms` (by position; empty when
-/// none is or `now_ms` is None; expired marks are dropped), and the endpoint it picks is
-/// charged `cost` (and the tenant with it), the weight its lease gives back at stream end.
-/// `Ok(None)`: `choose` picked none and nothing was counted. `choose` may run again when the
-/// CAS is lost.
+/// prefix_cache/local.rs): in one CAS update of the counts record `key`, the held counts of
+/// failed requests whose time is up are given back, the request is checked against the pool
+/// cap and its tenant's share ([`Admission`]; `Err`: refused, nothing counted), then `choose`
+/// is shown this proxy's load of each of `endpoints` (by position, in `costMode` units) and
+/// which of them failure memory passes over (by position; empty when none is, or when every
+/// one is: then the pick fails open, health.rs), and the endpoint it picks is charged `cost`
+/// (and the tenant with it), the weight its lease gives back at stream end. `Ok(None)`:
+/// `choose` picked none and nothing was counted. `choose` may run again when the CAS is lost.
 pub fn take<T>(
     host: &mut dyn Host,
     key: &str,
     endpoints: &[String],
     cost: u64,
     admission: &Admission,
-    now_ms: Option<u64>,
     mut choose: impl FnMut(&[u64], &[bool]) -> Option<(usize, T)>,
-) -> Result<Result<Option<(usize, T)>, Refused>, HostError> {
-    let choose = |loads: &[u64], down: &[bool], _: Option<&Prefill>| {
-        choose(loads, down).map(|(e, t)| (e, t, 0))
+) -> Result<Result<Option<Took<T>>, Refused>, HostError> {
+    let choose = |loads: &[u64], out: &[bool], _: Option<&Prefill>| {
+        choose(loads, out).map(|(e, t)| (e, t, 0))
     };
-    take_booking(host, key, endpoints, cost, admission, now_ms, false, choose)
+    take_booking(host, key, endpoints, cost, admission, false, choose)
 }
 
 /// [`take`] for prefix_cache's token gate (docs/redis-data-model.md §13, per proxy): with
 /// `prefill`, `choose` also sees each endpoint's booked prefill tokens and learned rate, and
 /// the tokens it returns are booked on the endpoint it picks, in the same update.
-#[allow(clippy::too_many_arguments)] // take's arguments and the one switch
 pub fn take_booking<T>(
     host: &mut dyn Host,
     key: &str,
     endpoints: &[String],
     cost: u64,
     admission: &Admission,
-    now_ms: Option<u64>,
     prefill: bool,
     mut choose: impl FnMut(&[u64], &[bool], Option<&Prefill>) -> Option<(usize, T, u64)>,
-) -> Result<Result<Option<(usize, T)>, Refused>, HostError> {
+) -> Result<Result<Option<Took<T>>, Refused>, HostError> {
+    let memory = admission.memory();
     shared::update(host, key, |cur| {
         let mut counts = cur
             .as_deref()
             .map(shared::decode_counts)
             .unwrap_or_default();
+        health::expire(&mut counts, admission.now_ms);
         if let Err(r) = admission.check(&mut counts, cost) {
             return (shared::encode_counts(&counts), Err(r));
         }
@@ -159,12 +183,16 @@ pub fn take_booking<T>(
             .iter()
             .map(|e| counts.get(e).copied().unwrap_or(0))
             .collect();
-        let down = now_ms.map_or_else(Vec::new, |now| down_marks(&mut counts, endpoints, now));
+        let out = memory
+            .map(|m| m.out(&mut counts, endpoints))
+            .unwrap_or_default();
         let view = prefill.then(|| Prefill::read(&counts, endpoints));
-        let choice = choose(&loads, &down, view.as_ref()).filter(|(e, _, _)| *e < endpoints.len());
-        let Some((e, t, tokens)) = choice else {
+        let choice =
+            choose(&loads, &out.passed, view.as_ref()).filter(|(e, _, _)| *e < endpoints.len());
+        let Some((e, value, tokens)) = choice else {
             return (shared::encode_counts(&counts), Ok(None));
         };
+        let mut trial = false;
         if let Some(address) = endpoints.get(e) {
             let n = counts.entry(address.clone()).or_insert(0);
             *n = n.saturating_add(cost);
@@ -172,32 +200,16 @@ pub fn take_booking<T>(
             if tokens > 0 {
                 prefill::book(&mut counts, address, tokens);
             }
+            trial = memory.is_some_and(|m| m.tried(&mut counts, address));
         }
-        (shared::encode_counts(&counts), Ok(Some((e, t))))
+        let took = Took {
+            at: e,
+            value,
+            trial,
+            fail_open: out.fail_open,
+        };
+        (shared::encode_counts(&counts), Ok(Some(took)))
     })
-}
-
-/// How long an endpoint that failed to answer a least-request pick or a session's request is
-/// passed over (docs/plain-envoy.md, "Sessions"): Envoy's retry served the request from a
-/// fallback, so the pod refused the connection or reset it. Short: a pod that is back takes
-/// its share again soon.
-pub const DOWN_MS: u64 = 10_000;
-/// Counts-record lines `~d<endpoint> <until, ms>`: the endpoint is down until then.
-const DOWN: &str = "~d";
-
-/// Which of `endpoints` are marked down at `now` (by position; empty when none is); drops the
-/// marks that expired.
-fn down_marks(counts: &mut HashMap<String, u64>, endpoints: &[String], now: u64) -> Vec<bool> {
-    if !counts.keys().any(|k| k.starts_with(DOWN)) {
-        return Vec::new();
-    }
-    counts.retain(|k, until| !k.starts_with(DOWN) || *until > now);
-    let marked: std::collections::HashSet<&str> =
-        counts.keys().filter_map(|k| k.strip_prefix(DOWN)).collect();
-    endpoints
-        .iter()
-        .map(|e| marked.contains(e.as_str()))
-        .collect()
 }
 
 /// The shared-data record of this proxy's in-flight counts over `endpoints` (also the load
@@ -206,23 +218,17 @@ pub fn counts_key(endpoints: &[String]) -> Rc<str> {
     format!("ailb.glr.{}", upstream::fingerprint(endpoints)).into()
 }
 
-/// Stream end of a plain-Envoy least-request pick: its cost back, never below zero.
-pub fn release(host: &mut dyn Host, tel: &Telemetry, lease: LocalLease) {
-    let down_until = lease.failed.then(|| host.now_ms().saturating_add(DOWN_MS));
+/// Stream end of a plain-Envoy pick, at `now` (ms): its cost back, never below zero, unless
+/// the request failed and failure memory holds it on its endpoint for `failurePenaltyMs` (its
+/// tenant's share and its booking go back now); what `lesson` teaches is learned in the same
+/// update (health.rs), counted as `ai_lb.eject.*`.
+pub fn release(host: &mut dyn Host, tel: &Telemetry, lease: LocalLease, learn: (Lesson, u64)) {
     let result = shared::update(host, &lease.key, |cur| {
         let mut counts = cur
             .as_deref()
             .map(shared::decode_counts)
             .unwrap_or_default();
-        if let Some(n) = counts.get_mut(&lease.endpoint) {
-            *n = n.saturating_sub(lease.cost);
-        }
-        if let Some(until) = down_until {
-            counts.insert(format!("{DOWN}{}", lease.endpoint), until);
-        }
-        if let Some(b) = &lease.booking {
-            prefill::give_back(&mut counts, &lease.endpoint, b.booked.tokens);
-        }
+        let learnt = settle(&mut counts, &lease, learn);
         if let Some(id) = &lease.tenant {
             let held = format!("{HELD}{id}");
             let left = counts
@@ -234,9 +240,88 @@ pub fn release(host: &mut dyn Host, tel: &Telemetry, lease: LocalLease) {
                 counts.insert(held, left);
             }
         }
-        (shared::encode_counts(&counts), ())
+        (shared::encode_counts(&counts), learnt)
     });
-    if result.is_err() {
-        tel.inc(host, Counter::ReleaseFailures);
+    learnt(host, tel, &lease, learn.0, result);
+}
+
+/// Envoy's retry answered from `served`, not from the endpoint `lease` counts (docs/plain-envoy.md
+/// "Failure memory"): in one update that endpoint is settled as unreached (held, learned, its
+/// booking back) and the count moves to `served`, where the stream end gives it back with the
+/// answer's lesson. The tenant's share stays with the request.
+pub fn moved(host: &mut dyn Host, tel: &Telemetry, lease: &mut LocalLease, served: &str, now: u64) {
+    let learn = (Lesson::Unreached, now);
+    let result = shared::update(host, &lease.key, |cur| {
+        let mut counts = cur
+            .as_deref()
+            .map(shared::decode_counts)
+            .unwrap_or_default();
+        let learnt = settle(&mut counts, lease, learn);
+        let n = counts.entry(served.to_string()).or_insert(0);
+        *n = n.saturating_add(lease.cost);
+        (shared::encode_counts(&counts), learnt)
+    });
+    let ok = result.is_ok();
+    learnt(host, tel, lease, learn.0, result);
+    if ok {
+        lease.endpoint = served.to_string();
+        lease.booking = None;
+        if let Some(m) = lease.memory.as_mut() {
+            m.trial = false;
+        }
+    } else {
+        // Not moved: the stream end settles the count where it is, as unreached.
+        lease.failed = true;
+    }
+}
+
+/// What a count's endpoint gives back and learns at `now` (with the record's expired holds
+/// dropped first): its cost, unless a failure holds it there for `failurePenaltyMs`; its
+/// booking; what `lesson` teaches failure memory.
+fn settle(
+    counts: &mut HashMap<String, u64>,
+    lease: &LocalLease,
+    (lesson, now): (Lesson, u64),
+) -> Option<Learnt> {
+    health::expire(counts, now);
+    let memory = lease.memory.as_ref().map(|m| {
+        let learning = Memory {
+            rules: &m.rules,
+            now,
+        };
+        (learning, m)
+    });
+    let held = lesson.failed()
+        && memory
+            .as_ref()
+            .is_some_and(|(m, _)| m.hold(counts, &lease.endpoint, lease.cost));
+    if let (false, Some(n)) = (held, counts.get_mut(&lease.endpoint)) {
+        *n = n.saturating_sub(lease.cost);
+    }
+    let learnt = memory
+        .as_ref()
+        .map(|(m, lm)| m.learn(counts, (&lease.endpoint, lm.pool), lm.trial, lesson));
+    if let Some(b) = &lease.booking {
+        prefill::give_back(counts, &lease.endpoint, b.booked.tokens);
+    }
+    learnt
+}
+
+/// Counts what a settle learned (`ai_lb.eject.*`), or that its update failed.
+fn learnt(
+    host: &mut dyn Host,
+    tel: &Telemetry,
+    lease: &LocalLease,
+    lesson: Lesson,
+    result: Result<Option<Learnt>, HostError>,
+) {
+    if lease.memory.is_some() && lesson.failed() {
+        tel.inc(host, Counter::EjectFailures);
+    }
+    match result {
+        Ok(Some(Learnt::Ejected)) => tel.inc(host, Counter::Ejected),
+        Ok(Some(Learnt::Refused)) => tel.inc(host, Counter::EjectionRefused),
+        Ok(_) => {}
+        Err(_) => tel.inc(host, Counter::ReleaseFailures),
     }
 }

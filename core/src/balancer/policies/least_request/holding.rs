@@ -1,8 +1,10 @@
 //! What an endpoint pick holds until its stream ends, and how it is given back: a Redis lease
 //! (global_least_request, prefix_cache with Redis: release.lua, its prefill booking back at the
 //! first bytes, batched) or a per-proxy count in shared data (the plain-Envoy build: counts.rs,
-//! its booking back at the first bytes through prefill.rs).
+//! its booking back at the first bytes through prefill.rs). Both teach failure memory what the
+//! request's outcome says of its endpoint.
 
+use super::health::Lesson;
 use super::lease::LocalLease;
 use super::{counts, prefill};
 use crate::balancer::holding::{Holding, Outcome, Services};
@@ -103,16 +105,31 @@ impl Holding for LocalLease {
         }
     }
 
-    fn give_back(self: Box<Self>, svc: &mut Services, _outcome: Option<&Outcome>) {
-        counts::release(svc.host, svc.tel, *self);
+    /// A count whose move failed settles where it is, as unreached (docs/plain-envoy.md
+    /// "Failure memory").
+    fn give_back(self: Box<Self>, svc: &mut Services, outcome: Option<&Outcome>) {
+        let lesson = if self.failed {
+            Lesson::Unreached
+        } else {
+            Lesson::from(learned(outcome))
+        };
+        let now = outcome
+            .and_then(|o| o.end_ms)
+            .unwrap_or_else(|| svc.host.now_ms());
+        counts::release(svc.host, svc.tel, *self, (lesson, now));
     }
 
+    /// Counted while failure memory is on: Envoy's retry elsewhere is what it learns of a
+    /// connect failure or a reset.
     fn counted(&self) -> Option<&str> {
-        self.watch.then_some(self.endpoint.as_str())
+        self.memory.map(|_| self.endpoint.as_str())
     }
 
-    fn served_elsewhere(&mut self, _svc: &mut Services, _served: &str) {
-        self.failed = true;
+    /// This endpoint was not reached: learned now, and the count moves to `served`
+    /// (counts.rs `moved`).
+    fn served_elsewhere(&mut self, svc: &mut Services, served: &str) {
+        let now = svc.host.now_ms();
+        counts::moved(svc.host, svc.tel, self, served, now);
     }
 
     #[cfg(test)]

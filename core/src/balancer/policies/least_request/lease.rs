@@ -2,6 +2,7 @@
 //! prefill.rs gives its booking back, holding.rs hands it to the machine).
 
 use crate::balancer::pick::Booking;
+use crate::config::Ejection;
 use std::rc::Rc;
 
 /// A per-proxy load count in shared data (plain-Envoy global_least_request): `cost` (the
@@ -13,14 +14,22 @@ pub struct LocalLease {
     pub cost: u64,
     /// Tenant fairness: the tenant id whose in-flight count this request holds too.
     pub tenant: Option<String>,
-    /// Whether a response from another endpoint is noted against this one (least request, and
-    /// a session's prefix_cache pick: docs/plain-envoy.md, docs/sessions-and-queues.md
-    /// "Sessions").
-    pub watch: bool,
-    /// Envoy answered from another endpoint (its retry to a fallback): this one failed, and the
-    /// release marks it down for sessions (least_request/counts.rs `DOWN_MS`).
+    /// Failure memory (None: off), which its release teaches (health.rs).
+    pub memory: Option<LeaseMemory>,
+    /// Envoy answered from another endpoint (its retry to a fallback): this one was not
+    /// reached (health.rs `Lesson::Unreached`).
     pub failed: bool,
     /// prefix_cache: the prefill tokens booked with the count, until the first bytes (taken
     /// then) or the release (least_request/prefill.rs).
     pub booking: Option<Booking>,
+}
+
+/// What the release of a count needs to teach failure memory (health.rs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseMemory {
+    pub rules: Ejection,
+    /// How many endpoints the route has (`maxEjectedPercent`'s base).
+    pub pool: usize,
+    /// Taken as one of its endpoint's trial requests (half-open).
+    pub trial: bool,
 }

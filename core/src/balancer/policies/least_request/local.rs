@@ -3,8 +3,8 @@
 //! CAS and given back at stream end. Each request counts its `costMode` weight (the body's
 //! bytes or estimated tokens: such routes hold the request for its body).
 
-use super::counts::{counts_key, take, Admission, Refused};
-use super::lease::LocalLease;
+use super::counts::{counts_key, take, Admission, Refused, Took};
+use super::lease::{LeaseMemory, LocalLease};
 use crate::balancer::events::{Decision, Placement, PromptRead, Rejection};
 use crate::balancer::pick::{class_cap, cost_of, Booking};
 use crate::balancer::policies::continuation::{self, Record, Store, Table};
@@ -151,42 +151,41 @@ fn least(host: &mut dyn Host, env: Env, input: &Input, class: Option<Class>) -> 
     let cost = cost_of(input.config, input.body_bytes);
     let admission = Admission::of(host, input.config, class);
     let above = waiting_above(host, input, class);
-    let now = Some(admission.now_ms);
-    let picked = take(
-        host,
-        &key,
-        endpoints,
-        cost,
-        &admission,
-        now,
-        |loads, down| {
-            if waiters::outranked(loads, cap, admission.pool_cap, cost, above) {
-                return None;
-            }
-            let order = least_first(loads, start, down);
-            let best = *order.first()?;
-            let load = loads.get(best).copied().unwrap_or(0);
-            if cap > 0 && load >= cap {
-                return None;
-            }
-            Some((best, (order, load)))
-        },
-    );
+    let picked = take(host, &key, endpoints, cost, &admission, |loads, out| {
+        if waiters::outranked(loads, cap, admission.pool_cap, cost, above) {
+            return None;
+        }
+        let order = least_first(loads, start, out);
+        let best = *order.first()?;
+        let load = loads.get(best).copied().unwrap_or(0);
+        if cap > 0 && load >= cap {
+            return None;
+        }
+        Some((best, (order, load)))
+    });
     match picked {
-        Ok(Ok(Some((chosen, (order, load))))) => {
-            if base_cap > 0 && load >= base_cap {
+        Ok(Ok(Some(took))) => {
+            let (order, load) = &took.value;
+            if base_cap > 0 && *load >= base_cap {
                 // Only the highest class gets past `maxRequestCount`: its headroom.
                 env.tel.inc(host, Counter::PriorityAdmittedHeadroom);
             }
-            let Some(address) = endpoints.get(chosen).cloned() else {
+            let Some(address) = endpoints.get(took.at).cloned() else {
                 return Decision::Fallback(Cause::NoHealthyEndpoint);
             };
             let fallbacks = order
-                .into_iter()
+                .iter()
                 .skip(1)
-                .filter_map(|e| endpoints.get(e).cloned())
+                .filter_map(|&e| endpoints.get(e).cloned())
                 .collect();
-            let lease = counted(key, address, cost, &admission, None);
+            let lease = counted(
+                host,
+                env.tel,
+                (key, address),
+                cost,
+                &admission,
+                (&took, None),
+            );
             routed(lease, fallbacks, Reason::LeastRequest)
         }
         Ok(Ok(None)) => no_room(class),
@@ -195,22 +194,30 @@ fn least(host: &mut dyn Host, env: Env, input: &Input, class: Option<Class>) -> 
     }
 }
 
-/// The count a plain-Envoy pick took: `cost` at `address` in the counts under `key`, with
-/// the request's tenant and its prefill `booking`; watched for Envoy's retries elsewhere
-/// (`Admission::watch`).
-pub fn counted(
-    key: Rc<str>,
-    address: String,
+/// The count a plain-Envoy pick `took`: `cost` at `address` in the counts under `key`, with
+/// the request's tenant, its prefill `booking` and what its release teaches failure memory;
+/// a pick that found every endpoint ejected is counted `ai_lb.eject.fail_open`.
+pub fn counted<T>(
+    host: &mut dyn Host,
+    tel: &Telemetry,
+    (key, address): (Rc<str>, String),
     cost: u64,
     admission: &Admission,
-    booking: Option<Booking>,
+    (took, booking): (&Took<T>, Option<Booking>),
 ) -> LocalLease {
+    if took.fail_open {
+        tel.inc(host, Counter::EjectedFailOpen);
+    }
     LocalLease {
         key,
         endpoint: address,
         cost,
         tenant: admission.tenant.as_ref().map(|(id, _)| id.clone()),
-        watch: admission.watch,
+        memory: admission.ejection.on().then_some(LeaseMemory {
+            rules: admission.ejection,
+            pool: admission.pool,
+            trial: took.trial,
+        }),
         failed: false,
         booking,
     }
@@ -286,7 +293,7 @@ pub fn shared_data_failed(
 /// same pod without talking (docs/redis-data-model.md §10); a continuation's `home` is instead
 /// the pod this proxy recorded for its previous response. It walks on (home first, then the
 /// ring) past a pod over the guard Redis applies (the cap, or busier than this proxy's
-/// least-loaded pod by more than 8 and 1.5 times) or marked down ([`DOWN_MS`]):
+/// least-loaded pod by more than 8 and 1.5 times) or ejected by failure memory (health.rs):
 /// `session_rebound`.
 fn sticky(
     host: &mut dyn Host,
@@ -304,36 +311,28 @@ fn sticky(
     let counts = counts_key(endpoints);
     let admission = Admission::of(host, input.config, class);
     let above = waiting_above(host, input, class);
-    let now = Some(admission.now_ms);
-    let picked = take(
-        host,
-        &counts,
-        endpoints,
-        cost,
-        &admission,
-        now,
-        |loads, down| {
-            if waiters::outranked(loads, cap, admission.pool_cap, cost, above) {
-                return None;
-            }
-            let min = loads.iter().copied().min().unwrap_or(0) as f64;
-            let ok = |e: usize| {
-                let load = loads.get(e).copied().unwrap_or(0);
-                // As the script's cap: an idle endpoint takes a request whatever its cost (a
-                // costly sticky request was refused 429 by every idle pod).
-                let over_cap = cap > 0 && load > 0 && load.saturating_add(cost) > cap;
-                let load = load as f64;
-                let imbalanced = load - min > SESSION_MAX_IMBALANCE as f64
-                    && load > min * SESSION_MAX_IMBALANCE_RATIO;
-                !over_cap && !imbalanced && !down.get(e).copied().unwrap_or(false)
-            };
-            walk()
-                .find(|&e| ok(e))
-                .map(|e| (e, loads.get(e).copied().unwrap_or(0)))
-        },
-    );
+    let picked = take(host, &counts, endpoints, cost, &admission, |loads, out| {
+        if waiters::outranked(loads, cap, admission.pool_cap, cost, above) {
+            return None;
+        }
+        let min = loads.iter().copied().min().unwrap_or(0) as f64;
+        let ok = |e: usize| {
+            let load = loads.get(e).copied().unwrap_or(0);
+            // As the script's cap: an idle endpoint takes a request whatever its cost (a
+            // costly sticky request was refused 429 by every idle pod).
+            let over_cap = cap > 0 && load > 0 && load.saturating_add(cost) > cap;
+            let load = load as f64;
+            let imbalanced = load - min > SESSION_MAX_IMBALANCE as f64
+                && load > min * SESSION_MAX_IMBALANCE_RATIO;
+            !over_cap && !imbalanced && !out.get(e).copied().unwrap_or(false)
+        };
+        walk()
+            .find(|&e| ok(e))
+            .map(|e| (e, loads.get(e).copied().unwrap_or(0)))
+    });
     match picked {
-        Ok(Ok(Some((chosen, load)))) => {
+        Ok(Ok(Some(took))) => {
+            let (chosen, load) = (took.at, took.value);
             if base_cap > 0 && load >= base_cap {
                 // Only the highest class gets past `maxRequestCount`: its headroom.
                 env.tel.inc(host, Counter::PriorityAdmittedHeadroom);
@@ -352,11 +351,15 @@ fn sticky(
                 .filter_map(|e| endpoints.get(e).cloned())
                 .take(16)
                 .collect();
-            routed(
-                counted(counts, address, cost, &admission, None),
-                fallbacks,
-                reason,
-            )
+            let lease = counted(
+                host,
+                env.tel,
+                (counts, address),
+                cost,
+                &admission,
+                (&took, None),
+            );
+            routed(lease, fallbacks, reason)
         }
         Ok(Ok(None)) => no_room(class),
         Ok(Err(refused)) => refusal(host, env.tel, refused, class),
@@ -368,17 +371,18 @@ fn sticky(
 }
 
 /// Endpoint positions by load, ties rotated by `start` so equal endpoints share the traffic;
-/// the ones marked `down` come last (a pod that stopped answering holds nothing, so it would
-/// otherwise be first every time), still there as fallbacks and chosen when every pod is.
-fn least_first(loads: &[u64], start: u64, down: &[bool]) -> Vec<usize> {
+/// the ones failure memory passes over (`out`) come last (a pod that fails fast or stopped
+/// answering holds little, so it would otherwise be first every time), still there as
+/// fallbacks (docs/plain-envoy.md "Failure memory").
+fn least_first(loads: &[u64], start: u64, out: &[bool]) -> Vec<usize> {
     let n = loads.len().max(1);
     let offset = (start % n as u64) as usize;
     let mut v: Vec<(bool, u64, usize, usize)> = loads
         .iter()
         .enumerate()
         .map(|(i, &load)| {
-            let is_down = down.get(i).copied().unwrap_or(false);
-            (is_down, load, (i + n - offset) % n, i)
+            let passed = out.get(i).copied().unwrap_or(false);
+            (passed, load, (i + n - offset) % n, i)
         })
         .collect();
     v.sort_unstable();

@@ -5,6 +5,9 @@
 //! consistent-hashed onto the ring of the endpoints.
 
 pub mod counts;
+pub mod health;
+#[cfg(test)]
+mod health_tests;
 pub mod holding;
 pub mod lease;
 pub mod local;

@@ -142,14 +142,8 @@ fn decide(
     let class = priority_class(host, env.tel, input.ctx, input.config);
     let cap = class_cap(input.config, class);
     let cost = cost_of(input.config, input.body_bytes);
-    let mut admission = counts::Admission::of(host, input.config, class);
-    // A sticky request is watched for Envoy's retries elsewhere whatever named its session.
-    admission.watch |= session.is_some();
+    let admission = counts::Admission::of(host, input.config, class);
     let above = least::waiting_above(host, input, class);
-    // A session route, or a request with a session, also passes over the pods marked down
-    // (Envoy answered one of their requests from a fallback: docs/sessions-and-queues.md
-    // "Sessions"), as over saturated ones.
-    let down_at = (input.config.session.is_some() || session.is_some()).then_some(admission.now_ms);
     let tokens = &read.tokens;
     let taken = counts::take_booking(
         host,
@@ -157,20 +151,21 @@ fn decide(
         endpoints,
         cost,
         &admission,
-        down_at,
         true,
-        |loads, down, prefill| {
+        |loads, out, prefill| {
             if crate::balancer::waiters::outranked(loads, cap, admission.pool_cap, cost, above) {
                 return None;
             }
+            // The endpoints failure memory passes over are left as saturated ones are: the
+            // match's and the session's guard, the walk, the gate's cold candidates
+            // (docs/plain-envoy.md "Failure memory").
             let merged: Vec<bool>;
-            let hot: &[bool] = if down.is_empty() {
+            let hot: &[bool] = if out.is_empty() {
                 &hot
             } else {
                 merged = (0..endpoints.len())
                     .map(|e| {
-                        hot.get(e).copied().unwrap_or(false)
-                            || down.get(e).copied().unwrap_or(false)
+                        hot.get(e).copied().unwrap_or(false) || out.get(e).copied().unwrap_or(false)
                     })
                     .collect();
                 &merged
@@ -217,7 +212,8 @@ fn decide(
         },
     );
     match taken {
-        Ok(Ok(Some((chosen, (reason, passed, booked))))) => {
+        Ok(Ok(Some(took))) => {
+            let (chosen, (reason, passed, booked)) = (took.at, took.value);
             let Some(address) = endpoints.get(chosen).cloned() else {
                 return Decision::Fallback(Cause::NoHealthyEndpoint);
             };
@@ -269,7 +265,14 @@ fn decide(
                 timed: tokens.stream,
             });
             let key = state.counts_key.clone();
-            let lease = least::counted(key, address, cost, &admission, booking);
+            let lease = least::counted(
+                host,
+                env.tel,
+                (key, address),
+                cost,
+                &admission,
+                (&took, booking),
+            );
             let Some(expect) = expect else {
                 return continuation::hold(least::routed(lease, fallbacks, reason), record);
             };
