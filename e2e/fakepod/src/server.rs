@@ -103,8 +103,14 @@ pub(crate) async fn serve_conn(stream: TcpStream, ctx: Arc<Ctx>) {
         async move {
             let name = HeaderValue::from_str(&ctx.engine.cfg.name)
                 .unwrap_or_else(|_| HeaderValue::from_static("invalid-name"));
+            // Which endpoints the gateway listed (plain Envoy's override_host header), echoed
+            // so a test sees where a retry was meant to go.
+            let listed = req.headers().get("x-gateway-destination-endpoint").cloned();
             let mut resp = handle(req, &ctx, &reset).await?;
             resp.headers_mut().insert("x-pod", name);
+            if let Some(listed) = listed {
+                resp.headers_mut().insert("x-fake-listed", listed);
+            }
             Ok::<_, DropConnection>(resp)
         }
     });

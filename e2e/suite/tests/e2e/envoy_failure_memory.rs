@@ -7,8 +7,10 @@
 //! route's pool cap with slow requests at once, which all pass only if every count (the
 //! failed requests' held ones included) came back to zero.
 
+use ailb_e2e::bed::chat_body;
 use ailb_e2e::bed::{chat, chats, failing_bed, Bed};
-use ailb_e2e::envoy::Envoy;
+use ailb_e2e::envoy::{envoy_config, envoy_wasm, Envoy};
+use ailb_e2e::gateway::http;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -140,5 +142,69 @@ fn envoy_a_healed_pod_is_taken_back_after_its_ejection_and_a_failed_trial_ejects
         "{} of 200 to the healed pod",
         to_bad(&back)
     );
+    assert_nothing_held(&bed, &envoy);
+}
+
+/// Ordered fallback (docs/plain-envoy.md "Failure memory"): with a route that retries 5xx, a
+/// request whose chosen pod fails is answered by the policy's next choice (the second address
+/// of the destination header Envoy's override_host reads), never by a random pod; the client
+/// sees no error; each such request is counted once, its count moved to the pod that answered;
+/// nothing is left held. The failing pod is ejected at its first failed try and comes back on
+/// trial every 100 ms, so several requests meet it.
+#[test]
+fn envoy_a_retried_request_goes_to_the_policys_next_choice_and_its_count_follows() {
+    let bed = failing_bed(&[BAD]);
+    let pods = bed.pod_addrs();
+    let lb = json!({"endpoints": pods, "maxPoolRequests": POOL, "ejectionMs": 100,
+        "maxEjectionMs": 100});
+    let plugin = json!({"lb_policy": "global_least_request", "lb_config": lb});
+    let envoy = Envoy::start_with(|port, admin| {
+        let mut c = envoy_config(port, admin, &pods, &plugin, &envoy_wasm());
+        let route = &mut c["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
+            ["typed_config"]["route_config"]["virtual_hosts"][0]["routes"][0]["route"];
+        route["retry_policy"] = json!({"retry_on": "5xx,connect-failure,reset", "num_retries": 1});
+        c
+    });
+    let name_of = |addr: &str| {
+        pods.iter()
+            .position(|p| p == addr)
+            .map(|i| format!("pod-{i}"))
+            .unwrap_or_default()
+    };
+    let bad_addr = &pods[0];
+    let mut retried = 0;
+    for i in 0..60 {
+        let (status, headers, _) = http(
+            &envoy.url,
+            "POST",
+            "/v1/chat/completions",
+            &[("content-type", "application/json")],
+            &chat_body(&format!("q{i}"), 2),
+        )
+        .unwrap();
+        assert_eq!(status, 200, "the retry answered");
+        let get = |k: &str| {
+            headers
+                .iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default()
+        };
+        let listed: Vec<String> = get("x-fake-listed").split(',').map(String::from).collect();
+        if listed.first() == Some(bad_addr) {
+            retried += 1;
+            assert_eq!(
+                get("x-pod"),
+                name_of(&listed[1]),
+                "the next choice: {listed:?}"
+            );
+        } else {
+            assert_eq!(get("x-pod"), name_of(&listed[0]));
+        }
+        std::thread::sleep(Duration::from_millis(40));
+    }
+    assert!(retried >= 2, "the failing pod was tried {retried} times");
+    assert_eq!(envoy.stat("ai_lb.glr.pod_down"), retried);
+    assert_eq!(envoy.stat("ai_lb.eject.failures"), retried);
     assert_nothing_held(&bed, &envoy);
 }
