@@ -141,6 +141,15 @@ fn stats(shared: &Shared) -> String {
             "upstream_connect_failures",
             c.upstream_5xx_local.load(Relaxed),
         ),
+        ("upstream_rq_retry", c.upstream_rq_retry.load(Relaxed)),
+        (
+            "upstream_rq_retry_success",
+            c.upstream_rq_retry_success.load(Relaxed),
+        ),
+        (
+            "upstream_rq_retry_limit_exceeded",
+            c.upstream_rq_retry_limit_exceeded.load(Relaxed),
+        ),
         ("client_aborts", c.client_aborts.load(Relaxed)),
         ("cluster_not_found", c.cluster_not_found.load(Relaxed)),
         ("streams_destroyed", c.streams_destroyed.load(Relaxed)),

@@ -119,6 +119,9 @@ pub struct RouteCfg {
     /// when the headers reach the router. Exactly one of `cluster` / `cluster_header`.
     #[serde(default)]
     pub cluster_header: Option<String>,
+    /// Envoy's `RouteAction.retry_policy` (retry_policy.rs; none: no retries).
+    #[serde(default)]
+    pub retry_policy: Option<crate::retry_policy::RetryPolicy>,
 }
 
 /// Where a route sends its requests.
@@ -266,6 +269,9 @@ impl Config {
             bail!("workers must be >= 1");
         }
         for r in &mut self.routes {
+            if let Some(p) = &mut r.retry_policy {
+                p.validate().with_context(|| format!("route {}", r.name))?;
+            }
             match (&r.cluster, &mut r.cluster_header) {
                 (Some(_), Some(_)) | (None, None) => {
                     bail!("route {}: exactly one of cluster, cluster_header", r.name)

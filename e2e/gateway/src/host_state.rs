@@ -87,4 +87,22 @@ impl HostState {
     pub fn is_live_context(&self, id: u32) -> bool {
         id == self.root_id || self.streams.contains_key(&id)
     }
+
+    /// `proxy_get_property`'s answer for the path `parts` (docs/higress-abi.md §9); `None`:
+    /// NotFound.
+    pub fn property(&mut self, parts: &[&[u8]]) -> Option<Vec<u8>> {
+        let stream = |h: &mut HostState, f: fn(&StreamData) -> Option<String>| {
+            h.stream().and_then(|s| f(s)).map(String::into_bytes)
+        };
+        match parts {
+            [b"route_name"] => stream(self, |s| s.route_name.clone()),
+            [b"cluster_name"] => stream(self, StreamData::current_cluster),
+            // The host of the router's latest try: NotFound until the router picked one.
+            [b"upstream", b"address"] => stream(self, |s| s.upstream_host.clone()),
+            [b"plugin_root_id"] => Some(self.root_name.clone().into_bytes()),
+            [b"plugin_name"] => Some(b"ai-load-balancer".to_vec()),
+            [b"node", b"id"] => Some(self.shared.cfg.gateway_id.clone().into_bytes()),
+            _ => None,
+        }
+    }
 }

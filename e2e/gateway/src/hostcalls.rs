@@ -263,22 +263,7 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> Result<()> {
             let _p = crate::instrument::span("proxy_get_property");
             let path = tryst!(read_mem(&mut c, p, n));
             let parts: Vec<&[u8]> = path.split(|b| *b == 0).collect();
-            let h = c.data_mut();
-            let val: Option<Vec<u8>> = match parts.as_slice() {
-                [b"route_name"] => h
-                    .stream()
-                    .and_then(|s| s.route_name.clone())
-                    .map(String::into_bytes),
-                [b"cluster_name"] => h
-                    .stream()
-                    .and_then(|s| s.current_cluster())
-                    .map(String::into_bytes),
-                [b"plugin_root_id"] => Some(h.root_name.clone().into_bytes()),
-                [b"plugin_name"] => Some(b"ai-load-balancer".to_vec()),
-                [b"node", b"id"] => Some(h.shared.cfg.gateway_id.clone().into_bytes()),
-                _ => None,
-            };
-            match val {
+            match c.data_mut().property(&parts) {
                 Some(v) => return_bytes(&mut c, &v, pp, sp),
                 None => status::NOT_FOUND,
             }

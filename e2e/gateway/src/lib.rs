@@ -28,6 +28,8 @@ pub mod mem;
 mod module_cache;
 pub mod redis;
 pub mod response;
+pub mod retry_policy;
+pub mod router;
 pub mod shared;
 pub mod stream;
 pub mod stream_data;

@@ -7,7 +7,7 @@
 use crate::abi::{response_header_status, HeaderStatus};
 use crate::shared::Shared;
 use crate::stream_data::Pairs;
-use crate::upstream::{is_hop_header, BodyError, ChanBody, LocalActive, Reset, UpstreamResult};
+use crate::upstream::{is_hop_header, BodyError, ChanBody, Guards, Reset, UpstreamResult};
 use crate::worker::{StreamGuard, Worker};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
@@ -175,7 +175,7 @@ pub async fn proxy_response(
     w: &Rc<Worker>,
     guard: StreamGuard,
     res: UpstreamResult,
-    guards: (crate::shared::ActiveGuard, LocalActive),
+    guards: Option<Guards>,
 ) -> Result<Response<OutBody>, Reset> {
     let resp = match res {
         Err(_) => {
@@ -289,7 +289,7 @@ async fn pump(
     mut plugin: bool,
     mut rbody: Incoming,
     tx: Tx,
-    _guards: (crate::shared::ActiveGuard, LocalActive),
+    _guards: Option<Guards>,
 ) {
     let mut buf: Vec<u8> = Vec::new();
     let mut eos = rbody.is_end_stream();

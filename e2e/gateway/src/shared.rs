@@ -125,7 +125,15 @@ impl Drop for PendingResponse {
 pub struct Counters {
     pub requests: AtomicU64,
     pub local_replies: AtomicU64,
+    /// The router's 503 for a request whose last try failed before its response (connect
+    /// failure or reset); a try that was retried is not counted here.
     pub upstream_5xx_local: AtomicU64,
+    /// Retries (router.rs), counted when scheduled as Envoy counts `upstream_rq_retry`; a
+    /// retry whose try then answered what is not retried: `upstream_rq_retry_success`; a
+    /// retriable answer with no retry left: `upstream_rq_retry_limit_exceeded`.
+    pub upstream_rq_retry: AtomicU64,
+    pub upstream_rq_retry_success: AtomicU64,
+    pub upstream_rq_retry_limit_exceeded: AtomicU64,
     pub client_aborts: AtomicU64,
     /// Routed to a cluster the gateway does not have (a `cluster_header` route): 503.
     pub cluster_not_found: AtomicU64,

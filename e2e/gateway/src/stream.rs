@@ -5,35 +5,22 @@
 use crate::abi::{request_header_status, HeaderStatus};
 use crate::config::FailurePolicy;
 use crate::response::{local_reply, proxy_response, OutBody};
+use crate::router::{keeps_body, start_upstream, Upstream};
 use crate::stream_data::{LocalReply, Pairs, Signals};
-use crate::upstream::{
-    is_hop_header, match_route, route_cluster, BodyError, ChanBody, Reset, UpstreamResult,
-};
+use crate::upstream::{match_route, Reset};
 use crate::worker::{StreamGuard, Worker};
 use bytes::Bytes;
 use http_body::{Body as _, Frame};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
-use std::future::Future;
-use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::Duration;
-use tokio::sync::mpsc::UnboundedSender;
 
 /// proxy-wasm FilterDataStatus::StopIterationAndBuffer (docs/higress-abi.md §2).
 const DATA_STOP_AND_BUFFER: u32 = 1;
 /// proxy-wasm FilterDataStatus::StopIterationAndWatermark (docs/higress-abi.md §2).
 const DATA_STOP_AND_WATERMARK: u32 = 2;
-
-type UpstreamFut = Pin<Box<dyn Future<Output = UpstreamResult>>>;
-
-pub struct Upstream {
-    pub fut: UpstreamFut,
-    pub body_tx: Option<UnboundedSender<Result<Frame<Bytes>, BodyError>>>,
-    pub guards: (crate::shared::ActiveGuard, crate::upstream::LocalActive),
-}
 
 fn request_pairs(parts: &hyper::http::request::Parts) -> Pairs {
     let authority = parts
@@ -67,10 +54,6 @@ fn request_pairs(parts: &hyper::http::request::Parts) -> Pairs {
         }
     }
     out
-}
-
-fn header<'a>(h: &'a Pairs, name: &[u8]) -> Option<&'a [u8]> {
-    h.iter().find(|(k, _)| k == name).map(|(_, v)| &v[..])
 }
 
 /// Take the plugin's pending actions for this stream.
@@ -155,6 +138,9 @@ pub async fn handle(w: Rc<Worker>, req: Request<Incoming>) -> Result<Response<Ou
         }
     }
     let mut upstream: Option<Upstream> = None;
+    // Headers released to the router; with a retry policy, the body it keeps whole meanwhile
+    // (router.rs `keeps_body`): what passed the plugin, not yet sent.
+    let (mut released, mut keep_body, mut kept) = (false, false, Vec::new());
 
     // Call on_request_body with what is buffered; false if the VM trapped.
     let call_body =
@@ -233,7 +219,8 @@ pub async fn handle(w: Rc<Worker>, req: Request<Incoming>) -> Result<Response<Ou
                 continue;
             }
         }
-        if !held && upstream.is_none() {
+        if !held && upstream.is_none() && !released {
+            released = true;
             if ctx != 0 {
                 local_headers = w
                     .with_stream(ctx, |s| {
@@ -242,8 +229,23 @@ pub async fn handle(w: Rc<Worker>, req: Request<Incoming>) -> Result<Response<Ou
                     })
                     .unwrap_or(local_headers);
             }
-            let full = (body_done && !data_paused).then(|| std::mem::take(&mut pending));
-            match start_upstream(&w, ctx, &local_headers, full) {
+            keep_body = keeps_body(&w, &local_headers);
+        }
+        if keep_body && upstream.is_none() && !held && !data_paused {
+            kept.append(&mut pending);
+        }
+        // A body too large to keep goes on as it arrives (Envoy gives up the retries then).
+        let overflow = keep_body && kept.len() > limit;
+        if overflow {
+            (keep_body, pending) = (false, std::mem::take(&mut kept));
+        }
+        let ready = !keep_body || (body_done && !data_paused);
+        if !held && upstream.is_none() && ready {
+            let full = (body_done && !data_paused).then(|| {
+                kept.append(&mut pending);
+                std::mem::take(&mut kept)
+            });
+            match start_upstream(&w, ctx, &local_headers, full, keep_body) {
                 Ok(u) => upstream = Some(u),
                 Err((code, msg)) => {
                     return Ok(local_reply(&w, Some(guard), code, msg.into_bytes(), vec![]));
@@ -314,12 +316,8 @@ pub async fn handle(w: Rc<Worker>, req: Request<Incoming>) -> Result<Response<Ou
                 }
             }
             _ = notified => {}
-            res = async { upstream.as_mut().map(|u| u.fut.as_mut()).unwrap().await }, if upstream.is_some() => {
-                let u = upstream.take().map(|u| u.guards);
-                return match u {
-                    Some(g) => proxy_response(&w, guard, res, g).await,
-                    None => Err(Reset("no upstream")),
-                };
+            tried = async { upstream.as_mut().map(|u| u.fut.as_mut()).unwrap().await }, if upstream.is_some() => {
+                return proxy_response(&w, guard, tried.res, tried.guards).await;
             }
         }
     }
@@ -327,69 +325,4 @@ pub async fn handle(w: Rc<Worker>, req: Request<Incoming>) -> Result<Response<Ou
 
 fn plugin_local_reply(w: &Rc<Worker>, guard: StreamGuard, lr: LocalReply) -> Response<OutBody> {
     local_reply(w, Some(guard), lr.status, lr.body, lr.headers)
-}
-
-/// Headers released to the router: pick the host now (override or LB) and send.
-fn start_upstream(
-    w: &Rc<Worker>,
-    ctx: u32,
-    headers: &Pairs,
-    full_body: Option<Vec<u8>>,
-) -> Result<Upstream, (u16, String)> {
-    let path = header(headers, b":path").map(|p| String::from_utf8_lossy(p).into_owned());
-    let path = path.unwrap_or_else(|| "/".into());
-    let Some(route) = match_route(&w.shared.cfg.routes, &path) else {
-        return Err((404, "route not found".into()));
-    };
-    // Envoy's router: a cluster name it does not know (or none, for a `cluster_header` route
-    // without the header) is `cluster_not_found_response_code`, 503 by default, with an
-    // empty body (response flag NC); Envoy 1.40 answers so for both.
-    let cluster = route_cluster(route, headers)
-        .and_then(|name| w.upstreams.cluster(&name).map(|c| (name, c)));
-    let Some((cluster_name, cluster)) = cluster else {
-        w.shared.counters.cluster_not_found.fetch_add(1, Relaxed);
-        return Err((503, String::new()));
-    };
-    let ovr = w.with_stream(ctx, |s| s.override_host.clone()).flatten();
-    let odst = header(headers, b"x-envoy-original-dst-host")
-        .map(|v| String::from_utf8_lossy(v).into_owned());
-    let ep = w
-        .upstreams
-        .pick(&cluster, ovr.as_deref(), odst.as_deref())
-        .ok_or((503, "no healthy upstream".to_string()))?;
-    let method = header(headers, b":method").unwrap_or(b"GET");
-    let mut b = hyper::Request::builder()
-        .method(hyper::Method::from_bytes(method).map_err(|_| (400, "bad method".to_string()))?)
-        .uri(format!("http://{}{}", ep.address, path));
-    if let Some(a) = header(headers, b":authority") {
-        b = b.header("host", a);
-    }
-    for (k, v) in headers {
-        if !k.starts_with(b":") && !is_hop_header(k) && k != b"host" {
-            b = b.header(&k[..], &v[..]);
-        }
-    }
-    // A complete body is attached whole so it goes out with Content-Length.
-    let (body, tx) = match full_body {
-        Some(b) => (ChanBody::full(Bytes::from(b)), None),
-        None => {
-            let (tx, body) = ChanBody::channel();
-            (body, Some(tx))
-        }
-    };
-    let req = b
-        .body(body)
-        .map_err(|e| (400, format!("bad request: {e}")))?;
-    let client = w
-        .upstreams
-        .client(&cluster_name)
-        .ok_or((503, "no cluster".to_string()))?
-        .clone();
-    let timeout = Duration::from_millis(cluster.cfg.timeout_ms);
-    let guards = (ep.begin_request(), w.upstreams.local_active(&ep.address));
-    Ok(Upstream {
-        fut: Box::pin(tokio::time::timeout(timeout, client.request(req))),
-        body_tx: tx,
-        guards,
-    })
 }

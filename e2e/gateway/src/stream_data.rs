@@ -85,6 +85,10 @@ pub struct StreamData {
     pub cluster_name: Option<String>,
     /// A `cluster_header` route's header: its current value names the cluster.
     pub cluster_header: Option<String>,
+    /// The host of the router's latest try (property `upstream.address`): set when each try
+    /// starts, so once the response is in, the host that served it (Envoy's
+    /// `upstreamInfo().upstreamHost()`, updated by every retry).
+    pub upstream_host: Option<String>,
     pub signals: Rc<StreamSignals>,
 }
 
@@ -109,6 +113,7 @@ impl StreamData {
             route_name,
             cluster_name,
             cluster_header,
+            upstream_host: None,
             signals: Rc::new(StreamSignals::default()),
         }
     }

@@ -96,6 +96,10 @@ impl Body for ChanBody {
 
 pub type HttpClient = Client<HttpConnector, ChanBody>;
 
+/// What a try holds on its endpoint until it ends (for a response, until its body did): the
+/// endpoint's active count and the worker's count for least_request.
+pub type Guards = (crate::shared::ActiveGuard, LocalActive);
+
 /// Decrements the per-worker active count used by least_request.
 pub struct LocalActive(Rc<RefCell<HashMap<String, i64>>>, String);
 impl Drop for LocalActive {
@@ -150,14 +154,16 @@ impl Upstreams {
         LocalActive(self.active.clone(), addr.to_string())
     }
 
-    /// Choose the endpoint when the headers reach the router. The override wins only if it
-    /// names a member of the cluster whose health is Healthy or Degraded (Envoy's default
-    /// `override_host_status`); otherwise the cluster's own LB runs.
+    /// Choose the endpoint of a try. The override wins only if it names a member of the
+    /// cluster whose health is Healthy or Degraded (Envoy's default `override_host_status`);
+    /// otherwise the cluster's own LB runs, over the hosts not in `tried` while any is left
+    /// (a retry: Envoy's `previous_hosts` predicate, retry.rs).
     pub fn pick(
         &self,
         cluster: &Cluster,
         override_host: Option<&str>,
         original_dst: Option<&str>,
+        tried: &[String],
     ) -> Option<Arc<Endpoint>> {
         if cluster.cfg.kind == ClusterType::OriginalDst {
             return original_dst.map(|a| cluster.dynamic_endpoint(a));
@@ -175,11 +181,14 @@ impl Upstreams {
             .filter(|e| e.health() != Health::Unhealthy)
             .collect();
         // Envoy's panic mode: with no healthy host, balance over all hosts.
-        let cands: Vec<&Arc<Endpoint>> = if healthy.is_empty() {
+        let mut cands: Vec<&Arc<Endpoint>> = if healthy.is_empty() {
             cluster.endpoints.iter().collect()
         } else {
             healthy
         };
+        if cands.iter().any(|e| !tried.contains(&e.address)) {
+            cands.retain(|e| !tried.contains(&e.address));
+        }
         if cands.is_empty() {
             return None;
         }

@@ -585,3 +585,51 @@ fn wasi_poll_oneoff_answers_success_with_zero_events() {
     }
     assert_eq!(stat(&gw, "gateway.vm_traps"), 0);
 }
+
+/// A route's retry policy (router.rs): the first try goes to the override, a retry ignores it
+/// (Higress's Envoy 1.27 router returns no override on a retry) and the cluster's round robin,
+/// which would alternate, skips the host already tried; the plugin's response phase runs once,
+/// on the answer, and `upstream.address` names the host that gave it. Without a policy the
+/// override's connect failure is the router's 503; an unknown condition is a config error.
+#[test]
+fn a_retry_ignores_the_override_and_upstream_address_names_the_host_that_answered() {
+    let (_, p100) = test_plugins();
+    let live = echo_upstream();
+    let dead = format!("127.0.0.1:{}", free_port());
+    let yaml = |route_extra: &str| {
+        format!(
+            "workers: 1\nlog_level: warn\nclusters:\n  - name: c\n    lb_policy: round_robin\n    \
+             endpoints:\n      - {{ address: \"{dead}\" }}\n      - {{ address: \"{live}\" }}\n\
+             routes:\n  - {{ name: r, match: {{ prefix: / }}, cluster: c{route_extra} }}\n{}",
+            plugin_yaml(p100, "{}")
+        )
+    };
+    let to_dead = [("x-tp-mode", "override"), ("x-tp-override", dead.as_str())];
+    let gw = gateway(&yaml(", retry_policy: { retry_on: connect-failure }"));
+    for i in 1..=4 {
+        let r = get(gw.listen, "/v1", &to_dead);
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert_eq!(r.upstream(), live.to_string());
+        assert_eq!(r.header("x-tp-upstream"), Some(live.to_string()));
+        assert_eq!(stat(&gw, "gateway.upstream_rq_retry"), i);
+    }
+    assert_eq!(wait_stat(&gw, "tp.on_done", 4), 4);
+    assert_eq!(
+        stat(&gw, "tp.response_headers"),
+        4,
+        "one response phase each"
+    );
+    assert_eq!(stat(&gw, "gateway.upstream_connect_failures"), 0);
+    drop(gw);
+
+    let gw = gateway(&yaml(""));
+    let r = get(gw.listen, "/v1", &to_dead);
+    assert_eq!(r.status, 503);
+    assert_eq!(stat(&gw, "gateway.upstream_rq_retry"), 0);
+    assert_eq!(stat(&gw, "gateway.upstream_connect_failures"), 1);
+    drop(gw);
+
+    let bad = yaml(", retry_policy: { retry_on: \"5xx,refused-stream\" }");
+    let err = ailb_gateway::config::Config::from_yaml(&bad, &[], ".".into()).unwrap_err();
+    assert!(format!("{err:#}").contains("\"refused-stream\""), "{err:#}");
+}

@@ -45,6 +45,9 @@ pub struct GatewaySpec {
     pub health_check: Option<Value>,
     /// Further clusters (e.g. an `original_dst` scrape cluster).
     pub extra_clusters: Vec<Value>,
+    /// The route's `retry_policy` (Envoy's field names: `retry_on`, `num_retries`,
+    /// `retriable_status_codes`, `per_try_timeout_ms`; e2e/gateway README); None: no retries.
+    pub retry_policy: Option<Value>,
 }
 
 impl GatewaySpec {
@@ -62,6 +65,7 @@ impl GatewaySpec {
             log_level: "warn".into(),
             health_check: None,
             extra_clusters: Vec::new(),
+            retry_policy: None,
         }
     }
 
@@ -87,6 +91,9 @@ impl GatewaySpec {
                 first["health_check"] = hc.clone();
             }
             clusters.extend(self.extra_clusters.iter().cloned());
+        }
+        if let (Some(policy), Some(route)) = (&self.retry_policy, cfg["routes"].get_mut(0)) {
+            route["retry_policy"] = policy.clone();
         }
         if let (Some((wasm, config)), Some(obj)) = (&self.plugin, cfg.as_object_mut()) {
             obj.insert("plugin".into(), json!({"wasm": wasm, "config": config}));

@@ -16,7 +16,12 @@ pub(super) async fn http_call(upstreams: &Upstreams, out: &HttpOut) -> Option<Ht
             .find(|(n, _)| n == k)
             .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
     };
-    let ep = upstreams.pick(&cluster, None, get(b"x-envoy-original-dst-host").as_deref())?;
+    let ep = upstreams.pick(
+        &cluster,
+        None,
+        get(b"x-envoy-original-dst-host").as_deref(),
+        &[],
+    )?;
     let mut b = hyper::Request::builder()
         .method(get(b":method").unwrap_or_else(|| "GET".into()).as_str())
         .uri(format!(

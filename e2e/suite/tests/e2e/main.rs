@@ -28,6 +28,7 @@ mod priority;
 mod priority_ceiling;
 mod queue;
 mod redis_cluster;
+mod retries;
 mod root_restart;
 mod run;
 mod session;

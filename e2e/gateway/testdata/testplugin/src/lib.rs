@@ -268,8 +268,11 @@ pub extern "C" fn proxy_on_redis_call_response(root: u32, token: u32, status: u3
 
 #[no_mangle]
 pub extern "C" fn proxy_on_response_headers(_ctx: u32, _n: usize, _eos: u32) -> u32 {
+    count("tp.response_headers");
     let (s, b) = buffer(9);
     add_header(2, "x-tp-buf9-outside", &format!("{s}:{}", b.len()));
+    let upstream = property("upstream\0address").unwrap_or_else(|| "none".into());
+    add_header(2, "x-tp-upstream", &upstream);
     0
 }
 
