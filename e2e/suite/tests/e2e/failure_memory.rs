@@ -208,3 +208,40 @@ fn a_flapping_pod_draws_little_in_each_failing_spell_and_is_taken_back_in_each_h
     assert!(sum([&a, &b], "ai_lb.eject.ejected") >= 1);
     assert!(probe_until_zero(&bed, &a.url, Duration::from_secs(10)).is_zero());
 }
+
+/// A route that retries 5xx hides the failing pod's 500s from the client: each of its tries is
+/// answered by another pod, whose 200 is what the plugin's response phase sees. The plugin
+/// reads `upstream.address`, learns the failure against the pod it picked and moves the lease
+/// to the pod that answered (docs/redis-data-model.md §14 "Served elsewhere"), so the pod is
+/// still ejected for both gateways, and no client sees an error. Before, the 200 was learned
+/// against the failing pod: it was never ejected and every request it drew paid a failed try.
+#[test]
+fn a_pod_whose_failures_a_retry_hides_is_still_ejected_for_every_gateway() {
+    let bed = failing_bed(&[BAD]);
+    let cfg = glr_config(bed.redis.port, json!({"ejectAfterFailures": 3}));
+    let start = |id: &str| {
+        let mut spec = bed.spec(id, Some(cfg.clone()));
+        spec.retry_policy = Some(json!({"retry_on": "5xx", "num_retries": 1}));
+        bed.gateway(&spec)
+    };
+    let (a, b) = (start("gw-a"), start("gw-b"));
+    let sent = send(&[&a, &b], 400);
+    assert!(sent.iter().all(|(_, s)| *s == 200), "the retries answered");
+    assert_eq!(to_bad(&sent), 0, "no answer from the failing pod");
+    let tries = sum([&a, &b], "gateway.upstream_rq_retry");
+    eprintln!("retried around {BAD}: {tries} tries of 400 requests");
+    // ejectAfterFailures (3), plus the picks already on their way when it was ejected.
+    assert!(
+        (3..=3 + 8).contains(&tries),
+        "{tries} tries on the failing pod"
+    );
+    assert_eq!(sum([&a, &b], "ai_lb.glr.pod_down"), tries);
+    assert_eq!(sum([&a, &b], "ai_lb.eject.failures"), tries);
+    assert_eq!(
+        sum([&a, &b], "ai_lb.eject.ejected"),
+        1,
+        "ejected once, for both"
+    );
+    // Every moved lease and every held failed count come back.
+    assert!(probe_until_zero(&bed, &a.url, Duration::from_secs(10)).is_zero());
+}

@@ -2,8 +2,9 @@
 //! router.rs) under global_least_request: a request the plugin overrode to a failing pod is
 //! retried on another pod through the cluster's own LB (a retry ignores the override, as in
 //! Higress's Envoy 1.27), never back to a pod it tried while another is left; the plugin's
-//! response phase sees only the last try; only the conditions and codes the policy names are
-//! retried; without a policy nothing changes. Every try's active count comes back.
+//! response phase sees only the last try, and learns its pick's failure when another pod
+//! answered; only the conditions and codes the policy names are retried; without a policy
+//! nothing changes. Every try's active count comes back.
 
 use ailb_e2e::bed::{chat_body, probe_until_zero, Bed};
 use ailb_e2e::gateway::{glr_config, http, Gateway};
@@ -177,9 +178,11 @@ fn a_request_overridden_to_a_failing_pod_is_retried_on_another_and_the_plugin_se
     assert_eq!(gw.stat("gateway.upstream_rq_retry_success"), retries);
     assert_eq!(gw.stat("gateway.upstream_rq_retry_limit_exceeded"), 0);
     assert_eq!(requests_to(&bed, &gw, "pod-0"), retries, "each failed once");
-    // The plugin saw only the retries' 200s: its failure memory learned no failure of pod-0,
-    // which it keeps choosing.
-    assert_eq!(gw.stat("ai_lb.eject.failures"), 0);
+    // The plugin saw only the retries' 200s, each from another pod than its pick
+    // (`upstream.address`): each pick of pod-0 is learned as its failure and its lease moved
+    // to the pod that answered (docs/redis-data-model.md §14 "Served elsewhere").
+    assert_eq!(gw.stat("ai_lb.glr.pod_down"), retries);
+    assert_eq!(gw.stat("ai_lb.eject.failures"), retries);
     nothing_leaks(&bed, &gw);
 }
 
@@ -213,9 +216,14 @@ fn retriable_status_codes_retry_a_503_but_not_a_500() {
         .all(|s| s.status == 200 && s.served == "pod-2"));
     assert_eq!(gw.stat("gateway.upstream_rq_retry"), to_503.len() as i64);
     assert_eq!(gw.stat("gateway.upstream_rq_retry_limit_exceeded"), 0);
-    // The plugin saw each request's last answer: every 500, never a 503.
+    // The plugin saw each request's last answer, never a 503: every 500 is learned, and so
+    // is each 503 the retry answered around (its pick served elsewhere).
     let failures = sent.iter().filter(|s| s.status >= 500).count() as i64;
-    assert_eq!(gw.stat("ai_lb.eject.failures"), failures);
+    assert_eq!(gw.stat("ai_lb.glr.pod_down"), to_503.len() as i64);
+    assert_eq!(
+        gw.stat("ai_lb.eject.failures"),
+        failures + to_503.len() as i64
+    );
     assert!(sent.iter().all(|s| s.status != 503));
     nothing_leaks(&bed, &gw);
 }
@@ -257,7 +265,11 @@ fn a_retry_never_goes_back_to_a_pod_it_tried_while_another_is_left() {
     );
     assert!(!chosen(&sent, "pod-0").is_empty() && !chosen(&sent, "pod-1").is_empty());
     assert_eq!(gw.stat("gateway.upstream_connect_failures"), 0);
-    assert_eq!(gw.stat("ai_lb.eject.failures"), 0);
+    // Every pick of pod-0 or pod-1 was answered by pod-2: each learned once, as its pick's
+    // failure.
+    let around = sent.iter().filter(|s| s.chosen != "pod-2").count() as i64;
+    assert_eq!(gw.stat("ai_lb.eject.failures"), around);
+    assert_eq!(gw.stat("ai_lb.glr.pod_down"), around);
     nothing_leaks(&bed, &gw);
 }
 
