@@ -1,8 +1,13 @@
 //! Failure memory against a black hole (issue 48, docs/redis-data-model.md §14): one of four
 //! fake pods fails — every request answered 500 at once, half of them, or none answered (it
 //! hangs until the gateway's upstream timeout answers 504) — while clients send 480 requests,
-//! 16 at a time, through global_least_request gateways sharing one Redis. The emulator has no
-//! retry policy: every failure the plugin lets through reaches the client.
+//! 16 at a time, through global_least_request gateways sharing one Redis. The routes have no
+//! retry policy, so every failure the plugin lets through reaches the client: the usual default
+//! of Envoy-based gateways (Istio's: connect failures and 503s) retries none of these faults.
+//! One more run puts the 500s behind a route retrying every 5xx once (the emulator's router:
+//! a retry ignores the override, docs/test-bed.md), where the plugin learns each failure from
+//! the answer of another pod (docs/redis-data-model.md §14 "Served elsewhere"): its figures are
+//! the clients' error share and the share of requests that paid a failed try first.
 //!
 //! Figures: the failing pod's share of the requests sent after the first ejection (or of all
 //! requests when it never was), the clients' error share, the requests sent before the
@@ -99,7 +104,13 @@ fn bed(fault: Fault) -> Bed {
     })
 }
 
-fn gateways(bed: &Bed, n: usize, lb: &Value) -> anyhow::Result<Vec<Gateway>> {
+/// `n` gateways over `bed` with `lb` added to their `lb_config` and their route's `retry`
+/// policy (None: none).
+fn gateways(
+    bed: &Bed,
+    n: usize,
+    (lb, retry): (&Value, Option<&Value>),
+) -> anyhow::Result<Vec<Gateway>> {
     (0..n)
         .map(|i| {
             let mut spec = bed.spec(
@@ -107,13 +118,18 @@ fn gateways(bed: &Bed, n: usize, lb: &Value) -> anyhow::Result<Vec<Gateway>> {
                 Some(glr_config(bed.redis.port, lb.clone())),
             );
             spec.upstream_timeout_ms = TIMEOUT_MS;
+            spec.retry_policy = retry.cloned();
             Gateway::start(&spec)
         })
         .collect()
 }
 
 fn ejections(gws: &[Gateway]) -> i64 {
-    gws.iter().map(|g| g.stat("ai_lb.eject.ejected")).sum()
+    sum(gws, "ai_lb.eject.ejected")
+}
+
+fn sum(gws: &[Gateway], stat: &str) -> i64 {
+    gws.iter().map(|g| g.stat(stat)).sum()
 }
 
 /// [`REQUESTS`] requests from [`CLIENTS`] clients, round robin over the gateways, while a
@@ -192,8 +208,18 @@ fn scenario(
     n: usize,
     lb: Value,
 ) -> anyhow::Result<(Outcome, Bed, Vec<Gateway>)> {
+    scenario_with(name, fault, n, (lb, None))
+}
+
+/// [`scenario`] with the route's retry policy.
+fn scenario_with(
+    name: &str,
+    fault: Fault,
+    n: usize,
+    (lb, retry): (Value, Option<Value>),
+) -> anyhow::Result<(Outcome, Bed, Vec<Gateway>)> {
     let bed = bed(fault);
-    let gws = gateways(&bed, n, &lb)?;
+    let gws = gateways(&bed, n, (&lb, retry.as_ref()))?;
     let out = send(&gws);
     eprintln!(
         "  blackhole {name}: {} of {REQUESTS} to {BAD}, {} errors, ejected after {} requests \
@@ -243,11 +269,32 @@ pub fn blackhole() -> anyhow::Result<()> {
     let (hang, _, _) = scenario("hanging", Fault::Hang, 1, memory.clone())?;
     bench("blackhole_hanging_bad_pod_share", hang.bad_share(), "ratio");
 
-    let (four, _, _) = scenario("500 at once, 4 gateways", Fault::All, 4, memory)?;
+    let (four, _, _) = scenario("500 at once, 4 gateways", Fault::All, 4, memory.clone())?;
     bench(
         "blackhole_4_gateways_over_1",
         four.to_bad() as f64 / one.to_bad().max(1) as f64,
         "ratio",
     );
+
+    // Behind a retry of every 5xx: no client error either way; what failure memory saves is
+    // the failed first tries (each a round trip to the black hole, then another pod's).
+    let retry = json!({"retry_on": "5xx", "num_retries": 1});
+    for (suffix, lb) in [
+        ("_without_memory", json!({"ejectAfterFailures": 0})),
+        ("", memory),
+    ] {
+        let name = format!("500 at once behind a 5xx retry{}", suffix.replace('_', " "));
+        let (out, bed, gws) = scenario_with(&name, Fault::All, 1, (lb, Some(retry.clone())))?;
+        let tries = sum(&gws, "gateway.upstream_rq_retry");
+        eprintln!("    {tries} requests retried around {BAD}");
+        let metric = format!("blackhole_behind_retry_failed_first_try_share{suffix}");
+        bench(&metric, tries as f64 / REQUESTS as f64, "ratio");
+        if suffix.is_empty() {
+            let errors = out.error_share();
+            bench("blackhole_behind_retry_client_error_share", errors, "ratio");
+        }
+        let left = probe_until_zero(&bed, &gws[0].url, Duration::from_secs(10));
+        anyhow::ensure!(left.is_zero(), "counts left behind the retry: {left:?}");
+    }
     Ok(())
 }
