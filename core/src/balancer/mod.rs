@@ -7,6 +7,7 @@
 
 mod body_flow;
 mod events;
+mod healthy;
 mod holding;
 mod metrics;
 mod orphan;

@@ -5,6 +5,7 @@
 
 use super::body_flow::{self, BodyFlow};
 use super::events::Pick;
+use super::healthy::HealthyLists;
 use super::holding::Services;
 use super::metrics::Metrics;
 use super::policies::{Env, Input, Policy};
@@ -33,6 +34,8 @@ pub struct Performer {
     pub queue: Queue,
     /// Picks whose stream ended before Redis answered, by token: undone when the reply comes.
     pub orphans: IdMap<Box<dyn Pick>>,
+    /// The Redis picks' healthy endpoints per route cluster (healthy.rs).
+    pub hosts: HealthyLists,
 }
 
 impl Performer {
@@ -48,6 +51,7 @@ impl Performer {
             body: BodyFlow::default(),
             queue: Queue::default(),
             orphans: IdMap::default(),
+            hosts: HealthyLists::default(),
         };
         // Every route with a Redis target: the endpoint policies', and cluster_metrics' global
         // in-flight count.
@@ -271,6 +275,7 @@ impl Performer {
             rng: &mut self.rng,
             metrics: &mut self.metrics,
             redis: &mut self.redis,
+            hosts: &mut self.hosts,
         };
         policy.decide(host, env, &input)
     }

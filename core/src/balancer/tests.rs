@@ -154,7 +154,8 @@ fn steady_state_picks_skip_the_endpoint_list() {
         28,
         "no endpoint list once synced"
     );
-    // The healthy set changes: the list is sent again.
+    // The healthy set changes: seen once the worker's list is older than HOST_LIST_MS, then
+    // sent again.
     host = MockHost {
         hosts: MockHost::new()
             .with_hosts(&[("10.0.0.1:80", "Healthy")])
@@ -162,6 +163,9 @@ fn steady_state_picks_skip_the_endpoint_list() {
         ..host
     };
     start(&mut host, &mut e, 4);
+    assert_eq!(host.last_query_args().len(), 28, "the list read 0 ms ago");
+    host.now_ms += crate::balancer::healthy::HOST_LIST_MS;
+    start(&mut host, &mut e, 5);
     assert_eq!(&host.last_query_args()[28..], ["10.0.0.1:80"]);
 }
 

@@ -4,6 +4,7 @@
 //! state machine does the rest.
 
 use crate::balancer::events::{Decision, PromptRead};
+use crate::balancer::healthy::HealthyLists;
 use crate::balancer::metrics::Metrics;
 use crate::balancer::pick::tenant_capacity;
 use crate::balancer::redis_client::RedisClient;
@@ -50,6 +51,8 @@ pub struct Env<'a> {
     /// The Redis client, for a policy's fire-and-forget calls at its decision (prefix_cache:
     /// a restarted pod's generation bumped); picks go through `Decision::Acquire`.
     pub redis: &'a mut RedisClient,
+    /// The healthy endpoints of each route cluster, as the Redis picks last read them.
+    pub hosts: &'a mut HealthyLists,
 }
 
 /// The request's priority class (None when the route has no `priorityHeader`): the class its

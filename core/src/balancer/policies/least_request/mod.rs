@@ -61,15 +61,17 @@ pub fn acquire(
     };
     let who = session::identify(host, env.tel, input.config, body);
     let class = priority_class(host, env.tel, input.ctx, input.config);
-    match EndpointPick::plan(
-        host,
-        input.config,
-        keys,
-        input.body_bytes,
-        chain,
-        input.synced,
-        env.rng,
-    ) {
+    let healthy = env.hosts.get(host, &keys.namespace);
+    match healthy.map(|h| {
+        EndpointPick::plan(
+            host,
+            (input.config, keys),
+            input.body_bytes,
+            (h, input.synced),
+            chain,
+            env.rng,
+        )
+    }) {
         Ok(mut pick) => {
             if let Some(sticky) = &who.sticky {
                 pick.session = Some(sticky.redis_key(&keys.namespace).into());

@@ -4,6 +4,7 @@
 //! is read in [`super::reply`].
 
 use crate::balancer::events::Placement;
+use crate::balancer::healthy::{self, Healthy};
 use crate::balancer::holding::Holding;
 use crate::balancer::pick::{class_cap, cost_of, pool_cap, Booking, Lease, PickReply};
 use crate::balancer::policies::continuation::Record;
@@ -16,7 +17,6 @@ use crate::redis::scripts::{
     self, AcquireArgs, Booked, Keys, PrefixArgs, PrefixChain, Scripts, SessionArgs, SessionState,
     TenantArgs, RECLAIM_LIMIT,
 };
-use crate::upstream;
 use std::fmt;
 use std::rc::Rc;
 
@@ -96,26 +96,24 @@ impl EndpointPick {
         self
     }
 
-    /// Plans a pick for `config`: the healthy endpoints from the host list, and whether Redis
-    /// needs them (`synced` is the fingerprint this VM last synced for these keys).
+    /// Plans a pick for `config` over the `healthy` endpoints (balancer/healthy.rs), and whether
+    /// Redis needs them (`synced` is the fingerprint this VM last synced for these keys).
     pub fn plan(
         host: &dyn Host,
-        config: &Rc<RouteConfig>,
-        keys: &Rc<Keys>,
+        (config, keys): (&Rc<RouteConfig>, &Rc<Keys>),
         body_bytes: usize,
+        (healthy, synced): (Healthy, Option<&Rc<str>>),
         chain: Option<Rc<PrefixChain>>,
-        synced: Option<&Rc<str>>,
         rng: &mut VmRng,
-    ) -> Result<EndpointPick, Cause> {
-        let (healthy, fingerprint) = healthy_set(host)?;
-        Ok(EndpointPick {
-            sent_list: synced != Some(&fingerprint),
+    ) -> EndpointPick {
+        EndpointPick {
+            sent_list: synced != Some(&healthy.fingerprint),
             config: config.clone(),
             keys: keys.clone(),
             request_id: rng.request_id(),
             cost: cost_of(config, body_bytes),
-            candidates: Rc::new(healthy),
-            fingerprint,
+            candidates: healthy.endpoints,
+            fingerprint: healthy.fingerprint,
             by_sha: true,
             chain,
             planned_ms: host.now_ms(),
@@ -129,17 +127,17 @@ impl EndpointPick {
             pool_cap: config.common.max_pool,
             tenant: None,
             wrap: None,
-        })
+        }
     }
 
     /// A waiting request's pick, sent again when room may have freed: the endpoints as they
     /// are now (a pod may have come or gone while it waited). Nothing was acquired by the
     /// refused attempt, so the request id is kept.
     pub fn refresh(&mut self, host: &dyn Host, synced: Option<&Rc<str>>) -> Result<(), Cause> {
-        let (healthy, fingerprint) = healthy_set(host)?;
-        self.sent_list = synced != Some(&fingerprint);
-        self.candidates = Rc::new(healthy);
-        self.fingerprint = fingerprint;
+        let healthy = healthy::read(host, host.now_ms())?;
+        self.sent_list = synced != Some(&healthy.fingerprint);
+        self.candidates = healthy.endpoints;
+        self.fingerprint = healthy.fingerprint;
         self.planned_ms = host.now_ms();
         Ok(())
     }
@@ -198,20 +196,6 @@ impl EndpointPick {
             (Some(_), _, false) => Reason::PrefixHit,
         }
     }
-}
-
-/// The healthy endpoints of the host's list (sorted) and their fingerprint.
-fn healthy_set(host: &dyn Host) -> Result<(Vec<String>, Rc<str>), Cause> {
-    let endpoints = match host.upstream_hosts().map(|b| upstream::decode_hosts(&b)) {
-        Ok(Ok(list)) => list,
-        _ => return Err(Cause::HostListUnavailable),
-    };
-    let healthy = upstream::healthy_addresses(&endpoints);
-    if healthy.is_empty() {
-        return Err(Cause::NoHealthyEndpoint);
-    }
-    let fingerprint: Rc<str> = upstream::fingerprint(&healthy).into();
-    Ok((healthy, fingerprint))
 }
 
 /// The acquire script call of `pick` (docs/redis-data-model.md §4–§6).
