@@ -53,7 +53,9 @@ impl Bed {
     }
 
     /// Marks pod `name` unhealthy in `gateways`' upstream cluster (the emulator's admin API,
-    /// as Envoy's health checking would); returns its address.
+    /// as Envoy's health checking would); returns its address once the plugin's workers see
+    /// it: their Redis picks reuse a host list for up to 100 ms (core balancer/healthy.rs
+    /// `HOST_LIST_MS`), far less than a health check's own interval.
     pub fn mark_unhealthy(&self, name: &str, gateways: &[&Gateway]) -> String {
         let addr = self
             .pods
@@ -69,6 +71,7 @@ impl Bed {
         for gw in gateways {
             assert_eq!(gw.admin_post(&path).ok(), Some(200), "{path}");
         }
+        std::thread::sleep(std::time::Duration::from_millis(150));
         addr
     }
 
