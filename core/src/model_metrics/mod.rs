@@ -16,6 +16,8 @@ mod scan;
 pub mod scheduler;
 
 #[cfg(test)]
+mod llamacpp_tests;
+#[cfg(test)]
 mod tests;
 
 pub use engines::{

@@ -15,6 +15,8 @@ pub enum ModelServer {
     TrtllmServe,
     /// Hugging Face TGI (`tgi_*`); no KV signal.
     Tgi,
+    /// llama.cpp's `llama-server` with `--metrics` (`llamacpp:` prefix); no KV signal.
+    LlamaCpp,
 }
 
 /// Selects series of `name` whose label `key` equals `value` (if given).
@@ -156,11 +158,27 @@ pub(super) const SPECS: &[Spec] = &[
         block_size: &[],
         num_blocks: &[],
     },
+    Spec {
+        engine: ModelServer::LlamaCpp,
+        // Tasks waiting for a free slot / slots busy (docs/model-server-metrics.md §1.5). No KV
+        // gauge: the pod's KV use is `None`, as TGI's (§2, "No KV signal").
+        waiting: &[s("llamacpp:requests_deferred")],
+        queues: &[],
+        running: &[s("llamacpp:requests_processing")],
+        kv: &[],
+        hit_rate: &[],
+        hit_counters: &[],
+        cache_info: None,
+        block_size: &[],
+        num_blocks: &[],
+    },
 ];
 
 /// Every series name some mapping reads, sorted for binary search (a test checks it against
 /// [`SPECS`], so the two cannot drift).
 pub(super) const WANTED: &[&str] = &[
+    "llamacpp:requests_deferred",
+    "llamacpp:requests_processing",
     "nv_trt_llm_kv_cache_block_metrics",
     "nv_trt_llm_request_metrics",
     "sglang:cache_config_info",

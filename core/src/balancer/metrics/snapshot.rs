@@ -153,6 +153,7 @@ fn engine_code(e: ModelServer) -> &'static str {
         ModelServer::TritonTrtLlm => "t",
         ModelServer::TrtllmServe => "r",
         ModelServer::Tgi => "g",
+        ModelServer::LlamaCpp => "l",
     }
 }
 
@@ -163,6 +164,7 @@ fn engine_from(s: &str) -> Option<ModelServer> {
         "t" => ModelServer::TritonTrtLlm,
         "r" => ModelServer::TrtllmServe,
         "g" => ModelServer::Tgi,
+        "l" => ModelServer::LlamaCpp,
         _ => return None,
     })
 }

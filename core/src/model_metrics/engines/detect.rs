@@ -37,5 +37,6 @@ fn prefix(e: ModelServer) -> &'static str {
         ModelServer::TritonTrtLlm => "nv_trt_llm_",
         ModelServer::TrtllmServe => "trtllm_",
         ModelServer::Tgi => "tgi_",
+        ModelServer::LlamaCpp => "llamacpp:",
     }
 }
