@@ -133,7 +133,7 @@ e2e-build:
 # (e2e/suite/tests/e2e/compat.rs), the ABI check (check-abi's test), and the bench's own
 # instruments (e2e/bench/tests: the trace replay, the third-party plugin). Needs `make build`
 # for dist/ai-load-balancer.wasm.
-e2e-test: deps build e2e-build
+e2e-test: deps llama build e2e-build
 	$(E2E_CARGO) test --release --quiet
 
 # README's first command: Redis, fake pods and one gateway running the plugin with one policy
@@ -163,7 +163,7 @@ test: deps lint unit-test package package-test wasm-unit-test e2e-test
 
 # ailb-bench (e2e/bench) runs every section, the trace bench last (docs/trace-bench.md, about 7 minutes:
 # e2e/data/traces/mooncake-synthetic.jsonl, its preamble variant, the b2b and codegen sweeps).
-bench: deps build bench-build
+bench: deps llama build bench-build
 	$(CARGO) run --profile bench-native --quiet -p ailb-core --example bench_redis
 	$(CARGO) run --profile bench-native --quiet -p ailb-core --example bench_parse
 	$(CARGO) run --profile bench-native --quiet -p ailb-core --example bench_local_prefix

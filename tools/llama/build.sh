@@ -27,6 +27,15 @@ missing=""
 for tool in cmake c++ make python3; do
   command -v "$tool" >/dev/null 2>&1 || missing="$missing $tool"
 done
+if [ -n "$missing" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "llama: installing cmake g++ make (apt-get)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq && apt-get install -y -qq cmake g++ make >/dev/null || true
+  missing=""
+  for tool in cmake c++ make python3; do
+    command -v "$tool" >/dev/null 2>&1 || missing="$missing $tool"
+  done
+fi
 if [ -n "$missing" ]; then
   echo "llama: missing:$missing. Install the toolchain, e.g. (Debian/Ubuntu):" >&2
   echo "  sudo apt-get update && sudo apt-get install -y cmake g++ make python3-venv" >&2

@@ -5,8 +5,10 @@
 pub mod bed;
 pub mod cluster;
 pub mod cluster3;
+pub mod conversations;
 pub mod envoy;
 pub mod gateway;
+pub mod llama;
 pub mod metrics;
 pub mod redis;
 pub mod redis_cluster;

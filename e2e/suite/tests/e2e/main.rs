@@ -27,6 +27,7 @@ mod prefix_verify;
 mod priority;
 mod priority_ceiling;
 mod queue;
+mod real_engine;
 mod redis_cluster;
 mod retries;
 mod root_restart;

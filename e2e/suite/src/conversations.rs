@@ -1,0 +1,193 @@
+//! Multi-turn chat conversations replayed through a gateway to real engines (issue 51): each
+//! turn resends the whole conversation (its system prompt, every earlier question and the
+//! engine's own answers) plus one new question, as a chat client does, so every later turn's
+//! prompt begins with the previous turn's. What the engines report as cached
+//! (`usage.prompt_tokens_details.cached_tokens`) then says whether the turn came back to the
+//! engine holding its prefix.
+
+use crate::gateway::http;
+use crate::llama::usage;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+/// The conversations to replay.
+#[derive(Clone, Debug)]
+pub struct Conversations {
+    pub count: usize,
+    pub turns: usize,
+    /// Conversations in flight at once (each runs its turns in order).
+    pub concurrency: usize,
+    /// Words of each conversation's own system prompt, and of each question.
+    pub system_words: usize,
+    pub question_words: usize,
+    /// Answer length (`max_tokens`).
+    pub answer_tokens: u64,
+    pub seed: u64,
+    /// The plugin's `debugHeader`, read for the endpoint that served each turn.
+    pub debug_header: String,
+}
+
+impl Default for Conversations {
+    fn default() -> Self {
+        Conversations {
+            count: 8,
+            turns: 4,
+            concurrency: 4,
+            system_words: 300,
+            question_words: 40,
+            answer_tokens: 24,
+            seed: 1,
+            debug_header: "x-ailb-debug".into(),
+        }
+    }
+}
+
+/// One answered turn.
+#[derive(Clone, Debug)]
+pub struct Turn {
+    pub conversation: usize,
+    pub turn: usize,
+    pub status: u16,
+    /// `endpoint=` of the debug header, empty when absent.
+    pub endpoint: String,
+    pub prompt_tokens: u64,
+    pub cached_tokens: u64,
+    /// Time to the whole answer (the turns are not streamed).
+    pub latency: Duration,
+}
+
+/// What a replay gives: every turn, in the order they finished.
+#[derive(Clone, Debug, Default)]
+pub struct Replay {
+    pub turns: Vec<Turn>,
+}
+
+impl Replay {
+    /// Cached over prompt tokens of every later turn (turn ≥ 1): the share of prompt the
+    /// engines did not prefill again.
+    pub fn later_turn_cached_share(&self) -> f64 {
+        let later = self.turns.iter().filter(|t| t.turn > 0 && t.status == 200);
+        let (cached, prompt) = later.fold((0, 0), |(c, p), t| {
+            (c + t.cached_tokens, p + t.prompt_tokens)
+        });
+        cached as f64 / prompt.max(1) as f64
+    }
+
+    pub fn failed(&self) -> usize {
+        self.turns.iter().filter(|t| t.status != 200).count()
+    }
+
+    /// Latency of later turns at quantile `q` (0..=1).
+    pub fn later_turn_latency(&self, q: f64) -> Duration {
+        let mut l: Vec<Duration> = self
+            .turns
+            .iter()
+            .filter(|t| t.turn > 0 && t.status == 200)
+            .map(|t| t.latency)
+            .collect();
+        l.sort();
+        if l.is_empty() {
+            return Duration::ZERO;
+        }
+        l[((l.len() - 1) as f64 * q).round() as usize]
+    }
+}
+
+/// A small deterministic generator (splitmix64): the same seed gives the same words.
+struct Words(u64);
+
+impl Words {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn text(&mut self, words: usize) -> String {
+        const VOCAB: &[&str] = &[
+            "gateway", "token", "cache", "prefix", "engine", "request", "answer", "model",
+            "replica", "latency", "queue", "batch", "prompt", "decode", "stream", "route",
+            "cluster", "memory", "kernel", "vector", "layer", "weight", "shard", "lease",
+        ];
+        (0..words)
+            .map(|_| VOCAB[(self.next() % VOCAB.len() as u64) as usize])
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+/// Replays `cfg` through `gateway` (a base URL); `headers` go with every request.
+pub fn replay(gateway: &str, cfg: &Conversations, headers: &[(&str, &str)]) -> Replay {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let turns = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..cfg.concurrency.max(1) {
+            s.spawn(|| loop {
+                let c = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if c >= cfg.count {
+                    break;
+                }
+                let done = converse(gateway, cfg, headers, c);
+                turns.lock().unwrap_or_else(|e| e.into_inner()).extend(done);
+            });
+        }
+    });
+    Replay {
+        turns: turns.into_inner().unwrap_or_else(|e| e.into_inner()),
+    }
+}
+
+/// Conversation `c`: its turns in order; a failed turn ends it.
+fn converse(gateway: &str, cfg: &Conversations, headers: &[(&str, &str)], c: usize) -> Vec<Turn> {
+    let mut words = Words(cfg.seed.wrapping_mul(1_000_003).wrapping_add(c as u64));
+    let mut messages = vec![
+        json!({"role": "system", "content": format!("conversation {c}: {}", words.text(cfg.system_words))}),
+    ];
+    let mut out = Vec::new();
+    let mut hdrs = vec![("content-type", "application/json")];
+    hdrs.extend_from_slice(headers);
+    for turn in 0..cfg.turns {
+        messages.push(json!({"role": "user", "content": words.text(cfg.question_words)}));
+        let body = json!({"model": "tiny", "messages": messages, "max_tokens": cfg.answer_tokens});
+        let start = Instant::now();
+        let res = http(
+            gateway,
+            "POST",
+            "/v1/chat/completions",
+            &hdrs,
+            body.to_string().as_bytes(),
+        );
+        let latency = start.elapsed();
+        let (status, rh, rb) = res.unwrap_or((0, Vec::new(), Vec::new()));
+        let text = String::from_utf8_lossy(&rb);
+        let (prompt_tokens, cached_tokens) = usage(&text).unwrap_or((0, 0));
+        let endpoint = rh
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(&cfg.debug_header))
+            .and_then(|(_, v)| {
+                v.split(';')
+                    .find_map(|p| p.trim().strip_prefix("endpoint="))
+            })
+            .unwrap_or_default()
+            .to_string();
+        out.push(Turn {
+            conversation: c,
+            turn,
+            status,
+            endpoint,
+            prompt_tokens,
+            cached_tokens,
+            latency,
+        });
+        let answer = serde_json::from_str::<Value>(&text)
+            .ok()
+            .and_then(|v| v.pointer("/choices/0/message/content").cloned());
+        match (status, answer) {
+            (200, Some(a)) => messages.push(json!({"role": "assistant", "content": a})),
+            _ => break,
+        }
+    }
+    out
+}
