@@ -16,6 +16,7 @@ pub mod config;
 pub mod hash;
 pub mod host;
 pub mod id_map;
+pub mod latency;
 pub mod model_metrics;
 pub mod prefix;
 pub mod reason;
