@@ -86,7 +86,11 @@ fn main() -> anyhow::Result<()> {
     };
     let log = log_path(args.policy, args.llama)?;
     report::header(&demo, &log);
-    let outcome = demo.run_workload()?;
+    let outcome = if args.llama {
+        real::workload(&demo)
+    } else {
+        demo.run_workload()?
+    };
     report::table(&demo, &outcome);
     report::counters(&demo);
     std::fs::write(&log, demo.gateway.logs())?;

@@ -50,7 +50,8 @@ pub fn start(policy: Policy) -> anyhow::Result<Demo> {
 }
 
 /// The workload against the engines.
-pub fn workload(demo: &Demo, out: &mut Outcome) {
+pub fn workload(demo: &Demo) -> Outcome {
+    let mut out = Outcome::default();
     let url = &demo.gateway.url;
     let r = match demo.policy {
         Policy::PrefixCache => {
@@ -94,6 +95,7 @@ pub fn workload(demo: &Demo, out: &mut Outcome) {
         *out.statuses.entry(t.status).or_default() += 1;
     }
     out.replay = Some(r);
+    out
 }
 
 fn chats(count: usize, turns: usize, concurrency: usize, answer_tokens: u64) -> Conversations {
