@@ -138,10 +138,12 @@ e2e-test: deps llama build e2e-build
 
 # README's first command: Redis, fake pods and one gateway running the plugin with one policy
 # (POLICY=global_least_request by default, or prefix_cache, endpoint_metrics, cluster_metrics,
-# cluster_hash) and a workload that shows it at work.
+# cluster_hash) and a workload that shows it at work. ENGINE=llama: three real llama.cpp
+# engines (make llama) instead of the fake pods (global_least_request and prefix_cache).
 POLICY ?= global_least_request
-run: deps build e2e-build
-	$(E2E_BIN)/ailb-run --policy $(POLICY) $(ARGS)
+ENGINE ?= fake
+run: deps build e2e-build $(if $(filter llama,$(ENGINE)),llama)
+	$(E2E_BIN)/ailb-run --policy $(POLICY) --engine $(ENGINE) $(ARGS)
 
 # No module imports a module that imports it back (tools/import-loops.py), in every crate.
 IMPORT_LOOP_DIRS := src core testkit tools/check-config tools/k8s-yaml e2e/gateway e2e/fakepod e2e/suite e2e/bench e2e/gateway/testdata/testplugin

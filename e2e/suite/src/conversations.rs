@@ -3,11 +3,15 @@
 //! engine's own answers) plus one new question, as a chat client does, so every later turn's
 //! prompt begins with the previous turn's. What the engines report as cached
 //! (`usage.prompt_tokens_details.cached_tokens`) then says whether the turn came back to the
-//! engine holding its prefix.
+//! engine holding its prefix. Streamed (`stream`), each turn also gives its time to first
+//! token (stream.rs).
+
+mod stream;
 
 use crate::gateway::http;
 use crate::llama::usage;
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 /// The conversations to replay.
@@ -25,6 +29,8 @@ pub struct Conversations {
     pub seed: u64,
     /// The plugin's `debugHeader`, read for the endpoint that served each turn.
     pub debug_header: String,
+    /// Streamed turns (`stream_options.include_usage`): each turn's TTFT is measured.
+    pub stream: bool,
 }
 
 impl Default for Conversations {
@@ -38,6 +44,7 @@ impl Default for Conversations {
             answer_tokens: 24,
             seed: 1,
             debug_header: "x-ailb-debug".into(),
+            stream: false,
         }
     }
 }
@@ -52,8 +59,18 @@ pub struct Turn {
     pub endpoint: String,
     pub prompt_tokens: u64,
     pub cached_tokens: u64,
-    /// Time to the whole answer (the turns are not streamed).
+    /// Time to the whole answer.
     pub latency: Duration,
+    /// Streamed: time to the first event carrying answer text; otherwise the latency.
+    pub ttft: Duration,
+}
+
+/// Turns, prompt and cached tokens of one endpoint.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EndpointTotals {
+    pub requests: usize,
+    pub prompt_tokens: u64,
+    pub cached_tokens: u64,
 }
 
 /// What a replay gives: every turn, in the order they finished.
@@ -79,17 +96,44 @@ impl Replay {
 
     /// Latency of later turns at quantile `q` (0..=1).
     pub fn later_turn_latency(&self, q: f64) -> Duration {
+        self.later_turn_quantile(q, |t| t.latency)
+    }
+
+    /// Time to first token of later turns at quantile `q` (the latency when not streamed).
+    pub fn later_turn_ttft(&self, q: f64) -> Duration {
+        self.later_turn_quantile(q, |t| t.ttft)
+    }
+
+    fn later_turn_quantile(&self, q: f64, of: impl Fn(&Turn) -> Duration) -> Duration {
         let mut l: Vec<Duration> = self
             .turns
             .iter()
             .filter(|t| t.turn > 0 && t.status == 200)
-            .map(|t| t.latency)
+            .map(of)
             .collect();
         l.sort();
         if l.is_empty() {
             return Duration::ZERO;
         }
         l[((l.len() - 1) as f64 * q).round() as usize]
+    }
+
+    /// Every answered turn's totals by the endpoint that served it (debug header; `-` when
+    /// absent).
+    pub fn by_endpoint(&self) -> BTreeMap<String, EndpointTotals> {
+        let mut out: BTreeMap<String, EndpointTotals> = BTreeMap::new();
+        for t in self.turns.iter().filter(|t| t.status == 200) {
+            let key = if t.endpoint.is_empty() {
+                "-"
+            } else {
+                &t.endpoint
+            };
+            let e = out.entry(key.to_string()).or_default();
+            e.requests += 1;
+            e.prompt_tokens += t.prompt_tokens;
+            e.cached_tokens += t.cached_tokens;
+        }
+        out
     }
 }
 
@@ -150,20 +194,16 @@ fn converse(gateway: &str, cfg: &Conversations, headers: &[(&str, &str)], c: usi
     hdrs.extend_from_slice(headers);
     for turn in 0..cfg.turns {
         messages.push(json!({"role": "user", "content": words.text(cfg.question_words)}));
-        let body = json!({"model": "tiny", "messages": messages, "max_tokens": cfg.answer_tokens});
-        let start = Instant::now();
-        let res = http(
-            gateway,
-            "POST",
-            "/v1/chat/completions",
-            &hdrs,
-            body.to_string().as_bytes(),
-        );
-        let latency = start.elapsed();
-        let (status, rh, rb) = res.unwrap_or((0, Vec::new(), Vec::new()));
-        let text = String::from_utf8_lossy(&rb);
-        let (prompt_tokens, cached_tokens) = usage(&text).unwrap_or((0, 0));
-        let endpoint = rh
+        let mut body =
+            json!({"model": "tiny", "messages": messages, "max_tokens": cfg.answer_tokens});
+        if cfg.stream {
+            body["stream"] = true.into();
+            body["stream_options"] = json!({"include_usage": true});
+        }
+        let a = send(gateway, &hdrs, body.to_string().as_bytes(), cfg.stream);
+        let (prompt_tokens, cached_tokens) = usage(&a.body).unwrap_or((0, 0));
+        let endpoint = a
+            .headers
             .iter()
             .find(|(k, _)| k.eq_ignore_ascii_case(&cfg.debug_header))
             .and_then(|(_, v)| {
@@ -175,19 +215,76 @@ fn converse(gateway: &str, cfg: &Conversations, headers: &[(&str, &str)], c: usi
         out.push(Turn {
             conversation: c,
             turn,
-            status,
+            status: a.status,
             endpoint,
             prompt_tokens,
             cached_tokens,
-            latency,
+            latency: a.latency,
+            ttft: a.ttft,
         });
-        let answer = serde_json::from_str::<Value>(&text)
-            .ok()
-            .and_then(|v| v.pointer("/choices/0/message/content").cloned());
-        match (status, answer) {
-            (200, Some(a)) => messages.push(json!({"role": "assistant", "content": a})),
+        match (a.status, a.text) {
+            (200, Some(text)) => messages.push(json!({"role": "assistant", "content": text})),
             _ => break,
         }
     }
     out
+}
+
+/// One answer, streamed or not.
+struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+    text: Option<String>,
+    latency: Duration,
+    ttft: Duration,
+}
+
+fn send(gateway: &str, hdrs: &[(&str, &str)], body: &[u8], streamed: bool) -> Answer {
+    let path = "/v1/chat/completions";
+    let start = Instant::now();
+    if streamed {
+        return match stream::post(gateway, path, hdrs, body) {
+            Ok(s) => Answer {
+                status: s.status,
+                headers: s.headers,
+                body: s.body,
+                // An answer whose events carried no text is still an answer.
+                text: (s.status == 200).then_some(s.text),
+                latency: s.latency,
+                ttft: s.first_content.unwrap_or(s.latency),
+            },
+            Err(_) => failed(start.elapsed()),
+        };
+    }
+    match http(gateway, "POST", path, hdrs, body) {
+        Ok((status, headers, rb)) => {
+            let latency = start.elapsed();
+            let body = String::from_utf8_lossy(&rb).into_owned();
+            let text = serde_json::from_str::<Value>(&body)
+                .ok()
+                .and_then(|v| v.pointer("/choices/0/message/content").cloned())
+                .and_then(|v| v.as_str().map(str::to_string));
+            Answer {
+                status,
+                headers,
+                body,
+                text,
+                latency,
+                ttft: latency,
+            }
+        }
+        Err(_) => failed(start.elapsed()),
+    }
+}
+
+fn failed(latency: Duration) -> Answer {
+    Answer {
+        status: 0,
+        headers: Vec::new(),
+        body: String::new(),
+        text: None,
+        latency,
+        ttft: latency,
+    }
 }

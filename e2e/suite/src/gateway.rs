@@ -323,7 +323,7 @@ pub fn open(
 }
 
 /// Status, lower-cased headers and (de-chunked) body of a whole response.
-fn parse_response(raw: &[u8]) -> anyhow::Result<Response> {
+pub fn parse_response(raw: &[u8]) -> anyhow::Result<Response> {
     let split = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")

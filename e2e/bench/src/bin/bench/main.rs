@@ -14,12 +14,13 @@ mod latency;
 mod metrics;
 mod prefix;
 mod priority;
+mod real_engine;
 mod responses;
 mod session;
 mod thirdparty;
 mod trace;
 
-/// `ailb-bench [cpu] [leak] [p99] [prefix] [session] [metrics] [cluster|cluster-cpu|cluster-cold|cluster-hash|cluster-p99] [envoy-prefix] [envoy-cpu] [thirdparty] [cluster3] [priority] [queue] [fairness] [latency] [blackhole] [responses] [trace [FILE.jsonl]]`: the named sections only (all by default).
+/// `ailb-bench [cpu] [leak] [p99] [prefix] [session] [metrics] [cluster|cluster-cpu|cluster-cold|cluster-hash|cluster-p99] [envoy-prefix] [envoy-cpu] [thirdparty] [cluster3] [priority] [queue] [fairness] [latency] [blackhole] [responses] [real_engine] [trace [FILE.jsonl]]`: the named sections only (all by default).
 fn main() -> anyhow::Result<()> {
     // Every gateway of the bench runs with the profiling switches its environment sets
     // (ailb_bench::instruments); the plain emulator has none.
@@ -96,6 +97,9 @@ fn main() -> anyhow::Result<()> {
     }
     if run("responses") {
         responses::continuations()?;
+    }
+    if run("real_engine") {
+        real_engine::real_engine()?;
     }
     if run("trace") {
         trace::trace(files.first().map(std::path::PathBuf::from))?;

@@ -43,9 +43,12 @@ pub struct Demo {
     /// The services of a cluster policy (empty for the endpoint policies).
     pub services: Vec<Service>,
     pub config: Value,
+    /// `--engine llama`: the real engines serving in place of the pods (real.rs).
+    pub engines: Vec<ailb_e2e::llama::Engine>,
 }
 
 /// What the workload did.
+#[derive(Default)]
 pub struct Outcome {
     /// One summary line per workload phase.
     pub lines: Vec<String>,
@@ -56,6 +59,8 @@ pub struct Outcome {
     pub in_flight: Option<Counts>,
     /// cluster_hash: the pods each `x-user` value landed on.
     pub users: BTreeMap<String, BTreeSet<String>>,
+    /// Real engines: every turn with its usage (real.rs).
+    pub replay: Option<ailb_e2e::conversations::Replay>,
 }
 
 const HASH_HEADER: &str = "x-user";
@@ -135,6 +140,7 @@ impl Demo {
             gateway,
             services: svcs,
             config,
+            engines: Vec::new(),
         })
     }
 
@@ -145,6 +151,7 @@ impl Demo {
             statuses: BTreeMap::new(),
             in_flight: None,
             users: BTreeMap::new(),
+            replay: None,
         };
         let url = self.gateway.url.clone();
         match self.policy {

@@ -2,11 +2,13 @@
 //! built plugin with one policy, a workload that shows that policy at work, a per-pod (or
 //! per-service) table and the policy's own counters; then it keeps serving until Ctrl-C
 //! (`--once`: exit after the table). The gateway's log, the plugin's lines included, goes to a
-//! file it names.
+//! file it names. `--engine llama` serves with three real llama.cpp engines instead of fake
+//! pods (global_least_request and prefix_cache; real.rs).
 //!
-//! `ailb-run [--policy global_least_request|prefix_cache|endpoint_metrics|cluster_metrics|cluster_hash] [--once]`
+//! `ailb-run [--policy global_least_request|prefix_cache|endpoint_metrics|cluster_metrics|cluster_hash] [--engine fake|llama] [--once]`
 
 mod demo;
+mod real;
 mod report;
 
 use ailb_core::config::Policy;
@@ -18,11 +20,22 @@ use std::time::Duration;
 struct Args {
     policy: Policy,
     once: bool,
+    /// `--engine llama`: real engines instead of fake pods.
+    llama: bool,
+}
+
+fn engine(name: &str) -> anyhow::Result<bool> {
+    match name {
+        "fake" => Ok(false),
+        "llama" => Ok(true),
+        other => anyhow::bail!("unknown engine {other:?}: fake or llama"),
+    }
 }
 
 fn args() -> anyhow::Result<Args> {
     let mut policy = Policy::GlobalLeastRequest;
     let mut once = false;
+    let mut llama = false;
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -31,35 +44,53 @@ fn args() -> anyhow::Result<Args> {
                 let name = it.next().unwrap_or_default();
                 policy = demo::policy(&name)?;
             }
-            other => match other.strip_prefix("--policy=") {
-                Some(name) => policy = demo::policy(name)?,
-                None => anyhow::bail!(
-                    "unknown argument {other}\nusage: ailb-run [--policy {}] [--once]",
+            "--engine" => llama = engine(&it.next().unwrap_or_default())?,
+            other => match (
+                other.strip_prefix("--policy="),
+                other.strip_prefix("--engine="),
+            ) {
+                (Some(name), _) => policy = demo::policy(name)?,
+                (_, Some(name)) => llama = engine(name)?,
+                _ => anyhow::bail!(
+                    "unknown argument {other}\nusage: ailb-run [--policy {}] [--engine fake|llama] [--once]",
                     demo::names().replace(", ", "|")
                 ),
             },
         }
     }
-    Ok(Args { policy, once })
+    Ok(Args {
+        policy,
+        once,
+        llama,
+    })
 }
 
-/// Where the gateway's log goes: `e2e/target/ailb-run/<policy>.log`.
-fn log_path(policy: Policy) -> anyhow::Result<PathBuf> {
+/// Where the gateway's log goes: `e2e/target/ailb-run/<policy>[-llama].log`.
+fn log_path(policy: Policy, llama: bool) -> anyhow::Result<PathBuf> {
     let root = ailb_e2e::repo_root();
     let dir = root
         .canonicalize()
         .unwrap_or(root)
         .join("e2e/target/ailb-run");
     std::fs::create_dir_all(&dir)?;
-    Ok(dir.join(format!("{}.log", policy.name())))
+    let suffix = if llama { "-llama" } else { "" };
+    Ok(dir.join(format!("{}{suffix}.log", policy.name())))
 }
 
 fn main() -> anyhow::Result<()> {
     let args = args()?;
-    let demo = Demo::start(args.policy)?;
-    let log = log_path(args.policy)?;
+    let demo = if args.llama {
+        real::start(args.policy)?
+    } else {
+        Demo::start(args.policy)?
+    };
+    let log = log_path(args.policy, args.llama)?;
     report::header(&demo, &log);
-    let outcome = demo.run_workload()?;
+    let outcome = if args.llama {
+        real::workload(&demo)
+    } else {
+        demo.run_workload()?
+    };
     report::table(&demo, &outcome);
     report::counters(&demo);
     std::fs::write(&log, demo.gateway.logs())?;

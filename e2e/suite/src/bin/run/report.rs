@@ -14,13 +14,19 @@ pub fn header(demo: &Demo, log: &Path) {
     for p in &demo.bed.pods {
         println!("{:9} {}", p.name, p.url());
     }
+    crate::real::header(&demo.engines);
     println!("log       {}", log.display());
     let extra = match demo.policy {
         Policy::ClusterHash => " -H 'x-user: alice'",
         _ => "",
     };
+    let model = if demo.engines.is_empty() {
+        "fake-model"
+    } else {
+        "tiny"
+    };
     println!(
-        "try: curl -si {}/v1/chat/completions{extra} -d '{{\"model\":\"fake-model\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}'\n",
+        "try: curl -si {}/v1/chat/completions{extra} -d '{{\"model\":\"{model}\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}'\n",
         gw.url
     );
 }
@@ -37,6 +43,7 @@ pub fn table(demo: &Demo, out: &Outcome) {
     println!("statuses: {}", statuses.join(" "));
     println!();
     match demo.policy {
+        _ if !demo.engines.is_empty() => crate::real::engine_table(demo, out),
         Policy::ClusterMetrics | Policy::ClusterHash => service_table(demo, out),
         _ => pod_table(demo, out),
     }
