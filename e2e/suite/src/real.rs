@@ -1,0 +1,108 @@
+//! What the real-engine tests of both builds share (tests/e2e/real_engine.rs and
+//! envoy_real_engine.rs): the engines' own view of the load by address, short chats whose
+//! usage is read, and the multi-turn chats of the verified-index tests.
+
+use crate::gateway::http;
+use crate::llama::{usage, Engine};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+/// Streamed answers long enough to outlast a test's look at them: ~3 ms a token on one
+/// thread alone (measured 2.7), so at least 10 s, and within a 4096-token slot with the
+/// prompt (EngineConfig::default: 8192 over 2 slots).
+pub const LONG: u64 = 3_800;
+
+/// Each engine's load (running + waiting requests, its own metrics), in `engines`' order.
+pub fn loads(engines: &[Engine]) -> Vec<f64> {
+    engines.iter().map(Engine::load).collect()
+}
+
+/// How many of `endpoints` name each engine, in `engines`' order.
+pub fn tally(engines: &[Engine], endpoints: &[&str]) -> Vec<f64> {
+    engines
+        .iter()
+        .map(|e| endpoints.iter().filter(|&&p| p == e.addr).count() as f64)
+        .collect()
+}
+
+/// One answered request: status, the debug header's `endpoint=` and `reason=`, usage.
+#[derive(Debug, Clone, Default)]
+pub struct Answer {
+    pub status: u16,
+    pub endpoint: String,
+    pub reason: String,
+    pub prompt_tokens: u64,
+    pub cached_tokens: u64,
+}
+
+/// POSTs chat `body` through `gateway`, reading `debug_header`.
+pub fn ask(gateway: &str, debug_header: &str, body: &Value) -> Answer {
+    let headers = [("content-type", "application/json")];
+    let Ok((status, hs, rb)) = http(
+        gateway,
+        "POST",
+        "/v1/chat/completions",
+        &headers,
+        body.to_string().as_bytes(),
+    ) else {
+        return Answer::default();
+    };
+    let debug = hs
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(debug_header))
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    let field = |name: &str| {
+        debug
+            .split(';')
+            .find_map(|f| f.trim().strip_prefix(name))
+            .unwrap_or("")
+            .to_string()
+    };
+    let (prompt_tokens, cached_tokens) = usage(&String::from_utf8_lossy(&rb)).unwrap_or((0, 0));
+    Answer {
+        status,
+        endpoint: field("endpoint="),
+        reason: field("reason="),
+        prompt_tokens,
+        cached_tokens,
+    }
+}
+
+/// A short chat (8 tokens): what follows a fault.
+pub fn short_chat(tag: &str) -> Value {
+    json!({"model": "tiny", "max_tokens": 8,
+        "messages": [{"role": "user", "content": format!("{tag}: a short question")}]})
+}
+
+/// `n` short chats through `gateway`, one every `every`: what follows a fault, spread over
+/// more than a failed request's held count (`failurePenaltyMs`, 1 s), which keeps picks off a
+/// dead engine meanwhile, so failure memory meets it again.
+pub fn trickle(gateway: &str, debug_header: &str, n: usize, every: Duration) -> Vec<Answer> {
+    (0..n)
+        .map(|i| {
+            let a = ask(gateway, debug_header, &short_chat(&format!("after {i}")));
+            std::thread::sleep(every);
+            a
+        })
+        .collect()
+}
+
+/// Conversation `c` at `turns` user turns: its own system prompt, fixed answers (what the
+/// engine generated is not sent back; its cache holds the earlier prompt all the same), each
+/// message a block of the plugin's index (messages under `blockChunkBytes`).
+pub fn conversation(c: usize, turns: usize) -> Value {
+    let mut m = vec![json!({"role": "system",
+        "content": format!("You are assistant {c}. {}", "Answer briefly and precisely. ".repeat(8))})];
+    for t in 0..turns {
+        if t > 0 {
+            m.push(json!({"role": "assistant", "content": format!("answer {c}.{t}")}));
+        }
+        let q = format!(
+            "conversation {c} question {t}: {}",
+            "tell me more about the gateway ".repeat(8)
+        );
+        m.push(json!({"role": "user", "content": q}));
+    }
+    json!({"model": "tiny", "messages": m, "max_tokens": 4})
+}
