@@ -2,9 +2,11 @@
 //! envoy_real_engine.rs): the engines' own view of the load by address, short chats whose
 //! usage is read, and the multi-turn chats of the verified-index tests.
 
+use crate::conversations::Replay;
 use crate::gateway::http;
 use crate::llama::{usage, Engine};
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// Streamed answers long enough to outlast a test's look at them: ~3 ms a token on one
@@ -23,6 +25,27 @@ pub fn tally(engines: &[Engine], endpoints: &[&str]) -> Vec<f64> {
         .iter()
         .map(|e| endpoints.iter().filter(|&&p| p == e.addr).count() as f64)
         .collect()
+}
+
+/// Conversations per engine (their first turn's endpoint), and later turns answered by
+/// another engine than their conversation's first: where prefix_cache placed and kept them.
+pub fn placement(r: &Replay) -> (BTreeMap<String, usize>, usize) {
+    let first: BTreeMap<usize, &str> = r
+        .turns
+        .iter()
+        .filter(|t| t.turn == 0)
+        .map(|t| (t.conversation, t.endpoint.as_str()))
+        .collect();
+    let mut placed = BTreeMap::new();
+    for e in first.values() {
+        *placed.entry(e.to_string()).or_default() += 1;
+    }
+    let moved = r
+        .turns
+        .iter()
+        .filter(|t| t.turn > 0 && first.get(&t.conversation) != Some(&t.endpoint.as_str()))
+        .count();
+    (placed, moved)
 }
 
 /// One answered request: status, the debug header's `endpoint=` and `reason=`, usage.

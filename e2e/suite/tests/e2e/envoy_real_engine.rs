@@ -7,7 +7,7 @@
 use ailb_e2e::conversations::{replay, Conversations};
 use ailb_e2e::envoy::Envoy;
 use ailb_e2e::llama::{exclusive, fleet, Engine, EngineConfig};
-use ailb_e2e::real::{ask, loads, short_chat, tally, trickle, LONG};
+use ailb_e2e::real::{ask, loads, placement, short_chat, tally, trickle, LONG};
 use ailb_e2e::real_verify::{restarted_engine_is_found_out, roomy};
 use ailb_e2e::streams::{hold, Held};
 use ailb_testkit::wait_until;
@@ -47,9 +47,20 @@ fn nothing_held(envoy: &Envoy, engines: &[Engine], pool: usize) {
 #[test]
 fn envoy_prefix_cache_keeps_conversations_on_their_engine() {
     let _one = exclusive();
-    let engines = fleet(3, &EngineConfig::default()).unwrap();
+    // A slot for every conversation: the ring places new conversations by hash, not by load
+    // (5 of the 8 on one engine, measured), and 2 slots would then thrash whatever the
+    // routing; here what an engine keeps is what was routed to it.
+    let engines = fleet(
+        3,
+        &EngineConfig {
+            slots: 8,
+            context: 8 * 1536,
+            threads: 1,
+        },
+    )
+    .unwrap();
     let pods = addrs(&engines);
-    for seed in 1..=2 {
+    for seed in 1..=3 {
         let cfg = Conversations {
             seed,
             debug_header: DEBUG.into(),
@@ -58,6 +69,8 @@ fn envoy_prefix_cache_keeps_conversations_on_their_engine() {
         let rr = replay(&Envoy::start_plain(&pods).url, &cfg, &[]);
         let envoy = Envoy::start(&pods, &plugin("prefix_cache", &engines, json!({})));
         let p = replay(&envoy.url, &cfg, &[]);
+        let (placed, moved) = placement(&p);
+        eprintln!("placed {placed:?}, later turns moved {moved}");
         eprintln!(
             "envoy seed {seed}: rr {:.3} ({} failed) px {:.3} ({} failed)",
             rr.later_turn_cached_share(),
@@ -66,6 +79,7 @@ fn envoy_prefix_cache_keeps_conversations_on_their_engine() {
             p.failed(),
         );
         assert_eq!((rr.failed(), p.failed()), (0, 0));
+        assert_eq!(moved, 0, "every later turn on its conversation's engine");
         assert!(
             p.later_turn_cached_share() > rr.later_turn_cached_share() + 0.3,
             "prefix_cache must keep conversations on the engine holding them"

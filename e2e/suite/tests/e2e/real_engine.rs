@@ -11,7 +11,7 @@ mod verify;
 use ailb_e2e::conversations::{replay, Conversations};
 use ailb_e2e::gateway::{glr_config, Gateway, GatewaySpec, CLUSTER, ROUTE};
 use ailb_e2e::llama::{exclusive, fleet, EngineConfig};
-use ailb_e2e::real::{loads, tally, LONG};
+use ailb_e2e::real::{loads, placement, tally, LONG};
 use ailb_e2e::redis::{counts, Counts};
 use ailb_e2e::streams::{hold, Held};
 use ailb_testkit::{wait_until, Options, RedisServer};
@@ -64,6 +64,8 @@ fn prefix_cache_keeps_conversations_on_their_engine() {
         ))
         .unwrap();
         let p = replay(&gw.url, &cfg, &[]);
+        let (placed, moved) = placement(&p);
+        eprintln!("placed {placed:?}, later turns moved {moved}");
         eprintln!(
             "seed {seed}: rr {:.3} ({} failed) px {:.3} ({} failed) p50 rr {:?} px {:?}",
             rr.later_turn_cached_share(),
@@ -78,8 +80,11 @@ fn prefix_cache_keeps_conversations_on_their_engine() {
             p.later_turn_cached_share() > rr.later_turn_cached_share() + 0.3,
             "prefix_cache must keep conversations on the engine holding them"
         );
+        assert_eq!(moved, 0, "every later turn on its conversation's engine");
+        // Before the gateway is killed: a release still on its way would be lost with it.
+        let left = settle(redis.port, Duration::from_secs(5));
+        assert!(left.is_zero(), "{left:?}");
     }
-    assert!(settle(redis.port, Duration::from_secs(5)).is_zero());
 }
 
 /// Held streams one after another: each goes to the engine with the fewest, so 6 make 2 on
