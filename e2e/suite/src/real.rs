@@ -98,17 +98,32 @@ pub fn short_chat(tag: &str) -> Value {
         "messages": [{"role": "user", "content": format!("{tag}: a short question")}]})
 }
 
-/// `n` short chats through `gateway`, one every `every`: what follows a fault, spread over
-/// more than a failed request's held count (`failurePenaltyMs`, 1 s), which keeps picks off a
-/// dead engine meanwhile, so failure memory meets it again.
-pub fn trickle(gateway: &str, debug_header: &str, n: usize, every: Duration) -> Vec<Answer> {
-    (0..n)
-        .map(|i| {
-            let a = ask(gateway, debug_header, &short_chat(&format!("after {i}")));
-            std::thread::sleep(every);
-            a
-        })
-        .collect()
+/// Short chats through `gateway`, one every 150 ms, until `ejected()` says failure memory
+/// ejected an engine (at most 60), then 10 more: what follows a fault. Spread out, as a
+/// failed request's count is held on its engine (`failurePenaltyMs`, 1 s) and keeps picks off
+/// it meanwhile, so failure memory only meets a dead engine again after that. Returns the
+/// answers and how many came before the ejection was seen.
+pub fn until_ejected(
+    gateway: &str,
+    debug_header: &str,
+    ejected: &dyn Fn() -> bool,
+) -> (Vec<Answer>, usize) {
+    let mut answers = Vec::new();
+    let mut before = None;
+    while answers.len() < before.unwrap_or(60) + 10 {
+        if before.is_none() && ejected() {
+            before = Some(answers.len());
+        }
+        let n = answers.len();
+        answers.push(ask(
+            gateway,
+            debug_header,
+            &short_chat(&format!("after {n}")),
+        ));
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    let before = before.unwrap_or(answers.len());
+    (answers, before)
 }
 
 /// Conversation `c` at `turns` user turns: its own system prompt, fixed answers (what the

@@ -7,7 +7,7 @@
 use ailb_e2e::conversations::{replay, Conversations};
 use ailb_e2e::envoy::Envoy;
 use ailb_e2e::llama::{exclusive, fleet, Engine, EngineConfig};
-use ailb_e2e::real::{ask, loads, placement, short_chat, tally, trickle, LONG};
+use ailb_e2e::real::{ask, loads, placement, short_chat, tally, until_ejected, LONG};
 use ailb_e2e::real_verify::{restarted_engine_is_found_out, roomy};
 use ailb_e2e::streams::{hold, Held};
 use ailb_testkit::wait_until;
@@ -182,8 +182,9 @@ fn envoy_an_engine_killed_mid_stream_is_cut_forgotten_and_avoided() {
     live[dead] = 0.0;
     assert_eq!(loads(&engines), live);
     drop(held);
-    // Spread over 3 s, past the failed try's held count (1 s): ejected, it is not chosen again.
-    let answers = trickle(&envoy.url, DEBUG, 20, Duration::from_millis(150));
+    // The refusal Envoy's retry went around ejects the dead engine at once: chosen once.
+    let (answers, before) =
+        until_ejected(&envoy.url, DEBUG, &|| envoy.stat("ai_lb.eject.ejected") > 0);
     let chosen_dead: Vec<usize> = (0..answers.len())
         .filter(|&i| answers[i].endpoint == a[dead])
         .collect();
@@ -191,7 +192,12 @@ fn envoy_an_engine_killed_mid_stream_is_cut_forgotten_and_avoided() {
     eprintln!("envoy after: chosen dead {chosen_dead:?}, pod_down {pod_down}, ejected {ejected}");
     assert!(answers.iter().all(|x| x.status == 200), "{answers:?}");
     assert!(answers.iter().all(|x| x.prompt_tokens > 0), "{answers:?}");
+    assert!(before < 60, "not ejected");
     assert_eq!(chosen_dead.len(), 1, "chosen dead: {chosen_dead:?}");
+    assert!(
+        chosen_dead[0] < before,
+        "{chosen_dead:?}, ejected at {before}"
+    );
     assert_eq!(ejected, 1);
     assert_eq!(pod_down as usize, chosen_dead.len());
     // The failed request's count is held failurePenaltyMs (1 s) before the pool is full again.
