@@ -20,10 +20,12 @@ pub const CONVERSATIONS: usize = 48;
 
 /// Engines with a slot for every conversation they may hold (a slot keeps its last prompt;
 /// `--cache-ram 0` keeps nothing else), 768 tokens each: a conversation's fourth turn is ~320.
+/// 40: the first turns split 48 up to 30 / 18 (measured), and an engine given more
+/// conversations than slots would answer short with no restart.
 pub fn roomy() -> EngineConfig {
     EngineConfig {
-        slots: 32,
-        context: 32 * 768,
+        slots: 40,
+        context: 40 * 768,
         threads: 1,
     }
 }
