@@ -79,7 +79,7 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Starts one engine named `name` and waits until `/health` answers 200 (at most 30 s).
+    /// Starts one engine named `name` on a free port; waits until `/health` answers 200.
     pub fn start(name: &str, art: &Artifacts, cfg: &EngineConfig) -> anyhow::Result<Engine> {
         let mut engine = Engine {
             name: name.to_string(),
@@ -100,6 +100,8 @@ impl Engine {
         self.spawn()
     }
 
+    /// Starts the process on the engine's address and waits until `/health` answers 200 (at
+    /// most 30 s).
     fn spawn(&mut self) -> anyhow::Result<()> {
         let (name, cfg) = (self.name.clone(), &self.cfg);
         let port = self.addr.rsplit(':').next().unwrap_or_default().to_string();
@@ -115,13 +117,12 @@ impl Engine {
             .stderr(Stdio::null())
             .spawn()?;
         self.child = Some(child);
-        let engine = self;
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if matches!(engine.get("/health"), Ok((200, _))) {
+            if matches!(self.get("/health"), Ok((200, _))) {
                 return Ok(());
             }
-            if let Some(c) = engine.child.as_mut() {
+            if let Some(c) = self.child.as_mut() {
                 if let Some(status) = c.try_wait()? {
                     anyhow::bail!("llama-server {name} exited at start: {status}");
                 }

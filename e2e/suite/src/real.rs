@@ -50,10 +50,11 @@ pub fn placement(r: &Replay) -> (BTreeMap<String, usize>, usize) {
 
 /// Judges prefix_cache against round robin on the same conversations from the engines'
 /// `cached_tokens`: (prefix_cache, round robin) later-turn cached shares, one pair per seed.
-/// Measured over 3 runs × 3 seeds × both builds: prefix_cache 0.854-0.865 (the rest is each
-/// turn's new question and the answer before it), round robin 0.27-0.52 (whichever engine
-/// still holds an earlier turn; it varies with the order the conversations interleave), so
-/// each seed's gap at least 0.338 and the mean gap at least 0.417.
+/// Measured over 5 runs × 3 seeds: prefix_cache 0.854-0.866 in both builds (the rest is each
+/// turn's new question and the answer before it); round robin, whichever engine still holds
+/// an earlier turn, varying with how the conversations interleave: 0.21-0.52 behind the
+/// emulator (2 slots an engine), 0.30-0.52 behind Envoy (8 slots), mean 0.42 there. Each
+/// seed's gap was at least 0.338, the mean of 3 at least 0.396.
 pub fn judge_cached_shares(shares: &[(f64, f64)]) {
     for &(px, rr) in shares {
         assert!(px >= 0.8, "prefix_cache cached only {px:.3}: {shares:?}");
@@ -61,7 +62,7 @@ pub fn judge_cached_shares(shares: &[(f64, f64)]) {
     }
     let n = shares.len().max(1) as f64;
     let gap = shares.iter().map(|(px, rr)| px - rr).sum::<f64>() / n;
-    assert!(gap > 0.35, "mean gap {gap:.3}: {shares:?}");
+    assert!(gap > 0.3, "mean gap {gap:.3}: {shares:?}");
 }
 
 /// One answered request: status, the debug header's `endpoint=` and `reason=`, usage.
