@@ -10,9 +10,12 @@ pub mod envoy;
 pub mod gateway;
 pub mod llama;
 pub mod metrics;
+pub mod real;
+pub mod real_verify;
 pub mod redis;
 pub mod redis_cluster;
 pub mod storm;
+pub mod streams;
 
 use std::path::PathBuf;
 

@@ -72,16 +72,43 @@ pub struct Engine {
     pub name: String,
     pub addr: String,
     child: Option<Child>,
+    /// What it was started with, to start it again on the same port ([`Engine::restart`]).
+    server: PathBuf,
+    model: PathBuf,
+    cfg: EngineConfig,
 }
 
 impl Engine {
-    /// Starts one engine named `name` and waits until `/health` answers 200 (at most 30 s).
+    /// Starts one engine named `name` on a free port; waits until `/health` answers 200.
     pub fn start(name: &str, art: &Artifacts, cfg: &EngineConfig) -> anyhow::Result<Engine> {
-        let port = free_port();
-        let child = Command::new(&art.server)
+        let mut engine = Engine {
+            name: name.to_string(),
+            addr: format!("127.0.0.1:{}", free_port()),
+            child: None,
+            server: art.server.clone(),
+            model: art.model.clone(),
+            cfg: cfg.clone(),
+        };
+        engine.spawn()?;
+        Ok(engine)
+    }
+
+    /// Kills the engine and starts it again on the same address, as a pod whose engine
+    /// restarted: the same endpoint, every slot's cache empty.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        self.kill();
+        self.spawn()
+    }
+
+    /// Starts the process on the engine's address and waits until `/health` answers 200 (at
+    /// most 30 s).
+    fn spawn(&mut self) -> anyhow::Result<()> {
+        let (name, cfg) = (self.name.clone(), &self.cfg);
+        let port = self.addr.rsplit(':').next().unwrap_or_default().to_string();
+        let child = Command::new(&self.server)
             .args(["-m"])
-            .arg(&art.model)
-            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .arg(&self.model)
+            .args(["--host", "127.0.0.1", "--port", &port])
             .args(["--metrics", "--cache-ram", "0", "--no-webui"])
             .args(["-np", &cfg.slots.to_string()])
             .args(["-c", &cfg.context.to_string()])
@@ -89,17 +116,13 @@ impl Engine {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()?;
-        let mut engine = Engine {
-            name: name.to_string(),
-            addr: format!("127.0.0.1:{port}"),
-            child: Some(child),
-        };
+        self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if matches!(engine.get("/health"), Ok((200, _))) {
-                return Ok(engine);
+            if matches!(self.get("/health"), Ok((200, _))) {
+                return Ok(());
             }
-            if let Some(c) = engine.child.as_mut() {
+            if let Some(c) = self.child.as_mut() {
                 if let Some(status) = c.try_wait()? {
                     anyhow::bail!("llama-server {name} exited at start: {status}");
                 }
@@ -150,6 +173,13 @@ impl Engine {
         })
     }
 
+    /// Requests the engine holds: running in a slot plus waiting for one (0 when the page
+    /// does not answer, as a dead engine holds nothing).
+    pub fn load(&self) -> f64 {
+        self.metric("llamacpp:requests_processing").unwrap_or(0.0)
+            + self.metric("llamacpp:requests_deferred").unwrap_or(0.0)
+    }
+
     /// Kills the engine at once (SIGKILL), as a crashed pod.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -163,6 +193,14 @@ impl Drop for Engine {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Held by each real-engine test for its whole run: the engines decode on the CPU, and two
+/// tests' engines sharing 2 cores would slow each other's streams past the timings the tests
+/// bound (a poisoned lock, a test that failed, does not stop the others).
+pub fn exclusive() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// `n` engines named `engine-<i>`, started together.

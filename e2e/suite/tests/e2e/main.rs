@@ -17,6 +17,7 @@ mod envoy_failure_memory;
 mod envoy_prefix;
 mod envoy_prefix_verify;
 mod envoy_queue;
+mod envoy_real_engine;
 mod envoy_session_prefix;
 mod failure_memory;
 mod fairness;
