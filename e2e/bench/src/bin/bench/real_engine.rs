@@ -22,9 +22,11 @@ const SEEDS: [u64; 3] = [1, 2, 3];
 const ENGINES: usize = 3;
 const SLOTS: usize = 2;
 
-/// llama-server now and then resets a kept-alive connection the gateway reuses ("upstream
-/// connect error or disconnect/reset before headers"); the route retries such a request once,
-/// as an Envoy route in front of it would be told to. Retries are counted on stderr.
+/// llama-server closes its connection after every streamed answer without saying so
+/// (docs/real-engines.md): a request the gateway's pool sends on it at that instant is reset
+/// before its headers ("upstream connect error or disconnect/reset before headers"); the route
+/// retries such a request once, as an Envoy route in front of it would be told to. Retries are
+/// counted on stderr.
 static RETRY: std::sync::LazyLock<serde_json::Value> =
     std::sync::LazyLock::new(|| json!({"retry_on": "reset,connect-failure", "num_retries": 1}));
 

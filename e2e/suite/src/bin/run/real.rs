@@ -35,8 +35,9 @@ pub fn start(policy: Policy) -> anyhow::Result<Demo> {
         "serviceFQDN": "redis.static", "servicePort": bed.redis.port, "debugHeader": DEBUG}});
     let mut spec = GatewaySpec::new("gw-1", bed.redis.port, &addrs, Some(config.clone()));
     spec.log_level = "info".into();
-    // llama-server now and then resets a kept-alive connection the gateway reuses: the route
-    // retries such a request once, as an Envoy route in front of it would.
+    // llama-server closes its connection after every streamed answer without saying so
+    // (docs/real-engines.md): a request the pool sends on it at that instant is reset before
+    // its headers, so the route retries a reset once, as an Envoy route in front of it would.
     spec.retry_policy = Some(json!({"retry_on": "reset,connect-failure", "num_retries": 1}));
     let gateway = Gateway::start(&spec)?;
     Ok(Demo {
