@@ -41,6 +41,27 @@ impl Prediction {
             tokens_but_last: at(blocks - 1),
         }
     }
+
+    /// The prediction in the engine's tokens: the plugin counts [`BYTES_PER_TOKEN`] bytes a
+    /// token, the engine's tokenizer may not (on the real-engine tests' English words llama.cpp
+    /// counted about a fifth fewer, so every hit read as a mild shortfall; docs/real-engines.md).
+    /// Each answer says how many tokens the engine made of the whole prompt, so the prediction
+    /// is scaled by that over the plugin's `estimated` count of the same prompt. A ratio past
+    /// 4× either way is no tokenizer's: the prediction is kept as it is.
+    pub fn in_engine_tokens(self, estimated: u64, engine_prompt: u64) -> Prediction {
+        if estimated == 0 || engine_prompt == 0 {
+            return self;
+        }
+        let ratio = engine_prompt as f64 / estimated as f64;
+        if !(0.25..=4.0).contains(&ratio) {
+            return self;
+        }
+        let scale = |t: u64| (t as f64 * ratio).round() as u64;
+        Prediction {
+            tokens: scale(self.tokens),
+            tokens_but_last: scale(self.tokens_but_last),
+        }
+    }
 }
 
 /// The largest KV block an engine caches in, tokens: vLLM's default `block_size` is 16, some
@@ -130,6 +151,30 @@ impl Watch {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_prediction_is_scaled_to_the_engines_tokens() {
+        let p = Prediction {
+            tokens: 1000,
+            tokens_but_last: 900,
+        };
+        // The engine counted 800 tokens where the plugin estimated 1000: a whole hit of 800
+        // cached tokens is as predicted once scaled, a mild shortfall without.
+        assert_eq!(judge(p, 800), Shortfall::Mild);
+        let scaled = p.in_engine_tokens(1250, 1000);
+        assert_eq!((scaled.tokens, scaled.tokens_but_last), (800, 720));
+        assert_eq!(judge(scaled, 790), Shortfall::None);
+        assert_eq!(judge(scaled, 300), Shortfall::Severe);
+        // Nothing to scale by, or no tokenizer's ratio: unchanged.
+        assert_eq!(p.in_engine_tokens(0, 1000), p);
+        assert_eq!(p.in_engine_tokens(1000, 0), p);
+        assert_eq!(p.in_engine_tokens(1000, 5000), p);
+        assert_eq!(p.in_engine_tokens(1000, 200), p);
+        assert_eq!(
+            Prediction::default().in_engine_tokens(10, 20),
+            Prediction::default()
+        );
+    }
+
     use super::*;
 
     #[test]

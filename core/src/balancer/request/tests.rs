@@ -438,7 +438,7 @@ fn verified_pick(config: &Rc<RouteConfig>) -> Box<dyn Pick> {
         .expect("an endpoint pick")
         .clone();
     p.wrap = Some(Box::new(VerifyReply {
-        expect: Expect::new(vec![100, 200], true, redis_index(config)),
+        expect: Expect::new(vec![100, 200], 50, true, redis_index(config)),
         flushes: Rc::default(),
         body: Some(b"{\"stream_options\":{\"include_usage\":true}}".to_vec()),
     }));
@@ -508,7 +508,7 @@ fn local_holding(config: &Rc<RouteConfig>, verified: bool) -> Box<dyn Holding> {
     if !verified {
         return Box::new(lease);
     }
-    let expect = Expect::new(vec![100, 200], false, redis_index(config));
+    let expect = Expect::new(vec![100, 200], 50, false, redis_index(config));
     let how = (Rc::default(), Corrects::Redis);
     Box::new(Verified::new(
         Box::new(lease),

@@ -91,6 +91,11 @@ fn prefix_cache_demo_on_real_engines() {
     assert_eq!(counter(&text, "ai_lb.prefix.routed"), 64, "{text}");
     assert_eq!(counter(&text, "ai_lb.prefix.fallback"), 0, "{text}");
     assert_eq!(counter(&text, "ai_lb.prefix.verify_no_usage"), 0, "{text}");
+    // Every conversation fits the engines' slots, so every hit is held whole: judged in the
+    // engine's own tokens, none reads as a shortfall (before the prediction was scaled to
+    // them, all 48 read as mild ones).
+    assert_eq!(counter(&text, "ai_lb.prefix.shortfall_mild"), 0, "{text}");
+    assert_eq!(counter(&text, "ai_lb.prefix.shortfall"), 0, "{text}");
     let share: f64 = text
         .lines()
         .find_map(|l| l.split("later turns' prompt tokens cached ").nth(1))

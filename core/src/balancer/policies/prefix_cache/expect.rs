@@ -17,6 +17,10 @@ pub struct Expect {
     pub injected: bool,
     /// How many of the prompt's blocks the pick matched (Redis: known at its reply).
     pub matched: Option<usize>,
+    /// The whole prompt's tokens as the plugin estimates them (`PromptTokens::total`): with
+    /// the engine's own count from the answer, it converts the prediction into the engine's
+    /// tokens (`verify::Prediction::in_engine_tokens`).
+    pub estimated_prompt_tokens: u64,
     pub index: Index,
 }
 
@@ -39,11 +43,17 @@ pub enum Index {
 }
 
 impl Expect {
-    pub fn new(prefix_bytes: Vec<u64>, injected: bool, index: Index) -> Expect {
+    pub fn new(
+        prefix_bytes: Vec<u64>,
+        estimated_prompt_tokens: u64,
+        injected: bool,
+        index: Index,
+    ) -> Expect {
         Expect {
             prefix_bytes,
             injected,
             matched: None,
+            estimated_prompt_tokens,
             index,
         }
     }

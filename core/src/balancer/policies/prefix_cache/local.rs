@@ -238,6 +238,7 @@ fn decide(
             if settings.verify && !read.prefix_bytes.is_empty() {
                 let mut e = Expect::new(
                     read.prefix_bytes.clone(),
+                    read.tokens.total,
                     with_usage.is_some(),
                     Index::Local {
                         keys: keys.clone(),

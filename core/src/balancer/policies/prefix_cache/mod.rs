@@ -117,7 +117,12 @@ fn decide(
                     anchor: anchor_of(canon.blocks(), settings.anchor),
                 };
                 verify = Some(Box::new(VerifyReply {
-                    expect: Expect::new(canon.prefix_bytes(), body.is_some(), index),
+                    expect: Expect::new(
+                        canon.prefix_bytes(),
+                        chain.prompt_tokens,
+                        body.is_some(),
+                        index,
+                    ),
                     flushes: flushes.clone(),
                     body,
                 }) as Box<dyn least_request::pick::Wrap>);

@@ -20,7 +20,6 @@ use crate::balancer::events::Placement;
 use crate::balancer::holding::{Holding, Outcome, ReadResponse, Services};
 use crate::balancer::pick::{Lease, PickReply};
 use crate::balancer::policies::least_request::pick::Wrap;
-use crate::config::BYTES_PER_TOKEN;
 use crate::host::{Host, LogLevel};
 use crate::redis::scripts::SessionState;
 use crate::stats::Counter;
@@ -76,7 +75,8 @@ impl Verified {
             return;
         };
         let e = &self.expect;
-        let predicted = Prediction::at(&e.prefix_bytes, e.matched.unwrap_or(0));
+        let predicted = Prediction::at(&e.prefix_bytes, e.matched.unwrap_or(0))
+            .in_engine_tokens(e.estimated_prompt_tokens, usage.prompt_tokens);
         let (host, tel) = (&mut *svc.host, &mut *svc.tel);
         tel.inc(host, Counter::PrefixVerified);
         let as_i64 = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
@@ -113,10 +113,9 @@ impl Verified {
             predicted: predicted.tokens > 0,
             verdict,
             cached_tokens: usage.cached_tokens,
-            preamble_tokens: e
-                .prefix_bytes
-                .get(anchor)
-                .map_or(0, |b| b / BYTES_PER_TOKEN),
+            preamble_tokens: Prediction::at(&e.prefix_bytes, anchor)
+                .in_engine_tokens(e.estimated_prompt_tokens, usage.prompt_tokens)
+                .tokens,
             now_ms: host.now_ms(),
         };
         let emptied = match self.flushes.try_borrow_mut() {
