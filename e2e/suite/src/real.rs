@@ -5,14 +5,38 @@
 use crate::conversations::Replay;
 use crate::gateway::http;
 use crate::llama::{usage, Engine};
+use crate::streams::Held;
+use ailb_testkit::wait_until;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Streamed answers long enough to outlast a test's look at them: ~3 ms a token on one
 /// thread alone (measured 2.7), so at least 10 s, and within a 4096-token slot with the
 /// prompt (EngineConfig::default: 8192 over 2 slots).
 pub const LONG: u64 = 3_800;
+
+/// Drops the client of `held` (a [`LONG`] answer streaming from `engine`, alone on it) and
+/// checks that the engine cancelled its task: its slot freed within a second, where the answer
+/// would have run 10 s more, and under half of its tokens generated.
+pub fn abort_cancels(engine: &Engine, held: Held, tag: &str) {
+    let left = Instant::now();
+    drop(held);
+    assert!(
+        wait_until(Duration::from_secs(2), || engine.load() == 0.0),
+        "the engine still generates"
+    );
+    let cancelled = left.elapsed();
+    let predicted = engine
+        .metric("llamacpp:tokens_predicted_total")
+        .unwrap_or(f64::NAN);
+    eprintln!("{tag}: cancelled in {cancelled:?}, {predicted} tokens of {LONG}");
+    assert!(cancelled < Duration::from_secs(1), "{cancelled:?}");
+    assert!(
+        predicted < LONG as f64 / 2.0,
+        "{predicted} tokens generated"
+    );
+}
 
 /// Each engine's load (running + waiting requests, its own metrics), in `engines`' order.
 pub fn loads(engines: &[Engine]) -> Vec<f64> {

@@ -11,7 +11,7 @@ mod verify;
 use ailb_e2e::conversations::{replay, Conversations};
 use ailb_e2e::gateway::{glr_config, Gateway, GatewaySpec, CLUSTER, ROUTE};
 use ailb_e2e::llama::{exclusive, fleet, EngineConfig};
-use ailb_e2e::real::{judge_cached_shares, loads, placement, tally, LONG};
+use ailb_e2e::real::{abort_cancels, judge_cached_shares, loads, placement, tally, LONG};
 use ailb_e2e::redis::{counts, Counts};
 use ailb_e2e::streams::{hold, Held};
 use ailb_testkit::{wait_until, Options, RedisServer};
@@ -178,20 +178,7 @@ fn a_client_abort_cancels_the_engines_task_and_leaves_no_count() {
         ),
         [1.0]
     );
-    let left = Instant::now();
-    drop(h);
-    assert!(
-        wait_until(Duration::from_secs(2), || engine.load() == 0.0),
-        "the engine still generates"
-    );
-    let cancelled = left.elapsed();
-    let predicted = engine.metric("llamacpp:tokens_predicted_total").unwrap();
-    eprintln!("cancelled in {cancelled:?}, {predicted} tokens of {LONG}");
-    assert!(cancelled < Duration::from_secs(1), "{cancelled:?}");
-    assert!(
-        predicted < LONG as f64 / 2.0,
-        "{predicted} tokens generated"
-    );
+    abort_cancels(engine, h, "emulator");
     assert!(wait_until(Duration::from_secs(2), || gw
         .stat("gateway.client_aborts")
         == 1));
