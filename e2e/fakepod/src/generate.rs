@@ -244,6 +244,9 @@ pub async fn generate_pd(
     }
     let mut run = match prefill(&engine, &p).await {
         Ok(run) => run,
+        // docs/disaggregated-serving.md §1 says only that vLLM's `fail` policy ends the
+        // request "with an error finish reason"; the fake answers it as a server error, 500
+        // (unverified), and an SGLang room that never arrives the same way (unverified).
         Err(msg) => return json_resp(StatusCode::INTERNAL_SERVER_ERROR, error_body(500, &msg)),
     };
     let offered = offer(&p);

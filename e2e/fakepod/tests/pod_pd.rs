@@ -313,3 +313,30 @@ async fn trtllm_context_and_generation() {
     }
     assert_eq!(d.state().pd.unwrap().self_prefill_invalid, 1);
 }
+
+#[tokio::test]
+async fn a_decode_pod_with_a_prefill_lane_pulls_beside_it() {
+    let (p, d) = pair(EngineKind::VllmV1, |c| c.prefill_tokens_per_s = 2_000.0).await;
+    let (_, a) = post(&p, CHAT, &body(1, false, to_p())).await;
+    let kv = &a["kv_transfer_params"];
+    let (s, a) = post(&d, CHAT, &body(2, false, json!({"kv_transfer_params": kv}))).await;
+    assert_eq!(s.status, 200, "{a}");
+    assert!(
+        s.total < Duration::from_millis(100),
+        "not through the lane: {:?}",
+        s.total
+    );
+    let st = d.state();
+    assert_eq!(
+        st.prefix_query_tokens, st.prompt_tokens_total,
+        "looked up once"
+    );
+    // The pulled prompt is now cached on the decode pod: a plain request hits it.
+    let (_, a) = post(&d, CHAT, &body(1, false, json!({}))).await;
+    assert!(
+        a["usage"]["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap()
+            >= 496
+    );
+}
