@@ -1,6 +1,7 @@
 //! Fake pod configuration: defaults, and the `ailb-fakepod` command line.
 
 use crate::args::Args;
+use crate::pd::{flags, PdConfig, Role};
 use anyhow::{bail, Result};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -14,6 +15,9 @@ pub enum EngineKind {
     VllmV0,
     /// SGLang names (`sglang:num_running_reqs`, `sglang:token_usage`, ...).
     Sglang,
+    /// TensorRT-LLM (`trtllm-serve`): only its disaggregated request and answer shapes
+    /// (pd/trtllm.rs); `/metrics` has no engine series (metrics.rs).
+    TrtLlm,
 }
 
 /// Where `/metrics` comes from.
@@ -82,6 +86,13 @@ pub struct PodConfig {
     /// The Responses API's stored responses (responses_store.rs): the pod's own by default,
     /// as vLLM keeps them; pods given one store share it.
     pub responses: crate::responses_store::ResponseStore,
+    /// Prefill, decode or both (docs/disaggregated-serving.md; pd/).
+    pub role: Role,
+    /// Data-parallel ranks behind the pod's one port, each its own queue, lane, cache and
+    /// counters (dp.rs).
+    pub dp_ranks: usize,
+    /// Transfer costs, failure policy and the fabric P/D pods share (pd/mod.rs).
+    pub pd: PdConfig,
 }
 
 impl Default for PodConfig {
@@ -112,6 +123,9 @@ impl Default for PodConfig {
             error_fault: "status:500".into(),
             fault_seed: 0,
             responses: crate::responses_store::ResponseStore::new(),
+            role: Role::Colocated,
+            dp_ranks: 1,
+            pd: PdConfig::default(),
         }
     }
 }
@@ -133,7 +147,7 @@ ailb-fakepod: OpenAI-compatible fake model server
   --name NAME                 pod-a (sent as `x-pod` on every response)
   --pods N --base-name B      run N pods named B-0..B-(N-1) on N ports
   --model NAME                fake-model (served model name / model_name label)
-  --engine vllm|vllm-v0|sglang  metrics dialect (vllm = V1 names)
+  --engine vllm|vllm-v0|sglang|trtllm  dialect (vllm = V1 names)
   --max-running N             8     concurrent requests; the rest queue FIFO
   --block-tokens N            16    tokens per KV block
   --cache-blocks N            4096  prefix-cache LRU capacity in blocks (0 = off)
@@ -156,6 +170,15 @@ ailb-fakepod: OpenAI-compatible fake model server
   --error-fault F             status:500  what those requests get: status:NNN, reset, hang
                                     (no answer for an hour), reset-after-headers
   --fault-seed N              0     seed of the --error-rate draws
+  --role R                    colocated  prefill | decode (docs/test-bed.md, P/D roles)
+  --dp-ranks N                1     data-parallel ranks behind the one port
+  --kv-bytes-per-token N      131072  KV bytes per prompt token (Llama-3.1-8B BF16)
+  --link-bytes-per-s F        12.1e9  KV transfer bandwidth (100 GbE RoCE)
+  --transfer-fails            decode: every KV pull fails
+  --kv-load-failure-policy P  fail  decode after a failed pull: fail | recompute
+  --pin-timeout-us US         480000000  prefill holds unread KV this long
+  --bootstrap-port N          8998  SGLang prefill bootstrap port
+  --bootstrap-timeout-us US   300000000  SGLang decode waits this long for its room
 ";
 
 impl Cli {
@@ -177,6 +200,7 @@ impl Cli {
                         "vllm" | "vllm-v1" => EngineKind::VllmV1,
                         "vllm-v0" => EngineKind::VllmV0,
                         "sglang" => EngineKind::Sglang,
+                        "trtllm" | "tensorrt-llm" => EngineKind::TrtLlm,
                         other => bail!("unknown engine {other:?}"),
                     }
                 }
@@ -210,7 +234,16 @@ impl Cli {
                 "--error-fault" => c.error_fault = a.value(&flag)?,
                 "--fault-seed" => c.fault_seed = a.parse(&flag)?,
                 "--help" | "-h" => bail!("{USAGE}"),
-                other => bail!("unknown flag {other}\n\n{USAGE}"),
+                other => {
+                    let t = flags::Target {
+                        role: &mut c.role,
+                        dp_ranks: &mut c.dp_ranks,
+                        pd: &mut c.pd,
+                    };
+                    if !flags::apply(t, other, &mut a)? {
+                        bail!("unknown flag {other}\n\n{USAGE}")
+                    }
+                }
             }
         }
         if c.max_running == 0 || c.block_tokens == 0 || c.stream_interval == 0 || pods == 0 {
@@ -225,6 +258,7 @@ impl Cli {
         if !(0.0..=1.0).contains(&c.error_rate) {
             bail!("--error-rate must be in [0, 1]");
         }
+        flags::check(c.dp_ranks, &c.pd)?;
         if crate::fault::Fault::parse(&c.error_fault).is_none() {
             bail!("--error-fault: unknown fault `{}`", c.error_fault);
         }
@@ -294,7 +328,22 @@ mod tests {
         assert_eq!(engine.prefill_chunk_tokens, 2048);
         assert!(engine.kv_admission);
         assert_eq!(engine.stream_interval, 8);
+        let pd = parse("--role decode --dp-ranks 2 --engine trtllm --transfer-fails --kv-load-failure-policy recompute --link-bytes-per-s 1e6").unwrap().pod;
+        assert_eq!(
+            (pd.role, pd.dp_ranks, pd.engine),
+            (Role::Decode, 2, EngineKind::TrtLlm)
+        );
+        assert!(pd.pd.transfer_fails);
+        assert_eq!(
+            pd.pd.load_failure_policy,
+            crate::pd::LoadFailurePolicy::Recompute
+        );
+        assert_eq!(pd.pd.link_bytes_per_s, 1e6);
         for bad in [
+            "--role both",
+            "--dp-ranks 0",
+            "--link-bytes-per-s 0",
+            "--kv-load-failure-policy retry",
             "--stream-interval 0",
             "--prefill-tokens-per-s -1",
             "--ttft-multiplier 0.5",

@@ -338,6 +338,7 @@ impl Engine {
             lora_waiting: st.lora_waiting.keys().cloned().collect(),
             restarts: st.restarts,
             started_unix: st.started_unix,
+            ..Snapshot::default()
         }
     }
 

@@ -3,7 +3,9 @@
 
 use crate::body::{json_resp, ChannelBody, RespBody};
 use crate::engine::{Engine, Job, Running};
-use crate::openai::{self, token_text, GenRequest, RespMeta, Usage};
+use crate::openai::{self, error_body, token_text, GenRequest, RespMeta, Usage};
+use crate::pd::prefill::{self as pd_prefill, Offer, Prefilled};
+use crate::pd::request::{Act, PdJob, Produce};
 use crate::tokenize::{block_hashes, tokenize, ApiKind};
 use ailb_core::hash::{fnv1a, FNV_OFFSET};
 use bytes::Bytes;
@@ -31,6 +33,12 @@ struct Plan {
     /// Responses with `store`: the conversation's text after the answer, stored under the
     /// response's id once the answer is complete (responses_store.rs).
     stored: Option<String>,
+    /// The request's prefill or decode side in a disaggregated deployment (pd/).
+    pd: Option<PdJob>,
+    /// The request's number on the pod (TensorRT-LLM `ctx_request_id`).
+    n: u64,
+    /// The canonical prompt, kept only for the P/D side (a prefill pod offers it).
+    prompt: String,
 }
 
 fn plan(engine: &Engine, gen: &GenRequest, n: u64) -> Plan {
@@ -79,6 +87,9 @@ fn plan(engine: &Engine, gen: &GenRequest, n: u64) -> Plan {
         include_usage: gen.include_usage,
         arrived: Instant::now(),
         stored,
+        pd: None,
+        n,
+        prompt: String::new(),
     }
 }
 
@@ -97,8 +108,21 @@ fn out_tokens_of(cfg: &crate::config::PodConfig, gen: &GenRequest) -> u64 {
 
 /// Queue, then prefill: sleeps for the uncached part of the prompt and caches its blocks.
 /// With a prefill lane the lookup, the prefill and the commit happen at the lane's head, one
-/// request at a time (lane.rs).
-async fn prefill(engine: &Arc<Engine>, p: &Plan) -> Running {
+/// request at a time (lane.rs). A decode pod given a prefill pod's parameters pulls the KV
+/// instead (pd/decode.rs); `Err` is then a failed pull's message.
+async fn prefill(engine: &Arc<Engine>, p: &Plan) -> Result<Running, String> {
+    if let Some(PdJob {
+        rank,
+        act: Act::Consume(pull),
+    }) = &p.pd
+    {
+        return crate::pd::decode::prefill_pulled(engine, &p.job, &p.hashes, rank, pull).await;
+    }
+    Ok(prefill_here(engine, p).await)
+}
+
+/// The prefill lane's or the per-token prefill of [`prefill`].
+async fn prefill_here(engine: &Arc<Engine>, p: &Plan) -> Running {
     let mut run = engine.admit(&p.job).await;
     // A slow-to-first-token service: prefill and the first decode step (which follows at
     // once) take `ttft_multiplier` times as long.
@@ -155,7 +179,54 @@ fn micros(d: Duration) -> u64 {
 /// Serves one parsed completion request (`n` numbers it for the response id): streamed as SSE
 /// or as one JSON body.
 pub async fn generate(engine: Arc<Engine>, gen: GenRequest, n: u64) -> Response<RespBody> {
-    let p = plan(&engine, &gen, n);
+    generate_pd(engine, gen, n, None).await
+}
+
+/// The prefill side's offer, once its prompt is prefilled: what the answer then names.
+fn offer(p: &Plan) -> Option<(Produce, Offer)> {
+    let PdJob {
+        rank,
+        act: Act::Produce(produce),
+    } = p.pd.as_ref()?
+    else {
+        return None;
+    };
+    let offer = pd_prefill::offer(rank, produce, &prefilled(p));
+    Some((produce.clone(), offer))
+}
+
+fn prefilled(p: &Plan) -> Prefilled<'_> {
+    Prefilled {
+        request_id: &p.meta.id,
+        seq: p.n,
+        prompt: &p.prompt,
+        prompt_tokens: p.job.prompt_tokens,
+        block_hashes: &p.hashes,
+        first_token: token_text(p.seed, 0),
+    }
+}
+
+/// [`generate`] with the request's P/D side, if any.
+pub async fn generate_pd(
+    engine: Arc<Engine>,
+    mut gen: GenRequest,
+    n: u64,
+    pd: Option<PdJob>,
+) -> Response<RespBody> {
+    // An SGLang prefill server and a TensorRT-LLM context_only request make exactly one
+    // token (§2, §4); vLLM's prefill makes what `max_tokens` asks (the proxy sends 1).
+    if let Some(PdJob {
+        act: Act::Produce(Produce::Sglang { .. } | Produce::Trt { .. }),
+        ..
+    }) = &pd
+    {
+        gen.max_tokens = Some(1);
+    }
+    let mut p = plan(&engine, &gen, n);
+    if pd.is_some() {
+        p.prompt = gen.prompt.clone();
+    }
+    p.pd = pd;
     if gen.stream {
         let (tx, body) = ChannelBody::pair(64);
         tokio::spawn(async move {
@@ -171,7 +242,14 @@ pub async fn generate(engine: Arc<Engine>, gen: GenRequest, n: u64) -> Response<
         h.insert("cache-control", HeaderValue::from_static("no-cache"));
         return r;
     }
-    let mut run = prefill(&engine, &p).await;
+    let mut run = match prefill(&engine, &p).await {
+        Ok(run) => run,
+        // docs/disaggregated-serving.md §1 says only that vLLM's `fail` policy ends the
+        // request "with an error finish reason"; the fake answers it as a server error, 500
+        // (unverified), and an SGLang room that never arrives the same way (unverified).
+        Err(msg) => return json_resp(StatusCode::INTERNAL_SERVER_ERROR, error_body(500, &msg)),
+    };
+    let offered = offer(&p);
     let mut deadline = Instant::now();
     let mut text = String::new();
     let mut ttft = Duration::ZERO;
@@ -190,7 +268,14 @@ pub async fn generate(engine: Arc<Engine>, gen: GenRequest, n: u64) -> Response<
         cached: run.hit_tokens,
         timing: Some((micros(ttft), micros(run.queue_wait))),
     };
-    let mut r = json_resp(StatusCode::OK, p.meta.full(&text, usage));
+    let mut body = p.meta.full(&text, usage);
+    if let (Some((produce, offer)), Some(job)) = (&offered, &p.pd) {
+        if let Ok(mut v) = serde_json::from_str::<serde_json::Value>(&body) {
+            pd_prefill::decorate(&job.rank, produce, &prefilled(&p), offer, &mut v);
+            body = v.to_string();
+        }
+    }
+    let mut r = json_resp(StatusCode::OK, body);
     let h = r.headers_mut();
     h.insert(
         "x-fake-queue-us",
@@ -205,7 +290,27 @@ async fn stream_tokens(
     p: &Plan,
     tx: &mpsc::Sender<Result<Bytes, std::io::Error>>,
 ) {
-    let mut run = prefill(engine, p).await;
+    let mut run = match prefill(engine, p).await {
+        Ok(run) => run,
+        Err(msg) => {
+            // Headers are out: the error goes as an event, as vLLM streams one.
+            let event = format!("data: {}\n\n{}", error_body(500, &msg), openai::DONE);
+            let _ = tx.send(Ok(event.into())).await;
+            return;
+        }
+    };
+    // Only SGLang's prefill offers KV to a streamed request: its decode pod finds it by room.
+    // vLLM's and TensorRT-LLM's proxies ask prefill pods for non-streamed answers (§1, §2),
+    // the only kind that can carry the parameters.
+    if matches!(
+        &p.pd,
+        Some(PdJob {
+            act: Act::Produce(Produce::Sglang { .. }),
+            ..
+        })
+    ) {
+        let _ = offer(p);
+    }
     let mut usage = Usage {
         prompt: p.job.prompt_tokens,
         completion: p.out_tokens,

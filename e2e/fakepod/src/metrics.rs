@@ -10,22 +10,40 @@ use crate::engine::Snapshot;
 use std::fmt::Write;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+pub use crate::promtext::parse_text;
+
 /// Junk served by `--metrics-garbage`: not Prometheus text by any reading.
 pub const GARBAGE: &str =
     "<html>\x00\x01 not metrics {{{ vllm:num_requests_running{model_name=\"x\" NaNaN\n}}}\n";
 
+/// The page being written: families in first-use order, each with its samples (one per rank
+/// when the pod has several).
+#[derive(Default)]
 struct Out {
-    text: String,
+    families: Vec<(String, String, String)>,
+    current: usize,
 }
 
 impl Out {
     fn family(&mut self, name: &str, kind: &str, help: &str) {
-        let _ = writeln!(self.text, "# HELP {name} {help}");
-        let _ = writeln!(self.text, "# TYPE {name} {kind}");
+        if let Some(i) = self.families.iter().position(|f| f.0 == name) {
+            self.current = i;
+            return;
+        }
+        let head = format!("# HELP {name} {help}\n# TYPE {name} {kind}\n");
+        self.families.push((name.to_string(), head, String::new()));
+        self.current = self.families.len() - 1;
+    }
+
+    /// A line of the current family.
+    fn line(&mut self, line: std::fmt::Arguments<'_>) {
+        if let Some(f) = self.families.get_mut(self.current) {
+            let _ = writeln!(f.2, "{line}");
+        }
     }
 
     fn sample(&mut self, name: &str, labels: &str, value: f64) {
-        let _ = writeln!(self.text, "{name}{{{labels}}} {}", fmt_value(value));
+        self.line(format_args!("{name}{{{labels}}} {}", fmt_value(value)));
     }
 
     fn gauge(&mut self, name: &str, help: &str, labels: &str, value: f64) {
@@ -37,6 +55,13 @@ impl Out {
     fn counter(&mut self, name: &str, help: &str, labels: &str, value: f64) {
         self.family(name, "counter", help);
         self.sample(&format!("{name}_total"), labels, value);
+    }
+
+    fn text(self) -> String {
+        self.families
+            .into_iter()
+            .map(|(_, head, samples)| head + &samples)
+            .collect()
     }
 }
 
@@ -64,13 +89,25 @@ fn now_secs() -> f64 {
 
 /// Renders live metrics for `snap` in the configured dialect.
 pub fn render(cfg: &PodConfig, snap: &Snapshot) -> String {
-    let mut o = Out {
-        text: String::new(),
-    };
+    render_ranks(cfg, std::slice::from_ref(snap))
+}
+
+/// Renders the metrics of a pod's ranks (dp.rs), one series per rank labelled as the engine
+/// labels them (docs/disaggregated-serving.md §5): vLLM `engine="<rank>"`, SGLang
+/// `dp_rank="<rank>"` (only with more than one rank, as SGLang adds it only with DP).
+/// TensorRT-LLM: no engine series at all; the fake models only its disaggregated request
+/// shapes, so a router must not count on its metrics.
+pub fn render_ranks(cfg: &PodConfig, snaps: &[Snapshot]) -> String {
+    let mut o = Out::default();
     let model = esc(&cfg.served_model_name);
-    match cfg.engine {
-        EngineKind::VllmV1 | EngineKind::VllmV0 => render_vllm(&mut o, cfg, snap, &model),
-        EngineKind::Sglang => render_sglang(&mut o, cfg, snap, &model),
+    let dp = snaps.len() > 1;
+    for (rank, snap) in snaps.iter().enumerate() {
+        let r = Ranked { rank, dp };
+        match cfg.engine {
+            EngineKind::VllmV1 | EngineKind::VllmV0 => render_vllm(&mut o, cfg, snap, &model, r),
+            EngineKind::Sglang => render_sglang(&mut o, cfg, snap, &model, r),
+            EngineKind::TrtLlm => {}
+        }
     }
     // prometheus_client's process collector, which both engines' servers expose: a restart
     // (`/admin/restart`) moves it.
@@ -79,14 +116,24 @@ pub fn render(cfg: &PodConfig, snap: &Snapshot) -> String {
         "gauge",
         "Start time of the process since unix epoch in seconds.",
     );
-    let _ = writeln!(o.text, "process_start_time_seconds {}", snap.started_unix);
-    o.text
+    let started = snaps.first().map_or(0.0, |s| s.started_unix);
+    o.line(format_args!("process_start_time_seconds {started}"));
+    o.text()
 }
 
-fn render_vllm(o: &mut Out, cfg: &PodConfig, s: &Snapshot, model: &str) {
+/// Which rank's series are being written, and whether the pod has several.
+#[derive(Clone, Copy)]
+struct Ranked {
+    rank: usize,
+    dp: bool,
+}
+
+fn render_vllm(o: &mut Out, cfg: &PodConfig, s: &Snapshot, model: &str, r: Ranked) {
     let v1 = cfg.engine == EngineKind::VllmV1;
-    let l = if v1 {
-        format!("engine=\"0\",model_name=\"{model}\"")
+    // V0 had no DP server; its ranks are labelled as V1 labels them.
+    let engine = r.rank;
+    let l = if v1 || r.dp {
+        format!("engine=\"{engine}\",model_name=\"{model}\"")
     } else {
         format!("model_name=\"{model}\"")
     };
@@ -158,7 +205,11 @@ fn render_vllm(o: &mut Out, cfg: &PodConfig, s: &Snapshot, model: &str) {
         s.generation_tokens_total as f64,
     );
     // cache_config_info has no model_name (an Info metric); V1 adds the engine label.
-    let engine_label = if v1 { "engine=\"0\"," } else { "" };
+    let engine_label = if v1 || r.dp {
+        format!("engine=\"{engine}\",")
+    } else {
+        String::new()
+    };
     o.gauge(
         "vllm:cache_config_info",
         "Information of the LLMEngine CacheConfig",
@@ -174,7 +225,8 @@ fn render_vllm(o: &mut Out, cfg: &PodConfig, s: &Snapshot, model: &str) {
         ),
         1.0,
     );
-    if !cfg.lora_adapters.is_empty() {
+    // One adapter series per pod (it has no engine label): the first rank's.
+    if !cfg.lora_adapters.is_empty() && r.rank == 0 {
         // Value is the wall-clock time of the update, exactly like vLLM's set_to_current_time().
         o.gauge(
             "vllm:lora_requests_info",
@@ -190,8 +242,13 @@ fn render_vllm(o: &mut Out, cfg: &PodConfig, s: &Snapshot, model: &str) {
     }
 }
 
-fn render_sglang(o: &mut Out, cfg: &PodConfig, s: &Snapshot, model: &str) {
-    let l = format!("model_name=\"{model}\"");
+fn render_sglang(o: &mut Out, cfg: &PodConfig, s: &Snapshot, model: &str, r: Ranked) {
+    let dp = if r.dp {
+        format!(",dp_rank=\"{}\"", r.rank)
+    } else {
+        String::new()
+    };
+    let l = format!("model_name=\"{model}\"{dp}");
     o.gauge(
         "sglang:num_running_reqs",
         "The number of running requests.",
@@ -244,116 +301,16 @@ fn render_sglang(o: &mut Out, cfg: &PodConfig, s: &Snapshot, model: &str) {
         "sglang:cache_config_info",
         "Cache configuration information.",
         &format!(
-            "num_pages=\"{}\",page_size=\"{}\"",
+            "num_pages=\"{}\",page_size=\"{}\"{dp}",
             cfg.cache_blocks, cfg.block_tokens
         ),
         1.0,
     );
 }
 
-/// A deliberately small Prometheus text checker used by tests: every non-comment line must be
-/// `name{labels} value` or `name value` with a float value; returns `(name, labels, value)`.
-pub fn parse_text(text: &str) -> Result<Vec<(String, String, f64)>, String> {
-    let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() {
-            continue;
-        }
-        if let Some(rest) = line.strip_prefix('#') {
-            let rest = rest.trim_start();
-            if !(rest.starts_with("HELP ") || rest.starts_with("TYPE ")) {
-                continue; // plain comment
-            }
-            if rest.starts_with("TYPE ") {
-                let kind = rest.split_whitespace().nth(2).unwrap_or("");
-                if !["gauge", "counter", "histogram", "summary", "untyped"].contains(&kind) {
-                    return Err(format!("line {}: bad TYPE {kind:?}", i + 1));
-                }
-            }
-            continue;
-        }
-        let (series, value) = line
-            .rsplit_once(' ')
-            .ok_or_else(|| format!("line {}: no value", i + 1))?;
-        let value: f64 = value
-            .parse()
-            .map_err(|_| format!("line {}: bad value {value:?}", i + 1))?;
-        let (name, labels) = match series.split_once('{') {
-            Some((n, rest)) => {
-                let labels = rest
-                    .strip_suffix('}')
-                    .ok_or_else(|| format!("line {}: unclosed labels", i + 1))?;
-                (n, labels)
-            }
-            None => (series, ""),
-        };
-        let name_ok = !name.is_empty()
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
-            && !name.starts_with(|c: char| c.is_ascii_digit());
-        if !name_ok {
-            return Err(format!("line {}: bad metric name {name:?}", i + 1));
-        }
-        for pair in split_labels(labels) {
-            let (k, v) = pair
-                .split_once('=')
-                .ok_or_else(|| format!("line {}: bad label {pair:?}", i + 1))?;
-            if k.is_empty() || !(v.starts_with('"') && v.ends_with('"') && v.len() >= 2) {
-                return Err(format!("line {}: bad label {pair:?}", i + 1));
-            }
-        }
-        out.push((name.to_string(), labels.to_string(), value));
-    }
-    Ok(out)
-}
-
-/// Splits `a="x",b="y,z"` at commas outside quotes.
-fn split_labels(s: &str) -> Vec<&str> {
-    let mut parts = Vec::new();
-    let (mut start, mut in_q, mut escaped) = (0, false, false);
-    for (i, c) in s.char_indices() {
-        match c {
-            _ if escaped => escaped = false,
-            '\\' => escaped = true,
-            '"' => in_q = !in_q,
-            ',' if !in_q => {
-                parts.push(&s[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    if start < s.len() {
-        parts.push(&s[start..]);
-    }
-    parts
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn real_samples_parse_and_garbage_does_not() {
-        // shared/ sits beside the repository (CI) or beside the worktrees folder (dev).
-        let root = env!("CARGO_MANIFEST_DIR");
-        let dirs = [
-            format!("{root}/../../../shared/data/metrics"),
-            format!("{root}/../../../../shared/data/metrics"),
-        ];
-        for dir in dirs {
-            let Ok(entries) = std::fs::read_dir(dir) else {
-                continue;
-            };
-            for e in entries.flatten() {
-                let text = std::fs::read_to_string(e.path()).unwrap();
-                parse_text(&text).unwrap_or_else(|err| panic!("{:?}: {err}", e.path()));
-            }
-        }
-        assert!(parse_text(GARBAGE).is_err());
-    }
 
     #[test]
     fn every_dialect_renders_parseable_text() {
@@ -366,7 +323,12 @@ mod tests {
             kv_usage: 0.25,
             ..Snapshot::default()
         };
-        for engine in [EngineKind::VllmV1, EngineKind::VllmV0, EngineKind::Sglang] {
+        for engine in [
+            EngineKind::VllmV1,
+            EngineKind::VllmV0,
+            EngineKind::Sglang,
+            EngineKind::TrtLlm,
+        ] {
             let cfg = PodConfig {
                 engine,
                 lora_adapters: vec!["a".into(), "b".into()],
@@ -375,6 +337,8 @@ mod tests {
             let text = render(&cfg, &snap);
             let series = parse_text(&text).unwrap();
             assert!(!series.is_empty());
+            let two = render_ranks(&cfg, &[snap.clone(), snap.clone()]);
+            assert!(parse_text(&two).unwrap().len() >= series.len());
         }
         let cfg = PodConfig {
             lora_adapters: vec!["a".into(), "b".into()],

@@ -1,6 +1,7 @@
 //! A fake pod's handle: it binds, serves until shut down, or dies holding its port.
 
 use crate::config::PodConfig;
+use crate::dp::Ranks;
 use crate::engine::{Engine, Snapshot};
 use crate::server::{serve_conn, Ctx};
 use anyhow::{Context as _, Result};
@@ -15,7 +16,7 @@ use tokio::task::JoinSet;
 pub struct PodHandle {
     pub name: String,
     pub addr: SocketAddr,
-    engine: Arc<Engine>,
+    ranks: Arc<Ranks>,
     stop: Option<oneshot::Sender<Stop>>,
     /// The accept loop (None once a dead pod took it).
     task: Option<tokio::task::JoinHandle<()>>,
@@ -51,12 +52,17 @@ impl PodHandle {
 
     /// Current engine state (same as `GET /admin/state`).
     pub fn state(&self) -> Snapshot {
-        self.engine.snapshot()
+        self.ranks.snapshot()
     }
 
-    /// The engine (for in-process assertions).
+    /// The engine (for in-process assertions); rank 0's when the pod has several.
     pub fn engine(&self) -> &Arc<Engine> {
-        &self.engine
+        &self.ranks.first().engine
+    }
+
+    /// The pod's data-parallel ranks (one without DP).
+    pub fn ranks(&self) -> &Arc<Ranks> {
+        &self.ranks
     }
 
     /// Stops accepting, aborts open connections and waits for the accept loop to end.
@@ -99,9 +105,9 @@ pub async fn spawn_pod(cfg: PodConfig) -> Result<PodHandle> {
         .with_context(|| format!("bind {}", cfg.listen))?;
     let addr = listener.local_addr()?;
     let name = cfg.name.clone();
-    let engine = Engine::new(cfg);
+    let ranks = Arc::new(Ranks::new(&cfg, addr));
     let ctx = Arc::new(Ctx {
-        engine: engine.clone(),
+        ranks: ranks.clone(),
         ids: AtomicU64::new(0),
         received: AtomicU64::new(0),
     });
@@ -134,7 +140,7 @@ pub async fn spawn_pod(cfg: PodConfig) -> Result<PodHandle> {
     Ok(PodHandle {
         name,
         addr,
-        engine,
+        ranks,
         stop: Some(stop_tx),
         task: Some(task),
     })

@@ -2,9 +2,10 @@
 
 use crate::body::{json_resp, respond, ChannelBody, RespBody};
 use crate::config::MetricsSource;
+use crate::dp::Ranks;
 use crate::engine::Engine;
 use crate::fault::Fault;
-use crate::generate::generate;
+use crate::generate::generate_pd;
 use crate::metrics;
 use crate::openai::{error_body, parse_request};
 use crate::probe::probe_body;
@@ -30,7 +31,7 @@ use tokio::time::sleep;
 const HANG_FOR: Duration = Duration::from_secs(3600);
 
 pub(crate) struct Ctx {
-    pub(crate) engine: Arc<Engine>,
+    pub(crate) ranks: Arc<Ranks>,
     pub(crate) ids: AtomicU64,
     /// Generation requests received, numbering the `error_rate` draws.
     pub(crate) received: AtomicU64,
@@ -101,7 +102,7 @@ pub(crate) async fn serve_conn(stream: TcpStream, ctx: Arc<Ctx>) {
     let svc = hyper::service::service_fn(move |req| {
         let (ctx, reset) = (ctx.clone(), reset.clone());
         async move {
-            let name = HeaderValue::from_str(&ctx.engine.cfg.name)
+            let name = HeaderValue::from_str(&ctx.ranks.first().engine.cfg.name)
                 .unwrap_or_else(|_| HeaderValue::from_static("invalid-name"));
             // Which endpoints the gateway listed (plain Envoy's override_host header), echoed
             // so a test sees where a retry was meant to go.
@@ -124,7 +125,8 @@ async fn handle(
     ctx: &Ctx,
     reset: &AtomicBool,
 ) -> Result<Response<RespBody>, DropConnection> {
-    let engine = &ctx.engine;
+    let ranks = &ctx.ranks;
+    let engine = &ranks.first().engine;
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or("").to_string();
     // A gateway route may keep its own path prefix (`/<route>/v1/chat/completions`, the
@@ -133,23 +135,23 @@ async fn handle(
     let kind = match (req.method(), path.as_str(), ApiKind::of_path(api)) {
         (&Method::POST, _, Some(kind)) => kind,
         (&Method::GET, "/metrics", _) => {
-            let resp = metrics_resp(engine);
+            let resp = metrics_resp(ranks);
             engine.count_metrics_served(&query);
             return Ok(resp);
         }
         (&Method::GET, "/admin/state", _) => {
-            let body = serde_json::to_string(&engine.snapshot()).unwrap_or_default();
+            let body = serde_json::to_string(&ranks.snapshot()).unwrap_or_default();
             return Ok(json_resp(StatusCode::OK, body));
         }
         (&Method::POST, "/admin/reset", _) => {
             let cache = query
                 .split('&')
                 .any(|kv| kv == "cache=1" || kv == "cache=true");
-            engine.reset(cache);
+            ranks.reset(cache);
             return Ok(json_resp(StatusCode::OK, r#"{"ok":true}"#.into()));
         }
         (&Method::POST, "/admin/restart", _) => {
-            engine.restart();
+            ranks.restart();
             return Ok(json_resp(StatusCode::OK, r#"{"ok":true}"#.into()));
         }
         (&Method::POST, "/admin/probe", _) => {
@@ -176,14 +178,14 @@ async fn handle(
             ))
         }
     };
-    engine.count_request();
+    // A pod with several ranks counts a request on the rank that takes it (below).
+    let single = ranks.list.len() == 1;
+    if single {
+        engine.count_request();
+    }
     let k = ctx.received.fetch_add(1, Ordering::Relaxed);
-    let cfg = &engine.cfg;
-    let rate = engine.error_rate();
-    let fault = header(&req, "x-fake-fault").or_else(|| {
-        (rate > 0.0 && Rng::derive(cfg.fault_seed, &[k]).chance(rate))
-            .then(|| cfg.error_fault.clone())
-    });
+    let fault_header = header(&req, "x-fake-fault");
+    let rank_header = header(&req, "x-data-parallel-rank");
     let delay_ms: u64 = header(&req, "x-fake-delay-ms")
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
@@ -191,6 +193,34 @@ async fn handle(
         Ok(b) => b.to_bytes(),
         Err(_) => return Err(DropConnection),
     };
+    // Only a pod with ranks or a P/D role reads the body's own fields (the rank, the P/D
+    // parameters); a plain pod's hot path parses the body once, as before.
+    let first = ranks.first();
+    let fields = if single && first.pd.role == crate::pd::Role::Colocated {
+        serde_json::Value::Null
+    } else {
+        serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null)
+    };
+    let rank = match ranks.pick(engine.cfg.engine, rank_header.as_deref(), &fields) {
+        Ok(r) => r,
+        Err(msg) => {
+            if !single {
+                engine.count_request();
+            }
+            engine.count_status("400");
+            return Ok(json_resp(StatusCode::BAD_REQUEST, error_body(400, &msg)));
+        }
+    };
+    let engine = &rank.engine;
+    if !single {
+        engine.count_request();
+    }
+    let cfg = &engine.cfg;
+    let rate = engine.error_rate();
+    let fault = fault_header.or_else(|| {
+        (rate > 0.0 && Rng::derive(cfg.fault_seed, &[k]).chance(rate))
+            .then(|| cfg.error_fault.clone())
+    });
     if delay_ms > 0 {
         sleep(Duration::from_millis(delay_ms)).await;
     }
@@ -217,9 +247,22 @@ async fn handle(
             }
         }
     }
+    let pd = match crate::pd::request::prepare(cfg.engine, &rank.pd, &fields, &mut gen) {
+        Ok(pd) => pd,
+        Err(msg) => {
+            engine.count_status("400");
+            return Ok(json_resp(StatusCode::BAD_REQUEST, error_body(400, &msg)));
+        }
+    };
     engine.count_status("200");
     let n = ctx.ids.fetch_add(1, Ordering::Relaxed);
-    Ok(generate(engine.clone(), gen, n).await)
+    let mut resp = generate_pd(engine.clone(), gen, n, pd).await;
+    if !single {
+        // Which rank served: tests check the rank headers and the balancer by it.
+        resp.headers_mut()
+            .insert("x-fake-rank", HeaderValue::from(rank.index));
+    }
+    Ok(resp)
 }
 
 fn header(req: &Request<Incoming>, name: &str) -> Option<String> {
@@ -280,14 +323,18 @@ async fn inject_fault(
     }
 }
 
-fn metrics_resp(engine: &Engine) -> Response<RespBody> {
+fn metrics_resp(ranks: &Ranks) -> Response<RespBody> {
     let ct = "text/plain; version=0.0.4; charset=utf-8";
+    let engine = &ranks.first().engine;
     match &engine.cfg.metrics {
-        MetricsSource::Live => respond(
-            StatusCode::OK,
-            ct,
-            metrics::render(&engine.cfg, &engine.snapshot()),
-        ),
+        MetricsSource::Live => {
+            let snaps: Vec<_> = ranks.list.iter().map(|r| r.engine.snapshot()).collect();
+            respond(
+                StatusCode::OK,
+                ct,
+                metrics::render_ranks(&engine.cfg, &snaps),
+            )
+        }
         MetricsSource::Garbage => respond(StatusCode::OK, ct, metrics::GARBAGE),
         MetricsSource::File(p) => match std::fs::read(p) {
             Ok(b) => respond(StatusCode::OK, ct, b),

@@ -28,4 +28,13 @@ pub struct Snapshot {
     pub restarts: u64,
     #[serde(default)]
     pub started_unix: f64,
+    /// A rank's index, in a pod with several data-parallel ranks (dp.rs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<usize>,
+    /// The P/D counters of a prefill or decode pod (summed over ranks at the top level).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pd: Option<crate::pd::stats::PdStats>,
+    /// Each rank's own state when the pod has several; the fields above are their sums.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ranks: Vec<Snapshot>,
 }
