@@ -10,6 +10,7 @@ mod stream;
 
 use crate::gateway::http;
 use crate::llama::usage;
+use ailb_fakepod::rng::Rng;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -137,29 +138,19 @@ impl Replay {
     }
 }
 
-/// A small deterministic generator (splitmix64): the same seed gives the same words.
-struct Words(u64);
-
-impl Words {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn text(&mut self, words: usize) -> String {
-        const VOCAB: &[&str] = &[
-            "gateway", "token", "cache", "prefix", "engine", "request", "answer", "model",
-            "replica", "latency", "queue", "batch", "prompt", "decode", "stream", "route",
-            "cluster", "memory", "kernel", "vector", "layer", "weight", "shard", "lease",
-        ];
-        (0..words)
-            .map(|_| VOCAB[(self.next() % VOCAB.len() as u64) as usize])
-            .collect::<Vec<_>>()
-            .join(" ")
-    }
+/// `words` English words from a small vocabulary, drawn from `rng`: a real engine's tokenizer
+/// makes one or two tokens of each, as of ordinary text (the fake pods' `load::plan::words`
+/// are 3 random letters, one fake token each, which a real tokenizer splits apart).
+fn english(rng: &mut Rng, words: usize) -> String {
+    const VOCAB: &[&str] = &[
+        "gateway", "token", "cache", "prefix", "engine", "request", "answer", "model", "replica",
+        "latency", "queue", "batch", "prompt", "decode", "stream", "route", "cluster", "memory",
+        "kernel", "vector", "layer", "weight", "shard", "lease",
+    ];
+    (0..words)
+        .map(|_| VOCAB[rng.below(VOCAB.len() as u64) as usize])
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Replays `cfg` through `gateway` (a base URL); `headers` go with every request.
@@ -185,15 +176,15 @@ pub fn replay(gateway: &str, cfg: &Conversations, headers: &[(&str, &str)]) -> R
 
 /// Conversation `c`: its turns in order; a failed turn ends it.
 fn converse(gateway: &str, cfg: &Conversations, headers: &[(&str, &str)], c: usize) -> Vec<Turn> {
-    let mut words = Words(cfg.seed.wrapping_mul(1_000_003).wrapping_add(c as u64));
+    let mut rng = Rng::new(cfg.seed.wrapping_mul(1_000_003).wrapping_add(c as u64));
     let mut messages = vec![
-        json!({"role": "system", "content": format!("conversation {c}: {}", words.text(cfg.system_words))}),
+        json!({"role": "system", "content": format!("conversation {c}: {}", english(&mut rng, cfg.system_words))}),
     ];
     let mut out = Vec::new();
     let mut hdrs = vec![("content-type", "application/json")];
     hdrs.extend_from_slice(headers);
     for turn in 0..cfg.turns {
-        messages.push(json!({"role": "user", "content": words.text(cfg.question_words)}));
+        messages.push(json!({"role": "user", "content": english(&mut rng, cfg.question_words)}));
         let mut body =
             json!({"model": "tiny", "messages": messages, "max_tokens": cfg.answer_tokens});
         if cfg.stream {

@@ -203,6 +203,11 @@ pub fn exclusive() -> std::sync::MutexGuard<'static, ()> {
     ONE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The engines' addresses (`ip:port`), in order: a gateway's endpoint list.
+pub fn addrs(engines: &[Engine]) -> Vec<String> {
+    engines.iter().map(|e| e.addr.clone()).collect()
+}
+
 /// `n` engines named `engine-<i>`, started together.
 pub fn fleet(n: usize, cfg: &EngineConfig) -> anyhow::Result<Vec<Engine>> {
     let art = artifacts()?;

@@ -72,6 +72,25 @@ pub fn placement(r: &Replay) -> (BTreeMap<String, usize>, usize) {
     (placed, moved)
 }
 
+/// One seed of prefix_cache (`px`) against round robin (`rr`) on the same conversations:
+/// every turn of both answered, every later turn of prefix_cache's on its conversation's first
+/// engine. Returns (prefix_cache, round robin) later-turn cached shares for
+/// [`judge_cached_shares`].
+pub fn compare_seed(tag: &str, rr: &Replay, px: &Replay) -> (f64, f64) {
+    let (placed, moved) = placement(px);
+    let shares = (px.later_turn_cached_share(), rr.later_turn_cached_share());
+    eprintln!(
+        "{tag}: rr {:.3} ({} failed) px {:.3} ({} failed); placed {placed:?}, later turns moved {moved}",
+        shares.1,
+        rr.failed(),
+        shares.0,
+        px.failed(),
+    );
+    assert_eq!((rr.failed(), px.failed()), (0, 0));
+    assert_eq!(moved, 0, "every later turn on its conversation's engine");
+    shares
+}
+
 /// Judges prefix_cache against round robin on the same conversations from the engines'
 /// `cached_tokens`: (prefix_cache, round robin) later-turn cached shares, one pair per seed.
 /// Measured over 5 runs × 3 seeds: prefix_cache 0.854-0.866 in both builds (the rest is each

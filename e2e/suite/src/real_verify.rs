@@ -6,7 +6,7 @@
 //! on a worker the plugin bumps its generation: its other conversations are no longer hits on
 //! it, and the one that found out keeps it, cached again there.
 
-use crate::llama::{Engine, EngineConfig};
+use crate::llama::{self, Engine, EngineConfig};
 use crate::real::{ask, conversation, Answer};
 use ailb_core::verify::flush::FLUSH_CONVERSATIONS;
 use ailb_testkit::wait_until;
@@ -41,7 +41,7 @@ pub fn restarted_engine_is_found_out(
     workers: usize,
     stat: &dyn Fn(&str) -> i64,
 ) {
-    let addrs: Vec<String> = engines.iter().map(|e| e.addr.clone()).collect();
+    let addrs = llama::addrs(engines);
     let send = |c: usize, turns: usize| -> Answer {
         let a = ask(url, debug, &conversation(c, turns));
         assert_eq!(a.status, 200, "conversation {c} turn {turns}");

@@ -6,9 +6,9 @@
 
 use ailb_e2e::conversations::{replay, Conversations};
 use ailb_e2e::envoy::Envoy;
-use ailb_e2e::llama::{exclusive, fleet, Engine, EngineConfig};
+use ailb_e2e::llama::{addrs, exclusive, fleet, Engine, EngineConfig};
 use ailb_e2e::real::{
-    abort_cancels, ask, judge_cached_shares, loads, placement, short_chat, tally, until_ejected,
+    abort_cancels, ask, compare_seed, judge_cached_shares, loads, short_chat, tally, until_ejected,
     LONG,
 };
 use ailb_e2e::real_verify::{restarted_engine_is_found_out, roomy};
@@ -26,10 +26,6 @@ fn plugin(policy: &str, engines: &[Engine], lb: Value) -> Value {
         a.extend(b);
     }
     json!({"lb_policy": policy, "lb_config": cfg})
-}
-
-fn addrs(engines: &[Engine]) -> Vec<String> {
-    engines.iter().map(|e| e.addr.clone()).collect()
 }
 
 /// `pool` streams held at once, each admitted only if every count the proxy kept came back
@@ -73,18 +69,7 @@ fn envoy_prefix_cache_keeps_conversations_on_their_engine() {
         let rr = replay(&Envoy::start_plain(&pods).url, &cfg, &[]);
         let envoy = Envoy::start(&pods, &plugin("prefix_cache", &engines, json!({})));
         let p = replay(&envoy.url, &cfg, &[]);
-        let (placed, moved) = placement(&p);
-        eprintln!("placed {placed:?}, later turns moved {moved}");
-        eprintln!(
-            "envoy seed {seed}: rr {:.3} ({} failed) px {:.3} ({} failed)",
-            rr.later_turn_cached_share(),
-            rr.failed(),
-            p.later_turn_cached_share(),
-            p.failed(),
-        );
-        assert_eq!((rr.failed(), p.failed()), (0, 0));
-        assert_eq!(moved, 0, "every later turn on its conversation's engine");
-        shares.push((p.later_turn_cached_share(), rr.later_turn_cached_share()));
+        shares.push(compare_seed(&format!("envoy seed {seed}"), &rr, &p));
     }
     judge_cached_shares(&shares);
 }

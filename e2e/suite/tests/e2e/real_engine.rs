@@ -10,8 +10,8 @@ mod verify;
 
 use ailb_e2e::conversations::{replay, Conversations};
 use ailb_e2e::gateway::{glr_config, Gateway, GatewaySpec, CLUSTER, ROUTE};
-use ailb_e2e::llama::{exclusive, fleet, EngineConfig};
-use ailb_e2e::real::{abort_cancels, judge_cached_shares, loads, placement, tally, LONG};
+use ailb_e2e::llama::{self, exclusive, fleet, EngineConfig};
+use ailb_e2e::real::{abort_cancels, compare_seed, judge_cached_shares, loads, tally, LONG};
 use ailb_e2e::redis::{counts, Counts};
 use ailb_e2e::streams::{hold, Held};
 use ailb_testkit::{wait_until, Options, RedisServer};
@@ -46,7 +46,7 @@ fn settle(redis: u16, timeout: Duration) -> Counts {
 fn prefix_cache_keeps_conversations_on_their_engine() {
     let _one = exclusive();
     let engines = fleet(3, &EngineConfig::default()).unwrap();
-    let addrs: Vec<String> = engines.iter().map(|e| e.addr.clone()).collect();
+    let addrs = llama::addrs(&engines);
     let redis = RedisServer::start_with(Options::default());
     let px = json!({"lb_policy": "prefix_cache", "lb_config": {
         "serviceFQDN": "redis.static", "servicePort": redis.port, "timeout": 1000,
@@ -69,20 +69,7 @@ fn prefix_cache_keeps_conversations_on_their_engine() {
         ))
         .unwrap();
         let p = replay(&gw.url, &cfg, &[]);
-        let (placed, moved) = placement(&p);
-        eprintln!("placed {placed:?}, later turns moved {moved}");
-        eprintln!(
-            "seed {seed}: rr {:.3} ({} failed) px {:.3} ({} failed) p50 rr {:?} px {:?}",
-            rr.later_turn_cached_share(),
-            rr.failed(),
-            p.later_turn_cached_share(),
-            p.failed(),
-            rr.later_turn_latency(0.5),
-            p.later_turn_latency(0.5)
-        );
-        assert_eq!((rr.failed(), p.failed()), (0, 0));
-        shares.push((p.later_turn_cached_share(), rr.later_turn_cached_share()));
-        assert_eq!(moved, 0, "every later turn on its conversation's engine");
+        shares.push(compare_seed(&format!("seed {seed}"), &rr, &p));
         // Before the gateway is killed: a release still on its way would be lost with it.
         let left = settle(redis.port, Duration::from_secs(5));
         assert!(left.is_zero(), "{left:?}");
@@ -98,7 +85,7 @@ fn prefix_cache_keeps_conversations_on_their_engine() {
 fn global_least_request_follows_the_engines_real_requests() {
     let _one = exclusive();
     let engines = fleet(3, &EngineConfig::default()).unwrap();
-    let addrs: Vec<String> = engines.iter().map(|e| e.addr.clone()).collect();
+    let addrs = llama::addrs(&engines);
     let redis = RedisServer::start_with(Options::default());
     let cfg = glr_config(redis.port, json!({"debugHeader": DEBUG}));
     let gw = Gateway::start(&GatewaySpec::new("glr", redis.port, &addrs, Some(cfg))).unwrap();
@@ -163,7 +150,7 @@ fn global_least_request_follows_the_engines_real_requests() {
 fn a_client_abort_cancels_the_engines_task_and_leaves_no_count() {
     let _one = exclusive();
     let engines = fleet(3, &EngineConfig::default()).unwrap();
-    let addrs: Vec<String> = engines.iter().map(|e| e.addr.clone()).collect();
+    let addrs = llama::addrs(&engines);
     let redis = RedisServer::start_with(Options::default());
     let cfg = glr_config(redis.port, json!({"debugHeader": DEBUG}));
     let gw = Gateway::start(&GatewaySpec::new("abort", redis.port, &addrs, Some(cfg))).unwrap();

@@ -12,7 +12,7 @@ use crate::common::bench;
 use ailb_e2e::bed::Bed;
 use ailb_e2e::conversations::{replay, Conversations, Replay};
 use ailb_e2e::gateway::{Gateway, GatewaySpec};
-use ailb_e2e::llama::{fleet, EngineConfig};
+use ailb_e2e::llama::{self, fleet, EngineConfig};
 use ailb_testkit::{Options, RedisServer};
 use serde_json::json;
 use std::time::Instant;
@@ -176,7 +176,7 @@ pub fn real_engine() -> anyhow::Result<()> {
     for seed in SEEDS {
         for prefix in [false, true] {
             let engines = fleet(ENGINES, &engine)?;
-            let addrs: Vec<String> = engines.iter().map(|e| e.addr.clone()).collect();
+            let addrs = llama::addrs(&engines);
             let tag = format!("real-{}-{seed}", if prefix { "px" } else { "rr" });
             let r = run(&addrs, seed, prefix, &tag)?;
             record(if prefix { &mut px } else { &mut rr }, &r);

@@ -8,7 +8,7 @@ use ailb_core::config::Policy;
 use ailb_e2e::bed::Bed;
 use ailb_e2e::conversations::{replay, Conversations, Replay};
 use ailb_e2e::gateway::{Gateway, GatewaySpec};
-use ailb_e2e::llama::{fleet, Engine, EngineConfig};
+use ailb_e2e::llama::{self, fleet, Engine, EngineConfig};
 use ailb_e2e::redis::Counts;
 use serde_json::json;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,7 +30,7 @@ pub fn start(policy: Policy) -> anyhow::Result<Demo> {
     };
     let bed = Bed::new(0, |_| {});
     let engines = fleet(3, &EngineConfig::default())?;
-    let addrs: Vec<String> = engines.iter().map(|e| e.addr.clone()).collect();
+    let addrs = llama::addrs(&engines);
     let config = json!({"lb_policy": label, "lb_config": {
         "serviceFQDN": "redis.static", "servicePort": bed.redis.port, "debugHeader": DEBUG}});
     let mut spec = GatewaySpec::new("gw-1", bed.redis.port, &addrs, Some(config.clone()));

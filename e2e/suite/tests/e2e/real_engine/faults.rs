@@ -6,7 +6,7 @@
 
 use super::{counted, settle, DEBUG};
 use ailb_e2e::gateway::{glr_config, Gateway, GatewaySpec, CLUSTER, ROUTE};
-use ailb_e2e::llama::{exclusive, fleet, EngineConfig};
+use ailb_e2e::llama::{self, exclusive, fleet, EngineConfig};
 use ailb_e2e::real::{ask, loads, short_chat, until_ejected, LONG};
 use ailb_e2e::redis::counts;
 use ailb_e2e::streams::{hold, Held};
@@ -18,7 +18,7 @@ use std::time::Duration;
 fn an_engine_killed_mid_stream_is_cut_forgotten_and_avoided() {
     let _one = exclusive();
     let mut engines = fleet(3, &EngineConfig::default()).unwrap();
-    let addrs: Vec<String> = engines.iter().map(|e| e.addr.clone()).collect();
+    let addrs = llama::addrs(&engines);
     let redis = RedisServer::start_with(Options::default());
     let cfg = glr_config(
         redis.port,

@@ -4,7 +4,7 @@
 
 use super::{settle, DEBUG};
 use ailb_e2e::gateway::{Gateway, GatewaySpec};
-use ailb_e2e::llama::{exclusive, fleet};
+use ailb_e2e::llama::{self, exclusive, fleet};
 use ailb_e2e::real_verify::{restarted_engine_is_found_out, roomy};
 use ailb_testkit::{Options, RedisServer};
 use serde_json::json;
@@ -14,7 +14,7 @@ use std::time::Duration;
 fn a_restarted_engine_is_found_out_from_its_real_usage() {
     let _one = exclusive();
     let mut engines = fleet(2, &roomy()).unwrap();
-    let addrs: Vec<String> = engines.iter().map(|e| e.addr.clone()).collect();
+    let addrs = llama::addrs(&engines);
     let redis = RedisServer::start_with(Options::default());
     let px = json!({"lb_policy": "prefix_cache", "lb_config": {
         "serviceFQDN": "redis.static", "servicePort": redis.port, "timeout": 1000,
