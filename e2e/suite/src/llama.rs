@@ -6,10 +6,10 @@
 //! (docs/model-server-metrics.md §1.5 for its metrics). Output text is random: read usage and
 //! metrics, never text.
 
+use crate::gateway::http;
+use ailb_fakepod::promtext::parse_text;
 use ailb_testkit::free_port;
 use serde_json::Value;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -139,38 +139,21 @@ impl Engine {
         format!("http://{}", self.addr)
     }
 
-    /// A plain HTTP/1.1 GET on the engine: (status, body).
-    pub fn get(&self, path: &str) -> std::io::Result<(u16, String)> {
-        let mut s = TcpStream::connect(&self.addr)?;
-        s.set_read_timeout(Some(Duration::from_secs(10)))?;
-        write!(
-            s,
-            "GET {path} HTTP/1.1\r\nhost: {}\r\nconnection: close\r\n\r\n",
-            self.addr
-        )?;
-        let mut raw = Vec::new();
-        s.read_to_end(&mut raw)?;
-        let text = String::from_utf8_lossy(&raw);
-        let status = text
-            .split(' ')
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
-        let body = text
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default();
-        Ok((status, body))
+    /// A GET on the engine (the harness's HTTP client, crate::gateway::http): (status, body).
+    pub fn get(&self, path: &str) -> anyhow::Result<(u16, String)> {
+        let (status, _, body) = http(&self.url(), "GET", path, &[], b"")?;
+        Ok((status, String::from_utf8_lossy(&body).into_owned()))
     }
 
     /// One sample of the engine's Prometheus gauge or counter `name` (e.g.
     /// `llamacpp:requests_processing`), None when the page lacks it.
+    /// The page is read by the fake pods' Prometheus reader, which also checks its shape.
     pub fn metric(&self, name: &str) -> Option<f64> {
         let (_, page) = self.get("/metrics").ok()?;
-        page.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
-            let (n, v) = l.split_once(' ')?;
-            (n == name).then(|| v.trim().parse().ok())?
-        })
+        parse_text(&page)
+            .ok()?
+            .into_iter()
+            .find_map(|(n, _, v)| (n == name).then_some(v))
     }
 
     /// Requests the engine holds: running in a slot plus waiting for one (0 when the page
