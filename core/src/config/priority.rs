@@ -206,4 +206,10 @@ impl Priority {
     pub fn is_lowest(&self, rank: usize) -> bool {
         rank + 1 >= self.classes.len()
     }
+
+    /// Whether a request of `rank` may be shed for a predicted latency miss: only the lowest
+    /// of two or more classes (critical requests never are; docs/latency-model.md §5).
+    pub fn sheddable(&self, rank: usize) -> bool {
+        self.classes.len() > 1 && self.is_lowest(rank)
+    }
 }

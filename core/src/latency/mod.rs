@@ -5,14 +5,17 @@
 //! sums of sufficient statistics. Pure: no host calls.
 
 pub mod book;
+pub mod choose;
 pub mod fit;
 pub mod model;
+pub mod record;
 pub mod stats;
 
 #[cfg(test)]
 mod tests;
 
 pub use book::Book;
+pub use choose::{choose, Candidate, Choice, Rule};
 pub use model::{
     fleet_prior, Accuracy, BadSample, Features, Outcome, PodModel, Prediction, Prior, TPOT_K,
     TTFT_K,

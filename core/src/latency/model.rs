@@ -80,6 +80,19 @@ pub struct Prediction {
     pub tpot_ms: f64,
 }
 
+impl Prediction {
+    /// What coefficients `c` (TTFT's then TPOT's, as `Book::coefficients` lists them) predict
+    /// for features `f`, never negative: the pick script's prediction (prefix_acquire.lua).
+    pub fn from_coefficients(c: &[f64; TTFT_K + TPOT_K], f: &Features) -> Prediction {
+        let (ttft, tpot) = c.split_at(TTFT_K);
+        let dot = |c: &[f64], x: &[f64]| c.iter().zip(x).map(|(a, b)| a * b).sum::<f64>();
+        Prediction {
+            ttft_ms: dot(ttft, &f.ttft()).max(0.0),
+            tpot_ms: dot(tpot, &f.tpot()).max(0.0),
+        }
+    }
+}
+
 /// The coefficients a model starts from (the prior), and how many samples' weight they carry.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Prior {

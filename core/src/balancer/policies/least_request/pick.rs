@@ -95,11 +95,9 @@ impl EndpointPick {
         self.wait_rank = class
             .filter(|_| self.config.common.queue.is_some())
             .map(|c| c.rank);
-        // Only the lowest of two or more classes may be shed for a predicted miss (critical
-        // requests never are; docs/latency-model.md §5).
         if let Some(l) = &mut self.latency {
             l.sheddable = match (&self.config.common.priority, class) {
-                (Some(p), Some(c)) => p.classes.len() > 1 && p.is_lowest(c.rank),
+                (Some(p), Some(c)) => p.sheddable(c.rank),
                 _ => false,
             };
         }
