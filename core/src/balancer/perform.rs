@@ -8,7 +8,7 @@ use super::events::Pick;
 use super::healthy::HealthyLists;
 use super::holding::Services;
 use super::metrics::Metrics;
-use super::policies::{Env, Input, Policy};
+use super::policies::{self, Env, Input, Policy};
 use super::publish;
 use super::queue::{self, Queue};
 use super::redis_client::{self, RedisClient};
@@ -62,6 +62,7 @@ impl Performer {
             body_flow::tick_ms(config),
             queue::tick_ms(config),
             redis_client::first_bytes_tick_ms(config),
+            policies::tick_ms(config),
         ]
         .into_iter()
         .filter(|&t| t > 0)

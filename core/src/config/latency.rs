@@ -1,12 +1,12 @@
 //! prefix_cache's latency-aware placement, `latencyModel` (ours, strict; docs/latency-model.md
 //! §5, docs/configuration.md): every request goes to the pod predicted to answer it soonest
 //! within the route's TTFT / TPOT objectives, from per-pod models learnt on every answer and
-//! merged across gateways. Absent: the token gate decides (config/gate.rs).
+//! merged across gateways (Higress: in Redis) or a proxy's workers (plain Envoy: in shared
+//! data). Absent: the token gate decides (config/gate.rs).
 
 use super::error::ConfigError;
 use super::raw::RawLbConfig;
 use super::read::Reader;
-use super::values::Build;
 use serde_json::Value;
 
 /// The keys of `latencyModel` (any other is refused).
@@ -56,20 +56,10 @@ pub const MAX_SLO_TTFT_MS: u64 = 3_600_000;
 pub const MAX_SLO_TPOT_MS: u64 = 60_000;
 
 impl LatencySettings {
-    pub fn read(
-        raw: &RawLbConfig,
-        r: &Reader<'_>,
-        build: Build,
-    ) -> Result<Option<LatencySettings>, ConfigError> {
+    pub fn read(raw: &RawLbConfig, r: &Reader<'_>) -> Result<Option<LatencySettings>, ConfigError> {
         let Some(l) = r.own("latencyModel", &raw.latency_model)? else {
             return Ok(None);
         };
-        if build == Build::Envoy {
-            return Err(r.err(
-                "latencyModel",
-                "only in the Higress build so far (its models merge through Redis)",
-            ));
-        }
         // Read by hand, not by a derived Deserialize: six keys do not earn a visitor's wasm
         // (config/raw.rs).
         let Value::Object(l) = l else {
@@ -150,7 +140,7 @@ mod tests {
         let raw = RawLbConfig::from_value(&lb);
         let mut warnings = Warnings::default();
         let r = Reader::new("lb_config", &mut warnings);
-        LatencySettings::read(&raw, &r, Build::Higress)
+        LatencySettings::read(&raw, &r)
     }
 
     #[test]

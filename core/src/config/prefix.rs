@@ -170,7 +170,7 @@ impl TryFrom<(In<'_, '_, RawLbConfig>, usize)> for PrefixSettings {
         let verify = r
             .own("verifyCachedTokens", &raw.verify_cached_tokens)?
             .unwrap_or(true);
-        let latency = LatencySettings::read(raw, r, i.build)?;
+        let latency = LatencySettings::read(raw, r)?;
         Ok(PrefixSettings {
             ttl_s,
             canon: CanonConfig {

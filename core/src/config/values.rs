@@ -94,6 +94,19 @@ impl Build {
         Build::Higress
     };
 
+    /// Whether this module carries code that only `build`'s configs reach: each wasm leaves
+    /// out the other build's latency placement (the Redis script's or the per-proxy pick's,
+    /// which no config of this build can ask for), so it stays under its 1 MiB guard; native
+    /// tests carry both (they run both builds' configs). Checked where the code is reached,
+    /// so the optimiser drops what is never called.
+    pub const fn has(build: Build) -> bool {
+        cfg!(test)
+            || matches!(
+                (build, Build::CURRENT),
+                (Build::Higress, Build::Higress) | (Build::Envoy, Build::Envoy)
+            )
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Build::Higress => "Higress",

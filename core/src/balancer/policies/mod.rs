@@ -13,7 +13,7 @@ mod policy;
 pub mod prefix_cache;
 pub mod session;
 
-use crate::config::{PolicyConfig, RouteConfig};
+use crate::config::{PluginConfig, PolicyConfig, RouteConfig};
 pub use policy::{Env, Input, Policy};
 use std::rc::Rc;
 
@@ -31,4 +31,18 @@ pub fn build(position: usize, config: &Rc<RouteConfig>) -> Box<dyn Policy> {
         }
         PolicyConfig::ClusterHash(hc) => Box::new(cluster_hash::ClusterHash::new(hc)),
     }
+}
+
+/// The root tick the policies' own timed work needs (0: none): a prefix_cache route with
+/// `latencyModel` and no Redis merges its models across the proxy's workers every
+/// `mergeIntervalMs` (prefix_cache/latency/local.rs), checked twice per interval. The Redis
+/// build's merges ride the first-bytes tick (redis_client/first_bytes.rs).
+pub fn tick_ms(config: &PluginConfig) -> u32 {
+    config
+        .all()
+        .filter(|c| c.redis.is_none())
+        .filter_map(|c| c.prefix()?.latency)
+        .map(|l| (l.merge_interval_ms / 2).clamp(50, 10_000) as u32)
+        .min()
+        .unwrap_or(0)
 }

@@ -216,18 +216,15 @@ impl LocalPrefix {
         session: Option<usize>,
         sticky: bool,
     ) -> Option<(usize, Reason, bool)> {
+        if loads.is_empty() {
+            return None;
+        }
         let room = |e: usize| cap == 0 || loads.get(e).is_some_and(|&l| l < cap);
         let saturated = |e: usize| hot.get(e).copied().unwrap_or(false);
         let steer = (0..loads.len()).any(|e| room(e) && !saturated(e));
+        let within = |e: usize| self.keeps(loads, cap, hot, e);
         let hot = |e: usize| steer && saturated(e);
         let any_hot = (0..loads.len()).any(hot);
-        let min = loads.iter().copied().min()?;
-        let within = |e: usize| {
-            let load = loads.get(e).copied().unwrap_or(0);
-            let crowded = load.saturating_sub(min) > self.bound.slack
-                && load as f64 > min as f64 * self.bound.factor;
-            room(e) && !crowded && !hot(e)
-        };
         if let Some(s) = session.filter(|&s| within(s)) {
             return Some((s, Reason::Session, false));
         }
@@ -272,6 +269,20 @@ impl LocalPrefix {
             reason
         };
         Some((e, reason, passed))
+    }
+
+    /// Whether endpoint `e` may keep a request it is known for (a session's pod, a prefix
+    /// match's): room under `cap`, within the bounded-load guard against the least-loaded
+    /// endpoint, and not saturated (`hot`) while some endpoint with room is not.
+    pub fn keeps(&self, loads: &[u64], cap: u64, hot: &[bool], e: usize) -> bool {
+        let room = |e: usize| cap == 0 || loads.get(e).is_some_and(|&l| l < cap);
+        let saturated = |e: usize| hot.get(e).copied().unwrap_or(false);
+        let steer = (0..loads.len()).any(|e| room(e) && !saturated(e));
+        let min = loads.iter().copied().min().unwrap_or(0);
+        let load = loads.get(e).copied().unwrap_or(0);
+        let crowded = load.saturating_sub(min) > self.bound.slack
+            && load as f64 > min as f64 * self.bound.factor;
+        room(e) && !crowded && !(steer && saturated(e))
     }
 
     /// Records the choice as the Redis script does: the matched key's life is extended and the

@@ -19,32 +19,33 @@
 //! A body that is not a usable prompt (or too large to read) gets a plain-Envoy least-request
 //! pick.
 
-use super::expect::{with_usage_asked, Expect, Index};
+use super::expect::{Expect, Index};
 use super::gate::{self, Verdict};
 use super::index::LocalPrefix;
+use super::latency::local::{by_latency, placed, sheddable, LocalLatency};
+use super::latency::Timed;
+use super::prompt::{keeping, read_prompt, window};
 use super::verified::{Corrects, Verified};
-use crate::balancer::events::{Decision, Placement, PromptRead};
+use crate::balancer::events::{Decision, Placement, Rejection};
 use crate::balancer::holding::Holding;
 use crate::balancer::pick::{class_cap, cost_of, Booking};
 use crate::balancer::policies::continuation::{self, Table};
 use crate::balancer::policies::least_request::{counts, local as least};
 use crate::balancer::policies::policy::{priority_class, Env, Input, Policy};
-use crate::balancer::policies::session::{self, Body, Kind};
+use crate::balancer::policies::session::{self, Kind};
+use crate::balancer::redis_client::RedisClient;
 use crate::balancer::telemetry::Telemetry;
-use crate::config::{PrefixSettings, RouteConfig};
+use crate::config::{Build, PrefixSettings, RouteConfig};
 use crate::host::Host;
-use crate::prefix::{anchor_of, canonicalize, PromptTokens};
+use crate::latency::choose::draw;
+use crate::latency::{Choice, Features, Prediction, Rule};
 use crate::reason::{Cause, Reason};
-use crate::redis::scripts::Booked;
+use crate::redis::scripts::{Booked, Predicted};
 use crate::stats::Counter;
 use crate::verify::flush::Flushes;
 use std::cell::RefCell;
 use std::rc::Rc;
 
-/// A request reads and records at most this many of its deepest keys, plus its anchor: a
-/// conversation's next turn matches within its last few blocks, and a long new prompt must not
-/// touch hundreds of records.
-pub const WINDOW: usize = 32;
 /// The most fallbacks a route publishes (`fallbackCount` ≤ 16).
 const MAX_FALLBACKS: usize = 16;
 
@@ -57,6 +58,8 @@ pub struct LocalPrefixCache {
     flushes: Rc<RefCell<Flushes>>,
     /// With agent sessions: this proxy's responses (continuation.rs).
     table: Option<Rc<Table>>,
+    /// Latency-aware placement (`latencyModel`; latency/local.rs).
+    latency: Option<LocalLatency>,
 }
 
 impl LocalPrefixCache {
@@ -71,6 +74,10 @@ impl LocalPrefixCache {
                 .agents
                 .as_ref()
                 .map(|_| Rc::new(Table::new(position, config))),
+            latency: settings
+                .latency
+                .filter(|_| Build::has(Build::Envoy))
+                .map(|l| LocalLatency::new(position, config, l, settings.gate.start_rate())),
         }
     }
 }
@@ -86,19 +93,31 @@ impl Policy for LocalPrefixCache {
             host,
             env,
             input,
-            &self.settings,
+            (
+                &self.settings,
+                self.latency.as_mut().filter(|_| Build::has(Build::Envoy)),
+            ),
             (&self.state, verify, sessions),
         )
     }
+
+    /// The root tick: the latency models' merge across this proxy's workers.
+    fn tick(&mut self, host: &mut dyn Host, tel: &mut Telemetry, _redis: &mut RedisClient) {
+        match &mut self.latency {
+            Some(l) if Build::has(Build::Envoy) => l.tick(host, tel),
+            _ => {}
+        }
+    }
 }
 
-/// `verify`: where a verified answer's shortfall is judged and corrected; `sessions`: the
-/// route's ring and responses.
+/// `latency`: the route's latency models (None: the token gate places); `verify`: where a
+/// verified answer's shortfall is judged and corrected; `sessions`: the route's ring and
+/// responses.
 fn decide(
     host: &mut dyn Host,
     env: Env,
     input: &Input,
-    settings: &PrefixSettings,
+    (settings, mut latency): (&PrefixSettings, Option<&mut LocalLatency>),
     (state, verify, sessions): (
         &LocalPrefix,
         (Rc<RefCell<Flushes>>, Corrects),
@@ -114,7 +133,12 @@ fn decide(
     // added only to a body read in its own callback (docs/sessions-and-queues.md).
     let (read, with_usage) = match input.read {
         Some(read) => (read.clone(), None),
-        None if input.read_body => match read_prompt(host, env.tel, input, settings) {
+        None if input.read_body => match read_prompt(
+            host,
+            env.tel,
+            input,
+            (settings, settings.verify || latency.is_some()),
+        ) {
             Some((read, with_usage)) => (Rc::new(read), with_usage),
             None => return least::decide(host, env, input, sessions),
         },
@@ -145,6 +169,19 @@ fn decide(
     let admission = counts::Admission::of(host, input.config, class);
     let above = least::waiting_above(host, input, class);
     let tokens = &read.tokens;
+    // Placed by the latency models (latency/local.rs) when they predict well: the rule of
+    // the Redis build's script, over this proxy's counts and bookings. None: the token gate.
+    let rule = match latency.as_deref_mut() {
+        Some(l) => l.objectives(host, env.tel, input.ctx).map(|o| Rule {
+            slo_ttft_ms: o.ttft_ms,
+            slo_tpot_ms: o.tpot_ms,
+            penalty_ms: settings.gate.penalty_ms,
+            shed_draw: sheddable(input.config, class).then(|| draw(env.rng.next_u64())),
+        }),
+        None => None,
+    };
+    let latency: Option<&LocalLatency> = latency.map(|l| &*l);
+    let mut shed = None;
     let taken = counts::take_booking(
         host,
         &state.counts_key,
@@ -170,6 +207,22 @@ fn decide(
                     .collect();
                 &merged
             };
+            shed = None;
+            let modelled = match (latency, &rule, prefill) {
+                (Some(l), Some(rule), Some(p)) => {
+                    let view = (loads, p.booked.as_slice(), hot, cap);
+                    by_latency(l, rule, state, view, (known, session, tokens))
+                }
+                _ => None,
+            };
+            let choice = match modelled {
+                Some(Choice::Shed(p)) => {
+                    shed = Some(p);
+                    return None;
+                }
+                Some(Choice::Place(e, p)) => Some((e, placed(e, known, session), false, Some(p))),
+                None => None,
+            };
             // The token gate (gate.rs) over a match the session does not override.
             let open = |e: usize| {
                 let room = cap == 0 || loads.get(e).is_some_and(|&l| l < cap);
@@ -186,35 +239,41 @@ fn decide(
                 ),
                 _ => Verdict::Keep,
             };
-            let choice = match verdict {
-                Verdict::Spill(cold) => Some((cold, Reason::PrefixSpill, false)),
-                v => state.choose(
-                    loads,
-                    cost,
-                    cap,
-                    hot,
-                    known,
-                    home,
-                    session,
-                    v == Verdict::Keep,
-                ),
-            };
-            choice.map(|(e, reason, passed)| {
+            let choice = choice.or_else(|| match verdict {
+                Verdict::Spill(cold) => Some((cold, Reason::PrefixSpill, false, None)),
+                v => state
+                    .choose(
+                        loads,
+                        cost,
+                        cap,
+                        hot,
+                        known,
+                        home,
+                        session,
+                        v == Verdict::Keep,
+                    )
+                    .map(|(e, reason, passed)| (e, reason, passed, None)),
+            });
+            choice.map(|(e, reason, passed, predicted)| {
                 let cached = known
                     .filter(|k| k.endpoint == e)
                     .map_or(0, |k| tokens.through(k.depth));
                 let booked = Booked {
                     ahead: prefill.and_then(|p| p.booked.get(e).copied()).unwrap_or(0),
                     tokens: tokens.total.saturating_sub(cached),
-                    predicted: None,
+                    predicted: predicted.map(|p: Prediction| Predicted {
+                        ttft_ms: p.ttft_ms as u64,
+                        tpot_us: (p.tpot_ms * 1000.0) as u64,
+                    }),
                 };
-                (e, (reason, passed, booked), booked.tokens)
+                let load = loads.get(e).copied().unwrap_or(0);
+                (e, (reason, passed, booked, load), booked.tokens)
             })
         },
     );
     match taken {
         Ok(Ok(Some(took))) => {
-            let (chosen, (reason, passed, booked)) = (took.at, took.value);
+            let (chosen, (reason, passed, booked, load)) = (took.at, took.value);
             let Some(address) = endpoints.get(chosen).cloned() else {
                 return Decision::Fallback(Cause::NoHealthyEndpoint);
             };
@@ -275,26 +334,36 @@ fn decide(
                 &admission,
                 (&took, booking),
             );
-            let Some(expect) = expect else {
-                return continuation::hold(least::routed(lease, fallbacks, reason), record);
-            };
             let endpoint = lease.endpoint.clone();
-            let held: Box<dyn Holding> = Box::new(lease);
+            let mut held: Box<dyn Holding> = Box::new(lease);
+            let verified = expect.is_some();
+            if let Some(expect) = expect {
+                held = Box::new(Verified::new(held, endpoint.clone(), expect, verify));
+            }
+            // The usage request goes out only with a holding that takes its event out again.
+            let body = with_usage.filter(|_| verified || latency.is_some());
+            if let Some(l) = latency {
+                let features = Features {
+                    ahead_tokens: booked.ahead as f64,
+                    uncached_tokens: booked.tokens as f64,
+                    running: load as f64,
+                    prompt_tokens: tokens.total as f64,
+                };
+                let pick = (endpoint.clone(), features, booked.predicted);
+                let timing = (tokens.stream, now, body.is_some() && !verified);
+                held = Box::new(Timed::new(held, l.shared.clone(), pick, timing));
+            }
             let decision = Decision::Route {
-                hold: Some(Box::new(Verified::new(
-                    held,
-                    endpoint.clone(),
-                    expect,
-                    verify,
-                ))),
+                hold: Some(held),
                 place: Placement {
-                    body: with_usage,
+                    body,
                     ..Placement::on(endpoint).with_fallbacks(fallbacks)
                 },
                 reason,
             };
             continuation::hold(decision, record)
         }
+        Ok(Ok(None)) if shed.is_some() => Decision::Reject(Rejection::ShedLatency),
         Ok(Ok(None)) => keeping(least::no_room(class), read),
         Ok(Err(refused)) => keeping(least::refusal(host, env.tel, refused, class), read),
         Err(e) => {
@@ -303,78 +372,5 @@ fn decide(
             }
             least::shared_data_failed(host, env.tel, input.ctx, &admission, &e)
         }
-    }
-}
-
-/// The body's prefix keys, anchor and session id, and the body with the usage request added
-/// when the route verifies; None (counted, logged) when it has no prompt to key on: least
-/// request then decides.
-fn read_prompt(
-    host: &mut dyn Host,
-    tel: &mut Telemetry,
-    input: &Input,
-    settings: &PrefixSettings,
-) -> Option<(PromptRead, Option<Vec<u8>>)> {
-    let body = host.request_body(0, input.body_bytes).unwrap_or_default();
-    match canonicalize(&body, &settings.canon) {
-        Ok(canon) => Some((
-            {
-                let who = session::identify(host, tel, input.config, Body::Bytes(&body));
-                PromptRead {
-                    keys: canon.chain_keys(),
-                    anchor: anchor_of(canon.blocks(), settings.anchor),
-                    session: who.sticky,
-                    answer: who.answer,
-                    tokens: PromptTokens::of(&canon, input.body_bytes),
-                    prefix_bytes: canon.prefix_bytes(),
-                }
-            },
-            settings
-                .verify
-                .then(|| with_usage_asked(&canon, &body))
-                .flatten(),
-        )),
-        Err(e) => {
-            tel.bad_prompt(host, input.ctx, &e);
-            None
-        }
-    }
-}
-
-/// A refusal for want of room keeps what was read, for the retry if the request waits.
-fn keeping(decision: Decision, read: Rc<PromptRead>) -> Decision {
-    match decision {
-        Decision::Reject(rejection) if rejection.may_wait() => {
-            Decision::Refused { rejection, read }
-        }
-        other => other,
-    }
-}
-
-/// The chain positions a request reads and records, deepest first: its last [`WINDOW`] keys
-/// from the anchor on, then the anchor if it is further back. Keys before the anchor (tools,
-/// system prompt) are shared by many conversations and never route one.
-fn window(len: usize, anchor: usize) -> Vec<usize> {
-    let low = anchor.max(len.saturating_sub(WINDOW));
-    let mut w: Vec<usize> = (low..len).rev().collect();
-    if anchor < low {
-        w.push(anchor);
-    }
-    w
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_window_is_the_deepest_keys_then_the_anchor() {
-        assert_eq!(window(3, 1), vec![2, 1]);
-        assert_eq!(window(1, 0), vec![0]);
-        assert_eq!(window(0, 0), Vec::<usize>::new());
-        let w = window(100, 2);
-        assert_eq!(w.len(), WINDOW + 1);
-        assert_eq!((w[0], w[WINDOW - 1], w[WINDOW]), (99, 68, 2));
-        assert_eq!(window(40, 20), (20..40).rev().collect::<Vec<_>>());
     }
 }

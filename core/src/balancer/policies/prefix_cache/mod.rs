@@ -12,6 +12,7 @@ mod gate;
 mod index;
 pub mod latency;
 pub mod local;
+mod prompt;
 mod restarts;
 pub mod verified;
 
@@ -21,7 +22,7 @@ use super::session::Body;
 use crate::balancer::events::Decision;
 use crate::balancer::redis_client::RedisClient;
 use crate::balancer::telemetry::Telemetry;
-use crate::config::{PrefixSettings, RouteConfig};
+use crate::config::{Build, PrefixSettings, RouteConfig};
 use crate::host::{Host, LogLevel};
 use crate::prefix::{anchor_of, canonicalize, prefix_key, Anchor, Canonical, PromptTokens};
 use crate::redis::scripts::{LatencyArgs, PrefixChain};
@@ -47,6 +48,7 @@ pub fn build(
             flushes: Rc::default(),
             latency: settings
                 .latency
+                .filter(|_| Build::has(Build::Higress))
                 .map(|l| Latency::new(l, settings.gate.start_rate())),
         }),
         None => Box::new(local::LocalPrefixCache::new(position, config, settings)),
@@ -75,7 +77,7 @@ impl Policy for RedisPrefixCache {
             }
         }
         let placed = match (&mut self.latency, input.keys) {
-            (Some(l), Some(keys)) if input.read_body => {
+            (Some(l), Some(keys)) if input.read_body && Build::has(Build::Higress) => {
                 l.args(host, env.tel, input.ctx, (input.config, keys))
             }
             _ => None,
@@ -84,8 +86,9 @@ impl Policy for RedisPrefixCache {
     }
 
     fn tick(&mut self, host: &mut dyn Host, tel: &mut Telemetry, redis: &mut RedisClient) {
-        if let Some(l) = &mut self.latency {
-            l.tick(host, tel, redis);
+        match &mut self.latency {
+            Some(l) if Build::has(Build::Higress) => l.tick(host, tel, redis),
+            _ => {}
         }
     }
 }

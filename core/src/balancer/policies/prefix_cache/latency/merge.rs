@@ -10,11 +10,10 @@ use crate::balancer::redis_client::{OnReply, RedisClient};
 use crate::balancer::telemetry::Telemetry;
 use crate::config::latency::LatencySettings;
 use crate::config::RouteConfig;
-use crate::host::{Host, LogLevel};
+use crate::host::Host;
 use crate::reason::Cause;
 use crate::redis::scripts::latency::{merge_call, parse_merged, Merge};
 use crate::redis::scripts::Keys;
-use crate::stats::Counter;
 use std::rc::Rc;
 
 pub(super) fn send(
@@ -66,37 +65,9 @@ impl OnReply for Merged {
         reply: Result<Vec<u8>, Cause>,
     ) {
         self.shared.set_merging(false);
-        let Ok(mut book) = self.shared.book.try_borrow_mut() else {
-            return;
-        };
         let fleet = reply
             .map_err(|c| c.name().to_string())
             .and_then(|raw| parse_merged(&raw).map_err(|e| e.to_string()));
-        match fleet {
-            Ok(fleet) => {
-                book.merged(&fleet);
-                tel.inc(host, Counter::LatencyMerges);
-                let pct = |e: Option<f64>| e.map(|e| (e * 100.0).round() as i64);
-                let errors: Vec<(String, [Option<i64>; 2])> = book
-                    .errors()
-                    .into_iter()
-                    .map(|(pod, t, p)| (pod.to_string(), [pct(t), pct(p)]))
-                    .collect();
-                drop(book);
-                for (pod, values) in errors {
-                    tel.latency_pods.set(host, &pod, values);
-                }
-            }
-            Err(e) => {
-                book.restore(&self.sent);
-                tel.inc(host, Counter::LatencyMergeFailures);
-                tel.log(
-                    host,
-                    LogLevel::Debug,
-                    0,
-                    format_args!("latency merge failed ({e}): its samples go with the next one"),
-                );
-            }
-        }
+        self.shared.settle(host, tel, fleet, &self.sent);
     }
 }

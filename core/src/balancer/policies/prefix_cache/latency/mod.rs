@@ -6,26 +6,26 @@
 //! them (prefix_acquire.lua); this module tells it the request's objectives, and whether the
 //! model predicts well enough to be trusted.
 
+pub mod local;
+#[cfg(test)]
+mod local_tests;
 mod merge;
 pub mod objectives;
 mod shared;
 mod timed;
+mod trust;
 
 use crate::balancer::redis_client::RedisClient;
 use crate::balancer::telemetry::Telemetry;
 use crate::config::latency::LatencySettings;
 use crate::config::RouteConfig;
-use crate::host::{Host, LogLevel};
+use crate::host::Host;
 use crate::latency::{Book, Prior};
 use crate::redis::scripts::{Keys, LatencyArgs};
-use crate::stats::Counter;
 pub use shared::Shared;
 use std::rc::Rc;
-pub use timed::LatencyWrap;
-
-/// How many samples' weight the prior carries (docs/latency-model.md §3): a pod's own fit takes
-/// over within its first few dozen answers.
-const PRIOR_STRENGTH: f64 = 8.0;
+pub use timed::{LatencyWrap, Timed};
+use trust::Trust;
 
 /// The models of one key namespace, and where they merge.
 #[derive(Debug)]
@@ -44,23 +44,17 @@ const MAX_NAMESPACES: usize = 64;
 /// One route config's latency-aware placement.
 #[derive(Debug)]
 pub struct Latency {
-    settings: LatencySettings,
+    trust: Trust,
     prior: Prior,
     namespaces: Vec<Namespace>,
-    /// Whether the model was trusted at the last pick (a change is logged once).
-    trusted: bool,
-    /// A bad objective header was logged (once per VM and route).
-    warned_objective: bool,
 }
 
 impl Latency {
     pub fn new(settings: LatencySettings, start_rate: u64) -> Latency {
         Latency {
-            settings,
-            prior: Prior::from_rates(start_rate as f64, settings.prior_tpot_ms, PRIOR_STRENGTH),
+            trust: Trust::new(settings),
+            prior: shared::prior(&settings, start_rate),
             namespaces: Vec::new(),
-            trusted: true,
-            warned_objective: false,
         }
     }
 
@@ -91,63 +85,15 @@ impl Latency {
         }
         let shared = self.namespaces.iter().find(|n| known(n))?.shared.clone();
         let mape = shared.book.try_borrow().ok().and_then(|b| b.ttft_mape());
-        let trusted = mape.is_none_or(|m| m <= self.settings.max_mape);
-        if trusted != self.trusted {
-            self.trusted = trusted;
-            let (level, what) = match trusted {
-                true => (
-                    LogLevel::Info,
-                    "predicts within maxMAPE again: placing by it",
-                ),
-                false => (
-                    LogLevel::Warn,
-                    "predicts past maxMAPE: the token gate places until it recovers",
-                ),
-            };
-            tel.log(
-                host,
-                level,
-                ctx,
-                format_args!(
-                    "latency model (TTFT error {:.0} %) {what} (counted in ai_lb.latency.fallback)",
-                    mape.unwrap_or(0.0) * 100.0
-                ),
-            );
-        }
-        if !trusted {
-            tel.inc(host, Counter::LatencyFallback);
-            return Some((None, shared));
-        }
-        let header = |name: &str| host.request_header(name).ok().flatten();
-        let (ttft, tpot) = (
-            header(objectives::TTFT_HEADER),
-            header(objectives::TPOT_HEADER),
-        );
-        let o = objectives::of(&self.settings, ttft.as_deref(), tpot.as_deref());
-        if o.refused {
-            tel.inc(host, Counter::LatencyBadObjective);
-            if !self.warned_objective {
-                self.warned_objective = true;
-                tel.log(
-                    host,
-                    LogLevel::Warn,
-                    ctx,
-                    format_args!(
-                        "an {} / {} header is not a number of ms in range: the route's objective \
-                         is used (counted in ai_lb.latency.bad_objective; logged once)",
-                        objectives::TTFT_HEADER,
-                        objectives::TPOT_HEADER
-                    ),
-                );
-            }
-        }
-        tel.inc(host, Counter::LatencyPlaced);
-        let args = LatencyArgs {
-            slo_ttft_ms: o.ttft_ms,
-            slo_tpot_ms: o.tpot_ms,
-            sheddable: false,
-        };
-        Some((Some(args), shared))
+        let args = self
+            .trust
+            .objectives(host, tel, ctx, mape)
+            .map(|o| LatencyArgs {
+                slo_ttft_ms: o.ttft_ms,
+                slo_tpot_ms: o.tpot_ms,
+                sheddable: false,
+            });
+        Some((args, shared))
     }
 
     /// The root tick: each namespace whose interval has passed, with samples to send or
@@ -158,7 +104,7 @@ impl Latency {
             if now < ns.next_merge_ms || ns.shared.merging() {
                 continue;
             }
-            ns.next_merge_ms = now.saturating_add(self.settings.merge_interval_ms);
+            ns.next_merge_ms = now.saturating_add(self.trust.settings.merge_interval_ms);
             let config = ns.config.clone();
             merge::send(
                 host,
@@ -166,7 +112,7 @@ impl Latency {
                 redis,
                 (&config, &ns.keys),
                 &ns.shared,
-                &self.settings,
+                &self.trust.settings,
             );
         }
     }

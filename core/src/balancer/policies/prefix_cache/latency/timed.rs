@@ -1,6 +1,7 @@
-//! A latency-aware request's holding: [`Timed`] wraps what the pick holds (and the verification
-//! around it) with the features its pick saw and the prediction it made; when the stream ends
-//! the answer's TTFT and TPOT are learnt by the route's models (docs/latency-model.md §5).
+//! A latency-aware request's holding: [`Timed`] wraps what the pick holds in either build (a
+//! Redis lease, a per-proxy count, and the verification around it) with the features its pick
+//! saw and the prediction it made; when the stream ends the answer's TTFT and TPOT are learnt
+//! by the route's models (docs/latency-model.md §5).
 
 use super::shared::Shared;
 use crate::balancer::events::Placement;
@@ -65,18 +66,8 @@ impl Wrap for LatencyWrap {
             running: load_before.unwrap_or(0) as f64,
             prompt_tokens: prompt_tokens as f64,
         };
-        Box::new(Timed {
-            inner: held,
-            shared,
-            endpoint: endpoint.clone(),
-            features,
-            predicted: booked.and_then(|b| b.predicted),
-            stream,
-            since_ms,
-            injected,
-            read: false,
-            elsewhere: false,
-        })
+        let pick = (endpoint.clone(), features, booked.and_then(|b| b.predicted));
+        Box::new(Timed::new(held, shared, pick, (stream, since_ms, injected)))
     }
 
     fn clone_box(&self) -> Box<dyn Wrap> {
@@ -103,6 +94,31 @@ pub struct Timed {
 }
 
 impl Timed {
+    /// `inner` timed for the models of `shared`, a pick of `endpoint` with the `features` it
+    /// saw and what it `predicted` (None: not placed by the models); `stream`: a streamed
+    /// request, timed from `since_ms`; `injected`: this holding added the usage request to
+    /// the body (no verification took it). Both builds' picks: the Redis reply's lease
+    /// ([`LatencyWrap`]), the plain-Envoy count (prefix_cache/local.rs).
+    pub fn new(
+        inner: Box<dyn Holding>,
+        shared: Shared,
+        (endpoint, features, predicted): (String, Features, Option<Predicted>),
+        (stream, since_ms, injected): (bool, u64, bool),
+    ) -> Timed {
+        Timed {
+            inner,
+            shared,
+            endpoint,
+            features,
+            predicted,
+            stream,
+            since_ms,
+            injected,
+            read: false,
+            elsewhere: false,
+        }
+    }
+
     /// What the answer measured: its time to first bytes (a stream's first token) and its time
     /// per output token after them. None: nothing to learn (not a stream, no first bytes).
     fn measured(&self, o: &Outcome) -> Option<Measured> {
