@@ -14,6 +14,7 @@ mod envoy_body;
 mod envoy_cluster;
 mod envoy_dashboard;
 mod envoy_failure_memory;
+mod envoy_latency;
 mod envoy_prefix;
 mod envoy_prefix_verify;
 mod envoy_queue;
