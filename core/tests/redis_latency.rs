@@ -336,3 +336,83 @@ fn only_a_sheddable_request_is_shed_and_only_for_a_predicted_miss() {
         AcquireReply::Picked { .. }
     ));
 }
+
+/// The rule's table (core/src/latency/choose_cases.rs), which the plain-Envoy pick's unit test
+/// runs through `latency::choose`.
+#[path = "../src/latency/choose_cases.rs"]
+mod cases;
+
+#[test]
+fn the_script_follows_the_rules_table() {
+    use cases::{Want, CASES};
+    const CAP: u64 = 10;
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    let bed = Bed::new();
+    let pods = [A, B, C];
+    for (n, case) in CASES.iter().enumerate() {
+        c.cmd(&["FLUSHALL"]);
+        // Each pod predicts its case's constant TTFT and TPOT at its case's load; one the case
+        // lists as ineligible (or does not list) is at the cap.
+        for (i, pod) in pods.iter().enumerate() {
+            let (ttft, tpot, load, eligible) = case.pods.get(i).copied().unwrap_or_default();
+            bed.set_coef(&mut c, pod, [ttft, 0.0, 0.0, tpot, 0.0, 0.0]);
+            let load = if eligible { load } else { CAP };
+            c.cmd(&["ZADD", &bed.keys.load, &load.to_string(), pod]);
+        }
+        let t = chain(&bed.keys, &format!("case{n}-"), 1, 1_000);
+        if let Some(w) = case.warm {
+            c.cmd(&["SET", &t.keys[0], pods[w]]);
+        }
+        let latency = LatencyArgs {
+            slo_ttft_ms: case.slo.0,
+            slo_tpot_ms: case.slo.1,
+            sheddable: case.shed_draw.is_some(),
+        };
+        let random = (case.shed_draw.unwrap_or(0.0) * 1_000_003.0) as u32;
+        let send = |sync: bool, c: &mut Conn| {
+            let args = AcquireArgs {
+                now_ms: 1_000,
+                lease_ttl_ms: 60_000,
+                request_id: "r",
+                cost: 1,
+                cap: CAP,
+                random,
+                fingerprint: &bed.fp,
+                reclaim: 4,
+                endpoints: sync.then_some(bed.eps.as_slice()),
+                session: None,
+                wait_rank: None,
+                pool_cap: 0,
+                tenant: None,
+                trials: 0,
+            };
+            let prefix = PrefixArgs {
+                chain: &t,
+                ttl_s: 1800,
+                max_imbalance: 1000,
+                max_imbalance_ratio: 1000.0,
+                gate: TokenGate {
+                    penalty_ms: case.penalty_ms,
+                    ..TokenGate::default()
+                },
+                latency: Some(latency),
+            };
+            let q = scripts::pick_call(&bed.scripts, false, &bed.keys, &args, Some(&prefix));
+            scripts::parse_acquire(&c.raw_reply(&q)).unwrap()
+        };
+        let reply = match send(false, &mut c) {
+            AcquireReply::Sync => send(true, &mut c),
+            other => other,
+        };
+        let got = match reply {
+            AcquireReply::Picked { endpoint, .. } => {
+                Want::Place(pods.iter().position(|p| *p == endpoint).unwrap())
+            }
+            AcquireReply::Shed(_) => Want::Shed,
+            AcquireReply::Full => Want::Nothing,
+            other => panic!("{}: {other:?}", case.says),
+        };
+        assert_eq!(got, case.want, "{}", case.says);
+    }
+}

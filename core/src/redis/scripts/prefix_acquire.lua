@@ -170,7 +170,8 @@ end
 -- With objectives the endpoint that meets them with the most room is chosen, the warm one
 -- whenever it meets them; when none does, a sheddable request is shed with a probability
 -- that grows with the predicted miss. Without objectives the lowest predicted TTFT wins, the
--- warm endpoint within the penalty.
+-- warm endpoint within the penalty. The plain-Envoy build's rule is the same
+-- (core/src/latency/choose.rs); both are held to one table (choose_cases.rs).
 local pred_ttft, pred_tpot = -1, -1
 if lat and not kept then
   pick, spilled = nil, 0
