@@ -1,10 +1,13 @@
-//! prefix_cache's latency-aware placement, `latencyModel` (docs/latency-model.md §5), Higress
-//! build. Each route keeps per-pod models of TTFT and TPOT ([`Book`], core/src/latency/):
-//! every streamed answer is a sample ([`timed`]), and on a timer each gateway adds its samples
-//! to the fleet's records in Redis and reads the fleet's back ([`merge`]), so every gateway
-//! predicts with every gateway's answers. The pick script reads the coefficients and places by
-//! them (prefix_acquire.lua); this module tells it the request's objectives, and whether the
-//! model predicts well enough to be trusted.
+//! prefix_cache's latency-aware placement, `latencyModel` (docs/latency-model.md §5). Each
+//! route keeps per-pod models of TTFT and TPOT ([`Book`], core/src/latency/): every streamed
+//! answer is a sample ([`timed`], either build's holding), and on a timer each worker merges
+//! its samples with the fleet's and reads the fleet's back, so every worker predicts with every
+//! other's answers. Which request is placed by the models and with what objectives is decided
+//! alike in both builds ([`trust`]).
+//! - Higress ([`Latency`]): the records are in Redis ([`merge`]); the pick script reads the
+//!   coefficients and places by them (prefix_acquire.lua).
+//! - Plain Envoy ([`local`]): the records are in the proxy's shared data; the local pick
+//!   places by the same rule (core/src/latency/choose.rs).
 
 pub mod local;
 #[cfg(test)]
