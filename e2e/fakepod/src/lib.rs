@@ -12,6 +12,7 @@ pub mod dp;
 pub mod engine;
 pub mod fault;
 pub mod generate;
+pub mod histogram;
 pub mod kv;
 pub mod lane;
 pub mod load;
