@@ -15,6 +15,7 @@ pub mod generate;
 pub mod histogram;
 pub mod kv;
 pub mod lane;
+pub mod latency;
 pub mod load;
 pub mod messages_api;
 pub mod metrics;
