@@ -16,6 +16,7 @@ pub mod histogram;
 pub mod kv;
 pub mod lane;
 pub mod latency;
+pub mod latency_page;
 pub mod load;
 pub mod messages_api;
 pub mod metrics;
