@@ -170,6 +170,23 @@ fn render_vllm(o: &mut Out, cfg: &PodConfig, s: &Snapshot, model: &str, r: Ranke
         s.waiting as f64,
     );
     if v1 {
+        // Registered right after the queue gauge (vLLM 0.33.0 vllm/v1/metrics/loggers.py
+        // `gauge_engine_sleep_state`); a fake engine never sleeps. Without it a page cut before
+        // its end (many ranks' histograms) could not tell a router that the pod is awake.
+        o.family(
+            "vllm:engine_sleep_state",
+            "gauge",
+            "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is \
+             awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.",
+        );
+        for (state, v) in [
+            ("awake", 1.0),
+            ("weights_offloaded", 0.0),
+            ("discard_all", 0.0),
+        ] {
+            let labels = format!("{l},sleep_state=\"{state}\"");
+            o.sample("vllm:engine_sleep_state", &labels, v);
+        }
         o.gauge(
             "vllm:kv_cache_usage_perc",
             "KV-cache usage. 1 means 100 percent usage.",
