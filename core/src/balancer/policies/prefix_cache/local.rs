@@ -190,6 +190,8 @@ fn decide(
         &admission,
         true,
         |loads, out, prefill| {
+            // This attempt's verdict only (a lost CAS runs the choice again).
+            shed = None;
             if crate::balancer::waiters::outranked(loads, cap, admission.pool_cap, cost, above) {
                 return None;
             }
@@ -207,7 +209,6 @@ fn decide(
                     .collect();
                 &merged
             };
-            shed = None;
             let modelled = match (latency, &rule, prefill) {
                 (Some(l), Some(rule), Some(p)) => {
                     let view = (loads, p.booked.as_slice(), hot, cap);
@@ -221,39 +222,40 @@ fn decide(
                     return None;
                 }
                 Some(Choice::Place(e, p)) => Some((e, placed(e, known, session), false, Some(p))),
-                None => None,
+                None => {
+                    // The token gate (gate.rs) over a match the session does not override.
+                    let open = |e: usize| {
+                        let room = cap == 0 || loads.get(e).is_some_and(|&l| l < cap);
+                        room && !hot.get(e).copied().unwrap_or(false)
+                    };
+                    let verdict = match (known, session, prefill) {
+                        (Some(k), None, Some(p)) => gate::judge(
+                            &settings.gate,
+                            tokens.total,
+                            tokens.through(k.depth),
+                            k.endpoint,
+                            p,
+                            open,
+                        ),
+                        _ => Verdict::Keep,
+                    };
+                    match verdict {
+                        Verdict::Spill(cold) => Some((cold, Reason::PrefixSpill, false, None)),
+                        v => state
+                            .choose(
+                                loads,
+                                cost,
+                                cap,
+                                hot,
+                                known,
+                                home,
+                                session,
+                                v == Verdict::Keep,
+                            )
+                            .map(|(e, reason, passed)| (e, reason, passed, None)),
+                    }
+                }
             };
-            // The token gate (gate.rs) over a match the session does not override.
-            let open = |e: usize| {
-                let room = cap == 0 || loads.get(e).is_some_and(|&l| l < cap);
-                room && !hot.get(e).copied().unwrap_or(false)
-            };
-            let verdict = match (known, session, prefill) {
-                (Some(k), None, Some(p)) => gate::judge(
-                    &settings.gate,
-                    tokens.total,
-                    tokens.through(k.depth),
-                    k.endpoint,
-                    p,
-                    open,
-                ),
-                _ => Verdict::Keep,
-            };
-            let choice = choice.or_else(|| match verdict {
-                Verdict::Spill(cold) => Some((cold, Reason::PrefixSpill, false, None)),
-                v => state
-                    .choose(
-                        loads,
-                        cost,
-                        cap,
-                        hot,
-                        known,
-                        home,
-                        session,
-                        v == Verdict::Keep,
-                    )
-                    .map(|(e, reason, passed)| (e, reason, passed, None)),
-            });
             choice.map(|(e, reason, passed, predicted)| {
                 let cached = known
                     .filter(|k| k.endpoint == e)

@@ -39,13 +39,13 @@ pub struct LocalLatency {
 }
 
 /// What the pick knows of one request and the endpoints when the models place it.
-pub struct View<'a> {
+struct View<'a> {
     /// Each endpoint's load and booked prefill tokens before this request, by position.
-    pub loads: &'a [u64],
-    pub booked: &'a [u64],
-    pub prompt_tokens: u64,
+    loads: &'a [u64],
+    booked: &'a [u64],
+    prompt_tokens: u64,
     /// The endpoint holding the request's prefix, and how many of its tokens it holds.
-    pub warm: Option<(usize, u64)>,
+    warm: Option<(usize, u64)>,
 }
 
 impl LocalLatency {
@@ -165,7 +165,7 @@ impl LocalLatency {
 /// The features of the request of `view` on endpoint `at`: the tokens booked there ahead of
 /// it, its own uncached ones (the whole prompt but on the warm endpoint), the endpoint's load,
 /// the prompt's tokens.
-pub fn features(at: usize, view: &View) -> Features {
+fn features(at: usize, view: &View) -> Features {
     let cached = match view.warm {
         Some((w, cached)) if w == at => cached,
         _ => 0,

@@ -449,3 +449,53 @@ fn two_workers_predict_with_each_others_answers_and_a_failed_merge_loses_nothing
     );
     assert_eq!(held(&h2), 0);
 }
+
+/// Sets this proxy's booked prefill tokens of `pod` (the counts record's `~p` line).
+fn set_booked(host: &mut MockHost, pod: &str, tokens: u64) {
+    let eps: Vec<String> = EPS.iter().map(|e| e.to_string()).collect();
+    let key = crate::balancer::policies::least_request::counts::counts_key(&eps);
+    let r = shared::update(host, &key, |cur| {
+        let mut counts = cur.map(|v| shared::decode_counts(&v)).unwrap_or_default();
+        counts.insert(format!("~p{pod}"), tokens);
+        counts.retain(|_, n| *n > 0);
+        (shared::encode_counts(&counts), ())
+    });
+    assert!(r.is_ok());
+}
+
+#[test]
+fn a_pod_at_its_cap_is_no_choice_and_a_kept_session_wins_over_the_prediction() {
+    let extra = json!({"peakPrefillThroughput": 1_000, "maxRequestCount": 1,
+        "sessionHeader": "x-session-id"});
+    let (mut host, mut e) = proxy(&EPS, json!({}), extra);
+    // 100,000 tokens booked on every pod but the first: the models prefer it by far.
+    set_booked(&mut host, EPS[1], 100_000);
+    set_booked(&mut host, EPS[2], 100_000);
+    let mut first = send(&mut host, &mut e, 1, &prompt(1, 1_000), &[]);
+    assert_eq!(first.to, EPS[0]);
+    // While the first holds its one slot, the next goes to a slow pod.
+    let mut second = send(&mut host, &mut e, 2, &prompt(2, 1_000), &[]);
+    assert!(second.to == EPS[1] || second.to == EPS[2], "{}", second.to);
+    let t0 = host.now_ms;
+    answer(&mut host, &mut e, &mut first, t0, (1_000.0, 10.0));
+    answer(&mut host, &mut e, &mut second, t0, (1_000.0, 10.0));
+    set_booked(&mut host, EPS[1], 0);
+    set_booked(&mut host, EPS[2], 0);
+    // A session's pod, then 100,000 tokens booked there: a new prompt is placed elsewhere,
+    // the session's next request stays.
+    let session = [("x-session-id", "s-1")];
+    let mut s = send(&mut host, &mut e, 3, &prompt(3, 1_000), &session);
+    let home = s.to.clone();
+    let t0 = host.now_ms;
+    answer(&mut host, &mut e, &mut s, t0, (1_000.0, 10.0));
+    set_booked(&mut host, &home, 100_000);
+    let mut other = send(&mut host, &mut e, 4, &prompt(4, 1_000), &[]);
+    assert_ne!(other.to, home);
+    answer(&mut host, &mut e, &mut other, t0, (1_000.0, 10.0));
+    let mut again = send(&mut host, &mut e, 5, &prompt(5, 1_000), &session);
+    answer(&mut host, &mut e, &mut again, t0, (1_000.0, 10.0));
+    assert_eq!(again.to, home, "{}", again.debug);
+    assert!(again.debug.contains("reason=session"), "{}", again.debug);
+    set_booked(&mut host, &home, 0);
+    assert_eq!(held(&host), 0);
+}

@@ -190,8 +190,10 @@ impl Holding for Timed {
     }
 
     fn debug(&self) -> Option<String> {
+        let Some(p) = self.predicted else {
+            return self.inner.debug();
+        };
         let inner = self.inner.debug().unwrap_or_default();
-        let p = self.predicted?;
         Some(format!(
             "{inner}; predicted_ttft_ms={}; predicted_tpot_ms={:.1}",
             p.ttft_ms,
