@@ -90,7 +90,7 @@ impl LocalLatency {
 
     /// The rule's answer for a request with `view`, among the endpoints `eligible` says may
     /// take it. The features are the ones its answer is learnt with (prefix_cache/local.rs).
-    pub fn place(
+    fn place(
         &self,
         view: &View,
         eligible: impl Fn(usize) -> bool,
