@@ -90,12 +90,7 @@ impl LocalLatency {
 
     /// The rule's answer for a request with `view`, among the endpoints `eligible` says may
     /// take it. The features are the ones its answer is learnt with (prefix_cache/local.rs).
-    fn place(
-        &self,
-        view: &View,
-        eligible: impl Fn(usize) -> bool,
-        rule: &Rule,
-    ) -> Option<Choice> {
+    fn place(&self, view: &View, eligible: impl Fn(usize) -> bool, rule: &Rule) -> Option<Choice> {
         let candidates: Vec<Candidate> = (0..view.loads.len())
             .map(|at| Candidate {
                 at,
