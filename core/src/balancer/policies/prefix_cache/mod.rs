@@ -76,7 +76,7 @@ impl Policy for RedisPrefixCache {
         }
         let placed = match (&mut self.latency, input.keys) {
             (Some(l), Some(keys)) if input.read_body => {
-                l.args(host, env.tel, input.ctx, (input.config, keys))
+                l.args(host, env.tel, (input.ctx, env.rng), (input.config, keys))
             }
             _ => None,
         };
