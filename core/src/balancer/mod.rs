@@ -389,6 +389,8 @@ mod envoy_failure_tests;
 #[cfg(test)]
 mod fairness_tests;
 #[cfg(test)]
+mod latency_tests;
+#[cfg(test)]
 mod local_prefix_tests;
 #[cfg(test)]
 mod priority_tests;
