@@ -217,9 +217,11 @@ pub enum Counter {
     LatencyMergeFailures,
     /// A request's objective header that did not read as a number in range: the route's used.
     LatencyBadObjective,
+    /// A pod whose answers departed from its model in a run: its model started again.
+    LatencyDrift,
 }
 
-const FIXED: [(Counter, &str); 69] = [
+const FIXED: [(Counter, &str); 70] = [
     (Counter::RedisCalls, "ai_lb.redis.calls"),
     (Counter::RedisErrors, "ai_lb.redis.errors"),
     (Counter::RedisTimeouts, "ai_lb.redis.timeouts"),
@@ -331,6 +333,7 @@ const FIXED: [(Counter, &str); 69] = [
         "ai_lb.latency.merge_failures",
     ),
     (Counter::LatencyBadObjective, "ai_lb.latency.bad_objective"),
+    (Counter::LatencyDrift, "ai_lb.latency.drift"),
 ];
 
 /// Metric ids in the order of [`Stats::names`].

@@ -10,7 +10,7 @@
 
 use ailb_core::config::TokenGate;
 use ailb_core::latency::{Book, Features, Outcome, Prior};
-use ailb_core::redis::scripts::latency::{csv, merge_call, parse_merged, Merge};
+use ailb_core::redis::scripts::latency::{csv, merge_call, parse_merged, Batch, Merge};
 use ailb_core::redis::scripts::{
     self, AcquireArgs, AcquireReply, Keys, LatencyArgs, PrefixArgs, PrefixChain, Scripts,
 };
@@ -42,7 +42,7 @@ impl Bed {
 
     /// One gateway's merge: its unsent samples and coefficients out, the fleet's records back.
     fn merge(&self, c: &mut Conn, book: &mut Book, now_ms: u64) {
-        let records = book.take_unsent();
+        let batch = (now_ms, book.take_unsent());
         let coefficients: Vec<(String, Vec<f64>)> = book
             .coefficients()
             .into_iter()
@@ -53,7 +53,8 @@ impl Bed {
             &Merge {
                 now_ms,
                 half_life_ms: HALF_LIFE_MS,
-                records: &records,
+                sender: &format!("{:p}", book as *const Book),
+                batches: &[batch],
                 coefficients: &coefficients,
             },
         );
@@ -227,13 +228,41 @@ fn two_gateways_merge_into_one_fleet_record_that_fades() {
     // a half-life apart).
     let want = 40.0 * 0.5f64.powf((HALF_LIFE_MS + 200) as f64 / HALF_LIFE_MS as f64);
     assert!((w - want).abs() < 1e-9, "{w} {want}");
+    // A gateway that found A is no longer the pod its model knew replaces A's record.
+    let mut g4 = Book::new(prior);
+    let f = Features {
+        ahead_tokens: 0.0,
+        uncached_tokens: 1_000.0,
+        running: 0.0,
+        prompt_tokens: 1_000.0,
+    };
+    let o = Outcome {
+        ttft_ms: 2_000.0,
+        tpot_ms: None,
+    };
+    g4.learn(A, &f, &o).unwrap();
+    let mut sent = g4.take_unsent();
+    sent[0].0 = format!("!{A}");
+    g4.restore(&sent);
+    bed.merge(&mut c, &mut g4, 1_250 + HALF_LIFE_MS);
+    let record = c.cmd(&["HGET", &bed.keys.latency, A]);
+    let w: f64 = record
+        .as_str()
+        .unwrap()
+        .split(',')
+        .nth(9)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(w, 1.0, "replaced by the one answer");
     // A garbage record sent by a broken gateway is ignored; the rest still merge.
     let q = scripts::latency::merge_call(
         &bed.keys,
         &Merge {
             now_ms: 1_300 + HALF_LIFE_MS,
             half_life_ms: HALF_LIFE_MS,
-            records: &[(B.into(), vec![f64::NAN; 3])],
+            sender: "broken",
+            batches: &[(1, vec![(B.into(), vec![f64::NAN; 3])])],
             coefficients: &[],
         },
     );
@@ -335,6 +364,46 @@ fn only_a_sheddable_request_is_shed_and_only_for_a_predicted_miss() {
         bed.acquire(&mut c, "r4", &short, args(true), 0),
         AcquireReply::Picked { .. }
     ));
+}
+
+#[test]
+fn a_batch_sent_again_after_a_lost_reply_is_applied_once() {
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    let bed = Bed::new();
+    let mut g = Book::new(Prior::from_rates(16_000.0, 30.0, 8.0));
+    let f = Features {
+        ahead_tokens: 0.0,
+        uncached_tokens: 1_000.0,
+        running: 0.0,
+        prompt_tokens: 1_000.0,
+    };
+    let o = Outcome {
+        ttft_ms: 100.0,
+        tpot_ms: None,
+    };
+    let send = |c: &mut Conn, batches: &[Batch]| {
+        let q = merge_call(
+            &bed.keys,
+            &Merge {
+                now_ms: 1_000,
+                half_life_ms: HALF_LIFE_MS,
+                sender: "gw-1",
+                batches,
+                coefficients: &[],
+            },
+        );
+        parse_merged(&c.raw_reply(&q)).unwrap()
+    };
+    g.learn(A, &f, &o).unwrap();
+    let first = (1, g.take_unsent());
+    send(&mut c, std::slice::from_ref(&first));
+    // Its reply was lost: the gateway sends batch 1 again with its next one.
+    g.learn(A, &f, &o).unwrap();
+    let second = (2, g.take_unsent());
+    let fleet = send(&mut c, &[first, second]);
+    assert_eq!(fleet.len(), 1);
+    assert_eq!(fleet[0].1[9], 2.0, "two answers, each counted once");
 }
 
 /// The rule's table (core/src/latency/choose_cases.rs), which the plain-Envoy pick's unit test

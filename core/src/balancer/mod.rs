@@ -267,16 +267,13 @@ impl Balancer {
         }
     }
 
-    /// Root context tick: the metrics scraper, then body deadlines (last: resuming a request
-    /// makes its stream the effective context, and the scraper's callouts belong to the root).
+    /// Root context tick: the metrics scraper, the policies' timed work, then body deadlines
+    /// (last: resuming a request makes its stream the effective context, and the scraper's
+    /// callouts belong to the root).
     pub fn on_tick(&mut self, host: &mut dyn Host) {
         self.vm.metrics.on_tick(host, &self.vm.tel);
         self.vm.redis.flush_first_bytes(host, &mut self.vm.tel);
-        for route in &mut self.routes.list {
-            route
-                .policy
-                .tick(host, &mut self.vm.tel, &mut self.vm.redis);
-        }
+        self.routes.tick(host, &mut self.vm.tel, &mut self.vm.redis);
         self.expire_body_waits(host);
         if !self.vm.queue.is_empty() {
             self.expire_queue(host);
@@ -388,6 +385,8 @@ mod cluster_tests;
 mod envoy_failure_tests;
 #[cfg(test)]
 mod fairness_tests;
+#[cfg(test)]
+mod latency_tests;
 #[cfg(test)]
 mod local_prefix_tests;
 #[cfg(test)]

@@ -4,7 +4,9 @@
 
 use super::policies::{self, Policy};
 use super::publish;
+use super::redis_client::RedisClient;
 use super::request::Request;
+use super::telemetry::Telemetry;
 use crate::config::{PluginConfig, RequestKeys, RouteConfig};
 use crate::host::{self, Host};
 use crate::redis::inflight::InflightKeys;
@@ -46,6 +48,13 @@ impl Routes {
             matches_services: config.matches_services(),
             destination_headers: publish::destination_headers(&config),
             config,
+        }
+    }
+
+    /// The root tick, for each route's policy (its own timed work, `Policy::tick`).
+    pub fn tick(&mut self, host: &mut dyn Host, tel: &mut Telemetry, redis: &mut RedisClient) {
+        for route in &mut self.list {
+            route.policy.tick(host, tel, redis);
         }
     }
 

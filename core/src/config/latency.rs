@@ -71,61 +71,58 @@ impl LatencySettings {
                 format!("unknown key `{k}` ({})", LATENCY_KEYS.join(", ")),
             ));
         }
-        let int = |key: &str| -> Result<Option<u64>, ConfigError> {
-            match l.get(key) {
-                None | Some(Value::Null) => Ok(None),
-                Some(v) => v.as_u64().map(Some).ok_or_else(|| {
-                    r.err("latencyModel", format!("{key}: must be a whole number ≥ 0"))
-                }),
-            }
-        };
-        let float = |key: &str| -> Result<Option<f64>, ConfigError> {
-            match l.get(key) {
-                None | Some(Value::Null) => Ok(None),
-                Some(v) => v
-                    .as_f64()
-                    .map(Some)
-                    .ok_or_else(|| r.err("latencyModel", format!("{key}: must be a number"))),
-            }
-        };
+        // One table, read by one loop: six keys do not earn six readers' wasm.
         let d = LatencySettings::default();
-        let bad = |key: &str, msg: String| r.err("latencyModel", format!("{key}: {msg}"));
-        let check =
-            |key: &str, v: Option<u64>, range: std::ops::RangeInclusive<u64>, or: u64| match v {
-                None => Ok(or),
-                Some(v) if range.contains(&v) => Ok(v),
-                Some(v) => Err(bad(
-                    key,
-                    format!("{v} is outside {}-{}", range.start(), range.end()),
-                )),
-            };
-        let slo_ttft_ms = check("sloTTFTMs", int("sloTTFTMs")?, 0..=MAX_SLO_TTFT_MS, 0)?;
-        let slo_tpot_ms = check("sloTPOTMs", int("sloTPOTMs")?, 0..=MAX_SLO_TPOT_MS, 0)?;
-        let merge_interval_ms = check(
-            "mergeIntervalMs",
-            int("mergeIntervalMs")?,
-            100..=60_000,
-            d.merge_interval_ms,
-        )?;
-        let half_life_s = check("halfLifeS", int("halfLifeS")?, 10..=86_400, 600)?;
-        let max_mape = float("maxMAPE")?.unwrap_or(d.max_mape);
-        if !(0.01..=10.0).contains(&max_mape) {
-            return Err(bad("maxMAPE", format!("{max_mape} is outside 0.01-10")));
-        }
-        let prior_tpot_ms = float("priorTPOTMs")?.unwrap_or(d.prior_tpot_ms);
-        if !(0.0..=MAX_SLO_TPOT_MS as f64).contains(&prior_tpot_ms) {
-            return Err(bad(
+        let limits: [(&str, f64, f64, bool, f64); 6] = [
+            ("sloTTFTMs", 0.0, MAX_SLO_TTFT_MS as f64, true, 0.0),
+            ("sloTPOTMs", 0.0, MAX_SLO_TPOT_MS as f64, true, 0.0),
+            (
+                "mergeIntervalMs",
+                100.0,
+                60_000.0,
+                true,
+                d.merge_interval_ms as f64,
+            ),
+            ("maxMAPE", 0.01, 10.0, false, d.max_mape),
+            (
+                "halfLifeS",
+                10.0,
+                86_400.0,
+                true,
+                (d.half_life_ms / 1000) as f64,
+            ),
+            (
                 "priorTPOTMs",
-                format!("{prior_tpot_ms} is outside 0-60000"),
-            ));
+                0.0,
+                MAX_SLO_TPOT_MS as f64,
+                false,
+                d.prior_tpot_ms,
+            ),
+        ];
+        let mut v = [0.0; 6];
+        for (slot, (key, min, max, whole, default)) in v.iter_mut().zip(limits) {
+            let bad = |msg: String| r.err("latencyModel", format!("{key}: {msg}"));
+            *slot = match l.get(key) {
+                None | Some(Value::Null) => default,
+                Some(x) => {
+                    let n = x.as_f64().ok_or_else(|| bad("must be a number".into()))?;
+                    if whole && (n.fract() != 0.0 || n < 0.0) {
+                        return Err(bad("must be a whole number ≥ 0".into()));
+                    }
+                    if !(min..=max).contains(&n) {
+                        return Err(bad(format!("{n} is outside {min}-{max}")));
+                    }
+                    n
+                }
+            };
         }
         Ok(Some(LatencySettings {
-            slo_ttft_ms,
-            slo_tpot_ms,
-            merge_interval_ms,
-            max_mape,
-            half_life_ms: half_life_s * 1000,
-            prior_tpot_ms,
+            slo_ttft_ms: v[0] as u64,
+            slo_tpot_ms: v[1] as u64,
+            merge_interval_ms: v[2] as u64,
+            max_mape: v[3],
+            half_life_ms: v[4] as u64 * 1000,
+            prior_tpot_ms: v[5],
         }))
     }
 }

@@ -11,6 +11,8 @@ use super::stats::{field_count, Stats};
 pub const RECORD_FIELDS: usize = field_count(TTFT_K) + field_count(TPOT_K);
 /// The field of the coefficients record a pod without its own reads (the fleet's prior).
 pub const FLEET_FIELD: &str = "*";
+/// Before a pod's name in a merge: its record replaces the fleet's (latency_merge.lua).
+pub const REPLACE: char = '!';
 /// A pod's TTFT predictions are judged (and the model trusted or not) after this many.
 pub const MIN_JUDGED: u64 = 20;
 
@@ -21,6 +23,9 @@ pub struct Book {
     pods: Vec<(String, PodModel)>,
     /// This gateway's samples since its last merge was sent.
     unsent: Vec<(String, PodModel)>,
+    /// Pods whose model started again since the last merge: their fleet records are replaced,
+    /// not added to.
+    restarted: Vec<String>,
     base: Prior,
 }
 
@@ -45,6 +50,7 @@ impl Book {
         Book {
             pods: Vec::new(),
             unsent: Vec::new(),
+            restarted: Vec::new(),
             base,
         }
     }
@@ -64,11 +70,27 @@ impl Book {
     }
 
     /// Learns one answer of `pod`: in the gateway's model at once, and kept for the next merge.
-    pub fn learn(&mut self, pod: &str, f: &Features, o: &Outcome) -> Result<(), BadSample> {
+    /// True when the pod's answers departed from its model so that it started again
+    /// (model.rs `DRIFT_RUN`): the fleet's record of it is replaced at the next merge.
+    pub fn learn(&mut self, pod: &str, f: &Features, o: &Outcome) -> Result<bool, BadSample> {
         let prior = self.prior();
-        entry(&mut self.pods, pod).learn(f, o, &prior)?;
-        // The unsent record keeps statistics only; its accuracy is never read.
-        entry(&mut self.unsent, pod).learn(f, o, &prior)
+        let m = entry(&mut self.pods, pod);
+        let drifted = m.learn(f, o, &prior)?;
+        // A restarted model's statistics (its run and this answer) replace the fleet's record.
+        let restart = drifted.then(|| (m.ttft.clone(), m.tpot.clone()));
+        let unsent = entry(&mut self.unsent, pod);
+        match restart {
+            Some((ttft, tpot)) => {
+                *unsent = PodModel::default();
+                unsent.ttft = ttft;
+                unsent.tpot = tpot;
+                if !self.restarted.iter().any(|p| p == pod) {
+                    self.restarted.push(pod.to_string());
+                }
+            }
+            None => unsent.add(f, o),
+        }
+        Ok(drifted)
     }
 
     /// Whether any sample waits to be merged.
@@ -78,10 +100,18 @@ impl Book {
 
     /// The samples to add to the fleet's records, one record per pod ([`RECORD_FIELDS`]
     /// numbers), and forgets them here: the merge's reply brings them back in the fleet's sums.
+    /// A restarted pod's name carries [`REPLACE`]: its record replaces the fleet's.
     pub fn take_unsent(&mut self) -> Vec<(String, Vec<f64>)> {
+        let restarted = std::mem::take(&mut self.restarted);
         self.unsent
             .drain(..)
-            .map(|(pod, m)| (pod, record(&m)))
+            .map(|(pod, m)| {
+                let name = match restarted.contains(&pod) {
+                    true => format!("{REPLACE}{pod}"),
+                    false => pod,
+                };
+                (name, record(&m))
+            })
             .collect()
     }
 
@@ -92,6 +122,13 @@ impl Book {
             let Some((ttft, tpot)) = parse_record(fields) else {
                 continue;
             };
+            let (pod, replace) = match pod.strip_prefix(REPLACE) {
+                Some(p) => (p, true),
+                None => (pod.as_str(), false),
+            };
+            if replace && !self.restarted.iter().any(|p| p == pod) {
+                self.restarted.push(pod.to_string());
+            }
             let u = entry(&mut self.unsent, pod);
             u.ttft.merge(&ttft);
             u.tpot.merge(&tpot);
@@ -253,6 +290,48 @@ mod tests {
         bad[0] = f64::NAN;
         a.merged(&[("p".into(), bad)]);
         assert_eq!(w(&a), 2.0);
+    }
+
+    #[test]
+    fn a_pod_that_changed_speed_starts_again_and_the_fleet_record_is_replaced() {
+        let base = Prior::from_rates(16_000.0, 30.0, 8.0);
+        let mut book = Book::new(base);
+        let xs: Vec<Features> = (0..60)
+            .map(|i| {
+                f(
+                    f64::from(i % 6) * 1_000.0,
+                    f64::from(i % 3) * 800.0 + 200.0,
+                    1.0,
+                )
+            })
+            .collect();
+        for x in &xs {
+            assert!(!book.learn("p", x, &answer(8_000.0, x)).unwrap());
+        }
+        book.take_unsent();
+        // The pod now prefills at a quarter of the speed (another GPU, another model): within
+        // the run of surprises its model starts again, and follows the new speed.
+        let mut restarted_at = None;
+        for (i, x) in xs.iter().enumerate().take(30) {
+            if book.learn("p", x, &answer(2_000.0, x)).unwrap() {
+                restarted_at.get_or_insert(i);
+            }
+        }
+        let at = restarted_at.expect("the model started again");
+        assert!(at < crate::latency::model::DRIFT_RUN as usize + 2, "{at}");
+        let x = f(2_000.0, 2_000.0, 1.0);
+        let p = book.predict("p", &x).ttft_ms;
+        assert!((p - 2_020.0).abs() < 2_020.0 * 0.15, "{p}");
+        let sent = book.take_unsent();
+        assert_eq!(sent[0].0, "!p", "the fleet's record is replaced");
+        // A merge that failed keeps the replacement for the next one.
+        book.restore(&sent);
+        assert_eq!(book.take_unsent()[0].0, "!p");
+        // Steady answers never restart a model.
+        let mut steady = Book::new(base);
+        for x in xs.iter().cycle().take(300) {
+            assert!(!steady.learn("q", x, &answer(8_000.0, x)).unwrap());
+        }
     }
 
     #[test]

@@ -146,11 +146,24 @@ pub struct PodModel {
     pub tpot: Stats<TPOT_K>,
     pub ttft_error: Accuracy,
     pub tpot_error: Accuracy,
+    /// Judged TTFTs in a row that came out far slower (positive) or far faster (negative)
+    /// than predicted, and their samples: a model that starts again starts from them.
+    surprises: i32,
+    run: Vec<(Features, Outcome)>,
 }
+
+/// A TTFT this far over its prediction (×1.5), or under it (÷1.5), is a surprise; this many in
+/// a row, all one way, and the pod is not the pod its model knows (restarted on another GPU,
+/// serving another model): its model starts again. Forgetting alone would follow it at the
+/// half-life's pace, placing by the old speed for minutes.
+const SURPRISE: f64 = 1.5;
+pub const DRIFT_RUN: i32 = 8;
 
 impl PodModel {
     /// Learns one answer; the prediction the model made for it first goes into its accuracy.
-    pub fn learn(&mut self, f: &Features, o: &Outcome, prior: &Prior) -> Result<(), BadSample> {
+    /// True when the answer ended a run of [`DRIFT_RUN`] surprises: the model started again
+    /// (from this answer).
+    pub fn learn(&mut self, f: &Features, o: &Outcome, prior: &Prior) -> Result<bool, BadSample> {
         if !f.valid() {
             return Err(BadSample::Features);
         }
@@ -162,17 +175,44 @@ impl PodModel {
         // new pod say nothing of how well the model predicts, and would weigh on the mean
         // for a hundred answers.
         let before = self.predict(f, prior);
+        let mut drifted = false;
         if self.ttft.weight >= JUDGED_AFTER {
             self.ttft_error.note(before.ttft_ms, o.ttft_ms);
+            let (p, m) = (before.ttft_ms.max(1.0), o.ttft_ms.max(1.0));
+            let surprises = match (m > p * SURPRISE, m * SURPRISE < p) {
+                (true, _) => self.surprises.max(0) + 1,
+                (_, true) => self.surprises.min(0) - 1,
+                _ => 0,
+            };
+            if surprises.signum() != self.surprises.signum() {
+                self.run.clear();
+            }
+            self.surprises = surprises;
+            if self.surprises.abs() >= DRIFT_RUN {
+                let run = std::mem::take(&mut self.run);
+                *self = PodModel::default();
+                for (f, o) in &run {
+                    self.add(f, o);
+                }
+                drifted = true;
+            } else if self.surprises != 0 {
+                self.run.push((*f, *o));
+            }
         }
+        if let Some(tpot) = o.tpot_ms.filter(|_| self.tpot.weight >= JUDGED_AFTER) {
+            self.tpot_error.note(before.tpot_ms, tpot);
+        }
+        self.add(f, o);
+        Ok(drifted)
+    }
+
+    /// Adds a sample the caller has checked ([`PodModel::learn`] does) to the statistics
+    /// alone: no prediction judged, no run counted.
+    pub fn add(&mut self, f: &Features, o: &Outcome) {
         self.ttft.add(&f.ttft(), o.ttft_ms, 1.0);
         if let Some(tpot) = o.tpot_ms {
-            if self.tpot.weight >= JUDGED_AFTER {
-                self.tpot_error.note(before.tpot_ms, tpot);
-            }
             self.tpot.add(&f.tpot(), tpot, 1.0);
         }
-        Ok(())
     }
 
     /// The coefficients: the pod's fit pulled toward `prior` (the prior alone with no samples).

@@ -9,6 +9,7 @@
 //! `<pod> <numbers, comma-separated>` (`Book::take_unsent`'s records). A line that does not
 //! read is dropped.
 
+use super::book::REPLACE;
 use super::model::TTFT_K;
 use super::stats::field_count;
 
@@ -51,8 +52,8 @@ impl Fleet {
 
     /// Fades the records (at most every hundredth of a half-life: the first merge after that
     /// applies the whole time since the stamp), then adds `sent` (a pod's numbers to its
-    /// record's, or as its record when it has none of that length), then keeps the
-    /// [`MAX_PODS`] that weigh most.
+    /// record's, or as its record when it has none of that length or its name carries
+    /// `REPLACE`), then keeps the [`MAX_PODS`] that weigh most.
     pub fn merge(&mut self, sent: &[(String, Vec<f64>)], now_ms: u64, half_life_ms: u64) {
         match self.stamp_ms {
             Some(t) if t <= now_ms => {
@@ -69,16 +70,21 @@ impl Fleet {
             }
             _ => self.stamp_ms = Some(now_ms),
         }
-        for (pod, add) in sent {
+        for (name, add) in sent {
             if add.iter().any(|x| !x.is_finite()) {
                 continue;
             }
+            // A pod whose model started again (book.rs `REPLACE`): its record is replaced.
+            let (pod, replace) = match name.strip_prefix(REPLACE) {
+                Some(p) => (p, true),
+                None => (name.as_str(), false),
+            };
             match self.pods.iter_mut().find(|(p, _)| p == pod) {
-                Some((_, cur)) if cur.len() == add.len() => {
+                Some((_, cur)) if cur.len() == add.len() && !replace => {
                     cur.iter_mut().zip(add).for_each(|(c, a)| *c += a);
                 }
                 Some((_, cur)) => *cur = add.clone(),
-                None => self.pods.push((pod.clone(), add.clone())),
+                None => self.pods.push((pod.to_string(), add.clone())),
             }
         }
         while self.pods.len() > MAX_PODS {
@@ -183,5 +189,10 @@ mod tests {
         assert_eq!(f.pods.iter().find(|(p, _)| p == "p20").unwrap().1.len(), 3);
         f.merge(&[("p21".into(), vec![f64::INFINITY; 3])], 2, 1_000);
         assert_ne!(f.pods.iter().find(|(p, _)| p == "p21").unwrap().1.len(), 3);
+        // A pod whose model started again replaces its record.
+        f.merge(&[("!p22".into(), record(0.5))], 3, 1_000);
+        let p22 = &f.pods.iter().find(|(p, _)| p == "p22").unwrap().1;
+        assert_eq!(p22[WEIGHT], 0.5);
+        assert!(f.pods.iter().all(|(p, _)| !p.starts_with('!')));
     }
 }

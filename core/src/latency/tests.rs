@@ -105,9 +105,9 @@ fn merged_statistics_fit_as_the_pooled_samples_do() {
     for (i, f) in features(120, 6).iter().enumerate() {
         let o = truth(f, 8_000.0, 20.0, 9.0);
         if i % 2 == 0 {
-            a.learn(f, &o, &prior()).unwrap()
+            a.learn(f, &o, &prior()).unwrap();
         } else {
-            b.learn(f, &o, &prior()).unwrap()
+            b.learn(f, &o, &prior()).unwrap();
         }
         all.learn(f, &o, &prior()).unwrap();
     }

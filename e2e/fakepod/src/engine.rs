@@ -168,6 +168,15 @@ impl Engine {
         f64::from_bits(self.error_rate.load(Ordering::Relaxed))
     }
 
+    /// A pod whose prefill lane now runs at `tokens_per_s` (a restart on another GPU, another
+    /// model): false without a lane.
+    pub fn set_prefill_rate(&self, tokens_per_s: f64) -> bool {
+        self.lane
+            .as_ref()
+            .map(|l| l.set_rate(tokens_per_s))
+            .is_some()
+    }
+
     /// A pod that starts or stops failing (clamped to [0, 1]): a black hole that heals.
     pub fn set_error_rate(&self, rate: f64) {
         let r = if rate.is_nan() {

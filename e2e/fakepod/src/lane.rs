@@ -18,7 +18,8 @@ use tokio::time::Instant;
 
 #[derive(Debug)]
 pub struct PrefillLane {
-    tokens_per_s: f64,
+    /// The rate, as f64 bits: a running pod's can change ([`PrefillLane::set_rate`]).
+    tokens_per_s: AtomicU64,
     /// tokio's mutex is fair: waiters get the lane in arrival order.
     turn: FifoLock<()>,
     /// When the lane's last granted prefill ends.
@@ -46,7 +47,7 @@ impl Drop for Queued<'_> {
 impl PrefillLane {
     pub fn new(tokens_per_s: f64) -> Self {
         Self {
-            tokens_per_s: tokens_per_s.max(1.0),
+            tokens_per_s: AtomicU64::new(tokens_per_s.max(1.0).to_bits()),
             turn: FifoLock::new(()),
             busy_until: Mutex::new(Instant::now()),
             queued_tokens: AtomicU64::new(0),
@@ -55,7 +56,22 @@ impl PrefillLane {
 
     /// Time to prefill `tokens` at this lane's rate.
     pub fn duration(&self, tokens: u64) -> Duration {
-        Duration::from_secs_f64(tokens as f64 / self.tokens_per_s)
+        Duration::from_secs_f64(tokens as f64 / self.rate())
+    }
+
+    pub fn rate(&self) -> f64 {
+        f64::from_bits(self.tokens_per_s.load(Ordering::Relaxed))
+    }
+
+    /// The pod now prefills at `tokens_per_s` (restarted on another GPU, serving another
+    /// model): prefills granted from now on take the new time.
+    pub fn set_rate(&self, tokens_per_s: f64) {
+        let r = if tokens_per_s.is_finite() {
+            tokens_per_s.max(1.0)
+        } else {
+            1.0
+        };
+        self.tokens_per_s.store(r.to_bits(), Ordering::Relaxed);
     }
 
     /// Waits for the lane; `estimate` (uncached tokens as the cache looks now) counts as

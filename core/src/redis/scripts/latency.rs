@@ -10,15 +10,22 @@ pub const LATENCY_MERGE: &str = include_str!("latency_merge.lua");
 /// nothing behind for long.
 pub const TTL_S: u64 = 86_400;
 
-/// What one merge sends: `records` (each pod's samples since the last merge, added to the
-/// fleet's) and `coefficients` (what this gateway solved from the fleet's records last time,
-/// for the pick script).
+/// What one merge sends: `batches` of records (each pod's samples, added to the fleet's), each
+/// under its sender's sequence number (applied once however often it is sent), and
+/// `coefficients` (what this gateway solved from the fleet's records last time, for the pick
+/// script).
 pub struct Merge<'a> {
     pub now_ms: u64,
     pub half_life_ms: u64,
-    pub records: &'a [(String, Vec<f64>)],
-    pub coefficients: &'a [(String, Vec<f64>)],
+    pub sender: &'a str,
+    pub batches: &'a [Batch],
+    pub coefficients: &'a [Record],
 }
+
+/// One pod's numbers: (pod, CSV numbers).
+pub type Record = (String, Vec<f64>);
+/// A sender's numbered batch of records.
+pub type Batch = (u64, Vec<Record>);
 
 /// Numbers as the script reads them back (Lua's `tonumber`): shortest round-trip form.
 pub fn csv(v: &[f64]) -> String {
@@ -44,9 +51,18 @@ pub fn merge_call(keys: &Keys, m: &Merge) -> Vec<u8> {
         m.now_ms.to_string(),
         m.half_life_ms.to_string(),
         TTL_S.to_string(),
-        m.records.len().to_string(),
+        m.sender.to_string(),
+        m.batches.len().to_string(),
     ];
-    for (pod, v) in m.records.iter().chain(m.coefficients) {
+    for (seq, records) in m.batches {
+        owned.push(seq.to_string());
+        owned.push(records.len().to_string());
+        for (pod, v) in records {
+            owned.push(pod.clone());
+            owned.push(csv(v));
+        }
+    }
+    for (pod, v) in m.coefficients {
         owned.push(pod.clone());
         owned.push(csv(v));
     }

@@ -4,14 +4,18 @@
 -- Records are CSV lists of numbers that add elementwise (sums of sufficient statistics); every
 -- record is halved each half-life, once for the fleet, so old samples fade at one pace however
 -- many gateways merge.
--- KEYS[1] records (hash: endpoint -> CSV, field '@t' = when last decayed, ms)
+-- KEYS[1] records (hash: endpoint -> CSV; '@t' = when last decayed, ms; '@s:<sender>' = the
+-- sender's last batch applied)
 -- KEYS[2] coefficients (hash: endpoint -> CSV, '*' = the fleet prior)
--- ARGV[1] now (ms)  ARGV[2] half-life (ms)  ARGV[3] key TTL (s)  ARGV[4] n records sent
--- ARGV[5..4+2n] endpoint, CSV record; then endpoint, CSV coefficients pairs to the end.
--- Reply: the records, as HGETALL gives them (without '@t').
+-- ARGV[1] now (ms)  ARGV[2] half-life (ms)  ARGV[3] key TTL (s)  ARGV[4] sender
+-- ARGV[5] b batches, each: sequence number, n records, n pairs of endpoint, CSV record (an
+-- endpoint written `!<endpoint>`: its record replaces the fleet's, the gateway found the pod is
+-- not the one its model knew); a batch at or under the sender's last applied number is skipped
+-- (it was sent again after a reply was lost); then endpoint, CSV coefficients pairs to the end.
+-- Reply: the records, as HGETALL gives them (without the '@' fields).
 local records, coef = KEYS[1], KEYS[2]
 local now, half_life, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local n = tonumber(ARGV[4])
+local seen = '@s:' .. ARGV[4]
 
 local function parse(csv)
   local v = {}
@@ -38,7 +42,7 @@ elseif now - last >= half_life / 100 then
   local f = 0.5 ^ ((now - last) / half_life)
   local all = redis.call('HGETALL', records)
   for i = 1, #all, 2 do
-    if all[i] ~= '@t' then
+    if string.sub(all[i], 1, 1) ~= '@' then
       local v = parse(all[i + 1])
       if v then
         for j = 1, #v do v[j] = v[j] * f end
@@ -53,19 +57,32 @@ elseif now - last >= half_life / 100 then
   redis.call('HSET', records, '@t', now)
 end
 
-for i = 5, 4 + 2 * n, 2 do
-  local add = parse(ARGV[i + 1])
-  if add then
-    local cur = redis.call('HGET', records, ARGV[i])
-    cur = cur and parse(cur)
-    if cur and #cur == #add then
-      for j = 1, #add do add[j] = add[j] + cur[j] end
+local last = tonumber(redis.call('HGET', records, seen)) or 0
+local i = 6
+for _ = 1, tonumber(ARGV[5]) do
+  local seq, n = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+  i = i + 2
+  if seq > last then
+    for k = i, i + 2 * n - 2, 2 do
+      local add = parse(ARGV[k + 1])
+      local ep, replace = ARGV[k], false
+      if string.sub(ep, 1, 1) == '!' then ep, replace = string.sub(ep, 2), true end
+      if add then
+        local cur = not replace and redis.call('HGET', records, ep)
+        cur = cur and parse(cur)
+        if cur and #cur == #add then
+          for j = 1, #add do add[j] = add[j] + cur[j] end
+        end
+        redis.call('HSET', records, ep, csv(add))
+      end
     end
-    redis.call('HSET', records, ARGV[i], csv(add))
+    last = seq
+    redis.call('HSET', records, seen, seq)
   end
+  i = i + 2 * n
 end
-for i = 5 + 2 * n, #ARGV - 1, 2 do
-  redis.call('HSET', coef, ARGV[i], ARGV[i + 1])
+for k = i, #ARGV - 1, 2 do
+  redis.call('HSET', coef, ARGV[k], ARGV[k + 1])
 end
 redis.call('EXPIRE', records, ttl)
 redis.call('EXPIRE', coef, ttl)
@@ -73,7 +90,7 @@ redis.call('EXPIRE', coef, ttl)
 local out = {}
 local all = redis.call('HGETALL', records)
 for i = 1, #all, 2 do
-  if all[i] ~= '@t' then
+  if string.sub(all[i], 1, 1) ~= '@' then
     out[#out + 1] = all[i]
     out[#out + 1] = all[i + 1]
   end

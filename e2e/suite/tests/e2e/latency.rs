@@ -302,9 +302,10 @@ fn a_redis_stall_while_merging_loses_no_sample_and_leaves_nothing_held() {
         .filter(|r| r.contains(','))
         .map(|r| r.split(',').nth(9).unwrap().parse::<f64>().unwrap())
         .sum();
-    // Every sample but those learnt since the last merge (at most the last request's).
+    // Every sample but those learnt since the last merge (at most the last request's): none
+    // lost with the merges that timed out, none counted twice by one that ran late.
     assert!(
-        (samples as f64 - weight).abs() <= 1.5,
+        weight <= samples as f64 + 1e-6 && weight >= samples as f64 - 1.0 - 1e-6,
         "learnt {samples}, merged weight {weight}"
     );
     let left = wait_for_zero(&bed, Duration::from_secs(5));
@@ -333,6 +334,86 @@ fn a_model_past_its_error_bound_gives_way_to_the_token_gate_and_keeps_learning()
         gw.stat("ai_lb.latency.samples") + gw.stat("ai_lb.latency.bad_samples"),
         100,
         "every answer learnt, by the model or the gate"
+    );
+    let left = wait_for_zero(&bed, Duration::from_secs(5));
+    assert!(left.is_zero(), "{left:?}");
+}
+
+/// Conversation `c`'s body at `turns` user turns: a long first question, shorter ones after
+/// (each about 200 tokens the pod has not seen).
+fn turns(c: usize, turns: usize) -> Value {
+    let first = prompt(c, 2_000)["messages"][0].clone();
+    let mut messages = vec![first];
+    for t in 1..turns {
+        messages.push(json!({"role": "assistant", "content": format!("answer {t}")}));
+        let question = prompt(c * 100 + t, 400)["messages"][0]["content"].clone();
+        messages.push(json!({"role": "user", "content": question}));
+    }
+    json!({"model": "fake-model", "stream": true, "max_tokens": 8, "messages": messages})
+}
+
+#[test]
+fn a_pod_that_slows_down_is_found_out_within_a_few_answers() {
+    let bed = bed();
+    let cfg = config(
+        &bed,
+        json!({"mergeIntervalMs": 200, "maxMAPE": 3}),
+        json!({}),
+    );
+    let gw = bed.gateway(&bed.spec("lat-drift", Some(cfg)));
+    burst(
+        &[&gw],
+        (0..60)
+            .map(|n| prompt(n, 500 + (n * 337) % 1_500))
+            .collect(),
+        3,
+    );
+    let fast = bed.pods[0].addr.to_string();
+    // A conversation the fast pod holds.
+    let conv = (1_000..1_010)
+        .find(|&c| send(&gw, &turns(c, 1), &[]).1["endpoint"] == fast)
+        .expect("a conversation on the fast pod");
+    // The fleet's prediction for a lone 600-word prompt on it (its tokens as the plugin counts
+    // them: bytes / 4), from its coefficients in Redis.
+    let tokens = prompt(0, 600)["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .len() as f64
+        / 4.0;
+    let predicted = |bed: &Bed| {
+        let c = &coefficients(bed)[&fast];
+        c[0] + c[1] * tokens / 1000.0
+    };
+    let before = predicted(&bed);
+    // The fast pod comes back at a sixteenth of its speed (another GPU, another model).
+    assert!(bed.pods[0].engine().set_prefill_rate(FAST / 16.0));
+    // Its warm conversation stays on it (the warm pod is kept within the penalty), and every
+    // turn's ~200 new tokens take ~200 ms where its model predicted a few tens: the fit follows
+    // (a few far answers move a least-squares fit; a run of them restarts the model, model.rs
+    // DRIFT_RUN, here and in the fleet's record, at most once).
+    let mut predicted_turns = Vec::new();
+    for t in 2..14 {
+        let (status, f) = send(&gw, &turns(conv, t), &[]);
+        assert_eq!((status, f["endpoint"].as_str()), (200, fast.as_str()));
+        predicted_turns.push(f["predicted_ttft_ms"].parse::<u64>().unwrap());
+    }
+    assert!(
+        predicted_turns[9..].iter().all(|&p| p >= 100),
+        "predicted {predicted_turns:?}"
+    );
+    assert!(gw.stat("ai_lb.latency.drift") <= 1);
+    // New prompts avoid it now.
+    let after = burst(&[&gw], (100..130).map(|n| prompt(n, 600)).collect(), 1);
+    let on_it = after.iter().filter(|f| f["endpoint"] == fast).count();
+    assert!(on_it <= 6, "{on_it} of 30 still sent to it");
+    std::thread::sleep(Duration::from_millis(300));
+    burst(&[&gw], vec![prompt(160, 600)], 1);
+    std::thread::sleep(Duration::from_millis(300));
+    burst(&[&gw], vec![prompt(161, 600)], 1);
+    let now = predicted(&bed);
+    assert!(
+        now > 2.0 * before,
+        "predicted {before:.0} ms, then {now:.0} ms"
     );
     let left = wait_for_zero(&bed, Duration::from_secs(5));
     assert!(left.is_zero(), "{left:?}");

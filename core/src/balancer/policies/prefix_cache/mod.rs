@@ -78,7 +78,7 @@ impl Policy for RedisPrefixCache {
         }
         let placed = match (&mut self.latency, input.keys) {
             (Some(l), Some(keys)) if input.read_body && Build::has(Build::Higress) => {
-                l.args(host, env.tel, input.ctx, (input.config, keys))
+                l.args(host, env.tel, (input.ctx, env.rng), (input.config, keys))
             }
             _ => None,
         };

@@ -61,7 +61,11 @@ impl LocalLatency {
         let identity = format!("{position}\n{}", config.common.key_prefix);
         let mut l = LocalLatency {
             trust: Trust::new(settings),
-            shared: Shared::new(Book::new(shared::prior(&settings, start_rate))),
+            // No outbox: a merge here is one compare-and-swap update, done or not.
+            shared: Shared::new(
+                Book::new(shared::prior(&settings, start_rate)),
+                String::new(),
+            ),
             key: format!("ailb.lat.{:016x}", fnv1a(FNV_OFFSET, identity.as_bytes())),
             endpoints: config.endpoints.clone(),
             coefficients: Vec::new(),
@@ -137,7 +141,13 @@ impl LocalLatency {
             (fleet.encode(), fleet.pods)
         });
         let merged = merged.map_err(|e| e.to_string());
-        self.shared.settle(host, tel, merged, &sent);
+        if merged.is_err() {
+            // Not merged: the samples go with the next merge.
+            if let Ok(mut book) = self.shared.book.try_borrow_mut() {
+                book.restore(&sent);
+            }
+        }
+        self.shared.settle(host, tel, merged);
         self.solve();
     }
 

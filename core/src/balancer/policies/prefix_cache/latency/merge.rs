@@ -1,16 +1,16 @@
 //! The merge of one route's latency models with the fleet's (latency_merge.lua,
 //! docs/redis-data-model.md §15): this gateway's samples since its last merge and the
 //! coefficients it last solved go out in one call; the fleet's records come back and become the
-//! gateway's models. A merge that fails keeps its samples for the next one: a Redis outage
-//! delays sharing, it loses nothing and stops nothing (the gateway goes on learning and
-//! predicting alone).
+//! gateway's models. A merge that fails keeps its batches for the next one, under their numbers
+//! (shared.rs `Outbox`): a Redis outage delays sharing, it loses nothing, counts nothing twice
+//! and stops nothing (the gateway goes on learning and predicting alone).
 
 use super::shared::Shared;
 use crate::balancer::redis_client::{OnReply, RedisClient};
 use crate::balancer::telemetry::Telemetry;
 use crate::config::latency::LatencySettings;
 use crate::config::RouteConfig;
-use crate::host::Host;
+use crate::host::{Host, LogLevel};
 use crate::reason::Cause;
 use crate::redis::scripts::latency::{merge_call, parse_merged, Merge};
 use crate::redis::scripts::Keys;
@@ -28,6 +28,18 @@ pub(super) fn send(
         return;
     };
     let records = book.take_unsent();
+    let Ok(mut outbox) = shared.outbox.try_borrow_mut() else {
+        return;
+    };
+    let dropped = outbox.file(records);
+    if dropped > 0 {
+        tel.log(
+            host,
+            LogLevel::Warn,
+            0,
+            format_args!("latency merges keep failing: {dropped} batch of samples dropped"),
+        );
+    }
     let coefficients: Vec<(String, Vec<f64>)> = book
         .coefficients()
         .into_iter()
@@ -39,22 +51,22 @@ pub(super) fn send(
         &Merge {
             now_ms: host.now_ms(),
             half_life_ms: settings.half_life_ms,
-            records: &records,
+            sender: &outbox.sender,
+            batches: &outbox.pending,
             coefficients: &coefficients,
         },
     );
+    drop(outbox);
     shared.set_merging(true);
     let then = Box::new(Merged {
         shared: shared.clone(),
-        sent: records,
     });
     redis.send_own(host, tel, config, &query, then);
 }
 
-/// A merge in flight: what it sent, to keep if it fails.
+/// A merge in flight.
 struct Merged {
     shared: Shared,
-    sent: Vec<(String, Vec<f64>)>,
 }
 
 impl OnReply for Merged {
@@ -68,6 +80,11 @@ impl OnReply for Merged {
         let fleet = reply
             .map_err(|c| c.name().to_string())
             .and_then(|raw| parse_merged(&raw).map_err(|e| e.to_string()));
-        self.shared.settle(host, tel, fleet, &self.sent);
+        if fleet.is_ok() {
+            if let Ok(mut outbox) = self.shared.outbox.try_borrow_mut() {
+                outbox.delivered();
+            }
+        }
+        self.shared.settle(host, tel, fleet);
     }
 }

@@ -19,6 +19,7 @@ mod timed;
 mod trust;
 
 use crate::balancer::redis_client::RedisClient;
+use crate::balancer::rng::VmRng;
 use crate::balancer::telemetry::Telemetry;
 use crate::config::latency::LatencySettings;
 use crate::config::RouteConfig;
@@ -70,7 +71,7 @@ impl Latency {
         &mut self,
         host: &mut dyn Host,
         tel: &mut Telemetry,
-        ctx: u32,
+        (ctx, rng): (u32, &mut VmRng),
         (config, keys): (&Rc<RouteConfig>, &Rc<Keys>),
     ) -> Option<(Option<LatencyArgs>, Shared)> {
         let known = |n: &Namespace| n.keys.namespace == keys.namespace;
@@ -79,7 +80,7 @@ impl Latency {
                 return None;
             }
             let ns = Namespace {
-                shared: Shared::new(Book::new(self.prior)),
+                shared: Shared::new(Book::new(self.prior), rng.request_id()),
                 config: config.clone(),
                 keys: keys.clone(),
                 next_merge_ms: 0,

@@ -1,6 +1,7 @@
 //! What a latency-aware route's requests share with its merges: the models of one (route,
 //! cluster) key namespace (Higress) or route config (plain Envoy), whether a merge of them is
-//! out, and what both builds do with a merge's outcome.
+//! out, the batches of samples not yet known to be merged (Higress), and what both builds do
+//! with a merge's outcome.
 
 use crate::balancer::telemetry::Telemetry;
 use crate::config::latency::LatencySettings;
@@ -8,6 +9,7 @@ use crate::host::{Host, LogLevel};
 use crate::latency::{Book, Prior};
 use crate::stats::Counter;
 use std::cell::{Cell, RefCell};
+use std::fmt;
 use std::rc::Rc;
 
 /// How many samples' weight the prior carries (docs/latency-model.md §3): a pod's own fit takes
@@ -20,17 +22,67 @@ pub fn prior(settings: &LatencySettings, start_rate: u64) -> Prior {
     Prior::from_rates(start_rate as f64, settings.prior_tpot_ms, PRIOR_STRENGTH)
 }
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Shared {
     pub book: Rc<RefCell<Book>>,
     merging: Rc<Cell<bool>>,
+    pub outbox: Rc<RefCell<Outbox>>,
+}
+
+use crate::redis::scripts::latency::{Batch, Record};
+
+/// Batches of samples sent and not yet known merged, each under its sequence number. A merge
+/// whose reply was lost may still have run: its batch is sent again under the same number,
+/// and the script applies each sender's numbers once (latency_merge.lua), so a Redis stall
+/// neither loses samples nor counts them twice.
+#[derive(Debug, Default)]
+pub struct Outbox {
+    /// This worker's name in the fleet's records (unique across VMs and gateways).
+    pub sender: String,
+    next_seq: u64,
+    pub pending: Vec<Batch>,
+}
+
+/// Batches kept while merges fail: past it the oldest is dropped (a long outage forgets the
+/// oldest samples, not the newest).
+pub const MAX_PENDING: usize = 8;
+
+impl Outbox {
+    /// Files `records` (if any) as the next batch; how many old batches were dropped for it.
+    pub fn file(&mut self, records: Vec<Record>) -> usize {
+        if records.is_empty() {
+            return 0;
+        }
+        self.next_seq += 1;
+        self.pending.push((self.next_seq, records));
+        let over = self.pending.len().saturating_sub(MAX_PENDING);
+        self.pending.drain(..over);
+        over
+    }
+
+    /// The merge that carried every pending batch succeeded.
+    pub fn delivered(&mut self) {
+        self.pending.clear();
+    }
+}
+
+/// Short: holdings print in logs and panics' messages, and a derived print of the models would
+/// cost the module kilobytes (docs/plugin-cpu.md, the 1 MiB guard).
+impl fmt::Debug for Shared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Shared")
+    }
 }
 
 impl Shared {
-    pub fn new(book: Book) -> Shared {
+    pub fn new(book: Book, sender: String) -> Shared {
         Shared {
             book: Rc::new(RefCell::new(book)),
             merging: Rc::default(),
+            outbox: Rc::new(RefCell::new(Outbox {
+                sender,
+                ..Outbox::default()
+            })),
         }
     }
 
@@ -43,15 +95,15 @@ impl Shared {
         self.merging.set(out);
     }
 
-    /// A merge's outcome: the fleet's records become the models (counted, and each pod's
-    /// prediction errors published), or, when it failed, the records it took (`sent`) are kept
-    /// for the next one (counted): a failed merge delays sharing and loses nothing.
+    /// A merge's outcome, alike in both builds: the fleet's records become the models
+    /// (counted, and each pod's prediction errors published), or the failure is counted. What
+    /// a failed merge's samples become is the build's: the Higress outbox sends them again,
+    /// the plain-Envoy merge puts them back in the book.
     pub fn settle(
         &self,
         host: &mut dyn Host,
         tel: &mut Telemetry,
-        fleet: Result<Vec<(String, Vec<f64>)>, String>,
-        sent: &[(String, Vec<f64>)],
+        fleet: Result<Vec<Record>, String>,
     ) {
         let Ok(mut book) = self.book.try_borrow_mut() else {
             return;
@@ -72,7 +124,6 @@ impl Shared {
                 }
             }
             Err(e) => {
-                book.restore(sent);
                 tel.inc(host, Counter::LatencyMergeFailures);
                 tel.log(
                     host,

@@ -8,12 +8,14 @@ use crate::balancer::events::Placement;
 use crate::balancer::holding::{Holding, Outcome, ReadResponse, Services};
 use crate::balancer::pick::{Lease, PickReply};
 use crate::balancer::policies::least_request::pick::Wrap;
+use crate::host::LogLevel;
+use crate::latency::model::DRIFT_RUN;
 use crate::latency::{Features, Outcome as Measured};
 use crate::redis::scripts::Predicted;
 use crate::stats::Counter;
 
 /// What a latency-aware pick adds to its lease when Redis answers.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct LatencyWrap {
     pub shared: Shared,
     /// The verification's wrap, applied first (None: verification off).
@@ -25,6 +27,12 @@ pub struct LatencyWrap {
     pub since_ms: u64,
     /// The body with the usage request added, when the verification does not carry it.
     pub body: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for LatencyWrap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LatencyWrap({:?})", self.inner)
+    }
 }
 
 impl Wrap for LatencyWrap {
@@ -76,7 +84,6 @@ impl Wrap for LatencyWrap {
 }
 
 /// A latency-aware request's holding while its answer is timed.
-#[derive(Debug)]
 pub struct Timed {
     inner: Box<dyn Holding>,
     shared: Shared,
@@ -91,6 +98,12 @@ pub struct Timed {
     read: bool,
     /// The host's retry answered from another endpoint: nothing to learn of this one.
     elsewhere: bool,
+}
+
+impl std::fmt::Debug for Timed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Timed({}, {:?})", self.endpoint, self.inner)
+    }
 }
 
 impl Timed {
@@ -165,15 +178,27 @@ impl Holding for Timed {
         let learn = self.read && !self.elsewhere;
         if let Some(m) = outcome.filter(|_| learn).and_then(|o| self.measured(o)) {
             let learnt = match self.shared.book.try_borrow_mut() {
-                Ok(mut book) => book.learn(&self.endpoint, &self.features, &m).is_ok(),
-                Err(_) => false,
+                Ok(mut book) => book.learn(&self.endpoint, &self.features, &m).ok(),
+                Err(_) => None,
             };
-            let counter = if learnt {
-                Counter::LatencySamples
-            } else {
-                Counter::LatencyBadSamples
+            let counter = match learnt {
+                Some(_) => Counter::LatencySamples,
+                None => Counter::LatencyBadSamples,
             };
             svc.tel.inc(svc.host, counter);
+            if learnt == Some(true) {
+                svc.tel.inc(svc.host, Counter::LatencyDrift);
+                svc.tel.log(
+                    svc.host,
+                    LogLevel::Info,
+                    svc.ctx,
+                    format_args!(
+                        "{}: {DRIFT_RUN} answers in a row far from its predictions: its latency model \
+                         starts again (counted in ai_lb.latency.drift)",
+                        self.endpoint
+                    ),
+                );
+            }
         }
         let Timed { inner, .. } = *self;
         inner.give_back(svc, outcome);
