@@ -69,9 +69,10 @@ pub struct LatencyLadder {
 impl Default for LatencyLadder {
     /// llm-d's figures; the stage length (100 s, the length of every load point of the same
     /// blog's other benchmarks) and the users (8 groups of 8) are ours: with 64 users a run's
-    /// 2,400 requests make conversations of about 37 turns, whose later prompts are mostly
-    /// history, so a router that keeps each conversation on its pod hits about as much as the
-    /// ~94 % llm-d reports.
+    /// 2,400 requests make conversations of about 35 turns, whose later prompts are mostly
+    /// history, so an unbounded cache would hold about 96 % of the prompt tokens (llm-d
+    /// reports ~94 % at peak, "with frequent collapses": a fleet's KV holds only part of the
+    /// users' histories, as the SLO section's does).
     fn default() -> Self {
         LatencyLadder {
             rates: [1.0, 5.0].repeat(4),
