@@ -1,6 +1,7 @@
 //! Sends one streamed request and reads what the replay measures: the serving pod (`x-pod`),
-//! the client-side times to the first and the last body bytes, and from the usage-only last chunk the prompt
-//! tokens, `cached_tokens` and the pod-side TTFT (`fake_ttft_us`, fakepod's wire.rs).
+//! the client-side times to the first and to the last body bytes, and from the usage-only last
+//! chunk the prompt tokens, `cached_tokens` and the pod-side TTFT (`fake_ttft_us`, fakepod's
+//! wire.rs).
 
 use ailb_fakepod::load::client::HttpClient;
 use bytes::Bytes;
