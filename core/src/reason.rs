@@ -100,6 +100,9 @@ pub enum Reason {
     /// Tenant fairness: the request's tenant at its share while another is active: 429
     /// (docs/sessions-and-queues.md "Tenant fairness").
     ShedTenant,
+    /// Latency-aware placement: no endpoint predicted to meet a sheddable request's
+    /// objectives, and the draw shed it: 429 (docs/latency-model.md §5).
+    ShedLatency,
     /// cluster_hash: the `hash_header` value's slot.
     ClusterHash,
     /// cluster_metrics: the service its `mode` chose.
@@ -132,6 +135,7 @@ impl Reason {
             Reason::Shed429 => "shed_429",
             Reason::ShedPriority => "shed_priority",
             Reason::ShedTenant => "shed_tenant",
+            Reason::ShedLatency => "shed_latency",
             Reason::ClusterHash => "cluster_hash",
             Reason::ClusterMetrics => "cluster_metrics",
             Reason::HashHeaderMissing403 => "hash_header_missing_403",

@@ -7,7 +7,7 @@ pub use crate::reason::Cause;
 use crate::reason::Reason;
 
 mod pods;
-pub use pods::{PodStats, MAX_POD_COUNTERS};
+pub use pods::{PodGauges, PodStats, MAX_POD_COUNTERS};
 
 /// What a request published for `reason` counts besides its policy's decision: prefix_cache's
 /// hits and spills (docs/metrics.md).
@@ -202,9 +202,24 @@ pub enum Counter {
     EjectionRefused,
     /// A pick that found every endpoint ejected and chose as if none were.
     EjectedFailOpen,
+    /// Latency-aware placement (docs/latency-model.md §5): a pick placed by predicted latency.
+    LatencyPlaced,
+    /// A sheddable request shed because no endpoint was predicted to meet its objectives.
+    LatencyShed,
+    /// A pick placed by the token gate instead: the gateway's model predicted too badly.
+    LatencyFallback,
+    /// An answer learnt by the latency models, and one refused (a timing or feature that is
+    /// NaN, negative or absurd).
+    LatencySamples,
+    LatencyBadSamples,
+    /// The models merged with the fleet's in Redis, and a merge that failed.
+    LatencyMerges,
+    LatencyMergeFailures,
+    /// A request's objective header that did not read as a number in range: the route's used.
+    LatencyBadObjective,
 }
 
-const FIXED: [(Counter, &str); 61] = [
+const FIXED: [(Counter, &str); 69] = [
     (Counter::RedisCalls, "ai_lb.redis.calls"),
     (Counter::RedisErrors, "ai_lb.redis.errors"),
     (Counter::RedisTimeouts, "ai_lb.redis.timeouts"),
@@ -305,6 +320,17 @@ const FIXED: [(Counter, &str); 61] = [
     (Counter::Ejected, "ai_lb.eject.ejected"),
     (Counter::EjectionRefused, "ai_lb.eject.refused"),
     (Counter::EjectedFailOpen, "ai_lb.eject.fail_open"),
+    (Counter::LatencyPlaced, "ai_lb.latency.placed"),
+    (Counter::LatencyShed, "ai_lb.latency.shed"),
+    (Counter::LatencyFallback, "ai_lb.latency.fallback"),
+    (Counter::LatencySamples, "ai_lb.latency.samples"),
+    (Counter::LatencyBadSamples, "ai_lb.latency.bad_samples"),
+    (Counter::LatencyMerges, "ai_lb.latency.merges"),
+    (
+        Counter::LatencyMergeFailures,
+        "ai_lb.latency.merge_failures",
+    ),
+    (Counter::LatencyBadObjective, "ai_lb.latency.bad_objective"),
 ];
 
 /// Metric ids in the order of [`Stats::names`].

@@ -6,7 +6,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use ailb_core::stats::Stats;
-use ailb_testkit::dashboard::{counters_in, prometheus_name, GRAFANA_DASHBOARD};
+use ailb_testkit::dashboard::{
+    counters_in, families_in, prometheus_name, GRAFANA_DASHBOARD, POD_FAMILIES,
+};
 use serde_json::Value;
 use std::collections::BTreeSet;
 
@@ -24,7 +26,17 @@ fn every_panel_query_names_a_counter_the_plugin_defines() {
         for t in targets {
             let expr = t["expr"].as_str().unwrap();
             let names = counters_in(expr);
-            assert!(!names.is_empty(), "{title}: {expr} reads no plugin counter");
+            let families = families_in(expr);
+            for f in &families {
+                assert!(
+                    POD_FAMILIES.contains(&f.as_str()),
+                    "{title}: {f} is no per-pod family"
+                );
+            }
+            assert!(
+                !names.is_empty() || !families.is_empty(),
+                "{title}: {expr} reads no plugin counter"
+            );
             for n in names {
                 assert!(known.contains(&n), "{title}: {n} is not a plugin counter");
                 used.insert(n);
@@ -45,6 +57,30 @@ fn every_panel_query_names_a_counter_the_plugin_defines() {
     for n in ["ai_lb_prefix_cached_tokens", "ai_lb_prefix_prompt_tokens"] {
         assert!(used.contains(n), "{n}");
     }
+}
+
+#[test]
+fn each_per_pod_family_matches_the_names_the_plugin_defines() {
+    // The plugin's per-pod names (stats/pods.rs), as Envoy exports them: dots and the port's
+    // colon as underscores.
+    let [ttft, tpot] = ailb_core::stats::PodGauges::names("10.0.0.7:8000");
+    let exported = |n: &str| n.replace(['.', ':'], "_");
+    for (family, name) in POD_FAMILIES.iter().zip([exported(&ttft), exported(&tpot)]) {
+        let (head, tail) = family.split_once(".+").unwrap();
+        assert!(
+            name.starts_with(head) && name.ends_with(tail),
+            "{family} {name}"
+        );
+    }
+    let dash: Value = serde_json::from_str(GRAFANA_DASHBOARD).unwrap();
+    let used: Vec<String> = dash["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["targets"].as_array().unwrap().iter())
+        .flat_map(|t| families_in(t["expr"].as_str().unwrap()))
+        .collect();
+    assert_eq!(used, POD_FAMILIES, "the prediction error is on the board");
 }
 
 #[test]

@@ -70,6 +70,7 @@ impl Bed {
             max_imbalance: 8,
             max_imbalance_ratio: 1.5,
             gate: Default::default(),
+            latency: None,
         });
         let q = scripts::pick_call(&self.scripts, false, &self.keys, &args, prefix.as_ref());
         match scripts::parse_acquire(&c.raw_reply(&q)).unwrap() {

@@ -84,6 +84,7 @@ impl Gate {
                 max_imbalance: 1000,
                 max_imbalance_ratio: 1000.0,
                 gate: self.gate,
+                latency: None,
             };
             let q = scripts::pick_call(&self.scripts, false, &self.keys, &args, Some(&prefix));
             scripts::parse_acquire(&c.raw_reply(&q)).unwrap()
@@ -175,6 +176,7 @@ fn a_booking_goes_back_once_whichever_comes_first() {
     assert_eq!(
         booked,
         Some(Booked {
+            predicted: None,
             ahead: 0,
             tokens: 3_500
         })
@@ -186,6 +188,7 @@ fn a_booking_goes_back_once_whichever_comes_first() {
     assert_eq!(
         booked,
         Some(Booked {
+            predicted: None,
             ahead: 3_500,
             tokens: 2_200
         }),

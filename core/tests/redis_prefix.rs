@@ -78,6 +78,7 @@ impl Px {
             max_imbalance: 4,
             max_imbalance_ratio: 1.5,
             gate: TokenGate::default(),
+            latency: None,
         };
         let q = scripts::pick_call(&self.scripts, false, &self.keys, &args, Some(&prefix));
         scripts::parse_acquire(&c.raw_reply(&q)).unwrap()

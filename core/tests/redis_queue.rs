@@ -97,6 +97,7 @@ impl Route {
             max_imbalance: 8,
             max_imbalance_ratio: 1.5,
             gate: TokenGate::default(),
+            latency: None,
         };
         let q = scripts::pick_call(
             &self.scripts,

@@ -64,6 +64,7 @@ impl Bed {
             max_imbalance: 8,
             max_imbalance_ratio: 1.5,
             gate: TokenGate::default(),
+            latency: None,
         });
         let mut sync = false;
         loop {

@@ -4,10 +4,31 @@
 /// The shipped dashboard's JSON text.
 pub const GRAFANA_DASHBOARD: &str = include_str!("../../plugin-config/grafana-dashboard.json");
 
-/// The plugin counters (`ai_lb_…` identifiers) a PromQL expression names, in order.
+/// The per-pod metric families a panel may select by name pattern (`{__name__=~"…"}`): their
+/// names hold the pod's address (docs/metrics.md), so no query can name one member.
+pub const POD_FAMILIES: &[&str] = &[
+    "ai_lb_latency_.+_ttft_mape_pct",
+    "ai_lb_latency_.+_tpot_mape_pct",
+];
+
+/// The name patterns (`{__name__=~"…"}`) a PromQL expression selects by, in order.
+pub fn families_in(expr: &str) -> Vec<String> {
+    expr.split("__name__=~\"")
+        .skip(1)
+        .filter_map(|t| t.split('"').next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The plugin counters (`ai_lb_…` identifiers) a PromQL expression names, in order, outside
+/// its name patterns ([`families_in`]).
 pub fn counters_in(expr: &str) -> Vec<String> {
     let mut out = Vec::new();
-    let mut rest = expr;
+    let mut plain = expr.to_string();
+    for f in families_in(expr) {
+        plain = plain.replace(&f, "");
+    }
+    let mut rest = plain.as_str();
     while let Some(at) = rest.find("ai_lb_") {
         let tail = &rest[at..];
         let end = tail

@@ -202,6 +202,7 @@ fn measure_side_by_side(redis: &RedisServer, hosts: usize, variants: &[Variant])
                                 max_imbalance: 8,
                                 max_imbalance_ratio: 1.5,
                                 gate: TokenGate::default(),
+                                latency: None,
                             };
                             let q = scripts::pick_call(
                                 &scripts,

@@ -301,6 +301,7 @@ pub fn refused(r: Rejection, kind: Policy) -> Vec<Effect> {
         Rejection::MaxRequestCount | Rejection::Shed => vec![rejected],
         Rejection::ShedPriority => vec![rejected, Counter::PriorityShed],
         Rejection::ShedTenant => vec![rejected, Counter::TenantShed],
+        Rejection::ShedLatency => vec![rejected, Counter::LatencyShed],
         Rejection::HashHeaderMissing | Rejection::HashKeyMissing => {
             vec![Counter::HashHeaderMissing]
         }

@@ -122,6 +122,11 @@ pub trait Holding: fmt::Debug {
     /// `served`. Called at most once, at the response headers.
     fn served_elsewhere(&mut self, _svc: &mut Services, _served: &str) {}
 
+    /// What the debug header adds for this holding (`; name=value` pairs), if anything.
+    fn debug(&self) -> Option<String> {
+        None
+    }
+
     /// Tests' ledgers: what it holds, by name.
     #[cfg(test)]
     fn ledger(&self) -> Vec<String>;

@@ -272,6 +272,11 @@ impl Balancer {
     pub fn on_tick(&mut self, host: &mut dyn Host) {
         self.vm.metrics.on_tick(host, &self.vm.tel);
         self.vm.redis.flush_first_bytes(host, &mut self.vm.tel);
+        for route in &mut self.routes.list {
+            route
+                .policy
+                .tick(host, &mut self.vm.tel, &mut self.vm.redis);
+        }
         self.expire_body_waits(host);
         if !self.vm.queue.is_empty() {
             self.expire_queue(host);

@@ -316,6 +316,9 @@ impl Performer {
             if let Some(ms) = req.queued_ms {
                 value.push_str(&format!("; queued_ms={ms}"));
             }
+            if let Some(extra) = req.phase().holding().and_then(|h| h.debug()) {
+                value.push_str(&extra);
+            }
             let _ = host.add_response_header(name, &value);
         }
     }

@@ -72,6 +72,9 @@ pub enum PickReply {
     /// The request's tenant is at its share while another tenant is active; nothing was
     /// acquired.
     Tenant,
+    /// Latency-aware placement shed a sheddable request (the best endpoint's prediction);
+    /// nothing acquired.
+    Shed(crate::redis::scripts::Predicted),
     /// The script cache lost the script: resend with EVAL.
     NoScript,
     Failed(Cause),

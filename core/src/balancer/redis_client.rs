@@ -7,11 +7,13 @@
 pub mod calls;
 pub use calls::{Answered, CallStatus, Decode, PickAnswer};
 mod first_bytes;
+mod own;
 mod release;
 
 pub use first_bytes::tick_ms as first_bytes_tick_ms;
 #[cfg(test)]
 pub use first_bytes::MAX_WAIT_MS;
+pub use own::OnReply;
 pub use release::LeaseKeys;
 use release::{Outcome, Release};
 
@@ -39,6 +41,8 @@ enum Op {
     Waiter,
     /// A pod's prefix generation bumped (fire-and-forget, prefix_forget.lua).
     Forget,
+    /// A policy's own call, its reply handed back ([`RedisClient::send_own`]).
+    Own(Box<dyn OnReply>),
     /// A write for request `ctx` (a Responses answer's pod, `SET … EX`): its response's end
     /// waits for it ([`RedisClient::writing`]).
     Bind {
@@ -168,22 +172,7 @@ impl RedisClient {
         (config, keys, member): (&Rc<RouteConfig>, &Keys, &str),
         score: Option<u64>,
     ) {
-        let query = match score {
-            Some(score) => {
-                let score = score.to_string();
-                crate::redis::resp::encode_command(&[
-                    b"ZADD".as_slice(),
-                    keys.wait.as_bytes(),
-                    score.as_bytes(),
-                    member.as_bytes(),
-                ])
-            }
-            None => crate::redis::resp::encode_command(&[
-                b"ZREM".as_slice(),
-                keys.wait.as_bytes(),
-                member.as_bytes(),
-            ]),
-        };
+        let query = crate::redis::waiters::call(keys, member, score);
         if let Ok(token) = self.call(host, tel, config, &query) {
             self.pending.insert(token, Op::Waiter);
         }
@@ -211,6 +200,22 @@ impl RedisClient {
         if let Ok(token) = self.call(host, tel, config, &query) {
             self.pending.insert(token, Op::Forget);
             tel.inc(host, Counter::PrefixGenerationBump);
+        }
+    }
+
+    /// Sends a policy's own call `query` to `config`'s Redis; `then` is told its reply. One
+    /// that cannot be sent is told at once.
+    pub fn send_own(
+        &mut self,
+        host: &mut dyn Host,
+        tel: &mut Telemetry,
+        config: &RouteConfig,
+        query: &[u8],
+        then: Box<dyn OnReply>,
+    ) {
+        match self.call(host, tel, config, query) {
+            Ok(token) => drop(self.pending.insert(token, Op::Own(then))),
+            Err(cause) => then.reply(host, tel, Err(cause)),
         }
     }
 
@@ -256,6 +261,10 @@ impl RedisClient {
                     self.writes.remove(&ctx);
                     Answered::Written(ctx)
                 })
+            }
+            Op::Own(then) => {
+                then.reply(host, tel, reply);
+                None
             }
             Op::ScriptLoad | Op::Waiter | Op::Forget => {
                 if reply.is_err() {

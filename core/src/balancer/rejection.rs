@@ -17,6 +17,9 @@ pub enum Rejection {
     /// Tenant fairness: the request's tenant holds its share of the pool while another tenant
     /// is active (docs/sessions-and-queues.md "Tenant fairness"); 429 with `Retry-After`.
     ShedTenant,
+    /// Latency-aware placement: no endpoint is predicted to meet this sheddable request's
+    /// objectives (docs/latency-model.md §5); 429 with `Retry-After`.
+    ShedLatency,
     /// cluster_hash: `hash_header` missing or empty (Higress answers 403).
     HashHeaderMissing,
     /// cluster_hash with a `key` block (Higress PR #3921): its key missing or empty (403).
@@ -51,6 +54,7 @@ impl Rejection {
         match self {
             Rejection::MaxRequestCount | Rejection::Shed | Rejection::ShedPriority => true,
             Rejection::ShedTenant
+            | Rejection::ShedLatency
             | Rejection::HashHeaderMissing
             | Rejection::HashKeyMissing
             | Rejection::ClusterHeaderFailed => false,
@@ -63,6 +67,7 @@ impl Rejection {
             Rejection::Shed => Reason::Shed429,
             Rejection::ShedPriority => Reason::ShedPriority,
             Rejection::ShedTenant => Reason::ShedTenant,
+            Rejection::ShedLatency => Reason::ShedLatency,
             Rejection::HashHeaderMissing => Reason::HashHeaderMissing403,
             Rejection::HashKeyMissing => Reason::HashKeyMissing403,
             Rejection::ClusterHeaderFailed => Reason::ClusterHeaderFailed500,
@@ -87,6 +92,12 @@ impl Rejection {
                 status: 429,
                 details: "ai_lb_shed_tenant",
                 body: b"This tenant holds its share of the pool while others wait: rejected by ai-load-balancer.",
+                retry_after_s: SHED_RETRY_AFTER_S,
+            },
+            Rejection::ShedLatency => LocalReply {
+                status: 429,
+                details: "ai_lb_shed_latency",
+                body: b"No endpoint is predicted to meet this request's latency objectives: sheddable request rejected by ai-load-balancer.",
                 retry_after_s: SHED_RETRY_AFTER_S,
             },
             Rejection::Shed => LocalReply {

@@ -7,7 +7,7 @@
 use crate::config::RouteConfig;
 use crate::host::{Host, LogLevel};
 use crate::reason::Cause;
-use crate::stats::{Counter, PodStats, Stats};
+use crate::stats::{Counter, PodGauges, PodStats, Stats};
 use std::collections::HashMap;
 use std::fmt;
 
@@ -30,6 +30,8 @@ pub struct Telemetry {
     last_clamp: HashMap<u64, u64>,
     /// prefix_cache's per-pod verified counters, defined as pods are verified.
     pub pods: PodStats,
+    /// prefix_cache's per-pod prediction errors (latency-aware placement).
+    pub latency_pods: PodGauges,
 }
 
 impl Telemetry {
@@ -41,6 +43,7 @@ impl Telemetry {
             last_refused: None,
             last_clamp: HashMap::new(),
             pods: PodStats::default(),
+            latency_pods: PodGauges::default(),
         }
     }
 

@@ -548,27 +548,28 @@ fn prefix_sends_the_chain_as_keys() {
     let args = host.last_query_args();
     assert_eq!(args[1], Scripts::new().prefix_acquire.sha);
     assert_eq!(
-        args[2], "13",
-        "load, leases, members, prefill, booked, rates, generations + the user message's key \
+        args[2], "14",
+        "load, leases, members, prefill, booked, rates, generations, latency coefficients + the user message's key \
          (the system prompt's alone is not sent: prefixAnchor conversation) + health, ejected, \
          wait, tenants, seen"
     );
     let ns = "ailb:{chat|outbound|8000||llm.static}:";
     assert_eq!(
-        args[6..10],
+        args[6..11],
         [
             format!("{ns}prefill"),
             format!("{ns}prefill_booked"),
             format!("{ns}prefill_rate"),
-            format!("{ns}gen")
+            format!("{ns}gen"),
+            format!("{ns}latency_coef")
         ]
     );
-    for key in &args[10..11] {
+    for key in &args[11..12] {
         assert!(key.starts_with(&format!("{ns}px:")), "{key}");
         assert_eq!(key.len(), ns.len() + "px:".len() + 16);
     }
     assert_eq!(
-        args[24..27],
+        args[25..28],
         ["1800", "8", "1.5"],
         "ttl and imbalance thresholds"
     );
@@ -576,11 +577,12 @@ fn prefix_sends_the_chain_as_keys() {
     // memory); then the tokens up to the end of the user message's block.
     let canon = crate::prefix::canonicalize(body, &Default::default()).unwrap();
     let tokens = (canon.blocks().map(<[u8]>::len).sum::<usize>() / 4).to_string();
-    assert_eq!(args[33..38], [tokens.as_str(), "0", "5000", "16000", "1"]);
-    assert_eq!(args[38], "1", "halfOpenTrials");
-    assert_eq!(args[39], tokens, "the user message's block ends the prompt");
+    assert_eq!(args[34..39], [tokens.as_str(), "0", "5000", "16000", "1"]);
+    assert_eq!(args[39], "1", "halfOpenTrials");
+    assert_eq!(args[40..44], ["0", "0", "0", "0"], "no latency placement");
+    assert_eq!(args[44], tokens, "the user message's block ends the prompt");
     assert_eq!(
-        args[40..],
+        args[45..],
         ["10.0.0.1:80", "10.0.0.2:80"],
         "then the healthy set"
     );

@@ -24,6 +24,7 @@ mod go;
 mod hash_key;
 mod inflight;
 mod json;
+pub mod latency;
 mod metrics;
 mod prefix;
 mod priority;

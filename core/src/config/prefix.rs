@@ -5,6 +5,7 @@
 
 use super::error::ConfigError;
 use super::gate::TokenGate;
+use super::latency::LatencySettings;
 use super::metrics::{saturation_keys, MetricsConfig, DEFAULT_CRITICALITY_HEADER};
 use super::raw::RawLbConfig;
 use super::read::In;
@@ -28,6 +29,7 @@ pub const PREFIX_KEYS: &[&str] = &[
     "maxTTFTPenaltyMs",
     "peakPrefillThroughput",
     "verifyCachedTokens",
+    "latencyModel",
 ];
 
 /// The keys that turn on the plain-Envoy metrics guard: the scraper's and the saturation
@@ -62,6 +64,8 @@ pub struct PrefixSettings {
     /// Compare the engines' `cached_tokens` with each pick's predicted prefix and correct the
     /// index (`verifyCachedTokens`, both builds; docs/redis-data-model.md §5).
     pub verify: bool,
+    /// Latency-aware placement (`latencyModel`, config/latency.rs; docs/latency-model.md).
+    pub latency: Option<LatencySettings>,
 }
 
 const DEFAULT_TTL_S: i64 = 1800;
@@ -166,6 +170,7 @@ impl TryFrom<(In<'_, '_, RawLbConfig>, usize)> for PrefixSettings {
         let verify = r
             .own("verifyCachedTokens", &raw.verify_cached_tokens)?
             .unwrap_or(true);
+        let latency = LatencySettings::read(raw, r, i.build)?;
         Ok(PrefixSettings {
             ttl_s,
             canon: CanonConfig {
@@ -180,6 +185,7 @@ impl TryFrom<(In<'_, '_, RawLbConfig>, usize)> for PrefixSettings {
             guard,
             gate,
             verify,
+            latency,
         })
     }
 }

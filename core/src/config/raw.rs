@@ -180,6 +180,7 @@ raw_object! {
         max_ttft_penalty_ms: Own<u64> = "maxTTFTPenaltyMs",
         peak_prefill_throughput: Own<u64> = "peakPrefillThroughput",
         verify_cached_tokens: Own<bool> = "verifyCachedTokens",
+        latency_model: Own<Value> = "latencyModel",
         // Ours: endpoint_metrics.
         metrics_source: Own<String> = "metricsSource",
         host_list_cache_ms: Own<u64> = "hostListCacheMs",

@@ -4,6 +4,7 @@
 //! squares on every answer, with exponential forgetting, and mergeable across gateways as
 //! sums of sufficient statistics. Pure: no host calls.
 
+pub mod book;
 pub mod fit;
 pub mod model;
 pub mod stats;
@@ -11,5 +12,9 @@ pub mod stats;
 #[cfg(test)]
 mod tests;
 
-pub use model::{fleet_prior, Accuracy, BadSample, Features, Outcome, PodModel, Prediction, Prior};
+pub use book::Book;
+pub use model::{
+    fleet_prior, Accuracy, BadSample, Features, Outcome, PodModel, Prediction, Prior, TPOT_K,
+    TTFT_K,
+};
 pub use stats::Stats;

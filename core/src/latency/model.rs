@@ -5,9 +5,12 @@
 use super::fit::solve;
 use super::stats::Stats;
 
-/// TTFT features: 1, prompt tokens booked ahead on the pod and not yet prefilled (thousands),
-/// this request's uncached prompt tokens (thousands), requests running on the pod.
-pub const TTFT_K: usize = 4;
+/// TTFT features: 1, the prompt tokens the pod prefills before this request's first token —
+/// those booked ahead of it and its own uncached ones (thousands) — and the requests running on
+/// the pod. One lane prefills both at one rate (chunked prefill or not), so one coefficient:
+/// two, fitted on the few dozen answers a new pod has, split the rate between them at random
+/// (docs/latency-model.md §1).
+pub const TTFT_K: usize = 3;
 /// TPOT features: 1, requests running on the pod, this request's prompt tokens (thousands).
 pub const TPOT_K: usize = 3;
 
@@ -24,8 +27,7 @@ impl Features {
     fn ttft(&self) -> [f64; TTFT_K] {
         [
             1.0,
-            self.ahead_tokens / 1000.0,
-            self.uncached_tokens / 1000.0,
+            (self.ahead_tokens + self.uncached_tokens) / 1000.0,
             self.running,
         ]
     }
@@ -59,6 +61,9 @@ pub struct Outcome {
 pub const MAX_TTFT_MS: f64 = 3_600_000.0;
 pub const MAX_TPOT_MS: f64 = 60_000.0;
 
+/// A pod's predictions are judged once its own samples weigh this much.
+pub const JUDGED_AFTER: f64 = 10.0;
+
 /// Why a sample was not learned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BadSample {
@@ -89,7 +94,7 @@ impl Prior {
     pub fn from_rates(prefill_tokens_per_s: f64, tpot_ms: f64, strength: f64) -> Prior {
         let per_k = 1_000_000.0 / prefill_tokens_per_s.max(1.0);
         Prior {
-            ttft: [0.0, per_k, per_k, 0.0],
+            ttft: [0.0, per_k, 0.0],
             tpot: [tpot_ms.max(0.0), 0.0, 0.0],
             strength,
         }
@@ -140,11 +145,18 @@ impl PodModel {
         if !ok(o.ttft_ms, MAX_TTFT_MS) || o.tpot_ms.is_some_and(|t| !ok(t, MAX_TPOT_MS)) {
             return Err(BadSample::Timing);
         }
+        // Judged only once the pod's own samples carry its fit: the prior's guesses for a
+        // new pod say nothing of how well the model predicts, and would weigh on the mean
+        // for a hundred answers.
         let before = self.predict(f, prior);
-        self.ttft_error.note(before.ttft_ms, o.ttft_ms);
+        if self.ttft.weight >= JUDGED_AFTER {
+            self.ttft_error.note(before.ttft_ms, o.ttft_ms);
+        }
         self.ttft.add(&f.ttft(), o.ttft_ms, 1.0);
         if let Some(tpot) = o.tpot_ms {
-            self.tpot_error.note(before.tpot_ms, tpot);
+            if self.tpot.weight >= JUDGED_AFTER {
+                self.tpot_error.note(before.tpot_ms, tpot);
+            }
             self.tpot.add(&f.tpot(), tpot, 1.0);
         }
         Ok(())

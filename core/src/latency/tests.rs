@@ -1,3 +1,4 @@
+use super::model::TTFT_K;
 use super::model::{fleet_prior, BadSample, Features, Outcome, PodModel, Prior};
 use super::stats::{field_count, Stats};
 
@@ -112,8 +113,8 @@ fn merged_statistics_fit_as_the_pooled_samples_do() {
     }
     let mut merged = a.ttft.clone();
     merged.merge(&b.ttft);
-    let back = Stats::<4>::from_fields(&merged.to_fields()).unwrap();
-    assert_eq!(back.to_fields().len(), field_count(4));
+    let back = Stats::<TTFT_K>::from_fields(&merged.to_fields()).unwrap();
+    assert_eq!(back.to_fields().len(), field_count(TTFT_K));
     for (x, y) in back.to_fields().iter().zip(all.ttft.to_fields()) {
         assert!((x - y).abs() <= 1e-6 * y.abs().max(1.0), "{x} {y}");
     }

@@ -4,3 +4,4 @@ pub mod bind;
 pub mod inflight;
 pub mod resp;
 pub mod scripts;
+pub mod waiters;

@@ -5,13 +5,15 @@
 use super::resp;
 use sha1::{Digest, Sha1};
 
+pub mod latency;
 mod prefix;
 pub mod release;
 mod reply;
-pub use prefix::{lease_id, PrefixArgs, PrefixChain};
+pub use prefix::{lease_id, LatencyArgs, PrefixArgs, PrefixChain};
 pub(super) use reply::decode;
 pub use reply::{
-    parse_acquire, parse_release, AcquireReply, Booked, Released, ReplyError, SessionState,
+    parse_acquire, parse_release, AcquireReply, Booked, Predicted, Released, ReplyError,
+    SessionState,
 };
 
 /// A script text and its SHA-1 for EVALSHA.
@@ -154,6 +156,10 @@ pub struct Keys {
     /// ejections and trial (hash), and until when it is ejected (zset).
     pub health: String,
     pub ejected: String,
+    /// prefix_cache's latency models (docs/redis-data-model.md §15): endpoint -> the fleet's
+    /// statistics (hash of CSV records), endpoint -> the coefficients the pick reads (hash).
+    pub latency: String,
+    pub latency_coef: String,
 }
 
 impl Keys {
@@ -174,6 +180,8 @@ impl Keys {
             gen: format!("{namespace}:gen"),
             health: format!("{namespace}:health"),
             ejected: format!("{namespace}:ejected"),
+            latency: format!("{namespace}:latency"),
+            latency_coef: format!("{namespace}:latency_coef"),
             namespace,
         }
     }
@@ -334,6 +342,8 @@ pub fn pick_call(
     let trials = a.trials.to_string();
     args.extend(figures.iter().map(|s| s.as_bytes()));
     args.push(trials.as_bytes());
+    let latency = prefix.map(PrefixArgs::latency_args).unwrap_or_default();
+    args.extend(latency.iter().map(|s| s.as_bytes()));
     args.extend(per_key.iter().map(|s| s.as_bytes()));
     if let Some(eps) = a.endpoints {
         args.extend(eps.iter().map(|e| e.as_bytes()));
@@ -342,7 +352,13 @@ pub fn pick_call(
     let script = match prefix {
         None => &scripts.acquire,
         Some(p) => {
-            all_keys.extend([keys.prefill.as_str(), &keys.booked, &keys.rates, &keys.gen]);
+            all_keys.extend([
+                keys.prefill.as_str(),
+                &keys.booked,
+                &keys.rates,
+                &keys.gen,
+                &keys.latency_coef,
+            ]);
             all_keys.extend(p.chain.keys.iter().map(String::as_str));
             &scripts.prefix_acquire
         }

@@ -45,3 +45,48 @@ impl PodStats {
         }
     }
 }
+
+/// Per-pod prediction error gauges of latency-aware placement (docs/metrics.md):
+/// `ai_lb.latency.<ip:port>.ttft_mape_pct` and `.tpot_mape_pct`, the mean absolute percentage
+/// error of this VM's predictions for the pod. The host ABI only increments metrics, so a gauge
+/// is moved by the difference from the value it holds.
+#[derive(Debug, Default)]
+pub struct PodGauges {
+    held: Vec<(String, [Gauge; 2])>,
+}
+
+/// A gauge's metric id (None: the host refused to define it) and the value it holds.
+type Gauge = (Option<u32>, i64);
+
+impl PodGauges {
+    pub fn names(endpoint: &str) -> [String; 2] {
+        [
+            format!("ai_lb.latency.{endpoint}.ttft_mape_pct"),
+            format!("ai_lb.latency.{endpoint}.tpot_mape_pct"),
+        ]
+    }
+
+    /// Sets `endpoint`'s two gauges (None: leaves that one as it is).
+    pub fn set(&mut self, host: &mut dyn Host, endpoint: &str, values: [Option<i64>; 2]) {
+        let i = match self.held.iter().position(|(e, _)| e == endpoint) {
+            Some(i) => i,
+            None if self.held.len() >= MAX_POD_COUNTERS => return,
+            None => {
+                let ids = Self::names(endpoint)
+                    .map(|name| (host.define_metric(MetricType::Gauge, &name).ok(), 0));
+                self.held.push((endpoint.to_string(), ids));
+                self.held.len() - 1
+            }
+        };
+        let Some((_, held)) = self.held.get_mut(i) else {
+            return;
+        };
+        for ((id, cur), v) in held.iter_mut().zip(values) {
+            if let (Some(id), Some(v)) = (*id, v) {
+                if host.increment_metric(id, v - *cur).is_ok() {
+                    *cur = v;
+                }
+            }
+        }
+    }
+}

@@ -1,11 +1,14 @@
 //! The simulated inference engine of one pod: FIFO admission under a concurrency limit, a prefix
 //! cache consulted at admission, KV accounting, LoRA bookkeeping and the counters behind
 //! `/metrics` and `/admin/state`.
+//!
+//! Over 400 lines: the one engine state every request path shares, and each operation on it.
 
 use crate::cache::PrefixCache;
 use crate::config::PodConfig;
 use crate::kv::{KvHold, KvPool};
 use crate::lane::PrefillLane;
+use crate::latency::Latency;
 pub use crate::snapshot::Snapshot;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -51,6 +54,8 @@ pub struct Engine {
     lane: Option<PrefillLane>,
     /// `--kv-admission`: admission bounded by the KV capacity (kv.rs).
     kv: Option<KvPool>,
+    /// TTFT, time per output token and end-to-end histograms of the requests served.
+    latency: Mutex<Latency>,
 }
 
 /// What admission needs to know about a request.
@@ -130,6 +135,7 @@ impl Engine {
             error_rate: AtomicU64::new(cfg.error_rate.to_bits()),
             slots: Arc::new(Semaphore::new(cfg.max_running)),
             cache: Mutex::new(PrefixCache::new(cfg.cache_blocks)),
+            latency: Mutex::new(Latency::new(cfg.engine)),
             state: Mutex::new(State {
                 started_unix: unix_now(),
                 ..State::default()
@@ -150,6 +156,11 @@ impl Engine {
 
     fn lock_cache(&self) -> MutexGuard<'_, PrefixCache> {
         self.cache.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The latency histograms, for a request's [`crate::latency::Timer`] to record into.
+    pub fn latency(&self) -> MutexGuard<'_, Latency> {
+        self.latency.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The share of generation requests that fail now.
@@ -317,6 +328,7 @@ impl Engine {
             let c = self.lock_cache();
             (c.len(), c.capacity())
         };
+        let latency = Some(self.latency().clone());
         let st = self.lock();
         Snapshot {
             name: self.cfg.name.clone(),
@@ -338,6 +350,7 @@ impl Engine {
             lora_waiting: st.lora_waiting.keys().cloned().collect(),
             restarts: st.restarts,
             started_unix: st.started_unix,
+            latency,
             ..Snapshot::default()
         }
     }
@@ -365,6 +378,7 @@ impl Engine {
             st.peak_running = st.running;
             st.peak_waiting = st.waiting;
         }
+        self.latency().clear();
         if clear_cache {
             self.lock_cache().clear();
         }

@@ -3,6 +3,7 @@
 
 use crate::body::{json_resp, ChannelBody, RespBody};
 use crate::engine::{Engine, Job, Running};
+use crate::latency::Timer;
 use crate::openai::{self, error_body, token_text, GenRequest, RespMeta, Usage};
 use crate::pd::prefill::{self as pd_prefill, Offer, Prefilled};
 use crate::pd::request::{Act, PdJob, Produce};
@@ -28,6 +29,7 @@ struct Plan {
     seed: u64,
     meta: RespMeta,
     include_usage: bool,
+    stream: bool,
     /// When the pod had the whole request: pod-side TTFT counts from here.
     arrived: Instant,
     /// Responses with `store`: the conversation's text after the answer, stored under the
@@ -85,6 +87,7 @@ fn plan(engine: &Engine, gen: &GenRequest, n: u64) -> Plan {
             kind: gen.kind,
         },
         include_usage: gen.include_usage,
+        stream: gen.stream,
         arrived: Instant::now(),
         stored,
         pd: None,
@@ -172,6 +175,12 @@ fn groups(out_tokens: u64, interval: usize) -> impl Iterator<Item = (u64, u64)> 
     })
 }
 
+/// The request's timings as its engine's latency histograms record them (latency.rs).
+fn timer(engine: &Engine, p: &Plan) -> Timer {
+    let cfg = &engine.cfg;
+    Timer::new(cfg.engine, cfg.role, p.stream, p.out_tokens, p.arrived)
+}
+
 fn micros(d: Duration) -> u64 {
     d.as_micros() as u64
 }
@@ -253,10 +262,13 @@ pub async fn generate_pd(
     let mut deadline = Instant::now();
     let mut text = String::new();
     let mut ttft = Duration::ZERO;
+    let mut timer = timer(&engine, &p);
     for (from, to) in groups(p.out_tokens, engine.cfg.stream_interval) {
         next_tokens(&engine, &mut deadline, &mut run, to - from).await;
+        let now = Instant::now();
+        timer.tokens(&mut engine.latency(), from, to, now);
         if from == 0 {
-            ttft = p.arrived.elapsed();
+            ttft = now - p.arrived;
         }
         (from..to).for_each(|i| text.push_str(token_text(p.seed, i)));
     }
@@ -324,13 +336,16 @@ async fn stream_tokens(
     let mut deadline = Instant::now();
     let mut text = String::new();
     let mut ttft = Duration::ZERO;
+    let mut timer = timer(engine, p);
     for (from, to) in groups(p.out_tokens, engine.cfg.stream_interval) {
         next_tokens(engine, &mut deadline, &mut run, to - from).await;
+        let now = Instant::now();
+        timer.tokens(&mut engine.latency(), from, to, now);
         let finish = (to == p.out_tokens).then_some("length");
         let piece: String = (from..to).map(|i| token_text(p.seed, i)).collect();
         text.push_str(&piece);
         if from == 0 {
-            ttft = p.arrived.elapsed();
+            ttft = now - p.arrived;
         }
         if tx
             .send(Ok(p.meta.chunk(&piece, from, finish).into()))

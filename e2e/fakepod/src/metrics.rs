@@ -4,9 +4,12 @@
 //! vLLM V1 labels are `{engine="0",model_name=...}` (sorted, as prometheus_client prints them),
 //! counters carry `_total`; V0 has only `model_name` and hit-rate gauges (-1 with no queries);
 //! SGLang exposes a hit *rate* gauge, here cumulative hits/queries since the last reset.
+//! The latency histograms (TTFT, time per output token, end to end) follow the rest of the page
+//! (latency_page.rs).
 
 use crate::config::{EngineKind, PodConfig};
 use crate::engine::Snapshot;
+use crate::latency_page;
 use std::fmt::Write;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -96,7 +99,8 @@ pub fn render(cfg: &PodConfig, snap: &Snapshot) -> String {
 /// labels them (docs/disaggregated-serving.md §5): vLLM `engine="<rank>"`, SGLang
 /// `dp_rank="<rank>"` (only with more than one rank, as SGLang adds it only with DP).
 /// TensorRT-LLM: no engine series at all; the fake models only its disaggregated request
-/// shapes, so a router must not count on its metrics.
+/// shapes, so a router must not count on its metrics (its latency histograms are at
+/// [`render_prometheus_path`], where trtllm-serve serves them).
 pub fn render_ranks(cfg: &PodConfig, snaps: &[Snapshot]) -> String {
     let mut o = Out::default();
     let model = esc(&cfg.served_model_name);
@@ -118,7 +122,18 @@ pub fn render_ranks(cfg: &PodConfig, snaps: &[Snapshot]) -> String {
     );
     let started = snaps.first().map_or(0.0, |s| s.started_unix);
     o.line(format_args!("process_start_time_seconds {started}"));
-    o.text()
+    let latency: Vec<_> = snaps.iter().filter_map(|s| s.latency.clone()).collect();
+    o.text() + &latency_page::render(cfg.engine, cfg.role, &model, &latency)
+}
+
+/// trtllm-serve's Prometheus text, which it serves at `/prometheus/metrics` (its `/metrics` is
+/// JSON): the latency histograms of the pod's ranks (latency_page.rs); empty for other engines.
+pub fn render_prometheus_path(cfg: &PodConfig, snaps: &[Snapshot]) -> String {
+    if cfg.engine != EngineKind::TrtLlm {
+        return String::new();
+    }
+    let latency: Vec<_> = snaps.iter().filter_map(|s| s.latency.clone()).collect();
+    latency_page::render_trtllm(&latency)
 }
 
 /// Which rank's series are being written, and whether the pod has several.
@@ -155,6 +170,23 @@ fn render_vllm(o: &mut Out, cfg: &PodConfig, s: &Snapshot, model: &str, r: Ranke
         s.waiting as f64,
     );
     if v1 {
+        // Registered right after the queue gauge (vLLM 0.33.0 vllm/v1/metrics/loggers.py
+        // `gauge_engine_sleep_state`); a fake engine never sleeps. Without it a page cut before
+        // its end (many ranks' histograms) could not tell a router that the pod is awake.
+        o.family(
+            "vllm:engine_sleep_state",
+            "gauge",
+            "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is \
+             awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.",
+        );
+        for (state, v) in [
+            ("awake", 1.0),
+            ("weights_offloaded", 0.0),
+            ("discard_all", 0.0),
+        ] {
+            let labels = format!("{l},sleep_state=\"{state}\"");
+            o.sample("vllm:engine_sleep_state", &labels, v);
+        }
         o.gauge(
             "vllm:kv_cache_usage_perc",
             "KV-cache usage. 1 means 100 percent usage.",

@@ -1,7 +1,7 @@
 //! HTTP front of a fake pod: routing, fault injection and streaming (its handle: pod.rs).
 
 use crate::body::{json_resp, respond, ChannelBody, RespBody};
-use crate::config::MetricsSource;
+use crate::config::{EngineKind, MetricsSource};
 use crate::dp::Ranks;
 use crate::engine::Engine;
 use crate::fault::Fault;
@@ -138,6 +138,13 @@ async fn handle(
             let resp = metrics_resp(ranks);
             engine.count_metrics_served(&query);
             return Ok(resp);
+        }
+        // trtllm-serve's Prometheus text (latency_page.rs); not counted as a `/metrics` page.
+        (&Method::GET, "/prometheus/metrics", _) if engine.cfg.engine == EngineKind::TrtLlm => {
+            let ct = "text/plain; version=0.0.4; charset=utf-8";
+            let snaps: Vec<_> = ranks.list.iter().map(|r| r.engine.snapshot()).collect();
+            let page = metrics::render_prometheus_path(&engine.cfg, &snaps);
+            return Ok(respond(StatusCode::OK, ct, page));
         }
         (&Method::GET, "/admin/state", _) => {
             let body = serde_json::to_string(&ranks.snapshot()).unwrap_or_default();

@@ -37,4 +37,7 @@ pub struct Snapshot {
     /// Each rank's own state when the pod has several; the fields above are their sums.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ranks: Vec<Snapshot>,
+    /// The engine's latency histograms (latency.rs), for `/metrics` only.
+    #[serde(skip)]
+    pub latency: Option<crate::latency::Latency>,
 }

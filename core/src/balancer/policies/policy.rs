@@ -40,6 +40,10 @@ pub struct Input<'a> {
 /// A route's policy, with whatever state it keeps (built once per route config).
 pub trait Policy {
     fn decide(&mut self, host: &mut dyn Host, env: Env, input: &Input) -> Decision;
+
+    /// The root context's tick: a policy's own timed work (prefix_cache: the latency models'
+    /// merge). Most policies have none.
+    fn tick(&mut self, _host: &mut dyn Host, _tel: &mut Telemetry, _redis: &mut RedisClient) {}
 }
 
 /// What every policy may use besides the host: the VM's counters and randomness, its one view of

@@ -35,6 +35,7 @@ pub fn decode_pick(host: &mut dyn Host, tel: &mut Telemetry, ctx: u32, bytes: &[
         Ok(AcquireReply::Full) => PickReply::Full,
         Ok(AcquireReply::Tenant) => PickReply::Tenant,
         Ok(AcquireReply::PoolFull) => PickReply::PoolFull,
+        Ok(AcquireReply::Shed(p)) => PickReply::Shed(p),
         Err(e) => reply_error(host, tel, ctx, e),
     }
 }

@@ -186,6 +186,13 @@ impl Phase {
     }
 
     /// The routed request's holding and its outcome so far (its first bytes to tell).
+    pub fn holding(&self) -> Option<&dyn Holding> {
+        match &self.0 {
+            State::Routed { held: Some(h), .. } => Some(h.as_ref()),
+            _ => None,
+        }
+    }
+
     pub fn holding_mut(&mut self) -> Option<(&mut dyn Holding, &Outcome)> {
         match &mut self.0 {
             State::Routed {

@@ -62,6 +62,7 @@ fn pick(config: &Rc<RouteConfig>, id: &str) -> Box<dyn Pick> {
         pool_cap: 0,
         tenant: None,
         wrap: None,
+        latency: None,
     })
 }
 
@@ -489,6 +490,7 @@ fn continued_pick(config: &Rc<RouteConfig>, verified: bool) -> Box<dyn Pick> {
 /// A plain-Envoy count with a prefill booking, verified (prefix_cache) or not.
 fn local_holding(config: &Rc<RouteConfig>, verified: bool) -> Box<dyn Holding> {
     let booked = crate::redis::scripts::Booked {
+        predicted: None,
         ahead: 0,
         tokens: 50,
     };

@@ -24,6 +24,17 @@ pub struct PrefixArgs<'a> {
     pub max_imbalance: u64,
     pub max_imbalance_ratio: f64,
     pub gate: TokenGate,
+    /// Latency-aware placement (§15); None: the token gate.
+    pub latency: Option<LatencyArgs>,
+}
+
+/// What latency-aware placement adds to a prefix_cache acquire: the request's objectives
+/// (0: none) and whether it may be shed for a predicted miss.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LatencyArgs {
+    pub slo_ttft_ms: u64,
+    pub slo_tpot_ms: u64,
+    pub sheddable: bool,
 }
 
 impl PrefixArgs<'_> {
@@ -43,6 +54,19 @@ impl PrefixArgs<'_> {
         .into_iter()
         .chain(per_key.map(|t| t.to_string()))
         .collect()
+    }
+}
+
+impl PrefixArgs<'_> {
+    /// ARGV[24..27] of prefix_acquire.lua.
+    pub(super) fn latency_args(&self) -> Vec<String> {
+        let l = self.latency.unwrap_or_default();
+        vec![
+            u8::from(self.latency.is_some()).to_string(),
+            l.slo_ttft_ms.to_string(),
+            l.slo_tpot_ms.to_string(),
+            u8::from(l.sheddable).to_string(),
+        ]
     }
 }
 

@@ -23,6 +23,15 @@ pub enum SessionState {
 pub struct Booked {
     pub ahead: u64,
     pub tokens: u64,
+    /// Latency-aware placement: what the script predicted on the endpoint (§15).
+    pub predicted: Option<Predicted>,
+}
+
+/// A latency-aware pick's prediction for its endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Predicted {
+    pub ttft_ms: u64,
+    pub tpot_us: u64,
 }
 
 /// What an acquire answered.
@@ -52,6 +61,9 @@ pub enum AcquireReply {
     Sync,
     /// No endpoints at all in Redis.
     Empty,
+    /// Latency-aware placement shed the request: no endpoint was predicted to meet its
+    /// objectives (the best's prediction); nothing was acquired.
+    Shed(Predicted),
 }
 
 /// A reply that is not what the script returns.
@@ -115,17 +127,31 @@ pub fn parse_acquire(raw: &[u8]) -> Result<AcquireReply, ReplyError> {
                 spilled: int(3) == Some(1),
                 session,
                 load_before: int(5).and_then(|l| u64::try_from(l).ok()),
-                booked: match (int(6), int(7)) {
-                    (Some(ahead), Some(tokens)) if tokens > 0 => Some(Booked {
-                        ahead: u64::try_from(ahead).unwrap_or(0),
-                        tokens: tokens as u64,
-                    }),
+                // Latency-aware picks report their prediction and the tokens ahead even when
+                // nothing was booked (a fully cached prompt).
+                booked: match (int(6), int(7), predicted(int(9), int(10))) {
+                    (Some(ahead), Some(tokens), predicted) if tokens > 0 || predicted.is_some() => {
+                        Some(Booked {
+                            ahead: u64::try_from(ahead).unwrap_or(0),
+                            tokens: u64::try_from(tokens).unwrap_or(0),
+                            predicted,
+                        })
+                    }
                     _ => None,
                 },
                 all_ejected: int(8) == Some(1),
             })
         }
         (Some("FULL"), _) => Ok(AcquireReply::Full),
+        (Some("SHED"), _) => {
+            let int = |i: usize| items.get(i).and_then(Value::as_i64);
+            Ok(AcquireReply::Shed(predicted(int(1), int(2)).unwrap_or(
+                Predicted {
+                    ttft_ms: 0,
+                    tpot_us: 0,
+                },
+            )))
+        }
         (Some("TENANT"), _) => Ok(AcquireReply::Tenant),
         (Some("POOL"), _) => Ok(AcquireReply::PoolFull),
         (Some("SYNC"), _) => Ok(AcquireReply::Sync),
@@ -133,6 +159,17 @@ pub fn parse_acquire(raw: &[u8]) -> Result<AcquireReply, ReplyError> {
         _ => Err(ReplyError::Malformed(format!(
             "unexpected acquire reply {items:?}"
         ))),
+    }
+}
+
+/// A prediction the script reported (-1 or absent: none).
+fn predicted(ttft: Option<i64>, tpot: Option<i64>) -> Option<Predicted> {
+    match (ttft, tpot) {
+        (Some(t), Some(p)) if t >= 0 && p >= 0 => Some(Predicted {
+            ttft_ms: t as u64,
+            tpot_us: p as u64,
+        }),
+        _ => None,
     }
 }
 

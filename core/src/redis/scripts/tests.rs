@@ -142,21 +142,42 @@ fn session_calls_carry_the_key_last_and_the_ttl_before_the_list() {
         max_imbalance: 4,
         max_imbalance_ratio: 2.0,
         gate: crate::config::TokenGate::default(),
+        latency: None,
     };
     let px = words(pick_call(&s, true, &k, &args, Some(&prefix)));
-    assert_eq!(px[2], "14");
+    assert_eq!(px[2], "15");
     assert_eq!(
-        &px[6..10],
-        [k.prefill.as_str(), &k.booked, &k.rates, &k.gen]
-    );
-    assert_eq!(&px[10..12], [chain.keys[0].as_str(), key.as_str()]);
-    assert_eq!(
-        &px[25..],
+        &px[6..11],
         [
-            "30", "4", "2", "60", "0", "", "0", "1", "-1", // as glr, then the gate:
-            "150", "0", "5000", "16000", "1", "0", "120", "a:1"
+            k.prefill.as_str(),
+            &k.booked,
+            &k.rates,
+            &k.gen,
+            &k.latency_coef
         ]
     );
+    assert_eq!(&px[11..13], [chain.keys[0].as_str(), key.as_str()]);
+    assert_eq!(
+        &px[26..],
+        [
+            "30", "4", "2", "60", "0", "", "0", "1", "-1", // as glr, then the gate:
+            "150", "0", "5000", "16000", "1", "0", // trials, then latency placement (off):
+            "0", "0", "0", "0", "120", "a:1"
+        ]
+    );
+    let latency = Some(LatencyArgs {
+        slo_ttft_ms: 2_000,
+        slo_tpot_ms: 50,
+        sheddable: true,
+    });
+    let px = words(pick_call(
+        &s,
+        true,
+        &k,
+        &args,
+        Some(&PrefixArgs { latency, ..prefix }),
+    ));
+    assert_eq!(&px[41..45], ["1", "2000", "50", "1"]);
 }
 
 #[test]

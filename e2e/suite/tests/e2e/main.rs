@@ -22,6 +22,7 @@ mod envoy_session_prefix;
 mod failure_memory;
 mod fairness;
 mod glr;
+mod latency;
 mod metrics;
 mod prefix;
 mod prefix_verify;

@@ -90,7 +90,8 @@ pub fn answer(mut pick: ServicePick, reply: Result<PickReply, Cause>) -> Answer 
         | PickReply::Resync
         | PickReply::Full
         | PickReply::PoolFull
-        | PickReply::Tenant => locally(&pick, Cause::BadReply, Vec::new()),
+        | PickReply::Tenant
+        | PickReply::Shed(_) => locally(&pick, Cause::BadReply, Vec::new()),
     }
 }
 

@@ -22,7 +22,7 @@ use crate::balancer::events::Decision;
 use crate::config::RouteConfig;
 use crate::host::Host;
 use crate::reason::Cause;
-use crate::redis::scripts::PrefixChain;
+use crate::redis::scripts::{LatencyArgs, PrefixChain};
 use pick::{EndpointPick, Wrap};
 use std::rc::Rc;
 
@@ -42,18 +42,27 @@ pub struct RedisLeastRequest;
 impl Policy for RedisLeastRequest {
     fn decide(&mut self, host: &mut dyn Host, env: Env, input: &Input) -> Decision {
         let body = Body::of(input.read_body, input.body_bytes);
-        acquire(host, env, input, (None, None), body)
+        acquire(host, env, input, (None, None, None), body)
     }
 }
 
+/// What prefix_cache adds to an acquire: its chain, what it wraps the lease in, and its
+/// latency-aware placement.
+pub type Extra = (
+    Option<Rc<PrefixChain>>,
+    Option<Box<dyn Wrap>>,
+    Option<LatencyArgs>,
+);
+
 /// A Redis acquire for this request: plain least-request (`chain` None) or with a prefix chain.
-/// `wrap`: what the policy adds to the lease when Redis answers; `body`: the request body as
-/// the policy may read it (for a session id in it).
+/// `wrap`: what the policy adds to the lease when Redis answers; `latency`: prefix_cache's
+/// latency-aware placement; `body`: the request body as the policy may read it (for a session
+/// id in it).
 pub fn acquire(
     host: &mut dyn Host,
     env: Env,
     input: &Input,
-    (chain, wrap): (Option<Rc<PrefixChain>>, Option<Box<dyn Wrap>>),
+    (chain, wrap, latency): Extra,
     body: Body,
 ) -> Decision {
     let Some(keys) = input.keys else {
@@ -87,6 +96,7 @@ pub fn acquire(
             });
             pick.tenant = tenant(host, input.config, pick.candidates.len());
             pick.wrap = wrap;
+            pick.latency = latency;
             Decision::Acquire(Box::new(pick.with_class(class)))
         }
         Err(cause) => Decision::Fallback(cause),

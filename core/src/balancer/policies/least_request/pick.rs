@@ -14,8 +14,8 @@ use crate::config::{Class, RouteConfig, SESSION_MAX_IMBALANCE, SESSION_MAX_IMBAL
 use crate::host::Host;
 use crate::reason::{Cause, Reason};
 use crate::redis::scripts::{
-    self, AcquireArgs, Booked, Keys, PrefixArgs, PrefixChain, Scripts, SessionArgs, SessionState,
-    TenantArgs, RECLAIM_LIMIT,
+    self, AcquireArgs, Booked, Keys, LatencyArgs, PrefixArgs, PrefixChain, Scripts, SessionArgs,
+    SessionState, TenantArgs, RECLAIM_LIMIT,
 };
 use std::fmt;
 use std::rc::Rc;
@@ -82,6 +82,8 @@ pub struct EndpointPick {
     pub tenant: Option<(String, u64)>,
     /// What the policy adds to the lease when Redis answers.
     pub wrap: Option<Box<dyn Wrap>>,
+    /// prefix_cache with `latencyModel`: placed by predicted latency (None: the token gate).
+    pub latency: Option<LatencyArgs>,
 }
 
 impl EndpointPick {
@@ -93,6 +95,14 @@ impl EndpointPick {
         self.wait_rank = class
             .filter(|_| self.config.common.queue.is_some())
             .map(|c| c.rank);
+        // Only the lowest of two or more classes may be shed for a predicted miss (critical
+        // requests never are; docs/latency-model.md §5).
+        if let Some(l) = &mut self.latency {
+            l.sheddable = match (&self.config.common.priority, class) {
+                (Some(p), Some(c)) => p.classes.len() > 1 && p.is_lowest(c.rank),
+                _ => false,
+            };
+        }
         self
     }
 
@@ -127,6 +137,7 @@ impl EndpointPick {
             pool_cap: config.common.max_pool,
             tenant: None,
             wrap: None,
+            latency: None,
         }
     }
 
@@ -243,6 +254,7 @@ pub(super) fn query(scripts: &Scripts, pick: &EndpointPick, now_ms: u64, random:
             max_imbalance: p.max_imbalance,
             max_imbalance_ratio: p.max_imbalance_ratio,
             gate: p.gate,
+            latency: pick.latency,
         }),
         _ => None,
     };

@@ -53,7 +53,7 @@ fn replied(mut pick: EndpointPick, reply: PickReply) -> Answer {
             all_ejected,
         } => {
             let mut lease = pick.lease(endpoint);
-            lease.booking = booked.map(|b| pick.booking(b));
+            lease.booking = booked.filter(|b| b.tokens > 0).map(|b| pick.booking(b));
             if !pick.candidates.contains(endpoint) {
                 // Only possible if two endpoint sets share a fingerprint: resync next time.
                 let effects = vec![
@@ -133,6 +133,7 @@ fn replied(mut pick: EndpointPick, reply: PickReply) -> Answer {
             Answer::new(effects, Decision::Full { rejection, pick })
         }
         PickReply::Tenant => Answer::new(Vec::new(), Decision::Reject(Rejection::ShedTenant)),
+        PickReply::Shed(_) => Answer::new(Vec::new(), Decision::Reject(Rejection::ShedLatency)),
         PickReply::NoScript if pick.by_sha => {
             // Redis restarted or flushed its script cache: EVAL reloads it.
             pick.by_sha = false;

@@ -206,6 +206,7 @@ fn decide(
                 let booked = Booked {
                     ahead: prefill.and_then(|p| p.booked.get(e).copied()).unwrap_or(0),
                     tokens: tokens.total.saturating_sub(cached),
+                    predicted: None,
                 };
                 (e, (reason, passed, booked), booked.tokens)
             })

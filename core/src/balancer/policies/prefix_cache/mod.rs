@@ -10,6 +10,7 @@
 pub mod expect;
 mod gate;
 mod index;
+pub mod latency;
 pub mod local;
 mod restarts;
 pub mod verified;
@@ -18,12 +19,15 @@ use super::least_request;
 use super::policy::{Env, Input, Policy};
 use super::session::Body;
 use crate::balancer::events::Decision;
+use crate::balancer::redis_client::RedisClient;
+use crate::balancer::telemetry::Telemetry;
 use crate::config::{PrefixSettings, RouteConfig};
 use crate::host::{Host, LogLevel};
 use crate::prefix::{anchor_of, canonicalize, prefix_key, Anchor, Canonical, PromptTokens};
-use crate::redis::scripts::PrefixChain;
+use crate::redis::scripts::{LatencyArgs, PrefixChain};
 use crate::verify::flush::Flushes;
 use expect::{with_usage_asked, Expect, Index};
+use latency::{Latency, LatencyWrap};
 use restarts::Restarts;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -41,6 +45,9 @@ pub fn build(
             settings: settings.clone(),
             restarts: Restarts::default(),
             flushes: Rc::default(),
+            latency: settings
+                .latency
+                .map(|l| Latency::new(l, settings.gate.start_rate())),
         }),
         None => Box::new(local::LocalPrefixCache::new(position, config, settings)),
     }
@@ -52,6 +59,8 @@ pub struct RedisPrefixCache {
     restarts: Restarts,
     /// The engine-verified index's emptied-pod rule, per route (verified.rs).
     flushes: Rc<RefCell<Flushes>>,
+    /// Latency-aware placement (`latencyModel`; latency/).
+    latency: Option<Latency>,
 }
 
 impl Policy for RedisPrefixCache {
@@ -65,7 +74,19 @@ impl Policy for RedisPrefixCache {
                 }
             }
         }
-        decide(host, env, input, &self.settings, &self.flushes)
+        let placed = match (&mut self.latency, input.keys) {
+            (Some(l), Some(keys)) if input.read_body => {
+                l.args(host, env.tel, input.ctx, (input.config, keys))
+            }
+            _ => None,
+        };
+        decide(host, env, input, (&self.settings, &self.flushes), placed)
+    }
+
+    fn tick(&mut self, host: &mut dyn Host, tel: &mut Telemetry, redis: &mut RedisClient) {
+        if let Some(l) = &mut self.latency {
+            l.tick(host, tel, redis);
+        }
     }
 }
 
@@ -89,18 +110,19 @@ fn forget_restarted(host: &mut dyn Host, env: &mut Env, input: &Input, restarted
     }
 }
 
+/// `latency`: the request's latency-aware placement (None: the token gate places it).
 fn decide(
     host: &mut dyn Host,
     env: Env,
     input: &Input,
-    settings: &PrefixSettings,
-    flushes: &Rc<RefCell<Flushes>>,
+    (settings, flushes): (&PrefixSettings, &Rc<RefCell<Flushes>>),
+    latency: Option<(Option<LatencyArgs>, latency::Shared)>,
 ) -> Decision {
     let Some(keys) = input.keys else {
-        return least_request::acquire(host, env, input, (None, None), Body::None);
+        return least_request::acquire(host, env, input, (None, None, None), Body::None);
     };
     if !input.read_body {
-        return least_request::acquire(host, env, input, (None, None), Body::None);
+        return least_request::acquire(host, env, input, (None, None, None), Body::None);
     }
     let body = host.request_body(0, input.body_bytes).unwrap_or_default();
     match canonicalize(&body, &settings.canon) {
@@ -108,8 +130,13 @@ fn decide(
             let chain = anchored_chain(&canon, settings.anchor, &keys.namespace);
             let chain = Rc::new(with_tokens(chain, &canon, input.body_bytes));
             let mut verify = None;
+            // The answer's usage is read for the verification and for the latency models
+            // (its output tokens time each one): asked for once, by whichever wraps first.
+            let usage_asked = (settings.verify || latency.is_some())
+                .then(|| with_usage_asked(&canon, &body))
+                .flatten();
             if settings.verify {
-                let body = with_usage_asked(&canon, &body);
+                let body = usage_asked.clone();
                 let index = Index::Redis {
                     config: input.config.clone(),
                     keys: keys.clone(),
@@ -127,11 +154,30 @@ fn decide(
                     body,
                 }) as Box<dyn least_request::pick::Wrap>);
             }
-            least_request::acquire(host, env, input, (Some(chain), verify), Body::Bytes(&body))
+            let (args, wrap) = match latency {
+                Some((args, shared)) => {
+                    let wrap = LatencyWrap {
+                        shared,
+                        // The verification carries the rewritten body when it is on.
+                        body: usage_asked.filter(|_| verify.is_none()),
+                        inner: verify,
+                        prompt_tokens: chain.prompt_tokens,
+                        stream: chain.stream,
+                        since_ms: host.now_ms(),
+                    };
+                    (
+                        args,
+                        Some(Box::new(wrap) as Box<dyn least_request::pick::Wrap>),
+                    )
+                }
+                None => (None, verify),
+            };
+            let parts = (Some(chain), wrap, args);
+            least_request::acquire(host, env, input, parts, Body::Bytes(&body))
         }
         Err(e) => {
             env.tel.bad_prompt(host, input.ctx, &e);
-            least_request::acquire(host, env, input, (None, None), Body::Bytes(&body))
+            least_request::acquire(host, env, input, (None, None, None), Body::Bytes(&body))
         }
     }
 }

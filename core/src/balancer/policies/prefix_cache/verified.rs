@@ -294,7 +294,7 @@ fn conversation_of(index: &Index) -> (u64, usize) {
 }
 
 /// Whether the response is a server-sent event stream without a content encoding.
-fn plain_event_stream(host: &dyn Host) -> bool {
+pub(super) fn plain_event_stream(host: &dyn Host) -> bool {
     let header = |name: &str| host.response_header_bytes(name).ok().flatten();
     let sse = header("content-type").is_some_and(|t| t.starts_with(b"text/event-stream"));
     let encoded = header("content-encoding").is_some_and(|c| !c.eq_ignore_ascii_case(b"identity"));
