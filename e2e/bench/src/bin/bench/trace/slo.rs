@@ -52,8 +52,9 @@ pub fn scale() -> Scale {
 /// token as the bench's pods take it (one decode step of a scaled token: 1/tokens steps), as
 /// the trace bench's knee SLO is 5 × a cold prefill; a request misses it by waiting behind
 /// others' prefill or by a long question of its own. TPOT: 1.6 × the mean pod's unloaded
-/// decode step (48 ms on `TWO_GPU_SPEEDS`: about twice a fast pod's step, 1.3 × a slow one's),
-/// which a batch or a prefill chunk sharing the step pushes past.
+/// decode step (48 ms on `TWO_GPU_SPEEDS`, 50 in whole wall milliseconds at the default scale:
+/// twice a fast pod's step, 1.33 × a slow one's), which a batch or a prefill chunk sharing the
+/// step pushes past.
 pub fn slo_targets(cost: &Cost, s: Scale) -> Slo {
     let mean = cost.uniform();
     let step_s = mean.decode_ms / 1e3;
@@ -64,11 +65,21 @@ pub fn slo_targets(cost: &Cost, s: Scale) -> Slo {
     }
 }
 
-/// The latency-aware plugin's own keys over prefix_cache's defaults.
+/// The latency-aware plugin's own keys over prefix_cache's defaults: the SLOs, and its
+/// defaults that are times in the bench's compressed time, as `maxTTFTPenaltyMs` is: a model
+/// merge every 100 ms (the least it takes; its 1,000 ms default would be 50 s of trace time),
+/// a 600 s half-life and a 30 ms prior TPOT (per full-size token), each ÷ 50 (and the TPOT
+/// ÷ 1/4 per scaled token).
 fn latency_lb(slo: Slo, s: Scale) -> Value {
     json!({
         "maxTTFTPenaltyMs": penalty_ms(s),
-        "latencyModel": {"sloTTFTMs": slo.ttft_wall_ms(s), "sloTPOTMs": slo.tpot_wall_ms(s)},
+        "latencyModel": {
+            "sloTTFTMs": slo.ttft_wall_ms(s).round() as u64,
+            "sloTPOTMs": slo.tpot_wall_ms(s).round() as u64,
+            "mergeIntervalMs": 100,
+            "halfLifeS": (600.0 / s.time).round().max(10.0) as u64,
+            "priorTPOTMs": 30.0 / s.tokens / s.time,
+        },
     })
 }
 
@@ -86,7 +97,7 @@ fn plugin_knows_latency_model(lb: &Value) -> bool {
                 + &String::from_utf8_lossy(&o.stderr);
             let known = o.status.success() && !text.contains("latencyModel: unknown key");
             if !known {
-                eprintln!("slo: the plugin does not take latencyModel yet ({}); the latency router is left out", text.trim().replace('\n', "; "));
+                eprintln!("slo: the plugin does not take this latencyModel ({}); the latency router is left out", text.trim().replace('\n', "; "));
             }
             known
         }
@@ -105,11 +116,11 @@ fn options(slo: Slo, s: Scale) -> Options {
     o.headers = vec![
         (
             "x-slo-ttft-ms".into(),
-            format!("{:.3}", slo.ttft_wall_ms(s)),
+            format!("{}", slo.ttft_wall_ms(s).round()),
         ),
         (
             "x-slo-tpot-ms".into(),
-            format!("{:.3}", slo.tpot_wall_ms(s)),
+            format!("{}", slo.tpot_wall_ms(s).round()),
         ),
     ];
     o
@@ -172,7 +183,7 @@ pub fn slo() -> anyhow::Result<()> {
     let t0 = Instant::now();
     let s = scale();
     let cost = TWO_GPU_SPEEDS;
-    let slo = slo_targets(&cost, s);
+    let slo = slo_targets(&cost, s).in_whole_wall_ms(s);
     let lat_lb = latency_lb(slo, s);
     let with_latency = plugin_knows_latency_model(&lat_lb);
     eprintln!(

@@ -20,6 +20,16 @@ pub struct Slo {
 }
 
 impl Slo {
+    /// The same SLOs in whole wall milliseconds, as the plugin takes them (its `latencyModel`
+    /// keys are whole numbers and it rounds the headers): every router and figure uses these.
+    pub fn in_whole_wall_ms(&self, s: Scale) -> Slo {
+        let whole = |ms: f64| ms.round().max(1.0);
+        Slo {
+            ttft_s: whole(self.ttft_wall_ms(s)) * s.time / 1e3,
+            tpot_s: whole(self.tpot_wall_ms(s)) * s.tokens * s.time / 1e3,
+        }
+    }
+
     /// The TTFT SLO in wall milliseconds at scale `s` (what the plugin and the headers get).
     pub fn ttft_wall_ms(&self, s: Scale) -> f64 {
         self.ttft_s * 1e3 / s.time

@@ -1,9 +1,10 @@
 //! How far the latency-aware plugin's learned prefill rates are from the pods' true ones
 //! (issue 50: within 15 %), read from Redis after its run: the hash `<namespace>:latency_coef`
-//! (namespace as `ailb_core::redis::scripts::Keys::new` builds it), one field per pod address,
-//! each value the CSV `c0,c1,c2,c3,t0,t1,t2` of its TTFT and TPOT coefficients, where c2 is
-//! wall milliseconds per 1,000 uncached prompt tokens: the learned rate is 1,000,000 ÷ c2
-//! tokens per wall second, the true one the pod's `prefill_tokens_per_s`.
+//! (docs/redis-data-model.md §15; namespace as `ailb_core::redis::scripts::Keys::new` builds
+//! it), one field per pod address (and `*`, the fleet prior), each value the CSV of its TTFT
+//! coefficients (ms; ms per 1,000 tokens prefilled before the first token; ms per running
+//! request) then its TPOT ones: the learned rate is 1,000,000 ÷ the second number, tokens per
+//! wall second, the true one the pod's `prefill_tokens_per_s`.
 
 use super::fleet::{Cost, Scale};
 use ailb_core::redis::resp::Value;
@@ -34,19 +35,22 @@ pub fn learned_rate_error(bed: &Bed, cost: &Cost, s: Scale) -> Option<f64> {
     let mut worst: Option<f64> = None;
     for pair in flat.chunks(2) {
         let [field, value] = pair else { continue };
+        if field == "*" {
+            continue;
+        }
         let Some(i) = addrs.iter().position(|a| a == field) else {
             eprintln!("slo: {key} names {field}, not a pod of the bed");
             continue;
         };
-        let c2 = value
+        let numbers: Vec<f64> = value
             .split(',')
-            .nth(2)
-            .and_then(|v| v.trim().parse::<f64>().ok());
-        let Some(c2) = c2.filter(|c| *c > 0.0) else {
-            eprintln!("slo: {key} {field}: no positive c2 in {value:?}");
+            .filter_map(|v| v.trim().parse::<f64>().ok())
+            .collect();
+        let Some(&per_k) = numbers.get(1).filter(|c| numbers.len() == 6 && **c > 0.0) else {
+            eprintln!("slo: {key} {field}: not 6 coefficients with a positive rate: {value:?}");
             continue;
         };
-        let learned = 1e6 / c2;
+        let learned = 1e6 / per_k;
         let truth = cost.rate(i, n, s) * s.time;
         let err = (learned / truth - 1.0).abs();
         eprintln!("    pod-{i}: learned {learned:.0} tokens/s, true {truth:.0} (wall, scaled tokens): {err:.3}");
