@@ -46,8 +46,9 @@ pub fn learned_rate_error(bed: &Bed, cost: &Cost, s: Scale) -> Option<f64> {
             .split(',')
             .filter_map(|v| v.trim().parse::<f64>().ok())
             .collect();
-        let Some(&per_k) = numbers.get(1).filter(|c| numbers.len() == 6 && **c > 0.0) else {
-            eprintln!("slo: {key} {field}: not 6 coefficients with a positive rate: {value:?}");
+        // A fit whose slope went negative has a negative rate, and counts: its error is over 1.
+        let Some(&per_k) = numbers.get(1).filter(|c| numbers.len() == 6 && **c != 0.0) else {
+            eprintln!("slo: {key} {field}: not 6 coefficients with a rate: {value:?}");
             continue;
         };
         let learned = 1e6 / per_k;
