@@ -163,8 +163,9 @@ lint: toolchain
 test: deps lint unit-test package package-test wasm-unit-test e2e-test
 	@echo "make test: all checks passed"
 
-# ailb-bench (e2e/bench) runs every section, the trace bench last (docs/trace-bench.md, about 7 minutes:
-# e2e/data/traces/mooncake-synthetic.jsonl, its preamble variant, the b2b and codegen sweeps).
+# ailb-bench (e2e/bench) runs every section, the trace bench (docs/trace-bench.md, about 7 minutes:
+# e2e/data/traces/mooncake-synthetic.jsonl, its preamble variant, the b2b and codegen sweeps) and
+# then the SLO section (docs/trace-bench.md "The SLO section", about 6 minutes) last.
 bench: deps llama build bench-build
 	$(CARGO) run --profile bench-native --quiet -p ailb-core --example bench_redis
 	$(CARGO) run --profile bench-native --quiet -p ailb-core --example bench_parse
@@ -179,6 +180,11 @@ bench-build:
 .PHONY: bench-trace
 bench-trace: deps build bench-build
 	AILB_E2E_BIN_DIR=$(CURDIR)/$(BENCH_BIN) $(BENCH_BIN)/ailb-bench trace $(TRACE)
+
+# The SLO section alone (issue 50: llm-d's predicted-latency ladder on two GPU speeds).
+.PHONY: bench-slo
+bench-slo: deps build bench-build
+	AILB_E2E_BIN_DIR=$(CURDIR)/$(BENCH_BIN) $(BENCH_BIN)/ailb-bench slo
 
 # The Higress plugin image as an OCI image layout in dist/oci (tools/oci-package.py): README_EN.md,
 # README.md, spec.yaml and last plugin.tar.gz (holding plugin.wasm), as Higress's fetcher needs;

@@ -1,6 +1,7 @@
 //! Sends one streamed request and reads what the replay measures: the serving pod (`x-pod`),
-//! the client-side time to the first body bytes, and from the usage-only last chunk the prompt
-//! tokens, `cached_tokens` and the pod-side TTFT (`fake_ttft_us`, fakepod's wire.rs).
+//! the client-side times to the first and to the last body bytes, and from the usage-only last
+//! chunk the prompt tokens, `cached_tokens` and the pod-side TTFT (`fake_ttft_us`, fakepod's
+//! wire.rs).
 
 use ailb_fakepod::load::client::HttpClient;
 use bytes::Bytes;
@@ -18,6 +19,8 @@ pub struct Answer {
     pub debug: Option<String>,
     pub error: Option<String>,
     pub first_byte: Option<Duration>,
+    /// To the end of the body (the whole answer streamed).
+    pub last_byte: Option<Duration>,
     pub prompt_tokens: Option<u64>,
     pub cached_tokens: Option<u64>,
     pub pod_ttft: Option<Duration>,
@@ -99,6 +102,7 @@ async fn exchange(
             tail.drain(..tail.len() - TAIL);
         }
     }
+    a.last_byte = Some(start.elapsed());
     if a.status != 200 {
         return Err(format!("status:{}", a.status));
     }

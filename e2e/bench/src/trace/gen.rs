@@ -37,7 +37,10 @@ impl Default for B2b {
 }
 
 /// Poisson arrivals over `stages` (rate per second, trace-time length each), back to back.
-fn ladder(stages: &[(f64, Duration)], seed: u64) -> (Vec<Stage>, Vec<(Duration, usize)>) {
+pub(super) fn ladder(
+    stages: &[(f64, Duration)],
+    seed: u64,
+) -> (Vec<Stage>, Vec<(Duration, usize)>) {
     let mut rng = Rng::derive(seed, &[0]);
     let (mut out, mut arrivals, mut t0) = (Vec::new(), Vec::new(), Duration::ZERO);
     for (i, &(rate, len)) in stages.iter().enumerate() {
@@ -90,6 +93,7 @@ pub fn b2b(shape: B2b, stages: &[(f64, Duration)], token_scale: f64, seed: u64) 
                 turns: vec![Turn {
                     user: prefix.then(&question),
                     output_tokens: scaled(shape.output_tokens, token_scale),
+                    at: None,
                 }],
                 stage,
             }
@@ -131,6 +135,7 @@ pub fn codegen(stages: &[(f64, Duration)], token_scale: f64, seed: u64) -> Workl
                         bt,
                     ),
                     output_tokens: scaled(log_uniform(&mut rng, 50, 4_000), token_scale),
+                    at: None,
                 })
                 .collect();
             Conversation {

@@ -87,6 +87,7 @@ pub fn workload(name: &str, rows: &[Row], token_scale: f64, preamble_tokens: u64
                 turns: vec![Turn {
                     user: prompt(r, token_scale),
                     output_tokens: scaled(r.output_length, token_scale),
+                    at: None,
                 }],
                 stage: 0,
             })

@@ -82,8 +82,12 @@ pub struct Record {
     pub output_tokens: u64,
     pub ttft_pod: Option<Duration>,
     pub ttft_client: Option<Duration>,
+    /// Client side, from sending to the answer's last byte (end-to-end latency).
+    pub e2e: Option<Duration>,
     /// The plugin's debug reason (`prefix_hit`, …), when its debug header was set.
     pub reason: Option<String>,
+    /// The whole debug header (`endpoint=…; reason=…`, and whatever fields a policy adds).
+    pub debug: Option<String>,
 }
 
 /// Pod index of an `x-pod` name `pod-<i>`.
@@ -146,6 +150,9 @@ pub async fn replay(
             let mut out = Vec::new();
             let mut turn = 0;
             while let Some(built) = dialogue.next_request() {
+                if let (true, Some(at)) = (turn > 0, built.at) {
+                    sleep_until(start + wall(at)).await;
+                }
                 if turn > 0 && stop.stopped() {
                     break;
                 }
@@ -291,10 +298,16 @@ fn record(
         output_tokens: 0,
         ttft_pod: a.pod_ttft.map(trace),
         ttft_client: a.first_byte.map(trace),
-        reason: a.debug.as_deref().and_then(|d| {
-            d.split(';')
-                .find_map(|kv| kv.trim().strip_prefix("reason="))
-                .map(String::from)
-        }),
+        e2e: a.last_byte.map(trace),
+        reason: debug_field(a.debug.as_deref(), "reason").map(String::from),
+        debug: a.debug,
     }
+}
+
+/// Field `name` of a debug header `k=v; k=v; …`.
+pub fn debug_field<'a>(debug: Option<&'a str>, name: &str) -> Option<&'a str> {
+    debug?.split(';').find_map(|kv| {
+        let (k, v) = kv.trim().split_once('=')?;
+        (k == name).then_some(v)
+    })
 }

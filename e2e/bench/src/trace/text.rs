@@ -17,6 +17,8 @@ pub mod ns {
     pub const B2B: u64 = 3;
     /// Code generation: system prompts, turn inputs.
     pub const CODEGEN: u64 = 4;
+    /// llm-d's predicted-latency ladder: the groups' system prompts, the users' questions.
+    pub const LATENCY_LADDER: u64 = 5;
 }
 
 /// One block of a prompt: `tokens` tokens of block `id`'s text (a prefix of it when partial).

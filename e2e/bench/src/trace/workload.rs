@@ -19,11 +19,16 @@ use std::time::Duration;
 pub struct Turn {
     pub user: Text,
     pub output_tokens: u64,
+    /// Trace time before which it is not sent (a user's next question arriving on its own
+    /// clock, as a load generator that cycles through user sessions sends it); None: at once.
+    /// A turn never starts before the previous answer is complete.
+    pub at: Option<Duration>,
 }
 
 #[derive(Clone, Debug)]
 pub struct Conversation {
-    /// First turn's arrival, trace time; later turns follow the previous answer at once.
+    /// First turn's arrival, trace time; later turns follow the previous answer, at once or
+    /// at their own [`Turn::at`].
     pub start: Duration,
     pub system: Option<Text>,
     pub turns: Vec<Turn>,
@@ -79,6 +84,8 @@ pub struct Built {
     /// The prompt as the pods render it (role lines and contents).
     pub canonical: String,
     pub output_tokens: u64,
+    /// The turn's own arrival ([`Turn::at`]).
+    pub at: Option<Duration>,
 }
 
 impl<'a> Dialogue<'a> {
@@ -120,6 +127,7 @@ impl<'a> Dialogue<'a> {
             body: body.to_string().into_bytes(),
             canonical: self.canonical.clone(),
             output_tokens: turn.output_tokens,
+            at: turn.at,
         };
         if self.next < self.conv.turns.len() {
             let answer = answer_text(&self.canonical, turn.output_tokens);
@@ -144,10 +152,12 @@ mod tests {
                 Turn {
                     user: Text::blocks(ns::TRACE, 0, 20, 16),
                     output_tokens: 3,
+                    at: None,
                 },
                 Turn {
                     user: Text::blocks(ns::TRACE, 5, 20, 16),
                     output_tokens: 2,
+                    at: None,
                 },
             ],
             stage: 0,

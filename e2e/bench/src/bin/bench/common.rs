@@ -1,5 +1,5 @@
 //! Helpers shared by the benchmark sections: the 10-turn chat, its VM-time measurement,
-//! percentiles and workload shapes.
+//! percentiles, medians over seeds and workload shapes.
 
 use ailb_e2e::gateway::{http, Gateway};
 use ailb_fakepod::load::{Arrivals, SkewedSpec};
@@ -18,6 +18,20 @@ pub fn chat10() -> Vec<u8> {
     json!({"model": "fake-model", "messages": messages, "max_tokens": 1})
         .to_string()
         .into_bytes()
+}
+
+/// The median of several seeds' figures (the upper one of an even count).
+pub fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    s.get(s.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// Their spread: max − min.
+pub fn spread(v: &[f64]) -> f64 {
+    let max = v.iter().copied().fold(f64::NAN, f64::max);
+    let min = v.iter().copied().fold(f64::NAN, f64::min);
+    max - min
 }
 
 pub fn percentile(sorted: &[f64], p: f64) -> f64 {

@@ -8,7 +8,7 @@
 //! every later turn, and the later turns' time to first token; medians over the seeds, with
 //! their spread (max - min). Output text is random: only usage and timings are read.
 
-use crate::common::bench;
+use crate::common::{bench, median, spread};
 use ailb_e2e::bed::Bed;
 use ailb_e2e::conversations::{replay, Conversations, Replay};
 use ailb_e2e::gateway::{Gateway, GatewaySpec};
@@ -106,18 +106,6 @@ fn record(side: &mut Side, r: &Replay) {
     side.share.push(r.later_turn_cached_share());
     side.ttft_ms
         .push(r.later_turn_ttft(0.5).as_secs_f64() * 1e3);
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    s.get(s.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
-fn spread(v: &[f64]) -> f64 {
-    let max = v.iter().copied().fold(f64::NAN, f64::max);
-    let min = v.iter().copied().fold(f64::NAN, f64::min);
-    max - min
 }
 
 /// The figures of one kind of pod (`real_engine` or `fake_pod`).

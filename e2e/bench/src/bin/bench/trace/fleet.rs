@@ -14,9 +14,12 @@ pub struct Cost {
     pub kv_tokens: u64,
     /// Prefill tokens per forward pass (vLLM `max_num_batched_tokens`).
     pub chunk_tokens: u64,
-    /// Decode step with one running request, and its slowdown per extra running request.
+    /// Decode step with one running request on a fast pod, and its slowdown per extra
+    /// running request.
     pub decode_ms: f64,
     pub batch_penalty: f64,
+    /// A slow pod's decode step over a fast one's.
+    pub slow_decode: f64,
 }
 
 /// llm-d's b2b setup: Qwen3-32B on 8 × 2 H100 (TP=2), calibrated prefill 15,928 tokens/s, KV
@@ -30,6 +33,7 @@ pub const LLMD_H100: Cost = Cost {
     chunk_tokens: 2048,
     decode_ms: 25.0,
     batch_penalty: 0.01,
+    slow_decode: 1.0,
 };
 
 /// The same pods with prefill four times cheaper (a smaller model or faster GPUs): a result
@@ -55,12 +59,27 @@ pub struct Scale {
 impl Cost {
     /// Prefill rate of pod `i` of `n`, scaled tokens per trace second.
     pub fn rate(&self, i: usize, n: usize, s: Scale) -> f64 {
-        let tps = if i < n.div_ceil(2) {
+        let tps = if Self::fast(i, n) {
             self.fast_tps
         } else {
             self.slow_tps
         };
         tps * s.tokens
+    }
+
+    /// The first half of a fleet are the fast pods.
+    fn fast(i: usize, n: usize) -> bool {
+        i < n.div_ceil(2)
+    }
+
+    /// Decode step of pod `i` of `n` with one running request, ms of trace time per token at
+    /// full size.
+    pub fn decode_step_ms(&self, i: usize, n: usize) -> f64 {
+        if Self::fast(i, n) {
+            self.decode_ms
+        } else {
+            self.decode_ms * self.slow_decode
+        }
     }
 
     /// The fleet's mean prefill rate, scaled tokens per trace second (what one calibration of
@@ -85,7 +104,8 @@ impl Cost {
         c.kv_admission = true;
         c.prefill_tokens_per_s = self.rate(i, n, s) * s.time;
         c.prefill_chunk_tokens = ((self.chunk_tokens as f64 * s.tokens) as u64).max(1);
-        c.decode_us_per_token = (self.decode_ms * 1000.0 / s.tokens / s.time).round() as u64;
+        c.decode_us_per_token =
+            (self.decode_step_ms(i, n) * 1000.0 / s.tokens / s.time).round() as u64;
         c.decode_batch_penalty = self.batch_penalty;
         // vLLM's default max_num_seqs; the KV is the usual bound.
         c.max_running = 256;
@@ -102,5 +122,34 @@ impl Cost {
             let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             cost.tune(c, i, n, s)
         })
+    }
+}
+
+/// The SLO section's fleet: two GPU speeds, the slow half with half the fast half's prefill
+/// rate and a decode step 1.5 × as long — an A100 beside an H100 on the same model, read
+/// conservatively from the datasheets (dense BF16 989 vs 312 TFLOPS bounds prefill, HBM 3.35
+/// vs 2.0 TB/s bounds decode; measured gaps are smaller than the compute ratio). The fast
+/// half keeps the trace fleet's H100 costs.
+pub const TWO_GPU_SPEEDS: Cost = Cost {
+    fast_tps: 20_000.0,
+    slow_tps: 10_000.0,
+    slow_decode: 1.5,
+    ..LLMD_H100
+};
+
+impl Cost {
+    /// The same fleet with every pod alike: the mean prefill rate (the same total), and the
+    /// harmonic mean of the decode steps (the same decode tokens per second for a running
+    /// request spread evenly).
+    pub fn uniform(&self) -> Cost {
+        let tps = (self.fast_tps + self.slow_tps) / 2.0;
+        let slow = self.decode_ms * self.slow_decode;
+        Cost {
+            fast_tps: tps,
+            slow_tps: tps,
+            decode_ms: 2.0 / (1.0 / self.decode_ms + 1.0 / slow),
+            slow_decode: 1.0,
+            ..*self
+        }
     }
 }

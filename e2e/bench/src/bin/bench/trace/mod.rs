@@ -12,6 +12,9 @@
 //! 4. the trace again with prefill four times cheaper;
 //! 5. b2b-saas and code-generation load sweeps on 4 pods: the knee of each router.
 //!
+//! `ailb-bench slo` (slo.rs) is issue 50's benchmark on the same machinery: llm-d's
+//! predicted-latency ladder on a fleet of two GPU speeds.
+//!
 //! Scaling (time and tokens, one factor each) is in fleet.rs; `AILB_TRACE_TIME_SCALE` and
 //! `AILB_TRACE_TOKEN_SCALE` override it, `AILB_TRACE_LB_CONFIG` adds plugin keys, and
 //! `AILB_TRACE_PARTS` (a comma list of `trace`, `preamble`, `flush`, `verify`, `cheap`, `sweeps`) runs
@@ -20,13 +23,18 @@
 mod fleet;
 mod knee;
 pub mod latency;
+mod llmd_predictor;
 mod peer;
 mod plot;
 mod recovery;
 mod routers;
 mod run;
+pub mod slo;
+mod slo_figures;
+mod slo_rates;
 mod sweeps;
 mod verify;
+mod window_fit;
 
 use ailb_bench::trace::replay::Options;
 use ailb_bench::trace::workload::Workload;

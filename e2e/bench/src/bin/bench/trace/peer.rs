@@ -21,16 +21,16 @@ pub const AFFINITY_THRESHOLD: f64 = 0.8;
 pub const MAX_TTFT_PENALTY_S: f64 = 5.0;
 pub const MAX_PREFIX_BLOCKS: usize = 256;
 
-/// One pod's LRU of block hashes.
+/// One pod's LRU of block hashes (llmd_predictor.rs keeps its index the same way).
 #[derive(Default)]
-struct Lru {
+pub(super) struct Lru {
     tick: u64,
     at: HashMap<u64, u64>,
     order: BTreeMap<u64, u64>,
 }
 
 impl Lru {
-    fn touch(&mut self, h: u64, cap: usize) {
+    pub(super) fn touch(&mut self, h: u64, cap: usize) {
         self.tick += 1;
         if let Some(old) = self.at.insert(h, self.tick) {
             self.order.remove(&old);
@@ -44,7 +44,7 @@ impl Lru {
         }
     }
 
-    fn leading(&self, hashes: &[u64]) -> usize {
+    pub(super) fn leading(&self, hashes: &[u64]) -> usize {
         hashes
             .iter()
             .take_while(|h| self.at.contains_key(h))
