@@ -19,6 +19,7 @@ pub mod id_map;
 pub mod latency;
 pub mod model_metrics;
 pub mod prefix;
+pub mod ranks;
 pub mod reason;
 pub mod redis;
 pub mod stats;

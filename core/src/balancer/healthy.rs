@@ -34,16 +34,18 @@ pub struct HealthyLists {
 }
 
 impl HealthyLists {
-    /// The healthy endpoints of `namespace`'s cluster: the last read if under
-    /// [`HOST_LIST_MS`] old, else a new one. A failed read or an empty healthy set is not kept.
-    pub fn get(&mut self, host: &dyn Host, namespace: &str) -> Result<Healthy, Cause> {
+    /// The healthy endpoints of `namespace`'s cluster, each pod as its `ranks` DP ranks
+    /// (ranks.rs; the namespace names the route, whose config fixes `ranks`): the last read if
+    /// under [`HOST_LIST_MS`] old, else a new one. A failed read or an empty healthy set is
+    /// not kept.
+    pub fn get(&mut self, host: &dyn Host, namespace: &str, ranks: u16) -> Result<Healthy, Cause> {
         let now = host.now_ms();
         if let Some(h) = self.lists.get(namespace) {
             if now.saturating_sub(h.read_ms) < HOST_LIST_MS {
                 return Ok(h.clone());
             }
         }
-        let fresh = read(host, now)?;
+        let fresh = read(host, now, ranks)?;
         if self.lists.len() >= LISTS_LIMIT {
             self.lists.clear();
         }
@@ -52,8 +54,9 @@ impl HealthyLists {
     }
 }
 
-/// Reads the host list now: its healthy addresses (sorted) and their fingerprint.
-pub fn read(host: &dyn Host, now: u64) -> Result<Healthy, Cause> {
+/// Reads the host list now: its healthy addresses (sorted), each as its `ranks` DP ranks,
+/// and their fingerprint.
+pub fn read(host: &dyn Host, now: u64, ranks: u16) -> Result<Healthy, Cause> {
     let endpoints = match host.upstream_hosts().map(|b| upstream::decode_hosts(&b)) {
         Ok(Ok(list)) => list,
         _ => return Err(Cause::HostListUnavailable),
@@ -62,6 +65,7 @@ pub fn read(host: &dyn Host, now: u64) -> Result<Healthy, Cause> {
     if healthy.is_empty() {
         return Err(Cause::NoHealthyEndpoint);
     }
+    let healthy = crate::ranks::expand(&healthy, ranks);
     Ok(Healthy {
         fingerprint: upstream::fingerprint(&healthy).into(),
         endpoints: Rc::new(healthy),
@@ -79,25 +83,59 @@ mod tests {
         let mut host = MockHost::new().with_hosts(&[("10.0.0.1:80", "Healthy")]);
         host.now_ms = 1_000;
         let mut lists = HealthyLists::default();
-        assert_eq!(*lists.get(&host, "a").unwrap().endpoints, ["10.0.0.1:80"]);
+        assert_eq!(
+            *lists.get(&host, "a", 1).unwrap().endpoints,
+            ["10.0.0.1:80"]
+        );
         host = host.with_hosts(&[("10.0.0.1:80", "Healthy"), ("10.0.0.2:80", "Healthy")]);
         host.now_ms += HOST_LIST_MS - 1;
-        assert_eq!(lists.get(&host, "a").unwrap().endpoints.len(), 1, "reused");
         assert_eq!(
-            lists.get(&host, "b").unwrap().endpoints.len(),
+            lists.get(&host, "a", 1).unwrap().endpoints.len(),
+            1,
+            "reused"
+        );
+        assert_eq!(
+            lists.get(&host, "b", 1).unwrap().endpoints.len(),
             2,
             "per cluster"
         );
         host.now_ms += 1;
         assert_eq!(
-            lists.get(&host, "a").unwrap().endpoints.len(),
+            lists.get(&host, "a", 1).unwrap().endpoints.len(),
             2,
             "read again"
         );
         host = host.with_hosts(&[("10.0.0.1:80", "Unhealthy")]);
         host.now_ms += HOST_LIST_MS;
-        assert_eq!(lists.get(&host, "a").unwrap_err(), Cause::NoHealthyEndpoint);
+        assert_eq!(
+            lists.get(&host, "a", 1).unwrap_err(),
+            Cause::NoHealthyEndpoint
+        );
         host = host.with_hosts(&[("10.0.0.3:80", "Healthy")]);
-        assert_eq!(*lists.get(&host, "a").unwrap().endpoints, ["10.0.0.3:80"]);
+        assert_eq!(
+            *lists.get(&host, "a", 1).unwrap().endpoints,
+            ["10.0.0.3:80"]
+        );
+    }
+
+    #[test]
+    fn each_healthy_pod_is_read_as_its_data_parallel_ranks() {
+        let host = MockHost::new().with_hosts(&[
+            ("10.0.0.2:80", "Healthy"),
+            ("10.0.0.1:80", "Healthy"),
+            ("10.0.0.3:80", "Unhealthy"),
+        ]);
+        let one = read(&host, 0, 1).unwrap();
+        let two = read(&host, 0, 2).unwrap();
+        assert_eq!(
+            *two.endpoints,
+            [
+                "10.0.0.1:80@0",
+                "10.0.0.1:80@1",
+                "10.0.0.2:80@0",
+                "10.0.0.2:80@1"
+            ]
+        );
+        assert_ne!(one.fingerprint, two.fingerprint, "another membership");
     }
 }

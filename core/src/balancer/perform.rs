@@ -19,6 +19,7 @@ use super::telemetry::Telemetry;
 use crate::config::PluginConfig;
 use crate::host::{Host, LogLevel};
 use crate::id_map::IdMap;
+use crate::ranks;
 use crate::stats;
 use std::rc::Rc;
 
@@ -138,8 +139,9 @@ impl Performer {
                 Some(Event::Sent { result, pick })
             }
             Effect::Publish(place) => {
-                let config = req.as_deref()?.config.clone();
-                let result = publish::publish(host, &config, &place);
+                let (config, body_bytes) =
+                    req.as_deref().map(|r| (r.config.clone(), r.body_bytes))?;
+                let result = publish::publish(host, &config, &place, body_bytes);
                 match &result {
                     Err(e) => self.tel.log(host, LogLevel::Warn, ctx, format_args!("{e}")),
                     Ok(()) if config.common.detail_log && self.tel.enabled(LogLevel::Debug) => {
@@ -290,11 +292,12 @@ impl Performer {
         // §14 "Served elsewhere").
         let served = req.phase().counted_endpoint().and_then(|chosen| {
             let served = host.property(&["upstream", "address"]).ok().flatten()?;
-            // Compared as bytes: the common answer, from the pod counted, allocates nothing.
-            if served.is_empty() || served == chosen.as_bytes() {
+            // Compared as bytes: the common answer, from the pod counted, allocates nothing. A
+            // rank endpoint is served by its pod; a retry elsewhere took the same rank header.
+            if served.is_empty() || served == ranks::pod(chosen).as_bytes() {
                 return None;
             }
-            String::from_utf8(served).ok()
+            Some(ranks::same_rank(std::str::from_utf8(&served).ok()?, chosen))
         });
         if let Some(served) = served {
             let counter = stats::pod_down(req.phase().describe().1);

@@ -3,6 +3,7 @@
 //! `debugHeader`, `maxBodyBytes`, `redisKeyPrefix` (strict), and the plain-Envoy build's
 //! `endpoints`, `destinationHeader`, `fallbackCount`, `maxBodyWaitMs` (strict).
 
+pub use super::data_parallel::DataParallel;
 pub use super::ejection::Ejection;
 use super::error::ConfigError;
 pub use super::priority::Priority;
@@ -70,6 +71,9 @@ pub struct Common {
     /// Failure memory (global_least_request, prefix_cache; `config/ejection.rs`): off for the
     /// other policies.
     pub ejection: Ejection,
+    /// Data-parallel ranks (global_least_request, prefix_cache; `config/data_parallel.rs`):
+    /// off for the other policies.
+    pub dp: DataParallel,
 }
 
 impl Common {
@@ -90,6 +94,7 @@ impl Common {
             max_pool: 0,
             fairness: None,
             ejection: Ejection::OFF,
+            dp: DataParallel::OFF,
         }
     }
 }
@@ -249,6 +254,7 @@ impl TryFrom<In<'_, '_, RawLbConfig>> for Common {
             max_body_wait_ms,
             detail_log,
             ejection: Ejection::OFF,
+            dp: DataParallel::OFF,
         })
     }
 }

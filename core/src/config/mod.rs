@@ -14,6 +14,7 @@ mod ceiling;
 mod cluster_hash;
 mod cluster_metrics;
 mod common;
+mod data_parallel;
 mod document;
 mod ejection;
 mod envelope;
@@ -47,6 +48,7 @@ pub use cluster_metrics::{
     ClusterMetricsConfig, ClusterMode, MissingMetrics, DEFAULT_CLUSTER_HEADER,
 };
 pub use common::DEFAULT_DESTINATION_HEADER;
+pub use data_parallel::{DataParallel, RankIn, DP_KEYS, RANK_HEADER};
 pub use document::{plugin_configs, wasm_plugin, Delivered};
 pub use ejection::{Ejection, EJECTION_KEYS};
 pub use error::{ConfigError, ErrorKind};

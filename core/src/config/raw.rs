@@ -168,6 +168,9 @@ raw_object! {
         destination_header: Own<String> = "destinationHeader",
         fallback_count: Own<u64> = "fallbackCount",
         max_body_wait_ms: Own<u64> = "maxBodyWaitMs",
+        // Ours: data-parallel ranks (global_least_request, prefix_cache).
+        data_parallel_size: Own<u64> = "dataParallelSize",
+        data_parallel_rank: Own<String> = "dataParallelRank",
         // Ours: prefix_cache.
         block_chunk_bytes: Own<u64> = "blockChunkBytes",
         block_tokens: Own<u64> = "blockTokens",

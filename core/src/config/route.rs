@@ -6,6 +6,7 @@ use super::ceiling::CEILING_KEYS;
 use super::cluster_hash::CLUSTER_HASH_KEYS;
 use super::cluster_metrics::CLUSTER_METRICS_KEYS;
 use super::common::{self, Common, COMMON_KEYS, ENVOY_KEYS};
+use super::data_parallel::{DataParallel, DP_KEYS};
 use super::ejection::{Ejection, EJECTION_KEYS};
 use super::error::ConfigError;
 use super::fairness::FAIRNESS_KEYS;
@@ -47,6 +48,7 @@ const OWNERS: &[(&str, &[&[&str]])] = &[
             FAIRNESS_KEYS,
             EJECTION_KEYS,
             CEILING_KEYS,
+            DP_KEYS,
         ],
     ),
     (
@@ -62,6 +64,7 @@ const OWNERS: &[(&str, &[&[&str]])] = &[
             FAIRNESS_KEYS,
             EJECTION_KEYS,
             CEILING_KEYS,
+            DP_KEYS,
         ],
     ),
     (
@@ -239,6 +242,7 @@ fn compile(
             })?;
             if kind != Policy::EndpointMetrics {
                 common.ejection = Ejection::read(lb, r)?;
+                common.dp = DataParallel::read(lb, r)?;
             }
             if kind == Policy::PrefixCache && build == Build::Higress && common.max_load > 0 {
                 r.warn(
@@ -282,11 +286,18 @@ fn compile(
     // for an endpoint policy's body: its host delivers it to a held request.
     let decide_at_headers = !reads_body(&policy_config, &common)
         && (policy_config.is_cluster() || build == Build::Envoy);
+    let pods = Rc::new(endpoints);
+    let endpoints = if common.dp.on() {
+        Rc::new(crate::ranks::expand(&pods, common.dp.size))
+    } else {
+        pods.clone()
+    };
     let config = RouteConfig {
         policy: policy_config,
         redis,
         common,
-        endpoints: Rc::new(endpoints),
+        endpoints,
+        pods,
         publish,
         decide_at_headers,
         session: session.map(Rc::new),

@@ -137,8 +137,11 @@ pub struct RouteConfig {
     /// The settings every endpoint policy shares (Redis key prefix, lease, cost, cap, failure
     /// mode, debug header, body limit, detail log).
     pub common: Common,
-    /// Plain-Envoy build: the endpoints to choose from (`ip:port`, sorted, deduplicated).
+    /// Plain-Envoy build: the endpoints to choose from (`ip:port`, sorted, deduplicated; with
+    /// `dataParallelSize`, each pod's ranks `ip:port@rank`, ranks.rs).
     pub endpoints: Rc<Vec<String>>,
+    /// Plain-Envoy build: the pods (`endpoints` without ranks), what the metrics scraper reads.
+    pub pods: Rc<Vec<String>>,
     pub publish: Publish,
     /// Decide in the request-headers phase: cluster policies (they only read headers, as in
     /// Higress) and plain-Envoy routes whose policy does not use the body (least request by

@@ -148,7 +148,7 @@ impl Metrics {
         Home { at: None, away }
     }
 
-    /// A plain-Envoy prefix_cache's metrics guard: for each of `config.endpoints`, whether its
+    /// A plain-Envoy prefix_cache's metrics guard: for each of `config.endpoints`, whether its pod's
     /// scraped metrics say it is saturated ([`scheduler::is_saturated`]); unknown or stale
     /// metrics never are (fail open). Read as scraped, without the sent-since-scrape
     /// correction: the guard's other half is this proxy's in-flight load already, and the
@@ -167,9 +167,11 @@ impl Metrics {
             .endpoints
             .iter()
             .map(|addr| {
+                // A rank endpoint reads its pod's page: the guard is per pod (docs/plain-envoy.md).
+                let pod = crate::ranks::pod(addr);
                 candidates
                     .iter()
-                    .find(|c| c.addr == *addr)
+                    .find(|c| c.addr == pod)
                     .and_then(|c| scheduler::is_saturated(c, &mc.scheduler))
                     .unwrap_or(false)
             })
@@ -184,19 +186,19 @@ impl Metrics {
         mc: &MetricsConfig,
         sent: &HashMap<String, u64>,
     ) -> Result<Vec<Candidate>, Cause> {
-        let endpoints: Rc<Vec<String>> = if config.endpoints.is_empty() {
+        let endpoints: Rc<Vec<String>> = if config.pods.is_empty() {
             let buf = host
                 .upstream_hosts()
                 .map_err(|_| Cause::HostListUnavailable)?;
             let list = upstream::decode_hosts(&buf).map_err(|_| Cause::HostListUnavailable)?;
             Rc::new(upstream::healthy_addresses(&list))
         } else {
-            config.endpoints.clone()
+            config.pods.clone()
         };
-        let Some(ns) = mc.scrape_namespace(&config.endpoints) else {
+        let Some(ns) = mc.scrape_namespace(&config.pods) else {
             return Err(Cause::NoMetrics);
         };
-        if config.endpoints.is_empty() {
+        if config.pods.is_empty() {
             self.publish_targets(host, &ns, &endpoints);
         }
         let snap = self.snapshot(host, &ns);

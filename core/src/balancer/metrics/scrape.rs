@@ -61,7 +61,7 @@ impl Scraper {
             if mc.source != MetricsSource::Scrape {
                 continue;
             }
-            let Some(ns) = mc.scrape_namespace(&c.endpoints) else {
+            let Some(ns) = mc.scrape_namespace(&c.pods) else {
                 continue;
             };
             if jobs.iter().any(|j| j.ns == ns) {
@@ -70,7 +70,7 @@ impl Scraper {
             jobs.push(ScrapeJob {
                 ns,
                 config: mc.clone(),
-                endpoints: c.endpoints.clone(),
+                endpoints: c.pods.clone(),
                 next_due: 0,
                 leader: false,
                 snapshot: HashMap::new(),

@@ -102,7 +102,7 @@ impl Policy for EndpointMetrics {
             sheddable: header_shed || model_shed || class_shed,
         };
         let ns = mc
-            .scrape_namespace(&config.endpoints)
+            .scrape_namespace(&config.pods)
             .unwrap_or_else(|| "host".to_string());
         // A session's pod wins while it has metrics that do not say saturated: the pod Redis
         // binds it to (Higress build, a route with Redis), else its consistent-hash pod, or a

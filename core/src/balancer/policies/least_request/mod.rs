@@ -70,7 +70,9 @@ pub fn acquire(
     };
     let who = session::identify(host, env.tel, input.config, body);
     let class = priority_class(host, env.tel, input.ctx, input.config);
-    let healthy = env.hosts.get(host, &keys.namespace);
+    let healthy = env
+        .hosts
+        .get(host, &keys.namespace, input.config.common.dp.size);
     match healthy.map(|h| {
         EndpointPick::plan(
             host,

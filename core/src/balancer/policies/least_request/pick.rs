@@ -143,7 +143,7 @@ impl EndpointPick {
     /// are now (a pod may have come or gone while it waited). Nothing was acquired by the
     /// refused attempt, so the request id is kept.
     pub fn refresh(&mut self, host: &dyn Host, synced: Option<&Rc<str>>) -> Result<(), Cause> {
-        let healthy = healthy::read(host, host.now_ms())?;
+        let healthy = healthy::read(host, host.now_ms(), self.config.common.dp.size)?;
         self.sent_list = synced != Some(&healthy.fingerprint);
         self.candidates = healthy.endpoints;
         self.fingerprint = healthy.fingerprint;
