@@ -139,9 +139,8 @@ impl Performer {
                 Some(Event::Sent { result, pick })
             }
             Effect::Publish(place) => {
-                let (config, body_bytes) =
-                    req.as_deref().map(|r| (r.config.clone(), r.body_bytes))?;
-                let result = publish::publish(host, &config, &place, body_bytes);
+                let config = req.as_deref()?.config.clone();
+                let result = publish::publish(host, &config, &place, req.as_deref()?.body_bytes);
                 match &result {
                     Err(e) => self.tel.log(host, LogLevel::Warn, ctx, format_args!("{e}")),
                     Ok(()) if config.common.detail_log && self.tel.enabled(LogLevel::Debug) => {
@@ -292,8 +291,8 @@ impl Performer {
         // §14 "Served elsewhere").
         let served = req.phase().counted_endpoint().and_then(|chosen| {
             let served = host.property(&["upstream", "address"]).ok().flatten()?;
-            // Compared as bytes: the common answer, from the pod counted, allocates nothing. A
-            // rank endpoint is served by its pod; a retry elsewhere took the same rank header.
+            // As bytes: the usual answer, from the pod counted, allocates nothing. A retry
+            // elsewhere took a rank endpoint's rank header along.
             if served.is_empty() || served == ranks::pod(chosen).as_bytes() {
                 return None;
             }

@@ -7,6 +7,7 @@
 use super::error::ConfigError;
 use super::raw::RawLbConfig;
 use super::read::Reader;
+use std::rc::Rc;
 
 pub const DP_KEYS: &[&str] = &["dataParallelSize", "dataParallelRank"];
 /// The most ranks a pod is split into (vLLM's and SGLang's DP sizes are a node's GPUs, or a
@@ -40,6 +41,15 @@ impl DataParallel {
 
     pub fn on(&self) -> bool {
         self.size > 1
+    }
+
+    /// Plain-Envoy build: the endpoints to choose among (each pod's ranks) and the pods.
+    pub(super) fn targets(&self, pods: Vec<String>) -> (Rc<Vec<String>>, Rc<Vec<String>>) {
+        let pods = Rc::new(pods);
+        match self.on() {
+            true => (Rc::new(crate::ranks::expand(&pods, self.size)), pods),
+            false => (pods.clone(), pods),
+        }
     }
 
     pub(super) fn read(raw: &RawLbConfig, r: &mut Reader<'_>) -> Result<DataParallel, ConfigError> {

@@ -10,7 +10,6 @@ use super::data_parallel::{DataParallel, DP_KEYS};
 use super::ejection::{Ejection, EJECTION_KEYS};
 use super::error::ConfigError;
 use super::fairness::FAIRNESS_KEYS;
-use super::hash_key::HashKey;
 use super::inflight::INFLIGHT_REDIS_KEYS;
 use super::metrics::{MetricsConfig, METRICS_KEYS, SATURATION_SCRAPE_KEYS};
 use super::prefix::{PrefixSettings, GUARD_KEYS, PREFIX_KEYS};
@@ -19,7 +18,7 @@ use super::read::{In, Reader};
 use super::redis;
 use super::route_cluster;
 use super::session::{self, AGENT_KEYS, SESSION_KEYS};
-use super::types::{CostMode, Policy, PolicyConfig, RouteConfig};
+use super::types::{Policy, PolicyConfig, RouteConfig};
 use super::values::Build;
 use super::warning::nearest;
 use serde_json::Value;
@@ -263,7 +262,14 @@ fn compile(
                 ))?),
                 _ => PolicyConfig::GlobalLeastRequest,
             };
-            session = sticky(kind, lb, r, build, reads_body(&p, &common), redis.is_some())?;
+            session = sticky(
+                kind,
+                lb,
+                r,
+                build,
+                p.reads_body(common.cost),
+                redis.is_some(),
+            )?;
             let session_ttl = session
                 .as_ref()
                 .filter(|_| lb.session_ttl.is_some())
@@ -284,14 +290,9 @@ fn compile(
     // used: the prompt (prefix_cache), the model (endpoint_metrics' LoRA affinity and sheddable
     // models) and the cost (least request by bytes or tokens). The Higress build always waits
     // for an endpoint policy's body: its host delivers it to a held request.
-    let decide_at_headers = !reads_body(&policy_config, &common)
+    let decide_at_headers = !policy_config.reads_body(common.cost)
         && (policy_config.is_cluster() || build == Build::Envoy);
-    let pods = Rc::new(endpoints);
-    let endpoints = if common.dp.on() {
-        Rc::new(crate::ranks::expand(&pods, common.dp.size))
-    } else {
-        pods.clone()
-    };
+    let (endpoints, pods) = common.dp.targets(endpoints);
     let config = RouteConfig {
         policy: policy_config,
         redis,
@@ -341,16 +342,6 @@ fn sticky(
         // The Higress build always waits for the body (see decide_at_headers below).
         reads_body || build == Build::Higress,
     )
-}
-
-/// Whether an endpoint policy uses the request body to decide.
-fn reads_body(policy: &PolicyConfig, common: &Common) -> bool {
-    match policy {
-        PolicyConfig::PrefixCache(_) | PolicyConfig::EndpointMetrics(_) => true,
-        PolicyConfig::GlobalLeastRequest => common.cost != CostMode::Requests,
-        PolicyConfig::ClusterHash(h) => matches!(h.key, HashKey::Body { .. }),
-        PolicyConfig::ClusterMetrics(_) => false,
-    }
 }
 
 /// The Redis target of the policies that keep state in Redis. The others read no Redis key:

@@ -155,6 +155,18 @@ pub struct RouteConfig {
     pub agents: Option<Rc<super::session::AgentSessions>>,
 }
 
+impl PolicyConfig {
+    /// Whether an endpoint policy uses the request body to decide (`cost`: the route's).
+    pub fn reads_body(&self, cost: CostMode) -> bool {
+        match self {
+            PolicyConfig::PrefixCache(_) | PolicyConfig::EndpointMetrics(_) => true,
+            PolicyConfig::GlobalLeastRequest => cost != CostMode::Requests,
+            PolicyConfig::ClusterHash(h) => matches!(h.key, super::hash_key::HashKey::Body { .. }),
+            PolicyConfig::ClusterMetrics(_) => false,
+        }
+    }
+}
+
 impl RouteConfig {
     /// Whether the route's endpoint names its pod by Redis keys of (route, cluster): every
     /// endpoint policy with Redis but endpoint_metrics, which keeps only session bindings there

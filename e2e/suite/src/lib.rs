@@ -14,6 +14,7 @@ pub mod real;
 pub mod real_verify;
 pub mod redis;
 pub mod redis_cluster;
+pub mod served;
 pub mod storm;
 pub mod streams;
 
