@@ -26,6 +26,7 @@ pub mod latency;
 mod llmd_predictor;
 mod peer;
 mod plot;
+mod plugin_keys;
 mod recovery;
 mod routers;
 mod run;
