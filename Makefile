@@ -163,7 +163,8 @@ lint: toolchain
 test: deps lint unit-test package package-test wasm-unit-test e2e-test
 	@echo "make test: all checks passed"
 
-# ailb-bench (e2e/bench) runs every section, the trace bench (docs/trace-bench.md, about 7 minutes:
+# ailb-bench (e2e/bench) runs every section, the DP section (docs/trace-bench.md "The DP section",
+# about 2 minutes), the trace bench (docs/trace-bench.md, about 7 minutes:
 # e2e/data/traces/mooncake-synthetic.jsonl, its preamble variant, the b2b and codegen sweeps) and
 # then the SLO section (docs/trace-bench.md "The SLO section", about 6 minutes) last.
 bench: deps llama build bench-build
@@ -185,6 +186,11 @@ bench-trace: deps build bench-build
 .PHONY: bench-slo
 bench-slo: deps build bench-build
 	AILB_E2E_BIN_DIR=$(CURDIR)/$(BENCH_BIN) $(BENCH_BIN)/ailb-bench slo
+
+# The DP section alone (issue 49: prefix routing over data-parallel ranks, about 2 minutes).
+.PHONY: bench-dp
+bench-dp: deps build bench-build
+	AILB_E2E_BIN_DIR=$(CURDIR)/$(BENCH_BIN) $(BENCH_BIN)/ailb-bench dp
 
 # The Higress plugin image as an OCI image layout in dist/oci (tools/oci-package.py): README_EN.md,
 # README.md, spec.yaml and last plugin.tar.gz (holding plugin.wasm), as Higress's fetcher needs;

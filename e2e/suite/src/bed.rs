@@ -92,9 +92,12 @@ impl Bed {
         redis::counts(self.redis.port, ROUTE, CLUSTER)
     }
 
+    /// Every pod's engines emptied, each data-parallel rank's.
     pub fn reset_pods(&self) {
         for p in &self.pods {
-            p.engine().reset(true);
+            for r in &p.ranks().list {
+                r.engine.reset(true);
+            }
         }
     }
 

@@ -1,7 +1,7 @@
-//! Sends one streamed request and reads what the replay measures: the serving pod (`x-pod`),
-//! the client-side times to the first and to the last body bytes, and from the usage-only last
-//! chunk the prompt tokens, `cached_tokens` and the pod-side TTFT (`fake_ttft_us`, fakepod's
-//! wire.rs).
+//! Sends one streamed request and reads what the replay measures: the serving pod (`x-pod`) and
+//! rank (`x-fake-rank`), the client-side times to the first and to the last body bytes, and from
+//! the usage-only last chunk the prompt tokens, `cached_tokens` and the pod-side TTFT
+//! (`fake_ttft_us`, fakepod's wire.rs).
 
 use ailb_fakepod::load::client::HttpClient;
 use bytes::Bytes;
@@ -15,6 +15,8 @@ use tokio::time::{timeout, Instant};
 pub struct Answer {
     pub status: u16,
     pub pod: Option<String>,
+    /// The data-parallel rank that served it (`x-fake-rank`, a fake pod with ranks).
+    pub rank: Option<usize>,
     /// The plugin's debug header (`endpoint=…; reason=…`) when configured.
     pub debug: Option<String>,
     pub error: Option<String>,
@@ -81,6 +83,7 @@ async fn exchange(
             .map(String::from)
     };
     a.pod = header("x-pod");
+    a.rank = header("x-fake-rank").and_then(|r| r.parse().ok());
     a.debug = header("x-ai-lb-debug");
     let mut body = resp.into_body();
     let mut tail: Vec<u8> = Vec::new();

@@ -24,13 +24,23 @@ pub struct Dispatch<'a> {
     pub hashes: &'a [u64],
 }
 
-/// A router in the bench process (the peers and oracles): picks a pod, hears the first token
-/// and the end of each request it routed.
+/// A router in the bench process (the peers and oracles): picks an endpoint, hears the first
+/// token and the end of each request it routed there. An endpoint is a pod, or with
+/// [`Router::ranks_per_pod`] above 1 a data-parallel rank of one.
 pub trait Router: Send + Sync {
     fn pick(&self, d: &Dispatch<'_>) -> usize;
-    fn first_token(&self, _pod: usize, _index: usize) {}
-    fn done(&self, _pod: usize, _index: usize) {}
+    fn first_token(&self, _endpoint: usize, _index: usize) {}
+    fn done(&self, _endpoint: usize, _index: usize) {}
+    /// With `n` above 1, endpoint `i` is rank `i % n` of pod `i / n`: the request goes to that
+    /// pod with `X-data-parallel-rank: i % n`, the way vLLM reads the rank
+    /// (docs/disaggregated-serving.md §5).
+    fn ranks_per_pod(&self) -> usize {
+        1
+    }
 }
+
+/// The header naming the data-parallel rank that serves a request (vLLM's spelling).
+pub const RANK_HEADER: &str = "X-data-parallel-rank";
 
 pub enum Target {
     /// Request `i` goes to `urls[i % n]` (gateways or Envoys).
@@ -75,6 +85,8 @@ pub struct Record {
     /// When it was sent.
     pub at: Duration,
     pub pod: Option<usize>,
+    /// The data-parallel rank that served it (the fake pod's `x-fake-rank`).
+    pub rank: Option<usize>,
     pub status: u16,
     pub error: Option<String>,
     pub prompt_tokens: u64,
@@ -252,23 +264,33 @@ async fn routed(
         Some(e) => hashes_for(e, &built.canonical),
         None => (0, Vec::new()),
     };
-    let pod = router.pick(&Dispatch {
+    let endpoint = router.pick(&Dispatch {
         index,
         prompt_tokens,
         output_tokens: built.output_tokens,
         hashes: &hashes,
     });
+    let per_pod = router.ranks_per_pod().max(1);
+    let pod = endpoint / per_pod;
+    let mut with_rank;
+    let headers = if per_pod > 1 {
+        with_rank = headers.to_vec();
+        with_rank.push((RANK_HEADER.into(), (endpoint % per_pod).to_string()));
+        &with_rank[..]
+    } else {
+        headers
+    };
     let url = format!("{}/v1/chat/completions", urls[pod]);
     let mut first = false;
     let a = client::send(client, &url, headers, built.body, timeout, || {
         first = true;
-        router.first_token(pod, index);
+        router.first_token(endpoint, index);
     })
     .await;
     if !first {
-        router.first_token(pod, index);
+        router.first_token(endpoint, index);
     }
-    router.done(pod, index);
+    router.done(endpoint, index);
     (pod, a)
 }
 
@@ -291,6 +313,7 @@ fn record(
         stage,
         at,
         pod: pod.or_else(|| a.pod.as_deref().and_then(pod_index)),
+        rank: a.rank,
         status: a.status,
         error: a.error,
         prompt_tokens: a.prompt_tokens.unwrap_or(0),

@@ -20,7 +20,7 @@ mod session;
 mod thirdparty;
 mod trace;
 
-/// `ailb-bench [cpu] [leak] [p99] [prefix] [session] [metrics] [cluster|cluster-cpu|cluster-cold|cluster-hash|cluster-p99] [envoy-prefix] [envoy-cpu] [thirdparty] [cluster3] [priority] [queue] [fairness] [latency] [blackhole] [responses] [real_engine] [trace [FILE.jsonl]] [slo]`: the named sections only (all by default).
+/// `ailb-bench [cpu] [leak] [p99] [prefix] [session] [metrics] [cluster|cluster-cpu|cluster-cold|cluster-hash|cluster-p99] [envoy-prefix] [envoy-cpu] [thirdparty] [cluster3] [priority] [queue] [fairness] [latency] [blackhole] [responses] [real_engine] [dp] [trace [FILE.jsonl]] [slo]`: the named sections only (all by default).
 fn main() -> anyhow::Result<()> {
     // Every gateway of the bench runs with the profiling switches its environment sets
     // (ailb_bench::instruments); the plain emulator has none.
@@ -100,6 +100,9 @@ fn main() -> anyhow::Result<()> {
     }
     if run("real_engine") {
         real_engine::real_engine()?;
+    }
+    if run("dp") {
+        trace::dp::dp()?;
     }
     if run("trace") {
         trace::trace(files.first().map(std::path::PathBuf::from))?;

@@ -125,6 +125,23 @@ impl Cost {
     }
 }
 
+impl Cost {
+    /// `n` pods of `ranks` data-parallel ranks each behind one port (fakepod `--dp-ranks`).
+    /// Every rank has this cost's per-pod figures (its own KV, prefill lane and decode batch):
+    /// a DP rank of vLLM is a whole engine copy on GPUs of its own, so 2 pods × 4 ranks of
+    /// llm-d's TP=2 H100 engines are the 16 GPUs of the trace fleet's 8 pods. Pod `i` of `n` is
+    /// fast or slow as in [`Cost::bed`], all its ranks alike.
+    pub fn dp_bed(&self, n: usize, ranks: usize, s: Scale) -> Bed {
+        let cost = *self;
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        Bed::new(n, |c| {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            cost.tune(c, i, n, s);
+            c.dp_ranks = ranks;
+        })
+    }
+}
+
 /// The SLO section's fleet: two GPU speeds, the slow half with half the fast half's prefill
 /// rate and a decode step 1.5 × as long — an A100 beside an H100 on the same model, read
 /// conservatively from the datasheets (dense BF16 989 vs 312 TFLOPS bounds prefill, HBM 3.35

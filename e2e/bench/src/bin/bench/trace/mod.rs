@@ -13,19 +13,22 @@
 //! 5. b2b-saas and code-generation load sweeps on 4 pods: the knee of each router.
 //!
 //! `ailb-bench slo` (slo.rs) is issue 50's benchmark on the same machinery: llm-d's
-//! predicted-latency ladder on a fleet of two GPU speeds.
+//! predicted-latency ladder on a fleet of two GPU speeds; `ailb-bench dp` (dp.rs) issue 49's
+//! data-parallel ranks.
 //!
 //! Scaling (time and tokens, one factor each) is in fleet.rs; `AILB_TRACE_TIME_SCALE` and
 //! `AILB_TRACE_TOKEN_SCALE` override it, `AILB_TRACE_LB_CONFIG` adds plugin keys, and
 //! `AILB_TRACE_PARTS` (a comma list of `trace`, `preamble`, `flush`, `verify`, `cheap`, `sweeps`) runs
 //! some parts only, for working on one.
 
+pub mod dp;
 mod fleet;
 mod knee;
 pub mod latency;
 mod llmd_predictor;
 mod peer;
 mod plot;
+mod plugin_keys;
 mod recovery;
 mod routers;
 mod run;

@@ -1,6 +1,7 @@
 //! The references that run in the bench process and send straight to the pods: round robin,
-//! O3 full-knowledge least load, O2 the capacity-bounded oracle; the llm-d-style peer is in
-//! peer.rs (docs/trace-bench.md "Routers").
+//! O3 full-knowledge least load, O2 the capacity-bounded oracle, and any of them over the
+//! data-parallel ranks of a fleet ([`Ranked`]); the llm-d-style peer is in peer.rs
+//! (docs/trace-bench.md "Routers").
 
 use ailb_bench::trace::replay::{Dispatch, Router};
 use ailb_fakepod::engine::Engine;
@@ -120,5 +121,31 @@ impl Router for Oracle {
     fn first_token(&self, pod: usize, index: usize) {
         let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         pending[pod].remove(&index);
+    }
+}
+
+/// A router whose endpoints are the data-parallel ranks of a fleet, `ranks` per pod: its
+/// endpoint `i` is rank `i % ranks` of pod `i / ranks`, which the replay sends with the rank
+/// header (e.g. O2 over every rank's engine, in that order).
+pub struct Ranked<R> {
+    pub inner: R,
+    pub ranks: usize,
+}
+
+impl<R: Router> Router for Ranked<R> {
+    fn pick(&self, d: &Dispatch<'_>) -> usize {
+        self.inner.pick(d)
+    }
+
+    fn first_token(&self, endpoint: usize, index: usize) {
+        self.inner.first_token(endpoint, index)
+    }
+
+    fn done(&self, endpoint: usize, index: usize) {
+        self.inner.done(endpoint, index)
+    }
+
+    fn ranks_per_pod(&self) -> usize {
+        self.ranks
     }
 }

@@ -14,7 +14,8 @@
 
 use super::fleet::{Cost, Scale, TWO_GPU_SPEEDS};
 use super::llmd_predictor::{LlmdPredictor, Setup};
-use super::run::{bench, pct, penalty_ms, plugin, plugin_config, run, Run, Via};
+use super::plugin_keys::plugin_takes;
+use super::run::{bench, pct, penalty_ms, plugin, run, Run, Via};
 use super::slo_figures::{figures, statuses, Figures, Slo};
 use super::{env_f64, slo_rates};
 use crate::common::{median, spread};
@@ -86,29 +87,7 @@ fn latency_lb(slo: Slo, s: Scale) -> Value {
 /// Whether the plugin takes `latencyModel` (before it does, it accepts the config and ignores
 /// the key with a warning, so the `latency` run would be `prefix_cache` again).
 fn plugin_knows_latency_model(lb: &Value) -> bool {
-    let tool = ailb_e2e::repo_root().join("dist/check-config");
-    let file = std::env::temp_dir().join(format!("ailb-slo-{}.json", std::process::id()));
-    let out = std::fs::write(&file, plugin_config(6379, lb).to_string())
-        .and_then(|_| std::process::Command::new(&tool).arg(&file).output());
-    let _ = std::fs::remove_file(&file);
-    match out {
-        Ok(o) => {
-            let text = String::from_utf8_lossy(&o.stdout).to_string()
-                + &String::from_utf8_lossy(&o.stderr);
-            let known = o.status.success() && !text.contains("latencyModel: unknown key");
-            if !known {
-                eprintln!("slo: the plugin does not take this latencyModel ({}); the latency router is left out", text.trim().replace('\n', "; "));
-            }
-            known
-        }
-        Err(e) => {
-            eprintln!(
-                "slo: {} did not run ({e}); `make build` makes it; the latency router is left out",
-                tool.display()
-            );
-            false
-        }
-    }
+    plugin_takes("slo", "latencyModel", lb, "latency")
 }
 
 fn options(slo: Slo, s: Scale) -> Options {
