@@ -21,6 +21,13 @@ impl Host for WasmHost {
         ns / 1_000_000
     }
 
+    fn now_us(&self) -> u64 {
+        let mut ns: u64 = 0;
+        // SAFETY: `ns` outlives the call.
+        unsafe { proxy_get_current_time_nanoseconds(&mut ns) };
+        ns / 1_000
+    }
+
     fn property(&self, path: &[&str]) -> HostResult<Option<Vec<u8>>> {
         let joined = path.join("\0");
         // SAFETY: out-pointers are valid for the call; see `ffi::fetch`.

@@ -109,7 +109,7 @@ impl Bed {
         }
     }
 
-    /// (endpoint, spilled, predicted TTFT ms).
+    /// (endpoint, spilled, predicted TTFT ms, rounded down).
     fn pick(
         &self,
         c: &mut Conn,
@@ -125,7 +125,7 @@ impl Bed {
                 ..
             } => {
                 let p = booked.and_then(|b| b.predicted).expect("a prediction");
-                (endpoint, spilled, p.ttft_ms)
+                (endpoint, spilled, p.ttft_us / 1000)
             }
             other => panic!("{other:?}"),
         }
@@ -342,7 +342,7 @@ fn only_a_sheddable_request_is_shed_and_only_for_a_predicted_miss() {
     // Predicted 2,000 ms against 1,000: a miss of 2, shed with probability 1/2. The draw
     // (random % 1000003 / 1000003) decides: under 1/2 sheds, over it places.
     match bed.acquire(&mut c, "r1", &t, args(true), 100) {
-        AcquireReply::Shed(p) => assert_eq!(p.ttft_ms, 2_000),
+        AcquireReply::Shed(p) => assert_eq!(p.ttft_us, 2_000_000),
         other => panic!("{other:?}"),
     }
     assert!(

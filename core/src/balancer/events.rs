@@ -216,10 +216,10 @@ pub enum Event {
     ResponseHeaders {
         status: Option<u32>,
     },
-    /// The first response body chunk, at `now_ms` (host clock; fed only while
-    /// [`super::request::Phase::wants_response_body`]).
+    /// The first response body chunk, at `now_us` (host clock, µs: a first token can come in
+    /// a millisecond; fed only while [`super::request::Phase::wants_response_body`]).
     ResponseBody {
-        now_ms: u64,
+        now_us: u64,
     },
     /// The answer to [`Effect::Wait`] for `rejection`.
     Waited {

@@ -21,10 +21,10 @@ pub struct Outcome {
     /// The response's `:status` as [`response_status`] reads it (None: no response headers
     /// came — a reset, a connect failure, a timeout — or the status was malformed).
     pub status: Option<u32>,
-    /// Host clock (ms) at the first response body bytes, measured when the holding asks for
+    /// Host clock (µs) at the first response body bytes, measured when the holding asks for
     /// them ([`Holding::wants_first_bytes`]): every other request's body chunks pass the glue
     /// without calling in (docs/plugin-cpu.md).
-    pub first_byte_ms: Option<u64>,
+    pub first_byte_us: Option<u64>,
     /// Host clock (ms) at stream end (set when the holding is given back at stream end).
     pub end_ms: Option<u64>,
     /// The answer's token counts, read from its bounded tail when a holding asked for them
@@ -90,7 +90,7 @@ pub trait Holding: fmt::Debug {
         false
     }
 
-    /// The response's first body bytes arrived (`outcome.first_byte_ms` is set).
+    /// The response's first body bytes arrived (`outcome.first_byte_us` is set).
     fn first_bytes(&mut self, _svc: &mut Services, _outcome: &Outcome) {}
 
     /// The response headers arrived (`outcome.status` is set): what of its body the machine

@@ -58,7 +58,7 @@ fn the_objectives_go_to_the_pick_and_the_answer_is_learnt_and_merged() {
     assert_eq!(argv[23..27], ["1", "2000", "40", "0"]);
     let token = host.next_token - 4;
     let reply = encode_command(&[
-        "OK", POD, "0", "0", "0", "3", "1000", "1000", "0", "120", "25000",
+        "OK", POD, "0", "0", "0", "3", "1000", "1000", "0", "120000", "25000",
     ]);
     deliver(&mut host, &mut e, token, &reply);
     assert_eq!(host.override_host.as_deref(), Some(POD));
@@ -76,7 +76,7 @@ fn the_objectives_go_to_the_pick_and_the_answer_is_learnt_and_merged() {
     assert!(
         debug
             .1
-            .ends_with("; predicted_ttft_ms=120; predicted_tpot_ms=25.0"),
+            .ends_with("; predicted_ttft_ms=120.0; predicted_tpot_ms=25.0"),
         "{}",
         debug.1
     );

@@ -169,8 +169,8 @@ impl Balancer {
             .get(&ctx)
             .is_some_and(|r| r.phase().wants_response_body())
         {
-            let now_ms = host.now_ms();
-            self.drive(host, ctx, Event::ResponseBody { now_ms });
+            let now_us = host.now_us();
+            self.drive(host, ctx, Event::ResponseBody { now_us });
         }
         if let Some(req) = self.requests.get_mut(&ctx) {
             self.vm.read_body(host, ctx, req, (size, end_of_stream));

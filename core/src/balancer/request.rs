@@ -130,7 +130,7 @@ impl Request {
                 }
                 Vec::new()
             }
-            Event::ResponseBody { now_ms } => self.on_response_body(now_ms),
+            Event::ResponseBody { now_us } => self.on_response_body(now_us),
             Event::Waited { rejection, answer } => self.on_waited(rejection, answer),
             Event::Admit => self.on_admit(),
             Event::QueueTimeout => match &self.phase.0 {
@@ -286,14 +286,14 @@ impl Request {
     }
 
     /// The first response bytes: measured, and told to the holding if it wants them.
-    fn on_response_body(&mut self, now_ms: u64) -> Vec<Effect> {
+    fn on_response_body(&mut self, now_us: u64) -> Vec<Effect> {
         let State::Routed { held, outcome, .. } = &mut self.phase.0 else {
             return Vec::new();
         };
-        if outcome.first_byte_ms.is_some() {
+        if outcome.first_byte_us.is_some() {
             return Vec::new();
         }
-        outcome.first_byte_ms = Some(now_ms);
+        outcome.first_byte_us = Some(now_us);
         match held {
             Some(h) if h.wants_first_bytes() => vec![Effect::FirstBytes],
             _ => Vec::new(),

@@ -85,6 +85,10 @@ pub type HostResult<T> = Result<T, HostError>;
 pub trait Host {
     fn log(&self, level: LogLevel, message: &str);
     fn now_ms(&self) -> u64;
+    /// The same clock in µs (the latency models time first tokens that come in a millisecond).
+    fn now_us(&self) -> u64 {
+        self.now_ms().saturating_mul(1000)
+    }
     fn property(&self, path: &[&str]) -> HostResult<Option<Vec<u8>>>;
     fn request_header(&self, name: &str) -> HostResult<Option<String>>;
     /// A request header's raw bytes (hashing must not depend on UTF-8 validity).

@@ -105,7 +105,7 @@ impl Phase {
         matches!(
             &self.0,
             State::Routed { held: Some(h), outcome, .. }
-                if outcome.first_byte_ms.is_none() && h.wants_first_bytes()
+                if outcome.first_byte_us.is_none() && h.wants_first_bytes()
         )
     }
 

@@ -723,7 +723,7 @@ fn every_acquire_is_released_exactly_once_in_any_event_order() {
                     run.drive(r, Event::ResponseHeaders { status }, &mut rng);
                 }
                 4 if r.phase().wants_response_body() => {
-                    run.drive(r, Event::ResponseBody { now_ms: 3 }, &mut rng)
+                    run.drive(r, Event::ResponseBody { now_us: 3_000 }, &mut rng)
                 }
                 _ => {}
             }
@@ -819,10 +819,12 @@ fn a_routed_request_measures_its_outcome_and_tells_its_holding_the_first_bytes_o
     assert!(r
         .handle(Event::ResponseHeaders { status: Some(200) })
         .is_empty());
-    let e = r.handle(Event::ResponseBody { now_ms: 1040 });
+    let e = r.handle(Event::ResponseBody { now_us: 1_040_000 });
     assert!(matches!(e.as_slice(), [Effect::FirstBytes]));
     assert!(!r.phase().wants_response_body());
-    assert!(r.handle(Event::ResponseBody { now_ms: 1050 }).is_empty());
+    assert!(r
+        .handle(Event::ResponseBody { now_us: 1_050_000 })
+        .is_empty());
     assert_eq!(r.phase().describe(), (Some("a"), Reason::ClusterMetrics));
     let (held, outcome) = finished(r, 1100);
     assert_eq!(held.ledger(), ["local|service"]);
@@ -834,7 +836,7 @@ fn a_routed_request_measures_its_outcome_and_tells_its_holding_the_first_bytes_o
                 role: Role::Serve
             }],
             status: Some(200),
-            first_byte_ms: Some(1040),
+            first_byte_us: Some(1_040_000),
             end_ms: Some(1100),
             ..Outcome::default()
         }
@@ -855,7 +857,7 @@ fn a_request_without_a_response_ends_with_no_status() {
     cluster_routed(&mut r, &lease);
     r.handle(Event::Published(Ok(())));
     r.handle(Event::ResponseHeaders { status: Some(503) });
-    let e = r.handle(Event::ResponseBody { now_ms: 3 });
+    let e = r.handle(Event::ResponseBody { now_us: 3_000 });
     assert!(matches!(e.as_slice(), [Effect::FirstBytes]));
     let (_, outcome) = finished(r, 7);
     assert_eq!(outcome.status, Some(503));
@@ -884,7 +886,7 @@ fn a_holding_that_does_not_want_first_bytes_is_not_told() {
     r.handle(Event::ResponseHeaders { status: Some(502) });
     let (held, outcome) = finished(r, 4);
     assert_eq!(held.ledger(), ["rid|10.0.0.1:80|1"]);
-    assert_eq!((outcome.status, outcome.first_byte_ms), (Some(502), None));
+    assert_eq!((outcome.status, outcome.first_byte_us), (Some(502), None));
 }
 
 #[test]
@@ -958,7 +960,7 @@ fn every_service_hold_is_given_back_exactly_once_in_any_event_order() {
                 2 => r.handle(Event::ResponseHeaders {
                     status: Some(200 + 300 * (rng.next_u64() % 2) as u32),
                 }),
-                _ => r.handle(Event::ResponseBody { now_ms: 5 }),
+                _ => r.handle(Event::ResponseBody { now_us: 5_000 }),
             };
             for e in effects {
                 match e {

@@ -25,9 +25,9 @@
 -- ARGV[28+n..] the healthy endpoints, sent only when the caller's set changed.
 -- Reply: {"OK", endpoint, matched depth, spilled 0|1, session state (0 without a session, else
 -- pick.lua's session_pick), the endpoint's load before this request, its prefill tokens before
--- this request, the tokens booked, 1 when every endpoint was ejected, the predicted TTFT (ms)
--- and TPOT (µs) on it (-1: not predicted)} | {"FULL", min load}
--- | {"SHED", predicted TTFT (ms), predicted TPOT (µs)} (nothing taken)
+-- this request, the tokens booked, 1 when every endpoint was ejected, the predicted TTFT and
+-- TPOT (µs) on it (-1: not predicted)} | {"FULL", min load}
+-- | {"SHED", predicted TTFT (µs), predicted TPOT (µs)} (nothing taken)
 -- | {"POOL", pool load}
 -- | {"TENANT", tenant's load} | {"SYNC"} | {"EMPTY"}
 local load, leases = KEYS[1], KEYS[2]
@@ -228,7 +228,7 @@ if lat and not kept then
       -- in two at twice it); nothing was taken yet.
       local r = (tonumber(ARGV[6]) % 1000003) / 1000003
       if r < 1 - 1 / best_key then
-        return {'SHED', math.floor(bt), math.floor(bp * 1000)}
+        return {'SHED', math.floor(bt * 1000), math.floor(bp * 1000)}
       end
     end
     pick, pred_ttft, pred_tpot = best, bt, bp
@@ -274,6 +274,6 @@ if session_ttl > 0 then
     redis.call('SET', skey, pick, 'EX', session_ttl)
   end
 end
-if pred_ttft >= 0 then pred_ttft, pred_tpot = math.floor(pred_ttft), math.floor(pred_tpot * 1000) end
+if pred_ttft >= 0 then pred_ttft, pred_tpot = math.floor(pred_ttft * 1000), math.floor(pred_tpot * 1000) end
 return {'OK', pick, depth, spilled, session, real(before), ahead, uncached, all_out and 1 or 0,
   pred_ttft, pred_tpot}

@@ -30,7 +30,7 @@ pub struct Booked {
 /// A latency-aware pick's prediction for its endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Predicted {
-    pub ttft_ms: u64,
+    pub ttft_us: u64,
     pub tpot_us: u64,
 }
 
@@ -147,7 +147,7 @@ pub fn parse_acquire(raw: &[u8]) -> Result<AcquireReply, ReplyError> {
             let int = |i: usize| items.get(i).and_then(Value::as_i64);
             Ok(AcquireReply::Shed(predicted(int(1), int(2)).unwrap_or(
                 Predicted {
-                    ttft_ms: 0,
+                    ttft_us: 0,
                     tpot_us: 0,
                 },
             )))
@@ -166,7 +166,7 @@ pub fn parse_acquire(raw: &[u8]) -> Result<AcquireReply, ReplyError> {
 fn predicted(ttft: Option<i64>, tpot: Option<i64>) -> Option<Predicted> {
     match (ttft, tpot) {
         (Some(t), Some(p)) if t >= 0 && p >= 0 => Some(Predicted {
-            ttft_ms: t as u64,
+            ttft_us: t as u64,
             tpot_us: p as u64,
         }),
         _ => None,

@@ -161,7 +161,7 @@ fn envoy_each_pods_rate_is_learnt_across_workers_and_new_prompts_go_to_the_fast_
         placed.len()
     );
     for f in &placed {
-        let ttft: u64 = f["predicted_ttft_ms"].parse().unwrap();
+        let ttft = f["predicted_ttft_ms"].parse::<f64>().unwrap() as u64;
         assert!(ttft < 5_000, "{f:?}");
         assert!(f.contains_key("predicted_tpot_ms"), "{f:?}");
     }

@@ -207,7 +207,7 @@ fn each_pods_rate_is_learnt_across_gateways_and_new_prompts_go_to_the_fast_one()
         placed.len()
     );
     for f in &placed {
-        let ttft: u64 = f["predicted_ttft_ms"].parse().unwrap();
+        let ttft = f["predicted_ttft_ms"].parse::<f64>().unwrap() as u64;
         assert!(ttft < 5_000, "{f:?}");
         assert!(f.contains_key("predicted_tpot_ms"), "{f:?}");
     }
@@ -395,7 +395,7 @@ fn a_pod_that_slows_down_is_found_out_within_a_few_answers() {
     for t in 2..14 {
         let (status, f) = send(&gw, &turns(conv, t), &[]);
         assert_eq!((status, f["endpoint"].as_str()), (200, fast.as_str()));
-        predicted_turns.push(f["predicted_ttft_ms"].parse::<u64>().unwrap());
+        predicted_turns.push(f["predicted_ttft_ms"].parse::<f64>().unwrap() as u64);
     }
     assert!(
         predicted_turns[9..].iter().all(|&p| p >= 100),

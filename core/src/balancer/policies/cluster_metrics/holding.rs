@@ -51,7 +51,7 @@ impl Holding for ServiceLease {
 
     fn first_bytes(&mut self, svc: &mut Services, outcome: &Outcome) {
         self.first_byte = true;
-        let now = outcome.first_byte_ms.unwrap_or(self.start_ms);
+        let now = outcome.first_byte_us.map_or(self.start_ms, |us| us / 1000);
         first_byte(svc.host, svc.tel, self, now, outcome.success());
     }
 

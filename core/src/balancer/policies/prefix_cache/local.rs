@@ -264,7 +264,7 @@ fn decide(
                     ahead: prefill.and_then(|p| p.booked.get(e).copied()).unwrap_or(0),
                     tokens: tokens.total.saturating_sub(cached),
                     predicted: predicted.map(|p: Prediction| Predicted {
-                        ttft_ms: p.ttft_ms as u64,
+                        ttft_us: (p.ttft_ms * 1000.0) as u64,
                         tpot_us: (p.tpot_ms * 1000.0) as u64,
                     }),
                 };
@@ -352,7 +352,7 @@ fn decide(
                     prompt_tokens: tokens.total as f64,
                 };
                 let pick = (endpoint.clone(), features, booked.predicted);
-                let timing = (tokens.stream, now, body.is_some() && !verified);
+                let timing = (tokens.stream, host.now_us(), body.is_some() && !verified);
                 held = Box::new(Timed::new(held, l.shared.clone(), pick, timing));
             }
             let decision = Decision::Route {

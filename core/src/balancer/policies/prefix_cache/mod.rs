@@ -166,7 +166,7 @@ fn decide(
                         inner: verify,
                         prompt_tokens: chain.prompt_tokens,
                         stream: chain.stream,
-                        since_ms: host.now_ms(),
+                        since_us: host.now_us(),
                     };
                     (
                         args,

@@ -231,10 +231,10 @@ fn new_prompts_go_where_their_ttft_is_predicted_lowest() {
     for s in sent.iter_mut() {
         let sp = speed(&s.to);
         answer(&mut host, &mut e, s, t0, sp);
-        let ttft: u64 = field(&s.debug, "predicted_ttft_ms")
+        let ttft = field(&s.debug, "predicted_ttft_ms")
             .unwrap()
-            .parse()
-            .unwrap();
+            .parse::<f64>()
+            .unwrap() as u64;
         let truth = 20 + (s.ahead + s.own) * 1000 / speed(&s.to).0 as u64;
         // Within a quarter: a pod's few dozen samples still feel the fleet prior's pull
         // (docs/latency-model.md §3).
@@ -438,10 +438,10 @@ fn two_workers_predict_with_each_others_answers_and_a_failed_merge_loses_nothing
     assert_eq!(s.to, EPS[0], "the fast pod, learnt by the other worker");
     let t0 = h2.now_ms;
     answer(&mut h2, &mut w2, &mut s, t0, speed(EPS[0]));
-    let ttft: u64 = field(&s.debug, "predicted_ttft_ms")
+    let ttft = field(&s.debug, "predicted_ttft_ms")
         .unwrap()
-        .parse()
-        .unwrap();
+        .parse::<f64>()
+        .unwrap() as u64;
     let truth = 20 + s.own * 1000 / 16_000;
     assert!(
         ttft.abs_diff(truth) * 5 <= truth,

@@ -23,8 +23,8 @@ pub struct LatencyWrap {
     pub prompt_tokens: u64,
     /// A streamed request (only its first bytes time the first token).
     pub stream: bool,
-    /// When the pick was planned (host clock, ms).
-    pub since_ms: u64,
+    /// When the pick was planned (host clock, µs).
+    pub since_us: u64,
     /// The body with the usage request added, when the verification does not carry it.
     pub body: Option<Vec<u8>>,
 }
@@ -47,7 +47,7 @@ impl Wrap for LatencyWrap {
             inner,
             prompt_tokens,
             stream,
-            since_ms,
+            since_us,
             body,
         } = *self;
         let injected = body.is_some();
@@ -75,7 +75,7 @@ impl Wrap for LatencyWrap {
             prompt_tokens: prompt_tokens as f64,
         };
         let pick = (endpoint.clone(), features, booked.and_then(|b| b.predicted));
-        Box::new(Timed::new(held, shared, pick, (stream, since_ms, injected)))
+        Box::new(Timed::new(held, shared, pick, (stream, since_us, injected)))
     }
 
     fn clone_box(&self) -> Box<dyn Wrap> {
@@ -91,7 +91,7 @@ pub struct Timed {
     features: Features,
     predicted: Option<Predicted>,
     stream: bool,
-    since_ms: u64,
+    since_us: u64,
     /// This holding added the usage request: the usage event is taken out again.
     injected: bool,
     /// The answer's usage is read (a 2xx).
@@ -109,14 +109,14 @@ impl std::fmt::Debug for Timed {
 impl Timed {
     /// `inner` timed for the models of `shared`, a pick of `endpoint` with the `features` it
     /// saw and what it `predicted` (None: not placed by the models); `stream`: a streamed
-    /// request, timed from `since_ms`; `injected`: this holding added the usage request to
+    /// request, timed from `since_us`; `injected`: this holding added the usage request to
     /// the body (no verification took it). Both builds' picks: the Redis reply's lease
     /// ([`LatencyWrap`]), the plain-Envoy count (prefix_cache/local.rs).
     pub fn new(
         inner: Box<dyn Holding>,
         shared: Shared,
         (endpoint, features, predicted): (String, Features, Option<Predicted>),
-        (stream, since_ms, injected): (bool, u64, bool),
+        (stream, since_us, injected): (bool, u64, bool),
     ) -> Timed {
         Timed {
             inner,
@@ -125,7 +125,7 @@ impl Timed {
             features,
             predicted,
             stream,
-            since_ms,
+            since_us,
             injected,
             read: false,
             elsewhere: false,
@@ -135,11 +135,12 @@ impl Timed {
     /// What the answer measured: its time to first bytes (a stream's first token) and its time
     /// per output token after them. None: nothing to learn (not a stream, no first bytes).
     fn measured(&self, o: &Outcome) -> Option<Measured> {
-        let first = o.first_byte_ms.filter(|_| self.stream)?;
-        let ttft_ms = first.checked_sub(self.since_ms)? as f64;
+        let first = o.first_byte_us.filter(|_| self.stream)?;
+        let ttft_ms = first.checked_sub(self.since_us)? as f64 / 1000.0;
+        let first_ms = first / 1000;
         let tpot_ms = match (o.end_ms, o.usage.and_then(|u| u.output)) {
-            (Some(end), Some(out)) if out >= 2 && end >= first => {
-                Some((end - first) as f64 / (out - 1) as f64)
+            (Some(end), Some(out)) if out >= 2 && end >= first_ms => {
+                Some((end - first_ms) as f64 / (out - 1) as f64)
             }
             _ => None,
         };
@@ -220,8 +221,8 @@ impl Holding for Timed {
         };
         let inner = self.inner.debug().unwrap_or_default();
         Some(format!(
-            "{inner}; predicted_ttft_ms={}; predicted_tpot_ms={:.1}",
-            p.ttft_ms,
+            "{inner}; predicted_ttft_ms={:.1}; predicted_tpot_ms={:.1}",
+            p.ttft_us as f64 / 1000.0,
             p.tpot_us as f64 / 1000.0
         ))
     }
