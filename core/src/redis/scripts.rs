@@ -4,6 +4,7 @@
 
 use super::resp;
 use sha1::{Digest, Sha1};
+use std::sync::Arc;
 
 pub mod latency;
 mod prefix;
@@ -19,60 +20,56 @@ pub use reply::{
 /// A script text and its SHA-1 for EVALSHA.
 #[derive(Debug, Clone)]
 pub struct Script {
-    pub text: &'static str,
+    pub text: Arc<str>,
     pub sha: String,
 }
 
 impl Script {
-    fn new(text: &'static str) -> Script {
+    /// The script made of `parts` in order, hashed.
+    fn new(parts: &[&str]) -> Script {
+        let text: Arc<str> = parts.concat().into();
         Script {
-            text,
             sha: hex::encode(Sha1::digest(text.as_bytes())),
+            text,
+        }
+    }
+
+    /// The script made of `parts`, sent whole with EVAL (no SHA: a rare call).
+    pub(super) fn eval(parts: &[&str]) -> Script {
+        Script {
+            text: parts.concat().into(),
+            sha: String::new(),
         }
     }
 }
 
-pub const GLR_ACQUIRE: &str = concat!(
-    include_str!("scripts/lease.lua"),
-    include_str!("scripts/health.lua"),
-    include_str!("scripts/pick.lua"),
-    include_str!("scripts/glr_acquire.lua")
-);
-pub const PREFIX_ACQUIRE: &str = concat!(
-    include_str!("scripts/lease.lua"),
-    include_str!("scripts/health.lua"),
-    include_str!("scripts/pick.lua"),
-    include_str!("scripts/prefix_acquire.lua")
-);
+// The shared parts each script starts with are kept once in the module and joined when the
+// VM starts (`Scripts::new`): as `concat!` constants they were in the binary once per script
+// that uses them, about 30 KB of the module (its size guard: docs/plugin-cpu.md "What matters").
+const LEASE: &str = include_str!("scripts/lease.lua");
+const HEALTH: &str = include_str!("scripts/health.lua");
+const PICK: &str = include_str!("scripts/pick.lua");
+const SERVICE_LEASE: &str = include_str!("scripts/service_lease.lua");
+
+pub const GLR_ACQUIRE: &[&str] = &[LEASE, HEALTH, PICK, include_str!("scripts/glr_acquire.lua")];
+pub const PREFIX_ACQUIRE: &[&str] = &[
+    LEASE,
+    HEALTH,
+    PICK,
+    include_str!("scripts/prefix_acquire.lua"),
+];
 /// prefix_cache's batched first-bytes: bookings given back, prefill rates learned (§13).
-pub const PREFILL_DONE: &str = concat!(
-    include_str!("scripts/lease.lua"),
-    include_str!("scripts/prefill_done.lua")
-);
-pub const RELEASE: &str = concat!(
-    include_str!("scripts/lease.lua"),
-    include_str!("scripts/health.lua"),
-    include_str!("scripts/release.lua")
-);
+pub const PREFILL_DONE: &[&str] = &[LEASE, include_str!("scripts/prefill_done.lua")];
+pub const RELEASE: &[&str] = &[LEASE, HEALTH, include_str!("scripts/release.lua")];
 /// A lease the host's retry answered from another endpoint: moved there, its endpoint's
 /// failure learned (§14).
-pub const MOVED: &str = concat!(
-    include_str!("scripts/lease.lua"),
-    include_str!("scripts/health.lua"),
-    include_str!("scripts/moved.lua")
-);
-pub const SERVICE_ACQUIRE: &str = concat!(
-    include_str!("scripts/service_lease.lua"),
-    include_str!("scripts/service_acquire.lua")
-);
+pub const MOVED: &[&str] = &[LEASE, HEALTH, include_str!("scripts/moved.lua")];
+pub const SERVICE_ACQUIRE: &[&str] = &[SERVICE_LEASE, include_str!("scripts/service_acquire.lua")];
 /// prefix_cache's engine-verified keys: a pod's generation bump (docs/redis-data-model.md §5).
-pub const PREFIX_FORGET: &str = include_str!("scripts/prefix_forget.lua");
+pub const PREFIX_FORGET: &[&str] = &[include_str!("scripts/prefix_forget.lua")];
 /// endpoint_metrics sessions with Redis (Higress build): keep, or bind anew, in one call.
-pub const SESSION_BIND: &str = include_str!("scripts/session_bind.lua");
-pub const SERVICE_RELEASE: &str = concat!(
-    include_str!("scripts/service_lease.lua"),
-    include_str!("scripts/service_release.lua")
-);
+pub const SESSION_BIND: &[&str] = &[include_str!("scripts/session_bind.lua")];
+pub const SERVICE_RELEASE: &[&str] = &[SERVICE_LEASE, include_str!("scripts/service_release.lua")];
 
 /// What health.lua adds to an ejected endpoint's load score (`EJECTED`): a load read from
 /// Redis is `score % EJECTED_MARK` (docs/redis-data-model.md §14).

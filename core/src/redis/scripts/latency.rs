@@ -43,10 +43,7 @@ pub fn csv(v: &[f64]) -> String {
 /// The merge call. Sent with EVAL (once a second per route and gateway at most, so the
 /// script cache's NOSCRIPT path is not worth having).
 pub fn merge_call(keys: &Keys, m: &Merge) -> Vec<u8> {
-    let script = Script {
-        text: LATENCY_MERGE,
-        sha: String::new(),
-    };
+    let script = Script::eval(&[LATENCY_MERGE]);
     let mut owned = vec![
         m.now_ms.to_string(),
         m.half_life_ms.to_string(),

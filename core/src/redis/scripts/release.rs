@@ -24,10 +24,7 @@ pub fn forget_call(
         now_ms.to_string(),
         FORGET_INTERVAL_MS.to_string(),
     );
-    let forget = Script {
-        text: PREFIX_FORGET,
-        sha: String::new(),
-    };
+    let forget = Script::eval(PREFIX_FORGET);
     let args: [&[u8]; 4] = [
         endpoint.as_bytes(),
         ttl.as_bytes(),
@@ -89,10 +86,7 @@ pub fn moved_call(
     let expiry = expiry_ms.to_string();
     let mut args: Vec<&[u8]> = figures.iter().map(|s| s.as_bytes()).collect();
     args.extend([member.as_bytes(), to.as_bytes(), expiry.as_bytes()]);
-    let moved = Script {
-        text: MOVED,
-        sha: String::new(),
-    };
+    let moved = Script::eval(MOVED);
     call(&moved, false, &endpoint_keys(keys, booked), &args)
 }
 

@@ -16,7 +16,7 @@ fn keys_share_one_hash_tag() {
 fn sha_matches_redis_script_sha() {
     // SHA-1 of "return 1", as SCRIPT LOAD reports it.
     assert_eq!(
-        Script::new("return 1").sha,
+        Script::new(&["return 1"]).sha,
         "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"
     );
 }
