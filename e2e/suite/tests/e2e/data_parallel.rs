@@ -40,6 +40,13 @@ fn gateways(bed: &Bed, policy: &str, extra: Value) -> (Gateway, Gateway) {
     )
 }
 
+/// Whether some pod hosts two different ranks among `homes` (pod, rank).
+pub fn two_ranks_of_one_pod(homes: &BTreeSet<(String, String)>) -> bool {
+    homes
+        .iter()
+        .any(|(p, r)| homes.iter().any(|(q, t)| p == q && r != t))
+}
+
 fn conversation(s: usize, turns: usize) -> Value {
     let mut messages = vec![json!({"role": "system",
         "content": format!("You are assistant number {s}. {}", "Be concise. ".repeat(20))})];
@@ -86,7 +93,12 @@ fn conversations_keep_their_rank_across_gateways() {
         later_hits, 24,
         "every later turn found its prefix on its rank"
     );
-    assert!(homes.len() >= 5, "8 conversations over 8 ranks: {homes:?}");
+    // Sequential conversations on an idle fleet break ties at random: what must hold is that
+    // ranks of one pod are told apart (all 8 homes on one rank per pod: odds about 1e-5).
+    assert!(
+        two_ranks_of_one_pod(&homes),
+        "8 conversations over 8 ranks: {homes:?}"
+    );
     assert!(wait_for_zero(&bed, Duration::from_secs(5)).is_zero());
 }
 
@@ -160,5 +172,33 @@ fn without_the_key_ranks_are_the_pods_business() {
     );
     assert_eq!(x.rank, "2", "the client's header passed through");
     assert!(!x.endpoint.contains('@'), "{x:?}");
+    assert!(wait_for_zero(&bed, Duration::from_secs(5)).is_zero());
+}
+
+/// A pod marked unhealthy takes all its ranks out: its conversations move to the other pod's
+/// ranks, spread over them, and each keeps its new rank from then on.
+#[test]
+fn an_unhealthy_pod_takes_its_ranks_out_and_its_conversations_settle_on_the_others() {
+    let bed = bed(EngineKind::VllmV1);
+    let (a, b) = gateways(&bed, "prefix_cache", json!({"dataParallelSize": RANKS}));
+    let mut first_home = Vec::new();
+    for s in 0..8 {
+        first_home.push(send(&a.url, &conversation(200 + s, 1), &[]));
+    }
+    let gone = bed.mark_unhealthy("pod-0", &[&a, &b]);
+    let mut ranks = BTreeSet::new();
+    for (s, home) in first_home.iter().enumerate() {
+        let seen: Vec<Served> = (2..=4)
+            .map(|t| send([&a.url, &b.url][t % 2], &conversation(200 + s, t), &[]))
+            .collect();
+        for x in &seen {
+            assert_eq!(x.pod, "pod-1", "{home:?} then {seen:?}");
+            assert!(!x.endpoint.starts_with(&gone), "{x:?}");
+            assert_eq!((&x.pod, &x.rank), (&seen[0].pod, &seen[0].rank), "{seen:?}");
+        }
+        ranks.insert(seen[0].rank.clone());
+    }
+    // Ties go at random: all 8 on one of 4 ranks has odds under 1e-4.
+    assert!(ranks.len() >= 2, "spread over pod-1's ranks: {ranks:?}");
     assert!(wait_for_zero(&bed, Duration::from_secs(5)).is_zero());
 }
