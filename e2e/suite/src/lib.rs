@@ -6,6 +6,7 @@ pub mod bed;
 pub mod cluster;
 pub mod cluster3;
 pub mod conversations;
+pub mod data_parallel;
 pub mod envoy;
 pub mod gateway;
 pub mod llama;
@@ -14,9 +15,9 @@ pub mod real;
 pub mod real_verify;
 pub mod redis;
 pub mod redis_cluster;
-pub mod served;
 pub mod storm;
 pub mod streams;
+pub mod two_speeds;
 
 use std::path::PathBuf;
 

@@ -7,31 +7,13 @@
 
 use ailb_e2e::bed::Bed;
 use ailb_e2e::envoy::Envoy;
-use ailb_e2e::gateway::http;
+use ailb_e2e::two_speeds::{bed, burst, prompt, send, DEBUG};
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-const DEBUG: &str = "x-ai-lb-debug";
-/// pod-0 prefills at FAST tokens/s, the others at SLOW (one FIFO lane each, fakepod lane.rs),
-/// as in the emulator's test (tests/e2e/latency.rs).
-const FAST: f64 = 16_000.0;
-const SLOW: f64 = 4_000.0;
 /// `maxPoolRequests`: far above the tests' bursts; filled at the end, it admits every request
 /// only if every count came back.
 const POOL: usize = 12;
-
-fn bed() -> Bed {
-    let next = AtomicUsize::new(0);
-    Bed::new(3, |c| {
-        let i = next.fetch_add(1, Ordering::Relaxed);
-        c.prefill_tokens_per_s = if i == 0 { FAST } else { SLOW };
-        c.max_running = 64;
-        c.decode_us_per_token = 300;
-        c.cache_blocks = 4096;
-    })
-}
 
 /// Envoy with prefix_cache and `latencyModel` = `latency` over the bed's pods, `extra` added to
 /// its `lb_config`.
@@ -48,65 +30,11 @@ fn envoy(bed: &Bed, latency: Value, extra: Value) -> Envoy {
     )
 }
 
-/// A new conversation's first turn of about `tokens` prompt tokens (4 bytes each), streamed.
-fn prompt(n: usize, tokens: usize, max_tokens: u64) -> Value {
-    let text: String = format!("conversation {n}: ")
-        + &(0..tokens / 2)
-            .map(|i| format!("w{} ", (i * 7 + n) % 97))
-            .collect::<String>();
-    json!({"model": "fake-model", "stream": true, "max_tokens": max_tokens,
-        "messages": [{"role": "user", "content": text}]})
-}
-
-/// (status, debug header fields).
-fn send(url: &str, body: &Value, headers: &[(&str, &str)]) -> (u16, BTreeMap<String, String>) {
-    let mut h = vec![("content-type", "application/json")];
-    h.extend_from_slice(headers);
-    let (status, headers, _) = http(
-        url,
-        "POST",
-        "/v1/chat/completions",
-        &h,
-        body.to_string().as_bytes(),
-    )
-    .unwrap();
-    let debug = headers
-        .iter()
-        .find(|(k, _)| k == DEBUG)
-        .map(|(_, v)| v.clone())
-        .unwrap_or_default();
-    let fields = debug
-        .split("; ")
-        .filter_map(|f| f.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    (status, fields)
-}
-
-/// Sends `bodies`, `parallel` at a time; the debug fields of each (all answered 200).
-fn burst(url: &str, bodies: Vec<Value>, parallel: usize) -> Vec<BTreeMap<String, String>> {
-    let mut out = Vec::new();
-    for chunk in bodies.chunks(parallel) {
-        let got: Vec<_> = std::thread::scope(|s| {
-            let handles: Vec<_> = chunk
-                .iter()
-                .map(|b| s.spawn(move || send(url, b, &[])))
-                .collect();
-            handles.into_iter().map(|h| h.join().unwrap()).collect()
-        });
-        for (status, fields) in got {
-            assert_eq!(status, 200, "{fields:?}");
-            out.push(fields);
-        }
-    }
-    out
-}
-
 /// [`POOL`] requests of about a second at once: each is admitted only if the proxy's counts
 /// (and bookings) all came back.
 fn assert_nothing_held(envoy: &Envoy) {
     let bodies = (0..POOL).map(|n| prompt(9_000 + n, 200, 3_000)).collect();
-    let placed = burst(&envoy.url, bodies, POOL);
+    let placed = burst(&[&envoy.url], bodies, POOL);
     assert_eq!(placed.len(), POOL);
     assert_eq!(envoy.stat("ai_lb.pool.full"), 0);
 }
@@ -125,11 +53,11 @@ fn envoy_each_pods_rate_is_learnt_across_workers_and_new_prompts_go_to_the_fast_
     let bodies = (0..90)
         .map(|n| prompt(n, 500 + (n * 337) % 1_500, 8))
         .collect();
-    burst(&envoy.url, bodies, 3);
+    burst(&[&envoy.url], bodies, 3);
     // A few more after two merge intervals, so both workers have merged what they learnt.
     std::thread::sleep(Duration::from_millis(500));
     burst(
-        &envoy.url,
+        &[&envoy.url],
         (100..106).map(|n| prompt(n, 1_000, 8)).collect(),
         2,
     );
@@ -153,7 +81,7 @@ fn envoy_each_pods_rate_is_learnt_across_workers_and_new_prompts_go_to_the_fast_
     // in 500 ms).
     let fast = bed.pod_addrs()[0].clone();
     let bodies = (200..236).map(|n| prompt(n, 2_000, 8)).collect();
-    let placed = burst(&envoy.url, bodies, 6);
+    let placed = burst(&[&envoy.url], bodies, 6);
     let on_fast = placed.iter().filter(|f| f["endpoint"] == fast).count();
     assert!(
         on_fast * 2 > placed.len(),

@@ -8,30 +8,11 @@
 use ailb_core::redis::resp::Value as Resp;
 use ailb_core::redis::scripts::Keys;
 use ailb_e2e::bed::{wait_for_zero, Bed};
-use ailb_e2e::gateway::{http, Gateway, CLUSTER, ROUTE};
+use ailb_e2e::gateway::{Gateway, CLUSTER, ROUTE};
+use ailb_e2e::two_speeds::{self, bed, send, DEBUG, FAST, SLOW};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
-
-const DEBUG: &str = "x-ai-lb-debug";
-/// pod-0 prefills at FAST tokens/s, the others at SLOW (one FIFO lane each, fakepod lane.rs).
-/// Slow enough that the bed's own per-token costs (the emulator reading and hashing the body,
-/// the pod tokenising it: some 17 µs per token on this machine, measured) stay small beside
-/// the prefill they are learnt with.
-const FAST: f64 = 16_000.0;
-const SLOW: f64 = 4_000.0;
-
-fn bed() -> Bed {
-    let next = AtomicUsize::new(0);
-    Bed::new(3, |c| {
-        let i = next.fetch_add(1, Ordering::Relaxed);
-        c.prefill_tokens_per_s = if i == 0 { FAST } else { SLOW };
-        c.max_running = 64;
-        c.decode_us_per_token = 300;
-        c.cache_blocks = 4096;
-    })
-}
 
 fn config(bed: &Bed, latency: Value, extra: Value) -> Value {
     let mut lb = json!({"serviceFQDN": "redis.static", "servicePort": bed.redis.port,
@@ -42,66 +23,19 @@ fn config(bed: &Bed, latency: Value, extra: Value) -> Value {
     json!({"lb_policy": "prefix_cache", "lb_config": lb})
 }
 
-/// A new conversation's first turn of about `tokens` prompt tokens (4 bytes each), streamed.
+/// A new conversation's first turn of about `tokens` prompt tokens, 8 tokens answered.
 fn prompt(n: usize, tokens: usize) -> Value {
-    let text: String = format!("conversation {n}: ")
-        + &(0..tokens / 2)
-            .map(|i| format!("w{} ", (i * 7 + n) % 97))
-            .collect::<String>();
-    json!({"model": "fake-model", "stream": true, "max_tokens": 8,
-        "messages": [{"role": "user", "content": text}]})
+    two_speeds::prompt(n, tokens, 8)
 }
 
-/// (status, debug header fields).
-fn send(gw: &Gateway, body: &Value, headers: &[(&str, &str)]) -> (u16, BTreeMap<String, String>) {
-    let mut h = vec![("content-type", "application/json")];
-    h.extend_from_slice(headers);
-    let (status, headers, _) = http(
-        &gw.url,
-        "POST",
-        "/v1/chat/completions",
-        &h,
-        body.to_string().as_bytes(),
-    )
-    .unwrap();
-    let debug = headers
-        .iter()
-        .find(|(k, _)| k == DEBUG)
-        .map(|(_, v)| v.clone())
-        .unwrap_or_default();
-    let fields = debug
-        .split("; ")
-        .filter_map(|f| f.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    (status, fields)
-}
-
-/// Sends `bodies` through `gateways` in turn, `parallel` at a time; the debug fields of each.
+/// [`two_speeds::burst`] through gateways.
 fn burst(
     gateways: &[&Gateway],
     bodies: Vec<Value>,
     parallel: usize,
 ) -> Vec<BTreeMap<String, String>> {
-    let mut out = Vec::new();
-    for chunk in bodies.chunks(parallel) {
-        let got: Vec<_> = std::thread::scope(|s| {
-            let handles: Vec<_> = chunk
-                .iter()
-                .enumerate()
-                .map(|(i, b)| {
-                    let gw = gateways[i % gateways.len()];
-                    s.spawn(move || send(gw, b, &[]))
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().unwrap()).collect()
-        });
-        for (status, fields) in got {
-            assert_eq!(status, 200, "{fields:?}");
-            out.push(fields);
-        }
-    }
-    out
+    let urls: Vec<&str> = gateways.iter().map(|g| g.url.as_str()).collect();
+    two_speeds::burst(&urls, bodies, parallel)
 }
 
 fn keys() -> Keys {
@@ -230,7 +164,7 @@ fn a_sheddable_request_is_shed_for_a_predicted_miss_and_a_critical_one_never() {
     let mut shed = 0;
     for n in 0..20 {
         let (status, f) = send(
-            &gw,
+            &gw.url,
             &prompt(n, 2_000),
             &[slo[0], ("x-priority", "sheddable")],
         );
@@ -246,12 +180,12 @@ fn a_sheddable_request_is_shed_for_a_predicted_miss_and_a_critical_one_never() {
     assert_eq!(gw.stat("ai_lb.latency.shed"), shed);
     for n in 20..30 {
         let (status, _) = send(
-            &gw,
+            &gw.url,
             &prompt(n, 2_000),
             &[slo[0], ("x-priority", "critical")],
         );
         assert_eq!(status, 200, "a critical request is never shed");
-        let (status, _) = send(&gw, &prompt(n + 100, 2_000), &[slo[0]]);
+        let (status, _) = send(&gw.url, &prompt(n + 100, 2_000), &[slo[0]]);
         assert_eq!(
             status, 200,
             "nor one without a class (the default is standard)"
@@ -260,7 +194,7 @@ fn a_sheddable_request_is_shed_for_a_predicted_miss_and_a_critical_one_never() {
     // Objective headers that are not objectives: the route's (none) is used, counted.
     for bad in ["abc", "-5", "NaN", "1e400", "99999999999"] {
         let (status, f) = send(
-            &gw,
+            &gw.url,
             &prompt(300, 500),
             &[("x-slo-ttft-ms", bad), ("x-priority", "sheddable")],
         );
@@ -285,7 +219,7 @@ fn a_redis_stall_while_merging_loses_no_sample_and_leaves_nothing_held() {
     });
     std::thread::sleep(Duration::from_millis(50));
     for n in 20..26 {
-        let (status, _) = send(&gw, &prompt(n, 1_000), &[]);
+        let (status, _) = send(&gw.url, &prompt(n, 1_000), &[]);
         assert_eq!(status, 200);
     }
     let _ = stall.join();
@@ -371,7 +305,7 @@ fn a_pod_that_slows_down_is_found_out_within_a_few_answers() {
     let fast = bed.pods[0].addr.to_string();
     // A conversation the fast pod holds.
     let conv = (1_000..1_010)
-        .find(|&c| send(&gw, &turns(c, 1), &[]).1["endpoint"] == fast)
+        .find(|&c| send(&gw.url, &turns(c, 1), &[]).1["endpoint"] == fast)
         .expect("a conversation on the fast pod");
     // The fleet's prediction for a lone 600-word prompt on it (its tokens as the plugin counts
     // them: bytes / 4), from its coefficients in Redis.
@@ -393,7 +327,7 @@ fn a_pod_that_slows_down_is_found_out_within_a_few_answers() {
     // DRIFT_RUN, here and in the fleet's record, at most once).
     let mut predicted_turns = Vec::new();
     for t in 2..14 {
-        let (status, f) = send(&gw, &turns(conv, t), &[]);
+        let (status, f) = send(&gw.url, &turns(conv, t), &[]);
         assert_eq!((status, f["endpoint"].as_str()), (200, fast.as_str()));
         predicted_turns.push(f["predicted_ttft_ms"].parse::<f64>().unwrap() as u64);
     }
