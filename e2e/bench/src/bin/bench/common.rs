@@ -168,3 +168,13 @@ pub fn poisson_arrivals(seed: u64, rate: f64, seconds: f64) -> Vec<(Duration, f6
 pub fn bench(name: &str, v: f64, unit: &str) {
     println!("BENCH {name} {v:.3} {unit}");
 }
+
+/// A figure over seeds: its median as `name` and its spread as `<name>_spread`; nothing when
+/// no seed has it.
+pub fn bench_over_seeds(name: &str, v: &[f64], unit: &str) {
+    if v.is_empty() {
+        return;
+    }
+    bench(name, median(v), unit);
+    bench(&format!("{name}_spread"), spread(v), unit);
+}

@@ -8,7 +8,7 @@
 //! every later turn, and the later turns' time to first token; medians over the seeds, with
 //! their spread (max - min). Output text is random: only usage and timings are read.
 
-use crate::common::{bench, median, spread};
+use crate::common::{bench, bench_over_seeds, median};
 use ailb_e2e::bed::Bed;
 use ailb_e2e::conversations::{replay, Conversations, Replay};
 use ailb_e2e::gateway::{Gateway, GatewaySpec};
@@ -110,24 +110,10 @@ fn record(side: &mut Side, r: &Replay) {
 
 /// The figures of one kind of pod (`real_engine` or `fake_pod`).
 fn report(name: &str, px: &Side, rr: &Side) {
-    bench(
-        &format!("{name}_prefix_cached_share"),
-        median(&px.share),
-        "share",
-    );
-    bench(
-        &format!("{name}_prefix_cached_share_spread"),
-        spread(&px.share),
-        "share",
-    );
-    bench(
+    bench_over_seeds(&format!("{name}_prefix_cached_share"), &px.share, "share");
+    bench_over_seeds(
         &format!("{name}_prefix_cached_share_round_robin"),
-        median(&rr.share),
-        "share",
-    );
-    bench(
-        &format!("{name}_prefix_cached_share_round_robin_spread"),
-        spread(&rr.share),
+        &rr.share,
         "share",
     );
     let ratios: Vec<f64> = px
@@ -136,14 +122,9 @@ fn report(name: &str, px: &Side, rr: &Side) {
         .zip(&rr.ttft_ms)
         .map(|(p, r)| p / r)
         .collect();
-    bench(
+    bench_over_seeds(
         &format!("{name}_ttft_p50_over_round_robin"),
-        median(&ratios),
-        "ratio",
-    );
-    bench(
-        &format!("{name}_ttft_p50_over_round_robin_spread"),
-        spread(&ratios),
+        &ratios,
         "ratio",
     );
     bench(&format!("{name}_ttft_p50_ms"), median(&px.ttft_ms), "ms");

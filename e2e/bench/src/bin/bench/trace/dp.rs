@@ -17,7 +17,7 @@ use super::fleet::{Cost, Scale, LLMD_H100};
 use super::plugin_keys::plugin_takes;
 use super::routers::{Oracle, Ranked};
 use super::run::{bench, penalty_ms, plugin, run, Run, Via};
-use crate::common::{median, spread};
+use crate::common::bench_over_seeds;
 use ailb_bench::trace::gen::codegen;
 use ailb_bench::trace::infinite;
 use ailb_bench::trace::replay::{debug_field, Options};
@@ -123,26 +123,17 @@ pub fn dp() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A figure over seeds: its median and spread (max − min).
-fn line(name: &str, v: &[f64], unit: &str) {
-    if v.is_empty() {
-        return;
-    }
-    bench(name, median(v), unit);
-    bench(&format!("{name}_spread"), spread(v), unit);
-}
-
 fn report(seeds: &[Seed]) {
     let of = |f: fn(&Seed) -> Option<f64>| seeds.iter().filter_map(f).collect::<Vec<f64>>();
-    line("dp_hit_rank_oracle", &of(|sd| Some(sd.oracle)), "ratio");
-    line("dp_hit_rank_blind", &of(|sd| Some(sd.blind)), "ratio");
-    line("dp_hit_rank_aware", &of(|sd| sd.aware), "ratio");
-    line(
+    bench_over_seeds("dp_hit_rank_oracle", &of(|sd| Some(sd.oracle)), "ratio");
+    bench_over_seeds("dp_hit_rank_blind", &of(|sd| Some(sd.blind)), "ratio");
+    bench_over_seeds("dp_hit_rank_aware", &of(|sd| sd.aware), "ratio");
+    bench_over_seeds(
         "dp_hit_over_rank_oracle",
         &of(|sd| Some(sd.aware? / sd.oracle)),
         "ratio",
     );
-    line(
+    bench_over_seeds(
         "dp_hit_rank_blind_over_rank_oracle",
         &of(|sd| Some(sd.blind / sd.oracle)),
         "ratio",

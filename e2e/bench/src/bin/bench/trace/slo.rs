@@ -18,7 +18,7 @@ use super::plugin_keys::plugin_takes;
 use super::run::{bench, pct, penalty_ms, plugin, run, Run, Via};
 use super::slo_figures::{figures, statuses, Figures, Slo};
 use super::{env_f64, slo_rates};
-use crate::common::{median, spread};
+use crate::common::{bench_over_seeds, median};
 use ailb_bench::trace::infinite;
 use ailb_bench::trace::latency_ladder::{latency_ladder, LatencyLadder};
 use ailb_bench::trace::replay::Options;
@@ -237,15 +237,6 @@ pub fn slo() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A figure over seeds: its median and spread.
-fn line(name: &str, v: &[f64], unit: &str) {
-    if v.is_empty() {
-        return;
-    }
-    bench(name, median(v), unit);
-    bench(&format!("{name}_spread"), spread(v), unit);
-}
-
 /// Per seed, the latency plugin's figure over `base`'s (seeds without it are left out).
 fn ratios(seeds: &[Seed], f: fn(&Figures) -> f64, base: fn(&Seed) -> &Figures) -> Vec<f64> {
     seeds
@@ -268,9 +259,9 @@ fn report(seeds: &[Seed]) {
         ("slo_tpot_p99_over_prefix_cache", tpot99),
         ("slo_goodput_over_prefix_cache", goodput),
     ] {
-        line(name, &ratios(seeds, f, px), "ratio");
+        bench_over_seeds(name, &ratios(seeds, f, px), "ratio");
     }
-    line(
+    bench_over_seeds(
         "slo_goodput_over_llmd_style",
         &ratios(seeds, goodput, |sd| &sd.llmd_style),
         "ratio",
@@ -279,7 +270,7 @@ fn report(seeds: &[Seed]) {
         .iter()
         .filter_map(|sd| Some(sd.latency?.goodput / sd.uniform?.goodput))
         .collect();
-    line(
+    bench_over_seeds(
         "slo_goodput_mixed_over_uniform_fleet",
         &mixed_over_uniform,
         "ratio",
@@ -291,17 +282,17 @@ fn report(seeds: &[Seed]) {
     if seeds.iter().any(|sd| sd.latency.is_some()) && mape.is_empty() {
         eprintln!("slo: no predicted_ttft_ms in the plugin's debug header: no slo_ttft_mape");
     }
-    line("slo_ttft_mape", &mape, "ratio");
+    bench_over_seeds("slo_ttft_mape", &mape, "ratio");
     let shed: Vec<f64> = seeds
         .iter()
         .filter_map(|sd| sd.latency.map(|l| l.shed))
         .collect();
-    line("slo_shed_share", &shed, "ratio");
+    bench_over_seeds("slo_shed_share", &shed, "ratio");
     let rates: Vec<f64> = seeds
         .iter()
         .filter_map(|sd| sd.learned_rate_error)
         .collect();
-    line("slo_learned_rate_error_max", &rates, "ratio");
+    bench_over_seeds("slo_learned_rate_error_max", &rates, "ratio");
     let table: [(&str, Vec<Figures>); 4] = [
         (
             "prefix_cache",
