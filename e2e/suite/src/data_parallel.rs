@@ -118,12 +118,12 @@ pub fn two_ranks_of_one_pod(homes: &BTreeSet<(String, String)>) -> bool {
 
 /// 8 long requests through `urls` alternately, one every 40 ms so that each pick sees the ones
 /// before it counted; how many each (pod, rank) served.
-pub fn held_per_rank(urls: &[String]) -> BTreeMap<(String, String), usize> {
+pub fn held_per_rank(urls: &[&str]) -> BTreeMap<(String, String), usize> {
     let slow = json!({"model": "m", "messages": [{"role": "user", "content": "hold"}],
         "max_tokens": 400});
     let mut held = Vec::new();
     for i in 0..8 {
-        let (url, body) = (urls[i % urls.len()].clone(), slow.clone());
+        let (url, body) = (urls[i % urls.len()].to_string(), slow.clone());
         held.push(std::thread::spawn(move || send_chat(&url, &body, &[])));
         std::thread::sleep(Duration::from_millis(40));
     }
