@@ -21,13 +21,14 @@ pub fn pod(endpoint: &str) -> &str {
     split(endpoint).0
 }
 
-/// `pods`, each as its `size` rank endpoints in rank order (`size` ≤ 1: the pods themselves).
-pub fn expand(pods: &[String], size: u16) -> Vec<String> {
+/// `pods`, each as its `size` rank endpoints in rank order; `size` ≤ 1: the pods themselves,
+/// as they are (every host-list read of a route without ranks goes through here).
+pub fn expand(pods: Vec<String>, size: u16) -> Vec<String> {
     if size <= 1 {
-        return pods.to_vec();
+        return pods;
     }
     let mut out = Vec::with_capacity(pods.len() * size as usize);
-    for p in pods {
+    for p in &pods {
         for r in 0..size {
             out.push(format!("{p}@{r}"));
         }
@@ -85,10 +86,13 @@ mod tests {
     #[test]
     fn pods_expand_to_their_ranks_in_order_and_size_one_is_the_pods() {
         let pods = vec!["a:1".to_string(), "b:1".to_string()];
-        assert_eq!(expand(&pods, 1), pods);
-        assert_eq!(expand(&pods, 0), pods);
-        assert_eq!(expand(&pods, 2), vec!["a:1@0", "a:1@1", "b:1@0", "b:1@1"]);
-        for e in expand(&pods, 12) {
+        assert_eq!(expand(pods.clone(), 1), pods);
+        assert_eq!(expand(pods.clone(), 0), pods);
+        assert_eq!(
+            expand(pods.clone(), 2),
+            vec!["a:1@0", "a:1@1", "b:1@0", "b:1@1"]
+        );
+        for e in expand(pods.clone(), 12) {
             assert!(pods.contains(&pod(&e).to_string()), "{e}");
         }
     }

@@ -158,6 +158,13 @@ fn no_slo() -> LatencyArgs {
     LatencyArgs::default()
 }
 
+/// The TTFT weight of `pod`'s fleet record (field 9 of its CSV, stats.rs `to_fields`).
+fn ttft_weight(c: &mut Conn, keys: &Keys, pod: &str) -> f64 {
+    let record = c.cmd(&["HGET", &keys.latency, pod]);
+    let fields: Vec<&str> = record.as_str().unwrap().split(',').collect();
+    fields[9].parse().unwrap()
+}
+
 #[test]
 fn two_gateways_merge_into_one_fleet_record_that_fades() {
     let redis = RedisServer::start();
@@ -215,15 +222,7 @@ fn two_gateways_merge_into_one_fleet_record_that_fades() {
     // One half-life later the fleet's weight has halved (whoever merges applies it, once).
     let mut g3 = Book::new(prior);
     bed.merge(&mut c, &mut g3, 1_200 + HALF_LIFE_MS);
-    let record = c.cmd(&["HGET", &bed.keys.latency, A]);
-    let w: f64 = record
-        .as_str()
-        .unwrap()
-        .split(',')
-        .nth(9)
-        .unwrap()
-        .parse()
-        .unwrap();
+    let w = ttft_weight(&mut c, &bed.keys, A);
     // Decayed from the first merge's stamp (1,000 ms: the later ones were under a hundredth of
     // a half-life apart).
     let want = 40.0 * 0.5f64.powf((HALF_LIFE_MS + 200) as f64 / HALF_LIFE_MS as f64);
@@ -245,15 +244,7 @@ fn two_gateways_merge_into_one_fleet_record_that_fades() {
     sent[0].0 = format!("!{A}");
     g4.restore(&sent);
     bed.merge(&mut c, &mut g4, 1_250 + HALF_LIFE_MS);
-    let record = c.cmd(&["HGET", &bed.keys.latency, A]);
-    let w: f64 = record
-        .as_str()
-        .unwrap()
-        .split(',')
-        .nth(9)
-        .unwrap()
-        .parse()
-        .unwrap();
+    let w = ttft_weight(&mut c, &bed.keys, A);
     assert_eq!(w, 1.0, "replaced by the one answer");
     // A garbage record sent by a broken gateway is ignored; the rest still merge.
     let q = scripts::latency::merge_call(

@@ -65,7 +65,7 @@ pub fn read(host: &dyn Host, now: u64, ranks: u16) -> Result<Healthy, Cause> {
     if healthy.is_empty() {
         return Err(Cause::NoHealthyEndpoint);
     }
-    let healthy = crate::ranks::expand(&healthy, ranks);
+    let healthy = crate::ranks::expand(healthy, ranks);
     Ok(Healthy {
         fingerprint: upstream::fingerprint(&healthy).into(),
         endpoints: Rc::new(healthy),

@@ -45,11 +45,14 @@ impl DataParallel {
 
     /// Plain-Envoy build: the endpoints to choose among (each pod's ranks) and the pods.
     pub(super) fn targets(&self, pods: Vec<String>) -> (Rc<Vec<String>>, Rc<Vec<String>>) {
-        let pods = Rc::new(pods);
-        match self.on() {
-            true => (Rc::new(crate::ranks::expand(&pods, self.size)), pods),
-            false => (pods.clone(), pods),
+        if !self.on() {
+            let pods = Rc::new(pods);
+            return (pods.clone(), pods);
         }
+        (
+            Rc::new(crate::ranks::expand(pods.clone(), self.size)),
+            Rc::new(pods),
+        )
     }
 
     pub(super) fn read(raw: &RawLbConfig, r: &mut Reader<'_>) -> Result<DataParallel, ConfigError> {

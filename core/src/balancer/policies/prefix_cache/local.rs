@@ -150,7 +150,9 @@ fn decide(
     };
     let home = u64::from_le_bytes(home);
     let window = window(keys.len(), at);
-    let now = host.now_ms();
+    // One clock read: the index's ms and the latency models' µs.
+    let now_us = host.now_us();
+    let now = now_us / 1000;
     let tags = state.tags(host);
     let known = state.lookup(host, keys, &window, now, &tags);
     let hot = match &settings.guard {
@@ -352,7 +354,7 @@ fn decide(
                     prompt_tokens: tokens.total as f64,
                 };
                 let pick = (endpoint.clone(), features, booked.predicted);
-                let timing = (tokens.stream, host.now_us(), body.is_some() && !verified);
+                let timing = (tokens.stream, now_us, body.is_some() && !verified);
                 held = Box::new(Timed::new(held, l.shared.clone(), pick, timing));
             }
             let decision = Decision::Route {
