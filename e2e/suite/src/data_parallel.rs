@@ -117,8 +117,9 @@ pub fn two_ranks_of_one_pod(homes: &BTreeSet<(String, String)>) -> bool {
 }
 
 /// 8 long requests through `urls` alternately, one every 40 ms so that each pick sees the ones
-/// before it counted; how many each (pod, rank) served.
-pub fn held_per_rank(urls: &[&str]) -> BTreeMap<(String, String), usize> {
+/// before it counted, to pods `pod_addrs`; how many each (pod, rank) served. Asserts that the
+/// plugin named each rank that served (a pod's own balancer spreads its ranks too).
+pub fn held_per_rank(urls: &[&str], pod_addrs: &[String]) -> BTreeMap<(String, String), usize> {
     let slow = json!({"model": "m", "messages": [{"role": "user", "content": "hold"}],
         "max_tokens": 400});
     let mut held = Vec::new();
@@ -130,6 +131,8 @@ pub fn held_per_rank(urls: &[&str]) -> BTreeMap<(String, String), usize> {
     let mut per_rank = BTreeMap::new();
     for h in held {
         let x = h.join().unwrap();
+        let i: usize = x.pod.trim_start_matches("pod-").parse().unwrap();
+        assert_eq!(x.endpoint, format!("{}@{}", pod_addrs[i], x.rank), "{x:?}");
         *per_rank.entry((x.pod, x.rank)).or_default() += 1;
     }
     per_rank

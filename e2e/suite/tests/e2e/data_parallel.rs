@@ -60,7 +60,7 @@ fn least_request_fills_every_rank_before_doubling_one() {
         "global_least_request",
         json!({"dataParallelSize": RANKS}),
     );
-    let per_rank = held_per_rank(&[&a.url, &b.url]);
+    let per_rank = held_per_rank(&[&a.url, &b.url], &bed.pod_addrs());
     assert_eq!(per_rank.len(), 8, "one request on each rank: {per_rank:?}");
     assert!(wait_for_zero(&bed, Duration::from_secs(5)).is_zero());
 }

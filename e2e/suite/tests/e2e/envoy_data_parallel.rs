@@ -39,6 +39,6 @@ fn envoy_least_request_fills_every_rank_before_doubling_one() {
     let bed = bed(EngineKind::VllmV1);
     let pods = bed.pod_addrs();
     let envoy = Envoy::start(&pods, &plugin(&pods, "global_least_request"));
-    let per_rank = held_per_rank(&[&envoy.url]);
+    let per_rank = held_per_rank(&[&envoy.url], &pods);
     assert_eq!(per_rank.len(), 8, "one request on each rank: {per_rank:?}");
 }
